@@ -1,0 +1,107 @@
+//! The wire encoding: MessagePack with named fields (`rmp_serde::to_vec_named`), marked with
+//! `Content-Type: application/msgpack`. Control subjects also accept JSON
+//! (`Content-Type: application/json`) so that any service can publish a job with any client.
+
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use serde::{de::DeserializeOwned, Serialize};
+
+/// The header that names the encoding.
+pub const CONTENT_TYPE: &str = "Content-Type";
+/// MessagePack, the default.
+pub const MSGPACK: &str = "application/msgpack";
+/// JSON, accepted on control subjects.
+pub const JSON: &str = "application/json";
+
+/// Why a payload could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// The value could not be written as MessagePack.
+    #[error("cannot encode message: {0}")]
+    Encode(#[from] rmp_serde::encode::Error),
+    /// The bytes are not valid MessagePack for the expected type.
+    #[error("malformed msgpack payload: {0}")]
+    DecodeMsgpack(#[from] rmp_serde::decode::Error),
+    /// The bytes are not valid JSON for the expected type.
+    #[error("malformed json payload: {0}")]
+    DecodeJson(#[from] serde_json::Error),
+    /// The Content-Type header names an encoding ax does not speak.
+    #[error("unsupported Content-Type `{0}` (use application/msgpack or application/json)")]
+    UnsupportedContentType(String),
+}
+
+/// Encodes `value` as MessagePack with named fields.
+pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, CodecError> {
+    Ok(Bytes::from(rmp_serde::to_vec_named(value)?))
+}
+
+/// Headers announcing MessagePack.
+pub fn msgpack_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, MSGPACK);
+    headers
+}
+
+/// Decodes MessagePack.
+pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, CodecError> {
+    Ok(rmp_serde::from_slice(payload)?)
+}
+
+/// Decodes by the message's Content-Type: JSON when it says so, MessagePack otherwise.
+pub fn decode_by_header<T: DeserializeOwned>(
+    headers: Option<&HeaderMap>,
+    payload: &[u8],
+) -> Result<T, CodecError> {
+    let content_type = headers
+        .and_then(|h| h.get(CONTENT_TYPE))
+        .map(|v| v.as_str().trim().to_ascii_lowercase());
+    match content_type.as_deref() {
+        None | Some(MSGPACK) | Some("application/x-msgpack") => decode(payload),
+        Some(JSON) => Ok(serde_json::from_slice(payload)?),
+        Some(other) => Err(CodecError::UnsupportedContentType(other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Probe {
+        name: String,
+        n: u32,
+    }
+
+    #[test]
+    fn msgpack_uses_named_fields_and_round_trips() {
+        let bytes = encode(&Probe {
+            name: "a".into(),
+            n: 3,
+        })
+        .unwrap();
+        // A map with the field names in it, not a positional array.
+        assert!(bytes.windows(4).any(|w| w == b"name"));
+        assert_eq!(
+            decode::<Probe>(&bytes).unwrap(),
+            Probe {
+                name: "a".into(),
+                n: 3
+            }
+        );
+    }
+
+    #[test]
+    fn json_is_accepted_when_announced() {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, JSON);
+        let p: Probe = decode_by_header(Some(&h), br#"{"name":"x","n":1}"#).unwrap();
+        assert_eq!(p.n, 1);
+        h.insert(CONTENT_TYPE, "text/plain");
+        assert!(matches!(
+            decode_by_header::<Probe>(Some(&h), b"x"),
+            Err(CodecError::UnsupportedContentType(_))
+        ));
+        assert!(decode::<Probe>(b"\xc1garbage").is_err());
+    }
+}

@@ -1,0 +1,439 @@
+//! Instance records: one per (job, expected fire time), the source of truth for "what happened".
+//!
+//! - [`State`]: the five states, nothing more;
+//! - [`Tag`]: the detail beside the state (`queued`, `dispatched`, `timeout`, ...);
+//! - [`InstanceRecord`]: what `ax instance get --json` prints and what events carry;
+//! - the transition rules every writer applies before a compare-and-swap, so a stale attempt
+//!   can never write over a newer one and a repeated report changes nothing.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::spec::Priority;
+
+/// The five states of an instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Created and not finished: waiting, queued, dispatched or executing (see the tag).
+    Running,
+    /// The last attempt succeeded.
+    Success,
+    /// The last attempt failed and no retry is left.
+    Failed,
+    /// An attempt failed; another one is scheduled (`next_attempt_at`).
+    WaitingRetry,
+    /// Stopped without running to the end.
+    Cancelled,
+}
+
+impl State {
+    /// All states.
+    pub const ALL: [State; 5] = [
+        State::Running,
+        State::Success,
+        State::Failed,
+        State::WaitingRetry,
+        State::Cancelled,
+    ];
+
+    /// `running`, `success`, `failed`, `waiting_retry` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Success => "success",
+            State::Failed => "failed",
+            State::WaitingRetry => "waiting_retry",
+            State::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether nothing more will happen to the instance (until a manual re-run).
+    pub fn is_final(self) -> bool {
+        matches!(self, State::Success | State::Failed | State::Cancelled)
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for State {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        State::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown state `{s}` (running, success, failed, waiting_retry, cancelled)")
+            })
+    }
+}
+
+/// Detail beside the state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tag {
+    /// Created, waiting to be routed.
+    Queued,
+    /// No live worker can take it; it is dispatched as soon as one appears.
+    NoWorker,
+    /// Sent to a worker.
+    Dispatched,
+    /// A worker claimed the attempt and runs it.
+    Executing,
+    /// The attempt succeeded.
+    Completed,
+    /// The process exited with a non-zero code.
+    ExitCode,
+    /// The process was killed by a signal it did not ask for.
+    Killed,
+    /// The attempt ran past its timeout; the process group was killed.
+    Timeout,
+    /// The executor could not start the work.
+    SpawnFailed,
+    /// The dispatch could not be understood by the worker.
+    BadDispatch,
+    /// Cancelled by an operator.
+    ByUser,
+    /// A tag written by a newer ax.
+    #[serde(other)]
+    Other,
+}
+
+impl Tag {
+    /// The tag as written on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tag::Queued => "queued",
+            Tag::NoWorker => "no_worker",
+            Tag::Dispatched => "dispatched",
+            Tag::Executing => "executing",
+            Tag::Completed => "completed",
+            Tag::ExitCode => "exit_code",
+            Tag::Killed => "killed",
+            Tag::Timeout => "timeout",
+            Tag::SpawnFailed => "spawn_failed",
+            Tag::BadDispatch => "bad_dispatch",
+            Tag::ByUser => "by_user",
+            Tag::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an instance exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// A cron tick.
+    Cron,
+    /// `ax job trigger` or a trigger message.
+    Manual,
+}
+
+/// The record of one instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    /// Job name + expected fire time.
+    pub instance_id: String,
+    /// The current (latest) attempt.
+    pub trace_id: String,
+    /// The job.
+    pub job: String,
+    /// Business date, YYYY-MM-DD in the job's time zone.
+    pub biz_date: String,
+    /// 1-based attempt number of `trace_id`.
+    pub attempt: u32,
+    /// One of the five states.
+    pub state: State,
+    /// Detail beside the state.
+    pub tag: Tag,
+    /// When the instance was due.
+    pub expected_time: DateTime<Utc>,
+    /// When the record was created.
+    pub created_at: DateTime<Utc>,
+    /// When the current attempt started executing.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When the current attempt finished.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The worker of the current attempt.
+    pub worker: Option<String>,
+    /// Human-readable detail of the current state.
+    pub message: String,
+    /// Structured output of the last finished attempt (JSON).
+    pub output: serde_json::Value,
+    /// Why the instance exists.
+    pub trigger: Trigger,
+    /// Parameters of this instance (the job's, overridden by the trigger's).
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// The queue it goes through.
+    pub priority: Priority,
+    /// When the next attempt is due (state `waiting_retry`).
+    #[serde(default)]
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Exit code of the last process, when there was one.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// Last bytes of the last attempt's stdout.
+    #[serde(default)]
+    pub stdout_tail: String,
+    /// Last bytes of the last attempt's stderr.
+    #[serde(default)]
+    pub stderr_tail: String,
+}
+
+/// Why a transition was not applied.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionRefused {
+    /// The record belongs to another attempt: the report is stale (or from the future).
+    #[error("attempt {reported} is not the current attempt {current}")]
+    StaleAttempt {
+        /// The trace id of the refused write.
+        reported: String,
+        /// The record's trace id.
+        current: String,
+    },
+    /// The attempt already ended (a repeated report).
+    #[error("attempt already ended in state {0}")]
+    AlreadyEnded(State),
+}
+
+/// How an attempt ended, as its worker saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptEnd {
+    /// The attempt.
+    pub trace_id: String,
+    /// Whether it succeeded.
+    pub success: bool,
+    /// Tag of the end (`completed`, `exit_code`, `timeout`, ...).
+    pub tag: Tag,
+    /// Detail.
+    pub message: String,
+    /// Structured output.
+    pub output: serde_json::Value,
+    /// The worker.
+    pub worker: String,
+    /// When the attempt started executing.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it ended.
+    pub finished_at: DateTime<Utc>,
+    /// Exit code, when a process ran.
+    pub exit_code: Option<i32>,
+    /// Last bytes of stdout.
+    pub stdout_tail: String,
+    /// Last bytes of stderr.
+    pub stderr_tail: String,
+}
+
+impl InstanceRecord {
+    fn check_current(&self, trace_id: &str) -> Result<(), TransitionRefused> {
+        if self.trace_id != trace_id {
+            return Err(TransitionRefused::StaleAttempt {
+                reported: trace_id.to_string(),
+                current: self.trace_id.clone(),
+            });
+        }
+        if self.state != State::Running {
+            return Err(TransitionRefused::AlreadyEnded(self.state));
+        }
+        Ok(())
+    }
+
+    /// The Router sent the current attempt to `worker` (or found none when `worker` is None).
+    pub fn routed(&self, trace_id: &str, worker: Option<&str>) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        let mut next = self.clone();
+        match worker {
+            Some(w) => {
+                next.tag = Tag::Dispatched;
+                next.worker = Some(w.to_string());
+                next.message = format!("dispatched to {w}");
+            }
+            None => {
+                next.tag = Tag::NoWorker;
+                next.message = "no live worker offers this job's executor and tags".into();
+            }
+        }
+        Ok(next)
+    }
+
+    /// A worker claimed the current attempt and started it.
+    pub fn started(
+        &self,
+        trace_id: &str,
+        worker: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        let mut next = self.clone();
+        next.tag = Tag::Executing;
+        next.worker = Some(worker.to_string());
+        next.started_at = Some(at);
+        next.message = format!("executing on {worker}");
+        Ok(next)
+    }
+
+    /// The current attempt ended. `retry_at` is when the next attempt runs, if one is left.
+    pub fn ended(
+        &self,
+        end: &AttemptEnd,
+        retry_at: Option<DateTime<Utc>>,
+    ) -> Result<Self, TransitionRefused> {
+        self.check_current(&end.trace_id)?;
+        let mut next = self.clone();
+        next.state = match (end.success, retry_at) {
+            (true, _) => State::Success,
+            (false, Some(_)) => State::WaitingRetry,
+            (false, None) => State::Failed,
+        };
+        next.next_attempt_at = if end.success { None } else { retry_at };
+        next.tag = end.tag;
+        next.message = end.message.clone();
+        next.output = end.output.clone();
+        next.worker = Some(end.worker.clone());
+        next.started_at = end.started_at.or(self.started_at);
+        next.finished_at = Some(end.finished_at);
+        next.exit_code = end.exit_code;
+        next.stdout_tail = end.stdout_tail.clone();
+        next.stderr_tail = end.stderr_tail.clone();
+        Ok(next)
+    }
+
+    /// The next attempt starts (from `waiting_retry`), under a new trace id.
+    pub fn retried(&self, from_trace: &str, new_trace: &str) -> Result<Self, TransitionRefused> {
+        if self.trace_id != from_trace {
+            return Err(TransitionRefused::StaleAttempt {
+                reported: from_trace.to_string(),
+                current: self.trace_id.clone(),
+            });
+        }
+        if self.state != State::WaitingRetry {
+            return Err(TransitionRefused::AlreadyEnded(self.state));
+        }
+        let mut next = self.clone();
+        next.trace_id = new_trace.to_string();
+        next.attempt += 1;
+        next.state = State::Running;
+        next.tag = Tag::Queued;
+        next.message = format!("attempt {} queued", next.attempt);
+        next.next_attempt_at = None;
+        next.started_at = None;
+        next.finished_at = None;
+        next.worker = None;
+        Ok(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> InstanceRecord {
+        let t = crate::time::now();
+        InstanceRecord {
+            instance_id: "j.20260101T000000000Z".into(),
+            trace_id: "t1".into(),
+            job: "j".into(),
+            biz_date: "2026-01-01".into(),
+            attempt: 1,
+            state: State::Running,
+            tag: Tag::Queued,
+            expected_time: t,
+            created_at: t,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            message: String::new(),
+            output: serde_json::Value::Null,
+            trigger: Trigger::Cron,
+            params: BTreeMap::new(),
+            priority: Priority::Normal,
+            next_attempt_at: None,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+
+    fn end(trace: &str, success: bool) -> AttemptEnd {
+        AttemptEnd {
+            trace_id: trace.into(),
+            success,
+            tag: if success {
+                Tag::Completed
+            } else {
+                Tag::ExitCode
+            },
+            message: String::new(),
+            output: serde_json::json!({"rows": 3}),
+            worker: "w1".into(),
+            started_at: None,
+            finished_at: crate::time::now(),
+            exit_code: Some(if success { 0 } else { 1 }),
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_stale_or_repeated_report_is_refused() {
+        let r = record();
+        assert!(matches!(
+            r.ended(&end("t0", true), None),
+            Err(TransitionRefused::StaleAttempt { .. })
+        ));
+        let done = r.ended(&end("t1", true), None).unwrap();
+        assert_eq!(done.state, State::Success);
+        assert_eq!(done.output["rows"], 3);
+        assert_eq!(
+            done.ended(&end("t1", false), None),
+            Err(TransitionRefused::AlreadyEnded(State::Success))
+        );
+    }
+
+    #[test]
+    fn a_failure_with_a_retry_left_waits_then_moves_to_a_new_attempt() {
+        let at = crate::time::now();
+        let waiting = record().ended(&end("t1", false), Some(at)).unwrap();
+        assert_eq!(waiting.state, State::WaitingRetry);
+        assert_eq!(waiting.next_attempt_at, Some(at));
+        assert!(waiting.retried("t0", "t2").is_err());
+        let second = waiting.retried("t1", "t2").unwrap();
+        assert_eq!(
+            (second.attempt, second.state, second.trace_id.as_str()),
+            (2, State::Running, "t2")
+        );
+        // The old attempt can no longer report.
+        assert!(second.ended(&end("t1", true), None).is_err());
+    }
+
+    #[test]
+    fn states_and_tags_are_snake_case_on_the_wire() {
+        assert_eq!(
+            serde_json::to_string(&State::WaitingRetry).unwrap(),
+            "\"waiting_retry\""
+        );
+        assert_eq!(
+            serde_json::to_string(&Tag::NoWorker).unwrap(),
+            "\"no_worker\""
+        );
+        assert_eq!(
+            serde_json::from_str::<Tag>("\"from_the_future\"").unwrap(),
+            Tag::Other
+        );
+        assert_eq!("failed".parse::<State>(), Ok(State::Failed));
+        assert!("done".parse::<State>().is_err());
+    }
+}

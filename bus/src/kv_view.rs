@@ -1,0 +1,179 @@
+//! Reading a bucket as "current values, then every change": how actors rebuild their views
+//! (job registry, worker registry) after a start or restart, and how the CLI lists keys.
+//!
+//! async-nats's own watch does not say when the initial values are all delivered if the bucket
+//! is empty; [`KvFeed`] does, with an explicit [`FeedItem::Current`] marker.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use bytes::Bytes;
+use futures::StreamExt;
+
+/// One item of a feed.
+#[derive(Debug)]
+pub enum FeedItem {
+    /// A key's value was put.
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: Bytes,
+        /// Its revision (stream sequence).
+        revision: u64,
+    },
+    /// A key was deleted or purged.
+    Deleted {
+        /// The key.
+        key: String,
+    },
+    /// Every value that existed when the feed started has been delivered.
+    Current,
+}
+
+/// A feed over a bucket's keys matching a pattern.
+pub struct KvFeed {
+    bucket: String,
+    messages: consumer::push::Ordered,
+    prefix: String,
+    phase: Phase,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The initial values are still arriving.
+    Snapshot,
+    /// The snapshot is complete but the marker is not yet delivered.
+    MarkerDue,
+    /// Following changes.
+    Live,
+}
+
+/// A feed could not be opened or broke.
+#[derive(Debug, thiserror::Error)]
+#[error("bucket {bucket}: {reason}")]
+pub struct FeedError {
+    /// The bucket.
+    pub bucket: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// When the snapshot phase sees nothing for this long, the rest was removed meanwhile
+/// (expired or purged before delivery), so the snapshot is complete.
+const SNAPSHOT_IDLE: Duration = Duration::from_secs(2);
+
+impl KvFeed {
+    /// Opens a feed over keys of `bucket` matching `pattern` (`>` for all).
+    pub async fn open(
+        js: &jetstream::Context,
+        bucket: &str,
+        pattern: &str,
+    ) -> Result<Self, FeedError> {
+        let err = |reason: String| FeedError {
+            bucket: bucket.to_string(),
+            reason,
+        };
+        let stream = js
+            .get_stream(format!("KV_{bucket}"))
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        let prefix = format!("$KV.{bucket}.");
+        let consumer = stream
+            .create_consumer(consumer::push::OrderedConfig {
+                deliver_subject: js.client().new_inbox(),
+                filter_subject: format!("{prefix}{pattern}"),
+                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                replay_policy: consumer::ReplayPolicy::Instant,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        let phase = if consumer.cached_info().num_pending == 0 {
+            Phase::MarkerDue
+        } else {
+            Phase::Snapshot
+        };
+        let messages = consumer.messages().await.map_err(|e| err(e.to_string()))?;
+        Ok(Self {
+            bucket: bucket.to_string(),
+            messages,
+            prefix,
+            phase,
+        })
+    }
+
+    /// The next item; `None` when the feed ended (the connection closed for good).
+    pub async fn next(&mut self) -> Option<Result<FeedItem, FeedError>> {
+        if self.phase == Phase::MarkerDue {
+            self.phase = Phase::Live;
+            return Some(Ok(FeedItem::Current));
+        }
+        let message = if self.phase == Phase::Snapshot {
+            match tokio::time::timeout(SNAPSHOT_IDLE, self.messages.next()).await {
+                Ok(message) => message,
+                Err(_) => {
+                    self.phase = Phase::Live;
+                    return Some(Ok(FeedItem::Current));
+                }
+            }
+        } else {
+            self.messages.next().await
+        }?;
+        let message = match message {
+            Ok(message) => message,
+            Err(e) => {
+                return Some(Err(FeedError {
+                    bucket: self.bucket.clone(),
+                    reason: e.to_string(),
+                }))
+            }
+        };
+        if self.phase == Phase::Snapshot && message.info().map(|i| i.pending == 0).unwrap_or(true) {
+            self.phase = Phase::MarkerDue;
+        }
+        let key = message
+            .subject
+            .strip_prefix(self.prefix.as_str())
+            .unwrap_or(message.subject.as_str())
+            .to_string();
+        let operation = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("KV-Operation"))
+            .map(|v| v.as_str().to_string());
+        let revision = message
+            .info()
+            .map(|i| i.stream_sequence)
+            .unwrap_or_default();
+        Some(Ok(match operation.as_deref() {
+            Some("DEL") | Some("PURGE") => FeedItem::Deleted { key },
+            _ => FeedItem::Put {
+                key,
+                value: message.payload.clone(),
+                revision,
+            },
+        }))
+    }
+
+    /// Collects the current values (the snapshot) and closes the feed.
+    pub async fn snapshot(mut self) -> Result<Vec<(String, Bytes, u64)>, FeedError> {
+        let mut values = std::collections::BTreeMap::new();
+        while let Some(item) = self.next().await {
+            match item? {
+                FeedItem::Put {
+                    key,
+                    value,
+                    revision,
+                } => {
+                    values.insert(key, (value, revision));
+                }
+                FeedItem::Deleted { key } => {
+                    values.remove(&key);
+                }
+                FeedItem::Current => break,
+            }
+        }
+        Ok(values.into_iter().map(|(k, (v, r))| (k, v, r)).collect())
+    }
+}

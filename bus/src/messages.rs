@@ -1,0 +1,228 @@
+//! The payloads of ax's subjects.
+//!
+//! - control (`ax.control.<command>`): [`ApplyRequest`], [`JobNameRequest`] (delete, pause,
+//!   resume), [`TriggerRequest`]; answered with a [`ControlReply`] on the subject named by the
+//!   `Ax-Reply-To` header (JetStream uses the NATS reply subject for its own acks);
+//! - job registry values: [`JobRecord`];
+//! - the hand-offs created → ready → dispatch: [`WorkItem`];
+//! - results (`ax.result.<job>`): [`ResultMessage`];
+//! - events (`ax.event.<job>.<state>`): the [`InstanceRecord`](crate::InstanceRecord) itself.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::instance::{AttemptEnd, InstanceRecord, State, Tag};
+use crate::spec::{JobDocument, JobSpec};
+
+/// Header naming the core subject a control command's reply goes to.
+pub const REPLY_TO_HEADER: &str = "Ax-Reply-To";
+
+/// Control command names (the last token of `ax.control.<command>`).
+pub mod commands {
+    /// Create or update jobs.
+    pub const APPLY: &str = "apply";
+    /// Delete a job.
+    pub const DELETE: &str = "delete";
+    /// Stop firing a job.
+    pub const PAUSE: &str = "pause";
+    /// Fire a paused job again.
+    pub const RESUME: &str = "resume";
+    /// Run one instance now.
+    pub const TRIGGER: &str = "trigger";
+}
+
+/// `ax.control.apply`: create or update jobs, all or nothing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyRequest {
+    /// The documents to apply.
+    pub jobs: Vec<JobDocument>,
+}
+
+/// `ax.control.delete|pause|resume`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobNameRequest {
+    /// The job.
+    pub name: String,
+}
+
+/// `ax.control.trigger`: one instance now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRequest {
+    /// The job.
+    pub name: String,
+    /// Business date (YYYY-MM-DD); today in the job's time zone when absent.
+    #[serde(default)]
+    pub biz_date: Option<String>,
+    /// Params overriding the job's.
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+/// What apply did to one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// A new job.
+    Created,
+    /// An existing job with a different definition.
+    Updated,
+    /// The same definition as stored.
+    Unchanged,
+}
+
+/// One job's change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobChange {
+    /// The job.
+    pub name: String,
+    /// What happened.
+    pub change: Change,
+}
+
+/// The answer to any control command.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ControlReply {
+    /// Whether the command was carried out.
+    pub ok: bool,
+    /// One line per problem when not.
+    #[serde(default)]
+    pub errors: Vec<String>,
+    /// apply: what changed.
+    #[serde(default)]
+    pub changes: Vec<JobChange>,
+    /// trigger: the instance created.
+    #[serde(default)]
+    pub instance_id: Option<String>,
+    /// Detail for humans.
+    #[serde(default)]
+    pub message: String,
+}
+
+impl ControlReply {
+    /// A refusal with its reasons.
+    pub fn refused(errors: Vec<String>) -> Self {
+        Self {
+            ok: false,
+            errors,
+            ..Self::default()
+        }
+    }
+}
+
+/// The value stored per job in the registry bucket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The definition.
+    pub spec: JobSpec,
+    /// Paused jobs do not fire on their cron.
+    pub paused: bool,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One attempt of one instance on its way to a worker: what the Scheduler creates, the
+/// DagCoordinator releases and the Router dispatches. It carries the job definition as it was
+/// when the attempt was created, so a later edit never changes work already in flight.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkItem {
+    /// The instance.
+    pub instance_id: String,
+    /// The attempt.
+    pub trace_id: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Business date.
+    pub biz_date: String,
+    /// When the instance was due.
+    pub expected_time: DateTime<Utc>,
+    /// Effective params.
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// The job definition.
+    pub spec: JobSpec,
+    /// The worker it was dispatched to (set by the Router).
+    #[serde(default)]
+    pub worker: Option<String>,
+}
+
+impl WorkItem {
+    /// The job name.
+    pub fn job(&self) -> &str {
+        &self.spec.name
+    }
+}
+
+/// One finished attempt, published on `ax.result.<job>`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultMessage {
+    /// The instance.
+    pub instance_id: String,
+    /// The attempt.
+    pub trace_id: String,
+    /// The job.
+    pub job: String,
+    /// Business date.
+    pub biz_date: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// The instance's state after this attempt (`success`, `failed`, `waiting_retry`).
+    pub state: State,
+    /// Detail of the end (`completed`, `exit_code`, `timeout`, ...).
+    pub tag: Tag,
+    /// Human-readable detail.
+    pub message: String,
+    /// Structured output (JSON).
+    pub output: serde_json::Value,
+    /// The worker that ran it.
+    pub worker: String,
+    /// When the instance was due.
+    pub expected_time: DateTime<Utc>,
+    /// When the attempt started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it finished.
+    pub finished_at: DateTime<Utc>,
+    /// `finished_at - started_at` in milliseconds.
+    pub duration_ms: Option<i64>,
+    /// Exit code, when a process ran.
+    pub exit_code: Option<i32>,
+    /// When the next attempt is due (state `waiting_retry`).
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+impl ResultMessage {
+    /// The result of `end` for the instance described by `work`, given the state it led to.
+    pub fn new(
+        work: &WorkItem,
+        end: &AttemptEnd,
+        state: State,
+        next_attempt_at: Option<DateTime<Utc>>,
+    ) -> Self {
+        Self {
+            instance_id: work.instance_id.clone(),
+            trace_id: end.trace_id.clone(),
+            job: work.job().to_string(),
+            biz_date: work.biz_date.clone(),
+            attempt: work.attempt,
+            state,
+            tag: end.tag,
+            message: end.message.clone(),
+            output: end.output.clone(),
+            worker: end.worker.clone(),
+            expected_time: work.expected_time,
+            started_at: end.started_at,
+            finished_at: end.finished_at,
+            duration_ms: end
+                .started_at
+                .map(|s| (end.finished_at - s).num_milliseconds()),
+            exit_code: end.exit_code,
+            next_attempt_at,
+        }
+    }
+}
+
+/// Lifecycle event payload.
+pub type EventMessage = InstanceRecord;

@@ -1,0 +1,199 @@
+//! The JetStream objects ax needs, created (or brought up to date) idempotently by every node
+//! at start and by the CLI before it publishes.
+//!
+//! - `<AX>_CONTROL` (work queue, `ax.control.>`): commands, each taken by one Scheduler;
+//! - `<AX>_FLOW` (work queue, `ax.internal.created.>` and `ax.internal.ready.>`): instances on
+//!   their way from the Scheduler through the DagCoordinator to the Router;
+//! - `<AX>_DISPATCH` (work queue, `ax.internal.dispatch.>`): one consumer per worker;
+//! - `<AX>_RESULTS` (limits, `ax.result.>`): every finished attempt, kept for a week, open to
+//!   business services' own consumers;
+//! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
+//!   attempt that ran) and `<ax>_workers` (heartbeats).
+//!
+//! Message ids de-duplicate publishes within each stream's duplicate window; the buckets give
+//! create-if-absent and compare-and-swap, which is where uniqueness really comes from.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+
+use crate::subjects::Subjects;
+
+/// How long results stay in `<AX>_RESULTS`.
+pub const RESULTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a claim key lives: far longer than any redelivery of its dispatch.
+pub const CLAIMS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a worker heartbeat stays in the bucket (liveness itself is judged by the Router).
+pub const WORKERS_MAX_AGE: Duration = Duration::from_secs(120);
+/// De-duplication window of the streams.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+/// Names of the streams and buckets for one subject prefix.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// Subject names.
+    pub subjects: Subjects,
+    /// Replicas of every stream and bucket (1 on a single server, 3 on a cluster).
+    pub replicas: usize,
+}
+
+/// A provisioning failure, naming the object.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up JetStream {object}: {reason}")]
+pub struct ProvisionError {
+    /// The stream or bucket.
+    pub object: String,
+    /// The server's or client's reason.
+    pub reason: String,
+}
+
+impl Layout {
+    /// The layout for `subjects` with `replicas`.
+    pub fn new(subjects: Subjects, replicas: usize) -> Self {
+        Self {
+            subjects,
+            replicas: replicas.max(1),
+        }
+    }
+
+    fn stream_name(&self, what: &str) -> String {
+        format!(
+            "{}_{what}",
+            self.subjects.storage_tag().to_ascii_uppercase()
+        )
+    }
+
+    fn bucket_name(&self, what: &str) -> String {
+        format!("{}_{what}", self.subjects.storage_tag())
+    }
+
+    /// `AX_CONTROL`.
+    pub fn control_stream(&self) -> String {
+        self.stream_name("CONTROL")
+    }
+    /// `AX_FLOW`.
+    pub fn flow_stream(&self) -> String {
+        self.stream_name("FLOW")
+    }
+    /// `AX_DISPATCH`.
+    pub fn dispatch_stream(&self) -> String {
+        self.stream_name("DISPATCH")
+    }
+    /// `AX_RESULTS`.
+    pub fn results_stream(&self) -> String {
+        self.stream_name("RESULTS")
+    }
+    /// `ax_jobs`.
+    pub fn jobs_bucket(&self) -> String {
+        self.bucket_name("jobs")
+    }
+    /// `ax_instances`.
+    pub fn instances_bucket(&self) -> String {
+        self.bucket_name("instances")
+    }
+    /// `ax_claims`.
+    pub fn claims_bucket(&self) -> String {
+        self.bucket_name("claims")
+    }
+    /// `ax_workers`.
+    pub fn workers_bucket(&self) -> String {
+        self.bucket_name("workers")
+    }
+
+    /// Creates or updates every stream and bucket.
+    pub async fn ensure(&self, js: &jetstream::Context) -> Result<(), ProvisionError> {
+        let s = &self.subjects;
+        self.ensure_stream(
+            js,
+            self.control_stream(),
+            vec![s.control_all()],
+            stream::RetentionPolicy::WorkQueue,
+            Duration::from_secs(24 * 3600),
+        )
+        .await?;
+        self.ensure_stream(
+            js,
+            self.flow_stream(),
+            vec![s.created_all(), s.ready_all()],
+            stream::RetentionPolicy::WorkQueue,
+            Duration::ZERO,
+        )
+        .await?;
+        self.ensure_stream(
+            js,
+            self.dispatch_stream(),
+            vec![s.dispatch_all()],
+            stream::RetentionPolicy::WorkQueue,
+            Duration::ZERO,
+        )
+        .await?;
+        self.ensure_stream(
+            js,
+            self.results_stream(),
+            vec![s.result_all()],
+            stream::RetentionPolicy::Limits,
+            RESULTS_MAX_AGE,
+        )
+        .await?;
+        self.ensure_bucket(js, self.jobs_bucket(), 10, Duration::ZERO)
+            .await?;
+        self.ensure_bucket(js, self.instances_bucket(), 1, Duration::ZERO)
+            .await?;
+        self.ensure_bucket(js, self.claims_bucket(), 1, CLAIMS_MAX_AGE)
+            .await?;
+        self.ensure_bucket(js, self.workers_bucket(), 1, WORKERS_MAX_AGE)
+            .await?;
+        Ok(())
+    }
+
+    async fn ensure_stream(
+        &self,
+        js: &jetstream::Context,
+        name: String,
+        subjects: Vec<String>,
+        retention: stream::RetentionPolicy,
+        max_age: Duration,
+    ) -> Result<(), ProvisionError> {
+        let config = stream::Config {
+            name: name.clone(),
+            subjects,
+            retention,
+            max_age,
+            storage: stream::StorageType::File,
+            num_replicas: self.replicas,
+            duplicate_window: DUPLICATE_WINDOW,
+            allow_direct: true,
+            ..Default::default()
+        };
+        js.create_or_update_stream(config)
+            .await
+            .map(|_| ())
+            .map_err(|e| ProvisionError {
+                object: format!("stream {name}"),
+                reason: e.to_string(),
+            })
+    }
+
+    async fn ensure_bucket(
+        &self,
+        js: &jetstream::Context,
+        bucket: String,
+        history: i64,
+        max_age: Duration,
+    ) -> Result<kv::Store, ProvisionError> {
+        let config = kv::Config {
+            bucket: bucket.clone(),
+            history,
+            max_age,
+            storage: stream::StorageType::File,
+            num_replicas: self.replicas,
+            ..Default::default()
+        };
+        js.create_or_update_key_value(config)
+            .await
+            .map_err(|e| ProvisionError {
+                object: format!("bucket {bucket}"),
+                reason: e.to_string(),
+            })
+    }
+}

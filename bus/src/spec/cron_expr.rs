@@ -1,0 +1,250 @@
+//! Cron expressions with classic semantics on top of the `cron` crate.
+//!
+//! Users write classic cron: 5 fields (`min hour dom month dow`) or 6 with seconds first,
+//! day-of-week `0`–`7` with both `0` and `7` meaning Sunday, names (`MON`) and `@daily`-style
+//! macros. The `cron` crate differs on three points, bridged here:
+//! - it always wants a seconds field (a 5-field spec gets `0` seconds);
+//! - it numbers Sunday 1, so day-of-week is expanded to an explicit list of day names;
+//! - it ANDs day-of-month and day-of-week, while classic cron fires when *either* matches if
+//!   both are restricted: such a spec becomes two schedules whose fires are merged.
+//!
+//! Evaluation here is on naive local times; mapping them to instants (time zones, DST) is the
+//! Scheduler's job.
+
+use std::str::FromStr;
+
+use chrono::NaiveDateTime;
+
+const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+/// A parsed cron expression.
+#[derive(Clone, Debug)]
+pub struct CronExpr {
+    schedules: Vec<cron::Schedule>,
+    hour_is_wildcard: bool,
+}
+
+impl CronExpr {
+    /// Parses a 5- or 6-field expression or a macro (`@hourly`, `@daily`, `@midnight`,
+    /// `@weekly`, `@monthly`, `@yearly`, `@annually`). The error is one readable sentence.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let expanded = expand_macro(text.trim())?;
+        let fields: Vec<&str> = expanded.split_whitespace().collect();
+        let fields: Vec<&str> = match fields.len() {
+            5 => std::iter::once("0").chain(fields).collect(),
+            6 => fields,
+            n => {
+                return Err(format!(
+                    "`{text}` has {n} fields; expected 5 (minute hour day-of-month month \
+                     day-of-week) or 6 (seconds first)"
+                ))
+            }
+        };
+        let [sec, min, hour, dom, month, dow] = [0, 1, 2, 3, 4, 5].map(|i| fields[i]);
+        let days = parse_day_of_week(dow).map_err(|e| format!("`{text}`: day-of-week: {e}"))?;
+        let dom_restricted = !matches!(dom, "*" | "?");
+        let build = |dom: &str, dow: &str| {
+            cron::Schedule::from_str(&format!("{sec} {min} {hour} {dom} {month} {dow}"))
+                .map_err(|e| format!("`{text}`: {e}"))
+        };
+        let schedules = match days {
+            None => vec![build(dom, "*")?],
+            Some(list) if !dom_restricted => vec![build("*", &list)?],
+            Some(list) => vec![build(dom, "*")?, build("*", &list)?],
+        };
+        Ok(Self {
+            schedules,
+            hour_is_wildcard: hour == "*",
+        })
+    }
+
+    /// Whether the hour field is `*`: such schedules follow elapsed time across DST changes,
+    /// the others follow the wall clock (see the Scheduler's DST rule).
+    pub fn hour_is_wildcard(&self) -> bool {
+        self.hour_is_wildcard
+    }
+
+    /// The first matching naive local time strictly after `after`.
+    pub fn next_after(&self, after: NaiveDateTime) -> Option<NaiveDateTime> {
+        let after = after.and_utc();
+        self.schedules
+            .iter()
+            .filter_map(|s| s.after(&after).next())
+            .min()
+            .map(|t| t.naive_utc())
+    }
+}
+
+fn expand_macro(text: &str) -> Result<String, String> {
+    if !text.starts_with('@') {
+        return Ok(text.to_string());
+    }
+    let fields = match text.to_ascii_lowercase().as_str() {
+        "@yearly" | "@annually" => "0 0 1 1 *",
+        "@monthly" => "0 0 1 * *",
+        "@weekly" => "0 0 * * 0",
+        "@daily" | "@midnight" => "0 0 * * *",
+        "@hourly" => "0 * * * *",
+        _ => {
+            return Err(format!(
+                "unknown macro `{text}` (use @hourly, @daily, @midnight, @weekly, @monthly, \
+                 @yearly or @annually)"
+            ))
+        }
+    };
+    Ok(fields.to_string())
+}
+
+/// Expands a classic day-of-week field into `cron`'s day names; `None` means every day.
+fn parse_day_of_week(field: &str) -> Result<Option<String>, String> {
+    if matches!(field, "*" | "?") {
+        return Ok(None);
+    }
+    let mut days = [false; 7];
+    for item in field.split(',') {
+        let (base, step) = match item.split_once('/') {
+            Some((base, step)) => {
+                let step: usize = step
+                    .parse()
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .ok_or_else(|| format!("bad step `{step}`"))?;
+                (base, step)
+            }
+            None => (item, 1),
+        };
+        let (from, to) = match base {
+            "*" | "?" => (0, 6),
+            _ => match base.split_once('-') {
+                Some((a, b)) => (day_number(a)?, day_number(b)?),
+                None if step > 1 => (day_number(base)?, 7),
+                None => {
+                    let d = day_number(base)?;
+                    (d, d)
+                }
+            },
+        };
+        if from > to {
+            return Err(format!("range `{base}` runs backwards"));
+        }
+        for d in (from..=to).step_by(step) {
+            days[d % 7] = true;
+        }
+    }
+    let names: Vec<&str> = (0..7).filter(|d| days[*d]).map(|d| DAY_NAMES[d]).collect();
+    Ok(Some(names.join(",")))
+}
+
+/// `0`–`7` (0 and 7 are Sunday) or a three-letter name.
+fn day_number(token: &str) -> Result<usize, String> {
+    if let Ok(n) = token.parse::<usize>() {
+        return if n <= 7 {
+            Ok(n)
+        } else {
+            Err(format!(
+                "`{token}` is not a day (0-7, where 0 and 7 are Sunday)"
+            ))
+        };
+    }
+    DAY_NAMES
+        .iter()
+        .position(|name| name.eq_ignore_ascii_case(token))
+        .ok_or_else(|| format!("`{token}` is not a day (0-7 or SUN..SAT)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{Datelike, NaiveDate, Weekday};
+
+    fn at(y: i32, m: u32, d: u32, h: u32, min: u32, s: u32) -> NaiveDateTime {
+        NaiveDate::from_ymd_opt(y, m, d)
+            .unwrap()
+            .and_hms_opt(h, min, s)
+            .unwrap()
+    }
+
+    fn fires(expr: &str, from: NaiveDateTime, n: usize) -> Vec<NaiveDateTime> {
+        let cron = CronExpr::parse(expr).unwrap();
+        let mut out = Vec::new();
+        let mut t = from;
+        for _ in 0..n {
+            t = cron.next_after(t).unwrap();
+            out.push(t);
+        }
+        out
+    }
+
+    #[test]
+    fn five_fields_fire_on_the_minute() {
+        let f = fires("*/15 * * * *", at(2026, 1, 1, 10, 7, 30), 2);
+        assert_eq!(f, [at(2026, 1, 1, 10, 15, 0), at(2026, 1, 1, 10, 30, 0)]);
+    }
+
+    #[test]
+    fn six_fields_have_seconds() {
+        let f = fires("*/20 * * * * *", at(2026, 1, 1, 10, 0, 0), 3);
+        assert_eq!(f[2], at(2026, 1, 1, 10, 1, 0));
+    }
+
+    #[test]
+    fn sunday_is_zero_and_seven() {
+        // 2026-11-29 is a Sunday.
+        for expr in ["0 9 * * 0", "0 9 * * 7", "0 9 * * sun"] {
+            let f = fires(expr, at(2026, 11, 25, 0, 0, 0), 1);
+            assert_eq!(f[0], at(2026, 11, 29, 9, 0, 0), "{expr}");
+        }
+        let weekdays = fires("0 9 * * 1-5", at(2026, 11, 27, 12, 0, 0), 2);
+        assert_eq!(weekdays[0].weekday(), Weekday::Mon);
+        assert_eq!(weekdays[1].weekday(), Weekday::Tue);
+        let weekend = fires("0 9 * * 5-7", at(2026, 11, 26, 12, 0, 0), 3);
+        let days: Vec<Weekday> = weekend.iter().map(|d| d.weekday()).collect();
+        assert_eq!(days, [Weekday::Fri, Weekday::Sat, Weekday::Sun]);
+    }
+
+    #[test]
+    fn day_of_month_or_day_of_week_when_both_are_set() {
+        // The 1st of the month or any Monday, as in classic cron.
+        let f = fires("0 0 1 * 1", at(2026, 11, 29, 0, 0, 0), 3);
+        assert_eq!(
+            f,
+            [
+                at(2026, 11, 30, 0, 0, 0),
+                at(2026, 12, 1, 0, 0, 0),
+                at(2026, 12, 7, 0, 0, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn macros_expand() {
+        assert_eq!(
+            fires("@daily", at(2026, 1, 1, 5, 0, 0), 1)[0],
+            at(2026, 1, 2, 0, 0, 0)
+        );
+        assert!(CronExpr::parse("@reboot").is_err());
+    }
+
+    #[test]
+    fn bad_expressions_explain_themselves() {
+        for (expr, needle) in [
+            ("* * *", "3 fields"),
+            ("61 * * * *", "61"),
+            ("0 0 * * 8", "not a day"),
+            ("0 0 * * 5-1", "backwards"),
+            ("0 0 * * */0", "bad step"),
+        ] {
+            let err = CronExpr::parse(expr).unwrap_err();
+            assert!(
+                err.contains(needle) || err.contains("Invalid"),
+                "{expr}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn wildcard_hour_is_detected() {
+        assert!(CronExpr::parse("*/5 * * * *").unwrap().hour_is_wildcard());
+        assert!(!CronExpr::parse("30 2 * * *").unwrap().hour_is_wildcard());
+    }
+}

@@ -1,0 +1,407 @@
+//! The job spec v1: what a user writes (YAML, one job per document) and what travels on
+//! `ax.control.apply` (MessagePack or JSON).
+//!
+//! - [`JobSpec`] and its parts, with unknown fields refused at every level;
+//! - [`validate`]: every rule a spec must meet, returning all problems at once, each naming the
+//!   field (`job.cron`, `job.exec.command`, ...);
+//! - [`yaml`]: parsing files with line numbers, so each problem reads `file:line: field: reason`;
+//! - [`cron_expr`]: 5- and 6-field cron expressions with classic semantics;
+//! - [`template`]: `{{biz_date}}`-style placeholders and their safe substitution.
+//!
+//! Validation lives here, next to the type, so the CLI (before publishing) and the Scheduler
+//! (on receipt, for clients that skip the CLI) apply exactly the same rules.
+
+pub mod cron_expr;
+pub mod template;
+pub mod yaml;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The only spec version so far.
+pub const VERSION: &str = "v1";
+/// Seconds an attempt may run when the spec sets no `timeout`.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// Executor types a worker of this version offers.
+pub const BUILTIN_EXECUTORS: &[&str] = &["shell"];
+const MAX_RETRY_TIMES: u32 = 100;
+
+/// One YAML document: `version` and `job`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobDocument {
+    /// Always `v1`.
+    pub version: String,
+    /// The job.
+    pub job: JobSpec,
+}
+
+/// A job definition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// `[a-z0-9_-]{1,64}`, unique.
+    pub name: String,
+    /// 5 fields (from minutes) or 6 (from seconds); a job without cron runs when triggered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// IANA time zone of the cron expression and of the business date.
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    /// Upstream jobs that must have succeeded for the same business date.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deps: Vec<DepSpec>,
+    /// How the work is executed.
+    pub exec: ExecSpec,
+    /// Parameters, visible to templates (`{{params.x}}`) and as `AX_PARAM_<x>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// Retries after a failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
+    /// Seconds an attempt may run (60 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// Only workers having all these tags run the job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Queue the job's instances go through.
+    #[serde(default)]
+    pub priority: Priority,
+}
+
+fn default_timezone() -> String {
+    "UTC".to_string()
+}
+
+impl JobSpec {
+    /// The timeout in seconds, defaulted.
+    pub fn timeout_secs(&self) -> u64 {
+        self.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS)
+    }
+}
+
+/// A dependency on another job's instance for a business date.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DepSpec {
+    /// The upstream job.
+    pub name: String,
+    /// `current`, or `-Nd` calendar days earlier.
+    #[serde(default = "default_dep_date")]
+    pub biz_date: String,
+    /// Only `success`.
+    #[serde(default = "default_dep_check")]
+    pub check: String,
+}
+
+fn default_dep_date() -> String {
+    "current".to_string()
+}
+fn default_dep_check() -> String {
+    "success".to_string()
+}
+
+/// The executor and its settings. Which fields apply depends on `type`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSpec {
+    /// `shell`, `http`, `python`, `sql` or a plugin's name.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// shell: the command, run by `/bin/sh -c`, with placeholders substituted safely.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// shell: the working directory (the worker's own when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// shell: extra environment variables (values are literal, never templates).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Retries after a failed attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    /// How many more attempts after the first (0..=100).
+    pub times: u32,
+    /// Seconds before the first retry; doubled for each following one.
+    pub interval: u64,
+}
+
+/// The queue an instance goes through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Served first.
+    High,
+    /// The default.
+    #[default]
+    Normal,
+    /// Served last.
+    Low,
+}
+
+impl Priority {
+    /// All priorities, highest first.
+    pub const ALL: [Priority; 3] = [Priority::High, Priority::Normal, Priority::Low];
+
+    /// `high`, `normal` or `low`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::High => "high",
+            Priority::Normal => "normal",
+            Priority::Low => "low",
+        }
+    }
+}
+
+/// One problem in a spec: the field (`job.cron`) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    /// Dotted path of the field, e.g. `job.exec.command`.
+    pub field: String,
+    /// What is wrong, e.g. `unknown time zone `Mars/Base``.
+    pub reason: String,
+}
+
+impl SpecError {
+    fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
+    }
+}
+
+/// Whether `name` is a valid job name: `[a-z0-9_-]{1,64}`.
+pub fn is_valid_job_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+fn is_valid_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && name.len() <= 64
+}
+
+fn is_valid_tag(tag: &str) -> bool {
+    (1..=64).contains(&tag.len())
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Checks every rule of the spec and returns all problems (empty when valid).
+pub fn validate(doc: &JobDocument) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    if doc.version != VERSION {
+        errors.push(SpecError::new(
+            "version",
+            format!(
+                "unsupported version `{}` (expected `{VERSION}`)",
+                doc.version
+            ),
+        ));
+    }
+    validate_job(&doc.job, &mut errors);
+    errors
+}
+
+fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
+    if !is_valid_job_name(&job.name) {
+        errors.push(SpecError::new(
+            "job.name",
+            format!("`{}` must match [a-z0-9_-]{{1,64}}", job.name),
+        ));
+    }
+    if let Some(cron) = &job.cron {
+        if let Err(reason) = cron_expr::CronExpr::parse(cron) {
+            errors.push(SpecError::new("job.cron", reason));
+        }
+    }
+    if job.timezone.parse::<chrono_tz::Tz>().is_err() {
+        errors.push(SpecError::new(
+            "job.timezone",
+            format!(
+                "unknown time zone `{}` (use an IANA name such as Asia/Shanghai)",
+                job.timezone
+            ),
+        ));
+    }
+    if !job.deps.is_empty() {
+        errors.push(SpecError::new(
+            "job.deps",
+            "dependencies are not supported by this version of ax yet; remove `deps`",
+        ));
+    }
+    validate_exec(job, errors);
+    for name in job.params.keys() {
+        if !is_valid_env_name(name) {
+            errors.push(SpecError::new(
+                format!("job.params.{name}"),
+                "a param name must match [A-Za-z_][A-Za-z0-9_]{0,63} (it becomes AX_PARAM_<name>)",
+            ));
+        }
+    }
+    if let Some(retry) = &job.retry {
+        if retry.times > MAX_RETRY_TIMES {
+            errors.push(SpecError::new(
+                "job.retry.times",
+                format!("{} is more than {MAX_RETRY_TIMES}", retry.times),
+            ));
+        }
+        if retry.interval == 0 {
+            errors.push(SpecError::new(
+                "job.retry.interval",
+                "must be at least 1 second",
+            ));
+        }
+    }
+    if job.timeout == Some(0) {
+        errors.push(SpecError::new("job.timeout", "must be at least 1 second"));
+    }
+    for tag in &job.tags {
+        if !is_valid_tag(tag) {
+            errors.push(SpecError::new(
+                "job.tags",
+                format!("`{tag}` must match [A-Za-z0-9_-]{{1,64}}"),
+            ));
+        }
+    }
+}
+
+fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
+    let exec = &job.exec;
+    if !BUILTIN_EXECUTORS.contains(&exec.kind.as_str()) {
+        errors.push(SpecError::new(
+            "job.exec.type",
+            format!(
+                "unknown executor `{}` (available: {})",
+                exec.kind,
+                BUILTIN_EXECUTORS.join(", ")
+            ),
+        ));
+        return;
+    }
+    match exec.command.as_deref() {
+        None => errors.push(SpecError::new(
+            "job.exec.command",
+            "the shell executor needs a command",
+        )),
+        Some(command) if command.trim().is_empty() => {
+            errors.push(SpecError::new("job.exec.command", "the command is empty"))
+        }
+        Some(command) => {
+            if let Err(reason) = template::Template::parse(command, &job.params) {
+                errors.push(SpecError::new("job.exec.command", reason));
+            }
+        }
+    }
+    for name in exec.env.keys() {
+        if !is_valid_env_name(name) || name.starts_with("AX_") {
+            errors.push(SpecError::new(
+                format!("job.exec.env.{name}"),
+                "an env name must match [A-Za-z_][A-Za-z0-9_]* and not start with AX_",
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(job: JobSpec) -> JobDocument {
+        JobDocument {
+            version: VERSION.into(),
+            job,
+        }
+    }
+
+    fn shell_job(name: &str, command: &str) -> JobSpec {
+        JobSpec {
+            name: name.into(),
+            cron: Some("*/5 * * * *".into()),
+            timezone: "UTC".into(),
+            deps: vec![],
+            exec: ExecSpec {
+                kind: "shell".into(),
+                command: Some(command.into()),
+                workdir: None,
+                env: BTreeMap::new(),
+            },
+            params: BTreeMap::new(),
+            retry: None,
+            timeout: None,
+            tags: vec![],
+            priority: Priority::Normal,
+        }
+    }
+
+    #[test]
+    fn a_good_job_has_no_errors() {
+        assert_eq!(
+            validate(&doc(shell_job("hello", "echo {{biz_date}}"))),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        let mut job = shell_job("Bad Name", "echo {{params.nope}}");
+        job.cron = Some("61 * * * *".into());
+        job.timezone = "Mars/Base".into();
+        job.timeout = Some(0);
+        job.retry = Some(RetrySpec {
+            times: 101,
+            interval: 0,
+        });
+        job.tags = vec!["no spaces".into()];
+        let fields: Vec<String> = validate(&doc(job)).into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "job.name",
+                "job.cron",
+                "job.timezone",
+                "job.exec.command",
+                "job.retry.times",
+                "job.retry.interval",
+                "job.timeout",
+                "job.tags"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_executor_is_refused() {
+        let mut job = shell_job("x", "true");
+        job.exec.kind = "cobol".into();
+        let errors = validate(&doc(job));
+        assert_eq!(errors[0].field, "job.exec.type");
+        assert!(errors[0].reason.contains("cobol"));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_in_json_too() {
+        let err = serde_json::from_str::<JobDocument>(
+            r#"{"version":"v1","job":{"name":"a","exec":{"type":"shell","command":"x"},"colour":1}}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+    }
+}

@@ -1,0 +1,272 @@
+//! Job files: YAML, one job per document, several documents per file.
+//!
+//! Parsing goes through "raw" mirrors of the spec types whose fields carry their source
+//! location, so that a problem found after parsing (a bad cron, an unknown time zone) still
+//! reads `file:line: job.cron: reason`. Unknown fields are refused at every level.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use super::{DepSpec, ExecSpec, JobDocument, JobSpec, Priority, RetrySpec, SpecError};
+
+/// A job read from a file, with where it came from.
+#[derive(Clone, Debug)]
+pub struct LocatedJob {
+    /// The file as given.
+    pub file: String,
+    /// The line of the job's name.
+    pub line: u64,
+    /// The document.
+    pub doc: JobDocument,
+    lines: HashMap<String, u64>,
+}
+
+impl LocatedJob {
+    /// The line of `field` (or of its closest parent that has one).
+    pub fn line_of(&self, field: &str) -> u64 {
+        let mut path = field;
+        loop {
+            if let Some(line) = self.lines.get(path) {
+                return *line;
+            }
+            match path.rsplit_once('.') {
+                Some((parent, _)) => path = parent,
+                None => return self.line,
+            }
+        }
+    }
+
+    /// Places a validation error in this job's file.
+    pub fn locate(&self, error: SpecError) -> LocatedError {
+        LocatedError {
+            file: self.file.clone(),
+            line: Some(self.line_of(&error.field)),
+            field: Some(error.field),
+            reason: error.reason,
+        }
+    }
+}
+
+/// A problem with its place: `file:line: field: reason`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocatedError {
+    /// The file.
+    pub file: String,
+    /// The line, when known.
+    pub line: Option<u64>,
+    /// The field, when known (YAML syntax errors have none).
+    pub field: Option<String>,
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for LocatedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, ": {field}")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDocument {
+    version: Spanned<String>,
+    job: Spanned<RawJob>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    name: Spanned<String>,
+    #[serde(default)]
+    cron: Option<Spanned<String>>,
+    #[serde(default)]
+    timezone: Option<Spanned<String>>,
+    #[serde(default)]
+    deps: Option<Spanned<Vec<DepSpec>>>,
+    exec: Spanned<RawExec>,
+    #[serde(default)]
+    params: Option<Spanned<BTreeMap<String, serde_json::Value>>>,
+    #[serde(default)]
+    retry: Option<Spanned<RawRetry>>,
+    #[serde(default)]
+    timeout: Option<Spanned<u64>>,
+    #[serde(default)]
+    tags: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    priority: Option<Spanned<Priority>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExec {
+    #[serde(rename = "type")]
+    kind: Spanned<String>,
+    #[serde(default)]
+    command: Option<Spanned<String>>,
+    #[serde(default)]
+    workdir: Option<Spanned<String>>,
+    #[serde(default)]
+    env: Option<Spanned<BTreeMap<String, String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    times: Spanned<u32>,
+    interval: Spanned<u64>,
+}
+
+/// Records field lines while unwrapping spanned values.
+struct Lines(HashMap<String, u64>);
+
+impl Lines {
+    fn take<T>(&mut self, field: &str, value: Spanned<T>) -> T {
+        self.0.insert(field.to_string(), value.referenced.line());
+        value.value
+    }
+
+    fn take_opt<T>(&mut self, field: &str, value: Option<Spanned<T>>) -> Option<T> {
+        value.map(|v| self.take(field, v))
+    }
+}
+
+/// Parses every job document of one file. Syntax and type errors stop the file (one error);
+/// semantic validation is left to the caller, which has the whole apply in view.
+pub fn parse_str(file: &str, text: &str) -> Result<Vec<LocatedJob>, LocatedError> {
+    let raws: Vec<RawDocument> = serde_saphyr::from_multiple(text).map_err(|e| LocatedError {
+        file: file.to_string(),
+        line: e.location().map(|l| l.line()).filter(|l| *l > 0),
+        field: None,
+        reason: serde_error_reason(&e),
+    })?;
+    Ok(raws
+        .into_iter()
+        .map(|raw| into_located(file, raw))
+        .collect())
+}
+
+fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
+    let mut lines = Lines(HashMap::new());
+    let version = lines.take("version", raw.version);
+    let job = lines.take("job", raw.job);
+    let name_line = job.name.referenced.line();
+    let name = lines.take("job.name", job.name);
+    let exec = lines.take("job.exec", job.exec);
+    let exec = ExecSpec {
+        kind: lines.take("job.exec.type", exec.kind),
+        command: lines.take_opt("job.exec.command", exec.command),
+        workdir: lines.take_opt("job.exec.workdir", exec.workdir),
+        env: lines.take_opt("job.exec.env", exec.env).unwrap_or_default(),
+    };
+    let retry = lines.take_opt("job.retry", job.retry).map(|r| RetrySpec {
+        times: lines.take("job.retry.times", r.times),
+        interval: lines.take("job.retry.interval", r.interval),
+    });
+    let spec = JobSpec {
+        name,
+        cron: lines.take_opt("job.cron", job.cron),
+        timezone: lines
+            .take_opt("job.timezone", job.timezone)
+            .unwrap_or_else(super::default_timezone),
+        deps: lines.take_opt("job.deps", job.deps).unwrap_or_default(),
+        exec,
+        params: lines.take_opt("job.params", job.params).unwrap_or_default(),
+        retry,
+        timeout: lines.take_opt("job.timeout", job.timeout),
+        tags: lines.take_opt("job.tags", job.tags).unwrap_or_default(),
+        priority: lines
+            .take_opt("job.priority", job.priority)
+            .unwrap_or_default(),
+    };
+    LocatedJob {
+        file: file.to_string(),
+        line: name_line,
+        doc: JobDocument { version, job: spec },
+        lines: lines.0,
+    }
+}
+
+/// The error's message without the source snippet serde-saphyr may attach.
+fn serde_error_reason(error: &serde_saphyr::Error) -> String {
+    let text = match error {
+        serde_saphyr::Error::WithSnippet { error, .. } => error.to_string(),
+        other => other.to_string(),
+    };
+    text.lines().next().unwrap_or_default().trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO_JOBS: &str = "\
+version: v1
+job:
+  name: first
+  cron: \"*/1 * * * * *\"
+  exec:
+    type: shell
+    command: echo one
+---
+version: v1
+job:
+  name: second
+  timezone: Asia/Shanghai
+  exec:
+    type: shell
+    command: echo {{params.x}}
+  params: { x: 1 }
+  timeout: 5
+";
+
+    #[test]
+    fn several_documents_with_their_lines() {
+        let jobs = parse_str("jobs.yaml", TWO_JOBS).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0].doc.job.name, "first");
+        assert_eq!(jobs[0].line, 3);
+        assert_eq!(jobs[1].line_of("job.timezone"), 12);
+        assert_eq!(jobs[1].line_of("job.exec.command"), 15);
+        assert_eq!(jobs[1].line_of("job.params.x"), 16);
+        assert_eq!(jobs[1].doc.job.timeout, Some(5));
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let text = "version: v1\njob:\n  name: a\n  exec:\n    type: shell\n    command: x\n  colour: red\n";
+        let err = parse_str("f.yaml", text).unwrap_err();
+        let line = err.to_string();
+        assert!(line.starts_with("f.yaml:7: "), "{line}");
+        assert!(line.contains("colour"), "{line}");
+
+        let text = "version: v1\njob:\n  name: a\n  exec:\n    type: shell\n    command: x\n  timeout: -3\n";
+        let line = parse_str("f.yaml", text).unwrap_err().to_string();
+        assert!(line.starts_with("f.yaml:7: "), "{line}");
+
+        let line = parse_str("f.yaml", "version: v1\njob: [unclosed\n")
+            .unwrap_err()
+            .to_string();
+        assert!(line.starts_with("f.yaml:"), "{line}");
+    }
+
+    #[test]
+    fn validation_errors_are_placed_on_their_line() {
+        let jobs = parse_str("jobs.yaml", &TWO_JOBS.replace("Asia/Shanghai", "Mars/Base")).unwrap();
+        let errors = super::super::validate(&jobs[1].doc);
+        let located = jobs[1].locate(errors[0].clone()).to_string();
+        assert!(
+            located.starts_with("jobs.yaml:12: job.timezone: unknown time zone"),
+            "{located}"
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! Subject names. Every subject ax uses is built here, so the contract lives in one place.
+//!
+//! Public (documented in README, stable):
+//! - `<prefix>.control.<command>`: job definitions and commands, consumed by Schedulers;
+//! - `<prefix>.result.<job>`: one message per finished attempt;
+//! - `<prefix>.event.<job>.<state>`: lifecycle events;
+//! - `<prefix>.alert.<kind>`: problems an operator should see (malformed control messages, ...).
+//!
+//! Internal (`<prefix>.internal.>`): the hand-offs between actors.
+
+use crate::spec::Priority;
+
+/// The default subject prefix.
+pub const DEFAULT_PREFIX: &str = "ax";
+
+/// Builds subject names under one prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subjects {
+    prefix: String,
+}
+
+impl Default for Subjects {
+    fn default() -> Self {
+        Self::new(DEFAULT_PREFIX)
+    }
+}
+
+impl Subjects {
+    /// Subjects under `prefix` (a valid NATS token sequence such as `ax` or `team1.ax`).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The prefix, e.g. `ax`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `ax.control.<command>`.
+    pub fn control(&self, command: &str) -> String {
+        format!("{}.control.{command}", self.prefix)
+    }
+
+    /// `ax.control.>`: everything the Schedulers consume.
+    pub fn control_all(&self) -> String {
+        format!("{}.control.>", self.prefix)
+    }
+
+    /// `ax.result.<job>`.
+    pub fn result(&self, job: &str) -> String {
+        format!("{}.result.{job}", self.prefix)
+    }
+
+    /// `ax.result.>`.
+    pub fn result_all(&self) -> String {
+        format!("{}.result.>", self.prefix)
+    }
+
+    /// `ax.event.<job>.<state>`.
+    pub fn event(&self, job: &str, state: &str) -> String {
+        format!("{}.event.{job}.{state}", self.prefix)
+    }
+
+    /// `ax.alert.<kind>`.
+    pub fn alert(&self, kind: &str) -> String {
+        format!("{}.alert.{kind}", self.prefix)
+    }
+
+    /// `ax.internal.created.<job>`: a Scheduler created an instance (to the DagCoordinator).
+    pub fn created(&self, job: &str) -> String {
+        format!("{}.internal.created.{job}", self.prefix)
+    }
+
+    /// `ax.internal.created.>`.
+    pub fn created_all(&self) -> String {
+        format!("{}.internal.created.>", self.prefix)
+    }
+
+    /// `ax.internal.ready.<priority>`: an instance may run now (to the Router).
+    pub fn ready(&self, priority: Priority) -> String {
+        format!("{}.internal.ready.{}", self.prefix, priority.as_str())
+    }
+
+    /// `ax.internal.ready.>`.
+    pub fn ready_all(&self) -> String {
+        format!("{}.internal.ready.>", self.prefix)
+    }
+
+    /// `ax.internal.dispatch.<worker>`: one attempt for one worker.
+    pub fn dispatch(&self, worker: &str) -> String {
+        format!("{}.internal.dispatch.{worker}", self.prefix)
+    }
+
+    /// `ax.internal.dispatch.>`.
+    pub fn dispatch_all(&self) -> String {
+        format!("{}.internal.dispatch.>", self.prefix)
+    }
+
+    /// Name prefix for JetStream streams, buckets and consumers (`ax` → `AX`/`ax`), so two
+    /// prefixes on one server never share storage.
+    pub fn storage_tag(&self) -> String {
+        self.prefix.replace('.', "_")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_subjects_follow_the_contract() {
+        let s = Subjects::default();
+        assert_eq!(s.control("apply"), "ax.control.apply");
+        assert_eq!(s.result("hello"), "ax.result.hello");
+        assert_eq!(s.event("hello", "success"), "ax.event.hello.success");
+        assert_eq!(s.ready(Priority::High), "ax.internal.ready.high");
+        assert_eq!(Subjects::new("a.b").storage_tag(), "a_b");
+    }
+}

@@ -1,1 +1,7 @@
+//! ax-actors: the five actors and the mechanisms they are built from.
+#![warn(missing_docs)]
+#![deny(unused_must_use)]
 
+pub mod clock;
+pub mod fire_schedule;
+pub mod time_wheel;

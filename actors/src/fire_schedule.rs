@@ -1,0 +1,310 @@
+//! When a cron job fires: its expression evaluated in its time zone, with ax's DST rule.
+//!
+//! # The DST rule
+//! Cron expressions name wall-clock times, and twice a year some wall-clock times do not exist
+//! (spring forward) or exist twice (fall back). ax follows the rule classic cron (Vixie) uses:
+//! - **Fixed-time jobs** (the hour field is not `*`, e.g. `30 2 * * *`) follow the wall clock
+//!   and fire **exactly once** per matching local time: a time inside the spring-forward gap fires
+//!   at the first instant after the gap (02:30 → 03:00 new time); a repeated time fires at its
+//!   first occurrence only (01:30 in daylight time, not again in standard time). Several fires
+//!   that land on the same instant this way fire once.
+//! - **Interval jobs** (the hour field is `*`, e.g. `*/15 * * * *`) follow elapsed time: they
+//!   fire at every instant whose local time matches, so the repeated hour is run through twice and
+//!   the skipped hour simply has no instants (the 15-minute rhythm is kept in real time).
+//!
+//! The business date of a fire is its local date.
+
+use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono_tz::Tz;
+
+use ax_bus::spec::cron_expr::CronExpr;
+
+/// The widest window examined around a DST change.
+const OFFSET_PROBE: i64 = 6;
+
+/// A cron expression in a time zone.
+#[derive(Clone, Debug)]
+pub struct FireSchedule {
+    cron: CronExpr,
+    tz: Tz,
+}
+
+impl FireSchedule {
+    /// Parses `cron` in the IANA zone `timezone`.
+    pub fn new(cron: &str, timezone: &str) -> Result<Self, String> {
+        Ok(Self {
+            cron: CronExpr::parse(cron)?,
+            tz: timezone
+                .parse()
+                .map_err(|_| format!("unknown time zone `{timezone}`"))?,
+        })
+    }
+
+    /// The zone.
+    pub fn timezone(&self) -> Tz {
+        self.tz
+    }
+
+    /// The first fire strictly after `after`.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Offsets around `after`: a local time n can only map to instants in
+        // [n - max_offset, n - min_offset], which bounds the search on both sides.
+        let offsets = [-OFFSET_PROBE, 0, OFFSET_PROBE].map(|h| {
+            let probe = after + Duration::hours(h);
+            Duration::seconds(
+                self.tz
+                    .offset_from_utc_datetime(&probe.naive_utc())
+                    .fix()
+                    .local_minus_utc() as i64,
+            )
+        });
+        let min_offset = offsets.iter().min().copied()?;
+        let max_offset = offsets.iter().max().copied()?;
+        let mut cursor = after.naive_utc() + min_offset;
+        let mut best: Option<DateTime<Utc>> = None;
+        loop {
+            let local = self.cron.next_after(cursor)?;
+            if let Some(best) = best {
+                if (local - max_offset).and_utc() > best {
+                    return Some(best);
+                }
+            }
+            let (instants, resume_at) = self.instants_of(local);
+            for instant in instants {
+                if instant > after && best.is_none_or(|b| instant < b) {
+                    best = Some(instant);
+                }
+            }
+            // Inside a gap nothing else exists until its end: skip to it.
+            cursor = resume_at.unwrap_or(local);
+            // Far from any DST change the first candidate is the answer.
+            if best.is_some() && min_offset == max_offset {
+                return best;
+            }
+        }
+    }
+
+    /// The instants a matching local time fires at, by the DST rule, and for a time inside a
+    /// spring-forward gap the last local time of the gap (where the search resumes).
+    fn instants_of(&self, local: NaiveDateTime) -> (Vec<DateTime<Utc>>, Option<NaiveDateTime>) {
+        let interval = self.cron.hour_is_wildcard();
+        match self.tz.from_local_datetime(&local) {
+            LocalResult::Single(t) => (vec![t.with_timezone(&Utc)], None),
+            LocalResult::Ambiguous(a, b) => {
+                let (a, b) = (a.with_timezone(&Utc), b.with_timezone(&Utc));
+                if interval {
+                    (vec![a.min(b), a.max(b)], None)
+                } else {
+                    (vec![a.min(b)], None)
+                }
+            }
+            LocalResult::None => match self.gap_end(local) {
+                Some((end_local, end_instant)) => {
+                    let resume = Some(end_local - Duration::seconds(1));
+                    if interval {
+                        (vec![], resume)
+                    } else {
+                        (vec![end_instant], resume)
+                    }
+                }
+                None => (vec![], None),
+            },
+        }
+    }
+
+    /// The first existing local minute after `local` (inside a gap), and its instant.
+    fn gap_end(&self, local: NaiveDateTime) -> Option<(NaiveDateTime, DateTime<Utc>)> {
+        let mut probe = local - Duration::seconds(local.and_utc().timestamp().rem_euclid(60));
+        for _ in 0..(24 * 60) {
+            probe += Duration::minutes(1);
+            match self.tz.from_local_datetime(&probe) {
+                LocalResult::Single(t) => return Some((probe, t.with_timezone(&Utc))),
+                LocalResult::Ambiguous(a, b) => {
+                    return Some((probe, a.with_timezone(&Utc).min(b.with_timezone(&Utc))))
+                }
+                LocalResult::None => {}
+            }
+        }
+        None
+    }
+
+    /// The business date (YYYY-MM-DD) of an instant: its local date.
+    pub fn biz_date(&self, at: DateTime<Utc>) -> String {
+        biz_date_in(self.tz, at)
+    }
+}
+
+/// The local date of `at` in `tz`, as YYYY-MM-DD.
+pub fn biz_date_in(tz: Tz, at: DateTime<Utc>) -> String {
+    at.with_timezone(&tz).format("%Y-%m-%d").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    /// Every fire in [from, to).
+    fn fires(cron: &str, tz: &str, from: &str, to: &str) -> Vec<String> {
+        let schedule = FireSchedule::new(cron, tz).unwrap();
+        let (mut t, end) = (utc(from) - Duration::milliseconds(1), utc(to));
+        let mut out = Vec::new();
+        while let Some(next) = schedule.next_after(t) {
+            if next >= end {
+                break;
+            }
+            out.push(next.with_timezone(&schedule.tz).to_rfc3339());
+            t = next;
+        }
+        out
+    }
+
+    #[test]
+    fn daily_0230_new_york_fires_once_on_spring_forward_day() {
+        // 2026-03-08: 02:00 EST jumps to 03:00 EDT, so 02:30 does not exist.
+        let f = fires(
+            "30 2 * * *",
+            "America/New_York",
+            "2026-03-07T00:00:00Z",
+            "2026-03-10T00:00:00Z",
+        );
+        assert_eq!(
+            f,
+            [
+                "2026-03-07T02:30:00-05:00",
+                "2026-03-08T03:00:00-04:00",
+                "2026-03-09T02:30:00-04:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn daily_0230_new_york_fires_once_on_fall_back_day() {
+        // 2026-11-01: 02:00 EDT falls back to 01:00 EST; 02:30 exists once.
+        let f = fires(
+            "30 2 * * *",
+            "America/New_York",
+            "2026-10-31T00:00:00Z",
+            "2026-11-03T00:00:00Z",
+        );
+        assert_eq!(
+            f,
+            [
+                "2026-10-31T02:30:00-04:00",
+                "2026-11-01T02:30:00-05:00",
+                "2026-11-02T02:30:00-05:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_fixed_time_fires_at_its_first_occurrence_only() {
+        let f = fires(
+            "30 1 * * *",
+            "America/New_York",
+            "2026-11-01T00:00:00Z",
+            "2026-11-02T12:00:00Z",
+        );
+        assert_eq!(
+            f,
+            ["2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"]
+        );
+    }
+
+    #[test]
+    fn fires_collapsing_into_the_gap_fire_once() {
+        let f = fires(
+            "*/20 2 * * *",
+            "America/New_York",
+            "2026-03-08T05:00:00Z",
+            "2026-03-08T12:00:00Z",
+        );
+        assert_eq!(f, ["2026-03-08T03:00:00-04:00"]);
+    }
+
+    #[test]
+    fn interval_jobs_keep_real_time_across_both_changes() {
+        let fall = fires(
+            "*/30 * * * *",
+            "America/New_York",
+            "2026-11-01T04:45:00Z",
+            "2026-11-01T07:31:00Z",
+        );
+        assert_eq!(
+            fall,
+            [
+                "2026-11-01T01:00:00-04:00",
+                "2026-11-01T01:30:00-04:00",
+                "2026-11-01T01:00:00-05:00",
+                "2026-11-01T01:30:00-05:00",
+                "2026-11-01T02:00:00-05:00",
+                "2026-11-01T02:30:00-05:00"
+            ]
+        );
+        let spring = fires(
+            "*/30 * * * *",
+            "America/New_York",
+            "2026-03-08T06:00:00Z",
+            "2026-03-08T07:31:00Z",
+        );
+        assert_eq!(
+            spring,
+            [
+                "2026-03-08T01:00:00-05:00",
+                "2026-03-08T01:30:00-05:00",
+                "2026-03-08T03:00:00-04:00",
+                "2026-03-08T03:30:00-04:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn zone_and_business_date() {
+        let schedule = FireSchedule::new("0 2 * * *", "Asia/Shanghai").unwrap();
+        let next = schedule.next_after(utc("2026-11-29T12:00:00Z")).unwrap();
+        assert_eq!(next, utc("2026-11-29T18:00:00Z"));
+        assert_eq!(schedule.biz_date(next), "2026-11-30");
+    }
+
+    #[test]
+    fn month_ends_and_leap_days() {
+        let f = fires(
+            "0 0 29 2 *",
+            "UTC",
+            "2026-01-01T00:00:00Z",
+            "2029-01-01T00:00:00Z",
+        );
+        assert_eq!(f, ["2028-02-29T00:00:00+00:00"]);
+        let f = fires(
+            "0 12 31 * *",
+            "Europe/Paris",
+            "2026-01-15T00:00:00Z",
+            "2026-06-01T00:00:00Z",
+        );
+        assert_eq!(f.len(), 3, "{f:?}");
+    }
+
+    #[test]
+    fn every_second_near_a_dst_change_stays_cheap_and_exact() {
+        let f = fires(
+            "* * * * * *",
+            "America/New_York",
+            "2026-03-08T06:59:58Z",
+            "2026-03-08T07:00:02Z",
+        );
+        assert_eq!(
+            f,
+            [
+                "2026-03-08T01:59:58-05:00",
+                "2026-03-08T01:59:59-05:00",
+                "2026-03-08T03:00:00-04:00",
+                "2026-03-08T03:00:01-04:00"
+            ]
+        );
+    }
+}

@@ -4,4 +4,5 @@
 
 pub mod clock;
 pub mod fire_schedule;
+pub mod planner;
 pub mod time_wheel;

@@ -3,6 +3,8 @@
 #![deny(unused_must_use)]
 
 pub mod clock;
+pub mod outbox;
 pub mod fire_schedule;
 pub mod planner;
+pub mod process;
 pub mod time_wheel;

@@ -1,0 +1,217 @@
+//! Running one child process in its own process group, with a timeout that kills the whole
+//! group (grandchildren included) and bounded tails of stdout and stderr.
+//!
+//! `Child::kill` reaches only the direct child; a `sh -c` that started `sleep` in the background
+//! would leave it running. Every child here leads a new process group and the group is killed
+//! with `killpg` on timeout, and once more after a normal exit, so that nothing a task started
+//! outlives its attempt.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+/// Bytes kept from the end of each of stdout and stderr.
+pub const TAIL_BYTES: usize = 8 * 1024;
+/// How long pipes are drained after the process group is gone.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ProcessSpec {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment variables (the worker's environment is inherited).
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub workdir: Option<PathBuf>,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+}
+
+/// How the process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal it did not get from us killed it.
+    Signal(i32),
+    /// It ran past its timeout and its group was killed.
+    TimedOut,
+    /// It could not be started.
+    SpawnFailed(String),
+}
+
+/// The end of a run.
+#[derive(Clone, Debug)]
+pub struct ProcessEnd {
+    /// How it ended.
+    pub exit: Exit,
+    /// When it was started.
+    pub started_at: DateTime<Utc>,
+    /// When it ended.
+    pub finished_at: DateTime<Utc>,
+    /// Last [`TAIL_BYTES`] of stdout.
+    pub stdout_tail: String,
+    /// Last [`TAIL_BYTES`] of stderr.
+    pub stderr_tail: String,
+}
+
+/// Runs `spec` to its end or its timeout.
+pub async fn run(spec: &ProcessSpec) -> ProcessEnd {
+    let started_at = ax_bus::time::now();
+    let mut command = Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(dir) = &spec.workdir {
+        command.current_dir(dir);
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return ProcessEnd {
+                exit: Exit::SpawnFailed(format!("cannot start {}: {e}", spec.program.display())),
+                started_at,
+                finished_at: ax_bus::time::now(),
+                stdout_tail: String::new(),
+                stderr_tail: String::new(),
+            }
+        }
+    };
+    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
+    let stdout = tokio::spawn(read_tail(child.stdout.take()));
+    let stderr = tokio::spawn(read_tail(child.stderr.take()));
+    let exit = match tokio::time::timeout(spec.timeout, child.wait()).await {
+        Ok(Ok(status)) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (status.code(), status.signal()) {
+                (Some(code), _) => Exit::Code(code),
+                (None, Some(signal)) => Exit::Signal(signal),
+                (None, None) => Exit::Code(-1),
+            }
+        }
+        Ok(Err(e)) => Exit::SpawnFailed(format!("cannot wait for the process: {e}")),
+        Err(_) => Exit::TimedOut,
+    };
+    // Whatever the ending, nothing of the group may survive the attempt.
+    if let Some(group) = group {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    let _ = child.wait().await;
+    let finished_at = ax_bus::time::now();
+    let drain = |task: tokio::task::JoinHandle<String>| async move {
+        tokio::time::timeout(DRAIN_TIMEOUT, task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    };
+    ProcessEnd {
+        exit,
+        started_at,
+        finished_at,
+        stdout_tail: drain(stdout).await,
+        stderr_tail: drain(stderr).await,
+    }
+}
+
+/// Reads a pipe to its end, keeping the last [`TAIL_BYTES`].
+async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>) -> String {
+    let Some(mut pipe) = pipe else {
+        return String::new();
+    };
+    let mut kept: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > 2 * TAIL_BYTES {
+                    kept.drain(..kept.len() - TAIL_BYTES);
+                }
+            }
+        }
+    }
+    if kept.len() > TAIL_BYTES {
+        kept.drain(..kept.len() - TAIL_BYTES);
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, timeout_ms: u64) -> ProcessSpec {
+        ProcessSpec {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("GREETING".into(), "hi".into())],
+            workdir: None,
+            timeout: Duration::from_millis(timeout_ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn exit_codes_and_tails() {
+        let end = run(&sh("echo $GREETING; echo oops >&2; exit 3", 10_000)).await;
+        assert_eq!(end.exit, Exit::Code(3));
+        assert_eq!(end.stdout_tail, "hi\n");
+        assert_eq!(end.stderr_tail, "oops\n");
+    }
+
+    #[tokio::test]
+    async fn tails_keep_the_end_of_long_output() {
+        let end = run(&sh("seq 1 100000", 10_000)).await;
+        assert_eq!(end.exit, Exit::Code(0));
+        assert!(end.stdout_tail.len() <= TAIL_BYTES);
+        assert!(end.stdout_tail.ends_with("99999\n100000\n"));
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_process_group() {
+        let marker = tempfile::tempdir().unwrap();
+        let pid_file = marker.path().join("grandchild.pid");
+        let script = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
+        let end = run(&sh(&script, 500)).await;
+        assert_eq!(end.exit, Exit::TimedOut);
+        let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(pid) {
+            assert!(std::time::Instant::now() < deadline, "grandchild {pid} survived");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Running or sleeping; a zombie waiting for init to reap it counts as dead.
+    fn alive(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                .is_some_and(|state| state != 'Z' && state != 'X'),
+            Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_a_spawn_failure() {
+        let mut spec = sh("true", 1000);
+        spec.program = "/nonexistent/prog".into();
+        assert!(matches!(run(&spec).await.exit, Exit::SpawnFailed(_)));
+    }
+}

@@ -1,10 +1,61 @@
 //! ax-actors: the five actors and the mechanisms they are built from.
+//!
+//! The actors, each a supervised actix actor that talks to the others only through JetStream:
+//! - [`scheduler::Scheduler`]: job registry, time wheel, instance creation, retries;
+//! - [`dag::DagCoordinator`]: dependencies by business date;
+//! - [`router::Router`]: live workers, load, dispatch;
+//! - [`worker::WorkerSupervisor`]: slots, claims, child processes, timeouts;
+//! - [`reporter::Reporter`]: the durable outbox and results.
+//!
+//! The mechanisms: [`time_wheel`], [`fire_schedule`] (cron + time zone + DST rule),
+//! [`planner`] (the Scheduler's pure view), [`creator`], [`control`], [`process`], [`shell`],
+//! [`outbox`], [`consume`], [`publish`], [`supervision`], [`clock`]; [`node`] starts the actors
+//! of the roles a node runs.
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
 pub mod clock;
-pub mod outbox;
+pub mod consume;
+pub mod control;
+pub mod creator;
+pub mod dag;
 pub mod fire_schedule;
+pub mod node;
+pub mod outbox;
 pub mod planner;
 pub mod process;
+pub mod publish;
+pub mod reporter;
+pub mod router;
+pub mod scheduler;
+pub mod shell;
+pub mod supervision;
 pub mod time_wheel;
+pub mod worker;
+
+use ax_bus::client::ClientError;
+use ax_bus::codec::CodecError;
+use ax_bus::kv_view::FeedError;
+
+/// Why an actor's pump or operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ActorError {
+    /// A client operation failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A NATS or JetStream call failed.
+    #[error("{0}")]
+    Nats(String),
+    /// A bucket feed failed.
+    #[error(transparent)]
+    Feed(#[from] FeedError),
+    /// A value did not encode or decode.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// Local storage failed.
+    #[error("local storage: {0}")]
+    Io(#[from] std::io::Error),
+    /// A component this one relies on has stopped.
+    #[error("{0} has stopped")]
+    Stopped(&'static str),
+}

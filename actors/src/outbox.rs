@@ -250,7 +250,11 @@ mod tests {
     }
 
     fn traces(outbox: &Outbox) -> Vec<String> {
-        outbox.pending().into_iter().map(|o| o.end.trace_id).collect()
+        outbox
+            .pending()
+            .into_iter()
+            .map(|o| o.end.trace_id)
+            .collect()
     }
 
     #[test]

@@ -135,7 +135,9 @@ impl Planner {
                 return Ok(());
             }
         }
-        let generation = previous.as_ref().map_or(0, |p| p.generation.wrapping_add(1));
+        let generation = previous
+            .as_ref()
+            .map_or(0, |p| p.generation.wrapping_add(1));
         let same_timing = previous.as_ref().is_some_and(|p| {
             !p.paused && p.spec.cron == spec.cron && p.spec.timezone == spec.timezone
         });
@@ -227,7 +229,8 @@ impl Planner {
         let expected = ax_bus::time::from_millis(deadline as i64);
         planned.next_fire = schedule.next_after(expected);
         if let Some(next) = planned.next_fire {
-            self.wheel.insert(ms(next), Timer::Cron { slot, generation });
+            self.wheel
+                .insert(ms(next), Timer::Cron { slot, generation });
         }
         Some(Fire {
             spec: planned.spec.clone(),
@@ -275,7 +278,9 @@ mod tests {
     fn fires_every_tick_once_in_order() {
         let start = t("2026-11-29T23:59:58.500Z");
         let mut planner = Planner::new(start);
-        planner.upsert(&record("s", "* * * * * *", false), start).unwrap();
+        planner
+            .upsert(&record("s", "* * * * * *", false), start)
+            .unwrap();
         let mut seen = Vec::new();
         let mut now = start;
         for _ in 0..40 {
@@ -292,7 +297,9 @@ mod tests {
     fn a_lagging_process_fires_every_missed_tick() {
         let start = t("2026-01-01T00:00:00.500Z");
         let mut planner = Planner::new(start);
-        planner.upsert(&record("s", "* * * * * *", false), start).unwrap();
+        planner
+            .upsert(&record("s", "* * * * * *", false), start)
+            .unwrap();
         let due = planner.advance(start + Duration::milliseconds(5_000));
         assert_eq!(due.fires.len(), 5);
     }
@@ -301,16 +308,28 @@ mod tests {
     fn pause_edit_and_delete_stop_the_old_timer() {
         let start = t("2026-01-01T00:00:00Z");
         let mut planner = Planner::new(start);
-        planner.upsert(&record("a", "*/10 * * * * *", false), start).unwrap();
-        planner.upsert(&record("a", "*/10 * * * * *", true), start).unwrap();
-        assert!(planner.advance(start + Duration::seconds(30)).fires.is_empty());
+        planner
+            .upsert(&record("a", "*/10 * * * * *", false), start)
+            .unwrap();
+        planner
+            .upsert(&record("a", "*/10 * * * * *", true), start)
+            .unwrap();
+        assert!(planner
+            .advance(start + Duration::seconds(30))
+            .fires
+            .is_empty());
         let now = start + Duration::seconds(30);
-        planner.upsert(&record("a", "*/10 * * * * *", false), now).unwrap();
+        planner
+            .upsert(&record("a", "*/10 * * * * *", false), now)
+            .unwrap();
         let fires = planner.advance(now + Duration::seconds(10)).fires;
         assert_eq!(fires.len(), 1);
         assert_eq!(fires[0].expected, t("2026-01-01T00:00:40Z"));
         planner.remove("a");
-        assert!(planner.advance(now + Duration::seconds(60)).fires.is_empty());
+        assert!(planner
+            .advance(now + Duration::seconds(60))
+            .fires
+            .is_empty());
         assert_eq!(planner.job_count(), 0);
     }
 
@@ -318,10 +337,14 @@ mod tests {
     fn re_applying_the_same_schedule_keeps_the_pending_fire() {
         let start = t("2026-01-01T00:00:00Z");
         let mut planner = Planner::new(start);
-        planner.upsert(&record("a", "0 * * * * *", false), start).unwrap();
+        planner
+            .upsert(&record("a", "0 * * * * *", false), start)
+            .unwrap();
         let mut edited = record("a", "0 * * * * *", false);
         edited.spec.exec.command = Some("echo changed".into());
-        planner.upsert(&edited, start + Duration::seconds(59)).unwrap();
+        planner
+            .upsert(&edited, start + Duration::seconds(59))
+            .unwrap();
         let fires = planner.advance(start + Duration::seconds(60)).fires;
         assert_eq!(fires.len(), 1);
         assert_eq!(fires[0].spec.exec.command.as_deref(), Some("echo changed"));
@@ -336,8 +359,17 @@ mod tests {
             from_trace: "t1".into(),
             due: start + Duration::milliseconds(1500),
         });
-        assert!(planner.advance(start + Duration::milliseconds(1499)).retries.is_empty());
-        assert_eq!(planner.advance(start + Duration::milliseconds(1500)).retries.len(), 1);
+        assert!(planner
+            .advance(start + Duration::milliseconds(1499))
+            .retries
+            .is_empty());
+        assert_eq!(
+            planner
+                .advance(start + Duration::milliseconds(1500))
+                .retries
+                .len(),
+            1
+        );
     }
 
     #[test]

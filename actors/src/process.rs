@@ -91,7 +91,7 @@ pub async fn run(spec: &ProcessSpec) -> ProcessEnd {
             }
         }
     };
-    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
+    let group = GroupKiller(child.id().map(|pid| Pid::from_raw(pid as i32)));
     let stdout = tokio::spawn(read_tail(child.stdout.take()));
     let stderr = tokio::spawn(read_tail(child.stderr.take()));
     let exit = match tokio::time::timeout(spec.timeout, child.wait()).await {
@@ -107,9 +107,7 @@ pub async fn run(spec: &ProcessSpec) -> ProcessEnd {
         Err(_) => Exit::TimedOut,
     };
     // Whatever the ending, nothing of the group may survive the attempt.
-    if let Some(group) = group {
-        let _ = killpg(group, Signal::SIGKILL);
-    }
+    drop(group);
     let _ = child.wait().await;
     let finished_at = ax_bus::time::now();
     let drain = |task: tokio::task::JoinHandle<String>| async move {
@@ -125,6 +123,18 @@ pub async fn run(spec: &ProcessSpec) -> ProcessEnd {
         finished_at,
         stdout_tail: drain(stdout).await,
         stderr_tail: drain(stderr).await,
+    }
+}
+
+/// Kills the process group when dropped: at the end of a run, and also when the run is
+/// cancelled (its future dropped because the worker shuts down).
+struct GroupKiller(Option<Pid>);
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
     }
 }
 
@@ -189,10 +199,17 @@ mod tests {
         let script = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
         let end = run(&sh(&script, 500)).await;
         assert_eq!(end.exit, Exit::TimedOut);
-        let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while alive(pid) {
-            assert!(std::time::Instant::now() < deadline, "grandchild {pid} survived");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "grandchild {pid} survived"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -205,6 +222,41 @@ mod tests {
                 .and_then(|(_, rest)| rest.chars().next())
                 .is_some_and(|state| state != 'Z' && state != 'X'),
             Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_run_kills_its_process_group() {
+        let marker = tempfile::tempdir().unwrap();
+        let pid_file = marker.path().join("grandchild.pid");
+        let script = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
+        let spec = sh(&script, 60_000);
+        let run = tokio::spawn(async move { run(&spec).await });
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !pid_file.exists()
+            || std::fs::read_to_string(&pid_file)
+                .unwrap()
+                .trim()
+                .is_empty()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the script did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        run.abort();
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        while alive(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "grandchild {pid} survived"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

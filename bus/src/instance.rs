@@ -102,6 +102,8 @@ pub enum Tag {
     BadDispatch,
     /// Cancelled by an operator.
     ByUser,
+    /// The job was deleted while the instance waited.
+    JobDeleted,
     /// A tag written by a newer ax.
     #[serde(other)]
     Other,
@@ -122,6 +124,7 @@ impl Tag {
             Tag::SpawnFailed => "spawn_failed",
             Tag::BadDispatch => "bad_dispatch",
             Tag::ByUser => "by_user",
+            Tag::JobDeleted => "job_deleted",
             Tag::Other => "other",
         }
     }
@@ -208,6 +211,9 @@ pub enum TransitionRefused {
     /// The attempt already ended (a repeated report).
     #[error("attempt already ended in state {0}")]
     AlreadyEnded(State),
+    /// A worker already started the attempt; routing news is out of date.
+    #[error("attempt already executing")]
+    AlreadyStarted,
 }
 
 /// How an attempt ended, as its worker saw it.
@@ -254,6 +260,9 @@ impl InstanceRecord {
     /// The Router sent the current attempt to `worker` (or found none when `worker` is None).
     pub fn routed(&self, trace_id: &str, worker: Option<&str>) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
+        if self.tag == Tag::Executing {
+            return Err(TransitionRefused::AlreadyStarted);
+        }
         let mut next = self.clone();
         match worker {
             Some(w) => {
@@ -308,6 +317,22 @@ impl InstanceRecord {
         next.exit_code = end.exit_code;
         next.stdout_tail = end.stdout_tail.clone();
         next.stderr_tail = end.stderr_tail.clone();
+        Ok(next)
+    }
+
+    /// The current attempt is cancelled before it ends.
+    pub fn cancelled(
+        &self,
+        trace_id: &str,
+        tag: Tag,
+        message: &str,
+    ) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        let mut next = self.clone();
+        next.state = State::Cancelled;
+        next.tag = tag;
+        next.message = message.to_string();
+        next.finished_at = Some(crate::time::now());
         Ok(next)
     }
 

@@ -226,3 +226,42 @@ impl ResultMessage {
 
 /// Lifecycle event payload.
 pub type EventMessage = InstanceRecord;
+
+/// Something an operator should see, published on `ax.alert.<kind>`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    /// `control`, `dispatch`, `outbox`, ...
+    pub kind: String,
+    /// What happened.
+    pub message: String,
+    /// The node that saw it.
+    pub node: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The subject of the offending message, when there was one.
+    #[serde(default)]
+    pub subject: Option<String>,
+}
+
+/// A worker's heartbeat, the value under its id in the workers bucket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Worker id (`--id`).
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// CPU cores.
+    pub cores: u32,
+    /// Concurrent attempts it runs.
+    pub slots: u32,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Executor types it offers.
+    pub executors: Vec<String>,
+    /// Attempts running now.
+    pub running: u32,
+    /// ax version.
+    pub version: String,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+}

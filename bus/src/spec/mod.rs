@@ -191,6 +191,11 @@ pub fn is_valid_job_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
+/// Whether `name` can be a param name (it becomes the variable `AX_PARAM_<name>`).
+pub fn is_valid_param_name(name: &str) -> bool {
+    is_valid_env_name(name)
+}
+
 fn is_valid_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
@@ -250,7 +255,7 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
     }
     validate_exec(job, errors);
     for name in job.params.keys() {
-        if !is_valid_env_name(name) {
+        if !is_valid_param_name(name) {
             errors.push(SpecError::new(
                 format!("job.params.{name}"),
                 "a param name must match [A-Za-z_][A-Za-z0-9_]{0,63} (it becomes AX_PARAM_<name>)",

@@ -1,0 +1,208 @@
+//! Creating instances: the one place an instance comes into existence, for cron fires, manual
+//! triggers and (later) backfills.
+//!
+//! Each instance is created with a create-if-absent on its id (job + expected time) in the
+//! instances bucket, so however many Schedulers fire the same tick, exactly one record is
+//! written; the losers see `AlreadyExists` and count the tick as de-duplicated. The winner then
+//! hands the attempt to the DagCoordinator on `ax.internal.created.<job>`.
+//!
+//! A fire is never dropped for a transient failure: creation is retried with backoff until NATS
+//! answers. A retry after a lost ack finds the record with *its own* trace id and goes on to the
+//! hand-off, so an instance is never left created but not handed on by its own creator.
+//! Creations run 64 at a time on a task of their own, which outlives restarts of the Scheduler
+//! actor.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_nats::jetstream::kv::CreateErrorKind;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+
+use ax_bus::instance::Trigger;
+use ax_bus::messages::WorkItem;
+use ax_bus::spec::JobSpec;
+use ax_bus::{codec, ids, AxClient, InstanceRecord, State, Tag};
+
+use crate::{publish, ActorError};
+
+const IN_FLIGHT: usize = 64;
+
+/// What happened to a creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// This call created the instance.
+    Fired,
+    /// The instance already existed (another Scheduler, or an earlier call).
+    Deduplicated,
+}
+
+/// A new instance and its first attempt.
+#[derive(Clone, Debug)]
+pub struct NewInstance {
+    /// The record to create.
+    pub record: InstanceRecord,
+    /// The first attempt.
+    pub work: WorkItem,
+}
+
+impl NewInstance {
+    /// The first attempt of `spec`'s instance expected at `expected`.
+    pub fn new(
+        spec: &JobSpec,
+        expected: DateTime<Utc>,
+        biz_date: String,
+        params: BTreeMap<String, serde_json::Value>,
+        trigger: Trigger,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let instance_id = ids::instance_id(&spec.name, expected);
+        let trace_id = ids::new_trace_id();
+        let record = InstanceRecord {
+            instance_id: instance_id.clone(),
+            trace_id: trace_id.clone(),
+            job: spec.name.clone(),
+            biz_date: biz_date.clone(),
+            attempt: 1,
+            state: State::Running,
+            tag: Tag::Queued,
+            expected_time: expected,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            message: "queued".to_string(),
+            output: serde_json::Value::Null,
+            trigger,
+            params: params.clone(),
+            priority: spec.priority,
+            next_attempt_at: None,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        };
+        let work = WorkItem {
+            instance_id,
+            trace_id,
+            attempt: 1,
+            biz_date,
+            expected_time: expected,
+            params,
+            spec: spec.clone(),
+            worker: None,
+        };
+        Self { record, work }
+    }
+}
+
+struct Request {
+    instance: NewInstance,
+    reply: Option<oneshot::Sender<Created>>,
+}
+
+/// Handle to the creation task.
+#[derive(Clone)]
+pub struct Creator {
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+impl Creator {
+    /// Starts the creation task on the current runtime.
+    pub fn start(client: AxClient) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel::<Request>();
+        tokio::spawn(async move {
+            tokio_stream_of(rx)
+                .for_each_concurrent(IN_FLIGHT, |request| {
+                    let client = client.clone();
+                    async move {
+                        let outcome = create_until_done(&client, &request.instance).await;
+                        if let Some(reply) = request.reply {
+                            let _ = reply.send(outcome);
+                        }
+                    }
+                })
+                .await;
+        });
+        Self { tx }
+    }
+
+    /// Queues a creation without waiting.
+    pub fn submit(&self, instance: NewInstance) {
+        let _ = self.tx.send(Request {
+            instance,
+            reply: None,
+        });
+    }
+
+    /// Creates and waits for the outcome.
+    pub async fn create(&self, instance: NewInstance) -> Result<Created, ActorError> {
+        let (reply, outcome) = oneshot::channel();
+        self.tx
+            .send(Request {
+                instance,
+                reply: Some(reply),
+            })
+            .map_err(|_| ActorError::Stopped("instance creator"))?;
+        outcome
+            .await
+            .map_err(|_| ActorError::Stopped("instance creator"))
+    }
+}
+
+fn tokio_stream_of<T: Send + 'static>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+async fn create_until_done(client: &AxClient, instance: &NewInstance) -> Created {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match create_once(client, instance).await {
+            Ok(created) => return created,
+            Err(e) => {
+                tracing::warn!(
+                    instance = %instance.record.instance_id,
+                    error = %e,
+                    retry_in = ?backoff,
+                    "cannot create instance yet"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+async fn create_once(client: &AxClient, instance: &NewInstance) -> Result<Created, ActorError> {
+    let id = &instance.record.instance_id;
+    match client
+        .instances
+        .create(id, codec::encode(&instance.record)?)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+            let ours = client
+                .instance(id)
+                .await?
+                .is_some_and(|(r, _)| r.trace_id == instance.record.trace_id);
+            if !ours {
+                tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
+                return Ok(Created::Deduplicated);
+            }
+        }
+        Err(e) => return Err(ActorError::Nats(format!("create instance {id}: {e}"))),
+    }
+    let work = &instance.work;
+    publish::to_stream_acked(
+        client,
+        client.subjects().created(work.job()),
+        &format!("created:{}", work.trace_id),
+        work,
+    )
+    .await?;
+    publish::event(client, &instance.record).await;
+    Ok(Created::Fired)
+}

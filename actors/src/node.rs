@@ -1,0 +1,204 @@
+//! A node: the actors of the roles it runs, each on an arbiter (thread) of its own.
+//!
+//! Roles: `scheduler`, `dag`, `router`, `worker` and `reporter`. A worker's outcomes go through
+//! the reporter on the same node (its outbox is a local file), so `worker` brings `reporter`
+//! with it and `reporter` is refused without `worker`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use ax_bus::AxClient;
+
+use crate::clock::Clock;
+use crate::dag::DagCoordinator;
+use crate::reporter::Reporter;
+use crate::router::Router;
+use crate::scheduler::Scheduler;
+use crate::worker::{WorkerConfig, WorkerSupervisor};
+use crate::ActorError;
+
+/// What a node runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// Cron, time wheel, control commands, retries.
+    Scheduler,
+    /// Dependencies.
+    Dag,
+    /// Routing to workers.
+    Router,
+    /// Executing attempts.
+    Worker,
+    /// Reporting outcomes (beside a worker).
+    Reporter,
+}
+
+impl Role {
+    /// Every role.
+    pub const ALL: [Role; 5] = [
+        Role::Scheduler,
+        Role::Dag,
+        Role::Router,
+        Role::Worker,
+        Role::Reporter,
+    ];
+
+    /// The name on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Scheduler => "scheduler",
+            Role::Dag => "dag",
+            Role::Router => "router",
+            Role::Worker => "worker",
+            Role::Reporter => "reporter",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown role `{s}` (scheduler, dag, router, worker, reporter)"))
+    }
+}
+
+/// Parses `scheduler,dag,...` (or `all`), adding `reporter` to `worker`.
+pub fn parse_roles(text: &str) -> Result<BTreeSet<Role>, String> {
+    let mut roles = BTreeSet::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if part == "all" {
+            roles.extend(Role::ALL);
+        } else {
+            roles.insert(part.parse()?);
+        }
+    }
+    if roles.is_empty() {
+        return Err("no role given".into());
+    }
+    if roles.contains(&Role::Reporter) && !roles.contains(&Role::Worker) {
+        return Err(
+            "role `reporter` reports a worker's outcomes and needs `worker` on the same node"
+                .into(),
+        );
+    }
+    if roles.contains(&Role::Worker) {
+        roles.insert(Role::Reporter);
+    }
+    Ok(roles)
+}
+
+/// A node's settings.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Node name (logs, alerts).
+    pub name: String,
+    /// Roles to run.
+    pub roles: BTreeSet<Role>,
+    /// Worker settings (used with the worker role).
+    pub worker: WorkerConfig,
+}
+
+/// Running actors; stopped on [`Node::stop`] or drop.
+pub struct Node {
+    arbiters: Vec<Arbiter>,
+}
+
+impl Node {
+    /// Starts the actors of `config.roles`. Call inside an actix `System`.
+    pub fn start(
+        client: AxClient,
+        config: NodeConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ActorError> {
+        let mut arbiters = Vec::new();
+        let name = config.name.clone();
+        if config.roles.contains(&Role::Scheduler) {
+            let arbiter = Arbiter::new();
+            let (client, clock, name) = (client.clone(), clock.clone(), name.clone());
+            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+                Scheduler::new(client, clock, name)
+            });
+            arbiters.push(arbiter);
+        }
+        if config.roles.contains(&Role::Dag) {
+            let arbiter = Arbiter::new();
+            let (client, name) = (client.clone(), name.clone());
+            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+                DagCoordinator::new(client, name)
+            });
+            arbiters.push(arbiter);
+        }
+        if config.roles.contains(&Role::Router) {
+            let arbiter = Arbiter::new();
+            let (client, name) = (client.clone(), name.clone());
+            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| Router::new(client, name));
+            arbiters.push(arbiter);
+        }
+        if config.roles.contains(&Role::Worker) {
+            let outbox = config.worker.data_dir.join("outbox.log");
+            let (reporter, handle) = Reporter::open(client.clone(), name.clone(), &outbox)?;
+            let arbiter = Arbiter::new();
+            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| reporter);
+            arbiters.push(arbiter);
+            let arbiter = Arbiter::new();
+            let worker = config.worker.clone();
+            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+                WorkerSupervisor::new(client, worker, handle)
+            });
+            arbiters.push(arbiter);
+        }
+        Ok(Self { arbiters })
+    }
+
+    /// Stops every actor and waits for their threads.
+    pub fn stop(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        for arbiter in &self.arbiters {
+            arbiter.stop();
+        }
+        for arbiter in self.arbiters.drain(..) {
+            let _ = arbiter.join();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_parse_and_worker_brings_its_reporter() {
+        assert_eq!(parse_roles("all").unwrap().len(), 5);
+        let roles = parse_roles("scheduler, worker").unwrap();
+        assert!(roles.contains(&Role::Reporter));
+        assert!(parse_roles("reporter")
+            .unwrap_err()
+            .contains("needs `worker`"));
+        assert!(parse_roles("scheduler,admin")
+            .unwrap_err()
+            .contains("unknown role `admin`"));
+        assert!(parse_roles("").is_err());
+    }
+}

@@ -1,0 +1,89 @@
+//! Publishing the way every actor does: MessagePack with its Content-Type, a message id for
+//! JetStream's de-duplication, and the ack awaited by the caller (in windows, never one by one on
+//! a hot path). Events and alerts are core NATS publishes: best effort, for listeners.
+
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::message::PublishMessage;
+use serde::Serialize;
+
+use ax_bus::codec;
+use ax_bus::messages::Alert;
+use ax_bus::{AxClient, InstanceRecord};
+
+use crate::ActorError;
+
+/// Publishes `value` to JetStream on `subject` with `msg_id`; returns the pending ack.
+pub async fn to_stream<T: Serialize>(
+    client: &AxClient,
+    subject: String,
+    msg_id: &str,
+    value: &T,
+) -> Result<PublishAckFuture, ActorError> {
+    let publish = PublishMessage::build()
+        .headers(codec::msgpack_headers())
+        .message_id(msg_id)
+        .payload(codec::encode(value)?);
+    client
+        .js
+        .send_publish(subject.clone(), publish)
+        .await
+        .map_err(|e| ActorError::Nats(format!("publish {subject}: {e}")))
+}
+
+/// Publishes and waits for the stream's ack.
+pub async fn to_stream_acked<T: Serialize>(
+    client: &AxClient,
+    subject: String,
+    msg_id: &str,
+    value: &T,
+) -> Result<(), ActorError> {
+    let subject_for_error = subject.clone();
+    to_stream(client, subject, msg_id, value)
+        .await?
+        .await
+        .map(|_| ())
+        .map_err(|e| ActorError::Nats(format!("publish {subject_for_error}: {e}")))
+}
+
+/// `ax.event.<job>.<state>` with the record (best effort).
+pub async fn event(client: &AxClient, record: &InstanceRecord) {
+    let subject = client.subjects().event(&record.job, record.state.as_str());
+    if let Ok(payload) = codec::encode(record) {
+        let _ = client
+            .nats
+            .publish_with_headers(subject, codec::msgpack_headers(), payload)
+            .await;
+    }
+}
+
+/// `ax.alert.<kind>` (best effort), also logged.
+pub async fn alert(
+    client: &AxClient,
+    node: &str,
+    kind: &str,
+    message: String,
+    subject: Option<String>,
+) {
+    tracing::warn!(
+        kind,
+        subject = subject.as_deref().unwrap_or(""),
+        "{message}"
+    );
+    let alert = Alert {
+        kind: kind.to_string(),
+        message,
+        node: node.to_string(),
+        at: ax_bus::time::now(),
+        subject,
+    };
+    if let Ok(payload) = codec::encode(&alert) {
+        let _ = client
+            .nats
+            .publish_with_headers(
+                client.subjects().alert(kind),
+                codec::msgpack_headers(),
+                payload,
+            )
+            .await;
+    }
+}

@@ -1,0 +1,328 @@
+//! # Scheduler
+//! Owns the job registry view and the time wheel of pending fires (next cron fires, delayed
+//! retries). Reads the registry bucket (replayed in full on every start), the control subjects
+//! and the results stream. Writes instance records (create-if-absent) and
+//! `ax.internal.created.<job>` (through the [`Creator`]), and next attempts on
+//! `ax.internal.ready.<priority>`.
+//!
+//! Any number of Schedulers may run: they all hold the whole wheel and race to create each
+//! instance; the instances bucket lets exactly one win.
+//!
+//! A retry is remembered twice: in the wheel, for millisecond precision, and in JetStream — the
+//! `waiting_retry` result is negatively acknowledged with a delay just past its due time, so if
+//! this Scheduler dies the result comes back to another one, which runs the retry then.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_nats::jetstream::AckKind;
+use futures::StreamExt;
+
+use ax_bus::client::Updated;
+use ax_bus::instance::{State, Tag};
+use ax_bus::kv_view::{FeedItem, KvFeed};
+use ax_bus::messages::{JobRecord, ResultMessage, WorkItem};
+use ax_bus::{codec, ids, AxClient};
+
+use crate::clock::Clock;
+use crate::consume::{self, ConsumerSpec};
+use crate::creator::{Creator, NewInstance};
+use crate::planner::{DueRetry, Planner};
+use crate::supervision::{guard, note_restart, spawn_pump};
+use crate::{control, publish, ActorError};
+
+const ACTOR: &str = "scheduler";
+/// The longest the wheel sleeps, so that a jump of the wall clock is noticed.
+const MAX_SLEEP: Duration = Duration::from_millis(500);
+/// How long after its due time a retry's result comes back to any Scheduler.
+const RETRY_BACKSTOP: chrono::Duration = chrono::Duration::seconds(3);
+
+/// The Scheduler actor.
+pub struct Scheduler {
+    client: AxClient,
+    clock: Arc<dyn Clock>,
+    node: String,
+    planner: Planner,
+    creator: Creator,
+    wake: Option<SpawnHandle>,
+    /// After a restart: the time of the last completed tick, from which the registry replay
+    /// schedules fires, so the ticks of the restart gap still fire.
+    replay_from: Option<chrono::DateTime<chrono::Utc>>,
+    last_tick: chrono::DateTime<chrono::Utc>,
+}
+
+impl Scheduler {
+    /// A Scheduler on `client`, reading time from `clock`. Must be built on the runtime it
+    /// runs on (its creation task is spawned there).
+    pub fn new(client: AxClient, clock: Arc<dyn Clock>, node: String) -> Self {
+        let now = clock.now();
+        let creator = Creator::start(client.clone());
+        Self {
+            client,
+            clock,
+            node,
+            planner: Planner::new(now),
+            creator,
+            wake: None,
+            replay_from: None,
+            last_tick: now,
+        }
+    }
+
+    /// Fires what is due and sleeps until the next timer.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        let now = self.clock.now();
+        let Some(due) = guard(ACTOR, || self.planner.advance(now)) else {
+            ctx.stop();
+            return;
+        };
+        self.last_tick = now;
+        for fire in due.fires {
+            let params = fire.spec.params.clone();
+            self.creator.submit(NewInstance::new(
+                &fire.spec,
+                fire.expected,
+                fire.biz_date,
+                params,
+                ax_bus::instance::Trigger::Cron,
+                now,
+            ));
+        }
+        for retry in due.retries {
+            let client = self.client.clone();
+            actix::spawn(async move {
+                if let Err(e) = run_retry(&client, &retry.instance_id, &retry.from_trace).await {
+                    tracing::warn!(instance = %retry.instance_id, error = %e, "retry not started; the result's redelivery will try again");
+                }
+            });
+        }
+        self.arm(ctx);
+    }
+
+    fn arm(&mut self, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.wake.take() {
+            ctx.cancel_future(handle);
+        }
+        let now = self.clock.now();
+        let sleep = self
+            .planner
+            .next_wake()
+            .map(|at| (at - now).to_std().unwrap_or(Duration::ZERO))
+            .unwrap_or(MAX_SLEEP)
+            .min(MAX_SLEEP);
+        self.wake = Some(ctx.run_later(sleep, |act, ctx| {
+            act.wake = None;
+            act.tick(ctx);
+        }));
+    }
+}
+
+impl Actor for Scheduler {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let addr = ctx.address();
+        spawn_pump(
+            ACTOR,
+            "registry",
+            ctx,
+            follow_registry(self.client.clone(), addr.clone()),
+        );
+        spawn_pump(
+            ACTOR,
+            "control",
+            ctx,
+            control::serve(self.client.clone(), self.creator.clone(), self.node.clone()),
+        );
+        spawn_pump(
+            ACTOR,
+            "results",
+            ctx,
+            follow_results(self.client.clone(), addr),
+        );
+        self.arm(ctx);
+        tracing::info!(node = %self.node, "scheduler started");
+    }
+}
+
+impl Supervised for Scheduler {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        note_restart(ACTOR);
+        self.wake = None;
+        // The view may be half-updated by whatever failed: rebuild it from the registry,
+        // catching up from the last completed tick. Pending retries come back from JetStream.
+        self.planner = Planner::new(self.last_tick);
+        self.replay_from = Some(self.last_tick);
+    }
+}
+
+/// A change of the job registry.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct RegistryChange(FeedItem);
+
+impl Handler<RegistryChange> for Scheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: RegistryChange, ctx: &mut Self::Context) {
+        let now = self.replay_from.unwrap_or_else(|| self.clock.now());
+        let changed = guard(ACTOR, || match msg.0 {
+            FeedItem::Put { key, value, .. } => match codec::decode::<JobRecord>(&value) {
+                Ok(record) => {
+                    if let Err(e) = self.planner.upsert(&record, now) {
+                        tracing::error!(job = %key, error = %e, "registry holds an invalid job; not scheduled");
+                    }
+                    true
+                }
+                Err(e) => {
+                    tracing::error!(job = %key, error = %e, "registry value does not decode; ignored");
+                    false
+                }
+            },
+            FeedItem::Deleted { key } => {
+                self.planner.remove(&key);
+                true
+            }
+            FeedItem::Current => {
+                self.replay_from = None;
+                tracing::info!(jobs = self.planner.job_count(), "job registry loaded");
+                true
+            }
+        });
+        match changed {
+            None => ctx.stop(),
+            Some(true) => self.arm(ctx),
+            Some(false) => {}
+        }
+    }
+}
+
+/// A retry to hold in the wheel.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct HoldRetry(DueRetry);
+
+impl Handler<HoldRetry> for Scheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: HoldRetry, ctx: &mut Self::Context) {
+        self.planner.add_retry(msg.0);
+        self.arm(ctx);
+    }
+}
+
+async fn follow_registry(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
+    let mut feed = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+    while let Some(item) = feed.next().await {
+        addr.do_send(RegistryChange(item?));
+    }
+    Ok(())
+}
+
+/// Reads every result; those that leave their instance `waiting_retry` become retry timers.
+async fn follow_results(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
+    let spec = ConsumerSpec {
+        stream: client.layout.results_stream(),
+        durable: "scheduler-retries".into(),
+        filter: client.subjects().result_all(),
+        ack_wait: Duration::from_secs(30),
+        max_ack_pending: 10_000,
+    };
+    let mut messages = consume::messages(&client, &spec, 256).await?;
+    while let Some(message) = messages.next().await {
+        let message = message.map_err(|e| ActorError::Nats(format!("results consumer: {e}")))?;
+        let result: ResultMessage = match codec::decode(&message.payload) {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::warn!(subject = %message.subject, error = %e, "undecodable result ignored");
+                let _ = message.ack().await;
+                continue;
+            }
+        };
+        let due = match (result.state, result.next_attempt_at) {
+            (State::WaitingRetry, Some(due)) => due,
+            _ => {
+                let _ = message.ack().await;
+                continue;
+            }
+        };
+        let now = ax_bus::time::now();
+        if due <= now {
+            match run_retry(&client, &result.instance_id, &result.trace_id).await {
+                Ok(()) => {
+                    let _ = message.ack().await;
+                }
+                Err(e) => {
+                    tracing::warn!(instance = %result.instance_id, error = %e, "retry not started; again in 1 s");
+                    let _ = message
+                        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                        .await;
+                }
+            }
+            continue;
+        }
+        addr.do_send(HoldRetry(DueRetry {
+            instance_id: result.instance_id.clone(),
+            from_trace: result.trace_id.clone(),
+            due,
+        }));
+        let backstop = (due - now + RETRY_BACKSTOP)
+            .to_std()
+            .unwrap_or(Duration::from_secs(1));
+        let _ = message.ack_with(AckKind::Nak(Some(backstop))).await;
+    }
+    Ok(())
+}
+
+/// Moves an instance from `waiting_retry` (attempt `from_trace`) to its next attempt and sends
+/// that attempt to the Router. Idempotent: once done, the transition is refused and nothing
+/// is sent again.
+pub async fn run_retry(
+    client: &AxClient,
+    instance_id: &str,
+    from_trace: &str,
+) -> Result<(), ActorError> {
+    let new_trace = ids::new_trace_id();
+    let record = match client
+        .update_instance(instance_id, |r| r.retried(from_trace, &new_trace))
+        .await?
+    {
+        Updated::Written(record, _) => record,
+        Updated::Refused(_) | Updated::Missing => return Ok(()),
+    };
+    let Some((job, _)) = client.job(&record.job).await? else {
+        let cancelled = client
+            .update_instance(instance_id, |r| {
+                r.cancelled(
+                    &new_trace,
+                    Tag::JobDeleted,
+                    "the job was deleted before its retry",
+                )
+            })
+            .await?;
+        if let Updated::Written(record, _) = cancelled {
+            publish::event(client, &record).await;
+        }
+        return Ok(());
+    };
+    let work = WorkItem {
+        instance_id: record.instance_id.clone(),
+        trace_id: record.trace_id.clone(),
+        attempt: record.attempt,
+        biz_date: record.biz_date.clone(),
+        expected_time: record.expected_time,
+        params: record.params.clone(),
+        spec: job.spec,
+        worker: None,
+    };
+    publish::to_stream_acked(
+        client,
+        client.subjects().ready(work.spec.priority),
+        &format!("ready:{}", work.trace_id),
+        &work,
+    )
+    .await?;
+    publish::event(client, &record).await;
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! Supervision at ax's boundaries.
+//!
+//! actix restarts a supervised actor only when it stops itself; a panic in a handler or in a
+//! context future kills it for good. Every handler body and every long-running pump of an actor
+//! therefore runs through [`guard`] or [`spawn_pump`]: a panic is caught, counted and turned into
+//! `ctx.stop()`, and the [`actix::Supervisor`] restarts the actor, which re-subscribes and
+//! rebuilds its view from JetStream in `started()`. A pump that returns (its subscription ended,
+//! NATS went away for good) stops the actor the same way.
+//!
+//! [`counters`] exposes panics and restarts per actor for logs, tests and (later) metrics.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use actix::prelude::*;
+use dashmap::DashMap;
+use futures::FutureExt;
+
+/// Panics and restarts of one actor kind.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Panics caught at the actor's boundaries.
+    pub panics: AtomicU64,
+    /// Times the actor was restarted by its supervisor.
+    pub restarts: AtomicU64,
+    /// Times a pump ended and stopped the actor.
+    pub pump_exits: AtomicU64,
+}
+
+fn registry() -> &'static DashMap<&'static str, Arc<Counters>> {
+    static REGISTRY: OnceLock<DashMap<&'static str, Arc<Counters>>> = OnceLock::new();
+    REGISTRY.get_or_init(DashMap::new)
+}
+
+/// The counters of `actor`.
+pub fn counters_of(actor: &'static str) -> Arc<Counters> {
+    registry().entry(actor).or_default().clone()
+}
+
+/// (panics, restarts, pump exits) per actor.
+pub fn counters() -> BTreeMap<&'static str, (u64, u64, u64)> {
+    registry()
+        .iter()
+        .map(|e| {
+            let c = e.value();
+            (
+                *e.key(),
+                (
+                    c.panics.load(Ordering::Relaxed),
+                    c.restarts.load(Ordering::Relaxed),
+                    c.pump_exits.load(Ordering::Relaxed),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Records a restart (call from `Supervised::restarting`).
+pub fn note_restart(actor: &'static str) {
+    counters_of(actor).restarts.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(actor, "restarting");
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".to_string())
+}
+
+/// Runs a handler body, catching a panic: `None` means it panicked (logged and counted), and
+/// the caller must `ctx.stop()` so that the supervisor restarts the actor with a clean view.
+pub fn guard<R>(actor: &'static str, body: impl FnOnce() -> R) -> Option<R> {
+    match std::panic::catch_unwind(AssertUnwindSafe(body)) {
+        Ok(r) => Some(r),
+        Err(payload) => {
+            counters_of(actor).panics.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(actor, panic = %panic_text(&*payload), "handler panicked; restarting");
+            None
+        }
+    }
+}
+
+/// Spawns a long-running future in the actor's context. When it ends — error, panic or plain
+/// return — the actor stops and its supervisor restarts it.
+pub fn spawn_pump<A, F, E>(actor: &'static str, pump: &'static str, ctx: &mut Context<A>, fut: F)
+where
+    A: Actor<Context = Context<A>>,
+    F: Future<Output = Result<(), E>> + 'static,
+    E: std::fmt::Display,
+{
+    let guarded = AssertUnwindSafe(fut).catch_unwind();
+    ctx.spawn(actix::fut::wrap_future::<_, A>(guarded).map(move |result, _act, ctx| {
+        let counters = counters_of(actor);
+        match result {
+            Ok(Ok(())) => tracing::warn!(actor, pump, "pump ended; restarting the actor"),
+            Ok(Err(e)) => tracing::warn!(actor, pump, error = %e, "pump failed; restarting the actor"),
+            Err(payload) => {
+                counters.panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(actor, pump, panic = %panic_text(&*payload), "pump panicked; restarting the actor");
+            }
+        }
+        counters.pump_exits.fetch_add(1, Ordering::Relaxed);
+        ctx.stop();
+    }));
+}

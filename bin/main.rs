@@ -1,1 +1,100 @@
-fn main() {}
+//! The `ax` command: node runner, local cluster and CLI. Thin by design: it parses arguments,
+//! wires actors from ax-actors and prints what ax-bus returns.
+
+mod args;
+mod connect;
+mod instances;
+mod jobs;
+mod node_cmd;
+mod node_config;
+mod shutdown;
+mod table;
+mod up;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use args::{Cli, Command, InstanceCommand, JobCommand, TailCommand};
+use ax_bus::messages::commands;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Up(_) | Command::Node(_) => "info",
+        _ => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let system = actix::System::new();
+    match system.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let reason = format!("{e:#}").replace('\n', " ");
+            eprintln!("error: {reason}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let nats = cli.nats.as_deref();
+    let json = cli.json;
+    let prefix = cli.prefix.as_str();
+    let client = || connect::connect(nats, prefix);
+    match cli.command {
+        Command::Up(args) => up::run(args, nats, prefix).await,
+        Command::Node(args) => node_cmd::run(args, nats, prefix).await,
+        Command::Job(JobCommand::Apply { files }) => {
+            let found = jobs::load_or_report(&files)?;
+            jobs::apply(&client().await?, found, json).await
+        }
+        Command::Job(JobCommand::List) => jobs::list(&client().await?, json).await,
+        Command::Job(JobCommand::Get { name }) => jobs::get(&client().await?, &name, json).await,
+        Command::Job(JobCommand::Delete { name }) => {
+            jobs::command(&client().await?, commands::DELETE, &name, json).await
+        }
+        Command::Job(JobCommand::Pause { name }) => {
+            jobs::command(&client().await?, commands::PAUSE, &name, json).await
+        }
+        Command::Job(JobCommand::Resume { name }) => {
+            jobs::command(&client().await?, commands::RESUME, &name, json).await
+        }
+        Command::Job(JobCommand::Trigger {
+            name,
+            biz_date,
+            params,
+        }) => jobs::trigger(&client().await?, &name, biz_date, &params, json).await,
+        Command::Instance(InstanceCommand::List {
+            job,
+            biz_date,
+            state,
+        }) => {
+            instances::list(
+                &client().await?,
+                job.as_deref(),
+                biz_date.as_deref(),
+                state.as_deref(),
+                json,
+            )
+            .await
+        }
+        Command::Instance(InstanceCommand::Get { id }) => {
+            instances::get(&client().await?, &id, json).await
+        }
+        Command::Instance(InstanceCommand::Logs { id }) => {
+            instances::logs(&client().await?, &id, json).await
+        }
+        Command::Tail(TailCommand::Results { job }) => {
+            instances::tail_results(&client().await?, job.as_deref()).await
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The command line, as DESIGN.md §3 fixes it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// ax: a distributed task scheduler on NATS JetStream.
+#[derive(Parser, Debug)]
+#[command(name = "ax", version, about)]
+pub struct Cli {
+    /// NATS server URL (default: the URL `ax up` recorded in ./.ax, else nats://127.0.0.1:4222).
+    #[arg(long, global = true, env = "AX_NATS_URL")]
+    pub nats: Option<String>,
+    /// Print one JSON document on stdout instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Subject prefix.
+    #[arg(long, global = true, default_value = "ax", env = "AX_PREFIX")]
+    pub prefix: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a local cluster: a nats-server child (or --nats URL), every actor and a worker.
+    Up(UpArgs),
+    /// Run the actors of some roles against a NATS server.
+    Node(NodeArgs),
+    /// Manage jobs.
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// Inspect instances.
+    #[command(subcommand)]
+    Instance(InstanceCommand),
+    /// Follow a public subject.
+    #[command(subcommand)]
+    Tail(TailCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Where the NATS store, the worker's outbox and the recorded URL live.
+    #[arg(long, default_value = ".ax")]
+    pub data_dir: PathBuf,
+    /// Port of the embedded nats-server (4222, or a free port when 4222 is taken).
+    #[arg(long, conflicts_with = "nats")]
+    pub nats_port: Option<u16>,
+    /// Job files or directories to apply once the cluster is up.
+    #[arg(long = "jobs", value_name = "FILE|DIR")]
+    pub jobs: Vec<PathBuf>,
+    /// Concurrent attempts of the local worker.
+    #[arg(long, default_value_t = 4)]
+    pub slots: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// Comma-separated roles: scheduler, dag, router, worker, reporter (or all).
+    #[arg(long)]
+    pub roles: Option<String>,
+    /// Node config (TOML); flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Worker tags.
+    #[arg(long, value_delimiter = ',')]
+    pub tags: Option<Vec<String>>,
+    /// Worker slots (concurrent attempts).
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Node and worker id.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Where the worker keeps its outbox.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Replicas of streams and buckets (3 on a NATS cluster).
+    #[arg(long)]
+    pub replicas: Option<usize>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum JobCommand {
+    /// Validate job files and apply them.
+    Apply {
+        /// A YAML file or a directory of them (repeatable).
+        #[arg(short = 'f', long = "file", required = true, value_name = "FILE|DIR")]
+        files: Vec<PathBuf>,
+    },
+    /// List jobs.
+    List,
+    /// Print a job's definition (YAML; JSON with --json).
+    Get { name: String },
+    /// Delete a job.
+    Delete { name: String },
+    /// Stop firing a job on its cron.
+    Pause { name: String },
+    /// Fire a paused job again.
+    Resume { name: String },
+    /// Run one instance now.
+    Trigger {
+        name: String,
+        /// Business date, YYYY-MM-DD (today in the job's zone by default).
+        #[arg(long)]
+        biz_date: Option<String>,
+        /// A param, `key=value` (repeatable; overrides the job's).
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum InstanceCommand {
+    /// List instances, oldest first.
+    List {
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long)]
+        biz_date: Option<String>,
+        /// running, success, failed, waiting_retry or cancelled.
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Print one instance.
+    Get { id: String },
+    /// Print the stdout and stderr tails of an instance's last attempt.
+    Logs { id: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TailCommand {
+    /// Results as they arrive, one JSON line each.
+    Results {
+        #[arg(long)]
+        job: Option<String>,
+    },
+}

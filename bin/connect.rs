@@ -1,0 +1,43 @@
+//! Which NATS server a command talks to, and connecting to it.
+//!
+//! `--nats` and `AX_NATS_URL` win; otherwise the URL that `ax up` recorded in `./.ax/nats.url`
+//! (so commands run from the folder of a local cluster find it even on a non-default port);
+//! otherwise `nats://127.0.0.1:4222`.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use ax_bus::client::{AxClient, ConnectConfig};
+
+/// The file in a data dir that records the cluster's URL.
+pub const URL_FILE: &str = "nats.url";
+const DEFAULT_URL: &str = "nats://127.0.0.1:4222";
+
+/// The URL to use, and where it came from (for error messages).
+pub fn resolve_url(flag: Option<&str>) -> (String, String) {
+    if let Some(url) = flag {
+        return (url.to_string(), "--nats / AX_NATS_URL".to_string());
+    }
+    let recorded = Path::new(".ax").join(URL_FILE);
+    if let Ok(text) = std::fs::read_to_string(&recorded) {
+        let url = text.trim();
+        if !url.is_empty() {
+            return (
+                url.to_string(),
+                format!("recorded in {}", recorded.display()),
+            );
+        }
+    }
+    (DEFAULT_URL.to_string(), "default".to_string())
+}
+
+/// Connects a CLI command.
+pub async fn connect(flag: Option<&str>, prefix: &str) -> Result<AxClient> {
+    let (url, origin) = resolve_url(flag);
+    let mut config = ConnectConfig::new(&url, "ax-cli");
+    config.prefix = prefix.to_string();
+    AxClient::connect(&config)
+        .await
+        .with_context(|| format!("NATS URL {url} ({origin})"))
+}

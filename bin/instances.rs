@@ -1,0 +1,142 @@
+//! `ax instance ...` and `ax tail results`.
+
+use anyhow::{anyhow, Result};
+use futures::StreamExt;
+
+use ax_bus::messages::ResultMessage;
+use ax_bus::{codec, AxClient, InstanceRecord, State};
+
+use crate::table;
+
+pub async fn list(
+    client: &AxClient,
+    job: Option<&str>,
+    biz_date: Option<&str>,
+    state: Option<&str>,
+    json: bool,
+) -> Result<()> {
+    let state: Option<State> = state
+        .map(str::parse)
+        .transpose()
+        .map_err(|e: String| anyhow!(e))?;
+    if let Some(job) = job {
+        if !ax_bus::spec::is_valid_job_name(job) {
+            return Err(anyhow!(
+                "--job `{job}` is not a job name ([a-z0-9_-]{{1,64}})"
+            ));
+        }
+    }
+    let records: Vec<InstanceRecord> = client
+        .instances(job)
+        .await?
+        .into_iter()
+        .filter(|r| biz_date.is_none_or(|d| r.biz_date == d))
+        .filter(|r| state.is_none_or(|s| r.state == s))
+        .collect();
+    if json {
+        return table::json(&records);
+    }
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                r.instance_id.clone(),
+                r.biz_date.clone(),
+                r.attempt.to_string(),
+                r.state.to_string(),
+                r.tag.to_string(),
+                r.worker.clone().unwrap_or_else(|| "-".into()),
+                table::time(r.finished_at),
+                table::short(&r.message, 48),
+            ]
+        })
+        .collect();
+    table::print(
+        &[
+            "INSTANCE", "BIZ DATE", "ATTEMPT", "STATE", "TAG", "WORKER", "FINISHED", "MESSAGE",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+async fn fetch(client: &AxClient, id: &str) -> Result<InstanceRecord> {
+    client
+        .instance(id)
+        .await?
+        .map(|(r, _)| r)
+        .ok_or_else(|| anyhow!("no instance `{id}`"))
+}
+
+pub async fn get(client: &AxClient, id: &str, json: bool) -> Result<()> {
+    let record = fetch(client, id).await?;
+    if json {
+        return table::json(&record);
+    }
+    let fields = [
+        ("instance_id", record.instance_id.clone()),
+        ("trace_id", record.trace_id.clone()),
+        ("job", record.job.clone()),
+        ("biz_date", record.biz_date.clone()),
+        ("attempt", record.attempt.to_string()),
+        ("state", record.state.to_string()),
+        ("tag", record.tag.to_string()),
+        ("expected_time", table::time(Some(record.expected_time))),
+        ("created_at", table::time(Some(record.created_at))),
+        ("started_at", table::time(record.started_at)),
+        ("finished_at", table::time(record.finished_at)),
+        ("next_attempt_at", table::time(record.next_attempt_at)),
+        (
+            "worker",
+            record.worker.clone().unwrap_or_else(|| "-".into()),
+        ),
+        (
+            "exit_code",
+            record.exit_code.map_or("-".into(), |c| c.to_string()),
+        ),
+        ("message", record.message.clone()),
+        ("output", record.output.to_string()),
+        ("params", serde_json::to_string(&record.params)?),
+    ];
+    for (name, value) in fields {
+        println!("{name:<16}{value}");
+    }
+    Ok(())
+}
+
+pub async fn logs(client: &AxClient, id: &str, json: bool) -> Result<()> {
+    let record = fetch(client, id).await?;
+    if json {
+        return table::json(&serde_json::json!({
+            "instance_id": record.instance_id,
+            "trace_id": record.trace_id,
+            "attempt": record.attempt,
+            "stdout": record.stdout_tail,
+            "stderr": record.stderr_tail,
+        }));
+    }
+    println!(
+        "== {} attempt {} ({}) stdout ==",
+        record.instance_id, record.attempt, record.trace_id
+    );
+    print!("{}", record.stdout_tail);
+    println!("== stderr ==");
+    print!("{}", record.stderr_tail);
+    Ok(())
+}
+
+/// Prints each result as one JSON line, as it arrives, until interrupted.
+pub async fn tail_results(client: &AxClient, job: Option<&str>) -> Result<()> {
+    let subject = match job {
+        Some(job) => client.subjects().result(job),
+        None => client.subjects().result_all(),
+    };
+    let mut results = client.nats.subscribe(subject).await?;
+    while let Some(message) = results.next().await {
+        match codec::decode::<ResultMessage>(&message.payload) {
+            Ok(result) => println!("{}", serde_json::to_string(&result)?),
+            Err(e) => eprintln!("{}: undecodable result: {e}", message.subject),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! `ax job ...`: apply, list, get, delete, pause, resume, trigger.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use ax_actors::fire_schedule::FireSchedule;
+use ax_bus::messages::{commands, ApplyRequest, ControlReply, JobNameRequest, TriggerRequest};
+use ax_bus::spec::yaml::{self, LocatedError, LocatedJob};
+use ax_bus::spec::{self, JobDocument};
+use ax_bus::AxClient;
+
+use crate::table;
+
+/// How long a command waits for a Scheduler's answer.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The YAML files named by `paths` (directories give their `*.yaml` / `*.yml`, sorted).
+fn job_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Vec<LocatedError>> {
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        let error = |reason: String| LocatedError {
+            file: path.display().to_string(),
+            line: None,
+            field: None,
+            reason,
+        };
+        if path.is_dir() {
+            match std::fs::read_dir(path) {
+                Ok(entries) => {
+                    let mut found: Vec<PathBuf> = entries
+                        .filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|p| {
+                            p.is_file()
+                                && matches!(
+                                    p.extension().and_then(|e| e.to_str()),
+                                    Some("yaml" | "yml")
+                                )
+                        })
+                        .collect();
+                    found.sort();
+                    if found.is_empty() {
+                        errors.push(error("no .yaml or .yml file in this directory".into()));
+                    }
+                    files.extend(found);
+                }
+                Err(e) => errors.push(error(format!("cannot read directory: {e}"))),
+            }
+        } else {
+            files.push(path.clone());
+        }
+    }
+    if errors.is_empty() {
+        Ok(files)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Reads and validates every job in `paths`: all problems, each `file:line: field: reason`.
+pub fn load(paths: &[PathBuf]) -> Result<Vec<LocatedJob>, Vec<LocatedError>> {
+    let files = job_files(paths)?;
+    let mut jobs = Vec::new();
+    let mut errors = Vec::new();
+    for file in &files {
+        let name = file.display().to_string();
+        match std::fs::read_to_string(file) {
+            Ok(text) => match yaml::parse_str(&name, &text) {
+                Ok(found) if found.is_empty() => errors.push(LocatedError {
+                    file: name,
+                    line: None,
+                    field: None,
+                    reason: "no job document in this file".into(),
+                }),
+                Ok(found) => jobs.extend(found),
+                Err(e) => errors.push(e),
+            },
+            Err(e) => errors.push(LocatedError {
+                file: name,
+                line: None,
+                field: None,
+                reason: format!("cannot read: {e}"),
+            }),
+        }
+    }
+    let mut first_seen: HashMap<String, (String, u64)> = HashMap::new();
+    for job in &jobs {
+        for e in spec::validate(&job.doc) {
+            errors.push(job.locate(e));
+        }
+        let name = job.doc.job.name.clone();
+        if let Some((file, line)) = first_seen.get(&name) {
+            errors.push(LocatedError {
+                file: job.file.clone(),
+                line: Some(job.line_of("job.name")),
+                field: Some("job.name".into()),
+                reason: format!("`{name}` is defined twice in this apply (first at {file}:{line})"),
+            });
+        } else {
+            first_seen.insert(name, (job.file.clone(), job.line_of("job.name")));
+        }
+    }
+    if errors.is_empty() {
+        Ok(jobs)
+    } else {
+        Err(errors)
+    }
+}
+
+fn refused(reply: ControlReply) -> Result<ControlReply> {
+    if reply.ok {
+        return Ok(reply);
+    }
+    for error in &reply.errors {
+        eprintln!("{error}");
+    }
+    bail!(
+        "refused by the scheduler ({} problem(s))",
+        reply.errors.len()
+    )
+}
+
+/// [`load`], printing every problem on stderr: the error says how many, and nothing is applied.
+pub fn load_or_report(paths: &[PathBuf]) -> Result<Vec<LocatedJob>> {
+    load(paths).map_err(|errors| {
+        for error in &errors {
+            eprintln!("{error}");
+        }
+        anyhow!("{} problem(s); nothing applied", errors.len())
+    })
+}
+
+/// Publishes validated jobs and prints what changed.
+pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Result<()> {
+    let request = ApplyRequest {
+        jobs: jobs.into_iter().map(|j| j.doc).collect(),
+    };
+    let reply = refused(
+        client
+            .control(commands::APPLY, &request, CONTROL_TIMEOUT)
+            .await?,
+    )?;
+    if json {
+        return table::json(&reply.changes);
+    }
+    let rows: Vec<Vec<String>> = reply
+        .changes
+        .iter()
+        .map(|c| vec![c.name.clone(), format!("{:?}", c.change).to_lowercase()])
+        .collect();
+    table::print(&["JOB", "CHANGE"], &rows);
+    Ok(())
+}
+
+pub async fn list(client: &AxClient, json: bool) -> Result<()> {
+    let jobs = client.jobs().await?;
+    if json {
+        let docs: Vec<serde_json::Value> = jobs
+            .iter()
+            .map(|j| {
+                serde_json::json!({
+                    "name": j.spec.name,
+                    "paused": j.paused,
+                    "updated_at": j.updated_at,
+                    "next_fire": next_fire(&j.spec, j.paused),
+                    "spec": j.spec,
+                })
+            })
+            .collect();
+        return table::json(&docs);
+    }
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.spec.name.clone(),
+                j.spec.cron.clone().unwrap_or_else(|| "-".into()),
+                j.spec.timezone.clone(),
+                j.spec.exec.kind.clone(),
+                if j.paused { "yes" } else { "no" }.into(),
+                table::time(next_fire(&j.spec, j.paused)),
+            ]
+        })
+        .collect();
+    table::print(
+        &["JOB", "CRON", "TIMEZONE", "EXEC", "PAUSED", "NEXT FIRE"],
+        &rows,
+    );
+    Ok(())
+}
+
+fn next_fire(spec: &spec::JobSpec, paused: bool) -> Option<chrono::DateTime<chrono::Utc>> {
+    if paused {
+        return None;
+    }
+    FireSchedule::new(spec.cron.as_deref()?, &spec.timezone)
+        .ok()?
+        .next_after(ax_bus::time::now())
+}
+
+pub async fn get(client: &AxClient, name: &str, json: bool) -> Result<()> {
+    let (record, _) = client
+        .job(name)
+        .await?
+        .ok_or_else(|| anyhow!("no job named `{name}`"))?;
+    let doc = JobDocument {
+        version: spec::VERSION.into(),
+        job: record.spec,
+    };
+    if json {
+        return table::json(&doc);
+    }
+    if record.paused {
+        println!("# paused");
+    }
+    print!(
+        "{}",
+        serde_saphyr::to_string(&doc).context("cannot print the job as YAML")?
+    );
+    Ok(())
+}
+
+pub async fn command(client: &AxClient, command: &str, name: &str, json: bool) -> Result<()> {
+    let reply = refused(
+        client
+            .control(
+                command,
+                &JobNameRequest { name: name.into() },
+                CONTROL_TIMEOUT,
+            )
+            .await?,
+    )?;
+    if json {
+        return table::json(&serde_json::json!({ "job": name, "message": reply.message }));
+    }
+    println!("{}", reply.message);
+    Ok(())
+}
+
+pub async fn trigger(
+    client: &AxClient,
+    name: &str,
+    biz_date: Option<String>,
+    params: &[String],
+    json: bool,
+) -> Result<()> {
+    let mut parsed = BTreeMap::new();
+    for param in params {
+        let (key, value) = param
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--param `{param}`: expected KEY=VALUE"))?;
+        parsed.insert(
+            key.to_string(),
+            serde_json::Value::String(value.to_string()),
+        );
+    }
+    let request = TriggerRequest {
+        name: name.into(),
+        biz_date,
+        params: parsed,
+    };
+    let reply = refused(
+        client
+            .control(commands::TRIGGER, &request, CONTROL_TIMEOUT)
+            .await?,
+    )?;
+    let id = reply.instance_id.unwrap_or_default();
+    if json {
+        return table::json(&serde_json::json!({ "instance_id": id, "message": reply.message }));
+    }
+    println!("{id} ({})", reply.message);
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! `ax node`: the actors of some roles, against an existing NATS server.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use ax_actors::clock::SystemClock;
+use ax_actors::node::{parse_roles, Node, NodeConfig};
+use ax_actors::worker::WorkerConfig;
+use ax_bus::client::{AxClient, ConnectConfig};
+
+use crate::args::NodeArgs;
+use crate::{connect, node_config, shutdown};
+
+fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn default_id() -> String {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "node".into());
+    let cleaned: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    if cleaned.is_empty() {
+        "node".into()
+    } else {
+        cleaned
+    }
+}
+
+pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> Result<()> {
+    let file = match &args.config {
+        Some(path) => node_config::read(path)?,
+        None => node_config::FileConfig::default(),
+    };
+    let roles_text = match (&args.roles, &file.node.roles) {
+        (Some(flag), _) => flag.clone(),
+        (None, Some(list)) => list.join(","),
+        (None, None) => bail!("--roles is required (or `roles` in the [node] section of --config)"),
+    };
+    let roles = parse_roles(&roles_text).map_err(|e| anyhow!("--roles: {e}"))?;
+    let id = args
+        .id
+        .clone()
+        .or(file.node.id.clone())
+        .unwrap_or_else(default_id);
+    if !valid_id(&id) {
+        bail!("--id `{id}`: must match [A-Za-z0-9_-]{{1,64}}");
+    }
+    let url_flag = nats_flag.map(str::to_string).or(file.node.nats.clone());
+    let (url, origin) = connect::resolve_url(url_flag.as_deref());
+    let mut config = ConnectConfig::new(&url, format!("ax-node-{id}"));
+    config.prefix = file
+        .node
+        .prefix
+        .clone()
+        .unwrap_or_else(|| prefix_flag.to_string());
+    config.replicas = args.replicas.or(file.node.replicas).unwrap_or(1);
+    let client = AxClient::connect(&config)
+        .await
+        .with_context(|| format!("NATS URL {url} ({origin})"))?;
+    let data_dir = args
+        .data_dir
+        .clone()
+        .or(file.node.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(".ax").join(&id));
+    let worker = WorkerConfig {
+        id: id.clone(),
+        slots: args.slots.or(file.worker.slots).unwrap_or(4).max(1),
+        tags: args
+            .tags
+            .clone()
+            .or(file.worker.tags.clone())
+            .unwrap_or_default(),
+        data_dir,
+    };
+    let node = Node::start(
+        client,
+        NodeConfig {
+            name: id.clone(),
+            roles: roles.clone(),
+            worker,
+        },
+        Arc::new(SystemClock),
+    )?;
+    let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+    eprintln!("ax node {id} running {} on {url}", names.join(","));
+    shutdown::wait().await;
+    node.stop();
+    Ok(())
+}

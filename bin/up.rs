@@ -1,0 +1,89 @@
+//! `ax up`: a whole cluster on this machine — a nats-server child (unless `--nats URL`), every
+//! actor, and a worker — with the given job files applied. Ctrl-C or SIGTERM stops everything;
+//! the nats-server child also dies with this process if it is killed outright.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use ax_actors::clock::SystemClock;
+use ax_actors::node::{parse_roles, Node, NodeConfig};
+use ax_actors::worker::WorkerConfig;
+use ax_bus::client::{AxClient, ConnectConfig};
+use ax_bus::local_server::{self, LocalServer, ServerOptions};
+
+use crate::args::UpArgs;
+use crate::connect::URL_FILE;
+use crate::{jobs, shutdown};
+
+const DEFAULT_PORT: u16 = 4222;
+
+pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<()> {
+    // Job files are checked before anything starts.
+    let job_files = if args.jobs.is_empty() {
+        Vec::new()
+    } else {
+        jobs::load_or_report(&args.jobs)?
+    };
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    let data_dir = args.data_dir.canonicalize()?;
+    let mut server = None;
+    let url = match nats_flag {
+        Some(url) => url.to_string(),
+        None => {
+            let binary = local_server::find_binary()?;
+            let port = match args.nats_port {
+                Some(port) => port,
+                None if local_server::port_in_use(DEFAULT_PORT) => {
+                    let port = local_server::free_port()?;
+                    eprintln!(
+                        "port {DEFAULT_PORT} is taken; the embedded nats-server uses port {port}"
+                    );
+                    port
+                }
+                None => DEFAULT_PORT,
+            };
+            let started = LocalServer::start(ServerOptions {
+                binary,
+                port: Some(port),
+                store_dir: data_dir.join("nats"),
+                log_file: None,
+                extra_args: Vec::new(),
+            })?;
+            let url = started.url.clone();
+            server = Some(started);
+            url
+        }
+    };
+    let url_file = data_dir.join(URL_FILE);
+    std::fs::write(&url_file, format!("{url}\n"))
+        .with_context(|| format!("cannot record the URL in {}", url_file.display()))?;
+    let mut config = ConnectConfig::new(&url, "ax-up");
+    config.prefix = prefix.to_string();
+    let client = AxClient::connect(&config).await?;
+    let node = Node::start(
+        client.clone(),
+        NodeConfig {
+            name: "local".into(),
+            roles: parse_roles("all").map_err(anyhow::Error::msg)?,
+            worker: WorkerConfig {
+                id: "local".into(),
+                slots: args.slots.max(1),
+                tags: Vec::new(),
+                data_dir: data_dir.join("worker"),
+            },
+        },
+        Arc::new(SystemClock),
+    )?;
+    eprintln!("ax is up: NATS {url} (recorded in {})", url_file.display());
+    if !job_files.is_empty() {
+        jobs::apply(&client, job_files, false).await?;
+    }
+    eprintln!("Ctrl-C stops everything");
+    shutdown::wait().await;
+    node.stop();
+    drop(server);
+    let _ = std::fs::remove_file(&url_file);
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! What every integration test needs: its own nats-server (free port, temporary store, stopped
+//! on drop), `ax` processes that die with the test, and waiting on conditions with deadlines
+//! rather than bare sleeps.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ax_bus::client::{AxClient, ConnectConfig};
+use ax_bus::local_server::{find_binary, LocalServer, ServerOptions};
+use ax_bus::InstanceRecord;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// A nats-server of the test's own.
+pub struct TestNats {
+    pub server: LocalServer,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestNats {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let server = LocalServer::start(ServerOptions {
+            binary: find_binary().expect("nats-server (run scripts/install-nats-server)"),
+            port: None,
+            store_dir: dir.path().join("store"),
+            log_file: None,
+            extra_args: Vec::new(),
+        })
+        .expect("nats-server starts");
+        Self { server, dir }
+    }
+
+    pub fn url(&self) -> String {
+        self.server.url.clone()
+    }
+
+    pub async fn client(&self) -> AxClient {
+        AxClient::connect(&ConnectConfig::new(self.url(), "ax-test"))
+            .await
+            .expect("connect to the test server")
+    }
+
+    /// A fresh directory inside the test's temp dir.
+    pub fn path(&self, name: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("create test dir");
+        path
+    }
+}
+
+/// The `ax` binary under test.
+pub fn ax_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_ax")
+}
+
+/// Runs an `ax` command to its end.
+pub fn ax(nats: &str, args: &[&str]) -> Output {
+    ax_in(nats, args, None)
+}
+
+/// Runs an `ax` command in `dir`.
+pub fn ax_in(nats: &str, args: &[&str], dir: Option<&Path>) -> Output {
+    let mut command = Command::new(ax_binary());
+    command
+        .args(args)
+        .env("AX_NATS_URL", nats)
+        .env_remove("RUST_LOG");
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    command.output().expect("run ax")
+}
+
+/// Stdout as text.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A long-running `ax` process (node, up, tail), killed when dropped.
+pub struct AxProcess {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl AxProcess {
+    /// Starts `ax <args>` with `AX_NATS_URL` set (when given) and its stderr in `log`.
+    pub fn spawn(nats: Option<&str>, args: &[&str], dir: &Path, log: &Path) -> Self {
+        let mut command = Command::new(ax_binary());
+        command
+            .args(args)
+            .current_dir(dir)
+            .env_remove("AX_NATS_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("log file"));
+        if let Some(nats) = nats {
+            command.env("AX_NATS_URL", nats);
+        }
+        // SAFETY: one prctl call, async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
+        Self {
+            child: command.spawn().expect("spawn ax"),
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// `ax node` with the given roles and extra arguments.
+    pub fn node(nats: &TestNats, name: &str, roles: &str, extra: &[&str]) -> Self {
+        let dir = nats.path(name);
+        let data = dir.join("data");
+        let mut args = vec![
+            "node",
+            "--roles",
+            roles,
+            "--id",
+            name,
+            "--data-dir",
+            data.to_str().expect("utf-8 path"),
+        ];
+        args.extend_from_slice(extra);
+        Self::spawn(Some(&nats.url()), &args, &dir, &dir.join("node.log"))
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait (up to `timeout`) for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let _ = kill(self.pid(), Signal::SIGTERM);
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// The process's log so far (for assertion messages).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Lines of stdout, read on a thread and sent through a channel.
+    pub fn stdout_lines(&mut self) -> std::sync::mpsc::Receiver<String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = self.child.stdout.take().expect("piped stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    }
+}
+
+impl Drop for AxProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing the test after `timeout` with `what`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The job's instance records.
+pub async fn instances(client: &AxClient, job: &str) -> Vec<InstanceRecord> {
+    client.instances(Some(job)).await.expect("list instances")
+}
+
+/// Writes a job file in `dir` and returns its path.
+pub fn job_file(dir: &Path, name: &str, yaml: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).expect("write job file");
+    path
+}
+
+/// Whether a process runs (a zombie counts as gone).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// Pids of processes whose command line contains `needle`.
+pub fn pids_with(needle: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if text.contains(needle) && alive(pid) {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}

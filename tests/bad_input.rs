@@ -1,0 +1,271 @@
+//! Bad input: every broken job file is refused locally with `file:line: field: reason` and
+//! nothing is published; a malformed message sent straight to the control subject is answered
+//! with an alert and never takes a Scheduler down.
+
+mod support;
+
+use std::time::Duration;
+
+use ax_bus::messages::Alert;
+use ax_bus::{codec, codec::JSON};
+use futures::StreamExt;
+use support::*;
+
+const GOOD: &str = "version: v1
+job:
+  name: good
+  cron: \"0 2 * * *\"
+  timezone: Asia/Shanghai
+  exec:
+    type: shell
+    command: echo ok
+";
+
+/// (file contents, the line, the field and a word the reason must hold)
+fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
+    vec![
+        (
+            "malformed yaml",
+            "version: v1\njob:\n  name: [unclosed\n".to_string(),
+            3,
+            "",
+            "",
+        ),
+        (
+            "unknown field",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  colour: red\n",
+            ),
+            9,
+            "",
+            "colour",
+        ),
+        (
+            "bad cron",
+            GOOD.replace("0 2 * * *", "61 2 * * *"),
+            4,
+            "job.cron",
+            "61",
+        ),
+        (
+            "unknown time zone",
+            GOOD.replace("Asia/Shanghai", "Mars/Olympus"),
+            5,
+            "job.timezone",
+            "Mars/Olympus",
+        ),
+        (
+            "unknown executor",
+            GOOD.replace("type: shell", "type: cobol"),
+            7,
+            "job.exec.type",
+            "cobol",
+        ),
+        (
+            "bad name",
+            GOOD.replace("name: good", "name: Bad_Name"),
+            3,
+            "job.name",
+            "[a-z0-9_-]",
+        ),
+        (
+            "long name",
+            GOOD.replace("name: good", &format!("name: {}", "a".repeat(65))),
+            3,
+            "job.name",
+            "[a-z0-9_-]",
+        ),
+        (
+            "zero timeout",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  timeout: 0\n",
+            ),
+            9,
+            "job.timeout",
+            "at least",
+        ),
+        (
+            "negative timeout",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  timeout: -5\n",
+            ),
+            9,
+            "",
+            "",
+        ),
+        (
+            "unknown placeholder",
+            GOOD.replace("echo ok", "echo {{nope}}"),
+            8,
+            "job.exec.command",
+            "nope",
+        ),
+        (
+            "wrong version",
+            GOOD.replace("version: v1", "version: v2"),
+            1,
+            "version",
+            "v2",
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let dir = nats.path("jobs");
+    for (what, text, line, field, word) in cases() {
+        let file = job_file(&dir, "job.yaml", &text);
+        let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+        assert!(!out.status.success(), "{what}: apply succeeded");
+        let err = stderr(&out);
+        let first = err.lines().next().unwrap_or_default();
+        let place = format!("{}:{line}: ", file.display());
+        assert!(
+            first.starts_with(&place),
+            "{what}: `{first}` does not start with `{place}`"
+        );
+        assert!(
+            first.contains(field),
+            "{what}: `{first}` does not name {field}"
+        );
+        assert!(
+            first.contains(word),
+            "{what}: `{first}` does not say `{word}`"
+        );
+        assert!(
+            err.lines().last().unwrap().contains("nothing applied"),
+            "{what}: {err}"
+        );
+    }
+
+    // The same job twice in one apply (two files), and twice in one file.
+    let a = job_file(&dir, "a.yaml", GOOD);
+    let b = job_file(&dir, "b.yaml", &GOOD.replace("echo ok", "echo other"));
+    let out = ax(
+        &nats.url(),
+        &[
+            "job",
+            "apply",
+            "-f",
+            a.to_str().unwrap(),
+            "-f",
+            b.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(&format!(
+            "{}:3: job.name: `good` is defined twice",
+            b.display()
+        )),
+        "{err}"
+    );
+    let twice = job_file(&dir, "twice.yaml", &format!("{GOOD}---\n{GOOD}"));
+    let out = ax(
+        &nats.url(),
+        &["job", "apply", "-f", twice.to_str().unwrap()],
+    );
+    assert!(
+        stderr(&out).contains(&format!("{}:12: job.name", twice.display())),
+        "{}",
+        stderr(&out)
+    );
+
+    // A directory with one good and one broken file applies nothing.
+    let mixed = nats.path("mixed");
+    job_file(&mixed, "1-good.yaml", GOOD);
+    job_file(
+        &mixed,
+        "2-bad.yaml",
+        &GOOD
+            .replace("name: good", "name: other")
+            .replace("0 2", "99 2"),
+    );
+    let out = ax(
+        &nats.url(),
+        &["job", "apply", "-f", mixed.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+
+    // Nothing reached the control stream or the registry.
+    let mut control = client.js.get_stream("AX_CONTROL").await.unwrap();
+    assert_eq!(control.info().await.unwrap().state.messages, 0);
+    assert!(client.jobs().await.unwrap().is_empty());
+
+    // A file that does not exist is one clear line too.
+    let out = ax(
+        &nats.url(),
+        &["job", "apply", "-f", "/nonexistent/jobs.yaml"],
+    );
+    assert!(
+        stderr(&out).starts_with("/nonexistent/jobs.yaml: cannot read"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_control_messages_raise_alerts_and_change_nothing() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut alerts = client.nats.subscribe("ax.alert.control").await.unwrap();
+    let node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+
+    let mut json_headers = async_nats::HeaderMap::new();
+    json_headers.insert(codec::CONTENT_TYPE, JSON);
+    let sends: Vec<(&str, async_nats::HeaderMap, &[u8])> = vec![
+        ("ax.control.apply", codec::msgpack_headers(), b"\xc1 not msgpack"),
+        ("ax.control.apply", json_headers.clone(), br#"{"jobs": [{"version": "v1"}]}"#),
+        (
+            "ax.control.apply",
+            json_headers.clone(),
+            br#"{"jobs": [{"version": "v1", "job": {"name": "x y", "exec": {"type": "shell", "command": "true"}}}]}"#,
+        ),
+        ("ax.control.launch", json_headers.clone(), b"{}"),
+        ("ax.control.trigger", json_headers.clone(), br#"{"name": "nope"}"#),
+    ];
+    for (subject, headers, payload) in sends {
+        client
+            .js
+            .publish_with_headers(subject, headers, payload.to_vec().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let message = tokio::time::timeout(Duration::from_secs(10), alerts.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no alert for a bad message on {subject}\n{}",
+                    node.log_text()
+                )
+            })
+            .unwrap();
+        let alert: Alert = codec::decode(&message.payload).unwrap();
+        assert_eq!(alert.subject.as_deref(), Some(subject));
+    }
+    assert!(client.jobs().await.unwrap().is_empty());
+
+    // The Scheduler is still there and applies a good job. JSON is accepted on control subjects.
+    let good = br#"{"jobs": [{"version": "v1", "job": {"name": "fine", "exec": {"type": "shell", "command": "true"}}}]}"#;
+    client
+        .js
+        .publish_with_headers("ax.control.apply", json_headers, good.to_vec().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "the good job after bad ones",
+        || async { client.job("fine").await.unwrap().map(|_| ()) },
+    )
+    .await;
+    assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
+}

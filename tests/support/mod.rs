@@ -96,7 +96,19 @@ pub struct AxProcess {
 impl AxProcess {
     /// Starts `ax <args>` with `AX_NATS_URL` set (when given) and its stderr in `log`.
     pub fn spawn(nats: Option<&str>, args: &[&str], dir: &Path, log: &Path) -> Self {
+        Self::spawn_with_env(nats, args, dir, log, &[])
+    }
+
+    /// [`AxProcess::spawn`] with extra environment variables.
+    pub fn spawn_with_env(
+        nats: Option<&str>,
+        args: &[&str],
+        dir: &Path,
+        log: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut command = Command::new(ax_binary());
+        command.envs(env.iter().copied());
         command
             .args(args)
             .current_dir(dir)

@@ -76,6 +76,13 @@ pub async fn run(spec: &ProcessSpec) -> ProcessEnd {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // The direct child dies with the worker thread even on SIGKILL of the worker.
+    // SAFETY: set_pdeathsig is a single prctl call, async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
     if let Some(dir) = &spec.workdir {
         command.current_dir(dir);
     }

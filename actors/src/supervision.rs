@@ -19,6 +19,9 @@ use actix::prelude::*;
 use dashmap::DashMap;
 use futures::FutureExt;
 
+/// How long an actor whose pump ended waits before it restarts.
+pub const RESTART_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Panics and restarts of one actor kind.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -105,6 +108,7 @@ where
             }
         }
         counters.pump_exits.fetch_add(1, Ordering::Relaxed);
-        ctx.stop();
+        // A pause before the restart: when NATS is away, re-subscribing at once would spin.
+        ctx.run_later(RESTART_PAUSE, |_act, ctx| ctx.stop());
     }));
 }

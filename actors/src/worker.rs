@@ -63,6 +63,8 @@ pub struct WorkerSupervisor {
     running: Arc<AtomicU32>,
     in_flight: Arc<DashSet<String>>,
     started_at: chrono::DateTime<chrono::Utc>,
+    /// True until the dispatch pump first starts in this process.
+    first_start: bool,
 }
 
 impl WorkerSupervisor {
@@ -76,6 +78,7 @@ impl WorkerSupervisor {
             running: Arc::default(),
             in_flight: Arc::default(),
             started_at: ax_bus::time::now(),
+            first_start: true,
         }
     }
 
@@ -118,11 +121,12 @@ impl Actor for WorkerSupervisor {
             running: self.running.clone(),
             in_flight: self.in_flight.clone(),
         };
+        let reclaim = std::mem::replace(&mut self.first_start, false);
         spawn_pump(
             ACTOR,
             "dispatch",
             ctx,
-            take_dispatches(attempts, self.slots.clone()),
+            take_dispatches(attempts, self.slots.clone(), reclaim),
         );
         tracing::info!(worker = %self.config.id, slots = self.config.slots, "worker started");
     }
@@ -164,7 +168,14 @@ struct Attempts {
     in_flight: Arc<DashSet<String>>,
 }
 
-async fn take_dispatches(attempts: Attempts, slots: Arc<Semaphore>) -> Result<(), ActorError> {
+/// Takes dispatches. With `reclaim` (the first start of this worker process), the consumer is
+/// first deleted: dispatches a previous process of this worker received and never finished are
+/// then delivered again at once instead of after their ack wait. (One process per worker id.)
+async fn take_dispatches(
+    attempts: Attempts,
+    slots: Arc<Semaphore>,
+    reclaim: bool,
+) -> Result<(), ActorError> {
     let client = &attempts.client;
     let id = &attempts.config.id;
     let spec = ConsumerSpec {
@@ -174,6 +185,9 @@ async fn take_dispatches(attempts: Attempts, slots: Arc<Semaphore>) -> Result<()
         ack_wait: DISPATCH_ACK_WAIT,
         max_ack_pending: i64::from(attempts.config.slots.max(1)) * 2,
     };
+    if reclaim {
+        reclaim_dispatches(client, &spec).await?;
+    }
     let scratch = attempts.config.data_dir.join("scratch");
     std::fs::create_dir_all(&scratch)?;
     let mut messages =
@@ -195,6 +209,29 @@ async fn take_dispatches(attempts: Attempts, slots: Arc<Semaphore>) -> Result<()
         });
     }
     Ok(())
+}
+
+async fn reclaim_dispatches(client: &AxClient, spec: &ConsumerSpec) -> Result<(), ActorError> {
+    let stream = client
+        .js
+        .get_stream(&spec.stream)
+        .await
+        .map_err(|e| ActorError::Nats(format!("open stream {}: {e}", spec.stream)))?;
+    let pending = match stream.consumer_info(&spec.durable).await {
+        Ok(info) => info.num_ack_pending,
+        Err(_) => return Ok(()),
+    };
+    if pending > 0 {
+        tracing::warn!(
+            dispatches = pending,
+            "taking back dispatches a previous process of this worker left unfinished"
+        );
+    }
+    stream
+        .delete_consumer(&spec.durable)
+        .await
+        .map(|_| ())
+        .map_err(|e| ActorError::Nats(format!("reset consumer {}: {e}", spec.durable)))
 }
 
 impl Attempts {

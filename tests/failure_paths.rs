@@ -1,0 +1,290 @@
+//! Failure paths of the skeleton: a worker killed mid-attempt, NATS restarted under load, a
+//! dispatch delivered twice, failed attempts retried with backoff, a Scheduler restarted.
+
+mod support;
+
+use std::time::Duration;
+
+use ax_bus::messages::WorkItem;
+use ax_bus::{State, Tag};
+use support::*;
+
+fn lines_with(path: &std::path::Path, needle: &str) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .count()
+}
+
+async fn apply(nats: &TestNats, name: &str, yaml: &str) {
+    let file = job_file(&nats.path("jobs"), &format!("{name}.yaml"), yaml);
+    let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "apply {name}: {}", stderr(&out));
+}
+
+fn trigger(nats: &TestNats, job: &str) -> String {
+    let out = ax(&nats.url(), &["job", "trigger", job]);
+    assert!(out.status.success(), "trigger {job}: {}", stderr(&out));
+    stdout(&out).split_whitespace().next().unwrap().to_string()
+}
+
+async fn final_record(
+    client: &ax_bus::AxClient,
+    id: &str,
+    within: Duration,
+) -> ax_bus::InstanceRecord {
+    wait_for(within, &format!("{id} to end"), || async {
+        client
+            .instance(id)
+            .await
+            .unwrap()
+            .map(|(r, _)| r)
+            .filter(|r| r.state.is_final())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_attempt_runs_it_again_when_it_restarts() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let mut worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    let ledger = nats.path("jobs").join("ledger");
+    apply(
+        &nats,
+        "slow",
+        &format!(
+            "version: v1\njob:\n  name: slow\n  exec:\n    type: shell\n    command: 'echo start >> {l}; sleep 2; echo end >> {l}'\n",
+            l = ledger.display()
+        ),
+    )
+    .await;
+    let id = trigger(&nats, "slow");
+    wait_for(Duration::from_secs(15), "the attempt to start", || async {
+        (lines_with(&ledger, "start") == 1).then_some(())
+    })
+    .await;
+    worker.kill9();
+    let _worker_again = AxProcess::node(&nats, "w1", "worker", &[]);
+    let record = final_record(&client, &id, Duration::from_secs(20)).await;
+    assert_eq!(record.state, State::Success, "{}", record.message);
+    assert_eq!(record.attempt, 1, "the same attempt, run again");
+    assert_eq!(lines_with(&ledger, "start"), 2);
+    assert_eq!(
+        lines_with(&ledger, "end"),
+        1,
+        "the killed run did not go on"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_restart_loses_no_fire_and_no_result() {
+    let mut nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply(
+        &nats,
+        "beat",
+        "version: v1\njob:\n  name: beat\n  cron: \"* * * * * *\"\n  exec:\n    type: shell\n    command: 'sleep 0.5'\n",
+    )
+    .await;
+    wait_for(
+        Duration::from_secs(20),
+        "beats before the outage",
+        || async {
+            let n = instances(&client, "beat")
+                .await
+                .iter()
+                .filter(|r| r.state == State::Success)
+                .count();
+            (n >= 2).then_some(())
+        },
+    )
+    .await;
+    let before_outage = ax_bus::time::now();
+    nats.server.stop();
+    std::thread::sleep(Duration::from_secs(3));
+    nats.server
+        .restart()
+        .expect("nats-server restarts on its store");
+    let client = nats.client().await;
+    let after_outage = ax_bus::time::now();
+    wait_for(
+        Duration::from_secs(40),
+        "beats after the outage",
+        || async {
+            let done = instances(&client, "beat")
+                .await
+                .into_iter()
+                .filter(|r| r.state == State::Success && r.expected_time > after_outage)
+                .count();
+            (done >= 3).then_some(())
+        },
+    )
+    .await;
+    // Every second from the first beat on has exactly one instance, the outage included, and
+    // each one that was due before the restart ended.
+    let records = instances(&client, "beat").await;
+    for pair in records.windows(2) {
+        assert_eq!(
+            pair[1].expected_time - pair[0].expected_time,
+            chrono::Duration::seconds(1),
+            "gap around {}\n{}",
+            pair[0].instance_id,
+            node.log_text()
+        );
+    }
+    wait_for(
+        Duration::from_secs(30),
+        "every beat of the outage to finish",
+        || async {
+            let records = instances(&client, "beat").await;
+            records
+                .iter()
+                .filter(|r| r.expected_time <= after_outage && r.expected_time >= before_outage)
+                .all(|r| r.state == State::Success)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_delivered_twice_runs_once() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let ledger = nats.path("jobs").join("ledger");
+    apply(
+        &nats,
+        "once",
+        &format!(
+            "version: v1\njob:\n  name: once\n  exec:\n    type: shell\n    command: 'echo ran >> {}'\n",
+            ledger.display()
+        ),
+    )
+    .await;
+    let id = trigger(&nats, "once");
+    let record = final_record(&client, &id, Duration::from_secs(15)).await;
+    let (job, _) = client.job("once").await.unwrap().unwrap();
+    let work = WorkItem {
+        instance_id: record.instance_id.clone(),
+        trace_id: record.trace_id.clone(),
+        attempt: record.attempt,
+        biz_date: record.biz_date.clone(),
+        expected_time: record.expected_time,
+        params: record.params.clone(),
+        spec: job.spec,
+        worker: Some("n1".into()),
+    };
+    // The same dispatch again, under a new message id so JetStream does not drop it.
+    client
+        .js
+        .send_publish(
+            "ax.internal.dispatch.n1",
+            async_nats::jetstream::message::PublishMessage::build()
+                .headers(ax_bus::codec::msgpack_headers())
+                .message_id("a-second-delivery")
+                .payload(ax_bus::codec::encode(&work).unwrap()),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "the duplicate to be consumed",
+        || async {
+            let mut stream = client.js.get_stream("AX_DISPATCH").await.unwrap();
+            (stream.info().await.unwrap().state.messages == 0).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(lines_with(&ledger, "ran"), 1, "the attempt ran twice");
+    let after = client.instance(&id).await.unwrap().unwrap().0;
+    assert_eq!(after, record, "the record changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempts_are_retried_with_doubling_backoff() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let ledger = nats.path("jobs").join("ledger");
+    apply(
+        &nats,
+        "flaky",
+        &format!(
+            "version: v1\njob:\n  name: flaky\n  exec:\n    type: shell\n    command: 'echo \"$AX_ATTEMPT $(date +%s.%N)\" >> {}; [ \"$AX_ATTEMPT\" -ge 3 ]'\n  retry: {{ times: 3, interval: 1 }}\n",
+            ledger.display()
+        ),
+    )
+    .await;
+    let id = trigger(&nats, "flaky");
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (record.state, record.attempt),
+        (State::Success, 3),
+        "{}",
+        record.message
+    );
+    let starts: Vec<f64> = std::fs::read_to_string(&ledger)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(starts.len(), 3);
+    // interval 1 s, doubled: the second attempt >= 1 s after the first, the third >= 2 s later.
+    assert!(starts[1] - starts[0] >= 1.0, "{starts:?}");
+    assert!(starts[2] - starts[1] >= 2.0, "{starts:?}");
+    assert!(starts[2] - starts[1] < 6.0, "{starts:?}");
+
+    apply(
+        &nats,
+        "hopeless",
+        "version: v1\njob:\n  name: hopeless\n  exec:\n    type: shell\n    command: 'exit 3'\n  retry: { times: 1, interval: 1 }\n",
+    )
+    .await;
+    let id = trigger(&nats, "hopeless");
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (record.state, record.tag, record.attempt),
+        (State::Failed, Tag::ExitCode, 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_scheduler_reloads_the_registry_and_fires_again() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut scheduler = AxProcess::node(&nats, "s1", "scheduler", &[]);
+    let _rest = AxProcess::node(&nats, "w", "dag,router,worker", &[]);
+    apply(
+        &nats,
+        "tick",
+        "version: v1\njob:\n  name: tick\n  cron: \"* * * * * *\"\n  exec:\n    type: shell\n    command: 'true'\n",
+    )
+    .await;
+    wait_for(Duration::from_secs(20), "ticks", || async {
+        (instances(&client, "tick").await.len() >= 2).then_some(())
+    })
+    .await;
+    scheduler.kill9();
+    let _scheduler = AxProcess::node(&nats, "s1", "scheduler", &[]);
+    let restarted = ax_bus::time::now();
+    wait_for(
+        Duration::from_secs(20),
+        "ticks after the restart",
+        || async {
+            let later = instances(&client, "tick")
+                .await
+                .into_iter()
+                .filter(|r| r.expected_time > restarted && r.state == State::Success)
+                .count();
+            (later >= 2).then_some(())
+        },
+    )
+    .await;
+}

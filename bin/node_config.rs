@@ -56,7 +56,7 @@ pub fn read(path: &Path) -> Result<FileConfig> {
     toml::from_str(&text).map_err(|e| {
         let line = e
             .span()
-            .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
         let place = match line {
             Some(line) => format!("{}:{line}", path.display()),
             None => path.display().to_string(),

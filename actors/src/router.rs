@@ -49,11 +49,7 @@ impl WorkerView {
 
     fn can_run(&self, work: &WorkItem) -> bool {
         self.last_seen.elapsed() < WORKER_TTL
-            && self
-                .info
-                .executors
-                .iter()
-                .any(|e| *e == work.spec.exec.kind)
+            && self.info.executors.contains(&work.spec.exec.kind)
             && work.spec.tags.iter().all(|t| self.info.tags.contains(t))
     }
 }

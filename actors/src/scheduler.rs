@@ -288,7 +288,7 @@ pub async fn run_retry(
         .update_instance(instance_id, |r| r.retried(from_trace, &new_trace))
         .await?
     {
-        Updated::Written(record, _) => record,
+        Updated::Written(record, _) => *record,
         Updated::Refused(_) | Updated::Missing => return Ok(()),
     };
     let Some((job, _)) = client.job(&record.job).await? else {

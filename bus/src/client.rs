@@ -85,7 +85,7 @@ fn nats_err(operation: impl Into<String>) -> impl FnOnce(String) -> ClientError 
 #[derive(Debug)]
 pub enum Updated {
     /// Written; the new record and its revision.
-    Written(InstanceRecord, u64),
+    Written(Box<InstanceRecord>, u64),
     /// The transition rules refused it (stale or repeated).
     Refused(TransitionRefused),
     /// There is no such instance.
@@ -273,7 +273,7 @@ impl AxClient {
                 .update(id, codec::encode(&next)?, revision)
                 .await
             {
-                Ok(revision) => return Ok(Updated::Written(next, revision)),
+                Ok(revision) => return Ok(Updated::Written(Box::new(next), revision)),
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
                 Err(e) => return Err(nats_err(format!("update instance {id}"))(e.to_string())),
             }

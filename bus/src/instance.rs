@@ -98,10 +98,6 @@ pub enum Tag {
     Timeout,
     /// The executor could not start the work.
     SpawnFailed,
-    /// The dispatch could not be understood by the worker.
-    BadDispatch,
-    /// Cancelled by an operator.
-    ByUser,
     /// The job was deleted while the instance waited.
     JobDeleted,
     /// A tag written by a newer ax.
@@ -122,8 +118,6 @@ impl Tag {
             Tag::Killed => "killed",
             Tag::Timeout => "timeout",
             Tag::SpawnFailed => "spawn_failed",
-            Tag::BadDispatch => "bad_dispatch",
-            Tag::ByUser => "by_user",
             Tag::JobDeleted => "job_deleted",
             Tag::Other => "other",
         }

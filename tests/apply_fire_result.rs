@@ -176,37 +176,11 @@ async fn list_get_pause_resume_trigger_and_delete() {
         .success());
 
     // A manual trigger runs one instance now, with the given date and params.
-    let triggered = ax(
-        &nats.url(),
-        &[
-            "job",
-            "trigger",
-            "hello",
-            "--biz-date",
-            "2024-01-01",
-            "--param",
-            "who=there",
-        ],
+    let id = trigger(
+        &nats,
+        &["hello", "--biz-date", "2024-01-01", "--param", "who=there"],
     );
-    assert!(triggered.status.success(), "{}", stderr(&triggered));
-    let id = stdout(&triggered)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
-    let record = wait_for(
-        Duration::from_secs(15),
-        "the triggered instance",
-        || async {
-            client
-                .instance(&id)
-                .await
-                .unwrap()
-                .map(|(r, _)| r)
-                .filter(|r| r.state.is_final())
-        },
-    )
-    .await;
+    let record = final_record(&client, &id, Duration::from_secs(15)).await;
     assert_eq!(record.state, State::Success);
     assert_eq!(record.biz_date, "2024-01-01");
     assert!(

@@ -17,34 +17,6 @@ fn lines_with(path: &std::path::Path, needle: &str) -> usize {
         .count()
 }
 
-async fn apply(nats: &TestNats, name: &str, yaml: &str) {
-    let file = job_file(&nats.path("jobs"), &format!("{name}.yaml"), yaml);
-    let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
-    assert!(out.status.success(), "apply {name}: {}", stderr(&out));
-}
-
-fn trigger(nats: &TestNats, job: &str) -> String {
-    let out = ax(&nats.url(), &["job", "trigger", job]);
-    assert!(out.status.success(), "trigger {job}: {}", stderr(&out));
-    stdout(&out).split_whitespace().next().unwrap().to_string()
-}
-
-async fn final_record(
-    client: &ax_bus::AxClient,
-    id: &str,
-    within: Duration,
-) -> ax_bus::InstanceRecord {
-    wait_for(within, &format!("{id} to end"), || async {
-        client
-            .instance(id)
-            .await
-            .unwrap()
-            .map(|(r, _)| r)
-            .filter(|r| r.state.is_final())
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_attempt_runs_it_again_when_it_restarts() {
     let nats = TestNats::start();
@@ -52,7 +24,7 @@ async fn a_worker_killed_mid_attempt_runs_it_again_when_it_restarts() {
     let _control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
     let mut worker = AxProcess::node(&nats, "w1", "worker", &[]);
     let ledger = nats.path("jobs").join("ledger");
-    apply(
+    apply_job(
         &nats,
         "slow",
         &format!(
@@ -61,7 +33,7 @@ async fn a_worker_killed_mid_attempt_runs_it_again_when_it_restarts() {
         ),
     )
     .await;
-    let id = trigger(&nats, "slow");
+    let id = trigger(&nats, &["slow"]);
     wait_for(Duration::from_secs(15), "the attempt to start", || async {
         (lines_with(&ledger, "start") == 1).then_some(())
     })
@@ -84,7 +56,7 @@ async fn a_nats_restart_loses_no_fire_and_no_result() {
     let mut nats = TestNats::start();
     let client = nats.client().await;
     let node = AxProcess::node(&nats, "n1", "all", &[]);
-    apply(
+    apply_job(
         &nats,
         "beat",
         "version: v1\njob:\n  name: beat\n  cron: \"* * * * * *\"\n  exec:\n    type: shell\n    command: 'sleep 0.5'\n",
@@ -157,7 +129,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
     let client = nats.client().await;
     let _node = AxProcess::node(&nats, "n1", "all", &[]);
     let ledger = nats.path("jobs").join("ledger");
-    apply(
+    apply_job(
         &nats,
         "once",
         &format!(
@@ -166,7 +138,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
         ),
     )
     .await;
-    let id = trigger(&nats, "once");
+    let id = trigger(&nats, &["once"]);
     let record = final_record(&client, &id, Duration::from_secs(15)).await;
     let (job, _) = client.job("once").await.unwrap().unwrap();
     let work = WorkItem {
@@ -213,7 +185,7 @@ async fn failed_attempts_are_retried_with_doubling_backoff() {
     let client = nats.client().await;
     let _node = AxProcess::node(&nats, "n1", "all", &[]);
     let ledger = nats.path("jobs").join("ledger");
-    apply(
+    apply_job(
         &nats,
         "flaky",
         &format!(
@@ -222,7 +194,7 @@ async fn failed_attempts_are_retried_with_doubling_backoff() {
         ),
     )
     .await;
-    let id = trigger(&nats, "flaky");
+    let id = trigger(&nats, &["flaky"]);
     let record = final_record(&client, &id, Duration::from_secs(30)).await;
     assert_eq!(
         (record.state, record.attempt),
@@ -241,13 +213,13 @@ async fn failed_attempts_are_retried_with_doubling_backoff() {
     assert!(starts[2] - starts[1] >= 2.0, "{starts:?}");
     assert!(starts[2] - starts[1] < 6.0, "{starts:?}");
 
-    apply(
+    apply_job(
         &nats,
         "hopeless",
         "version: v1\njob:\n  name: hopeless\n  exec:\n    type: shell\n    command: 'exit 3'\n  retry: { times: 1, interval: 1 }\n",
     )
     .await;
-    let id = trigger(&nats, "hopeless");
+    let id = trigger(&nats, &["hopeless"]);
     let record = final_record(&client, &id, Duration::from_secs(30)).await;
     assert_eq!(
         (record.state, record.tag, record.attempt),
@@ -261,7 +233,7 @@ async fn a_restarted_scheduler_reloads_the_registry_and_fires_again() {
     let client = nats.client().await;
     let mut scheduler = AxProcess::node(&nats, "s1", "scheduler", &[]);
     let _rest = AxProcess::node(&nats, "w", "dag,router,worker", &[]);
-    apply(
+    apply_job(
         &nats,
         "tick",
         "version: v1\njob:\n  name: tick\n  cron: \"* * * * * *\"\n  exec:\n    type: shell\n    command: 'true'\n",

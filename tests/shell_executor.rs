@@ -98,18 +98,8 @@ job:
         "' \" \\ $HOME *".to_string(),
     ] {
         let param = format!("x={evil}");
-        let out = ax(&nats.url(), &["job", "trigger", "echo", "--param", &param]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let id = stdout(&out).split_whitespace().next().unwrap().to_string();
-        let record = wait_for(Duration::from_secs(15), "the echo instance", || async {
-            client
-                .instance(&id)
-                .await
-                .unwrap()
-                .map(|(r, _)| r)
-                .filter(|r| r.state.is_final())
-        })
-        .await;
+        let id = trigger(&nats, &["echo", "--param", &param]);
+        let record = final_record(&client, &id, Duration::from_secs(15)).await;
         assert_eq!(record.state, State::Success, "{}", record.stderr_tail);
         assert_eq!(record.stdout_tail, format!("[{evil}][{evil}][{evil}]"));
         assert!(!marker.exists(), "`{evil}` was executed");
@@ -132,17 +122,8 @@ async fn a_failing_command_ends_failed_with_its_exit_code() {
             .status
             .success()
     );
-    let out = ax(&nats.url(), &["job", "trigger", "fail"]);
-    let id = stdout(&out).split_whitespace().next().unwrap().to_string();
-    let record = wait_for(Duration::from_secs(15), "the failing instance", || async {
-        client
-            .instance(&id)
-            .await
-            .unwrap()
-            .map(|(r, _)| r)
-            .filter(|r| r.state.is_final())
-    })
-    .await;
+    let id = trigger(&nats, &["fail"]);
+    let record = final_record(&client, &id, Duration::from_secs(15)).await;
     assert_eq!(
         (record.state, record.tag, record.exit_code),
         (State::Failed, Tag::ExitCode, Some(7))

@@ -1,14 +1,24 @@
 //! Durable pull consumers, the way every actor reads its work: explicit acks, unlimited
 //! redelivery (a message is never dropped for having been tried often; poison messages are
-//! terminated explicitly by their handler), batches pulled ahead.
+//! terminated explicitly by their handler), batches pulled ahead, and a source message
+//! acknowledged only once what it caused is stored.
 
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+use async_nats::jetstream::{
+    self,
+    consumer::{pull, AckPolicy, DeliverPolicy},
+    context::PublishAckFuture,
+    AckKind,
+};
+use serde::de::DeserializeOwned;
 
-use ax_bus::AxClient;
+use ax_bus::{codec, AxClient};
 
-use crate::ActorError;
+use crate::{publish, ActorError};
+
+/// How soon a message whose hand-off failed is delivered again.
+const REDELIVER_AFTER: Duration = Duration::from_millis(500);
 
 /// A durable consumer to open.
 #[derive(Clone, Debug)]
@@ -58,4 +68,48 @@ pub async fn messages(
         .messages()
         .await
         .map_err(|e| err("pull from", e.to_string()))
+}
+
+/// Decodes a message's payload. One that does not decode would fail the same way on every
+/// redelivery: it is reported on `ax.alert.<kind>`, terminated, and `None` is returned.
+pub async fn decode_or_drop<T: DeserializeOwned>(
+    client: &AxClient,
+    node: &str,
+    kind: &str,
+    message: &jetstream::Message,
+) -> Option<T> {
+    match codec::decode(&message.payload) {
+        Ok(value) => Some(value),
+        Err(e) => {
+            publish::alert(
+                client,
+                node,
+                kind,
+                format!("undecodable message dropped: {e}"),
+                Some(message.subject.to_string()),
+            )
+            .await;
+            let _ = message.ack_with(AckKind::Term).await;
+            None
+        }
+    }
+}
+
+/// Settles a batch of hand-offs: each source message whose onward publish JetStream stored is
+/// acknowledged, the others are redelivered shortly. Returns the items handed off.
+pub async fn settle<T>(pending: Vec<(jetstream::Message, PublishAckFuture, T)>) -> Vec<T> {
+    let mut handed_off = Vec::with_capacity(pending.len());
+    for (message, ack, item) in pending {
+        match ack.await {
+            Ok(_) => {
+                let _ = message.ack().await;
+                handed_off.push(item);
+            }
+            Err(e) => {
+                tracing::warn!(subject = %message.subject, error = %e, "hand-off not stored; redelivering");
+                let _ = message.ack_with(AckKind::Nak(Some(REDELIVER_AFTER))).await;
+            }
+        }
+    }
+    handed_off
 }

@@ -10,11 +10,10 @@
 use std::time::Duration;
 
 use actix::prelude::*;
-use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 
 use ax_bus::messages::WorkItem;
-use ax_bus::{codec, AxClient};
+use ax_bus::AxClient;
 
 use crate::consume::{self, ConsumerSpec};
 use crate::supervision::{note_restart, spawn_pump};
@@ -72,20 +71,10 @@ async fn release(client: AxClient, node: String) -> Result<(), ActorError> {
         for message in batch {
             let message =
                 message.map_err(|e| ActorError::Nats(format!("created consumer: {e}")))?;
-            let work: WorkItem = match codec::decode(&message.payload) {
-                Ok(work) => work,
-                Err(e) => {
-                    publish::alert(
-                        &client,
-                        &node,
-                        "flow",
-                        format!("undecodable created message dropped: {e}"),
-                        Some(message.subject.to_string()),
-                    )
-                    .await;
-                    let _ = message.ack_with(AckKind::Term).await;
-                    continue;
-                }
+            let Some(work) =
+                consume::decode_or_drop::<WorkItem>(&client, &node, "flow", &message).await
+            else {
+                continue;
             };
             let ack = publish::to_stream(
                 &client,
@@ -94,21 +83,9 @@ async fn release(client: AxClient, node: String) -> Result<(), ActorError> {
                 &work,
             )
             .await?;
-            pending.push((message, ack));
+            pending.push((message, ack, ()));
         }
-        for (message, ack) in pending {
-            match ack.await {
-                Ok(_) => {
-                    let _ = message.ack().await;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "ready hand-off not stored; redelivering");
-                    let _ = message
-                        .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
-                        .await;
-                }
-            }
-        }
+        consume::settle(pending).await;
     }
     Ok(())
 }

@@ -176,20 +176,10 @@ async fn route(client: AxClient, node: String, workers: Workers) -> Result<(), A
         let mut pending = Vec::with_capacity(batch.len());
         for message in batch {
             let message = message.map_err(|e| ActorError::Nats(format!("ready consumer: {e}")))?;
-            let mut work: WorkItem = match codec::decode(&message.payload) {
-                Ok(work) => work,
-                Err(e) => {
-                    publish::alert(
-                        &client,
-                        &node,
-                        "flow",
-                        format!("undecodable ready message dropped: {e}"),
-                        Some(message.subject.to_string()),
-                    )
-                    .await;
-                    let _ = message.ack_with(AckKind::Term).await;
-                    continue;
-                }
+            let Some(mut work) =
+                consume::decode_or_drop::<WorkItem>(&client, &node, "flow", &message).await
+            else {
+                continue;
             };
             let Some(worker) = pick(&workers, &work) else {
                 let first_time = message.info().map(|i| i.delivered == 1).unwrap_or(true);
@@ -209,21 +199,7 @@ async fn route(client: AxClient, node: String, workers: Workers) -> Result<(), A
             .await?;
             pending.push((message, ack, work));
         }
-        let mut routed = Vec::with_capacity(pending.len());
-        for (message, ack, work) in pending {
-            match ack.await {
-                Ok(_) => {
-                    let _ = message.ack().await;
-                    routed.push(work);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "dispatch not stored; redelivering");
-                    let _ = message
-                        .ack_with(AckKind::Nak(Some(Duration::from_millis(500))))
-                        .await;
-                }
-            }
-        }
+        let routed = consume::settle(pending).await;
         futures::stream::iter(routed)
             .for_each_concurrent(32, |work| {
                 let client = client.clone();

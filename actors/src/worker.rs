@@ -183,7 +183,7 @@ async fn take_dispatches(
         durable: format!("worker-{id}"),
         filter: client.subjects().dispatch(id),
         ack_wait: DISPATCH_ACK_WAIT,
-        max_ack_pending: i64::from(attempts.config.slots.max(1)) * 2,
+        max_ack_pending: i64::from(attempts.config.slots.max(1)),
     };
     if reclaim {
         reclaim_dispatches(client, &spec).await?;
@@ -238,20 +238,10 @@ impl Attempts {
     async fn run(&self, message: jetstream::Message, scratch: &std::path::Path) {
         let client = &self.client;
         let me = self.config.id.as_str();
-        let work: WorkItem = match codec::decode(&message.payload) {
-            Ok(work) => work,
-            Err(e) => {
-                publish::alert(
-                    client,
-                    me,
-                    "dispatch",
-                    format!("undecodable dispatch dropped: {e}"),
-                    Some(message.subject.to_string()),
-                )
-                .await;
-                let _ = message.ack_with(AckKind::Term).await;
-                return;
-            }
+        let Some(work) =
+            consume::decode_or_drop::<WorkItem>(client, me, "dispatch", &message).await
+        else {
+            return;
         };
         let trace = work.trace_id.clone();
         if self.reporter.has_pending(&trace) {

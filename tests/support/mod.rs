@@ -257,3 +257,39 @@ pub fn pids_with(needle: &str) -> Vec<i32> {
     }
     pids
 }
+
+/// Writes a job file and applies it with the CLI.
+pub async fn apply_job(nats: &TestNats, name: &str, yaml: &str) {
+    let file = job_file(&nats.path("jobs"), &format!("{name}.yaml"), yaml);
+    let out = ax(
+        &nats.url(),
+        &["job", "apply", "-f", file.to_str().expect("utf-8 path")],
+    );
+    assert!(out.status.success(), "apply {name}: {}", stderr(&out));
+}
+
+/// `ax job trigger <args>`; returns the instance id it printed.
+pub fn trigger(nats: &TestNats, args: &[&str]) -> String {
+    let mut full = vec!["job", "trigger"];
+    full.extend_from_slice(args);
+    let out = ax(&nats.url(), &full);
+    assert!(out.status.success(), "trigger {args:?}: {}", stderr(&out));
+    stdout(&out)
+        .split_whitespace()
+        .next()
+        .expect("an instance id")
+        .to_string()
+}
+
+/// Waits for an instance to reach a final state and returns its record.
+pub async fn final_record(client: &AxClient, id: &str, within: Duration) -> InstanceRecord {
+    wait_for(within, &format!("{id} to end"), || async {
+        client
+            .instance(id)
+            .await
+            .expect("read instance")
+            .map(|(r, _)| r)
+            .filter(|r| r.state.is_final())
+    })
+    .await
+}

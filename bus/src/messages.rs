@@ -191,6 +191,10 @@ pub struct ResultMessage {
     pub exit_code: Option<i32>,
     /// When the next attempt is due (state `waiting_retry`).
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Last bytes of the attempt's stdout.
+    pub stdout_tail: String,
+    /// Last bytes of the attempt's stderr.
+    pub stderr_tail: String,
 }
 
 impl ResultMessage {
@@ -220,6 +224,8 @@ impl ResultMessage {
                 .map(|s| (end.finished_at - s).num_milliseconds()),
             exit_code: end.exit_code,
             next_attempt_at,
+            stdout_tail: end.stdout_tail.clone(),
+            stderr_tail: end.stderr_tail.clone(),
         }
     }
 }

@@ -96,7 +96,11 @@ async fn a_job_applied_from_yaml_fires_runs_and_reports() {
     let result: ResultMessage = codec::decode(&message.payload).unwrap();
     assert_eq!(result.state, State::Success);
     assert_eq!(result.job, "hello");
-    assert!(result.stdout_tail.starts_with("hi world "), "{:?}", result.stdout_tail);
+    assert!(
+        result.stdout_tail.starts_with("hi world "),
+        "{:?}",
+        result.stdout_tail
+    );
 
     // The CLI shows the same.
     let listed = ax(

@@ -150,6 +150,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
         params: record.params.clone(),
         spec: job.spec,
         worker: Some("n1".into()),
+        gate: None,
     };
     // The same dispatch again, under a new message id so JetStream does not drop it.
     client

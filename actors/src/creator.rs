@@ -91,6 +91,7 @@ impl NewInstance {
             params,
             spec: spec.clone(),
             worker: None,
+            gate: None,
         };
         Self { record, work }
     }

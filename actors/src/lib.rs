@@ -19,6 +19,7 @@ pub mod consume;
 pub mod control;
 pub mod creator;
 pub mod dag;
+pub mod dag_state;
 pub mod fire_schedule;
 pub mod node;
 pub mod outbox;

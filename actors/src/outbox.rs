@@ -232,6 +232,7 @@ mod tests {
                 params: Default::default(),
                 spec: spec.job,
                 worker: Some("w".into()),
+                gate: None,
             },
             end: AttemptEnd {
                 trace_id: trace.into(),

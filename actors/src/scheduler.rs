@@ -294,8 +294,9 @@ pub async fn run_retry(
     let Some((job, _)) = client.job(&record.job).await? else {
         let cancelled = client
             .update_instance(instance_id, |r| {
-                r.cancelled(
+                r.ended_early(
                     &new_trace,
+                    State::Cancelled,
                     Tag::JobDeleted,
                     "the job was deleted before its retry",
                 )
@@ -315,6 +316,7 @@ pub async fn run_retry(
         params: record.params.clone(),
         spec: job.spec,
         worker: None,
+        gate: None,
     };
     publish::to_stream_acked(
         client,

@@ -164,6 +164,7 @@ mod tests {
             params: doc.job.params.clone(),
             spec: doc.job,
             worker: None,
+            gate: None,
         }
     }
 

@@ -109,6 +109,14 @@ pub struct AxClient {
     pub claims: kv::Store,
     /// Worker heartbeats.
     pub workers: kv::Store,
+    /// Instances per business date and job.
+    pub deps: kv::Store,
+    /// Instances held for their dependencies.
+    pub waiting: kv::Store,
+    /// Each job's latest instance.
+    pub latest: kv::Store,
+    /// Leases.
+    pub leases: kv::Store,
 }
 
 const CAS_ATTEMPTS: usize = 16;
@@ -155,6 +163,10 @@ impl AxClient {
             instances: bucket(layout.instances_bucket()).await?,
             claims: bucket(layout.claims_bucket()).await?,
             workers: bucket(layout.workers_bucket()).await?,
+            deps: bucket(layout.deps_bucket()).await?,
+            waiting: bucket(layout.waiting_bucket()).await?,
+            latest: bucket(layout.latest_bucket()).await?,
+            leases: bucket(layout.leases_bucket()).await?,
             nats,
             js,
             layout,

@@ -100,6 +100,14 @@ pub enum Tag {
     SpawnFailed,
     /// The job was deleted while the instance waited.
     JobDeleted,
+    /// Waiting for its dependencies (or for the instance it is queued behind).
+    WaitingDeps,
+    /// An upstream instance for the same business date failed or was cancelled.
+    UpstreamFailed,
+    /// It waited for its dependencies longer than `deps_timeout`.
+    DepsTimeout,
+    /// A newer fire of the job cancelled it (`overlap: cancel_previous`).
+    Superseded,
     /// A tag written by a newer ax.
     #[serde(other)]
     Other,
@@ -119,6 +127,10 @@ impl Tag {
             Tag::Timeout => "timeout",
             Tag::SpawnFailed => "spawn_failed",
             Tag::JobDeleted => "job_deleted",
+            Tag::WaitingDeps => "waiting_deps",
+            Tag::UpstreamFailed => "upstream_failed",
+            Tag::DepsTimeout => "deps_timeout",
+            Tag::Superseded => "superseded",
             Tag::Other => "other",
         }
     }
@@ -136,8 +148,14 @@ impl fmt::Display for Tag {
 pub enum Trigger {
     /// A cron tick.
     Cron,
+    /// A cron tick missed while no Scheduler ran, caught up by the misfire policy.
+    CatchUp,
     /// `ax job trigger` or a trigger message.
     Manual,
+    /// An upstream instance appeared for a job that runs on its dependencies alone.
+    Deps,
+    /// `ax backfill`.
+    Backfill,
 }
 
 /// The record of one instance.
@@ -208,6 +226,9 @@ pub enum TransitionRefused {
     /// A worker already started the attempt; routing news is out of date.
     #[error("attempt already executing")]
     AlreadyStarted,
+    /// A re-run needs an instance that has ended.
+    #[error("the instance is still {0}; only an ended instance can be re-run")]
+    NotEnded(State),
 }
 
 /// How an attempt ended, as its worker saw it.
@@ -314,18 +335,72 @@ impl InstanceRecord {
         Ok(next)
     }
 
-    /// The current attempt is cancelled before it ends.
-    pub fn cancelled(
+    /// The current attempt waits for its dependencies.
+    pub fn waiting(&self, trace_id: &str, message: &str) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        if self.tag != Tag::Queued && self.tag != Tag::WaitingDeps {
+            return Err(TransitionRefused::AlreadyStarted);
+        }
+        let mut next = self.clone();
+        next.tag = Tag::WaitingDeps;
+        next.message = message.to_string();
+        Ok(next)
+    }
+
+    /// The current attempt's dependencies are met: on to the Router.
+    pub fn released(&self, trace_id: &str) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        if self.tag != Tag::Queued && self.tag != Tag::WaitingDeps {
+            return Err(TransitionRefused::AlreadyStarted);
+        }
+        let mut next = self.clone();
+        next.tag = Tag::Queued;
+        next.message = "dependencies met; queued".to_string();
+        Ok(next)
+    }
+
+    /// A manual re-run: a new attempt of an instance that has ended.
+    pub fn rerun(&self, new_trace: &str) -> Result<Self, TransitionRefused> {
+        if !self.state.is_final() {
+            return Err(TransitionRefused::NotEnded(self.state));
+        }
+        let mut next = self.clone();
+        next.trace_id = new_trace.to_string();
+        next.attempt += 1;
+        next.state = State::Running;
+        next.tag = Tag::Queued;
+        next.message = format!("re-run: attempt {} queued", next.attempt);
+        next.next_attempt_at = None;
+        next.started_at = None;
+        next.finished_at = None;
+        next.worker = None;
+        Ok(next)
+    }
+
+    /// The instance ends without its current attempt running to the end: `cancelled` (an
+    /// upstream failed, a newer fire superseded it, its job was deleted) or `failed` (it waited
+    /// for its dependencies too long).
+    pub fn ended_early(
         &self,
         trace_id: &str,
+        state: State,
         tag: Tag,
         message: &str,
     ) -> Result<Self, TransitionRefused> {
-        self.check_current(trace_id)?;
+        if self.trace_id != trace_id {
+            return Err(TransitionRefused::StaleAttempt {
+                reported: trace_id.to_string(),
+                current: self.trace_id.clone(),
+            });
+        }
+        if self.state.is_final() {
+            return Err(TransitionRefused::AlreadyEnded(self.state));
+        }
         let mut next = self.clone();
-        next.state = State::Cancelled;
+        next.state = state;
         next.tag = tag;
         next.message = message.to_string();
+        next.next_attempt_at = None;
         next.finished_at = Some(crate::time::now());
         Ok(next)
     }

@@ -31,6 +31,10 @@ pub mod commands {
     pub const RESUME: &str = "resume";
     /// Run one instance now.
     pub const TRIGGER: &str = "trigger";
+    /// Re-run instances.
+    pub const RERUN: &str = "rerun";
+    /// Create instances for past dates.
+    pub const BACKFILL: &str = "backfill";
 }
 
 /// `ax.control.apply`: create or update jobs, all or nothing.
@@ -98,6 +102,9 @@ pub struct ControlReply {
     /// trigger: the instance created.
     #[serde(default)]
     pub instance_id: Option<String>,
+    /// rerun and backfill: the plan, instance by instance.
+    #[serde(default)]
+    pub plan: Vec<PlanStep>,
     /// Detail for humans.
     #[serde(default)]
     pub message: String,
@@ -147,6 +154,20 @@ pub struct WorkItem {
     /// The worker it was dispatched to (set by the Router).
     #[serde(default)]
     pub worker: Option<String>,
+    /// An instance that must end before this one runs (`overlap: queue`, backfill order).
+    #[serde(default)]
+    pub gate: Option<Gate>,
+}
+
+/// An instance another one waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gate {
+    /// Its id.
+    pub instance_id: String,
+    /// Its job.
+    pub job: String,
+    /// Its business date.
+    pub biz_date: String,
 }
 
 impl WorkItem {
@@ -154,6 +175,146 @@ impl WorkItem {
     pub fn job(&self) -> &str {
         &self.spec.name
     }
+}
+
+/// What became of one cron tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TickOutcome {
+    /// An instance was created on time.
+    Fired,
+    /// A tick missed while no Scheduler ran, created late by the misfire policy.
+    CaughtUp,
+    /// No instance, on purpose (paused, misfire or overlap policy); `reason` says which.
+    Skipped,
+    /// Another Scheduler created the instance.
+    Deduplicated,
+}
+
+impl TickOutcome {
+    /// The outcome as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickOutcome::Fired => "fired",
+            TickOutcome::CaughtUp => "caught_up",
+            TickOutcome::Skipped => "skipped",
+            TickOutcome::Deduplicated => "deduplicated",
+        }
+    }
+}
+
+/// A tick's record on `ax.internal.tick.<job>` (`ax job history`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TickRecord {
+    /// The job.
+    pub job: String,
+    /// The tick (expected fire time).
+    pub tick: DateTime<Utc>,
+    /// What became of it.
+    pub outcome: TickOutcome,
+    /// The instance, when one exists.
+    pub instance_id: Option<String>,
+    /// Why, for skipped ticks.
+    pub reason: String,
+    /// The Scheduler that recorded it.
+    pub node: String,
+    /// When it was recorded.
+    pub at: DateTime<Utc>,
+}
+
+/// The instances of one job for one business date, as the DagCoordinator keeps them (bucket
+/// `ax_deps`, key `<YYYYMMDD>.<job>`): the latest attempt number and state of each.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DateInstances {
+    /// instance id → (attempt, state).
+    pub instances: BTreeMap<String, (u32, State)>,
+}
+
+/// An instance held by the DagCoordinator (bucket `ax_waiting`, key instance id).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// The attempt waiting.
+    pub work: WorkItem,
+    /// Since when.
+    pub since: DateTime<Utc>,
+}
+
+/// How `ax rerun` chooses instances.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerunRequest {
+    /// One instance…
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// …or every instance of a business date…
+    #[serde(default)]
+    pub biz_date: Option<String>,
+    /// …from this job and its downstream only.
+    #[serde(default)]
+    pub root: Option<String>,
+    /// Re-run only failed and cancelled instances.
+    #[serde(default)]
+    pub failed_only: bool,
+    /// Also re-run succeeded downstream instances.
+    #[serde(default)]
+    pub force_downstream: bool,
+    /// Only say what would happen.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Who asks (user@host).
+    #[serde(default)]
+    pub requested_by: String,
+}
+
+/// One line of a re-run plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanStep {
+    /// The instance.
+    pub instance_id: String,
+    /// Its job.
+    pub job: String,
+    /// Its business date.
+    pub biz_date: String,
+    /// Its state when planned.
+    pub state: State,
+    /// Whether it runs again.
+    pub will_run: bool,
+    /// Why (or why not).
+    pub why: String,
+}
+
+/// A re-run as recorded on `ax.audit.rerun`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RerunAudit {
+    /// What was asked.
+    pub request: RerunRequest,
+    /// What was planned (and done, unless a dry run).
+    pub plan: Vec<PlanStep>,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The Scheduler that carried it out.
+    pub node: String,
+}
+
+/// `ax backfill`: one instance per date, in date order, at most `parallel` at once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillRequest {
+    /// The job.
+    pub job: String,
+    /// First date (YYYY-MM-DD).
+    pub from: String,
+    /// Last date, included.
+    pub to: String,
+    /// Also create the instances of downstream jobs that run on a cron.
+    #[serde(default)]
+    pub with_downstream: bool,
+    /// Most instances running at once (1 when absent).
+    #[serde(default)]
+    pub parallel: Option<u32>,
+    /// Who asks.
+    #[serde(default)]
+    pub requested_by: String,
 }
 
 /// One finished attempt, published on `ax.result.<job>`.
@@ -226,6 +387,36 @@ impl ResultMessage {
             next_attempt_at,
             stdout_tail: end.stdout_tail.clone(),
             stderr_tail: end.stderr_tail.clone(),
+        }
+    }
+}
+
+impl ResultMessage {
+    /// The result of an instance that ended without its attempt running to the end
+    /// (cancelled, or failed waiting for dependencies), built from its record.
+    pub fn from_record(record: &InstanceRecord) -> Self {
+        let finished_at = record.finished_at.unwrap_or_else(crate::time::now);
+        Self {
+            instance_id: record.instance_id.clone(),
+            trace_id: record.trace_id.clone(),
+            job: record.job.clone(),
+            biz_date: record.biz_date.clone(),
+            attempt: record.attempt,
+            state: record.state,
+            tag: record.tag,
+            message: record.message.clone(),
+            output: record.output.clone(),
+            worker: record.worker.clone().unwrap_or_default(),
+            expected_time: record.expected_time,
+            started_at: record.started_at,
+            finished_at,
+            duration_ms: record
+                .started_at
+                .map(|s| (finished_at - s).num_milliseconds()),
+            exit_code: record.exit_code,
+            next_attempt_at: record.next_attempt_at,
+            stdout_tail: record.stdout_tail.clone(),
+            stderr_tail: record.stderr_tail.clone(),
         }
     }
 }

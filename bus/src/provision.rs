@@ -7,8 +7,13 @@
 //! - `<AX>_DISPATCH` (work queue, `ax.internal.dispatch.>`): one consumer per worker;
 //! - `<AX>_RESULTS` (limits, `ax.result.>`): every finished attempt, kept for a week, open to
 //!   business services' own consumers;
+//! - `<AX>_TICKS` (limits, `ax.internal.tick.>`, the last 1000 per job): what became of each
+//!   cron tick, for `ax job history` and the misfire policy;
+//! - `<AX>_AUDIT` (limits, `ax.audit.>`, 90 days): re-runs and backfills, who and how;
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
-//!   attempt that ran) and `<ax>_workers` (heartbeats).
+//!   attempt that ran), `<ax>_workers` (heartbeats), `<ax>_deps` (instances per business date
+//!   and job, 40 days), `<ax>_waiting` (instances held for their dependencies), `<ax>_latest`
+//!   (each job's latest instance) and `<ax>_leases` (which node leads what; entries expire).
 //!
 //! Message ids de-duplicate publishes within each stream's duplicate window; the buckets give
 //! create-if-absent and compare-and-swap, which is where uniqueness really comes from.
@@ -25,6 +30,14 @@ pub const RESULTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const CLAIMS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a worker heartbeat stays in the bucket (liveness itself is judged by the Router).
 pub const WORKERS_MAX_AGE: Duration = Duration::from_secs(120);
+/// How long tick records and DAG history are kept.
+pub const HISTORY_MAX_AGE: Duration = Duration::from_secs(40 * 24 * 3600);
+/// Tick records kept per job.
+pub const TICKS_PER_JOB: i64 = 1000;
+/// How long audit records are kept.
+pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
+/// How long a lease lives without renewal.
+pub const LEASE_TTL: Duration = Duration::from_secs(6);
 /// De-duplication window of the streams.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
@@ -99,6 +112,30 @@ impl Layout {
     pub fn workers_bucket(&self) -> String {
         self.bucket_name("workers")
     }
+    /// `AX_TICKS`.
+    pub fn ticks_stream(&self) -> String {
+        self.stream_name("TICKS")
+    }
+    /// `AX_AUDIT`.
+    pub fn audit_stream(&self) -> String {
+        self.stream_name("AUDIT")
+    }
+    /// `ax_deps`.
+    pub fn deps_bucket(&self) -> String {
+        self.bucket_name("deps")
+    }
+    /// `ax_waiting`.
+    pub fn waiting_bucket(&self) -> String {
+        self.bucket_name("waiting")
+    }
+    /// `ax_latest`.
+    pub fn latest_bucket(&self) -> String {
+        self.bucket_name("latest")
+    }
+    /// `ax_leases`.
+    pub fn leases_bucket(&self) -> String {
+        self.bucket_name("leases")
+    }
 
     /// Creates or updates every stream and bucket.
     pub async fn ensure(&self, js: &jetstream::Context) -> Result<(), ProvisionError> {
@@ -135,7 +172,25 @@ impl Layout {
             RESULTS_MAX_AGE,
         )
         .await?;
+        self.ensure_history_stream(
+            js,
+            self.ticks_stream(),
+            s.tick_all(),
+            HISTORY_MAX_AGE,
+            TICKS_PER_JOB,
+        )
+        .await?;
+        self.ensure_history_stream(js, self.audit_stream(), s.audit_all(), AUDIT_MAX_AGE, -1)
+            .await?;
         self.ensure_bucket(js, self.jobs_bucket(), 10, Duration::ZERO)
+            .await?;
+        self.ensure_bucket(js, self.deps_bucket(), 1, HISTORY_MAX_AGE)
+            .await?;
+        self.ensure_bucket(js, self.waiting_bucket(), 1, Duration::ZERO)
+            .await?;
+        self.ensure_bucket(js, self.latest_bucket(), 1, Duration::ZERO)
+            .await?;
+        self.ensure_bucket(js, self.leases_bucket(), 1, LEASE_TTL)
             .await?;
         self.ensure_bucket(js, self.instances_bucket(), 1, Duration::ZERO)
             .await?;
@@ -159,6 +214,34 @@ impl Layout {
             subjects,
             retention,
             max_age,
+            storage: stream::StorageType::File,
+            num_replicas: self.replicas,
+            duplicate_window: DUPLICATE_WINDOW,
+            allow_direct: true,
+            ..Default::default()
+        };
+        js.create_or_update_stream(config)
+            .await
+            .map(|_| ())
+            .map_err(|e| ProvisionError {
+                object: format!("stream {name}"),
+                reason: e.to_string(),
+            })
+    }
+
+    async fn ensure_history_stream(
+        &self,
+        js: &jetstream::Context,
+        name: String,
+        subject: String,
+        max_age: Duration,
+        per_subject: i64,
+    ) -> Result<(), ProvisionError> {
+        let config = stream::Config {
+            name: name.clone(),
+            subjects: vec![subject],
+            max_age,
+            max_messages_per_subject: per_subject,
             storage: stream::StorageType::File,
             num_replicas: self.replicas,
             duplicate_window: DUPLICATE_WINDOW,

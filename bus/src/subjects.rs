@@ -68,6 +68,31 @@ impl Subjects {
         format!("{}.alert.{kind}", self.prefix)
     }
 
+    /// `ax.audit.<kind>`: operator actions kept for the record (re-runs, backfills).
+    pub fn audit(&self, kind: &str) -> String {
+        format!("{}.audit.{kind}", self.prefix)
+    }
+
+    /// `ax.audit.>`.
+    pub fn audit_all(&self) -> String {
+        format!("{}.audit.>", self.prefix)
+    }
+
+    /// `ax.internal.tick.<job>`: what became of each cron tick.
+    pub fn tick(&self, job: &str) -> String {
+        format!("{}.internal.tick.{job}", self.prefix)
+    }
+
+    /// `ax.internal.tick.>`.
+    pub fn tick_all(&self) -> String {
+        format!("{}.internal.tick.>", self.prefix)
+    }
+
+    /// `ax.internal.cancel.<worker>`: stop an attempt running there (core NATS).
+    pub fn cancel(&self, worker: &str) -> String {
+        format!("{}.internal.cancel.{worker}", self.prefix)
+    }
+
     /// `ax.internal.created.<job>`: a Scheduler created an instance (to the DagCoordinator).
     pub fn created(&self, job: &str) -> String {
         format!("{}.internal.created.{job}", self.prefix)

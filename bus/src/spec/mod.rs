@@ -6,12 +6,14 @@
 //!   field (`job.cron`, `job.exec.command`, ...);
 //! - [`yaml`]: parsing files with line numbers, so each problem reads `file:line: field: reason`;
 //! - [`cron_expr`]: 5- and 6-field cron expressions with classic semantics;
-//! - [`template`]: `{{biz_date}}`-style placeholders and their safe substitution.
+//! - [`template`]: `{{biz_date}}`-style placeholders and their safe substitution;
+//! - [`graph`]: rules that need every job in view: unknown dependencies and cycles.
 //!
 //! Validation lives here, next to the type, so the CLI (before publishing) and the Scheduler
 //! (on receipt, for clients that skip the CLI) apply exactly the same rules.
 
 pub mod cron_expr;
+pub mod graph;
 pub mod template;
 pub mod yaml;
 
@@ -24,6 +26,10 @@ use serde::{Deserialize, Serialize};
 pub const VERSION: &str = "v1";
 /// Seconds an attempt may run when the spec sets no `timeout`.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// How far back missed fires are caught up when the spec sets no `catchup_window`.
+pub const DEFAULT_CATCHUP_WINDOW_SECS: u64 = 3600;
+/// The furthest a dependency may look back (the DagCoordinator keeps 40 days of history).
+pub const MAX_DEP_OFFSET_DAYS: i64 = 31;
 /// Executor types a worker of this version offers.
 pub const BUILTIN_EXECUTORS: &[&str] = &["shell"];
 const MAX_RETRY_TIMES: u32 = 100;
@@ -70,6 +76,50 @@ pub struct JobSpec {
     /// Queue the job's instances go through.
     #[serde(default)]
     pub priority: Priority,
+    /// Seconds an instance may wait for its dependencies before it fails (`deps_timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deps_timeout: Option<u64>,
+    /// What happens to fires missed while no Scheduler ran.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub misfire: Misfire,
+    /// Seconds back from now within which missed fires are caught up (3600 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catchup_window: Option<u64>,
+    /// What happens when a fire comes while the previous instance still runs.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub overlap: Overlap,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// What happens to cron fires missed while no Scheduler ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Misfire {
+    /// Record them as skipped.
+    Skip,
+    /// Run the latest one inside the catch-up window, skip the others.
+    #[default]
+    FireOnce,
+    /// Run every one inside the catch-up window, in order.
+    FireAll,
+}
+
+/// What happens when a fire comes while the job's previous instance still runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// Run both.
+    #[default]
+    Allow,
+    /// Do not create the new instance; record the tick as skipped.
+    Skip,
+    /// Create it, and run it once the previous one has ended.
+    Queue,
+    /// Cancel the previous one (killing it if it runs), then run the new one.
+    CancelPrevious,
 }
 
 fn default_timezone() -> String {
@@ -80,6 +130,11 @@ impl JobSpec {
     /// The timeout in seconds, defaulted.
     pub fn timeout_secs(&self) -> u64 {
         self.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS)
+    }
+
+    /// The catch-up window in seconds, defaulted.
+    pub fn catchup_window_secs(&self) -> u64 {
+        self.catchup_window.unwrap_or(DEFAULT_CATCHUP_WINDOW_SECS)
     }
 }
 
@@ -95,6 +150,35 @@ pub struct DepSpec {
     /// Only `success`.
     #[serde(default = "default_dep_check")]
     pub check: String,
+}
+
+impl DepSpec {
+    /// The offset in days of `biz_date`: 0 for `current`, -N for `-Nd`.
+    pub fn offset_days(&self) -> Result<i64, String> {
+        parse_offset(&self.biz_date)
+    }
+}
+
+/// Parses `current` or `-Nd` (1 <= N <= 366).
+pub fn parse_offset(text: &str) -> Result<i64, String> {
+    if text == "current" {
+        return Ok(0);
+    }
+    let bad = || {
+        format!(
+            "`{text}` is not a date offset (use `current` or `-Nd`, N from 1 to {MAX_DEP_OFFSET_DAYS})"
+        )
+    };
+    let days: i64 = text
+        .strip_prefix('-')
+        .and_then(|t| t.strip_suffix('d'))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(bad)?;
+    if (1..=MAX_DEP_OFFSET_DAYS).contains(&days) {
+        Ok(-days)
+    } else {
+        Err(bad())
+    }
 }
 
 fn default_dep_date() -> String {
@@ -247,12 +331,7 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             ),
         ));
     }
-    if !job.deps.is_empty() {
-        errors.push(SpecError::new(
-            "job.deps",
-            "dependencies are not supported by this version of ax yet; remove `deps`",
-        ));
-    }
+    validate_deps(job, errors);
     validate_exec(job, errors);
     for name in job.params.keys() {
         if !is_valid_param_name(name) {
@@ -279,11 +358,73 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if job.timeout == Some(0) {
         errors.push(SpecError::new("job.timeout", "must be at least 1 second"));
     }
+    if job.deps_timeout == Some(0) {
+        errors.push(SpecError::new(
+            "job.deps_timeout",
+            "must be at least 1 second",
+        ));
+    }
+    if job.catchup_window.is_some() && job.cron.is_none() {
+        errors.push(SpecError::new(
+            "job.catchup_window",
+            "only a job with a cron has fires to catch up",
+        ));
+    }
     for tag in &job.tags {
         if !is_valid_tag(tag) {
             errors.push(SpecError::new(
                 "job.tags",
                 format!("`{tag}` must match [A-Za-z0-9_-]{{1,64}}"),
+            ));
+        }
+    }
+}
+
+fn validate_deps(job: &JobSpec, errors: &mut Vec<SpecError>) {
+    if job.deps_timeout.is_some() && job.deps.is_empty() {
+        errors.push(SpecError::new(
+            "job.deps_timeout",
+            "a job without deps never waits for them",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, dep) in job.deps.iter().enumerate() {
+        let field = |name: &str| format!("job.deps[{i}].{name}");
+        if !is_valid_job_name(&dep.name) {
+            errors.push(SpecError::new(
+                field("name"),
+                format!("`{}` must match [a-z0-9_-]{{1,64}}", dep.name),
+            ));
+        }
+        let offset = match dep.offset_days() {
+            Ok(offset) => offset,
+            Err(reason) => {
+                errors.push(SpecError::new(field("biz_date"), reason));
+                continue;
+            }
+        };
+        if dep.check != "success" {
+            errors.push(SpecError::new(
+                field("check"),
+                format!("`{}` is not a check (only `success`)", dep.check),
+            ));
+        }
+        if dep.name == job.name && offset == 0 {
+            errors.push(SpecError::new(
+                field("name"),
+                format!(
+                    "`{}` cannot depend on itself for the same date (-1d and earlier may)",
+                    dep.name
+                ),
+            ));
+        }
+        if !seen.insert((dep.name.as_str(), offset)) {
+            errors.push(SpecError::new(
+                field("name"),
+                format!(
+                    "`{}` with biz_date `{}` is listed twice",
+                    dep.name, dep.biz_date
+                ),
             ));
         }
     }
@@ -354,7 +495,52 @@ mod tests {
             timeout: None,
             tags: vec![],
             priority: Priority::Normal,
+            deps_timeout: None,
+            misfire: Misfire::default(),
+            catchup_window: None,
+            overlap: Overlap::default(),
         }
+    }
+
+    #[test]
+    fn dependency_rules() {
+        let dep = |name: &str, biz_date: &str| DepSpec {
+            name: name.into(),
+            biz_date: biz_date.into(),
+            check: "success".into(),
+        };
+        let mut job = shell_job("stat", "true");
+        job.deps = vec![
+            dep("sync", "current"),
+            dep("stat", "-1d"),
+            dep("pay", "-7d"),
+        ];
+        job.deps_timeout = Some(600);
+        assert_eq!(validate(&doc(job.clone())), vec![]);
+        job.deps = vec![
+            dep("stat", "current"),
+            dep("sync", "-1x"),
+            dep("a", "-0d"),
+            dep("b", "-40d"),
+        ];
+        let fields: Vec<String> = validate(&doc(job.clone()))
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "job.deps[0].name",
+                "job.deps[1].biz_date",
+                "job.deps[2].biz_date",
+                "job.deps[3].biz_date"
+            ]
+        );
+        job.deps = vec![dep("sync", "current"), dep("sync", "current")];
+        assert_eq!(validate(&doc(job.clone()))[0].field, "job.deps[1].name");
+        job.deps = vec![];
+        assert_eq!(validate(&doc(job))[0].field, "job.deps_timeout");
+        assert_eq!(parse_offset("-7d"), Ok(-7));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::fmt;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use super::{DepSpec, ExecSpec, JobDocument, JobSpec, Priority, RetrySpec, SpecError};
+use super::{
+    DepSpec, ExecSpec, JobDocument, JobSpec, Misfire, Overlap, Priority, RetrySpec, SpecError,
+};
 
 /// A job read from a file, with where it came from.
 #[derive(Clone, Debug)]
@@ -92,7 +94,7 @@ struct RawJob {
     #[serde(default)]
     timezone: Option<Spanned<String>>,
     #[serde(default)]
-    deps: Option<Spanned<Vec<DepSpec>>>,
+    deps: Option<Spanned<Vec<Spanned<DepSpec>>>>,
     exec: Spanned<RawExec>,
     #[serde(default)]
     params: Option<Spanned<BTreeMap<String, serde_json::Value>>>,
@@ -104,6 +106,14 @@ struct RawJob {
     tags: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     priority: Option<Spanned<Priority>>,
+    #[serde(default)]
+    deps_timeout: Option<Spanned<u64>>,
+    #[serde(default)]
+    misfire: Option<Spanned<Misfire>>,
+    #[serde(default)]
+    catchup_window: Option<Spanned<u64>>,
+    #[serde(default)]
+    overlap: Option<Spanned<Overlap>>,
 }
 
 #[derive(Deserialize)]
@@ -178,7 +188,13 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         timezone: lines
             .take_opt("job.timezone", job.timezone)
             .unwrap_or_else(super::default_timezone),
-        deps: lines.take_opt("job.deps", job.deps).unwrap_or_default(),
+        deps: lines
+            .take_opt("job.deps", job.deps)
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, dep)| lines.take(&format!("job.deps[{i}]"), dep))
+            .collect(),
         exec,
         params: lines.take_opt("job.params", job.params).unwrap_or_default(),
         retry,
@@ -186,6 +202,14 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         tags: lines.take_opt("job.tags", job.tags).unwrap_or_default(),
         priority: lines
             .take_opt("job.priority", job.priority)
+            .unwrap_or_default(),
+        deps_timeout: lines.take_opt("job.deps_timeout", job.deps_timeout),
+        misfire: lines
+            .take_opt("job.misfire", job.misfire)
+            .unwrap_or_default(),
+        catchup_window: lines.take_opt("job.catchup_window", job.catchup_window),
+        overlap: lines
+            .take_opt("job.overlap", job.overlap)
             .unwrap_or_default(),
     };
     LocatedJob {
@@ -227,6 +251,10 @@ job:
     command: echo {{params.x}}
   params: { x: 1 }
   timeout: 5
+  deps:
+    - name: first
+      biz_date: -1d
+  overlap: queue
 ";
 
     #[test]
@@ -239,6 +267,9 @@ job:
         assert_eq!(jobs[1].line_of("job.exec.command"), 15);
         assert_eq!(jobs[1].line_of("job.params.x"), 16);
         assert_eq!(jobs[1].doc.job.timeout, Some(5));
+        assert_eq!(jobs[1].line_of("job.deps[0].biz_date"), 19);
+        assert_eq!(jobs[1].doc.job.deps[0].offset_days(), Ok(-1));
+        assert_eq!(jobs[1].doc.job.overlap, super::super::Overlap::Queue);
     }
 
     #[test]

@@ -177,24 +177,8 @@ async fn create_until_done(client: &AxClient, instance: &NewInstance) -> Created
 }
 
 async fn create_once(client: &AxClient, instance: &NewInstance) -> Result<Created, ActorError> {
-    let id = &instance.record.instance_id;
-    match client
-        .instances
-        .create(id, codec::encode(&instance.record)?)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
-            let ours = client
-                .instance(id)
-                .await?
-                .is_some_and(|(r, _)| r.trace_id == instance.record.trace_id);
-            if !ours {
-                tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
-                return Ok(Created::Deduplicated);
-            }
-        }
-        Err(e) => return Err(ActorError::Nats(format!("create instance {id}: {e}"))),
+    if create_record(client, &instance.record).await? == Created::Deduplicated {
+        return Ok(Created::Deduplicated);
     }
     let work = &instance.work;
     publish::to_stream_acked(
@@ -206,4 +190,29 @@ async fn create_once(client: &AxClient, instance: &NewInstance) -> Result<Create
     .await?;
     publish::event(client, &instance.record).await;
     Ok(Created::Fired)
+}
+
+/// Writes a new instance record if none exists under its id. A record already there with the
+/// same trace id is this creation's own earlier write (its ack was lost): `Fired` too.
+pub async fn create_record(
+    client: &AxClient,
+    record: &InstanceRecord,
+) -> Result<Created, ActorError> {
+    let id = &record.instance_id;
+    match client.instances.create(id, codec::encode(record)?).await {
+        Ok(_) => Ok(Created::Fired),
+        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+            let ours = client
+                .instance(id)
+                .await?
+                .is_some_and(|(r, _)| r.trace_id == record.trace_id);
+            if ours {
+                Ok(Created::Fired)
+            } else {
+                tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
+                Ok(Created::Deduplicated)
+            }
+        }
+        Err(e) => Err(ActorError::Nats(format!("create instance {id}: {e}"))),
+    }
 }

@@ -1,26 +1,50 @@
 //! # DagCoordinator
-//! Owns the dependency state per business date (once dependencies exist; for now every job is
-//! independent). Reads `ax.internal.created.>`; writes `ax.internal.ready.<priority>`.
+//! Owns the dependency state per business date ([`DagState`]): which instances of which job
+//! exist for which date and how they ended, and which instances wait. Reads the job registry,
+//! `ax.internal.created.>` (new attempts) and `ax.result.>` (how attempts ended); writes
+//! `ax.internal.ready.<priority>` (released attempts), cancellations and `deps_timeout` failures
+//! (records, results and events), the instances of jobs that run on their dependencies alone,
+//! and its own state: the `ax_deps` bucket (instances per date and job) and the `ax_waiting`
+//! bucket (held attempts).
 //!
-//! Today it releases every created attempt at once, so the hand-off is in place for the
-//! dependency logic: batches of up to 256 are published with their acks awaited together, and
-//! each source message is acknowledged only after its hand-off is stored, so a crash between
-//! the two redelivers rather than loses (the ready stream's message ids absorb the repeat).
+//! Decisions come from memory, so one coordinator leads at a time (a lease); others stand by
+//! and take over within seconds. On taking the lead, the view is rebuilt by replaying the
+//! registry and the two buckets, and whatever arrived while no coordinator ran is still in the
+//! durable consumers. A source message is acknowledged only once everything it caused is
+//! stored; after a crash it is processed again, and every action is idempotent (message ids,
+//! compare-and-swap on records, create-if-absent).
 
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures::StreamExt;
+use async_nats::jetstream::{self, context::PublishAckFuture};
+use chrono::NaiveDate;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 
-use ax_bus::messages::WorkItem;
-use ax_bus::AxClient;
+use ax_bus::client::Updated;
+use ax_bus::instance::{State, Tag, Trigger};
+use ax_bus::kv_view::{FeedItem, KvFeed};
+use ax_bus::messages::{DateInstances, JobRecord, ResultMessage, Waiting, WorkItem};
+use ax_bus::spec::JobSpec;
+use ax_bus::{codec, AxClient, InstanceRecord};
 
 use crate::consume::{self, ConsumerSpec};
+use crate::creator::{create_record, Created, NewInstance};
+use crate::dag_state::{day_key, parse_day_key, Action, DagState};
+use crate::fire_schedule::start_of_day;
+use crate::lease::Lease;
 use crate::supervision::{note_restart, spawn_pump};
 use crate::{publish, ActorError};
 
 const ACTOR: &str = "dag";
+const LEASE: &str = "dag";
 const BATCH: usize = 256;
+/// Days of (job, date) history kept in memory and in the deps bucket.
+const KEEP_DAYS: i64 = 40;
+const RECORD_UPDATES_IN_FLIGHT: usize = 64;
 
 /// The DagCoordinator actor.
 pub struct DagCoordinator {
@@ -29,7 +53,7 @@ pub struct DagCoordinator {
 }
 
 impl DagCoordinator {
-    /// A coordinator on `client`.
+    /// A coordinator on `client`, named `node` for its lease.
     pub fn new(client: AxClient, node: String) -> Self {
         Self { client, node }
     }
@@ -41,9 +65,9 @@ impl Actor for DagCoordinator {
     fn started(&mut self, ctx: &mut Self::Context) {
         spawn_pump(
             ACTOR,
-            "created",
+            "lead",
             ctx,
-            release(self.client.clone(), self.node.clone()),
+            lead(self.client.clone(), self.node.clone()),
         );
         tracing::info!(node = %self.node, "dag coordinator started");
     }
@@ -55,37 +79,374 @@ impl Supervised for DagCoordinator {
     }
 }
 
-async fn release(client: AxClient, node: String) -> Result<(), ActorError> {
-    let spec = ConsumerSpec {
-        stream: client.layout.flow_stream(),
-        durable: "dag-created".into(),
-        filter: client.subjects().created_all(),
-        ack_wait: Duration::from_secs(30),
-        max_ack_pending: 4 * BATCH as i64,
+/// Waits for the lead, then coordinates until the lease or a subscription is lost.
+async fn lead(client: AxClient, node: String) -> Result<(), ActorError> {
+    let lease = Lease::acquire(&client, LEASE, &node).await?;
+    let coordinator = Coordinator {
+        client,
+        node,
+        state: DagState::new(),
     };
-    let mut batches = consume::messages(&client, &spec, BATCH)
-        .await?
-        .ready_chunks(BATCH);
-    while let Some(batch) = batches.next().await {
-        let mut pending = Vec::with_capacity(batch.len());
-        for message in batch {
-            let message =
-                message.map_err(|e| ActorError::Nats(format!("created consumer: {e}")))?;
-            let Some(work) =
-                consume::decode_or_drop::<WorkItem>(&client, &node, "flow", &message).await
-            else {
-                continue;
-            };
-            let ack = publish::to_stream(
-                &client,
-                client.subjects().ready(work.spec.priority),
-                &format!("ready:{}", work.trace_id),
-                &work,
-            )
-            .await?;
-            pending.push((message, ack, ()));
+    tokio::select! {
+        lost = lease.keep() => Err(lost),
+        ended = coordinator.run() => ended,
+    }
+}
+
+struct Coordinator {
+    client: AxClient,
+    node: String,
+    state: DagState,
+}
+
+/// A record update that may run alongside the others of its batch.
+type RecordJob = BoxFuture<'static, Result<(), ActorError>>;
+
+impl Coordinator {
+    async fn run(mut self) -> Result<(), ActorError> {
+        let client = self.client.clone();
+        let mut registry = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+        while let Some(item) = registry.next().await {
+            if !self.registry_change(item?) {
+                break;
+            }
         }
-        consume::settle(pending).await;
+        self.restore().await?;
+        let created = ConsumerSpec {
+            stream: client.layout.flow_stream(),
+            durable: "dag-created".into(),
+            filter: client.subjects().created_all(),
+            ack_wait: Duration::from_secs(60),
+            max_ack_pending: 4 * BATCH as i64,
+        };
+        let results = ConsumerSpec {
+            stream: client.layout.results_stream(),
+            durable: "dag-results".into(),
+            filter: client.subjects().result_all(),
+            ack_wait: Duration::from_secs(60),
+            max_ack_pending: 4 * BATCH as i64,
+        };
+        let mut created = consume::messages(&client, &created, BATCH)
+            .await?
+            .ready_chunks(BATCH);
+        let mut results = consume::messages(&client, &results, BATCH)
+            .await?
+            .ready_chunks(BATCH);
+        let mut expiry = tokio::time::interval(Duration::from_secs(1));
+        tracing::info!(node = %self.node, held = self.state.held_count(), "leading the DAG");
+        loop {
+            tokio::select! {
+                item = registry.next() => match item {
+                    Some(item) => { self.registry_change(item?); }
+                    None => return Ok(()),
+                },
+                batch = created.next() => {
+                    let Some(batch) = batch else { return Ok(()) };
+                    let now = ax_bus::time::now();
+                    let mut actions = Vec::new();
+                    let mut sources = Vec::with_capacity(batch.len());
+                    for message in batch {
+                        let message = message.map_err(|e| ActorError::Nats(format!("created consumer: {e}")))?;
+                        if let Some(work) = consume::decode_or_drop::<WorkItem>(&client, &self.node, "flow", &message).await {
+                            actions.extend(self.state.on_created(work, now));
+                        }
+                        sources.push(message);
+                    }
+                    self.execute(actions).await?;
+                    ack_all(sources).await;
+                }
+                batch = results.next() => {
+                    let Some(batch) = batch else { return Ok(()) };
+                    let mut actions = Vec::new();
+                    let mut sources = Vec::with_capacity(batch.len());
+                    for message in batch {
+                        let message = message.map_err(|e| ActorError::Nats(format!("results consumer: {e}")))?;
+                        match codec::decode::<ResultMessage>(&message.payload) {
+                            Ok(result) => actions.extend(self.state.on_result(&result)),
+                            Err(e) => tracing::warn!(subject = %message.subject, error = %e, "undecodable result ignored"),
+                        }
+                        sources.push(message);
+                    }
+                    self.execute(actions).await?;
+                    ack_all(sources).await;
+                }
+                _ = expiry.tick() => {
+                    let actions = self.state.expire(ax_bus::time::now(), KEEP_DAYS);
+                    self.execute(actions).await?;
+                }
+            }
+        }
+    }
+
+    /// Applies a registry change; false once the initial values are all in.
+    fn registry_change(&mut self, item: FeedItem) -> bool {
+        match item {
+            FeedItem::Put { key, value, .. } => match codec::decode::<JobRecord>(&value) {
+                Ok(record) => self.state.upsert_job(record.spec),
+                Err(e) => tracing::error!(job = %key, error = %e, "registry value does not decode"),
+            },
+            FeedItem::Deleted { key } => self.state.remove_job(&key),
+            FeedItem::Current => return false,
+        }
+        true
+    }
+
+    /// Rebuilds the view from the deps and waiting buckets.
+    async fn restore(&mut self) -> Result<(), ActorError> {
+        let client = &self.client;
+        let days = KvFeed::open(&client.js, &client.layout.deps_bucket(), ">")
+            .await?
+            .snapshot()
+            .await?
+            .into_iter()
+            .filter_map(|(key, value, _)| {
+                let day = parse_day_key(&key)?;
+                codec::decode::<DateInstances>(&value)
+                    .ok()
+                    .map(|d| (day, d))
+            })
+            .collect();
+        let waiting: Vec<Waiting> = KvFeed::open(&client.js, &client.layout.waiting_bucket(), ">")
+            .await?
+            .snapshot()
+            .await?
+            .into_iter()
+            .filter_map(|(key, value, _)| match codec::decode(&value) {
+                Ok(waiting) => Some(waiting),
+                Err(e) => {
+                    tracing::error!(instance = %key, error = %e, "undecodable waiting entry ignored");
+                    None
+                }
+            })
+            .collect();
+        let actions = self.state.restore(days, waiting, ax_bus::time::now());
+        self.execute(actions).await
+    }
+
+    /// Carries out actions: stores and hand-offs are pipelined and awaited together; record
+    /// updates run 64 at a time; instances of jobs without cron are created and fed back in.
+    async fn execute(&mut self, actions: Vec<Action>) -> Result<(), ActorError> {
+        let client = self.client.clone();
+        let layout = &client.layout;
+        let mut queue: VecDeque<Action> = actions.into();
+        let mut acks: Vec<PublishAckFuture> = Vec::new();
+        // One record update per instance: the last action decides it.
+        let mut records: BTreeMap<String, RecordJob> = BTreeMap::new();
+        let mut creates: Vec<(Arc<JobSpec>, NaiveDate)> = Vec::new();
+        loop {
+            while let Some(action) = queue.pop_front() {
+                match action {
+                    Action::SaveDay {
+                        job,
+                        date,
+                        instances,
+                    } => acks.push(
+                        client
+                            .kv_put_pipelined(
+                                &layout.deps_bucket(),
+                                &day_key(&job, date),
+                                codec::encode(&instances)?,
+                            )
+                            .await?,
+                    ),
+                    Action::Hold {
+                        work,
+                        since,
+                        reason,
+                    } => {
+                        let id = work.instance_id.clone();
+                        acks.push(
+                            client
+                                .kv_put_pipelined(
+                                    &layout.waiting_bucket(),
+                                    &id,
+                                    codec::encode(&Waiting {
+                                        work: work.clone(),
+                                        since,
+                                    })?,
+                                )
+                                .await?,
+                        );
+                        records.insert(id, tag_waiting(client.clone(), work, reason).boxed());
+                    }
+                    Action::Release { work, held } => {
+                        acks.push(
+                            publish::to_stream(
+                                &client,
+                                client.subjects().ready(work.spec.priority),
+                                &format!("ready:{}", work.trace_id),
+                                &work,
+                            )
+                            .await?,
+                        );
+                        if held {
+                            acks.push(
+                                client
+                                    .kv_delete_pipelined(
+                                        &layout.waiting_bucket(),
+                                        &work.instance_id,
+                                    )
+                                    .await?,
+                            );
+                        }
+                        records.insert(
+                            work.instance_id.clone(),
+                            tag_released(client.clone(), work).boxed(),
+                        );
+                    }
+                    Action::End {
+                        work,
+                        state,
+                        tag,
+                        message,
+                        held,
+                    } => {
+                        if held {
+                            acks.push(
+                                client
+                                    .kv_delete_pipelined(
+                                        &layout.waiting_bucket(),
+                                        &work.instance_id,
+                                    )
+                                    .await?,
+                            );
+                        }
+                        records.insert(
+                            work.instance_id.clone(),
+                            end_instance(client.clone(), work, state, tag, message).boxed(),
+                        );
+                    }
+                    Action::Forget { instance_id } => acks.push(
+                        client
+                            .kv_delete_pipelined(&layout.waiting_bucket(), &instance_id)
+                            .await?,
+                    ),
+                    Action::Create { spec, date } => creates.push((spec, date)),
+                }
+            }
+            if creates.is_empty() {
+                break;
+            }
+            let made = futures::future::join_all(
+                creates
+                    .drain(..)
+                    .map(|(spec, date)| create_for_date(client.clone(), spec, date)),
+            )
+            .await;
+            let now = ax_bus::time::now();
+            for work in made {
+                if let Some(work) = work? {
+                    queue.extend(self.state.on_created(work, now));
+                }
+            }
+        }
+        for ack in acks {
+            ack.await
+                .map_err(|e| ActorError::Nats(format!("dag store or hand-off: {e}")))?;
+        }
+        let mut updates =
+            futures::stream::iter(records.into_values()).buffer_unordered(RECORD_UPDATES_IN_FLIGHT);
+        while let Some(done) = updates.next().await {
+            done?;
+        }
+        Ok(())
+    }
+}
+
+async fn ack_all(messages: Vec<jetstream::Message>) {
+    for message in messages {
+        if let Err(e) = message.ack().await {
+            tracing::warn!(error = %e, "ack failed; the message will be processed again");
+        }
+    }
+}
+
+/// Tags the record `waiting_deps` (informational: a refusal means it moved on).
+async fn tag_waiting(client: AxClient, work: WorkItem, reason: String) -> Result<(), ActorError> {
+    if let Updated::Written(record, _) = client
+        .update_instance(&work.instance_id, |r| r.waiting(&work.trace_id, &reason))
+        .await?
+    {
+        publish::event(&client, &record).await;
     }
     Ok(())
+}
+
+/// Tags the record `queued` again (informational).
+async fn tag_released(client: AxClient, work: WorkItem) -> Result<(), ActorError> {
+    client
+        .update_instance(&work.instance_id, |r| r.released(&work.trace_id))
+        .await?;
+    Ok(())
+}
+
+/// Ends an instance that will not run, and publishes its result (which cascades further).
+async fn end_instance(
+    client: AxClient,
+    work: WorkItem,
+    state: State,
+    tag: Tag,
+    message: String,
+) -> Result<(), ActorError> {
+    let updated = client
+        .update_instance(&work.instance_id, |r| {
+            r.ended_early(&work.trace_id, state, tag, &message)
+        })
+        .await?;
+    let record: InstanceRecord = match updated {
+        Updated::Written(record, _) => *record,
+        Updated::Refused(_) | Updated::Missing => return Ok(()),
+    };
+    publish::to_stream_acked(
+        &client,
+        client.subjects().result(&record.job),
+        &format!("result:{}", record.trace_id),
+        &ResultMessage::from_record(&record),
+    )
+    .await?;
+    publish::event(&client, &record).await;
+    Ok(())
+}
+
+/// Creates the instance of a job without cron for `date`. When it exists already (a crash after
+/// creating it), its record tells whether it still waits.
+async fn create_for_date(
+    client: AxClient,
+    spec: Arc<JobSpec>,
+    date: NaiveDate,
+) -> Result<Option<WorkItem>, ActorError> {
+    let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
+    let expected = start_of_day(tz, date);
+    let instance = NewInstance::new(
+        &spec,
+        expected,
+        date.format("%Y-%m-%d").to_string(),
+        spec.params.clone(),
+        Trigger::Deps,
+        ax_bus::time::now(),
+    );
+    match create_record(&client, &instance.record).await? {
+        Created::Fired => {
+            publish::event(&client, &instance.record).await;
+            Ok(Some(instance.work))
+        }
+        Created::Deduplicated => {
+            let existing = client.instance(&instance.record.instance_id).await?;
+            Ok(existing.and_then(|(record, _)| {
+                let waits = record.state == State::Running
+                    && matches!(record.tag, Tag::Queued | Tag::WaitingDeps);
+                waits.then(|| WorkItem {
+                    instance_id: record.instance_id,
+                    trace_id: record.trace_id,
+                    attempt: record.attempt,
+                    biz_date: record.biz_date,
+                    expected_time: record.expected_time,
+                    params: record.params,
+                    spec: (*spec).clone(),
+                    worker: None,
+                    gate: None,
+                })
+            }))
+        }
+    }
 }

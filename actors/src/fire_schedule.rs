@@ -134,6 +134,22 @@ impl FireSchedule {
     }
 }
 
+/// The first instant of local date `date` in `tz` (midnight, or the end of a DST gap that
+/// swallows midnight): the expected time of instances that belong to a date rather than a tick.
+pub fn start_of_day(tz: Tz, date: chrono::NaiveDate) -> DateTime<Utc> {
+    let mut local = date.and_hms_opt(0, 0, 0).unwrap_or_default();
+    for _ in 0..(24 * 60) {
+        match tz.from_local_datetime(&local) {
+            LocalResult::Single(t) => return t.with_timezone(&Utc),
+            LocalResult::Ambiguous(a, b) => {
+                return a.with_timezone(&Utc).min(b.with_timezone(&Utc))
+            }
+            LocalResult::None => local += Duration::minutes(1),
+        }
+    }
+    local.and_utc()
+}
+
 /// The local date of `at` in `tz`, as YYYY-MM-DD.
 pub fn biz_date_in(tz: Tz, at: DateTime<Utc>) -> String {
     at.with_timezone(&tz).format("%Y-%m-%d").to_string()
@@ -269,6 +285,29 @@ mod tests {
         let next = schedule.next_after(utc("2026-11-29T12:00:00Z")).unwrap();
         assert_eq!(next, utc("2026-11-29T18:00:00Z"));
         assert_eq!(schedule.biz_date(next), "2026-11-30");
+    }
+
+    #[test]
+    fn days_start_at_midnight_or_after_a_gap_that_swallows_it() {
+        let date = chrono::NaiveDate::from_ymd_opt(2026, 11, 30).unwrap();
+        assert_eq!(
+            start_of_day(chrono_tz::Asia::Shanghai, date),
+            utc("2026-11-29T16:00:00Z")
+        );
+        // Santiago springs forward at midnight: 2026-09-06 starts at 01:00 local.
+        let date = chrono::NaiveDate::from_ymd_opt(2026, 9, 6).unwrap();
+        let start = start_of_day(chrono_tz::America::Santiago, date);
+        assert_eq!(
+            biz_date_in(chrono_tz::America::Santiago, start),
+            "2026-09-06"
+        );
+        assert_eq!(
+            start
+                .with_timezone(&chrono_tz::America::Santiago)
+                .format("%H:%M")
+                .to_string(),
+            "01:00"
+        );
     }
 
     #[test]

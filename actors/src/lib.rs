@@ -21,6 +21,7 @@ pub mod creator;
 pub mod dag;
 pub mod dag_state;
 pub mod fire_schedule;
+pub mod lease;
 pub mod node;
 pub mod outbox;
 pub mod planner;
@@ -59,4 +60,7 @@ pub enum ActorError {
     /// A component this one relies on has stopped.
     #[error("{0} has stopped")]
     Stopped(&'static str),
+    /// Another node holds the lease now.
+    #[error("lease `{0}` lost")]
+    LeaseLost(String),
 }

@@ -266,6 +266,34 @@ impl AxClient {
         Ok(records)
     }
 
+    /// Puts `value` under `key` in `bucket` without waiting: the returned future is the
+    /// server's ack. Writes published in order on this connection are applied in order.
+    pub async fn kv_put_pipelined(
+        &self,
+        bucket: &str,
+        key: &str,
+        value: bytes::Bytes,
+    ) -> Result<jetstream::context::PublishAckFuture, ClientError> {
+        self.js
+            .publish(format!("$KV.{bucket}.{key}"), value)
+            .await
+            .map_err(|e| nats_err(format!("put {bucket}/{key}"))(e.to_string()))
+    }
+
+    /// Deletes `key` from `bucket` without waiting (see [`AxClient::kv_put_pipelined`]).
+    pub async fn kv_delete_pipelined(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<jetstream::context::PublishAckFuture, ClientError> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("KV-Operation", "DEL");
+        self.js
+            .publish_with_headers(format!("$KV.{bucket}.{key}"), headers, bytes::Bytes::new())
+            .await
+            .map_err(|e| nats_err(format!("delete {bucket}/{key}"))(e.to_string()))
+    }
+
     /// Applies `transition` to an instance record with compare-and-swap, re-reading and
     /// re-applying on a concurrent write, so that every writer's rules see the latest state.
     pub async fn update_instance<F>(&self, id: &str, transition: F) -> Result<Updated, ClientError>

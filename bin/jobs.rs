@@ -133,8 +133,31 @@ pub fn load_or_report(paths: &[PathBuf]) -> Result<Vec<LocatedJob>> {
     })
 }
 
+/// Checks the jobs against the registry (unknown dependencies, cycles), placing each problem in
+/// its file; nothing is applied when there is one.
+async fn check_graph(client: &AxClient, jobs: &[LocatedJob]) -> Result<()> {
+    let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
+    let applied: Vec<&spec::JobSpec> = jobs.iter().map(|j| &j.doc.job).collect();
+    let errors: Vec<LocatedError> = spec::graph::validate_graph(&applied, &registered)
+        .into_iter()
+        .filter_map(|(name, e)| {
+            jobs.iter()
+                .find(|j| j.doc.job.name == name)
+                .map(|j| j.locate(e))
+        })
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    for error in &errors {
+        eprintln!("{error}");
+    }
+    bail!("{} problem(s); nothing applied", errors.len())
+}
+
 /// Publishes validated jobs and prints what changed.
 pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Result<()> {
+    check_graph(client, &jobs).await?;
     let request = ApplyRequest {
         jobs: jobs.into_iter().map(|j| j.doc).collect(),
     };

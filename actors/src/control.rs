@@ -143,6 +143,14 @@ async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply,
     if !errors.is_empty() {
         return Ok(ControlReply::refused(errors));
     }
+    let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
+    let applied: Vec<&spec::JobSpec> = request.jobs.iter().map(|d| &d.job).collect();
+    for (job, e) in spec::graph::validate_graph(&applied, &registered) {
+        errors.push(format!("{job}: {e}"));
+    }
+    if !errors.is_empty() {
+        return Ok(ControlReply::refused(errors));
+    }
     let mut changes = Vec::new();
     for doc in request.jobs {
         let change = store_job(client, doc.job).await?;
@@ -201,6 +209,14 @@ fn no_such_job(name: &str) -> ControlReply {
 async fn delete(client: &AxClient, name: &str) -> Result<ControlReply, Transient> {
     if client.job(name).await?.is_none() {
         return Ok(no_such_job(name));
+    }
+    let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
+    let dependents = spec::graph::dependents_of(name, &registered);
+    if !dependents.is_empty() {
+        return Ok(ControlReply::refused(vec![format!(
+            "`{name}` is a dependency of {}; change or delete them first",
+            dependents.join(", ")
+        )]));
     }
     client
         .jobs

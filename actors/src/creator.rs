@@ -45,6 +45,9 @@ pub struct NewInstance {
     pub record: InstanceRecord,
     /// The first attempt.
     pub work: WorkItem,
+    /// Whether the attempt goes straight to the Router: only when nothing in the DAG can
+    /// concern it (no dependencies, no gate, no job depending on it).
+    pub skip_coordinator: bool,
 }
 
 impl NewInstance {
@@ -93,7 +96,11 @@ impl NewInstance {
             worker: None,
             gate: None,
         };
-        Self { record, work }
+        Self {
+            record,
+            work,
+            skip_coordinator: false,
+        }
     }
 }
 
@@ -181,13 +188,23 @@ async fn create_once(client: &AxClient, instance: &NewInstance) -> Result<Create
         return Ok(Created::Deduplicated);
     }
     let work = &instance.work;
-    publish::to_stream_acked(
-        client,
-        client.subjects().created(work.job()),
-        &format!("created:{}", work.trace_id),
-        work,
-    )
-    .await?;
+    if instance.skip_coordinator {
+        publish::to_stream_acked(
+            client,
+            client.subjects().ready(work.spec.priority),
+            &format!("ready:{}", work.trace_id),
+            work,
+        )
+        .await?;
+    } else {
+        publish::to_stream_acked(
+            client,
+            client.subjects().created(work.job()),
+            &format!("created:{}", work.trace_id),
+            work,
+        )
+        .await?;
+    }
     publish::event(client, &instance.record).await;
     Ok(Created::Fired)
 }

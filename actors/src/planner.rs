@@ -67,6 +67,8 @@ struct Planned {
 
 /// Jobs and pending timers.
 pub struct Planner {
+    /// How many jobs depend on each job.
+    dependents: HashMap<String, usize>,
     jobs: Vec<Option<Planned>>,
     free_slots: Vec<u32>,
     by_name: HashMap<String, u32>,
@@ -83,6 +85,7 @@ impl Planner {
     /// An empty planner whose time is `now`.
     pub fn new(now: DateTime<Utc>) -> Self {
         Self {
+            dependents: HashMap::new(),
             jobs: Vec::new(),
             free_slots: Vec::new(),
             by_name: HashMap::new(),
@@ -100,6 +103,22 @@ impl Planner {
     /// Number of pending timers (live and stale).
     pub fn pending_timers(&self) -> usize {
         self.wheel.len()
+    }
+
+    /// Whether an instance of `spec` concerns the DagCoordinator: it has dependencies, or some
+    /// job depends on it.
+    pub fn needs_coordinator(&self, spec: &JobSpec) -> bool {
+        !spec.deps.is_empty() || self.dependents.get(&spec.name).is_some_and(|n| *n > 0)
+    }
+
+    fn count_dependents(&mut self, spec: &JobSpec, delta: isize) {
+        let mut upstreams: Vec<&str> = spec.deps.iter().map(|d| d.name.as_str()).collect();
+        upstreams.sort_unstable();
+        upstreams.dedup();
+        for upstream in upstreams {
+            let count = self.dependents.entry(upstream.to_string()).or_default();
+            *count = count.saturating_add_signed(delta);
+        }
     }
 
     /// A job's definition.
@@ -134,7 +153,9 @@ impl Planner {
                 self.jobs[slot as usize] = previous;
                 return Ok(());
             }
+            self.count_dependents(&prev.spec.clone(), -1);
         }
+        self.count_dependents(&spec, 1);
         let generation = previous
             .as_ref()
             .map_or(0, |p| p.generation.wrapping_add(1));
@@ -162,7 +183,9 @@ impl Planner {
     /// Removes a job; its pending timer turns stale.
     pub fn remove(&mut self, name: &str) {
         if let Some(slot) = self.by_name.remove(name) {
-            self.jobs[slot as usize] = None;
+            if let Some(old) = self.jobs[slot as usize].take() {
+                self.count_dependents(&old.spec, -1);
+            }
             self.free_slots.push(slot);
         }
     }
@@ -352,6 +375,24 @@ mod tests {
         let fires = planner.advance(start + Duration::seconds(60)).fires;
         assert_eq!(fires.len(), 1);
         assert_eq!(fires[0].spec.exec.command.as_deref(), Some("echo changed"));
+    }
+
+    #[test]
+    fn the_coordinator_is_needed_by_jobs_in_the_graph_only() {
+        let start = t("2026-01-01T00:00:00Z");
+        let mut planner = Planner::new(start);
+        let lone = record("lone", "* * * * *", false);
+        let up = record("up", "* * * * *", false);
+        let mut down = record("down", "* * * * *", false);
+        down.spec.deps = vec![serde_json::from_value(serde_json::json!({"name": "up"})).unwrap()];
+        for r in [&lone, &up, &down] {
+            planner.upsert(r, start).unwrap();
+        }
+        assert!(!planner.needs_coordinator(&lone.spec));
+        assert!(planner.needs_coordinator(&up.spec));
+        assert!(planner.needs_coordinator(&down.spec));
+        planner.remove("down");
+        assert!(!planner.needs_coordinator(&up.spec));
     }
 
     #[test]

@@ -80,14 +80,16 @@ impl Scheduler {
         self.last_tick = now;
         for fire in due.fires {
             let params = fire.spec.params.clone();
-            self.creator.submit(NewInstance::new(
+            let mut instance = NewInstance::new(
                 &fire.spec,
                 fire.expected,
                 fire.biz_date,
                 params,
                 ax_bus::instance::Trigger::Cron,
                 now,
-            ));
+            );
+            instance.skip_coordinator = !self.planner.needs_coordinator(&fire.spec);
+            self.creator.submit(instance);
         }
         for retry in due.retries {
             let client = self.client.clone();

@@ -1,0 +1,271 @@
+//! Dependencies by business date: the article's example, the failure cascade, a coordinator
+//! killed while instances wait, and the apply-time graph rules.
+
+mod support;
+
+use std::time::Duration;
+
+use ax_bus::{AxClient, InstanceRecord, State, Tag};
+use support::*;
+
+const ARTICLE: &str = "version: v1
+job:
+  name: sync_order_daily
+  exec: { type: shell, command: 'echo \"order {{biz_date}}\" >> LEDGER' }
+---
+version: v1
+job:
+  name: sync_pay_daily
+  exec: { type: shell, command: 'echo \"pay {{biz_date}}\" >> LEDGER' }
+---
+version: v1
+job:
+  name: order_stat_daily
+  deps:
+    - { name: sync_order_daily, biz_date: current, check: success }
+    - { name: sync_pay_daily, biz_date: current, check: success }
+  exec: { type: shell, command: 'echo \"stat {{biz_date}}\" >> LEDGER' }
+";
+
+fn article(nats: &TestNats) -> std::path::PathBuf {
+    article_with(nats, ARTICLE)
+}
+
+fn article_with(nats: &TestNats, text: &str) -> std::path::PathBuf {
+    let ledger = nats.path("jobs").join("ledger");
+    let yaml = text.replace("LEDGER", ledger.to_str().unwrap());
+    job_file(&nats.path("jobs"), "article.yaml", &yaml);
+    ledger
+}
+
+/// The instances of `job` for `date`.
+async fn of_date(client: &AxClient, job: &str, date: &str) -> Vec<InstanceRecord> {
+    instances(client, job)
+        .await
+        .into_iter()
+        .filter(|r| r.biz_date == date)
+        .collect()
+}
+
+async fn waiting_instance(client: &AxClient, job: &str, date: &str) -> InstanceRecord {
+    wait_for(
+        Duration::from_secs(15),
+        &format!("{job} {date} to wait"),
+        || async {
+            of_date(client, job, date)
+                .await
+                .into_iter()
+                .find(|r| r.state == State::Running && r.tag == Tag::WaitingDeps)
+        },
+    )
+    .await
+}
+
+fn ledger_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stat_job_runs_only_after_both_syncs_of_the_same_date() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let ledger = article(&nats);
+    let file = nats.path("jobs").join("article.yaml");
+    let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let order = trigger(&nats, &["sync_order_daily", "--biz-date", "2026-01-01"]);
+    final_record(&client, &order, Duration::from_secs(15)).await;
+    // The stat job has no cron: its instance for the date appears with the first upstream and
+    // waits for the other one.
+    let stat = waiting_instance(&client, "order_stat_daily", "2026-01-01").await;
+    assert!(stat.message.contains("sync_pay_daily"), "{}", stat.message);
+
+    // Another date's success does not count.
+    let other = trigger(&nats, &["sync_pay_daily", "--biz-date", "2026-01-02"]);
+    final_record(&client, &other, Duration::from_secs(15)).await;
+    waiting_instance(&client, "order_stat_daily", "2026-01-02").await;
+    let still = client.instance(&stat.instance_id).await.unwrap().unwrap().0;
+    assert_eq!((still.state, still.tag), (State::Running, Tag::WaitingDeps));
+
+    let pay = trigger(&nats, &["sync_pay_daily", "--biz-date", "2026-01-01"]);
+    let pay = final_record(&client, &pay, Duration::from_secs(15)).await;
+    let stat = final_record(&client, &stat.instance_id, Duration::from_secs(15)).await;
+    assert_eq!(stat.state, State::Success, "{}", stat.message);
+    assert!(stat.started_at.unwrap() >= pay.finished_at.unwrap());
+    assert_eq!(
+        ledger_lines(&ledger),
+        [
+            "order 2026-01-01",
+            "pay 2026-01-02",
+            "pay 2026-01-01",
+            "stat 2026-01-01"
+        ]
+    );
+    let later = of_date(&client, "order_stat_daily", "2026-01-02").await;
+    assert_eq!(
+        (later[0].state, later[0].tag),
+        (State::Running, Tag::WaitingDeps)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upstream_cancels_the_downstream_chain() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "chain",
+        "version: v1
+job: { name: extract, exec: { type: shell, command: 'exit 2' } }
+---
+version: v1
+job:
+  name: transform
+  deps: [ { name: extract } ]
+  exec: { type: shell, command: 'true' }
+---
+version: v1
+job:
+  name: report
+  cron: '0 7 * * *'
+  deps: [ { name: transform } ]
+  exec: { type: shell, command: 'true' }
+",
+    )
+    .await;
+    // The report job has a cron: a manual run of it waits like a fire would.
+    let report = trigger(&nats, &["report", "--biz-date", "2026-02-01"]);
+    let extract = trigger(&nats, &["extract", "--biz-date", "2026-02-01"]);
+    let extract = final_record(&client, &extract, Duration::from_secs(15)).await;
+    assert_eq!(extract.state, State::Failed);
+    let transform = wait_for(Duration::from_secs(15), "transform cancelled", || async {
+        of_date(&client, "transform", "2026-02-01")
+            .await
+            .into_iter()
+            .find(|r| r.state.is_final())
+    })
+    .await;
+    assert_eq!(
+        (transform.state, transform.tag),
+        (State::Cancelled, Tag::UpstreamFailed)
+    );
+    assert!(
+        transform
+            .message
+            .contains("`extract` for 2026-02-01 failed"),
+        "{}",
+        transform.message
+    );
+    let report = final_record(&client, &report, Duration::from_secs(15)).await;
+    assert_eq!(
+        (report.state, report.tag),
+        (State::Cancelled, Tag::UpstreamFailed)
+    );
+    assert!(report.message.contains("`transform`"), "{}", report.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_while_instances_wait_loses_nothing() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,router,worker", &[]);
+    let mut coordinator = AxProcess::node(&nats, "d1", "dag", &[]);
+    // The payment sync takes a while, so that it can end while no coordinator runs.
+    let slow = ARTICLE.replace("'echo \"pay", "'sleep 3; echo \"pay");
+    assert_ne!(slow, ARTICLE);
+    let ledger = article_with(&nats, &slow);
+    let file = nats.path("jobs").join("article.yaml");
+    let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let order = trigger(&nats, &["sync_order_daily", "--biz-date", "2026-03-01"]);
+    final_record(&client, &order, Duration::from_secs(15)).await;
+    let stat = waiting_instance(&client, "order_stat_daily", "2026-03-01").await;
+    let pay = trigger(&nats, &["sync_pay_daily", "--biz-date", "2026-03-01"]);
+    wait_for(
+        Duration::from_secs(15),
+        "the payment sync to run",
+        || async {
+            let record = client.instance(&pay).await.unwrap()?.0;
+            (record.tag == Tag::Executing).then_some(())
+        },
+    )
+    .await;
+    coordinator.kill9();
+
+    // The last upstream ends while no coordinator runs; the stat job keeps waiting.
+    let pay = final_record(&client, &pay, Duration::from_secs(15)).await;
+    assert_eq!(pay.state, State::Success);
+    let waiting = client.instance(&stat.instance_id).await.unwrap().unwrap().0;
+    assert_eq!(waiting.tag, Tag::WaitingDeps);
+
+    // Another node takes the lead once the dead one's lease has expired.
+    let _successor = AxProcess::node(&nats, "d2", "dag", &[]);
+    let stat = final_record(&client, &stat.instance_id, Duration::from_secs(30)).await;
+    assert_eq!(stat.state, State::Success, "{}", stat.message);
+    let stats = ledger_lines(&ledger)
+        .into_iter()
+        .filter(|l| l.starts_with("stat"))
+        .count();
+    assert_eq!(stats, 1, "the stat job ran {stats} times");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graph_errors_are_refused_at_apply_time() {
+    let nats = TestNats::start();
+    let _node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    let dir = nats.path("jobs");
+    let cases = [
+        (
+            "cycle",
+            "version: v1\njob:\n  name: a\n  deps: [ { name: c } ]\n  exec: { type: shell, command: 'true' }\n---\nversion: v1\njob:\n  name: b\n  deps: [ { name: a } ]\n  exec: { type: shell, command: 'true' }\n---\nversion: v1\njob:\n  name: c\n  deps: [ { name: b } ]\n  exec: { type: shell, command: 'true' }\n",
+            ":4: job.deps: cycle: a -> c -> b -> a",
+        ),
+        (
+            "self",
+            "version: v1\njob:\n  name: a\n  deps: [ { name: a } ]\n  exec: { type: shell, command: 'true' }\n",
+            ":4: job.deps[0].name: `a` cannot depend on itself",
+        ),
+        (
+            "unknown",
+            "version: v1\njob:\n  name: a\n  deps: [ { name: ghost } ]\n  exec: { type: shell, command: 'true' }\n",
+            ":4: job.deps[0].name: unknown job `ghost`",
+        ),
+        (
+            "offset",
+            "version: v1\njob:\n  name: a\n  deps:\n    - name: b\n      biz_date: -1x\n  exec: { type: shell, command: 'true' }\n",
+            ":5: job.deps[0].biz_date: `-1x` is not a date offset",
+        ),
+    ];
+    for (what, yaml, expected) in cases {
+        let file = job_file(&dir, &format!("{what}.yaml"), yaml);
+        let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+        assert!(!out.status.success(), "{what} was applied");
+        let err = stderr(&out);
+        assert!(err.contains(expected), "{what}: {err}");
+    }
+    let client = nats.client().await;
+    assert!(client.jobs().await.unwrap().is_empty());
+
+    // A job others depend on cannot be deleted.
+    apply_job(
+        &nats,
+        "pair",
+        "version: v1\njob: { name: up, exec: { type: shell, command: 'true' } }\n---\nversion: v1\njob:\n  name: down\n  deps: [ { name: up } ]\n  exec: { type: shell, command: 'true' }\n",
+    )
+    .await;
+    let out = ax(&nats.url(), &["job", "delete", "up"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("`up` is a dependency of down"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -316,6 +316,7 @@ async fn trigger(
         message: match created {
             Created::Fired => "triggered".into(),
             Created::Deduplicated => "already triggered".into(),
+            Created::Skipped => "skipped".into(),
         },
         ..ControlReply::default()
     })

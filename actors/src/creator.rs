@@ -21,11 +21,12 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
 use ax_bus::instance::Trigger;
-use ax_bus::messages::WorkItem;
-use ax_bus::spec::JobSpec;
+use ax_bus::messages::{TickOutcome, WorkItem};
+use ax_bus::spec::{JobSpec, Overlap};
 use ax_bus::{codec, ids, AxClient, InstanceRecord, State, Tag};
 
-use crate::{publish, ActorError};
+use crate::overlap::{self, Decision};
+use crate::{publish, ticks, ActorError};
 
 const IN_FLIGHT: usize = 64;
 
@@ -36,6 +37,8 @@ pub enum Created {
     Fired,
     /// The instance already existed (another Scheduler, or an earlier call).
     Deduplicated,
+    /// The overlap policy skipped it.
+    Skipped,
 }
 
 /// A new instance and its first attempt.
@@ -48,6 +51,9 @@ pub struct NewInstance {
     /// Whether the attempt goes straight to the Router: only when nothing in the DAG can
     /// concern it (no dependencies, no gate, no job depending on it).
     pub skip_coordinator: bool,
+    /// For a cron tick: how it is recorded when created (`fired` or `caught_up`); the overlap
+    /// policy applies to ticks only.
+    pub tick: Option<TickOutcome>,
 }
 
 impl NewInstance {
@@ -100,6 +106,7 @@ impl NewInstance {
             record,
             work,
             skip_coordinator: false,
+            tick: None,
         }
     }
 }
@@ -116,15 +123,16 @@ pub struct Creator {
 }
 
 impl Creator {
-    /// Starts the creation task on the current runtime.
-    pub fn start(client: AxClient) -> Self {
+    /// Starts the creation task on the current runtime; `node` signs the tick records.
+    pub fn start(client: AxClient, node: String) -> Self {
         let (tx, rx) = mpsc::unbounded_channel::<Request>();
         tokio::spawn(async move {
             tokio_stream_of(rx)
                 .for_each_concurrent(IN_FLIGHT, |request| {
                     let client = client.clone();
+                    let node = node.clone();
                     async move {
-                        let outcome = create_until_done(&client, &request.instance).await;
+                        let outcome = create_until_done(&client, &node, &request.instance).await;
                         if let Some(reply) = request.reply {
                             let _ = reply.send(outcome);
                         }
@@ -164,10 +172,10 @@ fn tokio_stream_of<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-async fn create_until_done(client: &AxClient, instance: &NewInstance) -> Created {
+async fn create_until_done(client: &AxClient, node: &str, instance: &NewInstance) -> Created {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match create_once(client, instance).await {
+        match create_once(client, node, instance).await {
             Ok(created) => return created,
             Err(e) => {
                 tracing::warn!(
@@ -183,8 +191,36 @@ async fn create_until_done(client: &AxClient, instance: &NewInstance) -> Created
     }
 }
 
-async fn create_once(client: &AxClient, instance: &NewInstance) -> Result<Created, ActorError> {
-    if create_record(client, &instance.record).await? == Created::Deduplicated {
+async fn create_once(
+    client: &AxClient,
+    node: &str,
+    instance: &NewInstance,
+) -> Result<Created, ActorError> {
+    let job = instance.work.job();
+    let tick = instance.record.expected_time;
+    let overlap = match instance.tick {
+        Some(_) => instance.work.spec.overlap,
+        None => Overlap::Allow,
+    };
+    let mut instance = instance.clone();
+    match overlap::decide(client, &instance.work, overlap).await? {
+        Decision::Proceed => {}
+        Decision::Skip(reason) => {
+            ticks::record(client, node, job, tick, TickOutcome::Skipped, None, reason).await?;
+            return Ok(Created::Skipped);
+        }
+        Decision::Queue(gate) => {
+            instance.work.gate = Some(gate);
+            instance.skip_coordinator = false;
+        }
+    }
+    let id = instance.record.instance_id.clone();
+    if !create_record(client, &instance.record).await? {
+        if instance.tick.is_some() {
+            let reason = "created by another Scheduler".to_string();
+            ticks::record(client, node, job, tick, TickOutcome::Deduplicated, Some(id), reason)
+                .await?;
+        }
         return Ok(Created::Deduplicated);
     }
     let work = &instance.work;
@@ -206,29 +242,31 @@ async fn create_once(client: &AxClient, instance: &NewInstance) -> Result<Create
         .await?;
     }
     publish::event(client, &instance.record).await;
+    if work.spec.overlap != Overlap::Allow {
+        overlap::note_latest(client, job, &id).await?;
+    }
+    if let Some(outcome) = instance.tick {
+        ticks::record(client, node, job, tick, outcome, Some(id), String::new()).await?;
+    }
     Ok(Created::Fired)
 }
 
-/// Writes a new instance record if none exists under its id. A record already there with the
-/// same trace id is this creation's own earlier write (its ack was lost): `Fired` too.
-pub async fn create_record(
-    client: &AxClient,
-    record: &InstanceRecord,
-) -> Result<Created, ActorError> {
+/// Writes a new instance record if none exists under its id; true when this call's record is
+/// the one stored. A record already there with the same trace id is this creation's own earlier
+/// write (its ack was lost): true too.
+pub async fn create_record(client: &AxClient, record: &InstanceRecord) -> Result<bool, ActorError> {
     let id = &record.instance_id;
     match client.instances.create(id, codec::encode(record)?).await {
-        Ok(_) => Ok(Created::Fired),
+        Ok(_) => Ok(true),
         Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
             let ours = client
                 .instance(id)
                 .await?
                 .is_some_and(|(r, _)| r.trace_id == record.trace_id);
-            if ours {
-                Ok(Created::Fired)
-            } else {
+            if !ours {
                 tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
-                Ok(Created::Deduplicated)
             }
+            Ok(ours)
         }
         Err(e) => Err(ActorError::Nats(format!("create instance {id}: {e}"))),
     }

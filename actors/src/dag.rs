@@ -32,7 +32,7 @@ use ax_bus::spec::JobSpec;
 use ax_bus::{codec, AxClient, InstanceRecord};
 
 use crate::consume::{self, ConsumerSpec};
-use crate::creator::{create_record, Created, NewInstance};
+use crate::creator::{create_record, NewInstance};
 use crate::dag_state::{day_key, parse_day_key, Action, DagState};
 use crate::fire_schedule::start_of_day;
 use crate::lease::Lease;
@@ -426,11 +426,11 @@ async fn create_for_date(
         ax_bus::time::now(),
     );
     match create_record(&client, &instance.record).await? {
-        Created::Fired => {
+        true => {
             publish::event(&client, &instance.record).await;
             Ok(Some(instance.work))
         }
-        Created::Deduplicated => {
+        false => {
             let existing = client.instance(&instance.record.instance_id).await?;
             Ok(existing.and_then(|(record, _)| {
                 let waits = record.state == State::Running

@@ -22,8 +22,10 @@ pub mod dag;
 pub mod dag_state;
 pub mod fire_schedule;
 pub mod lease;
+pub mod misfire;
 pub mod node;
 pub mod outbox;
+pub mod overlap;
 pub mod planner;
 pub mod process;
 pub mod publish;
@@ -32,6 +34,7 @@ pub mod router;
 pub mod scheduler;
 pub mod shell;
 pub mod supervision;
+pub mod ticks;
 pub mod time_wheel;
 pub mod worker;
 

@@ -29,6 +29,21 @@ pub struct Fire {
     pub expected: DateTime<Utc>,
     /// Local date of the tick in the job's zone.
     pub biz_date: String,
+    /// The job is paused: the tick is recorded as skipped, nothing runs.
+    pub paused: bool,
+}
+
+/// A job whose missed ticks the misfire policy may catch up.
+#[derive(Clone, Debug)]
+pub struct CatchUpCandidate {
+    /// The job.
+    pub spec: Arc<JobSpec>,
+    /// Its schedule.
+    pub schedule: FireSchedule,
+    /// Ticks after this instant are this planner's to fire.
+    pub scheduled_from: DateTime<Utc>,
+    /// Whether it is paused.
+    pub paused: bool,
 }
 
 /// A due one-off timer.
@@ -63,6 +78,8 @@ struct Planned {
     paused: bool,
     generation: u32,
     next_fire: Option<DateTime<Utc>>,
+    /// The instant from which this planner computed the job's fires.
+    scheduled_from: DateTime<Utc>,
 }
 
 /// Jobs and pending timers.
@@ -159,13 +176,18 @@ impl Planner {
         let generation = previous
             .as_ref()
             .map_or(0, |p| p.generation.wrapping_add(1));
-        let same_timing = previous.as_ref().is_some_and(|p| {
-            !p.paused && p.spec.cron == spec.cron && p.spec.timezone == spec.timezone
-        });
-        let next_fire = match (&schedule, record.paused) {
-            (Some(_), false) if same_timing => previous.as_ref().and_then(|p| p.next_fire),
-            (Some(schedule), false) => schedule.next_after(now),
-            _ => None,
+        let same_timing = previous
+            .as_ref()
+            .is_some_and(|p| p.spec.cron == spec.cron && p.spec.timezone == spec.timezone);
+        // Paused jobs keep ticking: their ticks are recorded as skipped.
+        let next_fire = match &schedule {
+            Some(_) if same_timing => previous.as_ref().and_then(|p| p.next_fire),
+            Some(schedule) => schedule.next_after(now),
+            None => None,
+        };
+        let scheduled_from = match &previous {
+            Some(p) if same_timing => p.scheduled_from,
+            _ => now,
         };
         if let Some(at) = next_fire {
             self.wheel.insert(ms(at), Timer::Cron { slot, generation });
@@ -176,8 +198,26 @@ impl Planner {
             paused: record.paused,
             generation,
             next_fire,
+            scheduled_from,
         });
         Ok(())
+    }
+
+    /// The cron jobs, with the instant from which this planner fires them: the misfire policy
+    /// looks at the ticks between a job's last recorded tick and that instant.
+    pub fn catch_up_candidates(&self) -> Vec<CatchUpCandidate> {
+        self.jobs
+            .iter()
+            .flatten()
+            .filter_map(|p| {
+                Some(CatchUpCandidate {
+                    spec: p.spec.clone(),
+                    schedule: p.schedule.clone()?,
+                    scheduled_from: p.scheduled_from,
+                    paused: p.paused,
+                })
+            })
+            .collect()
     }
 
     /// Removes a job; its pending timer turns stale.
@@ -245,7 +285,7 @@ impl Planner {
 
     fn fire(&mut self, slot: u32, generation: u32, deadline: u64) -> Option<Fire> {
         let planned = self.jobs.get_mut(slot as usize)?.as_mut()?;
-        if planned.generation != generation || planned.paused {
+        if planned.generation != generation {
             return None;
         }
         let schedule = planned.schedule.as_ref()?;
@@ -259,6 +299,7 @@ impl Planner {
             spec: planned.spec.clone(),
             expected,
             biz_date: schedule.biz_date(expected),
+            paused: planned.paused,
         })
     }
 }
@@ -332,7 +373,7 @@ mod tests {
     }
 
     #[test]
-    fn pause_edit_and_delete_stop_the_old_timer() {
+    fn paused_jobs_tick_as_paused_and_edits_and_deletes_stop_the_old_timer() {
         let start = t("2026-01-01T00:00:00Z");
         let mut planner = Planner::new(start);
         planner
@@ -341,10 +382,9 @@ mod tests {
         planner
             .upsert(&record("a", "*/10 * * * * *", true), start)
             .unwrap();
-        assert!(planner
-            .advance(start + Duration::seconds(30))
-            .fires
-            .is_empty());
+        let paused = planner.advance(start + Duration::seconds(30)).fires;
+        assert_eq!(paused.len(), 3, "a paused job keeps ticking");
+        assert!(paused.iter().all(|f| f.paused));
         let now = start + Duration::seconds(30);
         planner
             .upsert(&record("a", "*/10 * * * * *", false), now)
@@ -352,6 +392,7 @@ mod tests {
         let fires = planner.advance(now + Duration::seconds(10)).fires;
         assert_eq!(fires.len(), 1);
         assert_eq!(fires[0].expected, t("2026-01-01T00:00:40Z"));
+        assert!(!fires[0].paused);
         planner.remove("a");
         assert!(planner
             .advance(now + Duration::seconds(60))

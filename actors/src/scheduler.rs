@@ -20,9 +20,12 @@ use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 
 use ax_bus::client::Updated;
-use ax_bus::instance::{State, Tag};
+use std::collections::HashMap;
+
+use ax_bus::instance::{State, Tag, Trigger};
 use ax_bus::kv_view::{FeedItem, KvFeed};
-use ax_bus::messages::{JobRecord, ResultMessage, WorkItem};
+use ax_bus::messages::{JobRecord, ResultMessage, TickOutcome, TickRecord, WorkItem};
+use ax_bus::spec::Misfire;
 use ax_bus::{codec, ids, AxClient};
 
 use crate::clock::Clock;
@@ -30,7 +33,7 @@ use crate::consume::{self, ConsumerSpec};
 use crate::creator::{Creator, NewInstance};
 use crate::planner::{DueRetry, Planner};
 use crate::supervision::{guard, note_restart, spawn_pump};
-use crate::{control, publish, ActorError};
+use crate::{control, misfire, publish, ticks, ActorError};
 
 const ACTOR: &str = "scheduler";
 /// The longest the wheel sleeps, so that a jump of the wall clock is noticed.
@@ -50,6 +53,8 @@ pub struct Scheduler {
     /// schedules fires, so the ticks of the restart gap still fire.
     replay_from: Option<chrono::DateTime<chrono::Utc>>,
     last_tick: chrono::DateTime<chrono::Utc>,
+    /// Whether the misfire policy has run in this process (once, after the first registry load).
+    misfires_handled: bool,
 }
 
 impl Scheduler {
@@ -57,7 +62,7 @@ impl Scheduler {
     /// runs on (its creation task is spawned there).
     pub fn new(client: AxClient, clock: Arc<dyn Clock>, node: String) -> Self {
         let now = clock.now();
-        let creator = Creator::start(client.clone());
+        let creator = Creator::start(client.clone(), node.clone());
         Self {
             client,
             clock,
@@ -67,7 +72,20 @@ impl Scheduler {
             wake: None,
             replay_from: None,
             last_tick: now,
+            misfires_handled: false,
         }
+    }
+
+    fn record_skipped(&self, job: &str, skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>) {
+        if skipped.is_empty() {
+            return;
+        }
+        let (client, node, job) = (self.client.clone(), self.node.clone(), job.to_string());
+        actix::spawn(async move {
+            if let Err(e) = ticks::record_skipped(&client, &node, &job, skipped).await {
+                tracing::warn!(%job, error = %e, "skipped ticks not recorded");
+            }
+        });
     }
 
     /// Fires what is due and sleeps until the next timer.
@@ -79,16 +97,21 @@ impl Scheduler {
         };
         self.last_tick = now;
         for fire in due.fires {
+            if fire.paused {
+                self.record_skipped(&fire.spec.name, vec![(fire.expected, "paused".to_string())]);
+                continue;
+            }
             let params = fire.spec.params.clone();
             let mut instance = NewInstance::new(
                 &fire.spec,
                 fire.expected,
                 fire.biz_date,
                 params,
-                ax_bus::instance::Trigger::Cron,
+                Trigger::Cron,
                 now,
             );
             instance.skip_coordinator = !self.planner.needs_coordinator(&fire.spec);
+            instance.tick = Some(TickOutcome::Fired);
             self.creator.submit(instance);
         }
         for retry in due.retries {
@@ -169,6 +192,7 @@ impl Handler<RegistryChange> for Scheduler {
 
     fn handle(&mut self, msg: RegistryChange, ctx: &mut Self::Context) {
         let now = self.replay_from.unwrap_or_else(|| self.clock.now());
+        let loaded = matches!(msg.0, FeedItem::Current);
         let changed = guard(ACTOR, || match msg.0 {
             FeedItem::Put { key, value, .. } => match codec::decode::<JobRecord>(&value) {
                 Ok(record) => {
@@ -192,10 +216,83 @@ impl Handler<RegistryChange> for Scheduler {
                 true
             }
         });
+        if loaded && !self.misfires_handled {
+            self.misfires_handled = true;
+            let (client, addr) = (self.client.clone(), ctx.address());
+            actix::spawn(async move {
+                match client.last_ticks().await {
+                    Ok(last) => addr.do_send(LastTicks(last)),
+                    Err(e) => tracing::error!(error = %e, "cannot read the last ticks; missed fires are not caught up"),
+                }
+            });
+        }
         match changed {
             None => ctx.stop(),
             Some(true) => self.arm(ctx),
             Some(false) => {}
+        }
+    }
+}
+
+/// The last recorded tick of every job, read once the registry is loaded at process start.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct LastTicks(Vec<TickRecord>);
+
+impl Handler<LastTicks> for Scheduler {
+    type Result = ();
+
+    /// Applies each job's misfire policy to the ticks between its last record and the instant
+    /// this Scheduler started firing it.
+    fn handle(&mut self, msg: LastTicks, _ctx: &mut Self::Context) {
+        let mut last: HashMap<String, chrono::DateTime<chrono::Utc>> = HashMap::new();
+        for record in msg.0 {
+            let entry = last.entry(record.job).or_insert(record.tick);
+            *entry = (*entry).max(record.tick);
+        }
+        let now = self.clock.now();
+        for candidate in self.planner.catch_up_candidates() {
+            let spec = &candidate.spec;
+            let Some(last) = last.get(&spec.name) else {
+                continue;
+            };
+            let policy = if candidate.paused { Misfire::Skip } else { spec.misfire };
+            let mut plan = misfire::plan(
+                &candidate.schedule,
+                policy,
+                spec.catchup_window_secs(),
+                *last,
+                candidate.scheduled_from,
+            );
+            if candidate.paused {
+                plan.skip.iter_mut().for_each(|(_, reason)| *reason = "paused".into());
+            }
+            if plan.more_skipped > 0 {
+                if let Some((tick, _)) = plan.skip.last().cloned() {
+                    plan.skip.push((
+                        tick,
+                        format!("and {} more missed ticks, not recorded one by one", plan.more_skipped),
+                    ));
+                }
+            }
+            if !plan.fire.is_empty() || !plan.skip.is_empty() {
+                tracing::info!(job = %spec.name, caught_up = plan.fire.len(), skipped = plan.skip.len() + plan.more_skipped, "missed ticks");
+            }
+            for tick in plan.fire {
+                let biz_date = candidate.schedule.biz_date(tick);
+                let mut instance = NewInstance::new(
+                    spec,
+                    tick,
+                    biz_date,
+                    spec.params.clone(),
+                    Trigger::CatchUp,
+                    now,
+                );
+                instance.skip_coordinator = !self.planner.needs_coordinator(spec);
+                instance.tick = Some(TickOutcome::CaughtUp);
+                self.creator.submit(instance);
+            }
+            self.record_skipped(&spec.name, plan.skip);
         }
     }
 }

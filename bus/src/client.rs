@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::codec::{self, CodecError};
 use crate::instance::{InstanceRecord, TransitionRefused};
 use crate::kv_view::{FeedError, KvFeed};
-use crate::messages::{ControlReply, JobRecord, REPLY_TO_HEADER};
+use crate::messages::{ControlReply, JobRecord, TickRecord, REPLY_TO_HEADER};
 use crate::provision::{Layout, ProvisionError};
 use crate::subjects::Subjects;
 
@@ -225,6 +225,43 @@ impl AxClient {
     /// Every job, by name.
     pub async fn jobs(&self) -> Result<Vec<JobRecord>, ClientError> {
         let feed = KvFeed::open(&self.js, &self.layout.jobs_bucket(), ">").await?;
+        feed.snapshot()
+            .await?
+            .into_iter()
+            .map(|(_, value, _)| codec::decode(&value).map_err(ClientError::from))
+            .collect()
+    }
+
+    /// The last `limit` tick records of `job`, oldest first.
+    pub async fn ticks(&self, job: &str, limit: usize) -> Result<Vec<TickRecord>, ClientError> {
+        let prefix = format!("{}.", self.subjects().tick_all().trim_end_matches(".>"));
+        let feed = KvFeed::open_stream(
+            &self.js,
+            &self.layout.ticks_stream(),
+            &prefix,
+            job,
+            jetstream::consumer::DeliverPolicy::All,
+        )
+        .await?;
+        let all = feed.history().await?;
+        let skip = all.len().saturating_sub(limit);
+        all.into_iter()
+            .skip(skip)
+            .map(|(_, value)| codec::decode(&value).map_err(ClientError::from))
+            .collect()
+    }
+
+    /// The last tick record of every job that has one.
+    pub async fn last_ticks(&self) -> Result<Vec<TickRecord>, ClientError> {
+        let prefix = format!("{}.", self.subjects().tick_all().trim_end_matches(".>"));
+        let feed = KvFeed::open_stream(
+            &self.js,
+            &self.layout.ticks_stream(),
+            &prefix,
+            ">",
+            jetstream::consumer::DeliverPolicy::LastPerSubject,
+        )
+        .await?;
         feed.snapshot()
             .await?
             .into_iter()

@@ -1,5 +1,6 @@
-//! Reading a bucket as "current values, then every change": how actors rebuild their views
-//! (job registry, worker registry) after a start or restart, and how the CLI lists keys.
+//! Reading a bucket (or a stream) as "current values, then every change": how actors rebuild
+//! their views (job registry, worker registry, DAG state, last ticks) after a start or restart,
+//! and how the CLI lists keys and histories.
 //!
 //! async-nats's own watch does not say when the initial values are all delivered if the bucket
 //! is empty; [`KvFeed`] does, with an explicit [`FeedItem::Current`] marker.
@@ -51,9 +52,9 @@ enum Phase {
 
 /// A feed could not be opened or broke.
 #[derive(Debug, thiserror::Error)]
-#[error("bucket {bucket}: {reason}")]
+#[error("reading {bucket}: {reason}")]
 pub struct FeedError {
-    /// The bucket.
+    /// The bucket or stream.
     pub bucket: String,
     /// Why.
     pub reason: String,
@@ -70,20 +71,39 @@ impl KvFeed {
         bucket: &str,
         pattern: &str,
     ) -> Result<Self, FeedError> {
+        Self::open_stream(
+            js,
+            &format!("KV_{bucket}"),
+            &format!("$KV.{bucket}."),
+            pattern,
+            consumer::DeliverPolicy::LastPerSubject,
+        )
+        .await
+    }
+
+    /// Opens a feed over the messages of `stream` whose subjects are `prefix` + `pattern`; keys
+    /// are what follows `prefix`. With `LastPerSubject` it reads like a bucket; with `All` it
+    /// gives every message kept (a history).
+    pub async fn open_stream(
+        js: &jetstream::Context,
+        stream: &str,
+        prefix: &str,
+        pattern: &str,
+        deliver_policy: consumer::DeliverPolicy,
+    ) -> Result<Self, FeedError> {
         let err = |reason: String| FeedError {
-            bucket: bucket.to_string(),
+            bucket: stream.to_string(),
             reason,
         };
-        let stream = js
-            .get_stream(format!("KV_{bucket}"))
+        let source = js
+            .get_stream(stream)
             .await
             .map_err(|e| err(e.to_string()))?;
-        let prefix = format!("$KV.{bucket}.");
-        let consumer = stream
+        let consumer = source
             .create_consumer(consumer::push::OrderedConfig {
                 deliver_subject: js.client().new_inbox(),
                 filter_subject: format!("{prefix}{pattern}"),
-                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                deliver_policy,
                 replay_policy: consumer::ReplayPolicy::Instant,
                 ..Default::default()
             })
@@ -96,11 +116,24 @@ impl KvFeed {
         };
         let messages = consumer.messages().await.map_err(|e| err(e.to_string()))?;
         Ok(Self {
-            bucket: bucket.to_string(),
+            bucket: stream.to_string(),
             messages,
-            prefix,
+            prefix: prefix.to_string(),
             phase,
         })
+    }
+
+    /// Every message kept (not only the last per key), in order, until the snapshot is complete.
+    pub async fn history(mut self) -> Result<Vec<(String, Bytes)>, FeedError> {
+        let mut values = Vec::new();
+        while let Some(item) = self.next().await {
+            match item? {
+                FeedItem::Put { key, value, .. } => values.push((key, value)),
+                FeedItem::Deleted { .. } => {}
+                FeedItem::Current => break,
+            }
+        }
+        Ok(values)
     }
 
     /// The next item; `None` when the feed ended (the connection closed for good).

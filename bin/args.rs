@@ -97,6 +97,13 @@ pub enum JobCommand {
     Pause { name: String },
     /// Fire a paused job again.
     Resume { name: String },
+    /// Every recorded tick of a job: fired, caught_up, skipped or deduplicated.
+    History {
+        name: String,
+        /// How many of the latest ticks.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
     /// Run one instance now.
     Trigger {
         name: String,

@@ -297,3 +297,27 @@ pub async fn trigger(
     println!("{id} ({})", reply.message);
     Ok(())
 }
+
+pub async fn history(client: &AxClient, name: &str, limit: usize, json: bool) -> Result<()> {
+    if client.job(name).await?.is_none() && client.ticks(name, 1).await?.is_empty() {
+        bail!("no job named `{name}` and no recorded tick for it");
+    }
+    let ticks = client.ticks(name, limit).await?;
+    if json {
+        return table::json(&ticks);
+    }
+    let rows: Vec<Vec<String>> = ticks
+        .iter()
+        .map(|t| {
+            vec![
+                ax_bus::time::rfc3339(t.tick),
+                t.outcome.as_str().to_string(),
+                t.instance_id.clone().unwrap_or_else(|| "-".into()),
+                t.node.clone(),
+                table::short(&t.reason, 60),
+            ]
+        })
+        .collect();
+    table::print(&["TICK", "OUTCOME", "INSTANCE", "NODE", "REASON"], &rows);
+    Ok(())
+}

@@ -68,6 +68,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Job(JobCommand::Resume { name }) => {
             jobs::command(&client().await?, commands::RESUME, &name, json).await
         }
+        Command::Job(JobCommand::History { name, limit }) => {
+            jobs::history(&client().await?, &name, limit, json).await
+        }
         Command::Job(JobCommand::Trigger {
             name,
             biz_date,

@@ -70,19 +70,19 @@ async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jets
     let outcome = match command {
         commands::APPLY => match decode::<ApplyRequest>(message) {
             Ok(request) => apply(client, request).await,
-            Err(reply) => Ok(reply),
+            Err(reply) => Ok(*reply),
         },
         commands::DELETE => match decode::<JobNameRequest>(message) {
             Ok(request) => delete(client, &request.name).await,
-            Err(reply) => Ok(reply),
+            Err(reply) => Ok(*reply),
         },
         commands::PAUSE | commands::RESUME => match decode::<JobNameRequest>(message) {
             Ok(request) => set_paused(client, &request.name, command == commands::PAUSE).await,
-            Err(reply) => Ok(reply),
+            Err(reply) => Ok(*reply),
         },
         commands::TRIGGER => match decode::<TriggerRequest>(message) {
             Ok(request) => trigger(client, creator, request, published).await,
-            Err(reply) => Ok(reply),
+            Err(reply) => Ok(*reply),
         },
         other => Ok(ControlReply::refused(vec![format!(
             "unknown control command `{other}` (apply, delete, pause, resume, trigger)"
@@ -118,9 +118,9 @@ async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jets
     }
 }
 
-fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, ControlReply> {
+fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, Box<ControlReply>> {
     codec::decode_by_header(message.headers.as_ref(), &message.payload)
-        .map_err(|e| ControlReply::refused(vec![e.to_string()]))
+        .map_err(|e| Box::new(ControlReply::refused(vec![e.to_string()])))
 }
 
 async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply, Transient> {

@@ -218,8 +218,16 @@ async fn create_once(
     if !create_record(client, &instance.record).await? {
         if instance.tick.is_some() {
             let reason = "created by another Scheduler".to_string();
-            ticks::record(client, node, job, tick, TickOutcome::Deduplicated, Some(id), reason)
-                .await?;
+            ticks::record(
+                client,
+                node,
+                job,
+                tick,
+                TickOutcome::Deduplicated,
+                Some(id),
+                reason,
+            )
+            .await?;
         }
         return Ok(Created::Deduplicated);
     }

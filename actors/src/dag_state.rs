@@ -295,10 +295,11 @@ impl DagState {
         let newer = match day.instances.get(instance_id) {
             None => true,
             Some((old_attempt, old_state)) => {
+                // A later attempt wins; within an attempt, an end is never undone by a late
+                // repeat of its start.
+                let undoes_an_end = old_state.is_final() && !state.is_final();
                 attempt > *old_attempt
-                    || (attempt == *old_attempt
-                        && *old_state != state
-                        && !(old_state.is_final() && !state.is_final()))
+                    || (attempt == *old_attempt && *old_state != state && !undoes_an_end)
             }
         };
         if !newer {
@@ -632,11 +633,11 @@ mod tests {
         let p2 = work(&pay, "2026-01-02", 1);
         assert_eq!(
             released(&dag.on_created(o1.clone(), now())),
-            [o1.instance_id.clone()]
+            [o1.instance_id.as_str()]
         );
         assert_eq!(
             released(&dag.on_created(p1.clone(), now())),
-            [p1.instance_id.clone()]
+            [p1.instance_id.as_str()]
         );
         let held = dag.on_created(s1.clone(), now());
         assert!(matches!(held.last(), Some(Action::Hold { .. })), "{held:?}");
@@ -650,7 +651,7 @@ mod tests {
         p1b.attempt = 2;
         assert_eq!(
             released(&dag.on_result(&result(&p1b, State::Success))),
-            [s1.instance_id.clone()]
+            [s1.instance_id.as_str()]
         );
         assert_eq!(dag.held_count(), 0);
     }

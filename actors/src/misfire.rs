@@ -117,9 +117,19 @@ mod tests {
             t("2026-01-01T00:00:00Z"),
             t("2026-01-01T00:05:30Z"),
         );
-        assert_eq!(plan.fire, [t("2026-01-01T00:03:00Z"), t("2026-01-01T00:04:00Z"), t("2026-01-01T00:05:00Z")]);
+        assert_eq!(
+            plan.fire,
+            [
+                t("2026-01-01T00:03:00Z"),
+                t("2026-01-01T00:04:00Z"),
+                t("2026-01-01T00:05:00Z")
+            ]
+        );
         let skipped: Vec<_> = plan.skip.iter().map(|(t, _)| *t).collect();
-        assert_eq!(skipped, [t("2026-01-01T00:01:00Z"), t("2026-01-01T00:02:00Z")]);
+        assert_eq!(
+            skipped,
+            [t("2026-01-01T00:01:00Z"), t("2026-01-01T00:02:00Z")]
+        );
         assert!(plan.skip[0].1.contains("older than the catch-up window"));
     }
 

@@ -28,7 +28,11 @@ pub enum Decision {
 }
 
 /// Applies `policy` to the fire of `work`.
-pub async fn decide(client: &AxClient, work: &WorkItem, policy: Overlap) -> Result<Decision, ActorError> {
+pub async fn decide(
+    client: &AxClient,
+    work: &WorkItem,
+    policy: Overlap,
+) -> Result<Decision, ActorError> {
     if policy == Overlap::Allow {
         return Ok(Decision::Proceed);
     }
@@ -73,7 +77,12 @@ async fn cancel(client: &AxClient, previous: &InstanceRecord, by: &str) -> Resul
     let message = format!("superseded by {by}");
     let updated = client
         .update_instance(&previous.instance_id, |r| {
-            r.ended_early(&previous.trace_id, State::Cancelled, Tag::Superseded, &message)
+            r.ended_early(
+                &previous.trace_id,
+                State::Cancelled,
+                Tag::Superseded,
+                &message,
+            )
         })
         .await?;
     let Updated::Written(record, _) = updated else {
@@ -100,7 +109,11 @@ async fn cancel(client: &AxClient, previous: &InstanceRecord, by: &str) -> Resul
 }
 
 /// Records `instance_id` as the job's latest instance, unless a later one is there already.
-pub async fn note_latest(client: &AxClient, job: &str, instance_id: &str) -> Result<(), ActorError> {
+pub async fn note_latest(
+    client: &AxClient,
+    job: &str,
+    instance_id: &str,
+) -> Result<(), ActorError> {
     loop {
         let entry = client
             .latest

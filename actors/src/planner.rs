@@ -15,7 +15,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use ax_bus::messages::JobRecord;
-use ax_bus::spec::JobSpec;
+use ax_bus::spec::{JobSpec, Overlap};
 
 use crate::fire_schedule::FireSchedule;
 use crate::time_wheel::TimeWheel;
@@ -122,10 +122,13 @@ impl Planner {
         self.wheel.len()
     }
 
-    /// Whether an instance of `spec` concerns the DagCoordinator: it has dependencies, or some
-    /// job depends on it.
+    /// Whether an instance of `spec` concerns the DagCoordinator: it has dependencies, some job
+    /// depends on it, or its instances queue behind each other (the coordinator must know each
+    /// of them to hold the next).
     pub fn needs_coordinator(&self, spec: &JobSpec) -> bool {
-        !spec.deps.is_empty() || self.dependents.get(&spec.name).is_some_and(|n| *n > 0)
+        !spec.deps.is_empty()
+            || spec.overlap == Overlap::Queue
+            || self.dependents.get(&spec.name).is_some_and(|n| *n > 0)
     }
 
     fn count_dependents(&mut self, spec: &JobSpec, delta: isize) {

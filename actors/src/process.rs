@@ -15,6 +15,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
+use tokio::sync::Notify;
 
 /// Bytes kept from the end of each of stdout and stderr.
 pub const TAIL_BYTES: usize = 8 * 1024;
@@ -45,6 +46,8 @@ pub enum Exit {
     Signal(i32),
     /// It ran past its timeout and its group was killed.
     TimedOut,
+    /// It was stopped on request (its instance was cancelled) and its group was killed.
+    Cancelled,
     /// It could not be started.
     SpawnFailed(String),
 }
@@ -64,8 +67,8 @@ pub struct ProcessEnd {
     pub stderr_tail: String,
 }
 
-/// Runs `spec` to its end or its timeout.
-pub async fn run(spec: &ProcessSpec) -> ProcessEnd {
+/// Runs `spec` to its end, its timeout, or until `cancel` is notified.
+pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
     let started_at = ax_bus::time::now();
     let mut command = Command::new(&spec.program);
     command
@@ -101,17 +104,26 @@ pub async fn run(spec: &ProcessSpec) -> ProcessEnd {
     let group = GroupKiller(child.id().map(|pid| Pid::from_raw(pid as i32)));
     let stdout = tokio::spawn(read_tail(child.stdout.take()));
     let stderr = tokio::spawn(read_tail(child.stderr.take()));
-    let exit = match tokio::time::timeout(spec.timeout, child.wait()).await {
-        Ok(Ok(status)) => {
-            use std::os::unix::process::ExitStatusExt;
-            match (status.code(), status.signal()) {
-                (Some(code), _) => Exit::Code(code),
-                (None, Some(signal)) => Exit::Signal(signal),
-                (None, None) => Exit::Code(-1),
-            }
+    let cancelled = async {
+        match cancel {
+            Some(notify) => notify.notified().await,
+            None => std::future::pending().await,
         }
-        Ok(Err(e)) => Exit::SpawnFailed(format!("cannot wait for the process: {e}")),
-        Err(_) => Exit::TimedOut,
+    };
+    let exit = tokio::select! {
+        waited = tokio::time::timeout(spec.timeout, child.wait()) => match waited {
+            Ok(Ok(status)) => {
+                use std::os::unix::process::ExitStatusExt;
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => Exit::Code(code),
+                    (None, Some(signal)) => Exit::Signal(signal),
+                    (None, None) => Exit::Code(-1),
+                }
+            }
+            Ok(Err(e)) => Exit::SpawnFailed(format!("cannot wait for the process: {e}")),
+            Err(_) => Exit::TimedOut,
+        },
+        _ = cancelled => Exit::Cancelled,
     };
     // Whatever the ending, nothing of the group may survive the attempt.
     drop(group);
@@ -173,6 +185,10 @@ async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>) -> String {
 mod tests {
     use super::*;
 
+    async fn run_plain(spec: &ProcessSpec) -> ProcessEnd {
+        run(spec, None).await
+    }
+
     fn sh(script: &str, timeout_ms: u64) -> ProcessSpec {
         ProcessSpec {
             program: "/bin/sh".into(),
@@ -185,7 +201,7 @@ mod tests {
 
     #[tokio::test]
     async fn exit_codes_and_tails() {
-        let end = run(&sh("echo $GREETING; echo oops >&2; exit 3", 10_000)).await;
+        let end = run_plain(&sh("echo $GREETING; echo oops >&2; exit 3", 10_000)).await;
         assert_eq!(end.exit, Exit::Code(3));
         assert_eq!(end.stdout_tail, "hi\n");
         assert_eq!(end.stderr_tail, "oops\n");
@@ -193,7 +209,7 @@ mod tests {
 
     #[tokio::test]
     async fn tails_keep_the_end_of_long_output() {
-        let end = run(&sh("seq 1 100000", 10_000)).await;
+        let end = run_plain(&sh("seq 1 100000", 10_000)).await;
         assert_eq!(end.exit, Exit::Code(0));
         assert!(end.stdout_tail.len() <= TAIL_BYTES);
         assert!(end.stdout_tail.ends_with("99999\n100000\n"));
@@ -204,7 +220,7 @@ mod tests {
         let marker = tempfile::tempdir().unwrap();
         let pid_file = marker.path().join("grandchild.pid");
         let script = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
-        let end = run(&sh(&script, 500)).await;
+        let end = run_plain(&sh(&script, 500)).await;
         assert_eq!(end.exit, Exit::TimedOut);
         let pid: i32 = std::fs::read_to_string(&pid_file)
             .unwrap()
@@ -238,7 +254,7 @@ mod tests {
         let pid_file = marker.path().join("grandchild.pid");
         let script = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
         let spec = sh(&script, 60_000);
-        let run = tokio::spawn(async move { run(&spec).await });
+        let run = tokio::spawn(async move { run(&spec, None).await });
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while !pid_file.exists()
             || std::fs::read_to_string(&pid_file)
@@ -271,6 +287,21 @@ mod tests {
     async fn a_missing_program_is_a_spawn_failure() {
         let mut spec = sh("true", 1000);
         spec.program = "/nonexistent/prog".into();
-        assert!(matches!(run(&spec).await.exit, Exit::SpawnFailed(_)));
+        assert!(matches!(run(&spec, None).await.exit, Exit::SpawnFailed(_)));
+    }
+
+    #[tokio::test]
+    async fn a_notified_cancel_stops_the_process() {
+        let notify = std::sync::Arc::new(Notify::new());
+        let spec = sh("sleep 30", 60_000);
+        let waiter = notify.clone();
+        let run = tokio::spawn(async move { run(&spec, Some(&waiter)).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        notify.notify_one();
+        let end = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(end.exit, Exit::Cancelled);
     }
 }

@@ -222,7 +222,9 @@ impl Handler<RegistryChange> for Scheduler {
             actix::spawn(async move {
                 match client.last_ticks().await {
                     Ok(last) => addr.do_send(LastTicks(last)),
-                    Err(e) => tracing::error!(error = %e, "cannot read the last ticks; missed fires are not caught up"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the last ticks; missed fires are not caught up")
+                    }
                 }
             });
         }
@@ -256,7 +258,11 @@ impl Handler<LastTicks> for Scheduler {
             let Some(last) = last.get(&spec.name) else {
                 continue;
             };
-            let policy = if candidate.paused { Misfire::Skip } else { spec.misfire };
+            let policy = if candidate.paused {
+                Misfire::Skip
+            } else {
+                spec.misfire
+            };
             let mut plan = misfire::plan(
                 &candidate.schedule,
                 policy,
@@ -265,13 +271,18 @@ impl Handler<LastTicks> for Scheduler {
                 candidate.scheduled_from,
             );
             if candidate.paused {
-                plan.skip.iter_mut().for_each(|(_, reason)| *reason = "paused".into());
+                plan.skip
+                    .iter_mut()
+                    .for_each(|(_, reason)| *reason = "paused".into());
             }
             if plan.more_skipped > 0 {
                 if let Some((tick, _)) = plan.skip.last().cloned() {
                     plan.skip.push((
                         tick,
-                        format!("and {} more missed ticks, not recorded one by one", plan.more_skipped),
+                        format!(
+                            "and {} more missed ticks, not recorded one by one",
+                            plan.more_skipped
+                        ),
                     ));
                 }
             }

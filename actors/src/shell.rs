@@ -14,6 +14,8 @@ use ax_bus::instance::{AttemptEnd, Tag};
 use ax_bus::messages::WorkItem;
 use ax_bus::spec::template::{param_env_name, Template};
 
+use tokio::sync::Notify;
+
 use crate::process::{self, Exit, ProcessSpec};
 
 /// Largest output file read (bigger ones are refused, not truncated into invalid JSON).
@@ -62,8 +64,13 @@ pub fn attempt_env(work: &WorkItem, output_file: &Path) -> Vec<(String, String)>
     env
 }
 
-/// Runs the attempt; `scratch` is a directory for its output file.
-pub async fn run(work: &WorkItem, worker: &str, scratch: &Path) -> AttemptEnd {
+/// Runs the attempt; `scratch` is a directory for its output file; `cancel` stops it.
+pub async fn run(
+    work: &WorkItem,
+    worker: &str,
+    scratch: &Path,
+    cancel: Option<&Notify>,
+) -> AttemptEnd {
     let output_file = scratch.join(format!("{}.output.json", work.trace_id));
     let command = work.spec.exec.command.as_deref().unwrap_or_default();
     let timeout = Duration::from_secs(work.spec.timeout_secs());
@@ -94,7 +101,7 @@ pub async fn run(work: &WorkItem, worker: &str, scratch: &Path) -> AttemptEnd {
         workdir: work.spec.exec.workdir.as_ref().map(PathBuf::from),
         timeout,
     };
-    let ran = process::run(&spec).await;
+    let ran = process::run(&spec, cancel).await;
     end.started_at = Some(ran.started_at);
     end.finished_at = ran.finished_at;
     end.stdout_tail = ran.stdout_tail;
@@ -115,6 +122,11 @@ pub async fn run(work: &WorkItem, worker: &str, scratch: &Path) -> AttemptEnd {
             ),
         ),
         Exit::SpawnFailed(reason) => (false, Tag::SpawnFailed, reason),
+        Exit::Cancelled => (
+            false,
+            Tag::Killed,
+            "stopped: the instance was cancelled; process group killed".to_string(),
+        ),
     };
     match read_output(&output_file) {
         Ok(Some(output)) => end.output = output,
@@ -176,7 +188,7 @@ mod tests {
             serde_json::json!({"n": 7}),
             10,
         );
-        let end = run(&w, "w1", dir.path()).await;
+        let end = run(&w, "w1", dir.path(), None).await;
         assert!(end.success, "{end:?}");
         assert_eq!(end.stdout_tail, "2026-01-01 2 j 7 7\n");
     }
@@ -194,7 +206,7 @@ mod tests {
             serde_json::json!({ "x": evil }),
             10,
         );
-        let end = run(&w, "w1", dir.path()).await;
+        let end = run(&w, "w1", dir.path(), None).await;
         assert!(end.success, "{end:?}");
         assert!(!marker.exists(), "a param value was executed");
         assert_eq!(end.stdout_tail, format!("{evil}|{evil}|{evil}|"));
@@ -208,21 +220,27 @@ mod tests {
             serde_json::json!({}),
             10,
         );
-        let end = run(&w, "w1", dir.path()).await;
+        let end = run(&w, "w1", dir.path(), None).await;
         assert_eq!(end.output["rows"], 42);
         let w = work(
             "echo 'not json' > \"$AX_OUTPUT_FILE\"",
             serde_json::json!({}),
             10,
         );
-        let end = run(&w, "w1", dir.path()).await;
+        let end = run(&w, "w1", dir.path(), None).await;
         assert!(end.success && end.message.contains("not JSON"), "{end:?}");
     }
 
     #[tokio::test]
     async fn failures_are_tagged() {
         let dir = tempfile::tempdir().unwrap();
-        let end = run(&work("exit 4", serde_json::json!({}), 10), "w1", dir.path()).await;
+        let end = run(
+            &work("exit 4", serde_json::json!({}), 10),
+            "w1",
+            dir.path(),
+            None,
+        )
+        .await;
         assert_eq!(
             (end.success, end.tag, end.exit_code),
             (false, Tag::ExitCode, Some(4))
@@ -231,6 +249,7 @@ mod tests {
             &work("sleep 30", serde_json::json!({}), 1),
             "w1",
             dir.path(),
+            None,
         )
         .await;
         assert_eq!(end.tag, Tag::Timeout);

@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use async_nats::jetstream::{self, kv::CreateErrorKind, AckKind};
-use dashmap::DashSet;
+use dashmap::DashMap;
 use futures::StreamExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use ax_bus::client::Updated;
 use ax_bus::messages::{WorkItem, WorkerInfo};
@@ -61,7 +61,7 @@ pub struct WorkerSupervisor {
     reporter: ReporterHandle,
     slots: Arc<Semaphore>,
     running: Arc<AtomicU32>,
-    in_flight: Arc<DashSet<String>>,
+    in_flight: Arc<DashMap<String, Arc<Notify>>>,
     started_at: chrono::DateTime<chrono::Utc>,
     /// True until the dispatch pump first starts in this process.
     first_start: bool,
@@ -108,6 +108,16 @@ impl Actor for WorkerSupervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        spawn_pump(
+            ACTOR,
+            "cancel",
+            ctx,
+            follow_cancels(
+                self.client.clone(),
+                self.config.id.clone(),
+                self.in_flight.clone(),
+            ),
+        );
         spawn_pump(
             ACTOR,
             "heartbeat",
@@ -158,6 +168,27 @@ async fn heartbeat(
     }
 }
 
+/// Stops attempts whose instance was cancelled (`ax.internal.cancel.<id>`, payload: trace id).
+async fn follow_cancels(
+    client: AxClient,
+    id: String,
+    in_flight: Arc<DashMap<String, Arc<Notify>>>,
+) -> Result<(), ActorError> {
+    let mut cancels = client
+        .nats
+        .subscribe(client.subjects().cancel(&id))
+        .await
+        .map_err(|e| ActorError::Nats(format!("subscribe to cancels: {e}")))?;
+    while let Some(message) = cancels.next().await {
+        let trace = String::from_utf8_lossy(&message.payload).to_string();
+        if let Some(stop) = in_flight.get(&trace) {
+            tracing::info!(%trace, "stopping a cancelled attempt");
+            stop.notify_one();
+        }
+    }
+    Ok(())
+}
+
 /// Everything an attempt needs, shared by all of them.
 #[derive(Clone)]
 struct Attempts {
@@ -165,7 +196,7 @@ struct Attempts {
     config: WorkerConfig,
     reporter: ReporterHandle,
     running: Arc<AtomicU32>,
-    in_flight: Arc<DashSet<String>>,
+    in_flight: Arc<DashMap<String, Arc<Notify>>>,
 }
 
 /// Takes dispatches. With `reclaim` (the first start of this worker process), the consumer is
@@ -248,7 +279,7 @@ impl Attempts {
             let _ = message.ack().await;
             return;
         }
-        if self.in_flight.contains(&trace) {
+        if self.in_flight.contains_key(&trace) {
             // A redelivery while the attempt runs here; the running one acknowledges it.
             return;
         }
@@ -291,10 +322,11 @@ impl Attempts {
                 return;
             }
         }
-        self.in_flight.insert(trace.clone());
+        let stop = Arc::new(Notify::new());
+        self.in_flight.insert(trace.clone(), stop.clone());
         self.running.fetch_add(1, Ordering::Relaxed);
         let end = {
-            let execution = shell::run(&work, me, scratch);
+            let execution = shell::run(&work, me, scratch, Some(&stop));
             tokio::pin!(execution);
             let mut progress = tokio::time::interval(DISPATCH_ACK_WAIT / 3);
             progress.tick().await;

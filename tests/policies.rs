@@ -1,0 +1,185 @@
+//! Misfire and overlap policies, and the tick history that records what became of every tick.
+
+mod support;
+
+use std::time::Duration;
+
+use ax_bus::instance::Trigger;
+use ax_bus::messages::TickOutcome;
+use ax_bus::{AxClient, InstanceRecord, State, Tag};
+use support::*;
+
+fn every_second(name: &str, extra: &str, command: &str) -> String {
+    format!(
+        "version: v1\njob:\n  name: {name}\n  cron: '* * * * * *'\n{extra}  exec: {{ type: shell, command: '{command}' }}\n"
+    )
+}
+
+async fn ticks(client: &AxClient, job: &str) -> Vec<ax_bus::messages::TickRecord> {
+    client.ticks(job, 1000).await.expect("read ticks")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missed_ticks_follow_each_misfire_policy() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "dag,router,worker", &["--slots", "8"]);
+    let mut scheduler = AxProcess::node(&nats, "s1", "scheduler", &[]);
+    let jobs = [
+        every_second("all", "  misfire: fire_all\n  catchup_window: 60\n", "true"),
+        every_second("once", "  misfire: fire_once\n", "true"),
+        every_second("none", "  misfire: skip\n", "true"),
+    ]
+    .join("---\n");
+    apply_job(&nats, "misfire", &jobs).await;
+    for job in ["all", "once", "none"] {
+        wait_for(
+            Duration::from_secs(20),
+            &format!("{job} to tick"),
+            || async { (ticks(&client, job).await.len() >= 2).then_some(()) },
+        )
+        .await;
+    }
+    scheduler.kill9();
+    // The outage: for these three seconds no Scheduler runs.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _scheduler = AxProcess::node(&nats, "s1", "scheduler", &[]);
+
+    let missed = |job: &'static str| {
+        let client = client.clone();
+        async move {
+            let records = ticks(&client, job).await;
+            let missed: Vec<_> = records
+                .into_iter()
+                .filter(|t| t.outcome == TickOutcome::CaughtUp || t.reason.starts_with("missed"))
+                .collect();
+            (missed.len() >= 2).then_some(missed)
+        }
+    };
+    // fire_all: every missed tick runs, recorded as caught up, with no gap in the instances.
+    let all = wait_for(Duration::from_secs(20), "all to catch up", || missed("all")).await;
+    assert!(
+        all.iter().all(|t| t.outcome == TickOutcome::CaughtUp),
+        "{all:?}"
+    );
+    let records = instances(&client, "all").await;
+    let caught: Vec<&InstanceRecord> = records
+        .iter()
+        .filter(|r| r.trigger == Trigger::CatchUp)
+        .collect();
+    assert_eq!(caught.len(), all.len());
+    for pair in records.windows(2) {
+        assert_eq!(
+            pair[1].expected_time - pair[0].expected_time,
+            chrono::Duration::seconds(1)
+        );
+    }
+    // fire_once: the latest missed tick runs, the others are skipped.
+    let once = wait_for(Duration::from_secs(20), "once to catch up", || {
+        missed("once")
+    })
+    .await;
+    let caught_up: Vec<_> = once
+        .iter()
+        .filter(|t| t.outcome == TickOutcome::CaughtUp)
+        .collect();
+    assert_eq!(caught_up.len(), 1, "{once:?}");
+    assert!(once
+        .iter()
+        .all(|t| t.outcome == TickOutcome::CaughtUp || t.tick < caught_up[0].tick));
+    assert!(once.iter().any(|t| t.reason.contains("fire_once")));
+    // skip: nothing runs, every missed tick is recorded as skipped.
+    let none = wait_for(Duration::from_secs(20), "none to record", || missed("none")).await;
+    assert!(none
+        .iter()
+        .all(|t| t.outcome == TickOutcome::Skipped && t.reason.contains("skip")));
+    assert!(instances(&client, "none")
+        .await
+        .iter()
+        .all(|r| r.trigger == Trigger::Cron));
+
+    // The CLI shows the history.
+    let out = ax(&nats.url(), &["job", "history", "once", "--json"]);
+    let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcomes: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["outcome"].as_str().unwrap())
+        .collect();
+    assert!(
+        outcomes.contains(&"fired")
+            && outcomes.contains(&"caught_up")
+            && outcomes.contains(&"skipped")
+    );
+}
+
+/// Whether any two executions of `records` overlapped in time.
+fn overlapping(records: &[InstanceRecord]) -> bool {
+    let mut runs: Vec<_> = records
+        .iter()
+        .filter_map(|r| Some((r.started_at?, r.finished_at?)))
+        .collect();
+    runs.sort();
+    runs.windows(2).any(|w| w[1].0 < w[0].1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_while_the_previous_instance_runs_follows_the_overlap_policy() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &["--slots", "16"]);
+    let jobs = [
+        every_second("allow", "", "sleep 2.5"),
+        every_second("skipper", "  overlap: skip\n", "sleep 2.5"),
+        every_second("queued", "  overlap: queue\n", "sleep 1.5"),
+        every_second("latest", "  overlap: cancel_previous\n", "sleep 2.5"),
+    ]
+    .join("---\n");
+    apply_job(&nats, "overlap", &jobs).await;
+    wait_for(
+        Duration::from_secs(30),
+        "3 finished queued instances",
+        || async {
+            let done = instances(&client, "queued")
+                .await
+                .iter()
+                .filter(|r| r.state == State::Success)
+                .count();
+            (done >= 3).then_some(())
+        },
+    )
+    .await;
+    for job in ["allow", "skipper", "queued", "latest"] {
+        assert!(ax(&nats.url(), &["job", "pause", job]).status.success());
+    }
+
+    let allow = instances(&client, "allow").await;
+    assert!(overlapping(&allow), "allow should let runs overlap");
+
+    let skipper = instances(&client, "skipper").await;
+    assert!(!overlapping(&skipper), "skip let runs overlap");
+    let skipped = ticks(&client, "skipper").await;
+    assert!(skipped
+        .iter()
+        .any(|t| t.outcome == TickOutcome::Skipped && t.reason.contains("overlap skip")));
+
+    let queued: Vec<InstanceRecord> = instances(&client, "queued")
+        .await
+        .into_iter()
+        .filter(|r| r.state == State::Success)
+        .collect();
+    assert!(!overlapping(&queued), "queue let runs overlap");
+    assert!(ticks(&client, "queued")
+        .await
+        .iter()
+        .all(|t| t.outcome != TickOutcome::Skipped || t.reason == "paused"));
+
+    let latest = instances(&client, "latest").await;
+    let superseded = latest.iter().filter(|r| r.tag == Tag::Superseded).count();
+    assert!(superseded >= 2, "{latest:#?}");
+    assert!(latest
+        .iter()
+        .filter(|r| r.tag == Tag::Superseded)
+        .all(|r| r.state == State::Cancelled && r.message.starts_with("superseded by latest.")));
+}

@@ -33,9 +33,54 @@ pub enum Command {
     /// Inspect instances.
     #[command(subcommand)]
     Instance(InstanceCommand),
+    /// Run ended instances again: one, or a business date's chain.
+    Rerun(RerunArgs),
+    /// Create a job's instances for past dates, in date order.
+    Backfill(BackfillArgs),
     /// Follow a public subject.
     #[command(subcommand)]
     Tail(TailCommand),
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["instance", "biz_date"])))]
+pub struct RerunArgs {
+    /// One instance (a new attempt with its original params).
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Every instance of a business date (YYYY-MM-DD)…
+    #[arg(long)]
+    pub biz_date: Option<String>,
+    /// …from this job and its downstream only.
+    #[arg(long, requires = "biz_date")]
+    pub root: Option<String>,
+    /// Re-run only failed and cancelled instances.
+    #[arg(long)]
+    pub failed_only: bool,
+    /// Also re-run downstream instances that succeeded.
+    #[arg(long)]
+    pub force_downstream: bool,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BackfillArgs {
+    /// The job.
+    pub job: String,
+    /// First business date (YYYY-MM-DD).
+    #[arg(long)]
+    pub from: String,
+    /// Last business date, included.
+    #[arg(long)]
+    pub to: String,
+    /// Also create the instances of downstream jobs that run on a cron.
+    #[arg(long)]
+    pub with_downstream: bool,
+    /// Most instances running at once.
+    #[arg(long, default_value_t = 1)]
+    pub parallel: u32,
 }
 
 #[derive(Args, Debug)]

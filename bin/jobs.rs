@@ -7,11 +7,15 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 
 use ax_actors::fire_schedule::FireSchedule;
-use ax_bus::messages::{commands, ApplyRequest, ControlReply, JobNameRequest, TriggerRequest};
+use ax_bus::messages::{
+    commands, ApplyRequest, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest,
+    TriggerRequest,
+};
 use ax_bus::spec::yaml::{self, LocatedError, LocatedJob};
 use ax_bus::spec::{self, JobDocument};
 use ax_bus::AxClient;
 
+use crate::args::{BackfillArgs, RerunArgs};
 use crate::table;
 
 /// How long a command waits for a Scheduler's answer.
@@ -319,5 +323,87 @@ pub async fn history(client: &AxClient, name: &str, limit: usize, json: bool) ->
         })
         .collect();
     table::print(&["TICK", "OUTCOME", "INSTANCE", "NODE", "REASON"], &rows);
+    Ok(())
+}
+
+/// `user@host` of whoever runs the command, for the audit record.
+fn requested_by() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{user}@{host}")
+}
+
+/// How long a planned command may take on the Scheduler's side.
+const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
+    if json {
+        return table::json(&plan);
+    }
+    let rows: Vec<Vec<String>> = plan
+        .iter()
+        .map(|s| {
+            vec![
+                s.instance_id.clone(),
+                s.biz_date.clone(),
+                s.state.to_string(),
+                if s.will_run { "run" } else { "stays" }.to_string(),
+                s.why.clone(),
+            ]
+        })
+        .collect();
+    table::print(&["INSTANCE", "BIZ DATE", "STATE", "ACTION", "WHY"], &rows);
+    let runs = plan.iter().filter(|s| s.will_run).count();
+    if dry_run {
+        println!("dry run: {runs} would run, nothing changed");
+    } else {
+        println!("{runs} instance(s) started again");
+    }
+    Ok(())
+}
+
+pub async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Result<()> {
+    let request = RerunRequest {
+        instance: args.instance,
+        biz_date: args.biz_date,
+        root: args.root,
+        failed_only: args.failed_only,
+        force_downstream: args.force_downstream,
+        dry_run: args.dry_run,
+        requested_by: requested_by(),
+    };
+    let reply = refused(
+        client
+            .control(commands::RERUN, &request, PLANNED_TIMEOUT)
+            .await?,
+    )?;
+    print_plan(&reply.plan, json, args.dry_run)
+}
+
+pub async fn backfill(client: &AxClient, args: BackfillArgs, json: bool) -> Result<()> {
+    let request = BackfillRequest {
+        job: args.job,
+        from: args.from,
+        to: args.to,
+        with_downstream: args.with_downstream,
+        parallel: Some(args.parallel),
+        requested_by: requested_by(),
+    };
+    let reply = refused(
+        client
+            .control(commands::BACKFILL, &request, PLANNED_TIMEOUT)
+            .await?,
+    )?;
+    if json {
+        return table::json(&reply.plan);
+    }
+    let rows: Vec<Vec<String>> = reply
+        .plan
+        .iter()
+        .map(|s| vec![s.instance_id.clone(), s.biz_date.clone(), s.why.clone()])
+        .collect();
+    table::print(&["INSTANCE", "BIZ DATE", "WHAT"], &rows);
     Ok(())
 }

@@ -96,6 +96,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::Logs { id }) => {
             instances::logs(&client().await?, &id, json).await
         }
+        Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
+        Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
         Command::Tail(TailCommand::Results { job }) => {
             instances::tail_results(&client().await?, job.as_deref()).await
         }

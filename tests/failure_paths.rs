@@ -145,6 +145,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
         instance_id: record.instance_id.clone(),
         trace_id: record.trace_id.clone(),
         attempt: record.attempt,
+        run_start: record.run_start,
         biz_date: record.biz_date.clone(),
         expected_time: record.expected_time,
         params: record.params.clone(),

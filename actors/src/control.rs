@@ -20,15 +20,15 @@ use serde::de::DeserializeOwned;
 
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{
-    commands, ApplyRequest, Change, ControlReply, JobChange, JobNameRequest, JobRecord,
-    TriggerRequest, REPLY_TO_HEADER,
+    commands, ApplyRequest, BackfillRequest, Change, ControlReply, JobChange, JobNameRequest,
+    JobRecord, PlanStep, RerunRequest, TriggerRequest, REPLY_TO_HEADER,
 };
 use ax_bus::{codec, spec, AxClient};
 
 use crate::consume::{self, ConsumerSpec};
 use crate::creator::{Created, Creator, NewInstance};
 use crate::fire_schedule::biz_date_in;
-use crate::{publish, ActorError};
+use crate::{backfill, publish, rerun, ActorError};
 
 /// Serves control commands until the subscription ends.
 pub async fn serve(client: AxClient, creator: Creator, node: String) -> Result<(), ActorError> {
@@ -84,8 +84,17 @@ async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jets
             Ok(request) => trigger(client, creator, request, published).await,
             Err(reply) => Ok(*reply),
         },
+        commands::RERUN => match decode::<RerunRequest>(message) {
+            Ok(request) => planned(rerun::rerun(client, node, &request).await),
+            Err(reply) => Ok(*reply),
+        },
+        commands::BACKFILL => match decode::<BackfillRequest>(message) {
+            Ok(request) => planned(backfill::backfill(client, creator, node, &request).await),
+            Err(reply) => Ok(*reply),
+        },
         other => Ok(ControlReply::refused(vec![format!(
-            "unknown control command `{other}` (apply, delete, pause, resume, trigger)"
+            "unknown control command `{other}` (apply, delete, pause, resume, trigger, rerun, \
+             backfill)"
         )])),
     };
     match outcome {
@@ -115,6 +124,20 @@ async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jets
                 .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
                 .await;
         }
+    }
+}
+
+/// The answer to a planned command (re-run, backfill).
+fn planned(
+    outcome: Result<Result<Vec<PlanStep>, String>, ActorError>,
+) -> Result<ControlReply, Transient> {
+    match outcome? {
+        Ok(plan) => Ok(ControlReply {
+            ok: true,
+            plan,
+            ..ControlReply::default()
+        }),
+        Err(refusal) => Ok(ControlReply::refused(vec![refusal])),
     }
 }
 

@@ -162,7 +162,7 @@ impl Coordinator {
                     for message in batch {
                         let message = message.map_err(|e| ActorError::Nats(format!("results consumer: {e}")))?;
                         match codec::decode::<ResultMessage>(&message.payload) {
-                            Ok(result) => actions.extend(self.state.on_result(&result)),
+                            Ok(result) => actions.extend(self.state.on_result(&result, ax_bus::time::now())),
                             Err(e) => tracing::warn!(subject = %message.subject, error = %e, "undecodable result ignored"),
                         }
                         sources.push(message);
@@ -439,6 +439,7 @@ async fn create_for_date(
                     instance_id: record.instance_id,
                     trace_id: record.trace_id,
                     attempt: record.attempt,
+                    run_start: record.run_start,
                     biz_date: record.biz_date,
                     expected_time: record.expected_time,
                     params: record.params,

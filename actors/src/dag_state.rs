@@ -119,6 +119,10 @@ pub struct DagState {
     jobs: HashMap<String, Arc<JobSpec>>,
     dependents: HashMap<String, Vec<(String, i64)>>,
     days: HashMap<DayKey, DateInstances>,
+    /// When each (job, date) last changed: history untouched for `keep_days` is forgotten, like
+    /// the deps bucket forgets keys not written for that long (whatever the date itself is, so a
+    /// backfill of last year keeps its state while it runs).
+    touched: HashMap<DayKey, DateTime<Utc>>,
     held: HashMap<String, Held>,
     watchers: HashMap<DayKey, HashSet<String>>,
     requested: HashSet<DayKey>,
@@ -187,7 +191,10 @@ impl DagState {
         waiting: Vec<Waiting>,
         now: DateTime<Utc>,
     ) -> Vec<Action> {
-        self.days.extend(days);
+        for (key, day) in days {
+            self.touched.insert(key.clone(), now);
+            self.days.insert(key, day);
+        }
         let mut actions = Vec::new();
         for entry in waiting {
             if let Some(date) = parse_date(&entry.work.biz_date) {
@@ -211,21 +218,21 @@ impl DagState {
         }
         let job = work.job().to_string();
         self.note(
-            &job,
-            date,
+            (job.clone(), date),
             &work.instance_id,
             work.attempt,
             State::Running,
+            now,
             &mut actions,
         );
-        self.create_dependents(&job, date, &mut actions);
+        self.create_dependents(&job, date, now, &mut actions);
         let replaced = self.unhold(&work.instance_id).is_some();
         self.hold(work, date, now, now, replaced, &mut actions);
         actions
     }
 
     /// An attempt ended (or moved to `waiting_retry`), as published on `ax.result.<job>`.
-    pub fn on_result(&mut self, result: &ResultMessage) -> Vec<Action> {
+    pub fn on_result(&mut self, result: &ResultMessage, now: DateTime<Utc>) -> Vec<Action> {
         let mut actions = Vec::new();
         let Some(date) = parse_date(&result.biz_date) else {
             return actions;
@@ -241,18 +248,18 @@ impl DagState {
             });
         }
         self.note(
-            &result.job,
-            date,
+            (result.job.clone(), date),
             &result.instance_id,
             result.attempt,
             result.state,
+            now,
             &mut actions,
         );
         actions
     }
 
-    /// Ends the waits that outlived their `deps_timeout`, and forgets dates older than
-    /// `keep_days` that nothing waits on.
+    /// Ends the waits that outlived their `deps_timeout`, and forgets (job, date) entries that
+    /// nothing waits on and that have not changed for `keep_days`.
     pub fn expire(&mut self, now: DateTime<Utc>, keep_days: i64) -> Vec<Action> {
         let mut actions = Vec::new();
         let due: Vec<String> = self
@@ -274,23 +281,32 @@ impl DagState {
                 });
             }
         }
-        let oldest = now.date_naive() - Duration::days(keep_days);
-        self.days
-            .retain(|key, _| key.1 >= oldest || self.watchers.contains_key(key));
-        self.requested.retain(|key| key.1 >= oldest);
+        let stale = now - Duration::days(keep_days);
+        let forget: Vec<DayKey> = self
+            .touched
+            .iter()
+            .filter(|(key, at)| **at < stale && !self.watchers.contains_key(*key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in forget {
+            self.touched.remove(&key);
+            self.days.remove(&key);
+            self.requested.remove(&key);
+        }
         actions
     }
 
     fn note(
         &mut self,
-        job: &str,
-        date: NaiveDate,
+        key: DayKey,
         instance_id: &str,
         attempt: u32,
         state: State,
+        now: DateTime<Utc>,
         actions: &mut Vec<Action>,
     ) {
-        let key = (job.to_string(), date);
+        let (job, date) = (key.0.as_str(), key.1);
+        self.touched.insert(key.clone(), now);
         let day = self.days.entry(key.clone()).or_default();
         let newer = match day.instances.get(instance_id) {
             None => true,
@@ -315,7 +331,13 @@ impl DagState {
         self.reevaluate(&key, actions);
     }
 
-    fn create_dependents(&mut self, job: &str, date: NaiveDate, actions: &mut Vec<Action>) {
+    fn create_dependents(
+        &mut self,
+        job: &str,
+        date: NaiveDate,
+        now: DateTime<Utc>,
+        actions: &mut Vec<Action>,
+    ) {
         let Some(dependents) = self.dependents.get(job) else {
             return;
         };
@@ -329,7 +351,8 @@ impl DagState {
             let target = date - Duration::days(*offset);
             let key = (downstream.clone(), target);
             let known = self.days.get(&key).is_some_and(|d| !d.instances.is_empty());
-            if !known && self.requested.insert(key) {
+            if !known && self.requested.insert(key.clone()) {
+                self.touched.entry(key).or_insert(now);
                 actions.push(Action::Create {
                     spec: spec.clone(),
                     date: target,
@@ -551,6 +574,7 @@ mod tests {
             instance_id: format!("{}.{date}", spec.name),
             trace_id: format!("{}.{date}.{attempt}", spec.name),
             attempt,
+            run_start: 1,
             biz_date: date.into(),
             expected_time: ax_bus::time::now(),
             params: Default::default(),
@@ -641,16 +665,16 @@ mod tests {
         );
         let held = dag.on_created(s1.clone(), now());
         assert!(matches!(held.last(), Some(Action::Hold { .. })), "{held:?}");
-        assert!(released(&dag.on_result(&result(&o1, State::Success))).is_empty());
+        assert!(released(&dag.on_result(&result(&o1, State::Success), now())).is_empty());
         // Another date's success does not count.
         dag.on_created(p2.clone(), now());
-        assert!(released(&dag.on_result(&result(&p2, State::Success))).is_empty());
+        assert!(released(&dag.on_result(&result(&p2, State::Success), now())).is_empty());
         // A retry in between does not count either.
-        assert!(released(&dag.on_result(&result(&p1, State::WaitingRetry))).is_empty());
+        assert!(released(&dag.on_result(&result(&p1, State::WaitingRetry), now())).is_empty());
         let mut p1b = p1.clone();
         p1b.attempt = 2;
         assert_eq!(
-            released(&dag.on_result(&result(&p1b, State::Success))),
+            released(&dag.on_result(&result(&p1b, State::Success), now())),
             [s1.instance_id.as_str()]
         );
         assert_eq!(dag.held_count(), 0);
@@ -686,7 +710,7 @@ mod tests {
             .any(|x| matches!(x, Action::Create { spec, .. } if spec.name == "c")));
         let c1 = work(&c, "2026-01-01", 1);
         dag.on_created(c1.clone(), now());
-        let ends = ended(&dag.on_result(&result(&a1, State::Failed)));
+        let ends = ended(&dag.on_result(&result(&a1, State::Failed), now()));
         assert_eq!(
             ends,
             [(
@@ -696,7 +720,7 @@ mod tests {
             )]
         );
         // The cancellation is published as b's result; it cancels c in turn.
-        let ends = ended(&dag.on_result(&result(&b1, State::Cancelled)));
+        let ends = ended(&dag.on_result(&result(&b1, State::Cancelled), now()));
         assert_eq!(ends[0].0, c1.instance_id);
         assert!(ends[0].2.contains("`b` for 2026-01-01 was cancelled"));
     }
@@ -716,11 +740,11 @@ mod tests {
         assert!(released(&dag.on_created(w.clone(), now())).is_empty());
         let s = work(&sync, "2026-03-03", 1);
         dag.on_created(s.clone(), now());
-        assert!(released(&dag.on_result(&result(&s, State::Success))).is_empty());
+        assert!(released(&dag.on_result(&result(&s, State::Success), now())).is_empty());
         let yesterday = work(&weekly, "2026-03-09", 1);
         dag.on_created(yesterday.clone(), now());
         assert_eq!(
-            released(&dag.on_result(&result(&yesterday, State::Success))),
+            released(&dag.on_result(&result(&yesterday, State::Success), now())),
             [w.instance_id]
         );
     }
@@ -734,16 +758,16 @@ mod tests {
         dag.upsert_job(b.clone());
         let a1 = work(&a, "2026-01-01", 1);
         dag.on_created(a1.clone(), now());
-        dag.on_result(&result(&a1, State::Success));
+        dag.on_result(&result(&a1, State::Success), now());
         // Both re-run: a's new attempt makes b wait again.
         let a2 = work(&a, "2026-01-01", 2);
         dag.on_created(a2.clone(), now());
         let b2 = work(&b, "2026-01-01", 2);
         assert!(released(&dag.on_created(b2.clone(), now())).is_empty());
         // A late repeat of attempt 1's success changes nothing.
-        assert!(released(&dag.on_result(&result(&a1, State::Success))).is_empty());
+        assert!(released(&dag.on_result(&result(&a1, State::Success), now())).is_empty());
         assert_eq!(
-            released(&dag.on_result(&result(&a2, State::Success))),
+            released(&dag.on_result(&result(&a2, State::Success), now())),
             [b2.instance_id]
         );
     }
@@ -765,7 +789,7 @@ mod tests {
         });
         assert!(released(&dag.on_created(second.clone(), now())).is_empty());
         assert_eq!(
-            released(&dag.on_result(&result(&first, State::Failed))),
+            released(&dag.on_result(&result(&first, State::Failed), now())),
             ["a.second"]
         );
     }
@@ -840,11 +864,33 @@ mod tests {
         }
         let started = std::time::Instant::now();
         assert_eq!(
-            released(&dag.on_result(&result(&r, State::Success))).len(),
+            released(&dag.on_result(&result(&r, State::Success), now())).len(),
             10_000
         );
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         assert_eq!(dag.held_count(), 0);
+    }
+
+    #[test]
+    fn history_is_forgotten_by_age_of_change_not_by_date() {
+        let a = spec("a", None, &[]);
+        let b = spec("b", None, &[("a", "current")]);
+        let mut dag = DagState::new();
+        dag.upsert_job(a.clone());
+        dag.upsert_job(b.clone());
+        let start = now();
+        // A date far in the past, as a backfill or a re-run would touch it.
+        let old = work(&a, "2020-01-01", 1);
+        dag.on_created(old.clone(), start);
+        dag.on_result(&result(&old, State::Success), start);
+        assert!(dag.expire(start + Duration::days(1), 40).is_empty());
+        let b_old = work(&b, "2020-01-01", 1);
+        assert_eq!(
+            released(&dag.on_created(b_old, start + Duration::days(1))),
+            ["b.2020-01-01"]
+        );
+        dag.expire(start + Duration::days(50), 40);
+        assert!(dag.days.is_empty(), "untouched history is forgotten");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
+pub mod backfill;
 pub mod clock;
 pub mod consume;
 pub mod control;
@@ -30,6 +31,7 @@ pub mod planner;
 pub mod process;
 pub mod publish;
 pub mod reporter;
+pub mod rerun;
 pub mod router;
 pub mod scheduler;
 pub mod shell;

@@ -227,6 +227,7 @@ mod tests {
                 instance_id: "j.20260101T000000000Z".into(),
                 trace_id: trace.into(),
                 attempt: 1,
+                run_start: 1,
                 biz_date: "2026-01-01".into(),
                 expected_time: ax_bus::time::now(),
                 params: Default::default(),

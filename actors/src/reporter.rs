@@ -206,8 +206,8 @@ async fn report_all(
     Ok(())
 }
 
-/// When the next attempt is due after attempt `attempt` failed at `finished`, if one is left:
-/// `interval * 2^(attempt-1)` seconds later.
+/// When the next attempt is due after the `attempt`-th attempt of a run (1-based) failed at
+/// `finished`, if one is left: `interval * 2^(attempt-1)` seconds later.
 pub fn retry_time(spec: &JobSpec, attempt: u32, finished: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let retry = spec.retry.as_ref()?;
     if attempt > retry.times {
@@ -241,7 +241,8 @@ pub async fn report_once(client: &AxClient, outcome: &Outcome) -> Result<(), Act
     let retry_at = if end.success {
         None
     } else {
-        retry_time(&work.spec, work.attempt, end.finished_at)
+        let attempt_of_run = work.attempt.saturating_sub(work.run_start) + 1;
+        retry_time(&work.spec, attempt_of_run, end.finished_at)
     };
     let state = match client
         .update_instance(&work.instance_id, |r| r.ended(end, retry_at))

@@ -171,6 +171,7 @@ mod tests {
             instance_id: "j.20260101T000000000Z".into(),
             trace_id: ax_bus::ids::new_trace_id(),
             attempt: 2,
+            run_start: 1,
             biz_date: "2026-01-01".into(),
             expected_time: ax_bus::time::now(),
             params: doc.job.params.clone(),

@@ -158,6 +158,10 @@ pub enum Trigger {
     Backfill,
 }
 
+fn first_attempt() -> u32 {
+    1
+}
+
 /// The record of one instance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InstanceRecord {
@@ -171,6 +175,10 @@ pub struct InstanceRecord {
     pub biz_date: String,
     /// 1-based attempt number of `trace_id`.
     pub attempt: u32,
+    /// The attempt the current run started with: 1, or the first attempt of a manual re-run
+    /// (retries are counted from it).
+    #[serde(default = "first_attempt")]
+    pub run_start: u32,
     /// One of the five states.
     pub state: State,
     /// Detail beside the state.
@@ -367,6 +375,7 @@ impl InstanceRecord {
         let mut next = self.clone();
         next.trace_id = new_trace.to_string();
         next.attempt += 1;
+        next.run_start = next.attempt;
         next.state = State::Running;
         next.tag = Tag::Queued;
         next.message = format!("re-run: attempt {} queued", next.attempt);
@@ -442,6 +451,7 @@ mod tests {
             job: "j".into(),
             biz_date: "2026-01-01".into(),
             attempt: 1,
+            run_start: 1,
             state: State::Running,
             tag: Tag::Queued,
             expected_time: t,

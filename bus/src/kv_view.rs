@@ -35,6 +35,10 @@ pub enum FeedItem {
 /// A feed over a bucket's keys matching a pattern.
 pub struct KvFeed {
     bucket: String,
+    /// The stream and the consumer's name, to delete the consumer once a snapshot is read
+    /// (an ordered consumer would otherwise linger on the server for 30 s).
+    source: jetstream::stream::Stream,
+    consumer_name: String,
     messages: consumer::push::Ordered,
     prefix: String,
     phase: Phase,
@@ -114,9 +118,12 @@ impl KvFeed {
         } else {
             Phase::Snapshot
         };
+        let consumer_name = consumer.cached_info().name.clone();
         let messages = consumer.messages().await.map_err(|e| err(e.to_string()))?;
         Ok(Self {
             bucket: stream.to_string(),
+            source,
+            consumer_name,
             messages,
             prefix: prefix.to_string(),
             phase,
@@ -133,7 +140,13 @@ impl KvFeed {
                 FeedItem::Current => break,
             }
         }
+        self.close().await;
         Ok(values)
+    }
+
+    /// Deletes the server-side consumer (best effort).
+    async fn close(self) {
+        let _ = self.source.delete_consumer(&self.consumer_name).await;
     }
 
     /// The next item; `None` when the feed ended (the connection closed for good).
@@ -207,6 +220,7 @@ impl KvFeed {
                 FeedItem::Current => break,
             }
         }
+        self.close().await;
         Ok(values.into_iter().map(|(k, (v, r))| (k, v, r)).collect())
     }
 }

@@ -143,6 +143,9 @@ pub struct WorkItem {
     pub trace_id: String,
     /// 1-based attempt number.
     pub attempt: u32,
+    /// The attempt the current run started with (retries are counted from it).
+    #[serde(default = "first_attempt")]
+    pub run_start: u32,
     /// Business date.
     pub biz_date: String,
     /// When the instance was due.
@@ -157,6 +160,10 @@ pub struct WorkItem {
     /// An instance that must end before this one runs (`overlap: queue`, backfill order).
     #[serde(default)]
     pub gate: Option<Gate>,
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 /// An instance another one waits for.

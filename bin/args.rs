@@ -37,6 +37,12 @@ pub enum Command {
     Rerun(RerunArgs),
     /// Create a job's instances for past dates, in date order.
     Backfill(BackfillArgs),
+    /// Measure speed against raw JetStream (its own nats-server).
+    Bench {
+        /// A shorter run (under two minutes).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Follow a public subject.
     #[command(subcommand)]
     Tail(TailCommand),

@@ -2,6 +2,7 @@
 //! wires actors from ax-actors and prints what ax-bus returns.
 
 mod args;
+mod bench;
 mod connect;
 mod instances;
 mod jobs;
@@ -96,6 +97,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::Logs { id }) => {
             instances::logs(&client().await?, &id, json).await
         }
+        Command::Bench { quick } => bench::run(quick, json).await,
         Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
         Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
         Command::Tail(TailCommand::Results { job }) => {

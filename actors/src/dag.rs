@@ -14,12 +14,12 @@
 //! stored; after a crash it is processed again, and every action is idempotent (message ids,
 //! compare-and-swap on records, create-if-absent).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use async_nats::jetstream::{self, context::PublishAckFuture};
+use async_nats::jetstream;
 use chrono::NaiveDate;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -36,6 +36,7 @@ use crate::creator::{create_record, NewInstance};
 use crate::dag_state::{day_key, parse_day_key, Action, DagState};
 use crate::fire_schedule::start_of_day;
 use crate::lease::Lease;
+use crate::publish::AckWindow;
 use crate::supervision::{note_restart, spawn_pump};
 use crate::{publish, ActorError};
 
@@ -45,6 +46,8 @@ const BATCH: usize = 256;
 /// Days of (job, date) history kept in memory and in the deps bucket.
 const KEEP_DAYS: i64 = 40;
 const RECORD_UPDATES_IN_FLIGHT: usize = 64;
+const CREATES_IN_FLIGHT: usize = 64;
+const ACK_WINDOW: usize = 1024;
 
 /// The DagCoordinator actor.
 pub struct DagCoordinator {
@@ -229,10 +232,11 @@ impl Coordinator {
         let client = self.client.clone();
         let layout = &client.layout;
         let mut queue: VecDeque<Action> = actions.into();
-        let mut acks: Vec<PublishAckFuture> = Vec::new();
+        let mut acks = AckWindow::new(ACK_WINDOW);
         // One record update per instance: the last action decides it.
         let mut records: BTreeMap<String, RecordJob> = BTreeMap::new();
         let mut creates: Vec<(Arc<JobSpec>, NaiveDate)> = Vec::new();
+        let mut created_here: HashSet<String> = HashSet::new();
         loop {
             while let Some(action) = queue.pop_front() {
                 match action {
@@ -240,15 +244,18 @@ impl Coordinator {
                         job,
                         date,
                         instances,
-                    } => acks.push(
-                        client
-                            .kv_put_pipelined(
-                                &layout.deps_bucket(),
-                                &day_key(&job, date),
-                                codec::encode(&instances)?,
-                            )
-                            .await?,
-                    ),
+                    } => {
+                        acks.push(
+                            client
+                                .kv_put_pipelined(
+                                    &layout.deps_bucket(),
+                                    &day_key(&job, date),
+                                    codec::encode(&instances)?,
+                                )
+                                .await?,
+                        )
+                        .await?
+                    }
                     Action::Hold {
                         work,
                         since,
@@ -266,8 +273,12 @@ impl Coordinator {
                                     })?,
                                 )
                                 .await?,
-                        );
-                        records.insert(id, tag_waiting(client.clone(), work, reason).boxed());
+                        )
+                        .await?;
+                        // Instances created here are born tagged `waiting_deps`.
+                        if !created_here.contains(&id) {
+                            records.insert(id, tag_waiting(client.clone(), work, reason).boxed());
+                        }
                     }
                     Action::Release { work, held } => {
                         acks.push(
@@ -278,7 +289,8 @@ impl Coordinator {
                                 &work,
                             )
                             .await?,
-                        );
+                        )
+                        .await?;
                         if held {
                             acks.push(
                                 client
@@ -287,12 +299,11 @@ impl Coordinator {
                                         &work.instance_id,
                                     )
                                     .await?,
-                            );
+                            )
+                            .await?;
                         }
-                        records.insert(
-                            work.instance_id.clone(),
-                            tag_released(client.clone(), work).boxed(),
-                        );
+                        // The record keeps its tag until the Router tags it `dispatched`.
+                        records.remove(&work.instance_id);
                     }
                     Action::End {
                         work,
@@ -309,41 +320,42 @@ impl Coordinator {
                                         &work.instance_id,
                                     )
                                     .await?,
-                            );
+                            )
+                            .await?;
                         }
                         records.insert(
                             work.instance_id.clone(),
                             end_instance(client.clone(), work, state, tag, message).boxed(),
                         );
                     }
-                    Action::Forget { instance_id } => acks.push(
-                        client
-                            .kv_delete_pipelined(&layout.waiting_bucket(), &instance_id)
-                            .await?,
-                    ),
+                    Action::Forget { instance_id } => {
+                        acks.push(
+                            client
+                                .kv_delete_pipelined(&layout.waiting_bucket(), &instance_id)
+                                .await?,
+                        )
+                        .await?
+                    }
                     Action::Create { spec, date } => creates.push((spec, date)),
                 }
             }
             if creates.is_empty() {
                 break;
             }
-            let made = futures::future::join_all(
-                creates
-                    .drain(..)
-                    .map(|(spec, date)| create_for_date(client.clone(), spec, date)),
-            )
-            .await;
+            let made: Vec<_> = futures::stream::iter(creates.drain(..))
+                .map(|(spec, date)| create_for_date(client.clone(), spec, date))
+                .buffered(CREATES_IN_FLIGHT)
+                .collect()
+                .await;
             let now = ax_bus::time::now();
             for work in made {
                 if let Some(work) = work? {
+                    created_here.insert(work.instance_id.clone());
                     queue.extend(self.state.on_created(work, now));
                 }
             }
         }
-        for ack in acks {
-            ack.await
-                .map_err(|e| ActorError::Nats(format!("dag store or hand-off: {e}")))?;
-        }
+        acks.flush().await?;
         let mut updates =
             futures::stream::iter(records.into_values()).buffer_unordered(RECORD_UPDATES_IN_FLIGHT);
         while let Some(done) = updates.next().await {
@@ -369,14 +381,6 @@ async fn tag_waiting(client: AxClient, work: WorkItem, reason: String) -> Result
     {
         publish::event(&client, &record).await;
     }
-    Ok(())
-}
-
-/// Tags the record `queued` again (informational).
-async fn tag_released(client: AxClient, work: WorkItem) -> Result<(), ActorError> {
-    client
-        .update_instance(&work.instance_id, |r| r.released(&work.trace_id))
-        .await?;
     Ok(())
 }
 
@@ -417,7 +421,7 @@ async fn create_for_date(
 ) -> Result<Option<WorkItem>, ActorError> {
     let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
     let expected = start_of_day(tz, date);
-    let instance = NewInstance::new(
+    let mut instance = NewInstance::new(
         &spec,
         expected,
         date.format("%Y-%m-%d").to_string(),
@@ -425,6 +429,16 @@ async fn create_for_date(
         Trigger::Deps,
         ax_bus::time::now(),
     );
+    instance.record.tag = Tag::WaitingDeps;
+    let deps: Vec<String> = spec
+        .deps
+        .iter()
+        .filter_map(|d| {
+            let at = date + chrono::Duration::days(d.offset_days().ok()?);
+            Some(format!("`{}` for {at}", d.name))
+        })
+        .collect();
+    instance.record.message = format!("waiting for {}", deps.join(", "));
     match create_record(&client, &instance.record).await? {
         true => {
             publish::event(&client, &instance.record).await;

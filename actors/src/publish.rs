@@ -87,3 +87,38 @@ pub async fn alert(
             .await;
     }
 }
+
+/// Publish acks awaited in windows: a publish holds one of the client's in-flight permits
+/// until its ack is awaited, so holding an unbounded number of them would stall publishing.
+pub struct AckWindow {
+    pending: Vec<PublishAckFuture>,
+    size: usize,
+}
+
+impl AckWindow {
+    /// A window of `size` acks.
+    pub fn new(size: usize) -> Self {
+        Self {
+            pending: Vec::with_capacity(size),
+            size,
+        }
+    }
+
+    /// Adds an ack; awaits the whole window when it is full.
+    pub async fn push(&mut self, ack: PublishAckFuture) -> Result<(), ActorError> {
+        self.pending.push(ack);
+        if self.pending.len() >= self.size {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Awaits every pending ack.
+    pub async fn flush(&mut self) -> Result<(), ActorError> {
+        for ack in self.pending.drain(..) {
+            ack.await
+                .map_err(|e| ActorError::Nats(format!("publish not stored: {e}")))?;
+        }
+        Ok(())
+    }
+}

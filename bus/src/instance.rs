@@ -355,18 +355,6 @@ impl InstanceRecord {
         Ok(next)
     }
 
-    /// The current attempt's dependencies are met: on to the Router.
-    pub fn released(&self, trace_id: &str) -> Result<Self, TransitionRefused> {
-        self.check_current(trace_id)?;
-        if self.tag != Tag::Queued && self.tag != Tag::WaitingDeps {
-            return Err(TransitionRefused::AlreadyStarted);
-        }
-        let mut next = self.clone();
-        next.tag = Tag::Queued;
-        next.message = "dependencies met; queued".to_string();
-        Ok(next)
-    }
-
     /// A manual re-run: a new attempt of an instance that has ended.
     pub fn rerun(&self, new_trace: &str) -> Result<Self, TransitionRefused> {
         if !self.state.is_final() {

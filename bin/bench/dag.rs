@@ -1,0 +1,330 @@
+//! DAG: the DagCoordinator on the three 10,000-job graphs of the DAG issue — a chain, a 1→10k
+//! fan-out, and a layered random graph with about 50,000 edges — for one business date, with a
+//! no-op executor.
+//!
+//! Two figures per graph:
+//! - **decisions**: the coordinator's own logic ([`DagState`]) resolving the whole graph in
+//!   process, every instance succeeding at once: its overhead beyond execution, without I/O;
+//! - **in the loop**: the real coordinator actor on NATS, with the benchmark standing in for
+//!   router, worker and executor (each released attempt is answered at once with a success
+//!   result): everything the coordinator costs, JetStream round trips included.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use actix::{Arbiter, Supervisor};
+use anyhow::{bail, Result};
+use chrono::NaiveDate;
+use futures::StreamExt;
+use rand::{seq::IndexedRandom, SeedableRng};
+
+use ax_actors::consume::{self, ConsumerSpec};
+use ax_actors::creator::{create_record, NewInstance};
+use ax_actors::dag::DagCoordinator;
+use ax_actors::dag_state::{Action, DagState};
+use ax_actors::fire_schedule::start_of_day;
+use ax_actors::publish;
+use ax_bus::instance::{State, Tag, Trigger};
+use ax_bus::messages::{JobRecord, ResultMessage, WorkItem};
+use ax_bus::provision::Layout;
+use ax_bus::spec::JobSpec;
+use ax_bus::{codec, AxClient, Subjects};
+
+use super::Figure;
+
+const SEED: u64 = 42;
+const DATE: &str = "2026-01-01";
+
+struct Graph {
+    name: &'static str,
+    specs: Vec<JobSpec>,
+    edges: usize,
+}
+
+fn job(name: String, deps: &[String]) -> JobSpec {
+    let value = serde_json::json!({
+        "name": name,
+        "exec": {"type": "shell", "command": "true"},
+        "deps": deps.iter().map(|d| serde_json::json!({"name": d})).collect::<Vec<_>>(),
+    });
+    serde_json::from_value(value).expect("a valid generated job")
+}
+
+fn chain(n: usize) -> Graph {
+    let specs = (0..n)
+        .map(|i| {
+            let deps: Vec<String> = if i == 0 {
+                vec![]
+            } else {
+                vec![format!("c{}", i - 1)]
+            };
+            job(format!("c{i}"), &deps)
+        })
+        .collect();
+    Graph {
+        name: "chain",
+        specs,
+        edges: n - 1,
+    }
+}
+
+fn fan_out(n: usize) -> Graph {
+    let mut specs = vec![job("root".into(), &[])];
+    specs.extend((0..n).map(|i| job(format!("f{i}"), &["root".to_string()])));
+    Graph {
+        name: "fan-out 1→n",
+        specs,
+        edges: n,
+    }
+}
+
+fn layered(layers: usize, width: usize, parents: usize) -> Graph {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
+    let mut specs = Vec::new();
+    let mut edges = 0;
+    for layer in 0..layers {
+        for i in 0..width {
+            let deps: Vec<String> = if layer == 0 {
+                vec![]
+            } else {
+                let previous: Vec<usize> = (0..width).collect();
+                previous
+                    .choose_multiple(&mut rng, parents)
+                    .map(|p| format!("l{}-{p}", layer - 1))
+                    .collect()
+            };
+            edges += deps.len();
+            specs.push(job(format!("l{layer}-{i}"), &deps));
+        }
+    }
+    Graph {
+        name: "layered random",
+        specs,
+        edges,
+    }
+}
+
+fn graphs() -> Vec<Graph> {
+    vec![chain(10_000), fan_out(10_000), layered(100, 100, 5)]
+}
+
+fn date() -> NaiveDate {
+    NaiveDate::parse_from_str(DATE, "%Y-%m-%d").expect("a valid date")
+}
+
+fn first_attempt(spec: &JobSpec) -> NewInstance {
+    let expected = start_of_day(chrono_tz::UTC, date());
+    NewInstance::new(
+        spec,
+        expected,
+        DATE.into(),
+        Default::default(),
+        Trigger::Manual,
+        ax_bus::time::now(),
+    )
+}
+
+fn success(work: &WorkItem) -> ResultMessage {
+    let now = ax_bus::time::now();
+    ResultMessage {
+        instance_id: work.instance_id.clone(),
+        trace_id: work.trace_id.clone(),
+        job: work.job().to_string(),
+        biz_date: work.biz_date.clone(),
+        attempt: work.attempt,
+        state: State::Success,
+        tag: Tag::Completed,
+        message: String::new(),
+        output: serde_json::Value::Null,
+        worker: "bench".into(),
+        expected_time: work.expected_time,
+        started_at: Some(now),
+        finished_at: now,
+        duration_ms: Some(0),
+        exit_code: Some(0),
+        next_attempt_at: None,
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+    }
+}
+
+/// Resolves the graph with the coordinator's logic alone; returns the time and the number of
+/// instances released.
+fn decisions(graph: &Graph) -> (Duration, usize) {
+    let mut dag = DagState::new();
+    for spec in &graph.specs {
+        dag.upsert_job(spec.clone());
+    }
+    let started = Instant::now();
+    let now = ax_bus::time::now();
+    let mut actions: VecDeque<Action> = VecDeque::new();
+    for spec in graph.specs.iter().filter(|s| s.deps.is_empty()) {
+        actions.extend(dag.on_created(first_attempt(spec).work, now));
+    }
+    let mut released = 0;
+    let mut ready = VecDeque::new();
+    loop {
+        while let Some(action) = actions.pop_front() {
+            match action {
+                Action::Release { work, .. } => ready.push_back(work),
+                Action::Create { spec, .. } => {
+                    actions.extend(dag.on_created(first_attempt(&spec).work, now))
+                }
+                _ => {}
+            }
+        }
+        let Some(work) = ready.pop_front() else {
+            break;
+        };
+        released += 1;
+        actions.extend(dag.on_result(&success(&work), now));
+    }
+    (started.elapsed(), released)
+}
+
+/// Resolves the graph with the real coordinator on NATS; the benchmark answers every release
+/// with a success at once. Returns the wall time and the number of instances released.
+async fn in_the_loop(
+    nats: &async_nats::Client,
+    graph: &Graph,
+    prefix: &str,
+) -> Result<(Duration, usize)> {
+    let client = AxClient::from_client(nats.clone(), Layout::new(Subjects::new(prefix), 1)).await?;
+    let mut acks = Vec::new();
+    for spec in &graph.specs {
+        let record = JobRecord {
+            spec: spec.clone(),
+            paused: false,
+            updated_at: ax_bus::time::now(),
+        };
+        acks.push(
+            client
+                .kv_put_pipelined(
+                    &client.layout.jobs_bucket(),
+                    &spec.name,
+                    codec::encode(&record)?,
+                )
+                .await?,
+        );
+        if acks.len() == 1024 {
+            for ack in acks.drain(..) {
+                ack.await.map_err(|e| anyhow::anyhow!(e))?;
+            }
+        }
+    }
+    for ack in acks.drain(..) {
+        ack.await.map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let ready_spec = ConsumerSpec {
+        stream: client.layout.flow_stream(),
+        durable: "bench-ready".into(),
+        filter: client.subjects().ready_all(),
+        ack_wait: Duration::from_secs(60),
+        max_ack_pending: 4096,
+    };
+    let mut ready = consume::messages(&client, &ready_spec, 512)
+        .await?
+        .ready_chunks(512);
+    let arbiter = Arbiter::new();
+    let coordinator_client = client.clone();
+    Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+        DagCoordinator::new(coordinator_client, "bench".into())
+    });
+    let started = Instant::now();
+    for spec in graph.specs.iter().filter(|s| s.deps.is_empty()) {
+        let instance = first_attempt(spec);
+        create_record(&client, &instance.record).await?;
+        publish::to_stream_acked(
+            &client,
+            client.subjects().created(&spec.name),
+            &format!("created:{}", instance.work.trace_id),
+            &instance.work,
+        )
+        .await?;
+    }
+    let total = graph.specs.len();
+    let mut released = HashSet::new();
+    let deadline = started + Duration::from_secs(600);
+    while released.len() < total {
+        let batch = tokio::time::timeout_at(deadline.into(), ready.next()).await;
+        let Ok(Some(batch)) = batch else {
+            bail!(
+                "{}: {} of {total} released before the deadline",
+                graph.name,
+                released.len()
+            );
+        };
+        let mut pending = Vec::with_capacity(batch.len());
+        for message in batch {
+            let message = message.map_err(|e| anyhow::anyhow!(e))?;
+            let work: WorkItem = codec::decode(&message.payload)?;
+            let ack = publish::to_stream(
+                &client,
+                client.subjects().result(work.job()),
+                &format!("result:{}", work.trace_id),
+                &success(&work),
+            )
+            .await?;
+            released.insert(work.instance_id);
+            pending.push((message, ack));
+        }
+        for (message, ack) in pending {
+            ack.await.map_err(|e| anyhow::anyhow!(e))?;
+            message.ack().await.map_err(|e| anyhow::anyhow!(e))?;
+        }
+    }
+    let elapsed = started.elapsed();
+    arbiter.stop();
+    let _ = arbiter.join();
+    Ok((elapsed, released.len()))
+}
+
+pub async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for (i, graph) in graphs().into_iter().enumerate() {
+        let size = format!("{} jobs, {} edges", graph.specs.len(), graph.edges);
+        let (time, released) = decisions(&graph);
+        if released != graph.specs.len() {
+            bail!(
+                "{}: only {released} of {} released",
+                graph.name,
+                graph.specs.len()
+            );
+        }
+        figures.push(Figure {
+            section: "dag",
+            name: format!("{}: decisions", graph.name),
+            value: time.as_secs_f64() * 1000.0,
+            unit: "ms",
+            note: size.clone(),
+        });
+        if quick && graph.name == "chain" {
+            // 10,000 sequential round trips take longer than a quick run allows.
+            let short = chain(1_000);
+            let (time, _) = in_the_loop(nats, &short, &format!("bench{i}")).await?;
+            figures.push(Figure {
+                section: "dag",
+                name: "chain: in the loop".into(),
+                value: time.as_secs_f64() * 1000.0,
+                unit: "ms",
+                note: format!(
+                    "1000 jobs (quick), {:.2} ms per link",
+                    time.as_secs_f64() * 1000.0 / 1000.0
+                ),
+            });
+            continue;
+        }
+        let (time, _) = in_the_loop(nats, &graph, &format!("bench{i}")).await?;
+        figures.push(Figure {
+            section: "dag",
+            name: format!("{}: in the loop", graph.name),
+            value: time.as_secs_f64() * 1000.0,
+            unit: "ms",
+            note: format!(
+                "{size}, {:.3} ms per job",
+                time.as_secs_f64() * 1000.0 / graph.specs.len() as f64
+            ),
+        });
+    }
+    Ok(figures)
+}

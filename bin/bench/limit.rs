@@ -1,0 +1,98 @@
+//! The limit: raw JetStream with the same client ax uses — publish with acks awaited in windows
+//! of 1024, and pull-consume with acks — in messages per second. Every other figure is read
+//! against these.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use async_nats::jetstream::{self, consumer::pull, stream};
+use futures::StreamExt;
+
+use super::Figure;
+
+const WINDOW: usize = 1024;
+const PAYLOAD: usize = 256;
+
+/// Messages published and consumed.
+fn count(quick: bool) -> usize {
+    if quick {
+        50_000
+    } else {
+        200_000
+    }
+}
+
+/// Publishes then consumes `count` messages; returns (publish/s, consume/s).
+pub async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64, f64)> {
+    let js = jetstream::new(nats.clone());
+    let _ = js.delete_stream("BENCH_RAW").await;
+    let stream = js
+        .create_stream(stream::Config {
+            name: "BENCH_RAW".into(),
+            subjects: vec!["bench.raw".into()],
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await?;
+    let n = count(quick);
+    let payload = bytes::Bytes::from(vec![7u8; PAYLOAD]);
+    let started = Instant::now();
+    let mut acks = Vec::with_capacity(WINDOW);
+    for _ in 0..n {
+        acks.push(js.publish("bench.raw", payload.clone()).await?);
+        if acks.len() == WINDOW {
+            for ack in acks.drain(..) {
+                ack.await?;
+            }
+        }
+    }
+    for ack in acks.drain(..) {
+        ack.await?;
+    }
+    let publish = n as f64 / started.elapsed().as_secs_f64();
+    let consumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some("bench".into()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await?;
+    let started = Instant::now();
+    let mut messages = consumer
+        .stream()
+        .max_messages_per_batch(512)
+        .messages()
+        .await?;
+    let mut seen = 0;
+    while seen < n {
+        let Some(message) = messages.next().await else {
+            break;
+        };
+        message?.ack().await.map_err(|e| anyhow::anyhow!(e))?;
+        seen += 1;
+    }
+    let consume = seen as f64 / started.elapsed().as_secs_f64();
+    js.delete_stream("BENCH_RAW").await?;
+    Ok((publish, consume))
+}
+
+pub async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
+    let (publish, consume) = rates(nats, quick).await?;
+    let n = count(quick);
+    Ok(vec![
+        Figure {
+            section: "limit",
+            name: "publish, acks in windows of 1024".into(),
+            value: publish,
+            unit: "msg/s",
+            note: format!("{n} messages of {PAYLOAD} B, file storage"),
+        },
+        Figure {
+            section: "limit",
+            name: "pull consume + ack".into(),
+            value: consume,
+            unit: "msg/s",
+            note: format!("{n} messages, batches of 512"),
+        },
+    ])
+}

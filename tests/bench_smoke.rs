@@ -1,0 +1,27 @@
+//! `ax bench --quick` runs on its own nats-server and prints sane, non-zero figures (the
+//! figures themselves are for the README, not for a test).
+
+mod support;
+
+use support::*;
+
+#[test]
+fn quick_bench_prints_sane_figures() {
+    let out = std::process::Command::new(ax_binary())
+        .args(["bench", "--quick", "--json"])
+        .env_remove("AX_NATS_URL")
+        .output()
+        .expect("run ax bench");
+    assert!(out.status.success(), "ax bench failed: {}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert!(report["nats_server"].as_str().unwrap().contains("2.15.1"));
+    assert_eq!(report["quick"], true);
+    let figures = report["figures"].as_array().unwrap();
+    for section in ["limit", "dag"] {
+        assert!(figures.iter().any(|f| f["section"] == section), "no {section} figure");
+    }
+    for figure in figures {
+        let value = figure["value"].as_f64().unwrap();
+        assert!(value.is_finite() && value > 0.0, "{figure}");
+    }
+}

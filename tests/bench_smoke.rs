@@ -18,7 +18,10 @@ fn quick_bench_prints_sane_figures() {
     assert_eq!(report["quick"], true);
     let figures = report["figures"].as_array().unwrap();
     for section in ["limit", "dag"] {
-        assert!(figures.iter().any(|f| f["section"] == section), "no {section} figure");
+        assert!(
+            figures.iter().any(|f| f["section"] == section),
+            "no {section} figure"
+        );
     }
     for figure in figures {
         let value = figure["value"].as_f64().unwrap();

@@ -269,3 +269,37 @@ async fn graph_errors_are_refused_at_apply_time() {
         stderr(&out)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_longer_than_deps_timeout_fails() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "timeout",
+        "version: v1
+job: { name: never, exec: { type: shell, command: 'true' } }
+---
+version: v1
+job:
+  name: impatient
+  cron: '0 9 * * *'
+  deps: [ { name: never } ]
+  deps_timeout: 1
+  exec: { type: shell, command: 'true' }
+",
+    )
+    .await;
+    let id = trigger(&nats, &["impatient", "--biz-date", "2026-05-01"]);
+    let record = final_record(&client, &id, Duration::from_secs(15)).await;
+    assert_eq!(
+        (record.state, record.tag),
+        (State::Failed, Tag::DepsTimeout)
+    );
+    assert!(
+        record.message.contains("`never` for 2026-05-01"),
+        "{}",
+        record.message
+    );
+}

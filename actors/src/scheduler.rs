@@ -55,6 +55,8 @@ pub struct Scheduler {
     last_tick: chrono::DateTime<chrono::Utc>,
     /// Whether the misfire policy has run in this process (once, after the first registry load).
     misfires_handled: bool,
+    /// Told the number of jobs each time the registry has been (re)loaded.
+    loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
 }
 
 impl Scheduler {
@@ -73,7 +75,15 @@ impl Scheduler {
             replay_from: None,
             last_tick: now,
             misfires_handled: false,
+            loaded: None,
         }
+    }
+
+    /// Reports on `loaded` the number of jobs once the registry is loaded (after every start
+    /// and restart): how benchmarks and tests see that a Scheduler is ready.
+    pub fn reporting_load(mut self, loaded: tokio::sync::watch::Sender<Option<usize>>) -> Self {
+        self.loaded = Some(loaded);
+        self
     }
 
     fn record_skipped(&self, job: &str, skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>) {
@@ -213,6 +223,9 @@ impl Handler<RegistryChange> for Scheduler {
             FeedItem::Current => {
                 self.replay_from = None;
                 tracing::info!(jobs = self.planner.job_count(), "job registry loaded");
+                if let Some(loaded) = &self.loaded {
+                    loaded.send_replace(Some(self.planner.job_count()));
+                }
                 true
             }
         });

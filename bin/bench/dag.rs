@@ -25,7 +25,7 @@ use ax_actors::dag_state::{Action, DagState};
 use ax_actors::fire_schedule::start_of_day;
 use ax_actors::publish;
 use ax_bus::instance::{State, Tag, Trigger};
-use ax_bus::messages::{JobRecord, ResultMessage, WorkItem};
+use ax_bus::messages::{ResultMessage, WorkItem};
 use ax_bus::provision::Layout;
 use ax_bus::spec::JobSpec;
 use ax_bus::{codec, AxClient, Subjects};
@@ -190,31 +190,7 @@ async fn in_the_loop(
     prefix: &str,
 ) -> Result<(Duration, usize)> {
     let client = AxClient::from_client(nats.clone(), Layout::new(Subjects::new(prefix), 1)).await?;
-    let mut acks = Vec::new();
-    for spec in &graph.specs {
-        let record = JobRecord {
-            spec: spec.clone(),
-            paused: false,
-            updated_at: ax_bus::time::now(),
-        };
-        acks.push(
-            client
-                .kv_put_pipelined(
-                    &client.layout.jobs_bucket(),
-                    &spec.name,
-                    codec::encode(&record)?,
-                )
-                .await?,
-        );
-        if acks.len() == 1024 {
-            for ack in acks.drain(..) {
-                ack.await.map_err(|e| anyhow::anyhow!(e))?;
-            }
-        }
-    }
-    for ack in acks.drain(..) {
-        ack.await.map_err(|e| anyhow::anyhow!(e))?;
-    }
+    super::store_jobs(&client, &graph.specs).await?;
     let ready_spec = ConsumerSpec {
         stream: client.layout.flow_stream(),
         durable: "bench-ready".into(),

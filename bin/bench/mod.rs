@@ -6,14 +6,22 @@
 //! 10,000-job graphs). `--quick` keeps the whole run under two minutes.
 
 mod dag;
+mod lateness;
 mod limit;
+mod memory;
+mod recovery;
+mod throughput;
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use ax_bus::client::{AxClient, ConnectConfig};
+use ax_bus::codec;
 use ax_bus::local_server::{find_binary, LocalServer, ServerOptions};
+use ax_bus::messages::JobRecord;
+use ax_bus::spec::JobSpec;
 
 use crate::table;
 
@@ -64,9 +72,19 @@ pub async fn run(quick: bool, json: bool) -> Result<()> {
         .await?;
     let mut figures = Vec::new();
     eprintln!("limit: raw JetStream…");
-    figures.extend(limit::measure(&nats, quick).await?);
+    let limit = limit::measure(&nats, quick).await?;
+    let raw = limit.iter().map(|f| f.value).fold(f64::INFINITY, f64::min);
+    figures.extend(limit);
+    eprintln!("throughput: no-op instances end to end…");
+    figures.extend(throughput::measure(&server.url, quick, raw).await?);
+    eprintln!("lateness: simultaneous and steady fires…");
+    figures.extend(lateness::measure(&server.url, quick).await?);
+    eprintln!("memory: pending timers…");
+    figures.extend(memory::measure(quick));
     eprintln!("dag: 10,000-job graphs…");
     figures.extend(dag::measure(&nats, quick).await?);
+    eprintln!("recovery: a restarted Scheduler…");
+    figures.extend(recovery::measure(&server.url, quick).await?);
     let report = Report {
         machine: machine(),
         nats_server: version,
@@ -95,6 +113,78 @@ pub async fn run(quick: bool, json: bool) -> Result<()> {
         .collect();
     table::print(&["SECTION", "MEASURE", "VALUE", "NOTE"], &rows);
     Ok(())
+}
+
+/// A client of its own (so its message counts are its own) under `prefix`.
+async fn client_for(url: &str, prefix: &str) -> Result<AxClient> {
+    let mut config = ConnectConfig::new(url, format!("ax-bench-{prefix}"));
+    config.prefix = prefix.to_string();
+    Ok(AxClient::connect(&config).await?)
+}
+
+/// Writes jobs into the registry, acks awaited in windows.
+async fn store_jobs(client: &AxClient, specs: &[JobSpec]) -> Result<()> {
+    let mut acks = Vec::new();
+    for spec in specs {
+        let record = JobRecord {
+            spec: spec.clone(),
+            paused: false,
+            updated_at: ax_bus::time::now(),
+        };
+        acks.push(
+            client
+                .kv_put_pipelined(
+                    &client.layout.jobs_bucket(),
+                    &spec.name,
+                    codec::encode(&record)?,
+                )
+                .await?,
+        );
+        if acks.len() == 1024 {
+            for ack in acks.drain(..) {
+                ack.await.map_err(|e| anyhow::anyhow!(e))?;
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.map_err(|e| anyhow::anyhow!(e))?;
+    }
+    Ok(())
+}
+
+/// A no-op job named `name` firing on `cron`.
+fn noop_job(name: &str, cron: &str) -> JobSpec {
+    serde_json::from_value(serde_json::json!({
+        "name": name,
+        "cron": cron,
+        "exec": {"type": "noop"},
+    }))
+    .expect("a valid generated job")
+}
+
+/// A 6-field cron expression firing once, at `at` (UTC, whole second).
+fn cron_at(at: chrono::DateTime<chrono::Utc>) -> String {
+    use chrono::{Datelike, Timelike};
+    format!(
+        "{} {} {} {} {} *",
+        at.second(),
+        at.minute(),
+        at.hour(),
+        at.day(),
+        at.month()
+    )
+}
+
+/// p50, p99 and max of `values` (sorted here).
+fn percentiles(values: &mut [f64]) -> (f64, f64, f64) {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| {
+        values
+            .get(((values.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    (at(0.5), at(0.99), values.last().copied().unwrap_or(0.0))
 }
 
 fn machine() -> String {

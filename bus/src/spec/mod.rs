@@ -30,8 +30,9 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_CATCHUP_WINDOW_SECS: u64 = 3600;
 /// The furthest a dependency may look back (the DagCoordinator keeps 40 days of history).
 pub const MAX_DEP_OFFSET_DAYS: i64 = 31;
-/// Executor types a worker of this version offers.
-pub const BUILTIN_EXECUTORS: &[&str] = &["shell"];
+/// Executor types a worker of this version offers: `shell` runs a command; `noop` succeeds at
+/// once without starting anything (a join point in a graph, a probe of the scheduler itself).
+pub const BUILTIN_EXECUTORS: &[&str] = &["shell", "noop"];
 const MAX_RETRY_TIMES: u32 = 100;
 
 /// One YAML document: `version` and `job`.
@@ -443,6 +444,21 @@ fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
         ));
         return;
     }
+    if exec.kind == "noop" {
+        for (field, set) in [
+            ("command", exec.command.is_some()),
+            ("workdir", exec.workdir.is_some()),
+            ("env", !exec.env.is_empty()),
+        ] {
+            if set {
+                errors.push(SpecError::new(
+                    format!("job.exec.{field}"),
+                    "the noop executor takes no settings",
+                ));
+            }
+        }
+        return;
+    }
     match exec.command.as_deref() {
         None => errors.push(SpecError::new(
             "job.exec.command",
@@ -576,6 +592,15 @@ mod tests {
                 "job.tags"
             ]
         );
+    }
+
+    #[test]
+    fn noop_takes_no_settings() {
+        let mut job = shell_job("x", "true");
+        job.exec.kind = "noop".into();
+        assert_eq!(validate(&doc(job.clone()))[0].field, "job.exec.command");
+        job.exec.command = None;
+        assert!(validate(&doc(job)).is_empty());
     }
 
     #[test]

@@ -1,0 +1,86 @@
+//! Recovery: how long a Scheduler that starts (or restarts) takes to be ready — job registry
+//! loaded, every next fire in its wheel — with many jobs and instance records in JetStream.
+//! Instance records are not read at start (the Scheduler needs only the registry and the last
+//! tick of each job), so their number should not matter; the figure shows it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{Arbiter, Supervisor};
+use anyhow::{bail, Result};
+
+use ax_actors::clock::SystemClock;
+use ax_actors::creator::NewInstance;
+use ax_actors::scheduler::Scheduler;
+use ax_bus::codec;
+use ax_bus::instance::Trigger;
+
+use super::{client_for, noop_job, store_jobs, Figure};
+
+pub async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
+    let (jobs, records) = if quick {
+        (10_000, 100_000)
+    } else {
+        (100_000, 1_000_000)
+    };
+    let client = client_for(url, "rc").await?;
+    let specs: Vec<_> = (0..jobs)
+        .map(|i| noop_job(&format!("r{i}"), "0 0 3 * * *"))
+        .collect();
+    store_jobs(&client, &specs).await?;
+    let template = NewInstance::new(
+        &specs[0],
+        ax_bus::time::now(),
+        "2026-01-01".into(),
+        Default::default(),
+        Trigger::Cron,
+        ax_bus::time::now(),
+    );
+    let mut acks = Vec::with_capacity(1024);
+    for i in 0..records {
+        let mut record = template.record.clone();
+        record.instance_id = format!("r{}.{:020}", i % jobs, i);
+        record.job = format!("r{}", i % jobs);
+        acks.push(
+            client
+                .kv_put_pipelined(
+                    &client.layout.instances_bucket(),
+                    &record.instance_id,
+                    codec::encode(&record)?,
+                )
+                .await?,
+        );
+        if acks.len() == 1024 {
+            for ack in acks.drain(..) {
+                ack.await.map_err(|e| anyhow::anyhow!(e))?;
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let (loaded_tx, mut loaded) = tokio::sync::watch::channel(None);
+    let arbiter = Arbiter::new();
+    let scheduler_client = client.clone();
+    let started = Instant::now();
+    Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+        Scheduler::new(scheduler_client, Arc::new(SystemClock), "bench".into())
+            .reporting_load(loaded_tx)
+    });
+    let ready =
+        tokio::time::timeout(Duration::from_secs(300), loaded.wait_for(|l| l.is_some())).await;
+    let elapsed = started.elapsed();
+    arbiter.stop();
+    let _ = arbiter.join();
+    match ready {
+        Ok(Ok(count)) if *count == Some(jobs) => {}
+        _ => bail!("recovery: the Scheduler did not load {jobs} jobs"),
+    }
+    Ok(vec![Figure {
+        section: "recovery",
+        name: "Scheduler ready after a restart".into(),
+        value: elapsed.as_secs_f64() * 1000.0,
+        unit: "ms",
+        note: format!("{jobs} jobs, {records} instance records"),
+    }])
+}

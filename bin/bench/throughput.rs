@@ -1,0 +1,104 @@
+//! Throughput: no-op instances end to end — fired by cron, routed, dispatched, run by the
+//! in-process no-op executor, reported, final state recorded — in instances per second, with
+//! the ratio to the raw JetStream limit and the messages ax sent and received per instance.
+//!
+//! N no-op jobs all fire at the same second; the clock runs from that second to the last
+//! success result. One node runs every actor, on a connection of its own whose message counts
+//! are read before and after.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use futures::StreamExt;
+
+use ax_actors::clock::SystemClock;
+use ax_actors::node::{parse_roles, Node, NodeConfig};
+use ax_actors::worker::WorkerConfig;
+use ax_bus::messages::ResultMessage;
+use ax_bus::{codec, State};
+
+use super::{client_for, cron_at, noop_job, store_jobs, Figure};
+
+pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
+    let n = if quick { 5_000 } else { 20_000 };
+    let client = client_for(url, "tp").await?;
+    let scratch = tempfile::tempdir()?;
+    let fire_at = ax_bus::time::now() + chrono::Duration::seconds(if quick { 4 } else { 8 });
+    let fire_at = chrono::DurationRound::duration_trunc(fire_at, chrono::Duration::seconds(1))?;
+    let cron = cron_at(fire_at);
+    let specs: Vec<_> = (0..n).map(|i| noop_job(&format!("tp{i}"), &cron)).collect();
+    store_jobs(&client, &specs).await?;
+    let mut results = client
+        .nats
+        .subscribe(client.subjects().result_all())
+        .await?;
+    let before = client.nats.statistics();
+    let (sent_before, received_before) = (
+        before
+            .out_messages
+            .load(std::sync::atomic::Ordering::Relaxed),
+        before
+            .in_messages
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let node = Node::start(
+        client.clone(),
+        NodeConfig {
+            name: "bench".into(),
+            roles: parse_roles("all").map_err(anyhow::Error::msg)?,
+            worker: WorkerConfig {
+                id: "bench".into(),
+                slots: 512,
+                tags: vec![],
+                data_dir: scratch.path().to_path_buf(),
+            },
+        },
+        Arc::new(SystemClock),
+    )?;
+    let mut done = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    let mut last = fire_at;
+    while done < n {
+        let Ok(Some(message)) = tokio::time::timeout_at(deadline, results.next()).await else {
+            bail!("throughput: {done} of {n} results before the deadline");
+        };
+        let result: ResultMessage = codec::decode(&message.payload)?;
+        if result.state == State::Success {
+            done += 1;
+            last = ax_bus::time::now();
+        }
+    }
+    let stats = client.nats.statistics();
+    let sent = stats
+        .out_messages
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - sent_before;
+    let received = stats.in_messages.load(std::sync::atomic::Ordering::Relaxed) - received_before;
+    node.stop();
+    let seconds = (last - fire_at).num_milliseconds().max(1) as f64 / 1000.0;
+    let rate = n as f64 / seconds;
+    Ok(vec![
+        Figure {
+            section: "throughput",
+            name: "no-op instances end to end".into(),
+            value: rate,
+            unit: "inst/s",
+            note: format!(
+                "{n} fired at one second, all final in {seconds:.2} s; {:.1}% of the raw limit",
+                100.0 * rate / raw
+            ),
+        },
+        Figure {
+            section: "throughput",
+            name: "messages per instance".into(),
+            value: (sent + received) as f64 / n as f64,
+            unit: "msg",
+            note: format!(
+                "{:.1} sent + {:.1} received (publishes, KV operations, acks, events)",
+                sent as f64 / n as f64,
+                received as f64 / n as f64
+            ),
+        },
+    ])
+}

@@ -80,7 +80,7 @@ pub async fn run(quick: bool, json: bool) -> Result<()> {
     eprintln!("lateness: simultaneous and steady fires…");
     figures.extend(lateness::measure(&server.url, quick).await?);
     eprintln!("memory: pending timers…");
-    figures.extend(memory::measure(quick));
+    figures.extend(memory::measure());
     eprintln!("dag: 10,000-job graphs…");
     figures.extend(dag::measure(&nats, quick).await?);
     eprintln!("recovery: a restarted Scheduler…");

@@ -42,6 +42,9 @@ pub enum Command {
         /// A shorter run (under two minutes).
         #[arg(long)]
         quick: bool,
+        /// Run only these sections (limit is always measured).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// Follow a public subject.
     #[command(subcommand)]

@@ -97,7 +97,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::Logs { id }) => {
             instances::logs(&client().await?, &id, json).await
         }
-        Command::Bench { quick } => bench::run(quick, json).await,
+        Command::Bench { quick, only } => bench::run(quick, &only, json).await,
         Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
         Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
         Command::Tail(TailCommand::Results { job }) => {

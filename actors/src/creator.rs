@@ -6,18 +6,22 @@
 //! written; the losers see `AlreadyExists` and count the tick as de-duplicated. The winner then
 //! hands the attempt to the DagCoordinator on `ax.internal.created.<job>`.
 //!
-//! A fire is never dropped for a transient failure: creation is retried with backoff until NATS
-//! answers. A retry after a lost ack finds the record with *its own* trace id and goes on to the
-//! hand-off, so an instance is never left created but not handed on by its own creator.
-//! Creations run 64 at a time on a task of their own, which outlives restarts of the Scheduler
-//! actor.
+//! Creations are batched: everything due together (up to 1024) is created with pipelined
+//! publishes (`expected last subject sequence = 0` on the record's key), acks awaited together,
+//! then handed off and recorded (tick) the same way — two round trips for a whole batch rather
+//! than for each instance. A fire is never dropped for a transient failure: the failed ones are
+//! queued again with backoff until NATS answers. A retry after a lost ack finds the record with
+//! *its own* trace id and goes on to the hand-off, so an instance is never left created but not
+//! handed on by its own creator. The batches run on a task of their own, which outlives restarts
+//! of the Scheduler actor.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
 use async_nats::jetstream::kv::CreateErrorKind;
+use async_nats::jetstream::message::PublishMessage;
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
 use ax_bus::instance::Trigger;
@@ -28,7 +32,10 @@ use ax_bus::{codec, ids, AxClient, InstanceRecord, State, Tag};
 use crate::overlap::{self, Decision};
 use crate::{publish, ticks, ActorError};
 
-const IN_FLIGHT: usize = 64;
+/// Most creations in one batch.
+const BATCH: usize = 1024;
+/// Longest wait before a creation that failed for a transient reason is tried again.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// What happened to a creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +123,8 @@ impl NewInstance {
 struct Request {
     instance: NewInstance,
     reply: Option<oneshot::Sender<Created>>,
+    /// How long to wait before the next try, once one has failed.
+    backoff: Duration,
 }
 
 /// Handle to the creation task.
@@ -127,138 +136,253 @@ pub struct Creator {
 impl Creator {
     /// Starts the creation task on the current runtime; `node` signs the tick records.
     pub fn start(client: AxClient, node: String) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel::<Request>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
+        let again = tx.clone();
         tokio::spawn(async move {
-            tokio_stream_of(rx)
-                .for_each_concurrent(IN_FLIGHT, |request| {
-                    let client = client.clone();
-                    let node = node.clone();
-                    async move {
-                        let outcome = create_until_done(&client, &node, &request.instance).await;
-                        if let Some(reply) = request.reply {
-                            let _ = reply.send(outcome);
-                        }
-                    }
-                })
-                .await;
+            let mut batch = Vec::with_capacity(BATCH);
+            while rx.recv_many(&mut batch, BATCH).await > 0 {
+                for mut failed in create_batch(&client, &node, batch.drain(..)).await {
+                    let wait = failed.backoff;
+                    failed.backoff = (wait * 2).min(MAX_BACKOFF);
+                    let again = again.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        let _ = again.send(failed);
+                    });
+                }
+            }
         });
         Self { tx }
     }
 
+    fn send(
+        &self,
+        instance: NewInstance,
+        reply: Option<oneshot::Sender<Created>>,
+    ) -> Result<(), ActorError> {
+        self.tx
+            .send(Request {
+                instance,
+                reply,
+                backoff: Duration::from_millis(100),
+            })
+            .map_err(|_| ActorError::Stopped("instance creator"))
+    }
+
     /// Queues a creation without waiting.
     pub fn submit(&self, instance: NewInstance) {
-        let _ = self.tx.send(Request {
-            instance,
-            reply: None,
-        });
+        let _ = self.send(instance, None);
     }
 
     /// Creates and waits for the outcome.
     pub async fn create(&self, instance: NewInstance) -> Result<Created, ActorError> {
         let (reply, outcome) = oneshot::channel();
-        self.tx
-            .send(Request {
-                instance,
-                reply: Some(reply),
-            })
-            .map_err(|_| ActorError::Stopped("instance creator"))?;
+        self.send(instance, Some(reply))?;
         outcome
             .await
             .map_err(|_| ActorError::Stopped("instance creator"))
     }
 }
 
-fn tokio_stream_of<T: Send + 'static>(
-    mut rx: mpsc::UnboundedReceiver<T>,
-) -> impl futures::Stream<Item = T> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+fn finish(request: Request, created: Created) {
+    if let Some(reply) = request.reply {
+        let _ = reply.send(created);
+    }
 }
 
-async fn create_until_done(client: &AxClient, node: &str, instance: &NewInstance) -> Created {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match create_once(client, node, instance).await {
-            Ok(created) => return created,
+/// Creates a batch; returns the requests that failed for a transient reason, to be tried again.
+async fn create_batch(
+    client: &AxClient,
+    node: &str,
+    requests: impl Iterator<Item = Request>,
+) -> Vec<Request> {
+    let mut failed = Vec::new();
+    // 1. Overlap policies (cron ticks of jobs whose policy is not `allow`; rare, one by one).
+    let mut candidates = Vec::new();
+    for mut request in requests {
+        let instance = &mut request.instance;
+        let overlap = match instance.tick {
+            Some(_) => instance.work.spec.overlap,
+            None => Overlap::Allow,
+        };
+        match overlap::decide(client, &instance.work, overlap).await {
+            Ok(Decision::Proceed) => candidates.push(request),
+            Ok(Decision::Queue(gate)) => {
+                instance.work.gate = Some(gate);
+                instance.skip_coordinator = false;
+                candidates.push(request);
+            }
+            Ok(Decision::Skip(reason)) => {
+                let job = instance.work.job().to_string();
+                let tick = instance.record.expected_time;
+                match ticks::record(client, node, &job, tick, TickOutcome::Skipped, None, reason)
+                    .await
+                {
+                    Ok(()) => finish(request, Created::Skipped),
+                    Err(e) => {
+                        warn_transient(&request, &e);
+                        failed.push(request);
+                    }
+                }
+            }
             Err(e) => {
-                tracing::warn!(
-                    instance = %instance.record.instance_id,
-                    error = %e,
-                    retry_in = ?backoff,
-                    "cannot create instance yet"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                warn_transient(&request, &e);
+                failed.push(request);
             }
         }
     }
+    // 2. The records, pipelined: create-if-absent on each instance id.
+    let bucket = client.layout.instances_bucket();
+    let mut pending = Vec::with_capacity(candidates.len());
+    for request in candidates {
+        let publish = match codec::encode(&request.instance.record) {
+            Ok(value) => {
+                let message = PublishMessage::build()
+                    .expected_last_subject_sequence(0)
+                    .payload(value);
+                client
+                    .js
+                    .send_publish(
+                        format!("$KV.{bucket}.{}", request.instance.record.instance_id),
+                        message,
+                    )
+                    .await
+                    .map_err(|e| ActorError::Nats(e.to_string()))
+            }
+            Err(e) => Err(e.into()),
+        };
+        pending.push((request, publish));
+    }
+    // 3. As each record is stored, its hand-off and tick record go out (pipelined).
+    let mut acks = Vec::with_capacity(pending.len());
+    for (request, publish) in pending {
+        let stored = match publish {
+            Ok(ack) => ack.await,
+            Err(e) => {
+                warn_transient(&request, &e);
+                failed.push(request);
+                continue;
+            }
+        };
+        let outcome = match stored {
+            Ok(_) => Created::Fired,
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                match create_record(client, &request.instance.record).await {
+                    Ok(true) => Created::Fired,
+                    Ok(false) => Created::Deduplicated,
+                    Err(e) => {
+                        warn_transient(&request, &e);
+                        failed.push(request);
+                        continue;
+                    }
+                }
+            }
+            Err(e) => {
+                warn_transient(&request, &ActorError::Nats(e.to_string()));
+                failed.push(request);
+                continue;
+            }
+        };
+        let instance = &request.instance;
+        let sent = match (outcome, instance.tick) {
+            (Created::Fired, _) => hand_off(client, node, instance).await,
+            (_, Some(_)) => ticks::publish(
+                client,
+                node,
+                instance.work.job(),
+                instance.record.expected_time,
+                TickOutcome::Deduplicated,
+                Some(instance.record.instance_id.clone()),
+                "created by another Scheduler".to_string(),
+            )
+            .await
+            .map(|ack| vec![ack]),
+            (_, None) => Ok(Vec::new()),
+        };
+        acks.push((request, outcome, sent));
+    }
+    for (request, outcome, sent) in acks {
+        let stored = match sent {
+            Ok(acks) => {
+                let mut result = Ok(());
+                for ack in acks {
+                    if let Err(e) = ack.await {
+                        result = Err(ActorError::Nats(e.to_string()));
+                    }
+                }
+                result
+            }
+            Err(e) => Err(e),
+        };
+        match stored {
+            Ok(()) => {
+                let instance = &request.instance;
+                if outcome == Created::Fired && instance.work.spec.overlap != Overlap::Allow {
+                    if let Err(e) = overlap::note_latest(
+                        client,
+                        instance.work.job(),
+                        &instance.record.instance_id,
+                    )
+                    .await
+                    {
+                        tracing::warn!(instance = %instance.record.instance_id, error = %e, "latest instance not noted");
+                    }
+                }
+                finish(request, outcome);
+            }
+            Err(e) => {
+                warn_transient(&request, &e);
+                failed.push(request);
+            }
+        }
+    }
+    failed
 }
 
-async fn create_once(
+/// Publishes the hand-off (to the DagCoordinator or the Router), the tick record and the event.
+async fn hand_off(
     client: &AxClient,
     node: &str,
     instance: &NewInstance,
-) -> Result<Created, ActorError> {
-    let job = instance.work.job();
-    let tick = instance.record.expected_time;
-    let overlap = match instance.tick {
-        Some(_) => instance.work.spec.overlap,
-        None => Overlap::Allow,
+) -> Result<Vec<PublishAckFuture>, ActorError> {
+    let work = &instance.work;
+    let (subject, msg_id) = if instance.skip_coordinator {
+        (
+            client.subjects().ready(work.spec.priority),
+            format!("ready:{}", work.trace_id),
+        )
+    } else {
+        (
+            client.subjects().created(work.job()),
+            format!("created:{}", work.trace_id),
+        )
     };
-    let mut instance = instance.clone();
-    match overlap::decide(client, &instance.work, overlap).await? {
-        Decision::Proceed => {}
-        Decision::Skip(reason) => {
-            ticks::record(client, node, job, tick, TickOutcome::Skipped, None, reason).await?;
-            return Ok(Created::Skipped);
-        }
-        Decision::Queue(gate) => {
-            instance.work.gate = Some(gate);
-            instance.skip_coordinator = false;
-        }
-    }
-    let id = instance.record.instance_id.clone();
-    if !create_record(client, &instance.record).await? {
-        if instance.tick.is_some() {
-            let reason = "created by another Scheduler".to_string();
-            ticks::record(
+    let mut acks = vec![publish::to_stream(client, subject, &msg_id, work).await?];
+    if let Some(outcome) = instance.tick {
+        acks.push(
+            ticks::publish(
                 client,
                 node,
-                job,
-                tick,
-                TickOutcome::Deduplicated,
-                Some(id),
-                reason,
+                work.job(),
+                instance.record.expected_time,
+                outcome,
+                Some(instance.record.instance_id.clone()),
+                String::new(),
             )
-            .await?;
-        }
-        return Ok(Created::Deduplicated);
-    }
-    let work = &instance.work;
-    if instance.skip_coordinator {
-        publish::to_stream_acked(
-            client,
-            client.subjects().ready(work.spec.priority),
-            &format!("ready:{}", work.trace_id),
-            work,
-        )
-        .await?;
-    } else {
-        publish::to_stream_acked(
-            client,
-            client.subjects().created(work.job()),
-            &format!("created:{}", work.trace_id),
-            work,
-        )
-        .await?;
+            .await?,
+        );
     }
     publish::event(client, &instance.record).await;
-    if work.spec.overlap != Overlap::Allow {
-        overlap::note_latest(client, job, &id).await?;
-    }
-    if let Some(outcome) = instance.tick {
-        ticks::record(client, node, job, tick, outcome, Some(id), String::new()).await?;
-    }
-    Ok(Created::Fired)
+    Ok(acks)
+}
+
+fn warn_transient(request: &Request, error: &ActorError) {
+    tracing::warn!(
+        instance = %request.instance.record.instance_id,
+        error = %error,
+        retry_in = ?request.backoff,
+        "cannot create instance yet"
+    );
 }
 
 /// Writes a new instance record if none exists under its id; true when this call's record is

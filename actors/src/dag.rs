@@ -302,7 +302,7 @@ impl Coordinator {
                             )
                             .await?;
                         }
-                        // The record keeps its tag until the Router tags it `dispatched`.
+                        // The record keeps its tag until the worker tags it `executing`.
                         records.remove(&work.instance_id);
                     }
                     Action::End {

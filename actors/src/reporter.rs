@@ -274,5 +274,16 @@ pub async fn report_once(client: &AxClient, outcome: &Outcome) -> Result<(), Act
         &format!("result:{}", end.trace_id),
         &result,
     )
-    .await
+    .await?;
+    if state == State::WaitingRetry {
+        // The Schedulers hear only of the attempts they must retry.
+        publish::to_stream_acked(
+            client,
+            client.subjects().retry(work.job()),
+            &format!("retry:{}", end.trace_id),
+            &result,
+        )
+        .await?;
+    }
+    Ok(())
 }

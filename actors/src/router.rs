@@ -1,7 +1,7 @@
 //! # Router
 //! Owns the view of live workers and their load. Reads the workers bucket (heartbeats,
 //! replayed on start) and `ax.internal.ready.>`; writes `ax.internal.dispatch.<worker>` and the
-//! instance's routing tag (`dispatched`, `no_worker`).
+//! instance's `no_worker` tag when no worker can take it.
 //!
 //! A worker is eligible for an attempt when it is alive (a heartbeat within
 //! [`WORKER_TTL`]), offers the job's executor and has every tag the job asks for. Among the
@@ -184,7 +184,7 @@ async fn route(client: AxClient, node: String, workers: Workers) -> Result<(), A
             let Some(worker) = pick(&workers, &work) else {
                 let first_time = message.info().map(|i| i.delivered == 1).unwrap_or(true);
                 if first_time {
-                    note_routing(&client, &work, None).await;
+                    note_no_worker(&client, &work).await;
                 }
                 let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
                 continue;
@@ -199,32 +199,22 @@ async fn route(client: AxClient, node: String, workers: Workers) -> Result<(), A
             .await?;
             pending.push((message, ack, work));
         }
-        let routed = consume::settle(pending).await;
-        futures::stream::iter(routed)
-            .for_each_concurrent(32, |work| {
-                let client = client.clone();
-                async move {
-                    let worker = work.worker.clone();
-                    note_routing(&client, &work, worker.as_deref()).await;
-                }
-            })
-            .await;
+        // The record is not touched on the way: the worker tags it `executing` when it starts.
+        consume::settle(pending).await;
     }
     Ok(())
 }
 
-/// Writes the routing tag on the record (informational: a refusal means the attempt moved on).
-async fn note_routing(client: &AxClient, work: &WorkItem, worker: Option<&str>) {
+/// Tags the record `no_worker` and says so in an event (a refusal means the attempt moved on).
+async fn note_no_worker(client: &AxClient, work: &WorkItem) {
     match client
-        .update_instance(&work.instance_id, |r| r.routed(&work.trace_id, worker))
+        .update_instance(&work.instance_id, |r| r.no_worker(&work.trace_id))
         .await
     {
-        Ok(Updated::Written(record, _)) if worker.is_none() => {
-            publish::event(client, &record).await
-        }
+        Ok(Updated::Written(record, _)) => publish::event(client, &record).await,
         Ok(_) => {}
         Err(e) => {
-            tracing::debug!(instance = %work.instance_id, error = %e, "routing tag not written")
+            tracing::debug!(instance = %work.instance_id, error = %e, "no_worker tag not written")
         }
     }
 }

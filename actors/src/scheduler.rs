@@ -1,7 +1,7 @@
 //! # Scheduler
 //! Owns the job registry view and the time wheel of pending fires (next cron fires, delayed
 //! retries). Reads the registry bucket (replayed in full on every start), the control subjects
-//! and the results stream. Writes instance records (create-if-absent) and
+//! and `ax.internal.retry.>` (failed attempts with a retry left). Writes instance records (create-if-absent) and
 //! `ax.internal.created.<job>` (through the [`Creator`]), and next attempts on
 //! `ax.internal.ready.<priority>`.
 //!
@@ -9,8 +9,8 @@
 //! instance; the instances bucket lets exactly one win.
 //!
 //! A retry is remembered twice: in the wheel, for millisecond precision, and in JetStream — the
-//! `waiting_retry` result is negatively acknowledged with a delay just past its due time, so if
-//! this Scheduler dies the result comes back to another one, which runs the retry then.
+//! retry message is negatively acknowledged with a delay just past its due time, so if this
+//! Scheduler dies the message comes back to another one, which runs the retry then.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,9 +172,9 @@ impl Actor for Scheduler {
         );
         spawn_pump(
             ACTOR,
-            "results",
+            "retries",
             ctx,
-            follow_results(self.client.clone(), addr),
+            follow_retries(self.client.clone(), addr),
         );
         self.arm(ctx);
         tracing::info!(node = %self.node, "scheduler started");
@@ -343,12 +343,13 @@ async fn follow_registry(client: AxClient, addr: Addr<Scheduler>) -> Result<(), 
     Ok(())
 }
 
-/// Reads every result; those that leave their instance `waiting_retry` become retry timers.
-async fn follow_results(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
+/// Reads the attempts that failed with a retry left (`ax.internal.retry.>`, the same payload
+/// as their result): each becomes a retry timer.
+async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
-        stream: client.layout.results_stream(),
+        stream: client.layout.flow_stream(),
         durable: "scheduler-retries".into(),
-        filter: client.subjects().result_all(),
+        filter: client.subjects().retry_all(),
         ack_wait: Duration::from_secs(30),
         max_ack_pending: 10_000,
     };

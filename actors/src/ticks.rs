@@ -8,7 +8,9 @@ use chrono::{DateTime, Utc};
 use ax_bus::messages::{TickOutcome, TickRecord};
 use ax_bus::AxClient;
 
-use crate::{publish, ActorError};
+use async_nats::jetstream::context::PublishAckFuture;
+
+use crate::ActorError;
 
 /// Records skipped ticks, acks awaited in windows of 256.
 pub async fn record_skipped(
@@ -30,7 +32,7 @@ pub async fn record_skipped(
                 at: ax_bus::time::now(),
             };
             acks.push(
-                publish::to_stream(
+                crate::publish::to_stream(
                     client,
                     client.subjects().tick(job),
                     &format!("tick:{job}:{}:{node}:skipped", tick.timestamp_millis()),
@@ -57,6 +59,23 @@ pub async fn record(
     instance_id: Option<String>,
     reason: String,
 ) -> Result<(), ActorError> {
+    publish(client, node, job, tick, outcome, instance_id, reason)
+        .await?
+        .await
+        .map(|_| ())
+        .map_err(|e| ActorError::Nats(format!("record tick of {job}: {e}")))
+}
+
+/// Publishes one tick record; the returned future is the stream's ack.
+pub async fn publish(
+    client: &AxClient,
+    node: &str,
+    job: &str,
+    tick: DateTime<Utc>,
+    outcome: TickOutcome,
+    instance_id: Option<String>,
+    reason: String,
+) -> Result<PublishAckFuture, ActorError> {
     let record = TickRecord {
         job: job.to_string(),
         tick,
@@ -66,7 +85,7 @@ pub async fn record(
         node: node.to_string(),
         at: ax_bus::time::now(),
     };
-    publish::to_stream_acked(
+    crate::publish::to_stream(
         client,
         client.subjects().tick(job),
         &format!(

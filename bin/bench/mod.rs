@@ -50,7 +50,16 @@ struct Report {
     figures: Vec<Figure>,
 }
 
-pub async fn run(quick: bool, json: bool) -> Result<()> {
+/// The sections, in the order they run.
+const SECTIONS: [&str; 5] = ["memory", "throughput", "lateness", "dag", "recovery"];
+
+pub async fn run(quick: bool, only: &[String], json: bool) -> Result<()> {
+    for name in only {
+        if !SECTIONS.contains(&name.as_str()) {
+            anyhow::bail!("--only: unknown section `{name}` ({})", SECTIONS.join(", "));
+        }
+    }
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let dir = tempfile::tempdir().context("temporary directory")?;
     let binary = find_binary()?;
     let version = std::process::Command::new(&binary)
@@ -71,20 +80,31 @@ pub async fn run(quick: bool, json: bool) -> Result<()> {
         .connect(&server.url)
         .await?;
     let mut figures = Vec::new();
+    // Memory first, while the heap holds nothing freed that the wheel could reuse unseen.
+    if wanted("memory") {
+        eprintln!("memory: pending timers…");
+        figures.extend(memory::measure());
+    }
     eprintln!("limit: raw JetStream…");
     let limit = limit::measure(&nats, quick).await?;
     let raw = limit.iter().map(|f| f.value).fold(f64::INFINITY, f64::min);
     figures.extend(limit);
-    eprintln!("throughput: no-op instances end to end…");
-    figures.extend(throughput::measure(&server.url, quick, raw).await?);
-    eprintln!("lateness: simultaneous and steady fires…");
-    figures.extend(lateness::measure(&server.url, quick).await?);
-    eprintln!("memory: pending timers…");
-    figures.extend(memory::measure());
-    eprintln!("dag: 10,000-job graphs…");
-    figures.extend(dag::measure(&nats, quick).await?);
-    eprintln!("recovery: a restarted Scheduler…");
-    figures.extend(recovery::measure(&server.url, quick).await?);
+    if wanted("throughput") {
+        eprintln!("throughput: no-op instances end to end…");
+        figures.extend(throughput::measure(&server.url, quick, raw).await?);
+    }
+    if wanted("lateness") {
+        eprintln!("lateness: simultaneous and steady fires…");
+        figures.extend(lateness::measure(&server.url, quick).await?);
+    }
+    if wanted("dag") {
+        eprintln!("dag: 10,000-job graphs…");
+        figures.extend(dag::measure(&nats, quick).await?);
+    }
+    if wanted("recovery") {
+        eprintln!("recovery: a restarted Scheduler…");
+        figures.extend(recovery::measure(&server.url, quick).await?);
+    }
     let report = Report {
         machine: machine(),
         nats_server: version,

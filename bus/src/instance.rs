@@ -18,7 +18,7 @@ use crate::spec::Priority;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
-    /// Created and not finished: waiting, queued, dispatched or executing (see the tag).
+    /// Created and not finished: waiting, queued or executing (see the tag).
     Running,
     /// The last attempt succeeded.
     Success,
@@ -84,8 +84,6 @@ pub enum Tag {
     Queued,
     /// No live worker can take it; it is dispatched as soon as one appears.
     NoWorker,
-    /// Sent to a worker.
-    Dispatched,
     /// A worker claimed the attempt and runs it.
     Executing,
     /// The attempt succeeded.
@@ -119,7 +117,6 @@ impl Tag {
         match self {
             Tag::Queued => "queued",
             Tag::NoWorker => "no_worker",
-            Tag::Dispatched => "dispatched",
             Tag::Executing => "executing",
             Tag::Completed => "completed",
             Tag::ExitCode => "exit_code",
@@ -280,24 +277,15 @@ impl InstanceRecord {
         Ok(())
     }
 
-    /// The Router sent the current attempt to `worker` (or found none when `worker` is None).
-    pub fn routed(&self, trace_id: &str, worker: Option<&str>) -> Result<Self, TransitionRefused> {
+    /// The Router found no live worker for the current attempt; it keeps trying.
+    pub fn no_worker(&self, trace_id: &str) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
         if self.tag == Tag::Executing {
             return Err(TransitionRefused::AlreadyStarted);
         }
         let mut next = self.clone();
-        match worker {
-            Some(w) => {
-                next.tag = Tag::Dispatched;
-                next.worker = Some(w.to_string());
-                next.message = format!("dispatched to {w}");
-            }
-            None => {
-                next.tag = Tag::NoWorker;
-                next.message = "no live worker offers this job's executor and tags".into();
-            }
-        }
+        next.tag = Tag::NoWorker;
+        next.message = "no live worker offers this job's executor and tags".into();
         Ok(next)
     }
 

@@ -2,8 +2,9 @@
 //! at start and by the CLI before it publishes.
 //!
 //! - `<AX>_CONTROL` (work queue, `ax.control.>`): commands, each taken by one Scheduler;
-//! - `<AX>_FLOW` (work queue, `ax.internal.created.>` and `ax.internal.ready.>`): instances on
-//!   their way from the Scheduler through the DagCoordinator to the Router;
+//! - `<AX>_FLOW` (work queue, `ax.internal.created.>`, `ax.internal.ready.>` and
+//!   `ax.internal.retry.>`): instances on their way from the Scheduler through the
+//!   DagCoordinator to the Router, and failed attempts with a retry left back to the Schedulers;
 //! - `<AX>_DISPATCH` (work queue, `ax.internal.dispatch.>`): one consumer per worker;
 //! - `<AX>_RESULTS` (limits, `ax.result.>`): every finished attempt, kept for a week, open to
 //!   business services' own consumers;
@@ -151,7 +152,7 @@ impl Layout {
         self.ensure_stream(
             js,
             self.flow_stream(),
-            vec![s.created_all(), s.ready_all()],
+            vec![s.created_all(), s.ready_all(), s.retry_all()],
             stream::RetentionPolicy::WorkQueue,
             Duration::ZERO,
         )

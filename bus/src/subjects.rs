@@ -113,6 +113,16 @@ impl Subjects {
         format!("{}.internal.ready.>", self.prefix)
     }
 
+    /// `ax.internal.retry.<job>`: an attempt failed with a retry left (to the Schedulers).
+    pub fn retry(&self, job: &str) -> String {
+        format!("{}.internal.retry.{job}", self.prefix)
+    }
+
+    /// `ax.internal.retry.>`.
+    pub fn retry_all(&self) -> String {
+        format!("{}.internal.retry.>", self.prefix)
+    }
+
     /// `ax.internal.dispatch.<worker>`: one attempt for one worker.
     pub fn dispatch(&self, worker: &str) -> String {
         format!("{}.internal.dispatch.{worker}", self.prefix)

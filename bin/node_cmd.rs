@@ -94,6 +94,7 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             name: id.clone(),
             roles: roles.clone(),
             worker,
+            scheduler_loaded: None,
         },
         Arc::new(SystemClock),
     )?;

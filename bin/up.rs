@@ -73,6 +73,7 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
                 tags: Vec::new(),
                 data_dir: data_dir.join("worker"),
             },
+            scheduler_loaded: None,
         },
         Arc::new(SystemClock),
     )?;

@@ -11,7 +11,7 @@ use ax_actors::clock::ManualClock;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
 use ax_actors::worker::WorkerConfig;
 use ax_bus::instance::Trigger;
-use ax_bus::messages::{commands, ApplyRequest, TickOutcome};
+use ax_bus::messages::{JobRecord, TickOutcome};
 use ax_bus::spec::JobDocument;
 use ax_bus::{AxClient, State, Tag};
 use chrono::{DateTime, Utc};
@@ -23,8 +23,17 @@ fn at(text: &str) -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
-fn start(client: &AxClient, roles: &str, clock: &ManualClock, dir: &std::path::Path) -> Node {
-    Node::start(
+/// Starts the actors of `roles` on `clock` and waits until the Scheduler has loaded `jobs` jobs
+/// (so that none is planned from a later clock than the test means).
+async fn start(
+    client: &AxClient,
+    roles: &str,
+    clock: &ManualClock,
+    dir: &std::path::Path,
+    jobs: usize,
+) -> Node {
+    let (loaded_tx, mut loaded) = tokio::sync::watch::channel(None);
+    let node = Node::start(
         client.clone(),
         NodeConfig {
             name: "clocked".into(),
@@ -35,23 +44,37 @@ fn start(client: &AxClient, roles: &str, clock: &ManualClock, dir: &std::path::P
                 tags: vec![],
                 data_dir: dir.to_path_buf(),
             },
+            scheduler_loaded: Some(loaded_tx),
         },
         Arc::new(clock.clone()),
     )
-    .unwrap()
+    .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        loaded.wait_for(|n| *n == Some(jobs)),
+    )
+    .await
+    .expect("the Scheduler loads the registry")
+    .expect("the Scheduler is running");
+    node
 }
 
-async fn apply(client: &AxClient, yaml: &str) {
-    let jobs: Vec<JobDocument> = serde_saphyr::from_multiple(yaml).unwrap();
-    let reply = client
-        .control(
-            commands::APPLY,
-            &ApplyRequest { jobs },
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    assert!(reply.ok, "{:?}", reply.errors);
+/// Writes jobs straight into the registry (their validation is not what these tests are about).
+async fn store(client: &AxClient, yaml: &str) -> usize {
+    let docs: Vec<JobDocument> = serde_saphyr::from_multiple(yaml).unwrap();
+    for doc in &docs {
+        let record = JobRecord {
+            spec: doc.job.clone(),
+            paused: false,
+            updated_at: ax_bus::time::now(),
+        };
+        client
+            .jobs
+            .put(&doc.job.name, ax_bus::codec::encode(&record).unwrap())
+            .await
+            .unwrap();
+    }
+    docs.len()
 }
 
 /// job → tick time → outcomes recorded for it.
@@ -74,8 +97,7 @@ async fn missed_minutes_follow_each_misfire_policy() {
     let nats = TestNats::start();
     let client = nats.client().await;
     let clock = ManualClock::new(at("2026-01-01T00:00:30Z"));
-    let first = start(&client, "scheduler", &clock, &nats.path("a"));
-    apply(
+    let jobs = store(
         &client,
         &[
             minutely("all", "  misfire: fire_all\n  catchup_window: 600\n"),
@@ -85,6 +107,7 @@ async fn missed_minutes_follow_each_misfire_policy() {
         .join("---\n"),
     )
     .await;
+    let first = start(&client, "scheduler", &clock, &nats.path("a"), jobs).await;
     clock.set(at("2026-01-01T00:01:00.200Z"));
     for job in ["all", "once", "none"] {
         wait_for(
@@ -103,7 +126,7 @@ async fn missed_minutes_follow_each_misfire_policy() {
 
     // Four and a half minutes pass with no Scheduler: 00:02 to 00:05 are missed.
     clock.set(at("2026-01-01T00:05:30Z"));
-    let _second = start(&client, "scheduler", &clock, &nats.path("b"));
+    let _second = start(&client, "scheduler", &clock, &nats.path("b"), jobs).await;
     let expect = |job: &'static str, outcomes: [TickOutcome; 4]| {
         let client = client.clone();
         async move {
@@ -154,8 +177,7 @@ async fn a_fire_over_a_running_instance_follows_the_overlap_policy() {
     let client = nats.client().await;
     let clock = ManualClock::new(at("2026-01-01T00:00:30Z"));
     // No worker: every instance stays running, so each fire meets the previous one.
-    let _node = start(&client, "scheduler,dag", &clock, &nats.path("a"));
-    apply(
+    let jobs = store(
         &client,
         &[
             minutely("allow", ""),
@@ -166,6 +188,7 @@ async fn a_fire_over_a_running_instance_follows_the_overlap_policy() {
         .join("---\n"),
     )
     .await;
+    let _node = start(&client, "scheduler,dag", &clock, &nats.path("a"), jobs).await;
     for minute in ["00:01", "00:02", "00:03"] {
         clock.set(at(&format!("2026-01-01T{minute}:00.200Z")));
         for job in ["allow", "skipper", "queued", "latest"] {

@@ -109,6 +109,9 @@ pub struct NodeConfig {
     pub roles: BTreeSet<Role>,
     /// Worker settings (used with the worker role).
     pub worker: WorkerConfig,
+    /// Told the number of jobs each time the Scheduler has (re)loaded the registry: readiness,
+    /// for whoever starts the node and wants to know.
+    pub scheduler_loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
 }
 
 /// Running actors; stopped on [`Node::stop`] or drop.
@@ -128,8 +131,13 @@ impl Node {
         if config.roles.contains(&Role::Scheduler) {
             let arbiter = Arbiter::new();
             let (client, clock, name) = (client.clone(), clock.clone(), name.clone());
+            let loaded = config.scheduler_loaded.clone();
             Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
-                Scheduler::new(client, clock, name)
+                let scheduler = Scheduler::new(client, clock, name);
+                match loaded {
+                    Some(loaded) => scheduler.reporting_load(loaded),
+                    None => scheduler,
+                }
             });
             arbiters.push(arbiter);
         }

@@ -39,6 +39,7 @@ async fn lateness(
                 tags: vec![],
                 data_dir: scratch.path().to_path_buf(),
             },
+            scheduler_loaded: None,
         },
         Arc::new(SystemClock),
     )?;

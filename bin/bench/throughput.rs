@@ -53,6 +53,7 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
                 tags: vec![],
                 data_dir: scratch.path().to_path_buf(),
             },
+            scheduler_loaded: None,
         },
         Arc::new(SystemClock),
     )?;

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
+pub mod claims;
 pub mod client;
 pub mod codec;
 pub mod ids;

@@ -86,8 +86,22 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             .clone()
             .or(file.worker.tags.clone())
             .unwrap_or_default(),
+        reserved: file.worker.reserved.unwrap_or_default(),
         data_dir,
+        // A test hook: a worker that runs what it receives but never acknowledges it.
+        never_acknowledge: std::env::var_os("AX_TEST_NEVER_ACK").is_some(),
     };
+    let slots_left = worker
+        .slots
+        .saturating_sub(worker.reserved.high + worker.reserved.normal);
+    if slots_left == 0 {
+        bail!(
+            "[worker] reserved = {{ high = {}, normal = {} }} leaves no slot of {} for low-priority work",
+            worker.reserved.high,
+            worker.reserved.normal,
+            worker.slots
+        );
+    }
     let node = Node::start(
         client,
         NodeConfig {
@@ -95,6 +109,7 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             roles: roles.clone(),
             worker,
             scheduler_loaded: None,
+            router: file.router.config()?,
         },
         Arc::new(SystemClock),
     )?;

@@ -12,12 +12,24 @@
 //! [worker]
 //! slots = 8
 //! tags = ["etl", "gpu"]
+//! reserved = { high = 2, normal = 1 }   # slots low (and normal) work may not take
+//!
+//! [router]
+//! weight_running = 0.7                  # score = running/cores * 0.7 + avg_duration_s * 0.3
+//! weight_duration = 0.3
+//! ack_timeout = 5                       # seconds a worker has to acknowledge a dispatch
+//! worker_ttl = 10                       # seconds without heartbeat before a worker is dead
 //! ```
 
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 use serde::Deserialize;
+
+use ax_actors::router::RouterConfig;
+use ax_bus::messages::Reserved;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -27,6 +39,8 @@ pub struct FileConfig {
     pub node: NodeSection,
     #[serde(default)]
     pub worker: WorkerSection,
+    #[serde(default)]
+    pub router: RouterSection,
 }
 
 /// `[node]`.
@@ -47,6 +61,60 @@ pub struct NodeSection {
 pub struct WorkerSection {
     pub slots: Option<u32>,
     pub tags: Option<Vec<String>>,
+    /// Slots kept for higher priorities.
+    pub reserved: Option<Reserved>,
+}
+
+/// `[router]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterSection {
+    /// Weight of running attempts per core in a worker's score (0.7).
+    pub weight_running: Option<f64>,
+    /// Weight of the average duration in seconds (0.3).
+    pub weight_duration: Option<f64>,
+    /// Seconds a worker has to acknowledge a dispatch (5).
+    pub ack_timeout: Option<f64>,
+    /// Seconds without a heartbeat after which a worker is dead (10).
+    pub worker_ttl: Option<f64>,
+}
+
+impl RouterSection {
+    /// The Router's settings, defaults filled in; an error names the bad field.
+    pub fn config(&self) -> Result<RouterConfig> {
+        let mut config = RouterConfig::default();
+        let seconds = |name: &str, value: Option<f64>, default: Duration| -> Result<Duration> {
+            match value {
+                None => Ok(default),
+                Some(v) if v.is_finite() && v > 0.0 => Ok(Duration::from_secs_f64(v)),
+                Some(v) => {
+                    anyhow::bail!("[router] {name} = {v}: must be a positive number of seconds")
+                }
+            }
+        };
+        config.ack_timeout = seconds("ack_timeout", self.ack_timeout, config.ack_timeout)?;
+        config.worker_ttl = seconds("worker_ttl", self.worker_ttl, config.worker_ttl)?;
+        for (name, value, slot) in [
+            (
+                "weight_running",
+                self.weight_running,
+                &mut config.weights.running,
+            ),
+            (
+                "weight_duration",
+                self.weight_duration,
+                &mut config.weights.duration,
+            ),
+        ] {
+            if let Some(v) = value {
+                if !v.is_finite() || v < 0.0 {
+                    anyhow::bail!("[router] {name} = {v}: must be a number >= 0");
+                }
+                *slot = v;
+            }
+        }
+        Ok(config)
+    }
 }
 
 /// Reads a config file; errors name the file, the line and the field.

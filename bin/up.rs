@@ -71,9 +71,12 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
                 id: "local".into(),
                 slots: args.slots.max(1),
                 tags: Vec::new(),
+                reserved: Default::default(),
+                never_acknowledge: false,
                 data_dir: data_dir.join("worker"),
             },
             scheduler_loaded: None,
+            router: Default::default(),
         },
         Arc::new(SystemClock),
     )?;

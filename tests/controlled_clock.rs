@@ -42,9 +42,12 @@ async fn start(
                 id: "clocked".into(),
                 slots: 1,
                 tags: vec![],
+                reserved: Default::default(),
+                never_acknowledge: false,
                 data_dir: dir.to_path_buf(),
             },
             scheduler_loaded: Some(loaded_tx),
+            router: Default::default(),
         },
         Arc::new(clock.clone()),
     )

@@ -152,12 +152,19 @@ async fn a_dispatch_delivered_twice_runs_once() {
         spec: job.spec,
         worker: Some("n1".into()),
         gate: None,
+        dispatch: client
+            .claim_of(&record.trace_id)
+            .await
+            .unwrap()
+            .map(|(claim, _)| claim.dispatch),
+        router: Some("n1".into()),
+        shard: None,
     };
     // The same dispatch again, under a new message id so JetStream does not drop it.
     client
         .js
         .send_publish(
-            "ax.internal.dispatch.n1",
+            "ax.internal.dispatch.n1.normal",
             async_nats::jetstream::message::PublishMessage::build()
                 .headers(ax_bus::codec::msgpack_headers())
                 .message_id("a-second-delivery")

@@ -98,6 +98,8 @@ impl NewInstance {
             exit_code: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            shard: None,
+            worker_losses: 0,
         };
         let work = WorkItem {
             instance_id,
@@ -110,6 +112,9 @@ impl NewInstance {
             spec: spec.clone(),
             worker: None,
             gate: None,
+            dispatch: None,
+            router: None,
+            shard: None,
         };
         Self {
             record,

@@ -460,6 +460,9 @@ async fn create_for_date(
                     spec: (*spec).clone(),
                     worker: None,
                     gate: None,
+                    dispatch: None,
+                    router: None,
+                    shard: None,
                 })
             }))
         }

@@ -581,6 +581,9 @@ mod tests {
             spec: spec.clone(),
             worker: None,
             gate: None,
+            dispatch: None,
+            router: None,
+            shard: None,
         }
     }
 
@@ -604,6 +607,7 @@ mod tests {
             next_attempt_at: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            shard: None,
         }
     }
 

@@ -16,7 +16,7 @@ use ax_bus::AxClient;
 use crate::clock::Clock;
 use crate::dag::DagCoordinator;
 use crate::reporter::Reporter;
-use crate::router::Router;
+use crate::router::{Router, RouterConfig};
 use crate::scheduler::Scheduler;
 use crate::worker::{WorkerConfig, WorkerSupervisor};
 use crate::ActorError;
@@ -109,6 +109,8 @@ pub struct NodeConfig {
     pub roles: BTreeSet<Role>,
     /// Worker settings (used with the worker role).
     pub worker: WorkerConfig,
+    /// Router settings (used with the router role).
+    pub router: RouterConfig,
     /// Told the number of jobs each time the Scheduler has (re)loaded the registry: readiness,
     /// for whoever starts the node and wants to know.
     pub scheduler_loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
@@ -152,7 +154,10 @@ impl Node {
         if config.roles.contains(&Role::Router) {
             let arbiter = Arbiter::new();
             let (client, name) = (client.clone(), name.clone());
-            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| Router::new(client, name));
+            let router = config.router.clone();
+            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+                Router::new(client, name, router)
+            });
             arbiters.push(arbiter);
         }
         if config.roles.contains(&Role::Worker) {

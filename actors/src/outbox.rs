@@ -234,6 +234,9 @@ mod tests {
                 spec: spec.job,
                 worker: Some("w".into()),
                 gate: None,
+                dispatch: None,
+                router: None,
+                shard: None,
             },
             end: AttemptEnd {
                 trace_id: trace.into(),

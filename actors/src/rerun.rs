@@ -332,6 +332,9 @@ async fn start_again(
         spec: spec.clone(),
         worker: None,
         gate: None,
+        dispatch: None,
+        router: None,
+        shard: None,
     };
     publish::to_stream_acked(
         client,

@@ -442,6 +442,9 @@ pub async fn run_retry(
         spec: job.spec,
         worker: None,
         gate: None,
+        dispatch: None,
+        router: None,
+        shard: None,
     };
     publish::to_stream_acked(
         client,

@@ -178,6 +178,9 @@ mod tests {
             spec: doc.job,
             worker: None,
             gate: None,
+            dispatch: None,
+            router: None,
+            shard: None,
         }
     }
 

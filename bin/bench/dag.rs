@@ -145,6 +145,7 @@ fn success(work: &WorkItem) -> ResultMessage {
         next_attempt_at: None,
         stdout_tail: String::new(),
         stderr_tail: String::new(),
+        shard: None,
     }
 }
 

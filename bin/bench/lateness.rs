@@ -37,9 +37,12 @@ async fn lateness(
                 id: "bench".into(),
                 slots: 1,
                 tags: vec![],
+                reserved: Default::default(),
+                never_acknowledge: false,
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,
+            router: Default::default(),
         },
         Arc::new(SystemClock),
     )?;

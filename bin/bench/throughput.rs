@@ -51,9 +51,12 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
                 id: "bench".into(),
                 slots: 512,
                 tags: vec![],
+                reserved: Default::default(),
+                never_acknowledge: false,
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,
+            router: Default::default(),
         },
         Arc::new(SystemClock),
     )?;

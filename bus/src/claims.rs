@@ -67,6 +67,11 @@ fn lease_end(lease: Duration) -> DateTime<Utc> {
 }
 
 impl AxClient {
+    /// The claim on attempt `trace` and its revision, if any.
+    pub async fn claim_of(&self, trace: &str) -> Result<Option<(Claim, u64)>, ClientError> {
+        self.read_claim(trace).await
+    }
+
     async fn read_claim(&self, key: &str) -> Result<Option<(Claim, u64)>, ClientError> {
         match self
             .claims

@@ -117,6 +117,8 @@ pub struct AxClient {
     pub latest: kv::Store,
     /// Leases.
     pub leases: kv::Store,
+    /// Paused queues.
+    pub queues: kv::Store,
 }
 
 const CAS_ATTEMPTS: usize = 16;
@@ -167,6 +169,7 @@ impl AxClient {
             waiting: bucket(layout.waiting_bucket()).await?,
             latest: bucket(layout.latest_bucket()).await?,
             leases: bucket(layout.leases_bucket()).await?,
+            queues: bucket(layout.queues_bucket()).await?,
             nats,
             js,
             layout,

@@ -106,6 +106,10 @@ pub enum Tag {
     DepsTimeout,
     /// A newer fire of the job cancelled it (`overlap: cancel_previous`).
     Superseded,
+    /// Its worker died during the attempt.
+    WorkerLost,
+    /// Its shards (or broadcast runs) are running; it ends when they all have.
+    Sharded,
     /// A tag written by a newer ax.
     #[serde(other)]
     Other,
@@ -128,6 +132,8 @@ impl Tag {
             Tag::UpstreamFailed => "upstream_failed",
             Tag::DepsTimeout => "deps_timeout",
             Tag::Superseded => "superseded",
+            Tag::WorkerLost => "worker_lost",
+            Tag::Sharded => "sharded",
             Tag::Other => "other",
         }
     }
@@ -212,6 +218,12 @@ pub struct InstanceRecord {
     /// Last bytes of the last attempt's stderr.
     #[serde(default)]
     pub stderr_tail: String,
+    /// For a shard: its parent and place.
+    #[serde(default)]
+    pub shard: Option<crate::messages::ShardRef>,
+    /// How many attempts were lost with their worker.
+    #[serde(default)]
+    pub worker_losses: u32,
 }
 
 /// Why a transition was not applied.
@@ -343,6 +355,43 @@ impl InstanceRecord {
         Ok(next)
     }
 
+    /// The worker of the current attempt died: the instance moves to a new attempt under
+    /// `new_trace` (not counted against its retries), or fails with tag `worker_lost` once
+    /// `max_losses` attempts have been lost this way.
+    pub fn worker_lost(
+        &self,
+        trace_id: &str,
+        new_trace: &str,
+        worker: &str,
+        max_losses: u32,
+    ) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        let mut next = self.clone();
+        next.worker_losses += 1;
+        if next.worker_losses > max_losses {
+            next.state = State::Failed;
+            next.tag = Tag::WorkerLost;
+            next.message = format!(
+                "worker {worker} died during attempt {}; {} attempts lost, giving up",
+                self.attempt, next.worker_losses
+            );
+            next.finished_at = Some(crate::time::now());
+            return Ok(next);
+        }
+        next.trace_id = new_trace.to_string();
+        next.attempt += 1;
+        next.run_start += 1;
+        next.tag = Tag::Queued;
+        next.message = format!(
+            "worker {worker} died during attempt {}; attempt {} queued",
+            self.attempt, next.attempt
+        );
+        next.started_at = None;
+        next.finished_at = None;
+        next.worker = None;
+        Ok(next)
+    }
+
     /// A manual re-run: a new attempt of an instance that has ended.
     pub fn rerun(&self, new_trace: &str) -> Result<Self, TransitionRefused> {
         if !self.state.is_final() {
@@ -444,6 +493,8 @@ mod tests {
             exit_code: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            shard: None,
+            worker_losses: 0,
         }
     }
 

@@ -35,6 +35,8 @@ pub mod commands {
     pub const RERUN: &str = "rerun";
     /// Create instances for past dates.
     pub const BACKFILL: &str = "backfill";
+    /// Pause or resume a priority's queue.
+    pub const QUEUE: &str = "queue";
 }
 
 /// `ax.control.apply`: create or update jobs, all or nothing.
@@ -160,6 +162,55 @@ pub struct WorkItem {
     /// An instance that must end before this one runs (`overlap: queue`, backfill order).
     #[serde(default)]
     pub gate: Option<Gate>,
+    /// This dispatch of the attempt (set by the Router): the one allowed to claim it.
+    #[serde(default)]
+    pub dispatch: Option<String>,
+    /// The Router that dispatched it and awaits its acknowledgement.
+    #[serde(default)]
+    pub router: Option<String>,
+    /// For a shard (or one run of a broadcast): which one, of how many, of which instance.
+    #[serde(default)]
+    pub shard: Option<ShardRef>,
+}
+
+/// A sub-instance of a sharded or broadcast instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRef {
+    /// The parent instance.
+    pub parent: String,
+    /// 0-based index (`AX_SHARD_INDEX`).
+    pub index: u32,
+    /// How many (`AX_SHARD_TOTAL`).
+    pub total: u32,
+}
+
+/// A worker's acknowledgement of a dispatch ("received, about to run"), on
+/// `ax.internal.ack.<router>` (core NATS).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchAck {
+    /// The attempt.
+    pub trace_id: String,
+    /// The dispatch acknowledged.
+    pub dispatch: String,
+    /// The worker.
+    pub worker: String,
+}
+
+/// Whether a priority's queue is consumed (bucket `ax_queues`, key = priority).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueState {
+    /// Paused queues keep their messages; nothing is dispatched from them.
+    pub paused: bool,
+}
+
+/// `ax.control.queue`: pause or resume one priority's queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueRequest {
+    /// `high`, `normal` or `low`.
+    pub priority: crate::spec::Priority,
+    /// Pause (true) or resume (false).
+    pub paused: bool,
 }
 
 fn first_attempt() -> u32 {
@@ -363,6 +414,9 @@ pub struct ResultMessage {
     pub stdout_tail: String,
     /// Last bytes of the attempt's stderr.
     pub stderr_tail: String,
+    /// For a shard: its parent and place.
+    #[serde(default)]
+    pub shard: Option<ShardRef>,
 }
 
 impl ResultMessage {
@@ -394,6 +448,7 @@ impl ResultMessage {
             next_attempt_at,
             stdout_tail: end.stdout_tail.clone(),
             stderr_tail: end.stderr_tail.clone(),
+            shard: work.shard.clone(),
         }
     }
 }
@@ -424,6 +479,7 @@ impl ResultMessage {
             next_attempt_at: record.next_attempt_at,
             stdout_tail: record.stdout_tail.clone(),
             stderr_tail: record.stderr_tail.clone(),
+            shard: record.shard.clone(),
         }
     }
 }
@@ -464,8 +520,41 @@ pub struct WorkerInfo {
     pub executors: Vec<String>,
     /// Attempts running now.
     pub running: u32,
+    /// Average duration of the attempts that ended in the last five minutes.
+    #[serde(default)]
+    pub avg_duration_ms: f64,
+    /// Slots kept for higher priorities.
+    #[serde(default)]
+    pub reserved: Reserved,
+    /// The attempts running now (for the Router, should the worker die).
+    #[serde(default)]
+    pub attempts: Vec<RunningAttempt>,
     /// ax version.
     pub version: String,
     /// When it started.
     pub started_at: DateTime<Utc>,
+}
+
+/// Slots a worker keeps for higher priorities: `low` work may use at most
+/// `slots - high - normal` of them, `normal` work at most `slots - high`, `high` work all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reserved {
+    /// Kept for high-priority work.
+    #[serde(default)]
+    pub high: u32,
+    /// Kept for normal- and high-priority work.
+    #[serde(default)]
+    pub normal: u32,
+}
+
+/// An attempt a worker runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningAttempt {
+    /// The instance.
+    pub instance_id: String,
+    /// The attempt.
+    pub trace_id: String,
+    /// The dispatch it came with.
+    pub dispatch: String,
 }

@@ -14,7 +14,8 @@
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
 //!   attempt that ran), `<ax>_workers` (heartbeats), `<ax>_deps` (instances per business date
 //!   and job, 40 days), `<ax>_waiting` (instances held for their dependencies), `<ax>_latest`
-//!   (each job's latest instance) and `<ax>_leases` (which node leads what; entries expire).
+//!   (each job's latest instance), `<ax>_leases` (which node leads what; entries expire) and
+//!   `<ax>_queues` (which priority queues are paused).
 //!
 //! Message ids de-duplicate publishes within each stream's duplicate window; the buckets give
 //! create-if-absent and compare-and-swap, which is where uniqueness really comes from.
@@ -137,6 +138,10 @@ impl Layout {
     pub fn leases_bucket(&self) -> String {
         self.bucket_name("leases")
     }
+    /// `ax_queues`.
+    pub fn queues_bucket(&self) -> String {
+        self.bucket_name("queues")
+    }
 
     /// Creates or updates every stream and bucket.
     pub async fn ensure(&self, js: &jetstream::Context) -> Result<(), ProvisionError> {
@@ -192,6 +197,8 @@ impl Layout {
         self.ensure_bucket(js, self.latest_bucket(), 1, Duration::ZERO)
             .await?;
         self.ensure_bucket(js, self.leases_bucket(), 1, LEASE_TTL)
+            .await?;
+        self.ensure_bucket(js, self.queues_bucket(), 1, Duration::ZERO)
             .await?;
         self.ensure_bucket(js, self.instances_bucket(), 1, Duration::ZERO)
             .await?;

@@ -123,9 +123,23 @@ impl Subjects {
         format!("{}.internal.retry.>", self.prefix)
     }
 
-    /// `ax.internal.dispatch.<worker>`: one attempt for one worker.
-    pub fn dispatch(&self, worker: &str) -> String {
-        format!("{}.internal.dispatch.{worker}", self.prefix)
+    /// `ax.internal.dispatch.<worker>.<priority>`: one attempt for one worker.
+    pub fn dispatch(&self, worker: &str, priority: Priority) -> String {
+        format!(
+            "{}.internal.dispatch.{worker}.{}",
+            self.prefix,
+            priority.as_str()
+        )
+    }
+
+    /// `ax.internal.dispatch.<worker>.>`: everything sent to one worker.
+    pub fn dispatch_to(&self, worker: &str) -> String {
+        format!("{}.internal.dispatch.{worker}.>", self.prefix)
+    }
+
+    /// `ax.internal.ack.<router>`: workers acknowledge that Router's dispatches (core NATS).
+    pub fn ack(&self, router: &str) -> String {
+        format!("{}.internal.ack.{router}", self.prefix)
     }
 
     /// `ax.internal.dispatch.>`.

@@ -1,0 +1,141 @@
+//! Dispatches waiting for their worker's acknowledgement, ordered by deadline.
+//!
+//! A worker acknowledges a dispatch ("received, about to run") once it has claimed the attempt.
+//! A dispatch still unacknowledged at its deadline is checked against the claims bucket — the
+//! acknowledgement itself is a core message and may be lost while the claim was made — and, if
+//! nobody claimed it, re-dispatched elsewhere under a reservation that the first dispatch can
+//! never claim.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use ax_bus::messages::WorkItem;
+
+/// An unacknowledged dispatch.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    /// The attempt as dispatched.
+    pub work: WorkItem,
+    /// The worker it was sent to.
+    pub worker: String,
+    /// Workers that already failed to acknowledge this attempt.
+    pub excluded: Vec<String>,
+}
+
+/// Unacknowledged dispatches.
+#[derive(Default)]
+pub struct AckTracker {
+    pending: HashMap<String, (Pending, Instant)>,
+    deadlines: BTreeSet<(Instant, String)>,
+}
+
+impl AckTracker {
+    /// Tracks a dispatch of `work` (keyed by its trace id) until `timeout` from now.
+    pub fn track(&mut self, pending: Pending, timeout: Duration) {
+        let trace = pending.work.trace_id.clone();
+        self.forget(&trace);
+        let deadline = Instant::now() + timeout;
+        self.deadlines.insert((deadline, trace.clone()));
+        self.pending.insert(trace, (pending, deadline));
+    }
+
+    /// An acknowledgement arrived: forgets the dispatch if it is the one tracked.
+    pub fn acknowledged(&mut self, trace: &str, dispatch: &str) -> bool {
+        let matches = self
+            .pending
+            .get(trace)
+            .is_some_and(|(p, _)| p.work.dispatch.as_deref() == Some(dispatch));
+        if matches {
+            self.forget(trace);
+        }
+        matches
+    }
+
+    fn forget(&mut self, trace: &str) {
+        if let Some((_, deadline)) = self.pending.remove(trace) {
+            self.deadlines.remove(&(deadline, trace.to_string()));
+        }
+    }
+
+    /// The dispatches whose deadline has passed (no longer tracked).
+    pub fn expired(&mut self, now: Instant) -> Vec<Pending> {
+        let mut out = Vec::new();
+        while let Some((deadline, trace)) = self.deadlines.first().cloned() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            if let Some((pending, _)) = self.pending.remove(&trace) {
+                out.push(pending);
+            }
+        }
+        out
+    }
+
+    /// How many are waiting.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether none is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(trace: &str, dispatch: &str) -> WorkItem {
+        let spec: ax_bus::spec::JobDocument =
+            serde_json::from_str(r#"{"version":"v1","job":{"name":"j","exec":{"type":"noop"}}}"#)
+                .unwrap();
+        WorkItem {
+            instance_id: "j.x".into(),
+            trace_id: trace.into(),
+            attempt: 1,
+            run_start: 1,
+            biz_date: "2026-01-01".into(),
+            expected_time: ax_bus::time::now(),
+            params: Default::default(),
+            spec: spec.job,
+            worker: None,
+            gate: None,
+            dispatch: Some(dispatch.into()),
+            router: None,
+            shard: None,
+        }
+    }
+
+    fn pending(trace: &str, dispatch: &str) -> Pending {
+        Pending {
+            work: work(trace, dispatch),
+            worker: "w".into(),
+            excluded: vec![],
+        }
+    }
+
+    #[test]
+    fn acknowledged_dispatches_never_expire() {
+        let mut tracker = AckTracker::default();
+        tracker.track(pending("t1", "d1"), Duration::ZERO);
+        tracker.track(pending("t2", "d2"), Duration::ZERO);
+        assert!(!tracker.acknowledged("t1", "an older dispatch"));
+        assert!(tracker.acknowledged("t1", "d1"));
+        let expired = tracker.expired(Instant::now() + Duration::from_millis(1));
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].work.trace_id, "t2");
+        assert!(tracker.is_empty());
+    }
+
+    #[test]
+    fn deadlines_come_in_order() {
+        let mut tracker = AckTracker::default();
+        tracker.track(pending("late", "d"), Duration::from_secs(60));
+        tracker.track(pending("soon", "d"), Duration::ZERO);
+        let expired = tracker.expired(Instant::now() + Duration::from_millis(1));
+        assert_eq!(expired.len(), 1);
+        assert_eq!(tracker.len(), 1);
+    }
+}

@@ -1,0 +1,213 @@
+//! The janitor: what becomes of the work of a worker that died.
+//!
+//! One Router holds the janitor lease. Every second it looks for workers whose heartbeat is
+//! older than the TTL (10 s by default) and, for each:
+//! - drains the worker's dispatch queues (its consumers are deleted; a temporary one reads
+//!   what was sent to it and never finished): an attempt nobody claimed is re-dispatched
+//!   elsewhere, under a reservation the dead worker could never claim;
+//! - takes back every attempt the worker claimed (its last heartbeat lists them, and the
+//!   drained queue shows those claimed since): the claim is revoked — should the worker come
+//!   back, its next lease renewal fails and it stops the process — and the instance moves to a
+//!   new attempt with tag `worker_lost` (three such losses and it fails);
+//! - removes the worker from the registry.
+//!
+//! Detection takes the TTL plus at most a second, so attempts are handed over within 15 s of
+//! the worker's last heartbeat with the default settings.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+use async_nats::jetstream::AckKind;
+use futures::StreamExt;
+
+use ax_bus::client::Updated;
+use ax_bus::instance::Tag;
+use ax_bus::messages::{ResultMessage, WorkItem, WorkerInfo};
+use ax_bus::spec::Priority;
+use ax_bus::{codec, ids, State};
+
+use super::{lock, Shared};
+use crate::lease::Lease;
+use crate::{publish, ActorError};
+
+const LEASE: &str = "router-janitor";
+/// Attempts an instance may lose with their worker before it fails.
+pub const MAX_WORKER_LOSSES: u32 = 3;
+
+/// Holds the janitor lease and sweeps for dead workers while it does.
+pub async fn run(shared: Shared) -> Result<(), ActorError> {
+    let lease = Lease::acquire(&shared.client, LEASE, &shared.node).await?;
+    tokio::select! {
+        lost = lease.keep() => Err(lost),
+        ended = sweep(shared) => ended,
+    }
+}
+
+async fn sweep(shared: Shared) -> Result<(), ActorError> {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let silent = lock(&shared.fleet).silent();
+        for (id, info) in silent {
+            handle_dead(&shared, &id, &info).await?;
+            lock(&shared.fleet).remove(&id);
+            if let Err(e) = shared.client.workers.delete(&id).await {
+                tracing::warn!(worker = %id, error = %e, "dead worker not removed from the registry");
+            }
+        }
+    }
+}
+
+async fn handle_dead(shared: &Shared, worker: &str, info: &WorkerInfo) -> Result<(), ActorError> {
+    publish::alert(
+        &shared.client,
+        &shared.node,
+        "worker",
+        format!(
+            "worker {worker} has sent no heartbeat for {:?}; handing over its attempts",
+            shared.config.worker_ttl
+        ),
+        None,
+    )
+    .await;
+    for priority in Priority::ALL {
+        for work in drain(shared, worker, priority).await? {
+            lost_dispatch(shared, work, worker).await?;
+        }
+    }
+    for attempt in &info.attempts {
+        lost_running(shared, &attempt.instance_id, &attempt.trace_id, worker).await?;
+    }
+    Ok(())
+}
+
+/// Everything in the worker's queue for `priority`, taken out of it.
+async fn drain(
+    shared: &Shared,
+    worker: &str,
+    priority: Priority,
+) -> Result<Vec<WorkItem>, ActorError> {
+    let client = &shared.client;
+    let failed = |what: &str, e: String| ActorError::Nats(format!("{what} of {worker}: {e}"));
+    let stream = client
+        .js
+        .get_stream(client.layout.dispatch_stream())
+        .await
+        .map_err(|e| failed("open the dispatch stream", e.to_string()))?;
+    let durable = format!("worker-{worker}-{}", priority.as_str());
+    let _ = stream.delete_consumer(&durable).await;
+    let janitor = format!("janitor-{worker}-{}", priority.as_str());
+    let consumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some(janitor.clone()),
+            filter_subject: client.subjects().dispatch(worker, priority),
+            ack_policy: AckPolicy::Explicit,
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| failed("read the queue", e.to_string()))?;
+    let mut drained = Vec::new();
+    loop {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(256)
+            .expires(Duration::from_millis(500))
+            .messages()
+            .await
+            .map_err(|e| failed("read the queue", e.to_string()))?;
+        let mut got = 0;
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|e| failed("read the queue", e.to_string()))?;
+            got += 1;
+            match codec::decode::<WorkItem>(&message.payload) {
+                Ok(work) => drained.push(work),
+                Err(e) => tracing::warn!(error = %e, "undecodable dispatch dropped while draining"),
+            }
+            let _ = message.ack_with(AckKind::Ack).await;
+        }
+        if got == 0 {
+            break;
+        }
+    }
+    let _ = stream.delete_consumer(&janitor).await;
+    Ok(drained)
+}
+
+/// A dispatch the dead worker received or not: re-dispatched unless it was claimed.
+async fn lost_dispatch(shared: &Shared, work: WorkItem, dead: &str) -> Result<(), ActorError> {
+    match shared.client.claim_of(&work.trace_id).await? {
+        Some((claim, _)) if claim.revoked => Ok(()),
+        Some((claim, _)) if claim.worker.as_deref() == Some(dead) => {
+            lost_running(shared, &work.instance_id, &work.trace_id, dead).await
+        }
+        Some((claim, _)) if claim.worker.is_some() => Ok(()),
+        _ => shared.redispatch(work, vec![dead.to_string()]).await,
+    }
+}
+
+/// An attempt the dead worker claimed: revoked, and the instance moves on.
+async fn lost_running(
+    shared: &Shared,
+    instance_id: &str,
+    trace: &str,
+    dead: &str,
+) -> Result<(), ActorError> {
+    let client = &shared.client;
+    if !client.revoke_claim(trace, dead).await? {
+        return Ok(());
+    }
+    let new_trace = ids::new_trace_id();
+    let updated = client
+        .update_instance(instance_id, |r| {
+            r.worker_lost(trace, &new_trace, dead, MAX_WORKER_LOSSES)
+        })
+        .await?;
+    let Updated::Written(record, _) = updated else {
+        return Ok(());
+    };
+    tracing::warn!(instance = %instance_id, worker = %dead, state = %record.state, "attempt lost with its worker");
+    // The lost attempt's result: its own trace and number, the instance's state after it.
+    let mut lost = (*record).clone();
+    lost.trace_id = trace.to_string();
+    if record.state == State::Running {
+        lost.attempt -= 1;
+    }
+    lost.tag = Tag::WorkerLost;
+    publish::to_stream_acked(
+        client,
+        client.subjects().result(&record.job),
+        &format!("result:{trace}"),
+        &ResultMessage::from_record(&lost),
+    )
+    .await?;
+    publish::event(client, &record).await;
+    if record.state != State::Running {
+        return Ok(());
+    }
+    let Some((job, _)) = client.job(&record.job).await? else {
+        return Ok(());
+    };
+    let work = WorkItem {
+        instance_id: record.instance_id.clone(),
+        trace_id: record.trace_id.clone(),
+        attempt: record.attempt,
+        run_start: record.run_start,
+        biz_date: record.biz_date.clone(),
+        expected_time: record.expected_time,
+        params: record.params.clone(),
+        spec: job.spec,
+        worker: None,
+        gate: None,
+        dispatch: None,
+        router: None,
+        shard: record.shard.clone(),
+    };
+    publish::to_stream_acked(
+        client,
+        client.subjects().ready(work.spec.priority),
+        &format!("ready:{}", work.trace_id),
+        &work,
+    )
+    .await
+}

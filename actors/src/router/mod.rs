@@ -1,0 +1,396 @@
+//! # Router
+//! Owns the view of live workers and their load ([`fleet`]), the dispatches awaiting an
+//! acknowledgement ([`acks`]), and — on the node that holds the janitor lease — the handling of
+//! workers that died ([`janitor`]). Reads the workers bucket (heartbeats, replayed on start), the
+//! queues bucket (paused priorities), `ax.internal.ready.<priority>` (one consumer per priority)
+//! and `ax.internal.ack.<node>`; writes `ax.internal.dispatch.<worker>.<priority>`, claim
+//! reservations, and the `no_worker` and `worker_lost` outcomes.
+//!
+//! Each attempt goes to the eligible worker with the lowest score; a worker that does not
+//! acknowledge within `ack_timeout` loses it to the next best (the claim reservation makes sure
+//! the first dispatch can never run afterwards). With no eligible worker the attempt stays
+//! `running` with tag `no_worker` and is looked at again every second. A paused priority's queue
+//! is not consumed: its messages wait in the stream.
+
+pub mod acks;
+pub mod fleet;
+pub mod janitor;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use async_nats::jetstream::AckKind;
+use futures::StreamExt;
+use tokio::sync::watch;
+
+use ax_bus::claims::Reservation;
+use ax_bus::client::Updated;
+use ax_bus::kv_view::{FeedItem, KvFeed};
+use ax_bus::messages::{DispatchAck, QueueState, WorkItem, WorkerInfo};
+use ax_bus::spec::Priority;
+use ax_bus::{codec, ids, AxClient};
+
+use crate::consume::{self, ConsumerSpec};
+use crate::supervision::{note_restart, spawn_pump};
+use crate::{publish, ActorError};
+use acks::{AckTracker, Pending};
+use fleet::{Fleet, Weights};
+
+const ACTOR: &str = "router";
+const BATCH: usize = 256;
+/// How soon an attempt with no eligible worker is looked at again.
+const NO_WORKER_RETRY: Duration = Duration::from_secs(1);
+/// How often acknowledgement deadlines are checked.
+const DEADLINE_CHECK: Duration = Duration::from_millis(100);
+
+/// The Router's settings.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    /// Score weights.
+    pub weights: Weights,
+    /// A worker without a heartbeat for this long is dead.
+    pub worker_ttl: Duration,
+    /// How long a worker has to acknowledge a dispatch.
+    pub ack_timeout: Duration,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        Self {
+            weights: Weights::default(),
+            worker_ttl: Duration::from_secs(10),
+            ack_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What the Router's pumps share.
+#[derive(Clone)]
+pub struct Shared {
+    client: AxClient,
+    node: String,
+    config: RouterConfig,
+    fleet: Arc<Mutex<Fleet>>,
+    acks: Arc<Mutex<AckTracker>>,
+}
+
+/// The Router actor.
+pub struct Router {
+    shared: Shared,
+}
+
+impl Router {
+    /// A router on `client`, named `node` (its acknowledgements come on `ax.internal.ack.<node>`).
+    pub fn new(client: AxClient, node: String, config: RouterConfig) -> Self {
+        let fleet = Fleet::new(config.weights.clone(), config.worker_ttl);
+        Self {
+            shared: Shared {
+                client,
+                node,
+                config,
+                fleet: Arc::new(Mutex::new(fleet)),
+                acks: Arc::default(),
+            },
+        }
+    }
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let shared = &self.shared;
+        spawn_pump(ACTOR, "workers", ctx, follow_workers(shared.clone()));
+        spawn_pump(ACTOR, "acks", ctx, follow_acks(shared.clone()));
+        spawn_pump(ACTOR, "deadlines", ctx, watch_deadlines(shared.clone()));
+        spawn_pump(ACTOR, "janitor", ctx, janitor::run(shared.clone()));
+        let mut gates = Vec::new();
+        for priority in Priority::ALL {
+            let (open_tx, open) = watch::channel(true);
+            gates.push((priority, open_tx));
+            spawn_pump(ACTOR, "ready", ctx, route(shared.clone(), priority, open));
+        }
+        spawn_pump(ACTOR, "queues", ctx, follow_queues(shared.clone(), gates));
+        tracing::info!(node = %shared.node, "router started");
+    }
+}
+
+impl Supervised for Router {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        note_restart(ACTOR);
+        let config = &self.shared.config;
+        self.shared.fleet = Arc::new(Mutex::new(Fleet::new(
+            config.weights.clone(),
+            config.worker_ttl,
+        )));
+        self.shared.acks = Arc::default();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn follow_workers(shared: Shared) -> Result<(), ActorError> {
+    let client = &shared.client;
+    let mut feed = KvFeed::open(&client.js, &client.layout.workers_bucket(), ">").await?;
+    let mut live = false;
+    while let Some(item) = feed.next().await {
+        match item? {
+            FeedItem::Put { key, value, .. } => match codec::decode::<WorkerInfo>(&value) {
+                Ok(info) => {
+                    // A heartbeat replayed at start may be old: count it as seen a TTL ago, so
+                    // that a live worker is back within one heartbeat and a dead one stays dead.
+                    let seen = if live {
+                        Instant::now()
+                    } else {
+                        Instant::now()
+                            .checked_sub(shared.config.worker_ttl / 2)
+                            .unwrap_or_else(Instant::now)
+                    };
+                    lock(&shared.fleet).heartbeat(info, seen);
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %key, error = %e, "undecodable heartbeat ignored")
+                }
+            },
+            FeedItem::Deleted { key } => {
+                lock(&shared.fleet).remove(&key);
+            }
+            FeedItem::Current => {
+                live = true;
+                tracing::info!(
+                    workers = lock(&shared.fleet).len(),
+                    "worker registry loaded"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Follows the paused flags of the priority queues.
+async fn follow_queues(
+    shared: Shared,
+    gates: Vec<(Priority, watch::Sender<bool>)>,
+) -> Result<(), ActorError> {
+    let client = &shared.client;
+    let mut feed = KvFeed::open(&client.js, &client.layout.queues_bucket(), ">").await?;
+    while let Some(item) = feed.next().await {
+        let (key, paused) = match item? {
+            FeedItem::Put { key, value, .. } => {
+                let paused = codec::decode::<QueueState>(&value)
+                    .map(|q| q.paused)
+                    .unwrap_or(false);
+                (key, paused)
+            }
+            FeedItem::Deleted { key } => (key, false),
+            FeedItem::Current => continue,
+        };
+        for (priority, open) in &gates {
+            if priority.as_str() == key {
+                tracing::info!(queue = %key, paused, "queue state");
+                open.send_replace(!paused);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Routes one priority's ready attempts, while its queue is open.
+async fn route(
+    shared: Shared,
+    priority: Priority,
+    mut open: watch::Receiver<bool>,
+) -> Result<(), ActorError> {
+    let client = shared.client.clone();
+    let spec = ConsumerSpec {
+        stream: client.layout.flow_stream(),
+        durable: format!("router-ready-{}", priority.as_str()),
+        filter: client.subjects().ready(priority),
+        ack_wait: Duration::from_secs(30),
+        max_ack_pending: 4 * BATCH as i64,
+    };
+    let mut batches = consume::messages(&client, &spec, BATCH)
+        .await?
+        .ready_chunks(BATCH);
+    loop {
+        // A paused queue is not pulled from: its messages stay in the stream.
+        if open.wait_for(|open| *open).await.is_err() {
+            return Ok(());
+        }
+        let Some(batch) = batches.next().await else {
+            return Ok(());
+        };
+        let mut pending = Vec::with_capacity(batch.len());
+        for message in batch {
+            let message = message.map_err(|e| ActorError::Nats(format!("ready consumer: {e}")))?;
+            let Some(work) =
+                consume::decode_or_drop::<WorkItem>(&client, &shared.node, "flow", &message).await
+            else {
+                continue;
+            };
+            if !*open.borrow() {
+                // Paused while the batch was in hand: put it back for later.
+                let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
+                continue;
+            }
+            let picked = lock(&shared.fleet).pick(&work.spec.tags, &work.spec.exec.kind, &[]);
+            let Some(worker) = picked else {
+                let first_time = message.info().map(|i| i.delivered == 1).unwrap_or(true);
+                if first_time {
+                    note_no_worker(&client, &work).await;
+                }
+                let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
+                continue;
+            };
+            let (work, ack) = shared.send(work, &worker).await?;
+            pending.push((message, ack, (work, worker)));
+        }
+        for (work, worker) in consume::settle(pending).await {
+            shared.track(work, worker, Vec::new());
+        }
+    }
+}
+
+impl Shared {
+    /// Publishes `work` to `worker`; an attempt without a dispatch id gets a fresh one (a
+    /// re-dispatched attempt keeps the one it was reserved for).
+    async fn send(
+        &self,
+        mut work: WorkItem,
+        worker: &str,
+    ) -> Result<(WorkItem, async_nats::jetstream::context::PublishAckFuture), ActorError> {
+        let dispatch = work.dispatch.get_or_insert_with(ids::new_trace_id).clone();
+        work.worker = Some(worker.to_string());
+        work.router = Some(self.node.clone());
+        let ack = publish::to_stream(
+            &self.client,
+            self.client.subjects().dispatch(worker, work.spec.priority),
+            &format!("dispatch:{}:{dispatch}", work.trace_id),
+            &work,
+        )
+        .await?;
+        Ok((work, ack))
+    }
+
+    fn track(&self, work: WorkItem, worker: String, excluded: Vec<String>) {
+        lock(&self.acks).track(
+            Pending {
+                work,
+                worker,
+                excluded,
+            },
+            self.config.ack_timeout,
+        );
+    }
+
+    /// Sends an attempt elsewhere under a new dispatch, unless a worker claimed it meanwhile.
+    /// `excluded` workers are passed over (they did not acknowledge, or they died).
+    pub async fn redispatch(
+        &self,
+        mut work: WorkItem,
+        excluded: Vec<String>,
+    ) -> Result<(), ActorError> {
+        let dispatch = ids::new_trace_id();
+        match self
+            .client
+            .reserve_attempt(&work.trace_id, &dispatch)
+            .await?
+        {
+            Reservation::Held(claim) => {
+                tracing::debug!(trace = %work.trace_id, worker = ?claim.worker, "claimed meanwhile; not re-dispatched");
+                return Ok(());
+            }
+            Reservation::Reserved => {}
+        }
+        work.dispatch = Some(dispatch);
+        let picked = {
+            let mut fleet = lock(&self.fleet);
+            fleet
+                .pick(&work.spec.tags, &work.spec.exec.kind, &excluded)
+                .or_else(|| fleet.pick(&work.spec.tags, &work.spec.exec.kind, &[]))
+        };
+        match picked {
+            Some(worker) => {
+                tracing::info!(trace = %work.trace_id, to = %worker, passed_over = ?excluded, "re-dispatching");
+                let (work, ack) = self.send(work, &worker).await?;
+                ack.await
+                    .map_err(|e| ActorError::Nats(format!("re-dispatch: {e}")))?;
+                self.track(work, worker, excluded);
+            }
+            None => {
+                // Nobody can take it now: back to the ready queue, with its reservation.
+                let dispatch = work.dispatch.clone().unwrap_or_default();
+                publish::to_stream_acked(
+                    &self.client,
+                    self.client.subjects().ready(work.spec.priority),
+                    &format!("ready:{}:{dispatch}", work.trace_id),
+                    &work,
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Records acknowledgements of this Router's dispatches.
+async fn follow_acks(shared: Shared) -> Result<(), ActorError> {
+    let mut acks = shared
+        .client
+        .nats
+        .subscribe(shared.client.subjects().ack(&shared.node))
+        .await
+        .map_err(|e| ActorError::Nats(format!("subscribe to acknowledgements: {e}")))?;
+    while let Some(message) = acks.next().await {
+        match codec::decode::<DispatchAck>(&message.payload) {
+            Ok(ack) => {
+                lock(&shared.acks).acknowledged(&ack.trace_id, &ack.dispatch);
+            }
+            Err(e) => tracing::warn!(error = %e, "undecodable acknowledgement ignored"),
+        }
+    }
+    Ok(())
+}
+
+/// Re-dispatches what was not acknowledged in time (unless its claim shows it was received).
+async fn watch_deadlines(shared: Shared) -> Result<(), ActorError> {
+    let mut every = tokio::time::interval(DEADLINE_CHECK);
+    loop {
+        every.tick().await;
+        let expired = lock(&shared.acks).expired(Instant::now());
+        for pending in expired {
+            let trace = pending.work.trace_id.clone();
+            let dispatch = pending.work.dispatch.clone().unwrap_or_default();
+            match shared.client.claim_of(&trace).await? {
+                Some((claim, _)) if claim.dispatch == dispatch && claim.worker.is_some() => {
+                    // Claimed: only its acknowledgement was lost or late.
+                    continue;
+                }
+                _ => {}
+            }
+            tracing::warn!(%trace, worker = %pending.worker, "dispatch not acknowledged in time");
+            let mut excluded = pending.excluded;
+            excluded.push(pending.worker);
+            shared.redispatch(pending.work, excluded).await?;
+        }
+    }
+}
+
+/// Tags the record `no_worker` and says so in an event (a refusal means the attempt moved on).
+async fn note_no_worker(client: &AxClient, work: &WorkItem) {
+    match client
+        .update_instance(&work.instance_id, |r| r.no_worker(&work.trace_id))
+        .await
+    {
+        Ok(Updated::Written(record, _)) => publish::event(client, &record).await,
+        Ok(_) => {}
+        Err(e) => {
+            tracing::debug!(instance = %work.instance_id, error = %e, "no_worker tag not written")
+        }
+    }
+}

@@ -37,6 +37,12 @@ pub enum Command {
     Rerun(RerunArgs),
     /// Create a job's instances for past dates, in date order.
     Backfill(BackfillArgs),
+    /// Inspect the workers.
+    #[command(subcommand)]
+    Worker(WorkerCommand),
+    /// Pause or resume the queue of one priority (nothing in it is lost).
+    #[command(subcommand)]
+    Queue(QueueCommand),
     /// Measure speed against raw JetStream (its own nats-server).
     Bench {
         /// A shorter run (under two minutes).
@@ -90,6 +96,28 @@ pub struct BackfillArgs {
     /// Most instances running at once.
     #[arg(long, default_value_t = 1)]
     pub parallel: u32,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkerCommand {
+    /// Every worker with its heartbeat, load and score.
+    List,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QueueCommand {
+    /// Stop dispatching from a priority's queue.
+    Pause {
+        /// high, normal or low.
+        priority: String,
+    },
+    /// Dispatch from it again.
+    Resume {
+        /// high, normal or low.
+        priority: String,
+    },
+    /// Which queues are paused.
+    List,
 }
 
 #[derive(Args, Debug)]

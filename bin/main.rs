@@ -4,6 +4,7 @@
 mod args;
 mod bench;
 mod connect;
+mod fleet;
 mod instances;
 mod jobs;
 mod node_cmd;
@@ -19,7 +20,7 @@ use anyhow::Result;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use args::{Cli, Command, InstanceCommand, JobCommand, TailCommand};
+use args::{Cli, Command, InstanceCommand, JobCommand, QueueCommand, TailCommand, WorkerCommand};
 use ax_bus::messages::commands;
 
 fn main() -> ExitCode {
@@ -98,6 +99,14 @@ async fn run(cli: Cli) -> Result<()> {
             instances::logs(&client().await?, &id, json).await
         }
         Command::Bench { quick, only } => bench::run(quick, &only, json).await,
+        Command::Worker(WorkerCommand::List) => fleet::workers(&client().await?, json).await,
+        Command::Queue(QueueCommand::Pause { priority }) => {
+            fleet::queue(&client().await?, &priority, true, json).await
+        }
+        Command::Queue(QueueCommand::Resume { priority }) => {
+            fleet::queue(&client().await?, &priority, false, json).await
+        }
+        Command::Queue(QueueCommand::List) => fleet::queues(&client().await?, json).await,
         Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
         Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
         Command::Tail(TailCommand::Results { job }) => {

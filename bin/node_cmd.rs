@@ -88,8 +88,11 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             .unwrap_or_default(),
         reserved: file.worker.reserved.unwrap_or_default(),
         data_dir,
-        // A test hook: a worker that runs what it receives but never acknowledges it.
-        never_acknowledge: std::env::var_os("AX_TEST_NEVER_ACK").is_some(),
+        // A test hook: a worker that holds each dispatch this many seconds before claiming it.
+        test_stall: std::env::var("AX_TEST_STALL_SECS")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .map(std::time::Duration::from_secs_f64),
     };
     let slots_left = worker
         .slots

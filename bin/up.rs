@@ -72,7 +72,7 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
                 slots: args.slots.max(1),
                 tags: Vec::new(),
                 reserved: Default::default(),
-                never_acknowledge: false,
+                test_stall: None,
                 data_dir: data_dir.join("worker"),
             },
             scheduler_loaded: None,

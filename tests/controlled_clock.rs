@@ -43,7 +43,7 @@ async fn start(
                 slots: 1,
                 tags: vec![],
                 reserved: Default::default(),
-                never_acknowledge: false,
+                test_stall: None,
                 data_dir: dir.to_path_buf(),
             },
             scheduler_loaded: Some(loaded_tx),

@@ -83,9 +83,10 @@ async fn a_nats_restart_loses_no_fire_and_no_result() {
         .expect("nats-server restarts on its store");
     let client = nats.client().await;
     let after_outage = ax_bus::time::now();
-    wait_for(
+    wait_for_logged(
         Duration::from_secs(40),
         "beats after the outage",
+        &[&node],
         || async {
             let done = instances(&client, "beat")
                 .await
@@ -108,9 +109,10 @@ async fn a_nats_restart_loses_no_fire_and_no_result() {
             node.log_text()
         );
     }
-    wait_for(
+    wait_for_logged(
         Duration::from_secs(30),
         "every beat of the outage to finish",
+        &[&node],
         || async {
             let records = instances(&client, "beat").await;
             records

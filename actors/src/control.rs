@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, Change, ControlReply, JobChange, JobNameRequest,
-    JobRecord, PlanStep, RerunRequest, TriggerRequest, REPLY_TO_HEADER,
+    JobRecord, PlanStep, QueueRequest, QueueState, RerunRequest, TriggerRequest, REPLY_TO_HEADER,
 };
 use ax_bus::{codec, spec, AxClient};
 
@@ -88,13 +88,17 @@ async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jets
             Ok(request) => planned(rerun::rerun(client, node, &request).await),
             Err(reply) => Ok(*reply),
         },
+        commands::QUEUE => match decode::<QueueRequest>(message) {
+            Ok(request) => set_queue(client, &request).await,
+            Err(reply) => Ok(*reply),
+        },
         commands::BACKFILL => match decode::<BackfillRequest>(message) {
             Ok(request) => planned(backfill::backfill(client, creator, node, &request).await),
             Err(reply) => Ok(*reply),
         },
         other => Ok(ControlReply::refused(vec![format!(
             "unknown control command `{other}` (apply, delete, pause, resume, trigger, rerun, \
-             backfill)"
+             backfill, queue)"
         )])),
     };
     match outcome {
@@ -125,6 +129,28 @@ async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jets
                 .await;
         }
     }
+}
+
+/// Pauses or resumes a priority's queue: the Routers stop (or start again) pulling from it;
+/// nothing in it is lost.
+async fn set_queue(client: &AxClient, request: &QueueRequest) -> Result<ControlReply, Transient> {
+    let state = QueueState {
+        paused: request.paused,
+    };
+    client
+        .queues
+        .put(request.priority.as_str(), codec::encode(&state)?)
+        .await
+        .map_err(|e| ActorError::Nats(format!("set queue {}: {e}", request.priority.as_str())))?;
+    Ok(ControlReply {
+        ok: true,
+        message: format!(
+            "queue {} {}",
+            request.priority.as_str(),
+            if request.paused { "paused" } else { "resumed" }
+        ),
+        ..ControlReply::default()
+    })
 }
 
 /// The answer to a planned command (re-run, backfill).

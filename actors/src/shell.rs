@@ -3,7 +3,8 @@
 //! The command's placeholders become quoted references to `AX_*` variables (see
 //! [`ax_bus::spec::template`]), and every value reaches the process only through its
 //! environment: `AX_INSTANCE_ID`, `AX_TRACE_ID`, `AX_JOB`, `AX_BIZ_DATE`, `AX_ATTEMPT`,
-//! `AX_EXPECTED_TIME`, `AX_PARAMS` (all params as JSON) and `AX_PARAM_<name>` for each param.
+//! `AX_EXPECTED_TIME`, `AX_PARAMS` (all params as JSON), `AX_PARAM_<name>` for each param,
+//! `AX_WORKER` (the worker's id) and, for a shard, `AX_SHARD_INDEX` and `AX_SHARD_TOTAL`.
 //! A command may write JSON to the file named by `AX_OUTPUT_FILE`; it becomes the attempt's
 //! structured output.
 
@@ -29,8 +30,9 @@ fn param_text(value: &serde_json::Value) -> String {
 }
 
 /// The environment of an attempt.
-pub fn attempt_env(work: &WorkItem, output_file: &Path) -> Vec<(String, String)> {
+pub fn attempt_env(work: &WorkItem, worker: &str, output_file: &Path) -> Vec<(String, String)> {
     let mut env = vec![
+        ("AX_WORKER".to_string(), worker.to_string()),
         ("AX_INSTANCE_ID".to_string(), work.instance_id.clone()),
         ("AX_TRACE_ID".to_string(), work.trace_id.clone()),
         ("AX_JOB".to_string(), work.job().to_string()),
@@ -49,6 +51,10 @@ pub fn attempt_env(work: &WorkItem, output_file: &Path) -> Vec<(String, String)>
             output_file.display().to_string(),
         ),
     ];
+    if let Some(shard) = &work.shard {
+        env.push(("AX_SHARD_INDEX".to_string(), shard.index.to_string()));
+        env.push(("AX_SHARD_TOTAL".to_string(), shard.total.to_string()));
+    }
     env.extend(
         work.params
             .iter()
@@ -97,7 +103,7 @@ pub async fn run(
     let spec = ProcessSpec {
         program: PathBuf::from("/bin/sh"),
         args: vec!["-c".to_string(), template.render_shell()],
-        env: attempt_env(work, &output_file),
+        env: attempt_env(work, worker, &output_file),
         workdir: work.spec.exec.workdir.as_ref().map(PathBuf::from),
         timeout,
     };

@@ -38,7 +38,7 @@ async fn lateness(
                 slots: 1,
                 tags: vec![],
                 reserved: Default::default(),
-                never_acknowledge: false,
+                test_stall: None,
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,

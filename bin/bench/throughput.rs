@@ -52,7 +52,7 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
                 slots: 512,
                 tags: vec![],
                 reserved: Default::default(),
-                never_acknowledge: false,
+                test_stall: None,
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,

@@ -11,7 +11,11 @@ use serde::Serialize;
 use crate::codec::{self, CodecError};
 use crate::instance::{InstanceRecord, TransitionRefused};
 use crate::kv_view::{FeedError, KvFeed};
-use crate::messages::{ControlReply, JobRecord, TickRecord, REPLY_TO_HEADER};
+use chrono::{DateTime, Utc};
+
+use crate::messages::{
+    ControlReply, JobRecord, QueueState, TickRecord, WorkerInfo, REPLY_TO_HEADER,
+};
 use crate::provision::{Layout, ProvisionError};
 use crate::subjects::Subjects;
 
@@ -270,6 +274,34 @@ impl AxClient {
             .into_iter()
             .map(|(_, value, _)| codec::decode(&value).map_err(ClientError::from))
             .collect()
+    }
+
+    /// Every worker's last heartbeat, with when the server stored it.
+    pub async fn workers(&self) -> Result<Vec<(WorkerInfo, DateTime<Utc>)>, ClientError> {
+        let feed = KvFeed::open(&self.js, &self.layout.workers_bucket(), ">").await?;
+        feed.snapshot_timed()
+            .await?
+            .into_iter()
+            .map(|(_, value, _, at)| Ok((codec::decode(&value)?, at)))
+            .collect()
+    }
+
+    /// Which priority queues are paused.
+    pub async fn paused_queues(&self) -> Result<Vec<crate::spec::Priority>, ClientError> {
+        let feed = KvFeed::open(&self.js, &self.layout.queues_bucket(), ">").await?;
+        let mut paused = Vec::new();
+        for (key, value, _) in feed.snapshot().await? {
+            let state: QueueState = codec::decode(&value)?;
+            if state.paused {
+                if let Some(p) = crate::spec::Priority::ALL
+                    .into_iter()
+                    .find(|p| p.as_str() == key)
+                {
+                    paused.push(p);
+                }
+            }
+        }
+        Ok(paused)
     }
 
     /// One instance's record and revision.

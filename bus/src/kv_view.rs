@@ -22,6 +22,8 @@ pub enum FeedItem {
         value: Bytes,
         /// Its revision (stream sequence).
         revision: u64,
+        /// When the server stored it.
+        at: chrono::DateTime<chrono::Utc>,
     },
     /// A key was deleted or purged.
     Deleted {
@@ -188,22 +190,35 @@ impl KvFeed {
             .as_ref()
             .and_then(|h| h.get("KV-Operation"))
             .map(|v| v.as_str().to_string());
-        let revision = message
+        let (revision, at) = message
             .info()
-            .map(|i| i.stream_sequence)
-            .unwrap_or_default();
+            .map(|i| (i.stream_sequence, crate::time::from_server(i.published)))
+            .unwrap_or_else(|_| (0, crate::time::now()));
         Some(Ok(match operation.as_deref() {
             Some("DEL") | Some("PURGE") => FeedItem::Deleted { key },
             _ => FeedItem::Put {
                 key,
                 value: message.payload.clone(),
                 revision,
+                at,
             },
         }))
     }
 
     /// Collects the current values (the snapshot) and closes the feed.
-    pub async fn snapshot(mut self) -> Result<Vec<(String, Bytes, u64)>, FeedError> {
+    pub async fn snapshot(self) -> Result<Vec<(String, Bytes, u64)>, FeedError> {
+        Ok(self
+            .snapshot_timed()
+            .await?
+            .into_iter()
+            .map(|(k, v, r, _)| (k, v, r))
+            .collect())
+    }
+
+    /// [`KvFeed::snapshot`], with when each value was stored.
+    pub async fn snapshot_timed(
+        mut self,
+    ) -> Result<Vec<(String, Bytes, u64, chrono::DateTime<chrono::Utc>)>, FeedError> {
         let mut values = std::collections::BTreeMap::new();
         while let Some(item) = self.next().await {
             match item? {
@@ -211,8 +226,9 @@ impl KvFeed {
                     key,
                     value,
                     revision,
+                    at,
                 } => {
-                    values.insert(key, (value, revision));
+                    values.insert(key, (value, revision, at));
                 }
                 FeedItem::Deleted { key } => {
                     values.remove(&key);
@@ -221,6 +237,9 @@ impl KvFeed {
             }
         }
         self.close().await;
-        Ok(values.into_iter().map(|(k, (v, r))| (k, v, r)).collect())
+        Ok(values
+            .into_iter()
+            .map(|(k, (v, r, at))| (k, v, r, at))
+            .collect())
     }
 }

@@ -218,6 +218,32 @@ where
     }
 }
 
+/// [`wait_for`], printing the logs of `processes` when it times out.
+pub async fn wait_for_logged<T, F, Fut>(
+    timeout: Duration,
+    what: &str,
+    processes: &[&AxProcess],
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if Instant::now() >= deadline {
+            for process in processes {
+                eprintln!("---- {} ----\n{}", process.log.display(), process.log_text());
+            }
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The job's instance records.
 pub async fn instances(client: &AxClient, job: &str) -> Vec<InstanceRecord> {
     client.instances(Some(job)).await.expect("list instances")

@@ -70,8 +70,9 @@ pub struct WorkerConfig {
     pub tags: Vec<String>,
     /// Where the outbox and scratch files live.
     pub data_dir: PathBuf,
-    /// Test hook: claim and run dispatches but never acknowledge them to the Router.
-    pub never_acknowledge: bool,
+    /// Test hook: hold every dispatch this long before claiming it — a worker that receives
+    /// but does not acknowledge in time.
+    pub test_stall: Option<Duration>,
 }
 
 /// Attempt durations of the last five minutes.
@@ -356,6 +357,9 @@ impl Attempts {
             // A redelivery while the attempt runs here; the running one acknowledges it.
             return;
         }
+        if let Some(stall) = self.config.test_stall {
+            tokio::time::sleep(stall).await;
+        }
         let dispatch = work.dispatch.clone().unwrap_or_default();
         let lease_revision = match client
             .claim_attempt(&trace, &dispatch, me, CLAIM_LEASE)
@@ -468,9 +472,6 @@ impl Attempts {
 
     /// Tells the dispatching Router the attempt was received and is about to run.
     async fn acknowledge(&self, work: &WorkItem) {
-        if self.config.never_acknowledge {
-            return;
-        }
         let (Some(router), Some(dispatch)) = (&work.router, &work.dispatch) else {
             return;
         };

@@ -1,0 +1,122 @@
+//! `ax worker list` and `ax queue pause|resume|list`.
+
+use anyhow::{anyhow, Result};
+
+use ax_actors::router::fleet::{score, Weights};
+use ax_bus::messages::{commands, QueueRequest};
+use ax_bus::spec::Priority;
+use ax_bus::AxClient;
+
+use crate::jobs::CONTROL_TIMEOUT;
+use crate::table;
+
+/// How old a heartbeat may be for the worker to count as alive (the Router's default).
+const WORKER_TTL_SECS: i64 = 10;
+
+pub async fn workers(client: &AxClient, json: bool) -> Result<()> {
+    let weights = Weights::default();
+    let now = ax_bus::time::now();
+    let mut rows = Vec::new();
+    let mut docs = Vec::new();
+    let mut workers = client.workers().await?;
+    workers.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+    for (info, at) in workers {
+        let age = (now - at).num_milliseconds() as f64 / 1000.0;
+        let alive = age < WORKER_TTL_SECS as f64;
+        let score = score(&weights, &info, 0);
+        rows.push(vec![
+            info.id.clone(),
+            info.host.clone(),
+            format!("{}/{}", info.running, info.slots),
+            info.cores.to_string(),
+            format!("{:.0}", info.avg_duration_ms),
+            format!("{score:.3}"),
+            if info.tags.is_empty() {
+                "-".into()
+            } else {
+                info.tags.join(",")
+            },
+            info.executors.join(","),
+            if alive {
+                format!("{age:.1}s ago")
+            } else {
+                format!("dead ({age:.0}s)")
+            },
+        ]);
+        docs.push(serde_json::json!({
+            "worker": info,
+            "score": score,
+            "alive": alive,
+            "heartbeat_at": at,
+        }));
+    }
+    if json {
+        return table::json(&docs);
+    }
+    table::print(
+        &[
+            "WORKER",
+            "HOST",
+            "RUNNING",
+            "CORES",
+            "AVG MS",
+            "SCORE",
+            "TAGS",
+            "EXECUTORS",
+            "HEARTBEAT",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+fn priority(text: &str) -> Result<Priority> {
+    Priority::ALL
+        .into_iter()
+        .find(|p| p.as_str() == text)
+        .ok_or_else(|| anyhow!("unknown priority `{text}` (high, normal, low)"))
+}
+
+pub async fn queue(client: &AxClient, text: &str, paused: bool, json: bool) -> Result<()> {
+    let request = QueueRequest {
+        priority: priority(text)?,
+        paused,
+    };
+    let reply = client
+        .control(commands::QUEUE, &request, CONTROL_TIMEOUT)
+        .await?;
+    if !reply.ok {
+        return Err(anyhow!(reply.errors.join("; ")));
+    }
+    if json {
+        return table::json(&serde_json::json!({ "priority": text, "paused": paused }));
+    }
+    println!("{}", reply.message);
+    Ok(())
+}
+
+pub async fn queues(client: &AxClient, json: bool) -> Result<()> {
+    let paused = client.paused_queues().await?;
+    let states: Vec<(Priority, bool)> = Priority::ALL
+        .into_iter()
+        .map(|p| (p, paused.contains(&p)))
+        .collect();
+    if json {
+        let docs: Vec<_> = states
+            .iter()
+            .map(|(p, paused)| serde_json::json!({ "priority": p.as_str(), "paused": paused }))
+            .collect();
+        return table::json(&docs);
+    }
+    let rows: Vec<Vec<String>> = states
+        .iter()
+        .map(|(p, paused)| {
+            vec![
+                p.as_str().to_string(),
+                if *paused { "paused" } else { "running" }.to_string(),
+            ]
+        })
+        .collect();
+    table::print(&["QUEUE", "STATE"], &rows);
+    Ok(())
+}

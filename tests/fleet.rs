@@ -1,0 +1,351 @@
+//! The worker fleet with several real worker processes: tags, spreading the load, ACK before
+//! execute, a worker killed mid-attempt, priorities with reserved slots, pausing a queue.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ax_bus::{AxClient, State, Tag};
+use support::*;
+
+fn job(name: &str, extra: &str, command: &str) -> String {
+    format!("version: v1\njob:\n  name: {name}\n{extra}  exec: {{ type: shell, command: '{command}' }}\n")
+}
+
+/// Runs per worker among the successful instances of `job`.
+async fn runs_per_worker(client: &AxClient, job: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for record in instances(client, job).await {
+        if record.state == State::Success {
+            *counts.entry(record.worker.unwrap_or_default()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+fn ledger_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_are_respected_and_a_job_nobody_can_run_waits() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let _a = AxProcess::node(&nats, "wa", "worker", &["--tags", "alpha"]);
+    let _b = AxProcess::node(&nats, "wb", "worker", &["--tags", "beta,extra"]);
+    apply_job(
+        &nats,
+        "tagged",
+        &[
+            job("on_alpha", "  tags: [alpha]\n", "true"),
+            job("on_beta", "  tags: [beta, extra]\n", "true"),
+            job("on_gamma", "  tags: [gamma]\n", "true"),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    for name in ["on_alpha", "on_beta"] {
+        let out = ax(
+            &nats.url(),
+            &[
+                "backfill",
+                name,
+                "--from",
+                "2026-01-01",
+                "--to",
+                "2026-01-10",
+                "--parallel",
+                "10",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let gamma = trigger(&nats, &["on_gamma"]);
+    for (name, worker) in [("on_alpha", "wa"), ("on_beta", "wb")] {
+        let counts = wait_for(
+            Duration::from_secs(30),
+            &format!("{name} to run"),
+            || async {
+                let counts = runs_per_worker(&client, name).await;
+                (counts.values().sum::<usize>() == 10).then_some(counts)
+            },
+        )
+        .await;
+        assert_eq!(
+            counts.keys().collect::<Vec<_>>(),
+            [worker],
+            "{name} ran on {counts:?}"
+        );
+    }
+    let waiting = wait_for(
+        Duration::from_secs(10),
+        "on_gamma to be tagged no_worker",
+        || async {
+            client
+                .instance(&gamma)
+                .await
+                .unwrap()
+                .map(|(r, _)| r)
+                .filter(|r| r.tag == Tag::NoWorker)
+        },
+    )
+    .await;
+    assert_eq!(waiting.state, State::Running);
+
+    // ax worker list shows both, alive, with a score.
+    let out = ax(&nats.url(), &["worker", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["worker"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["wa", "wb"]);
+    assert!(list
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|w| w["alive"] == true && w["score"].is_number()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_spreads_over_equal_workers() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let _workers: Vec<_> = ["w1", "w2", "w3"]
+        .iter()
+        .map(|id| AxProcess::node(&nats, id, "worker", &["--slots", "4"]))
+        .collect();
+    wait_for(Duration::from_secs(15), "three live workers", || async {
+        (client.workers().await.unwrap().len() == 3).then_some(())
+    })
+    .await;
+    apply_job(&nats, "short", &job("short", "", "sleep 0.05")).await;
+    let out = ax(
+        &nats.url(),
+        &[
+            "backfill",
+            "short",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-10-27",
+            "--parallel",
+            "300",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let counts = wait_for(Duration::from_secs(90), "300 short tasks", || async {
+        let counts = runs_per_worker(&client, "short").await;
+        (counts.values().sum::<usize>() == 300).then_some(counts)
+    })
+    .await;
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(
+        counts.values().all(|n| *n <= 150),
+        "one worker took more than half: {counts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_dispatch_goes_elsewhere_and_never_runs() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let dir = nats.path("slow");
+    let slow = AxProcess::spawn_with_env(
+        Some(&nats.url()),
+        &[
+            "node",
+            "--roles",
+            "worker",
+            "--id",
+            "slow",
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+        ],
+        &dir,
+        &dir.join("node.log"),
+        &[("AX_TEST_STALL_SECS", "8")],
+    );
+    wait_for(Duration::from_secs(15), "the slow worker", || async {
+        (client.workers().await.unwrap().len() == 1).then_some(())
+    })
+    .await;
+    let ledger = nats.path("jobs").join("ledger");
+    apply_job(
+        &nats,
+        "once",
+        &job(
+            "once",
+            "",
+            &format!("echo $AX_WORKER >> {}", ledger.display()),
+        ),
+    )
+    .await;
+    let id = trigger(&nats, &["once"]);
+    // The only worker received it and sits on it; a second one arrives.
+    let _fast = AxProcess::node(&nats, "fast", "worker", &[]);
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (record.state, record.worker.as_deref()),
+        (State::Success, Some("fast"))
+    );
+    wait_for(
+        Duration::from_secs(20),
+        "the slow worker to give up its dispatch",
+        || async { slow.log_text().contains("not ours to run").then_some(()) },
+    )
+    .await;
+    assert_eq!(ledger_lines(&ledger), ["fast"], "the first dispatch ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_attempt_leads_to_exactly_one_success() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let mut doomed = AxProcess::node(&nats, "doomed", "worker", &[]);
+    let ledger = nats.path("jobs").join("ledger");
+    apply_job(
+        &nats,
+        "long",
+        &job(
+            "long",
+            "",
+            &format!("sleep 3; echo $AX_WORKER >> {}", ledger.display()),
+        ),
+    )
+    .await;
+    let id = trigger(&nats, &["long"]);
+    wait_for(
+        Duration::from_secs(15),
+        "the attempt to run on the doomed worker",
+        || async {
+            let record = client.instance(&id).await.unwrap()?.0;
+            (record.tag == Tag::Executing).then_some(())
+        },
+    )
+    .await;
+    let _survivor = AxProcess::node(&nats, "survivor", "worker", &[]);
+    doomed.kill9();
+    let record = final_record(&client, &id, Duration::from_secs(40)).await;
+    assert_eq!(record.state, State::Success, "{}", record.message);
+    assert_eq!(record.worker.as_deref(), Some("survivor"));
+    assert_eq!(record.attempt, 2);
+    assert_eq!(record.worker_losses, 1);
+    assert_eq!(ledger_lines(&ledger), ["survivor"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn high_priority_work_runs_while_the_low_queue_is_saturated() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let config = nats.path("config").join("worker.toml");
+    std::fs::write(&config, "[worker]\nslots = 2\nreserved = { high = 1 }\n").unwrap();
+    let _worker = AxProcess::node(
+        &nats,
+        "w",
+        "worker",
+        &["--config", config.to_str().unwrap()],
+    );
+    apply_job(
+        &nats,
+        "prio",
+        &[
+            job("bulk", "  priority: low\n", "sleep 4"),
+            job("urgent", "  priority: high\n", "true"),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    let out = ax(
+        &nats.url(),
+        &[
+            "backfill",
+            "bulk",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-04",
+            "--parallel",
+            "4",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for(Duration::from_secs(15), "a low attempt to run", || async {
+        instances(&client, "bulk")
+            .await
+            .iter()
+            .any(|r| r.tag == Tag::Executing)
+            .then_some(())
+    })
+    .await;
+    let urgent = trigger(&nats, &["urgent"]);
+    let record = final_record(&client, &urgent, Duration::from_secs(10)).await;
+    assert_eq!(record.state, State::Success);
+    let bulk = instances(&client, "bulk").await;
+    let done = bulk.iter().filter(|r| r.state == State::Success).count();
+    let running = bulk.iter().filter(|r| r.tag == Tag::Executing).count();
+    assert_eq!(done, 0, "the high job waited for low work");
+    assert_eq!(running, 1, "low work took more than its share of slots");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_loses_nothing() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "later", &job("later", "  priority: low\n", "true")).await;
+    let out = ax(&nats.url(), &["queue", "pause", "low"]);
+    assert!(
+        out.status.success() && stdout(&out).contains("queue low paused"),
+        "{}",
+        stderr(&out)
+    );
+    let ids: Vec<String> = (0..3).map(|_| trigger(&nats, &["later"])).collect();
+    // Give the Router every chance to (wrongly) dispatch them.
+    wait_for(
+        Duration::from_secs(10),
+        "the three to be created",
+        || async { (instances(&client, "later").await.len() == 3).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(instances(&client, "later")
+        .await
+        .iter()
+        .all(|r| r.state == State::Running && r.tag == Tag::Queued));
+    let out = ax(&nats.url(), &["queue", "list", "--json"]);
+    assert!(
+        stdout(&out).contains("\"paused\": true"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(ax(&nats.url(), &["queue", "resume", "low"])
+        .status
+        .success());
+    for id in ids {
+        assert_eq!(
+            final_record(&client, &id, Duration::from_secs(15))
+                .await
+                .state,
+            State::Success
+        );
+    }
+    let out = ax(&nats.url(), &["queue", "pause", "urgent"]);
+    assert!(
+        stderr(&out).contains("unknown priority `urgent`"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -104,6 +104,36 @@ fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
             "nope",
         ),
         (
+            "zero shards",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  shards: 0\n",
+            ),
+            9,
+            "job.shards",
+            "at least 1",
+        ),
+        (
+            "sharded and broadcast",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  broadcast: true\n  shards: 4\n",
+            ),
+            10,
+            "job.shards",
+            "not both",
+        ),
+        (
+            "unknown priority",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  priority: urgent\n",
+            ),
+            9,
+            "",
+            "urgent",
+        ),
+        (
             "wrong version",
             GOOD.replace("version: v1", "version: v2"),
             1,

@@ -161,6 +161,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
             .map(|(claim, _)| claim.dispatch),
         router: Some("n1".into()),
         shard: None,
+        pin: record.pin.clone(),
     };
     // The same dispatch again, under a new message id so JetStream does not drop it.
     client

@@ -100,6 +100,7 @@ impl NewInstance {
             stderr_tail: String::new(),
             shard: None,
             worker_losses: 0,
+            pin: None,
         };
         let work = WorkItem {
             instance_id,
@@ -115,6 +116,7 @@ impl NewInstance {
             dispatch: None,
             router: None,
             shard: None,
+            pin: None,
         };
         Self {
             record,

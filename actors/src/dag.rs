@@ -1,6 +1,7 @@
 //! # DagCoordinator
 //! Owns the dependency state per business date ([`DagState`]): which instances of which job
-//! exist for which date and how they ended, and which instances wait. Reads the job registry,
+//! exist for which date and how they ended, which instances wait, and which instances split
+//! into shards wait for them (read from `ax.internal.split.>`). Reads the job registry,
 //! `ax.internal.created.>` (new attempts) and `ax.result.>` (how attempts ended); writes
 //! `ax.internal.ready.<priority>` (released attempts), cancellations and `deps_timeout` failures
 //! (records, results and events), the instances of jobs that run on their dependencies alone,
@@ -27,7 +28,7 @@ use futures::{FutureExt, StreamExt};
 use ax_bus::client::Updated;
 use ax_bus::instance::{State, Tag, Trigger};
 use ax_bus::kv_view::{FeedItem, KvFeed};
-use ax_bus::messages::{DateInstances, JobRecord, ResultMessage, Waiting, WorkItem};
+use ax_bus::messages::{DateInstances, JobRecord, ResultMessage, SplitPlan, Waiting, WorkItem};
 use ax_bus::spec::JobSpec;
 use ax_bus::{codec, AxClient, InstanceRecord};
 
@@ -129,6 +130,16 @@ impl Coordinator {
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
         };
+        let splits = ConsumerSpec {
+            stream: client.layout.flow_stream(),
+            durable: "dag-split".into(),
+            filter: client.subjects().split_all(),
+            ack_wait: Duration::from_secs(60),
+            max_ack_pending: 4 * BATCH as i64,
+        };
+        let mut splits = consume::messages(&client, &splits, BATCH)
+            .await?
+            .ready_chunks(BATCH);
         let mut created = consume::messages(&client, &created, BATCH)
             .await?
             .ready_chunks(BATCH);
@@ -152,6 +163,20 @@ impl Coordinator {
                         let message = message.map_err(|e| ActorError::Nats(format!("created consumer: {e}")))?;
                         if let Some(work) = consume::decode_or_drop::<WorkItem>(&client, &self.node, "flow", &message).await {
                             actions.extend(self.state.on_created(work, now));
+                        }
+                        sources.push(message);
+                    }
+                    self.execute(actions).await?;
+                    ack_all(sources).await;
+                }
+                batch = splits.next() => {
+                    let Some(batch) = batch else { return Ok(()) };
+                    let mut actions = Vec::new();
+                    let mut sources = Vec::with_capacity(batch.len());
+                    for message in batch {
+                        let message = message.map_err(|e| ActorError::Nats(format!("split consumer: {e}")))?;
+                        if let Some(plan) = consume::decode_or_drop::<SplitPlan>(&client, &self.node, "flow", &message).await {
+                            actions.extend(self.state.on_split(plan.parent, plan.children));
                         }
                         sources.push(message);
                     }
@@ -222,7 +247,21 @@ impl Coordinator {
                 }
             })
             .collect();
-        let actions = self.state.restore(days, waiting, ax_bus::time::now());
+        let (splits, waiting): (Vec<Waiting>, Vec<Waiting>) =
+            waiting.into_iter().partition(|w| w.children.is_some());
+        let mut actions = self.state.restore(days, waiting, ax_bus::time::now());
+        for split in splits {
+            let mut children = Vec::new();
+            for child in split.children.unwrap_or_default() {
+                let state = client
+                    .instance(&child)
+                    .await?
+                    .map(|(r, _)| r.state)
+                    .filter(|s| s.is_final());
+                children.push((child, state));
+            }
+            actions.extend(self.state.restore_split(split.work, children));
+        }
         self.execute(actions).await
     }
 
@@ -270,6 +309,7 @@ impl Coordinator {
                                     codec::encode(&Waiting {
                                         work: work.clone(),
                                         since,
+                                        children: None,
                                     })?,
                                 )
                                 .await?,
@@ -335,6 +375,23 @@ impl Coordinator {
                                 .await?,
                         )
                         .await?
+                    }
+                    Action::HoldSplit { work, children } => {
+                        let id = work.instance_id.clone();
+                        acks.push(
+                            client
+                                .kv_put_pipelined(
+                                    &layout.waiting_bucket(),
+                                    &id,
+                                    codec::encode(&Waiting {
+                                        work,
+                                        since: ax_bus::time::now(),
+                                        children: Some(children),
+                                    })?,
+                                )
+                                .await?,
+                        )
+                        .await?;
                     }
                     Action::Create { spec, date } => creates.push((spec, date)),
                 }
@@ -462,7 +519,8 @@ async fn create_for_date(
                     gate: None,
                     dispatch: None,
                     router: None,
-                    shard: None,
+                    shard: record.shard.clone(),
+                    pin: record.pin.clone(),
                 })
             }))
         }

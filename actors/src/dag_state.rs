@@ -69,6 +69,13 @@ pub enum Action {
         /// Its id.
         instance_id: String,
     },
+    /// Store an instance split into sub-instances, waiting for them to end.
+    HoldSplit {
+        /// The parent attempt.
+        work: WorkItem,
+        /// Its children.
+        children: Vec<String>,
+    },
     /// Create the instance of a job without cron for a date.
     Create {
         /// The job.
@@ -113,6 +120,12 @@ struct Held {
     deadline: Option<DateTime<Utc>>,
 }
 
+/// A parent instance waiting for its shards; a child's state is known once it ended.
+struct Join {
+    parent: WorkItem,
+    children: HashMap<String, Option<State>>,
+}
+
 /// The coordinator's state.
 #[derive(Default)]
 pub struct DagState {
@@ -126,6 +139,9 @@ pub struct DagState {
     held: HashMap<String, Held>,
     watchers: HashMap<DayKey, HashSet<String>>,
     requested: HashSet<DayKey>,
+    joins: HashMap<String, Join>,
+    /// Shard results that arrived before their parent's split plan.
+    early: HashMap<String, HashMap<String, State>>,
 }
 
 /// Parses a business date.
@@ -231,9 +247,120 @@ impl DagState {
         actions
     }
 
+    /// The Router split `parent` into `children`: the parent ends once they all have.
+    pub fn on_split(&mut self, parent: WorkItem, children: Vec<String>) -> Vec<Action> {
+        if self.joins.contains_key(&parent.instance_id) {
+            return Vec::new();
+        }
+        let mut actions = vec![Action::HoldSplit {
+            work: parent.clone(),
+            children: children.clone(),
+        }];
+        let early = self.early.remove(&parent.instance_id).unwrap_or_default();
+        let join = Join {
+            children: children
+                .into_iter()
+                .map(|c| {
+                    let state = early.get(&c).copied();
+                    (c, state)
+                })
+                .collect(),
+            parent,
+        };
+        self.join(join, &mut actions);
+        actions
+    }
+
+    /// A stored split, as restored after a restart, with what its children's records say.
+    pub fn restore_split(
+        &mut self,
+        parent: WorkItem,
+        children: Vec<(String, Option<State>)>,
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let join = Join {
+            parent,
+            children: children.into_iter().collect(),
+        };
+        self.join(join, &mut actions);
+        actions
+    }
+
+    /// Keeps `join` unless all its children ended; then ends the parent.
+    fn join(&mut self, join: Join, actions: &mut Vec<Action>) {
+        if join.children.values().any(Option::is_none) {
+            self.joins.insert(join.parent.instance_id.clone(), join);
+            return;
+        }
+        let total = join.children.len();
+        let mut failed: Vec<&String> = join
+            .children
+            .iter()
+            .filter(|(_, s)| **s != Some(State::Success))
+            .map(|(id, _)| id)
+            .collect();
+        failed.sort();
+        let (state, tag, message) = if failed.is_empty() {
+            (
+                State::Success,
+                Tag::Completed,
+                format!("all {total} succeeded"),
+            )
+        } else {
+            let names: Vec<&str> = failed.iter().map(|s| s.as_str()).collect();
+            (
+                State::Failed,
+                Tag::ShardsFailed,
+                format!(
+                    "{} of {total} did not succeed: {}",
+                    failed.len(),
+                    names.join(", ")
+                ),
+            )
+        };
+        actions.push(Action::End {
+            work: join.parent,
+            state,
+            tag,
+            message,
+            held: true,
+        });
+    }
+
+    fn on_child(&mut self, parent: &str, child: &str, state: State, actions: &mut Vec<Action>) {
+        let ended = state.is_final().then_some(state);
+        match self.joins.remove(parent) {
+            Some(mut join) => {
+                if let Some(slot) = join.children.get_mut(child) {
+                    *slot = ended;
+                }
+                self.join(join, actions);
+            }
+            None => {
+                if let Some(state) = ended {
+                    self.early
+                        .entry(parent.to_string())
+                        .or_default()
+                        .insert(child.to_string(), state);
+                }
+            }
+        }
+    }
+
     /// An attempt ended (or moved to `waiting_retry`), as published on `ax.result.<job>`.
     pub fn on_result(&mut self, result: &ResultMessage, now: DateTime<Utc>) -> Vec<Action> {
         let mut actions = Vec::new();
+        if let Some(shard) = &result.shard {
+            // A shard is not an instance of its job for dependencies: it only counts for its
+            // parent.
+            self.on_child(
+                &shard.parent,
+                &result.instance_id,
+                result.state,
+                &mut actions,
+            );
+            return actions;
+        }
         let Some(date) = parse_date(&result.biz_date) else {
             return actions;
         };
@@ -584,6 +711,7 @@ mod tests {
             dispatch: None,
             router: None,
             shard: None,
+            pin: None,
         }
     }
 
@@ -832,6 +960,7 @@ mod tests {
             vec![Waiting {
                 work: b1.clone(),
                 since: now(),
+                children: None,
             }],
             now(),
         );
@@ -895,6 +1024,52 @@ mod tests {
         );
         dag.expire(start + Duration::days(50), 40);
         assert!(dag.days.is_empty(), "untouched history is forgotten");
+    }
+
+    #[test]
+    fn a_split_instance_ends_when_all_its_shards_have() {
+        let job = spec("big", None, &[]);
+        let mut dag = DagState::new();
+        dag.upsert_job(job.clone());
+        let parent = work(&job, "2026-01-01", 1);
+        let child = |i: u32, state: State| {
+            let mut r = result(&parent, state);
+            r.instance_id = format!("{}.s{i}", parent.instance_id);
+            r.shard = Some(ax_bus::messages::ShardRef {
+                parent: parent.instance_id.clone(),
+                parent_trace: parent.trace_id.clone(),
+                index: i,
+                total: 3,
+            });
+            r
+        };
+        // One shard ends before the plan arrives.
+        assert!(dag.on_result(&child(0, State::Success), now()).is_empty());
+        let children: Vec<String> = (0..3)
+            .map(|i| format!("{}.s{i}", parent.instance_id))
+            .collect();
+        let actions = dag.on_split(parent.clone(), children.clone());
+        assert!(matches!(actions[0], Action::HoldSplit { .. }));
+        assert!(ended(&dag.on_result(&child(1, State::WaitingRetry), now())).is_empty());
+        assert!(ended(&dag.on_result(&child(1, State::Success), now())).is_empty());
+        let done = dag.on_result(&child(2, State::Failed), now());
+        let ends: Vec<_> = done
+            .iter()
+            .filter_map(|a| match a {
+                Action::End {
+                    state,
+                    tag,
+                    message,
+                    ..
+                } => Some((*state, *tag, message.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends.len(), 1);
+        assert_eq!((ends[0].0, ends[0].1), (State::Failed, Tag::ShardsFailed));
+        assert!(ends[0].2.contains(".s2"), "{}", ends[0].2);
+        // Shards never count as instances of their job for dependencies.
+        assert!(dag.days.is_empty());
     }
 
     #[test]

@@ -237,6 +237,7 @@ mod tests {
                 dispatch: None,
                 router: None,
                 shard: None,
+                pin: None,
             },
             end: AttemptEnd {
                 trace_id: trace.into(),

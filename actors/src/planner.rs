@@ -123,11 +123,12 @@ impl Planner {
     }
 
     /// Whether an instance of `spec` concerns the DagCoordinator: it has dependencies, some job
-    /// depends on it, or its instances queue behind each other (the coordinator must know each
-    /// of them to hold the next).
+    /// depends on it, its instances queue behind each other (the coordinator must know each of
+    /// them to hold the next), or it splits into shards (the coordinator joins them).
     pub fn needs_coordinator(&self, spec: &JobSpec) -> bool {
         !spec.deps.is_empty()
             || spec.overlap == Overlap::Queue
+            || spec.splits()
             || self.dependents.get(&spec.name).is_some_and(|n| *n > 0)
     }
 
@@ -335,6 +336,8 @@ mod tests {
                 misfire: Default::default(),
                 catchup_window: None,
                 overlap: Default::default(),
+                shards: None,
+                broadcast: false,
             },
             paused,
             updated_at: ax_bus::time::now(),

@@ -334,7 +334,8 @@ async fn start_again(
         gate: None,
         dispatch: None,
         router: None,
-        shard: None,
+        shard: record.shard.clone(),
+        pin: record.pin.clone(),
     };
     publish::to_stream_acked(
         client,

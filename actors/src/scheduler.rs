@@ -444,7 +444,8 @@ pub async fn run_retry(
         gate: None,
         dispatch: None,
         router: None,
-        shard: None,
+        shard: record.shard.clone(),
+        pin: record.pin.clone(),
     };
     publish::to_stream_acked(
         client,

@@ -187,6 +187,7 @@ mod tests {
             dispatch: None,
             router: None,
             shard: None,
+            pin: None,
         }
     }
 

@@ -110,6 +110,8 @@ pub enum Tag {
     WorkerLost,
     /// Its shards (or broadcast runs) are running; it ends when they all have.
     Sharded,
+    /// Some of its shards (or broadcast runs) failed.
+    ShardsFailed,
     /// A tag written by a newer ax.
     #[serde(other)]
     Other,
@@ -134,6 +136,7 @@ impl Tag {
             Tag::Superseded => "superseded",
             Tag::WorkerLost => "worker_lost",
             Tag::Sharded => "sharded",
+            Tag::ShardsFailed => "shards_failed",
             Tag::Other => "other",
         }
     }
@@ -224,6 +227,9 @@ pub struct InstanceRecord {
     /// How many attempts were lost with their worker.
     #[serde(default)]
     pub worker_losses: u32,
+    /// The one worker this instance may run on (one run of a broadcast).
+    #[serde(default)]
+    pub pin: Option<String>,
 }
 
 /// Why a transition was not applied.
@@ -340,6 +346,15 @@ impl InstanceRecord {
         next.exit_code = end.exit_code;
         next.stdout_tail = end.stdout_tail.clone();
         next.stderr_tail = end.stderr_tail.clone();
+        Ok(next)
+    }
+
+    /// The current attempt was split into `children` sub-instances.
+    pub fn split(&self, trace_id: &str, children: usize) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        let mut next = self.clone();
+        next.tag = Tag::Sharded;
+        next.message = format!("split into {children}; ends when they all have");
         Ok(next)
     }
 
@@ -495,6 +510,7 @@ mod tests {
             stderr_tail: String::new(),
             shard: None,
             worker_losses: 0,
+            pin: None,
         }
     }
 

@@ -171,6 +171,19 @@ pub struct WorkItem {
     /// For a shard (or one run of a broadcast): which one, of how many, of which instance.
     #[serde(default)]
     pub shard: Option<ShardRef>,
+    /// The one worker this attempt may run on (one run of a broadcast).
+    #[serde(default)]
+    pub pin: Option<String>,
+}
+
+/// An instance split into sub-instances by the Router, on `ax.internal.split.<job>`: the
+/// DagCoordinator ends the parent once every child has ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SplitPlan {
+    /// The parent attempt.
+    pub parent: WorkItem,
+    /// The children's instance ids.
+    pub children: Vec<String>,
 }
 
 /// A sub-instance of a sharded or broadcast instance.
@@ -178,6 +191,8 @@ pub struct WorkItem {
 pub struct ShardRef {
     /// The parent instance.
     pub parent: String,
+    /// The parent's attempt that made this split (a re-run of the parent splits again).
+    pub parent_trace: String,
     /// 0-based index (`AX_SHARD_INDEX`).
     pub index: u32,
     /// How many (`AX_SHARD_TOTAL`).
@@ -295,6 +310,9 @@ pub struct Waiting {
     pub work: WorkItem,
     /// Since when.
     pub since: DateTime<Utc>,
+    /// For an instance split into shards: the children it waits for.
+    #[serde(default)]
+    pub children: Option<Vec<String>>,
 }
 
 /// How `ax rerun` chooses instances.

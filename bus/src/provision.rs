@@ -157,7 +157,7 @@ impl Layout {
         self.ensure_stream(
             js,
             self.flow_stream(),
-            vec![s.created_all(), s.ready_all(), s.retry_all()],
+            vec![s.created_all(), s.ready_all(), s.retry_all(), s.split_all()],
             stream::RetentionPolicy::WorkQueue,
             Duration::ZERO,
         )

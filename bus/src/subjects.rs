@@ -113,6 +113,16 @@ impl Subjects {
         format!("{}.internal.ready.>", self.prefix)
     }
 
+    /// `ax.internal.split.<job>`: an instance split into sub-instances (to the DagCoordinator).
+    pub fn split(&self, job: &str) -> String {
+        format!("{}.internal.split.{job}", self.prefix)
+    }
+
+    /// `ax.internal.split.>`.
+    pub fn split_all(&self) -> String {
+        format!("{}.internal.split.>", self.prefix)
+    }
+
     /// `ax.internal.retry.<job>`: an attempt failed with a retry left (to the Schedulers).
     pub fn retry(&self, job: &str) -> String {
         format!("{}.internal.retry.{job}", self.prefix)

@@ -236,7 +236,11 @@ where
         }
         if Instant::now() >= deadline {
             for process in processes {
-                eprintln!("---- {} ----\n{}", process.log.display(), process.log_text());
+                eprintln!(
+                    "---- {} ----\n{}",
+                    process.log.display(),
+                    process.log_text()
+                );
             }
             panic!("timed out after {timeout:?} waiting for {what}");
         }

@@ -105,6 +105,7 @@ mod tests {
             dispatch: Some(dispatch.into()),
             router: None,
             shard: None,
+            pin: None,
         }
     }
 

@@ -200,8 +200,32 @@ impl Fleet {
         Some(id)
     }
 
-    /// Counts one more attempt sent to `id` (re-ranks it).
-    fn charge(&mut self, id: &str) {
+    /// Whether `id` is known and its heartbeat recent.
+    pub fn alive(&self, id: &str) -> bool {
+        self.members
+            .get(id)
+            .is_some_and(|m| m.last_seen.elapsed() < self.ttl)
+    }
+
+    /// Every live worker that can run a job with `tags` and executor `kind`, sorted by id.
+    pub fn eligible_all(&self, tags: &[String], kind: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| {
+                m.last_seen.elapsed() < self.ttl
+                    && m.info.executors.iter().any(|e| e == kind)
+                    && tags.iter().all(|t| m.info.tags.contains(t))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Counts one more attempt sent to `id` (re-ranks it); for dispatches not chosen by
+    /// [`Fleet::pick`] (pinned ones).
+    pub fn charge(&mut self, id: &str) {
         let Some(member) = self.members.get_mut(id) else {
             return;
         };

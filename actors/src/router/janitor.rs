@@ -202,6 +202,7 @@ async fn lost_running(
         dispatch: None,
         router: None,
         shard: record.shard.clone(),
+        pin: record.pin.clone(),
     };
     publish::to_stream_acked(
         client,

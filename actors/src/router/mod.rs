@@ -15,6 +15,7 @@
 pub mod acks;
 pub mod fleet;
 pub mod janitor;
+pub mod split;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -238,17 +239,41 @@ async fn route(
                 let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
                 continue;
             }
-            let picked = lock(&shared.fleet).pick(&work.spec.tags, &work.spec.exec.kind, &[]);
-            let Some(worker) = picked else {
-                let first_time = message.info().map(|i| i.delivered == 1).unwrap_or(true);
-                if first_time {
-                    note_no_worker(&client, &work).await;
+            if work.spec.splits() && work.shard.is_none() {
+                match split::expand(&shared, &work).await? {
+                    Some(children) => {
+                        for child in children {
+                            shared.dispatch_now(child).await?;
+                        }
+                        let _ = message.ack().await;
+                    }
+                    None => {
+                        let first_time = message.info().map(|i| i.delivered == 1).unwrap_or(true);
+                        if first_time {
+                            note_no_worker(&client, &work).await;
+                        }
+                        let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
+                    }
                 }
-                let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
                 continue;
-            };
-            let (work, ack) = shared.send(work, &worker).await?;
-            pending.push((message, ack, (work, worker)));
+            }
+            match shared.target(&work) {
+                Target::Worker(worker) => {
+                    let (work, ack) = shared.send(work, &worker).await?;
+                    pending.push((message, ack, (work, worker)));
+                }
+                Target::NoWorker => {
+                    let first_time = message.info().map(|i| i.delivered == 1).unwrap_or(true);
+                    if first_time {
+                        note_no_worker(&client, &work).await;
+                    }
+                    let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
+                }
+                Target::PinnedGone(worker) => {
+                    shared.fail_pinned(&work, &worker).await?;
+                    let _ = message.ack().await;
+                }
+            }
         }
         for (work, worker) in consume::settle(pending).await {
             shared.track(work, worker, Vec::new());
@@ -256,7 +281,84 @@ async fn route(
     }
 }
 
+/// Where an attempt goes.
+enum Target {
+    /// This worker.
+    Worker(String),
+    /// Nobody can take it now.
+    NoWorker,
+    /// It may run on this worker only, and that worker is gone.
+    PinnedGone(String),
+}
+
 impl Shared {
+    /// The worker for `work`: its pinned worker if it has one, else the best eligible one.
+    fn target(&self, work: &WorkItem) -> Target {
+        let mut fleet = lock(&self.fleet);
+        match &work.pin {
+            Some(worker) if fleet.alive(worker) => {
+                fleet.charge(worker);
+                Target::Worker(worker.clone())
+            }
+            Some(worker) => Target::PinnedGone(worker.clone()),
+            None => fleet
+                .pick(&work.spec.tags, &work.spec.exec.kind, &[])
+                .map(Target::Worker)
+                .unwrap_or(Target::NoWorker),
+        }
+    }
+
+    /// Dispatches `work` at once (a shard), or puts it back on the ready queue when nobody can
+    /// take it now.
+    async fn dispatch_now(&self, work: WorkItem) -> Result<(), ActorError> {
+        match self.target(&work) {
+            Target::Worker(worker) => {
+                let (work, ack) = self.send(work, &worker).await?;
+                ack.await
+                    .map_err(|e| ActorError::Nats(format!("dispatch: {e}")))?;
+                self.track(work, worker, Vec::new());
+                Ok(())
+            }
+            Target::NoWorker => {
+                publish::to_stream_acked(
+                    &self.client,
+                    self.client.subjects().ready(work.spec.priority),
+                    &format!("ready:{}", work.trace_id),
+                    &work,
+                )
+                .await
+            }
+            Target::PinnedGone(worker) => self.fail_pinned(&work, &worker).await,
+        }
+    }
+
+    /// Fails an attempt pinned to a worker that is gone (one run of a broadcast).
+    async fn fail_pinned(&self, work: &WorkItem, worker: &str) -> Result<(), ActorError> {
+        let message = format!("its worker {worker} is gone");
+        let updated = self
+            .client
+            .update_instance(&work.instance_id, |r| {
+                r.ended_early(
+                    &work.trace_id,
+                    ax_bus::State::Failed,
+                    ax_bus::Tag::WorkerLost,
+                    &message,
+                )
+            })
+            .await?;
+        if let Updated::Written(record, _) = updated {
+            publish::to_stream_acked(
+                &self.client,
+                self.client.subjects().result(&record.job),
+                &format!("result:{}", record.trace_id),
+                &ax_bus::messages::ResultMessage::from_record(&record),
+            )
+            .await?;
+            publish::event(&self.client, &record).await;
+        }
+        Ok(())
+    }
+
     /// Publishes `work` to `worker`; an attempt without a dispatch id gets a fresh one (a
     /// re-dispatched attempt keeps the one it was reserved for).
     async fn send(
@@ -295,6 +397,12 @@ impl Shared {
         mut work: WorkItem,
         excluded: Vec<String>,
     ) -> Result<(), ActorError> {
+        if let Some(pin) = work.pin.clone() {
+            // A pinned attempt has nowhere else to go.
+            if !lock(&self.fleet).alive(&pin) {
+                return self.fail_pinned(&work, &pin).await;
+            }
+        }
         let dispatch = ids::new_trace_id();
         match self
             .client
@@ -310,9 +418,12 @@ impl Shared {
         work.dispatch = Some(dispatch);
         let picked = {
             let mut fleet = lock(&self.fleet);
-            fleet
-                .pick(&work.spec.tags, &work.spec.exec.kind, &excluded)
-                .or_else(|| fleet.pick(&work.spec.tags, &work.spec.exec.kind, &[]))
+            match &work.pin {
+                Some(pin) => fleet.alive(pin).then(|| pin.clone()),
+                None => fleet
+                    .pick(&work.spec.tags, &work.spec.exec.kind, &excluded)
+                    .or_else(|| fleet.pick(&work.spec.tags, &work.spec.exec.kind, &[])),
+            }
         };
         match picked {
             Some(worker) => {

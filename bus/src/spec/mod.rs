@@ -89,6 +89,23 @@ pub struct JobSpec {
     /// What happens when a fire comes while the previous instance still runs.
     #[serde(default, skip_serializing_if = "is_default")]
     pub overlap: Overlap,
+    /// Split each instance into this many shards, routed independently (`AX_SHARD_INDEX`,
+    /// `AX_SHARD_TOTAL`); the instance succeeds when every shard has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// Run each instance once on every eligible worker.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub broadcast: bool,
+}
+
+/// The most shards an instance may have.
+pub const MAX_SHARDS: u32 = 1000;
+
+impl JobSpec {
+    /// Whether instances of this job split into sub-instances (shards or a broadcast).
+    pub fn splits(&self) -> bool {
+        self.broadcast || self.shards.is_some_and(|n| n > 1)
+    }
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {
@@ -359,6 +376,18 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if job.timeout == Some(0) {
         errors.push(SpecError::new("job.timeout", "must be at least 1 second"));
     }
+    match job.shards {
+        Some(0) => errors.push(SpecError::new("job.shards", "must be at least 1")),
+        Some(n) if n > MAX_SHARDS => errors.push(SpecError::new(
+            "job.shards",
+            format!("{n} is more than {MAX_SHARDS}"),
+        )),
+        Some(_) if job.broadcast => errors.push(SpecError::new(
+            "job.shards",
+            "a job is either sharded or broadcast, not both",
+        )),
+        _ => {}
+    }
     if job.deps_timeout == Some(0) {
         errors.push(SpecError::new(
             "job.deps_timeout",
@@ -515,6 +544,8 @@ mod tests {
             misfire: Misfire::default(),
             catchup_window: None,
             overlap: Overlap::default(),
+            shards: None,
+            broadcast: false,
         }
     }
 

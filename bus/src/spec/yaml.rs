@@ -114,6 +114,10 @@ struct RawJob {
     catchup_window: Option<Spanned<u64>>,
     #[serde(default)]
     overlap: Option<Spanned<Overlap>>,
+    #[serde(default)]
+    shards: Option<Spanned<u32>>,
+    #[serde(default)]
+    broadcast: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -210,6 +214,10 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         catchup_window: lines.take_opt("job.catchup_window", job.catchup_window),
         overlap: lines
             .take_opt("job.overlap", job.overlap)
+            .unwrap_or_default(),
+        shards: lines.take_opt("job.shards", job.shards),
+        broadcast: lines
+            .take_opt("job.broadcast", job.broadcast)
             .unwrap_or_default(),
     };
     LocatedJob {

@@ -104,6 +104,16 @@ fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
             "nope",
         ),
         (
+            "tag with a space",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  tags: [gpu, 'no spaces']\n",
+            ),
+            9,
+            "job.tags",
+            "no spaces",
+        ),
+        (
             "zero shards",
             GOOD.replace(
                 "    command: echo ok\n",
@@ -298,4 +308,81 @@ async fn malformed_control_messages_raise_alerts_and_change_nothing() {
     )
     .await;
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_work_becomes_a_dead_letter_and_nothing_crashes() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "scheduler,dag,router,worker", &[]);
+    wait_for(
+        Duration::from_secs(15),
+        "the worker to register",
+        || async { (client.workers().await.unwrap().len() == 1).then_some(()) },
+    )
+    .await;
+    let garbage: &[(&str, &[u8])] = &[
+        ("ax.internal.dispatch.n1.normal", b"\xc1 not a dispatch"),
+        ("ax.internal.ready.high", b"\x92\x01"),
+    ];
+    for (subject, payload) in garbage {
+        client
+            .js
+            .publish_with_headers(*subject, codec::msgpack_headers(), payload.to_vec().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    wait_for_logged(
+        Duration::from_secs(15),
+        "two dead letters",
+        &[&node],
+        || async {
+            let mut dead = client.js.get_stream("AX_DEAD").await.ok()?;
+            (dead.info().await.ok()?.state.messages == 2).then_some(())
+        },
+    )
+    .await;
+    let dead = client.js.get_stream("AX_DEAD").await.unwrap();
+    let mut kept = Vec::new();
+    for sequence in 1..=2 {
+        let letter = dead.get_raw_message(sequence).await.unwrap();
+        assert_eq!(letter.subject.as_str(), "ax.internal.dead.undecodable");
+        let header = |name: &str| {
+            letter
+                .headers
+                .get(name)
+                .map(|v| v.to_string())
+                .unwrap_or_default()
+        };
+        assert!(
+            header(ax_bus::dead_letter::REASON).contains("malformed msgpack"),
+            "{}",
+            header(ax_bus::dead_letter::REASON)
+        );
+        assert_eq!(header(ax_bus::dead_letter::NODE), "n1");
+        kept.push((
+            header(ax_bus::dead_letter::SUBJECT),
+            letter.payload.to_vec(),
+        ));
+    }
+    kept.sort();
+    let mut sent: Vec<_> = garbage
+        .iter()
+        .map(|(s, p)| (s.to_string(), p.to_vec()))
+        .collect();
+    sent.sort();
+    assert_eq!(kept, sent, "each dead letter keeps its subject and payload");
+
+    // Router and worker are unharmed: a real job still runs.
+    apply_job(
+        &nats,
+        "after",
+        "version: v1\njob:\n  name: after\n  exec: { type: shell, command: 'true' }\n",
+    )
+    .await;
+    let id = trigger(&nats, &["after"]);
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(record.state, ax_bus::State::Success, "{}", record.message);
 }

@@ -13,7 +13,7 @@ use async_nats::jetstream::{
 };
 use serde::de::DeserializeOwned;
 
-use ax_bus::{codec, AxClient};
+use ax_bus::{codec, dead_letter, AxClient};
 
 use crate::{publish, ActorError};
 
@@ -71,8 +71,10 @@ pub async fn messages(
 }
 
 /// Decodes a message's payload. One that does not decode would fail the same way on every
-/// redelivery: it is reported on `ax.alert.<kind>`, terminated, and `None` is returned.
-pub async fn decode_or_drop<T: DeserializeOwned>(
+/// redelivery: it is kept as a dead letter with the reason, reported on `ax.alert.<kind>`, and
+/// terminated; `None` is returned. If the dead letter cannot be stored, the message is
+/// redelivered later instead: it is never lost.
+pub async fn decode_or_dead_letter<T: DeserializeOwned>(
     client: &AxClient,
     node: &str,
     kind: &str,
@@ -81,15 +83,26 @@ pub async fn decode_or_drop<T: DeserializeOwned>(
     match codec::decode(&message.payload) {
         Ok(value) => Some(value),
         Err(e) => {
-            publish::alert(
-                client,
-                node,
-                kind,
-                format!("undecodable message dropped: {e}"),
-                Some(message.subject.to_string()),
-            )
-            .await;
-            let _ = message.ack_with(AckKind::Term).await;
+            let reason = e.to_string();
+            match publish::dead_letter(client, node, dead_letter::UNDECODABLE, &reason, message)
+                .await
+            {
+                Ok(()) => {
+                    publish::alert(
+                        client,
+                        node,
+                        kind,
+                        format!("undecodable message moved to the dead letters: {reason}"),
+                        Some(message.subject.to_string()),
+                    )
+                    .await;
+                    let _ = message.ack_with(AckKind::Term).await;
+                }
+                Err(store) => {
+                    tracing::warn!(subject = %message.subject, error = %store, "undecodable message kept for later: dead letter not stored");
+                    let _ = message.ack_with(AckKind::Nak(Some(REDELIVER_AFTER))).await;
+                }
+            }
             None
         }
     }

@@ -161,7 +161,7 @@ impl Coordinator {
                     let mut sources = Vec::with_capacity(batch.len());
                     for message in batch {
                         let message = message.map_err(|e| ActorError::Nats(format!("created consumer: {e}")))?;
-                        if let Some(work) = consume::decode_or_drop::<WorkItem>(&client, &self.node, "flow", &message).await {
+                        if let Some(work) = consume::decode_or_dead_letter::<WorkItem>(&client, &self.node, "flow", &message).await {
                             actions.extend(self.state.on_created(work, now));
                         }
                         sources.push(message);
@@ -175,7 +175,7 @@ impl Coordinator {
                     let mut sources = Vec::with_capacity(batch.len());
                     for message in batch {
                         let message = message.map_err(|e| ActorError::Nats(format!("split consumer: {e}")))?;
-                        if let Some(plan) = consume::decode_or_drop::<SplitPlan>(&client, &self.node, "flow", &message).await {
+                        if let Some(plan) = consume::decode_or_dead_letter::<SplitPlan>(&client, &self.node, "flow", &message).await {
                             actions.extend(self.state.on_split(plan.parent, plan.children));
                         }
                         sources.push(message);

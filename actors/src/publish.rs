@@ -6,8 +6,8 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::message::PublishMessage;
 use serde::Serialize;
 
-use ax_bus::codec;
 use ax_bus::messages::Alert;
+use ax_bus::{codec, dead_letter};
 use ax_bus::{AxClient, InstanceRecord};
 
 use crate::ActorError;
@@ -43,6 +43,45 @@ pub async fn to_stream_acked<T: Serialize>(
         .await
         .map(|_| ())
         .map_err(|e| ActorError::Nats(format!("publish {subject_for_error}: {e}")))
+}
+
+/// Keeps `message` as a dead letter of `kind` with `reason`: its payload and headers as they
+/// came, the reason, subject, node and time added as headers. De-duplicated by the source
+/// message's stream sequence, so a redelivery that dies again is kept once.
+pub async fn dead_letter(
+    client: &AxClient,
+    node: &str,
+    kind: &str,
+    reason: &str,
+    message: &async_nats::jetstream::Message,
+) -> Result<(), ActorError> {
+    let mut headers = message.headers.clone().unwrap_or_default();
+    headers.insert(dead_letter::REASON, one_line(reason).as_str());
+    headers.insert(dead_letter::SUBJECT, message.subject.as_str());
+    headers.insert(dead_letter::NODE, node);
+    headers.insert(dead_letter::AT, ax_bus::time::now().to_rfc3339().as_str());
+    let source = message
+        .info()
+        .map(|i| format!("{}:{}", i.stream, i.stream_sequence))
+        .unwrap_or_else(|_| ax_bus::ids::new_trace_id());
+    let subject = client.subjects().dead(kind);
+    let publish = PublishMessage::build()
+        .headers(headers)
+        .message_id(format!("dead:{source}"))
+        .payload(message.payload.clone());
+    client
+        .js
+        .send_publish(subject.clone(), publish)
+        .await
+        .map_err(|e| ActorError::Nats(format!("publish {subject}: {e}")))?
+        .await
+        .map(|_| ())
+        .map_err(|e| ActorError::Nats(format!("publish {subject}: {e}")))
+}
+
+/// A header value on one line (NATS headers cannot hold line breaks).
+fn one_line(text: &str) -> String {
+    text.split(['\r', '\n']).collect::<Vec<_>>().join(" ")
 }
 
 /// `ax.event.<job>.<state>` with the record (best effort).

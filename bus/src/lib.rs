@@ -17,6 +17,7 @@
 pub mod claims;
 pub mod client;
 pub mod codec;
+pub mod dead_letter;
 pub mod ids;
 pub mod instance;
 pub mod kv_view;

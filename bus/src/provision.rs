@@ -11,6 +11,8 @@
 //! - `<AX>_TICKS` (limits, `ax.internal.tick.>`, the last 1000 per job): what became of each
 //!   cron tick, for `ax job history` and the misfire policy;
 //! - `<AX>_AUDIT` (limits, `ax.audit.>`, 90 days): re-runs and backfills, who and how;
+//! - `<AX>_DEAD` (limits, `ax.internal.dead.>`, 30 days): dead letters, each the original payload
+//!   with why it died in its headers;
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
 //!   attempt that ran), `<ax>_workers` (heartbeats), `<ax>_deps` (instances per business date
 //!   and job, 40 days), `<ax>_waiting` (instances held for their dependencies), `<ax>_latest`
@@ -38,6 +40,8 @@ pub const HISTORY_MAX_AGE: Duration = Duration::from_secs(40 * 24 * 3600);
 pub const TICKS_PER_JOB: i64 = 1000;
 /// How long audit records are kept.
 pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
+/// How long dead letters are kept.
+pub const DEAD_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long a lease lives without renewal.
 pub const LEASE_TTL: Duration = Duration::from_secs(6);
 /// De-duplication window of the streams.
@@ -122,6 +126,10 @@ impl Layout {
     pub fn audit_stream(&self) -> String {
         self.stream_name("AUDIT")
     }
+    /// `<AX>_DEAD`.
+    pub fn dead_stream(&self) -> String {
+        self.stream_name("DEAD")
+    }
     /// `ax_deps`.
     pub fn deps_bucket(&self) -> String {
         self.bucket_name("deps")
@@ -188,6 +196,14 @@ impl Layout {
         .await?;
         self.ensure_history_stream(js, self.audit_stream(), s.audit_all(), AUDIT_MAX_AGE, -1)
             .await?;
+        self.ensure_stream(
+            js,
+            self.dead_stream(),
+            vec![s.dead_all()],
+            stream::RetentionPolicy::Limits,
+            DEAD_MAX_AGE,
+        )
+        .await?;
         self.ensure_bucket(js, self.jobs_bucket(), 10, Duration::ZERO)
             .await?;
         self.ensure_bucket(js, self.deps_bucket(), 1, HISTORY_MAX_AGE)

@@ -157,6 +157,16 @@ impl Subjects {
         format!("{}.internal.dispatch.>", self.prefix)
     }
 
+    /// `ax.internal.dead.<kind>`: a dead letter (see [`crate::dead_letter`]).
+    pub fn dead(&self, kind: &str) -> String {
+        format!("{}.internal.dead.{kind}", self.prefix)
+    }
+
+    /// `ax.internal.dead.>`.
+    pub fn dead_all(&self) -> String {
+        format!("{}.internal.dead.>", self.prefix)
+    }
+
     /// Name prefix for JetStream streams, buckets and consumers (`ax` → `AX`/`ax`), so two
     /// prefixes on one server never share storage.
     pub fn storage_tag(&self) -> String {

@@ -230,7 +230,8 @@ async fn route(
         for message in batch {
             let message = message.map_err(|e| ActorError::Nats(format!("ready consumer: {e}")))?;
             let Some(work) =
-                consume::decode_or_drop::<WorkItem>(&client, &shared.node, "flow", &message).await
+                consume::decode_or_dead_letter::<WorkItem>(&client, &shared.node, "flow", &message)
+                    .await
             else {
                 continue;
             };

@@ -344,7 +344,7 @@ impl Attempts {
         let client = &self.client;
         let me = self.config.id.as_str();
         let Some(work) =
-            consume::decode_or_drop::<WorkItem>(client, me, "dispatch", &message).await
+            consume::decode_or_dead_letter::<WorkItem>(client, me, "dispatch", &message).await
         else {
             return;
         };

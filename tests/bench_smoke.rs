@@ -17,7 +17,15 @@ fn quick_bench_prints_sane_figures() {
     assert!(report["nats_server"].as_str().unwrap().contains("2.15.1"));
     assert_eq!(report["quick"], true);
     let figures = report["figures"].as_array().unwrap();
-    for section in ["limit", "dag"] {
+    for section in [
+        "memory",
+        "limit",
+        "throughput",
+        "routing",
+        "lateness",
+        "dag",
+        "recovery",
+    ] {
         assert!(
             figures.iter().any(|f| f["section"] == section),
             "no {section} figure"

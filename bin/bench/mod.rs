@@ -2,14 +2,18 @@
 //!
 //! It starts its own nats-server (the pinned one, file storage, default sync settings) in a
 //! temporary directory and runs each section against it; every figure is printed with the raw
-//! limit beside it. Sections so far: `limit` (raw JetStream) and `dag` (the DagCoordinator on
-//! 10,000-job graphs). `--quick` keeps the whole run under two minutes.
+//! limit beside it. Sections: `memory` (pending timers), `limit` (raw JetStream), `throughput`
+//! (no-op instances end to end), `routing` (the Router's decision and its cost to dispatch),
+//! `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
+//! graphs) and `recovery` (a restarted Scheduler). `--quick` keeps the whole run under two
+//! minutes.
 
 mod dag;
 mod lateness;
 mod limit;
 mod memory;
 mod recovery;
+mod routing;
 mod throughput;
 
 use std::time::Duration;
@@ -51,7 +55,14 @@ struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 5] = ["memory", "throughput", "lateness", "dag", "recovery"];
+const SECTIONS: [&str; 6] = [
+    "memory",
+    "throughput",
+    "routing",
+    "lateness",
+    "dag",
+    "recovery",
+];
 
 pub async fn run(quick: bool, only: &[String], json: bool) -> Result<()> {
     for name in only {
@@ -92,6 +103,10 @@ pub async fn run(quick: bool, only: &[String], json: bool) -> Result<()> {
     if wanted("throughput") {
         eprintln!("throughput: no-op instances end to end…");
         figures.extend(throughput::measure(&server.url, quick, raw).await?);
+    }
+    if wanted("routing") {
+        eprintln!("routing: decision cost and dispatch with 50 simulated workers…");
+        figures.extend(routing::measure(&server.url, quick).await?);
     }
     if wanted("lateness") {
         eprintln!("lateness: simultaneous and steady fires…");

@@ -230,19 +230,15 @@ impl Fleet {
             return;
         };
         member.recent += 1;
-        let (info, recent, class, old) = (
-            member.info.clone(),
-            member.recent,
-            member.class.clone(),
-            member.rank.clone(),
+        let rank = (
+            Score(score(&self.weights, &member.info, member.recent)),
+            rand::rng().random(),
+            member.info.id.clone(),
         );
-        let rank = self.rank_of(&info, recent);
-        if let Some(set) = self.classes.get_mut(&class) {
+        let old = std::mem::replace(&mut member.rank, rank.clone());
+        if let Some(set) = self.classes.get_mut(&member.class) {
             set.remove(&old);
-            set.insert(rank.clone());
-        }
-        if let Some(member) = self.members.get_mut(id) {
-            member.rank = rank;
+            set.insert(rank);
         }
     }
 

@@ -47,13 +47,22 @@ pub async fn list(
                 r.tag.to_string(),
                 r.worker.clone().unwrap_or_else(|| "-".into()),
                 table::time(r.finished_at),
+                table::time(r.next_attempt_at),
                 table::short(&r.message, 48),
             ]
         })
         .collect();
     table::print(
         &[
-            "INSTANCE", "BIZ DATE", "ATTEMPT", "STATE", "TAG", "WORKER", "FINISHED", "MESSAGE",
+            "INSTANCE",
+            "BIZ DATE",
+            "ATTEMPT",
+            "STATE",
+            "TAG",
+            "WORKER",
+            "FINISHED",
+            "NEXT ATTEMPT",
+            "MESSAGE",
         ],
         &rows,
     );

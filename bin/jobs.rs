@@ -162,6 +162,11 @@ async fn check_graph(client: &AxClient, jobs: &[LocatedJob]) -> Result<()> {
 /// Publishes validated jobs and prints what changed.
 pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Result<()> {
     check_graph(client, &jobs).await?;
+    for job in &jobs {
+        for warning in spec::warnings(&job.doc) {
+            eprintln!("warning: {}", job.locate(warning));
+        }
+    }
     let request = ApplyRequest {
         jobs: jobs.into_iter().map(|j| j.doc).collect(),
     };

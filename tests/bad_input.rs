@@ -104,6 +104,56 @@ fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
             "nope",
         ),
         (
+            "zero retry interval",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  retry: { times: 2, interval: 0 }\n",
+            ),
+            9,
+            "job.retry.interval",
+            "at least 1 second",
+        ),
+        (
+            "negative retry interval",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  retry: { times: 2, interval: -30 }\n",
+            ),
+            9,
+            "",
+            "",
+        ),
+        (
+            "too many retries",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  retry: { times: 101, interval: 30 }\n",
+            ),
+            9,
+            "job.retry.times",
+            "101 is more than 100",
+        ),
+        (
+            "max_interval below the interval",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  retry: { times: 2, interval: 30, max_interval: 10 }\n",
+            ),
+            9,
+            "job.retry.max_interval",
+            "at least the interval",
+        ),
+        (
+            "jitter over 1",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  retry: { times: 2, interval: 30, jitter: 1.5 }\n",
+            ),
+            9,
+            "job.retry.jitter",
+            "between 0 and 1",
+        ),
+        (
             "tag with a space",
             GOOD.replace(
                 "    command: echo ok\n",
@@ -385,4 +435,35 @@ async fn undecodable_work_becomes_a_dead_letter_and_nothing_crashes() {
     let id = trigger(&nats, &["after"]);
     let record = final_record(&client, &id, Duration::from_secs(30)).await;
     assert_eq!(record.state, ax_bus::State::Success, "{}", record.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_than_three_retries_is_a_warning_and_the_job_is_applied() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    let file = job_file(
+        &nats.path("jobs"),
+        "stubborn.yaml",
+        &GOOD.replace(
+            "    command: echo ok\n",
+            "    command: echo ok\n  retry: { times: 5, interval: 30, max_interval: 600, jitter: 0.2 }\n",
+        ),
+    );
+    let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "warning: {}:9: job.retry.times: 5 retries",
+            file.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let jobs = client.jobs().await.unwrap();
+    let retry = jobs[0].spec.retry.clone().unwrap();
+    assert_eq!(
+        (retry.times, retry.max_interval, retry.jitter),
+        (5, Some(600), 0.2)
+    );
 }

@@ -206,9 +206,16 @@ async fn report_all(
     Ok(())
 }
 
-/// When the next attempt is due after the `attempt`-th attempt of a run (1-based) failed at
-/// `finished`, if one is left: `interval * 2^(attempt-1)` seconds later.
-pub fn retry_time(spec: &JobSpec, attempt: u32, finished: DateTime<Utc>) -> Option<DateTime<Utc>> {
+/// When the next attempt is due after the `attempt`-th attempt of a run (1-based), whose trace
+/// id is `trace`, failed at `finished` — if one is left: `interval * 2^(attempt-1)` seconds
+/// later, at most `max_interval`, less the jitter share drawn from `trace` (the same every time
+/// the outcome is reported again).
+pub fn retry_time(
+    spec: &JobSpec,
+    attempt: u32,
+    trace: &str,
+    finished: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
     let retry = spec.retry.as_ref()?;
     if attempt > retry.times {
         return None;
@@ -217,8 +224,19 @@ pub fn retry_time(spec: &JobSpec, attempt: u32, finished: DateTime<Utc>) -> Opti
     let seconds = retry
         .interval
         .saturating_mul(factor)
-        .min(i64::MAX as u64 / 1000) as i64;
-    Some(finished + chrono::Duration::seconds(seconds))
+        .min(retry.max_interval.unwrap_or(u64::MAX))
+        .min(i64::MAX as u64 / 1_000_000);
+    let taken_off = retry.jitter.clamp(0.0, 1.0) * share_of(trace);
+    let millis = (seconds as f64 * 1000.0 * (1.0 - taken_off)).round() as i64;
+    Some(finished + chrono::Duration::milliseconds(millis))
+}
+
+/// A number in [0, 1) drawn from `text` (FNV-1a), the same on every node.
+fn share_of(text: &str) -> f64 {
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 
 async fn report_until_done(client: &AxClient, outcome: &Outcome) {
@@ -242,7 +260,7 @@ pub async fn report_once(client: &AxClient, outcome: &Outcome) -> Result<(), Act
         None
     } else {
         let attempt_of_run = work.attempt.saturating_sub(work.run_start) + 1;
-        retry_time(&work.spec, attempt_of_run, end.finished_at)
+        retry_time(&work.spec, attempt_of_run, &end.trace_id, end.finished_at)
     };
     let state = match client
         .update_instance(&work.instance_id, |r| r.ended(end, retry_at))
@@ -286,4 +304,63 @@ pub async fn report_once(client: &AxClient, outcome: &Outcome) -> Result<(), Act
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(retry: serde_json::Value) -> JobSpec {
+        serde_json::from_value(serde_json::json!({
+            "name": "r",
+            "exec": {"type": "noop"},
+            "retry": retry,
+        }))
+        .expect("a valid spec")
+    }
+
+    fn waits(spec: &JobSpec, trace: &str) -> Vec<Option<i64>> {
+        let t0 = ax_bus::time::now();
+        (1..=4)
+            .map(|attempt| {
+                retry_time(spec, attempt, trace, t0).map(|t| (t - t0).num_milliseconds())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn waits_double_from_the_interval_and_stop_after_the_last_retry() {
+        let spec = spec(serde_json::json!({"times": 3, "interval": 30}));
+        assert_eq!(
+            waits(&spec, "abc"),
+            [Some(30_000), Some(60_000), Some(120_000), None]
+        );
+    }
+
+    #[test]
+    fn max_interval_caps_the_doubling() {
+        let spec = spec(serde_json::json!({"times": 4, "interval": 30, "max_interval": 90}));
+        assert_eq!(
+            waits(&spec, "abc"),
+            [Some(30_000), Some(60_000), Some(90_000), Some(90_000)]
+        );
+    }
+
+    #[test]
+    fn jitter_shortens_each_wait_by_a_share_fixed_by_the_trace() {
+        let spec = spec(serde_json::json!({"times": 1, "interval": 100, "jitter": 0.5}));
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..200 {
+            let trace = ax_bus::ids::new_trace_id();
+            let wait = waits(&spec, &trace)[0].expect("one retry");
+            assert!((50_000..=100_000).contains(&wait), "{wait} ms for {i}");
+            assert_eq!(
+                waits(&spec, &trace)[0],
+                Some(wait),
+                "the same trace, the same wait"
+            );
+            seen.insert(wait / 5_000);
+        }
+        assert!(seen.len() >= 8, "waits spread over the range: {seen:?}");
+    }
 }

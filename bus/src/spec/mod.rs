@@ -232,7 +232,17 @@ pub struct RetrySpec {
     pub times: u32,
     /// Seconds before the first retry; doubled for each following one.
     pub interval: u64,
+    /// No wait longer than this many seconds, however many doublings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_interval: Option<u64>,
+    /// Up to this fraction (0 to 1) of each wait is taken off, by an amount drawn from the
+    /// attempt's trace id, so that instances failing together do not retry together.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub jitter: f64,
 }
+
+/// More retries than this draws a warning at apply time.
+pub const RETRIES_WORTH_A_WARNING: u32 = 3;
 
 /// The queue an instance goes through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -312,6 +322,23 @@ fn is_valid_tag(tag: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// What is allowed but probably a mistake: said at apply time, applied anyway.
+pub fn warnings(doc: &JobDocument) -> Vec<SpecError> {
+    let mut warnings = Vec::new();
+    if let Some(retry) = &doc.job.retry {
+        if retry.times > RETRIES_WORTH_A_WARNING {
+            warnings.push(SpecError::new(
+                "job.retry.times",
+                format!(
+                    "{} retries: more than {RETRIES_WORTH_A_WARNING} mostly delays a failure that needs a person",
+                    retry.times
+                ),
+            ));
+        }
+    }
+    warnings
+}
+
 /// Checks every rule of the spec and returns all problems (empty when valid).
 pub fn validate(doc: &JobDocument) -> Vec<SpecError> {
     let mut errors = Vec::new();
@@ -370,6 +397,18 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             errors.push(SpecError::new(
                 "job.retry.interval",
                 "must be at least 1 second",
+            ));
+        }
+        if retry.max_interval.is_some_and(|max| max < retry.interval) {
+            errors.push(SpecError::new(
+                "job.retry.max_interval",
+                format!("must be at least the interval ({} s)", retry.interval),
+            ));
+        }
+        if !(0.0..=1.0).contains(&retry.jitter) {
+            errors.push(SpecError::new(
+                "job.retry.jitter",
+                format!("{} is not a fraction between 0 and 1", retry.jitter),
             ));
         }
     }

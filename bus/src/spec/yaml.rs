@@ -138,6 +138,10 @@ struct RawExec {
 struct RawRetry {
     times: Spanned<u32>,
     interval: Spanned<u64>,
+    #[serde(default)]
+    max_interval: Option<Spanned<u64>>,
+    #[serde(default)]
+    jitter: Option<Spanned<f64>>,
 }
 
 /// Records field lines while unwrapping spanned values.
@@ -185,6 +189,10 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
     let retry = lines.take_opt("job.retry", job.retry).map(|r| RetrySpec {
         times: lines.take("job.retry.times", r.times),
         interval: lines.take("job.retry.interval", r.interval),
+        max_interval: lines.take_opt("job.retry.max_interval", r.max_interval),
+        jitter: lines
+            .take_opt("job.retry.jitter", r.jitter)
+            .unwrap_or_default(),
     });
     let spec = JobSpec {
         name,

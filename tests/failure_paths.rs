@@ -272,3 +272,40 @@ async fn a_restarted_scheduler_reloads_the_registry_and_fires_again() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_retry_survives_its_scheduler_and_runs_on_another_worker() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut scheduler = AxProcess::node(&nats, "s1", "scheduler", &[]);
+    let _core = AxProcess::node(&nats, "core", "dag,router", &[]);
+    let mut first_worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    apply_job(
+        &nats,
+        "second_time",
+        "version: v1\njob:\n  name: second_time\n  exec:\n    type: shell\n    command: '[ \"$AX_ATTEMPT\" -ge 2 ]'\n  retry: { times: 1, interval: 4 }\n",
+    )
+    .await;
+    let id = trigger(&nats, &["second_time"]);
+    let waiting = wait_for(Duration::from_secs(20), "waiting_retry", || async {
+        let record = client.instance(&id).await.unwrap()?.0;
+        (record.state == State::WaitingRetry).then_some(record)
+    })
+    .await;
+    assert_eq!(waiting.worker.as_deref(), Some("w1"));
+    let due = waiting.next_attempt_at.expect("a next attempt time");
+    scheduler.kill9();
+    first_worker.kill9();
+    let _other_scheduler = AxProcess::node(&nats, "s2", "scheduler", &[]);
+    let _other_worker = AxProcess::node(&nats, "w2", "worker", &[]);
+    let record = final_record(&client, &id, Duration::from_secs(40)).await;
+    assert_eq!(
+        (record.state, record.attempt),
+        (State::Success, 2),
+        "{}",
+        record.message
+    );
+    assert_eq!(record.worker.as_deref(), Some("w2"));
+    let started = record.started_at.expect("started");
+    assert!(started >= due, "ran at {started}, due {due}");
+}

@@ -43,6 +43,9 @@ pub enum Command {
     /// Pause or resume the queue of one priority (nothing in it is lost).
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Read the dead letters, or submit one again.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
     /// Measure speed against raw JetStream (its own nats-server).
     Bench {
         /// A shorter run (under two minutes).
@@ -102,6 +105,17 @@ pub struct BackfillArgs {
 pub enum WorkerCommand {
     /// Every worker with its heartbeat, load and score.
     List,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DlqCommand {
+    /// Every dead letter kept, oldest first.
+    List,
+    /// Submit one again: a new attempt of its instance, or its message back on its subject.
+    Replay {
+        /// The dead letter's id (from `ax dlq list`).
+        id: u64,
+    },
 }
 
 #[derive(Subcommand, Debug)]

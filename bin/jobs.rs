@@ -114,7 +114,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<LocatedJob>, Vec<LocatedError>> {
     }
 }
 
-fn refused(reply: ControlReply) -> Result<ControlReply> {
+pub fn refused(reply: ControlReply) -> Result<ControlReply> {
     if reply.ok {
         return Ok(reply);
     }
@@ -332,7 +332,7 @@ pub async fn history(client: &AxClient, name: &str, limit: usize, json: bool) ->
 }
 
 /// `user@host` of whoever runs the command, for the audit record.
-fn requested_by() -> String {
+pub fn requested_by() -> String {
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
@@ -341,9 +341,9 @@ fn requested_by() -> String {
 }
 
 /// How long a planned command may take on the Scheduler's side.
-const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
+pub const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
+pub fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
     if json {
         return table::json(&plan);
     }

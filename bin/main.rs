@@ -4,6 +4,7 @@
 mod args;
 mod bench;
 mod connect;
+mod dlq;
 mod fleet;
 mod instances;
 mod jobs;
@@ -20,7 +21,9 @@ use anyhow::Result;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use args::{Cli, Command, InstanceCommand, JobCommand, QueueCommand, TailCommand, WorkerCommand};
+use args::{
+    Cli, Command, DlqCommand, InstanceCommand, JobCommand, QueueCommand, TailCommand, WorkerCommand,
+};
 use ax_bus::messages::commands;
 
 fn main() -> ExitCode {
@@ -107,6 +110,8 @@ async fn run(cli: Cli) -> Result<()> {
             fleet::queue(&client().await?, &priority, false, json).await
         }
         Command::Queue(QueueCommand::List) => fleet::queues(&client().await?, json).await,
+        Command::Dlq(DlqCommand::List) => dlq::list(&client().await?, json).await,
+        Command::Dlq(DlqCommand::Replay { id }) => dlq::replay(&client().await?, id, json).await,
         Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
         Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
         Command::Tail(TailCommand::Results { job }) => {

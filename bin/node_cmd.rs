@@ -88,6 +88,7 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             .unwrap_or_default(),
         reserved: file.worker.reserved.unwrap_or_default(),
         data_dir,
+        dispatch_ack_wait: file.worker.dispatch_ack_wait()?,
         // A test hook: a worker that holds each dispatch this many seconds before claiming it.
         test_stall: std::env::var("AX_TEST_STALL_SECS")
             .ok()

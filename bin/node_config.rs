@@ -13,6 +13,7 @@
 //! slots = 8
 //! tags = ["etl", "gpu"]
 //! reserved = { high = 2, normal = 1 }   # slots low (and normal) work may not take
+//! dispatch_ack_wait = 30                # seconds before an unacknowledged dispatch is redelivered
 //!
 //! [router]
 //! weight_running = 0.7                  # score = running/cores * 0.7 + avg_duration_s * 0.3
@@ -29,6 +30,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use ax_actors::router::RouterConfig;
+use ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT;
 use ax_bus::messages::Reserved;
 
 /// The whole file.
@@ -63,6 +65,19 @@ pub struct WorkerSection {
     pub tags: Option<Vec<String>>,
     /// Slots kept for higher priorities.
     pub reserved: Option<Reserved>,
+    /// Seconds JetStream waits for a dispatch's ack before redelivering it (30).
+    pub dispatch_ack_wait: Option<f64>,
+}
+
+impl WorkerSection {
+    /// The dispatch ack wait, defaulted; an error names the field.
+    pub fn dispatch_ack_wait(&self) -> Result<Duration> {
+        match self.dispatch_ack_wait {
+            None => Ok(DEFAULT_DISPATCH_ACK_WAIT),
+            Some(v) if v.is_finite() && v >= 1.0 => Ok(Duration::from_secs_f64(v)),
+            Some(v) => anyhow::bail!("[worker] dispatch_ack_wait = {v}: must be at least 1 second"),
+        }
+    }
 }
 
 /// `[router]`.

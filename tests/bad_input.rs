@@ -154,6 +154,36 @@ fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
             "between 0 and 1",
         ),
         (
+            "unknown dump signal",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  on_timeout: { signal: SIGKILL }\n",
+            ),
+            9,
+            "",
+            "SIGKILL",
+        ),
+        (
+            "grace without a signal",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  on_timeout: { signal: none, grace: 10 }\n",
+            ),
+            9,
+            "job.on_timeout.grace",
+            "needs a signal",
+        ),
+        (
+            "grace over the limit",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  on_timeout:\n    grace: 3600\n",
+            ),
+            10,
+            "job.on_timeout.grace",
+            "more than 600",
+        ),
+        (
             "tag with a space",
             GOOD.replace(
                 "    command: echo ok\n",
@@ -424,6 +454,36 @@ async fn undecodable_work_becomes_a_dead_letter_and_nothing_crashes() {
         .collect();
     sent.sort();
     assert_eq!(kept, sent, "each dead letter keeps its subject and payload");
+
+    // Listed, and refused for replay: it would die the same way.
+    let out = ax(&nats.url(), &["dlq", "list", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let kinds: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["undecodable", "undecodable"]);
+    let out = ax(&nats.url(), &["dlq", "replay", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("dead letter 1: undecodable"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ax(&nats.url(), &["dlq", "replay", "99"]);
+    assert!(
+        stderr(&out).contains("dead letter 99: no such dead letter"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        client.dead_letters().await.unwrap().len(),
+        2,
+        "a refused replay keeps the letter"
+    );
 
     // Router and worker are unharmed: a real job still runs.
     apply_job(

@@ -309,3 +309,47 @@ async fn a_waiting_retry_survives_its_scheduler_and_runs_on_another_worker() {
     let started = record.started_at.expect("started");
     assert!(started >= due, "ran at {started}, due {due}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_longer_than_the_ack_wait_is_never_redelivered() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let config = nats.path("w1").join("node.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "[worker]\ndispatch_ack_wait = 1.5\n").unwrap();
+    let _node = AxProcess::node(&nats, "w1", "all", &["--config", config.to_str().unwrap()]);
+    let ledger = nats.path("jobs").join("ledger");
+    apply_job(
+        &nats,
+        "long",
+        &format!(
+            "version: v1\njob:\n  name: long\n  exec:\n    type: shell\n    command: 'echo start >> {}; sleep 7'\n",
+            ledger.display()
+        ),
+    )
+    .await;
+    let id = trigger(&nats, &["long"]);
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (record.state, record.attempt),
+        (State::Success, 1),
+        "{}",
+        record.message
+    );
+    assert_eq!(lines_with(&ledger, "start"), 1);
+    // Nearly five ack waits went by; the in-progress acks kept the one delivery alive.
+    let mut consumer: async_nats::jetstream::consumer::PullConsumer = client
+        .js
+        .get_stream("AX_DISPATCH")
+        .await
+        .unwrap()
+        .get_consumer("worker-w1-normal")
+        .await
+        .unwrap();
+    let info = consumer.info().await.unwrap();
+    assert_eq!(
+        (info.delivered.consumer_sequence, info.num_redelivered),
+        (1, 0),
+        "{info:?}"
+    );
+}

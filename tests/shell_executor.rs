@@ -68,6 +68,55 @@ job:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_keeps_the_stack_dump_of_a_hung_python() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let dir = nats.path("jobs");
+    let script = dir.join("hung.py");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        &script,
+        "import time\n\ndef stuck_in_here():\n    time.sleep(600)\n\nstuck_in_here()\n",
+    )
+    .unwrap();
+    let job = format!(
+        "version: v1
+job:
+  name: hung
+  exec:
+    type: shell
+    command: python3 -X faulthandler {}
+  timeout: 2
+",
+        script.display()
+    );
+    let file = job_file(&dir, "hung.yaml", &job);
+    assert!(
+        ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let out = ax(&nats.url(), &["job", "trigger", "hung"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = stdout(&out).split_whitespace().next().unwrap().to_string();
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (record.state, record.tag),
+        (State::Failed, Tag::Timeout),
+        "{}",
+        record.message
+    );
+    assert!(record.message.contains("SIGABRT"), "{}", record.message);
+    assert!(
+        record.stderr_tail.contains("Fatal Python error: Aborted")
+            && record.stderr_tail.contains("stuck_in_here"),
+        "no stack dump in: {}",
+        record.stderr_tail
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn params_with_shell_metacharacters_stay_literal() {
     let nats = TestNats::start();
     let client = nats.client().await;

@@ -1,7 +1,12 @@
-//! Durable pull consumers, the way every actor reads its work: explicit acks, unlimited
-//! redelivery (a message is never dropped for having been tried often; poison messages are
-//! terminated explicitly by their handler), batches pulled ahead, and a source message
-//! acknowledged only once what it caused is stored.
+//! Durable pull consumers, the way every actor reads its work: explicit acks, batches pulled
+//! ahead, and a source message acknowledged only once what it caused is stored.
+//!
+//! Redelivery is bounded only where many deliveries mean something is wrong: a dispatch or a
+//! control command delivered [`POISON_DELIVERIES`] times without being settled is a poison
+//! message, and JetStream stops delivering it; the dead-letter keeper then moves it to the
+//! dead letters (see `dead_letters`). Consumers whose redeliveries are deliberate waits (the
+//! Router's "no worker yet", the Scheduler's retry timers) redeliver without limit. A message
+//! that does not decode is moved aside by its handler at once.
 
 use std::time::Duration;
 
@@ -33,6 +38,20 @@ pub struct ConsumerSpec {
     pub ack_wait: Duration,
     /// Most messages delivered and unacked at once.
     pub max_ack_pending: i64,
+    /// Deliveries after which JetStream gives up on a message (-1: never).
+    pub max_deliver: i64,
+}
+
+/// Deliveries that make a dispatch or a control command a poison message.
+pub const POISON_DELIVERIES: i64 = 10;
+
+/// How long to wait before a message whose handling failed for a passing reason is delivered
+/// again: 1 s after the first delivery, doubling up to a minute, so that the
+/// [`POISON_DELIVERIES`] of a bounded consumer span minutes of trouble, not seconds.
+pub fn backoff(message: &jetstream::Message) -> Duration {
+    let delivered = message.info().map(|i| i.delivered).unwrap_or(1).max(1);
+    let doublings = u32::try_from(delivered - 1).unwrap_or(u32::MAX).min(6);
+    Duration::from_secs(1 << doublings).min(Duration::from_secs(60))
 }
 
 /// Opens (creating or updating) the consumer and returns its message stream.
@@ -54,7 +73,7 @@ pub async fn messages(
             ack_policy: AckPolicy::Explicit,
             deliver_policy: DeliverPolicy::All,
             ack_wait: spec.ack_wait,
-            max_deliver: -1,
+            max_deliver: spec.max_deliver,
             max_ack_pending: spec.max_ack_pending,
             ..Default::default()
         })

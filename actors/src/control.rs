@@ -38,6 +38,7 @@ pub async fn serve(client: AxClient, creator: Creator, node: String) -> Result<(
         filter: client.subjects().control_all(),
         ack_wait: Duration::from_secs(30),
         max_ack_pending: 64,
+        max_deliver: consume::POISON_DELIVERIES,
     };
     let mut messages = consume::messages(&client, &spec, 16).await?;
     while let Some(message) = messages.next().await {
@@ -123,9 +124,9 @@ async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jets
             }
         }
         Err(Transient(e)) => {
-            tracing::warn!(command, error = %e, "control command failed; retrying in 1 s");
+            tracing::warn!(command, error = %e, "control command failed; retrying later");
             let _ = message
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .ack_with(AckKind::Nak(Some(consume::backoff(message))))
                 .await;
         }
     }

@@ -122,6 +122,7 @@ impl Coordinator {
             filter: client.subjects().created_all(),
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
+            max_deliver: -1,
         };
         let results = ConsumerSpec {
             stream: client.layout.results_stream(),
@@ -129,6 +130,7 @@ impl Coordinator {
             filter: client.subjects().result_all(),
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
+            max_deliver: -1,
         };
         let splits = ConsumerSpec {
             stream: client.layout.flow_stream(),
@@ -136,6 +138,7 @@ impl Coordinator {
             filter: client.subjects().split_all(),
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
+            max_deliver: -1,
         };
         let mut splits = consume::messages(&client, &splits, BATCH)
             .await?
@@ -465,6 +468,9 @@ async fn end_instance(
         &ResultMessage::from_record(&record),
     )
     .await?;
+    if record.state == State::Failed && work.shard.is_none() {
+        publish::failed_for_good(&client, ACTOR, &work, record.tag, &record.message).await?;
+    }
     publish::event(&client, &record).await;
     Ok(())
 }

@@ -16,11 +16,13 @@
 
 pub mod backfill;
 pub mod clock;
+pub mod clock_guard;
 pub mod consume;
 pub mod control;
 pub mod creator;
 pub mod dag;
 pub mod dag_state;
+pub mod dead_letters;
 pub mod fire_schedule;
 pub mod lease;
 pub mod misfire;

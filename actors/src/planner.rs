@@ -330,6 +330,7 @@ mod tests {
                 params: Default::default(),
                 retry: None,
                 timeout: None,
+                on_timeout: Default::default(),
                 tags: vec![],
                 priority: Priority::Normal,
                 deps_timeout: None,

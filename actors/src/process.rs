@@ -1,6 +1,11 @@
 //! Running one child process in its own process group, with a timeout that kills the whole
 //! group (grandchildren included) and bounded tails of stdout and stderr.
 //!
+//! A timeout first sends the group a signal that makes runtimes dump their stacks (SIGABRT by
+//! default: Python's faulthandler answers it; SIGQUIT for a JVM), waits a grace period for the
+//! dump to be written, then kills the group. The dump is in the stderr tail — the one clue to
+//! where a hung task was stuck.
+//!
 //! `Child::kill` reaches only the direct child; a `sh -c` that started `sleep` in the background
 //! would leave it running. Every child here leads a new process group and the group is killed
 //! with `killpg` on timeout, and once more after a normal exit, so that nothing a task started
@@ -35,6 +40,26 @@ pub struct ProcessSpec {
     pub workdir: Option<PathBuf>,
     /// Wall-clock limit.
     pub timeout: Duration,
+    /// What happens at the limit before the group is killed.
+    pub on_timeout: OnTimeout,
+}
+
+/// The stack-dump step of a timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OnTimeout {
+    /// Sent to the group first; `None` kills at once.
+    pub dump_signal: Option<Signal>,
+    /// How long the dump may take before the group is killed.
+    pub grace: Duration,
+}
+
+impl Default for OnTimeout {
+    fn default() -> Self {
+        Self {
+            dump_signal: Some(Signal::SIGABRT),
+            grace: Duration::from_secs(5),
+        }
+    }
 }
 
 /// How the process ended.
@@ -121,7 +146,15 @@ pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
                 }
             }
             Ok(Err(e)) => Exit::SpawnFailed(format!("cannot wait for the process: {e}")),
-            Err(_) => Exit::TimedOut,
+            Err(_) => {
+                if let (Some(signal), Some(pid)) = (spec.on_timeout.dump_signal, group.0) {
+                    // Ask for a stack dump, and give it the grace period to be written.
+                    if killpg(pid, signal).is_ok() {
+                        let _ = tokio::time::timeout(spec.on_timeout.grace, child.wait()).await;
+                    }
+                }
+                Exit::TimedOut
+            }
         },
         _ = cancelled => Exit::Cancelled,
     };
@@ -196,6 +229,7 @@ mod tests {
             env: vec![("GREETING".into(), "hi".into())],
             workdir: None,
             timeout: Duration::from_millis(timeout_ms),
+            on_timeout: OnTimeout::default(),
         }
     }
 
@@ -235,6 +269,43 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn a_timeout_asks_for_a_stack_dump_before_the_kill() {
+        let script = "trap 'echo dumping stacks >&2; exit 134' ABRT; while :; do sleep 0.05; done";
+        let end = run_plain(&sh(script, 300)).await;
+        assert_eq!(end.exit, Exit::TimedOut);
+        // (The shell may also report its `sleep` child aborted by the same signal.)
+        assert!(
+            end.stderr_tail.contains("dumping stacks\n"),
+            "{}",
+            end.stderr_tail
+        );
+    }
+
+    #[tokio::test]
+    async fn a_process_deaf_to_the_dump_signal_is_killed_after_the_grace() {
+        let mut spec = sh("trap '' ABRT; sleep 300", 300);
+        spec.on_timeout.grace = Duration::from_millis(700);
+        let started = std::time::Instant::now();
+        let end = run_plain(&spec).await;
+        let took = started.elapsed();
+        assert_eq!(end.exit, Exit::TimedOut);
+        assert!(
+            took >= Duration::from_millis(1000),
+            "killed before the grace: {took:?}"
+        );
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn without_a_dump_signal_the_timeout_kills_at_once() {
+        let mut spec = sh("trap 'echo dumped >&2' ABRT; sleep 300", 300);
+        spec.on_timeout.dump_signal = None;
+        let end = run_plain(&spec).await;
+        assert_eq!(end.exit, Exit::TimedOut);
+        assert_eq!(end.stderr_tail, "");
     }
 
     /// Running or sleeping; a zombie waiting for init to reap it counts as dead.

@@ -6,9 +6,10 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::message::PublishMessage;
 use serde::Serialize;
 
-use ax_bus::messages::Alert;
+use async_nats::HeaderMap;
+use ax_bus::messages::{Alert, WorkItem};
 use ax_bus::{codec, dead_letter};
-use ax_bus::{AxClient, InstanceRecord};
+use ax_bus::{AxClient, InstanceRecord, Tag};
 
 use crate::ActorError;
 
@@ -56,19 +57,94 @@ pub async fn dead_letter(
     message: &async_nats::jetstream::Message,
 ) -> Result<(), ActorError> {
     let mut headers = message.headers.clone().unwrap_or_default();
-    headers.insert(dead_letter::REASON, one_line(reason).as_str());
-    headers.insert(dead_letter::SUBJECT, message.subject.as_str());
-    headers.insert(dead_letter::NODE, node);
-    headers.insert(dead_letter::AT, ax_bus::time::now().to_rfc3339().as_str());
+    mark_dead(&mut headers, reason, message.subject.as_str(), node);
     let source = message
         .info()
         .map(|i| format!("{}:{}", i.stream, i.stream_sequence))
         .unwrap_or_else(|_| ax_bus::ids::new_trace_id());
+    store_dead(
+        client,
+        kind,
+        &format!("dead:{source}"),
+        headers,
+        message.payload.clone(),
+    )
+    .await
+}
+
+/// Keeps an instance that ended `failed` for good (no retry left) as a dead letter of kind
+/// `exhausted`: its last work item (job spec, params, attempt) with the final tag and message.
+/// De-duplicated by the attempt, so a repeated report keeps it once.
+pub async fn failed_for_good(
+    client: &AxClient,
+    node: &str,
+    work: &WorkItem,
+    tag: Tag,
+    message: &str,
+) -> Result<(), ActorError> {
+    let mut headers = codec::msgpack_headers();
+    let reason = format!(
+        "failed for good after attempt {}: {}: {message}",
+        work.attempt,
+        tag.as_str(),
+    );
+    mark_dead(
+        &mut headers,
+        &reason,
+        &client.subjects().result(work.job()),
+        node,
+    );
+    mark_owner(&mut headers, work);
+    store_dead(
+        client,
+        dead_letter::EXHAUSTED,
+        &format!("dead:exhausted:{}", work.trace_id),
+        headers,
+        codec::encode(work)?,
+    )
+    .await?;
+    alert(
+        client,
+        node,
+        "dead_letter",
+        format!(
+            "instance {} moved to the dead letters: {reason}",
+            work.instance_id
+        ),
+        Some(client.subjects().result(work.job())),
+    )
+    .await;
+    Ok(())
+}
+
+/// Adds why, where, who and when a message died to its headers.
+pub fn mark_dead(headers: &mut HeaderMap, reason: &str, subject: &str, node: &str) {
+    headers.insert(dead_letter::REASON, one_line(reason).as_str());
+    headers.insert(dead_letter::SUBJECT, subject);
+    headers.insert(dead_letter::NODE, node);
+    headers.insert(dead_letter::AT, ax_bus::time::now().to_rfc3339().as_str());
+}
+
+/// Adds the instance, attempt and job a dead message belongs to.
+pub fn mark_owner(headers: &mut HeaderMap, work: &WorkItem) {
+    headers.insert(dead_letter::INSTANCE, work.instance_id.as_str());
+    headers.insert(dead_letter::TRACE, work.trace_id.as_str());
+    headers.insert(dead_letter::JOB, work.job());
+}
+
+/// Stores a dead letter and waits for JetStream's ack.
+pub async fn store_dead(
+    client: &AxClient,
+    kind: &str,
+    msg_id: &str,
+    headers: HeaderMap,
+    payload: bytes::Bytes,
+) -> Result<(), ActorError> {
     let subject = client.subjects().dead(kind);
     let publish = PublishMessage::build()
         .headers(headers)
-        .message_id(format!("dead:{source}"))
-        .payload(message.payload.clone());
+        .message_id(msg_id)
+        .payload(payload);
     client
         .js
         .send_publish(subject.clone(), publish)

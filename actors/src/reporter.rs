@@ -293,6 +293,10 @@ pub async fn report_once(client: &AxClient, outcome: &Outcome) -> Result<(), Act
         &result,
     )
     .await?;
+    if state == State::Failed && work.shard.is_none() {
+        // (A failed shard fails its parent, which becomes the dead letter.)
+        publish::failed_for_good(client, &end.worker, work, end.tag, &end.message).await?;
+    }
     if state == State::WaitingRetry {
         // The Schedulers hear only of the attempts they must retry.
         publish::to_stream_acked(

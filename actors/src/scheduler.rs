@@ -352,6 +352,7 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
         filter: client.subjects().retry_all(),
         ack_wait: Duration::from_secs(30),
         max_ack_pending: 10_000,
+        max_deliver: -1,
     };
     let mut messages = consume::messages(&client, &spec, 256).await?;
     while let Some(message) = messages.next().await {

@@ -14,10 +14,12 @@ use std::time::Duration;
 use ax_bus::instance::{AttemptEnd, Tag};
 use ax_bus::messages::WorkItem;
 use ax_bus::spec::template::{param_env_name, Template};
+use ax_bus::spec::{DumpSignal, OnTimeoutSpec};
 
+use nix::sys::signal::Signal;
 use tokio::sync::Notify;
 
-use crate::process::{self, Exit, ProcessSpec};
+use crate::process::{self, Exit, OnTimeout, ProcessSpec};
 
 /// Largest output file read (bigger ones are refused, not truncated into invalid JSON).
 const MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
@@ -106,6 +108,7 @@ pub async fn run(
         env: attempt_env(work, worker, &output_file),
         workdir: work.spec.exec.workdir.as_ref().map(PathBuf::from),
         timeout,
+        on_timeout: on_timeout(&work.spec.on_timeout),
     };
     let ran = process::run(&spec, cancel).await;
     end.started_at = Some(ran.started_at);
@@ -122,10 +125,7 @@ pub async fn run(
         Exit::TimedOut => (
             false,
             Tag::Timeout,
-            format!(
-                "timed out after {}s; process group killed",
-                timeout.as_secs()
-            ),
+            timeout_message(timeout, &work.spec.on_timeout),
         ),
         Exit::SpawnFailed(reason) => (false, Tag::SpawnFailed, reason),
         Exit::Cancelled => (
@@ -141,6 +141,35 @@ pub async fn run(
     }
     let _ = std::fs::remove_file(&output_file);
     end
+}
+
+/// The process-level form of the spec's `on_timeout`.
+fn on_timeout(spec: &OnTimeoutSpec) -> OnTimeout {
+    let dump_signal = match spec.signal {
+        DumpSignal::Abrt => Some(Signal::SIGABRT),
+        DumpSignal::Quit => Some(Signal::SIGQUIT),
+        DumpSignal::Term => Some(Signal::SIGTERM),
+        DumpSignal::Int => Some(Signal::SIGINT),
+        DumpSignal::Usr1 => Some(Signal::SIGUSR1),
+        DumpSignal::Usr2 => Some(Signal::SIGUSR2),
+        DumpSignal::Hup => Some(Signal::SIGHUP),
+        DumpSignal::None => None,
+    };
+    OnTimeout {
+        dump_signal,
+        grace: Duration::from_secs(spec.grace_secs()),
+    }
+}
+
+fn timeout_message(timeout: Duration, spec: &OnTimeoutSpec) -> String {
+    let limit = timeout.as_secs();
+    match spec.signal {
+        DumpSignal::None => format!("timed out after {limit}s; process group killed"),
+        signal => format!(
+            "timed out after {limit}s; {signal} sent for a stack dump (see the stderr tail), process group killed within a {}s grace",
+            spec.grace_secs()
+        ),
+    }
 }
 
 fn read_output(path: &Path) -> Result<Option<serde_json::Value>, String> {

@@ -198,6 +198,7 @@ async fn in_the_loop(
         filter: client.subjects().ready_all(),
         ack_wait: Duration::from_secs(60),
         max_ack_pending: 4096,
+        max_deliver: -1,
     };
     let mut ready = consume::messages(&client, &ready_spec, 512)
         .await?

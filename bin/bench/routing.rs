@@ -220,6 +220,7 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
         filter: client.subjects().ready(Priority::Normal),
         ack_wait: Duration::from_secs(30),
         max_ack_pending: 4 * BATCH as i64,
+        max_deliver: -1,
     };
     let arbiter = actix::Arbiter::new();
     let forwarder = {
@@ -299,6 +300,7 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
                 tags: vec![],
                 reserved: Default::default(),
                 test_stall: None,
+                dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,

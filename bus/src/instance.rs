@@ -112,6 +112,9 @@ pub enum Tag {
     Sharded,
     /// Some of its shards (or broadcast runs) failed.
     ShardsFailed,
+    /// Its dispatch was delivered as often as allowed without being settled; it was moved to
+    /// the dead letters.
+    DeadLetter,
     /// A tag written by a newer ax.
     #[serde(other)]
     Other,
@@ -137,6 +140,7 @@ impl Tag {
             Tag::WorkerLost => "worker_lost",
             Tag::Sharded => "sharded",
             Tag::ShardsFailed => "shards_failed",
+            Tag::DeadLetter => "dead_letter",
             Tag::Other => "other",
         }
     }

@@ -372,6 +372,20 @@ pub struct RerunAudit {
     pub node: String,
 }
 
+/// A dead letter submitted again, as recorded on `ax.audit.dlq`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DlqReplayAudit {
+    /// The dead letter as it was listed.
+    pub letter: crate::dead_letter::DeadLetter,
+    /// What was done: `rerun` (a new attempt of its instance) or `republished` (the message
+    /// put back on its subject as it came).
+    pub action: String,
+    /// Who asked (user@host).
+    pub requested_by: String,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
 /// `ax backfill`: one instance per date, in date order, at most `parallel` at once.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

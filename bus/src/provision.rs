@@ -13,6 +13,11 @@
 //! - `<AX>_AUDIT` (limits, `ax.audit.>`, 90 days): re-runs and backfills, who and how;
 //! - `<AX>_DEAD` (limits, `ax.internal.dead.>`, 30 days): dead letters, each the original payload
 //!   with why it died in its headers;
+//! - `<AX>_ADVISORIES` (work queue, the server's max-deliveries advisories about ax's streams):
+//!   captured because advisories are plain core messages, lost when nobody listens; the
+//!   dead-letter keeper turns each into a dead letter;
+//! - `<AX>_CLOCK` (memory, `ax.internal.clock.>`, the last probe per node): where nodes read
+//!   the server's clock (see the clock guard);
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
 //!   attempt that ran), `<ax>_workers` (heartbeats), `<ax>_deps` (instances per business date
 //!   and job, 40 days), `<ax>_waiting` (instances held for their dependencies), `<ax>_latest`
@@ -130,6 +135,26 @@ impl Layout {
     pub fn dead_stream(&self) -> String {
         self.stream_name("DEAD")
     }
+    /// `<AX>_CLOCK`.
+    pub fn clock_stream(&self) -> String {
+        self.stream_name("CLOCK")
+    }
+    /// `<AX>_ADVISORIES`.
+    pub fn advisories_stream(&self) -> String {
+        self.stream_name("ADVISORIES")
+    }
+    /// The max-deliveries advisories of every consumer of ax's work streams.
+    pub fn max_deliveries_subjects(&self) -> Vec<String> {
+        [
+            self.control_stream(),
+            self.flow_stream(),
+            self.dispatch_stream(),
+            self.results_stream(),
+        ]
+        .iter()
+        .map(|stream| format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*"))
+        .collect()
+    }
     /// `ax_deps`.
     pub fn deps_bucket(&self) -> String {
         self.bucket_name("deps")
@@ -204,6 +229,30 @@ impl Layout {
             DEAD_MAX_AGE,
         )
         .await?;
+        self.ensure_stream(
+            js,
+            self.advisories_stream(),
+            self.max_deliveries_subjects(),
+            stream::RetentionPolicy::WorkQueue,
+            DEAD_MAX_AGE,
+        )
+        .await?;
+        let clock = stream::Config {
+            name: self.clock_stream(),
+            subjects: vec![s.clock_all()],
+            max_messages_per_subject: 1,
+            max_age: Duration::from_secs(3600),
+            storage: stream::StorageType::Memory,
+            num_replicas: self.replicas,
+            allow_direct: true,
+            ..Default::default()
+        };
+        js.create_or_update_stream(clock)
+            .await
+            .map_err(|e| ProvisionError {
+                object: format!("stream {}", self.clock_stream()),
+                reason: e.to_string(),
+            })?;
         self.ensure_bucket(js, self.jobs_bucket(), 10, Duration::ZERO)
             .await?;
         self.ensure_bucket(js, self.deps_bucket(), 1, HISTORY_MAX_AGE)

@@ -157,6 +157,16 @@ impl Subjects {
         format!("{}.internal.dispatch.>", self.prefix)
     }
 
+    /// `ax.internal.clock.<node>`: a node's clock probes (see the clock guard).
+    pub fn clock(&self, node: &str) -> String {
+        format!("{}.internal.clock.{node}", self.prefix)
+    }
+
+    /// `ax.internal.clock.>`.
+    pub fn clock_all(&self) -> String {
+        format!("{}.internal.clock.>", self.prefix)
+    }
+
     /// `ax.internal.dead.<kind>`: a dead letter (see [`crate::dead_letter`]).
     pub fn dead(&self, kind: &str) -> String {
         format!("{}.internal.dead.{kind}", self.prefix)

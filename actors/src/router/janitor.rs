@@ -182,7 +182,7 @@ async fn lost_running(
     )
     .await?;
     publish::event(client, &record).await;
-    if record.state != State::Running {
+    if record.state != State::Running && record.state != State::Failed {
         return Ok(());
     }
     let Some((job, _)) = client.job(&record.job).await? else {
@@ -204,6 +204,13 @@ async fn lost_running(
         shard: record.shard.clone(),
         pin: record.pin.clone(),
     };
+    if record.state == State::Failed {
+        if work.shard.is_none() {
+            publish::failed_for_good(client, &shared.node, &work, record.tag, &record.message)
+                .await?;
+        }
+        return Ok(());
+    }
     publish::to_stream_acked(
         client,
         client.subjects().ready(work.spec.priority),

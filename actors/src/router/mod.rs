@@ -33,6 +33,7 @@ use ax_bus::spec::Priority;
 use ax_bus::{codec, ids, AxClient};
 
 use crate::consume::{self, ConsumerSpec};
+use crate::dead_letters;
 use crate::supervision::{note_restart, spawn_pump};
 use crate::{publish, ActorError};
 use acks::{AckTracker, Pending};
@@ -106,6 +107,12 @@ impl Actor for Router {
         spawn_pump(ACTOR, "acks", ctx, follow_acks(shared.clone()));
         spawn_pump(ACTOR, "deadlines", ctx, watch_deadlines(shared.clone()));
         spawn_pump(ACTOR, "janitor", ctx, janitor::run(shared.clone()));
+        spawn_pump(
+            ACTOR,
+            "dead_letters",
+            ctx,
+            dead_letters::keep(shared.client.clone(), shared.node.clone()),
+        );
         let mut gates = Vec::new();
         for priority in Priority::ALL {
             let (open_tx, open) = watch::channel(true);
@@ -214,6 +221,7 @@ async fn route(
         filter: client.subjects().ready(priority),
         ack_wait: Duration::from_secs(30),
         max_ack_pending: 4 * BATCH as i64,
+        max_deliver: -1,
     };
     let mut batches = consume::messages(&client, &spec, BATCH)
         .await?

@@ -50,8 +50,8 @@ use slots::Slots;
 const ACTOR: &str = "worker";
 /// How often a worker announces itself.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
-/// Ack wait of dispatches; a running attempt sends progress acks three times per period.
-const DISPATCH_ACK_WAIT: Duration = Duration::from_secs(30);
+/// Ack wait of dispatches when the config sets none.
+pub const DEFAULT_DISPATCH_ACK_WAIT: Duration = Duration::from_secs(30);
 /// A claim's lease, renewed three times per period while the attempt runs.
 pub const CLAIM_LEASE: Duration = Duration::from_secs(15);
 /// The window of the average attempt duration.
@@ -70,6 +70,10 @@ pub struct WorkerConfig {
     pub tags: Vec<String>,
     /// Where the outbox and scratch files live.
     pub data_dir: PathBuf,
+    /// How long JetStream waits for a dispatch's ack before delivering it again. A running
+    /// attempt sends in-progress acks three times per period, so a long task is never
+    /// redelivered while it runs.
+    pub dispatch_ack_wait: Duration,
     /// Test hook: hold every dispatch this long before claiming it — a worker that receives
     /// but does not acknowledge in time.
     pub test_stall: Option<Duration>,
@@ -266,8 +270,9 @@ async fn take_dispatches(
         stream: client.layout.dispatch_stream(),
         durable: format!("worker-{id}-{}", priority.as_str()),
         filter: client.subjects().dispatch(id, priority),
-        ack_wait: DISPATCH_ACK_WAIT,
+        ack_wait: attempts.config.dispatch_ack_wait,
         max_ack_pending: i64::from(attempts.slots.limit(priority)),
+        max_deliver: consume::POISON_DELIVERIES,
     };
     if reclaim {
         reclaim_dispatches(client, &spec).await?;
@@ -374,7 +379,7 @@ impl Attempts {
             Err(e) => {
                 tracing::warn!(%trace, error = %e, "cannot claim; redelivering");
                 let _ = message
-                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .ack_with(AckKind::Nak(Some(consume::backoff(&message))))
                     .await;
                 return;
             }
@@ -399,7 +404,7 @@ impl Attempts {
             Err(e) => {
                 tracing::warn!(%trace, error = %e, "cannot mark executing; redelivering");
                 let _ = message
-                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .ack_with(AckKind::Nak(Some(consume::backoff(&message))))
                     .await;
                 return;
             }
@@ -417,7 +422,7 @@ impl Attempts {
         let end = {
             let execution = execute(&work, me, scratch, &stop);
             tokio::pin!(execution);
-            let mut progress = tokio::time::interval(DISPATCH_ACK_WAIT / 3);
+            let mut progress = tokio::time::interval(self.config.dispatch_ack_wait / 3);
             progress.tick().await;
             let mut renewal = tokio::time::interval(CLAIM_LEASE / 3);
             renewal.tick().await;

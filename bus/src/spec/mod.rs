@@ -71,6 +71,9 @@ pub struct JobSpec {
     /// Seconds an attempt may run (60 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
+    /// What a timeout does before it kills: the stack-dump signal and its grace period.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub on_timeout: OnTimeoutSpec,
     /// Only workers having all these tags run the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
@@ -222,6 +225,79 @@ pub struct ExecSpec {
     /// shell: extra environment variables (values are literal, never templates).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+}
+
+/// What a timeout does before it kills the attempt's process group: it sends a signal that
+/// makes runtimes dump their stacks (Python's faulthandler answers SIGABRT, a JVM SIGQUIT) and
+/// gives the dump `grace` seconds to be written. The dump ends up in the result's stderr tail.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnTimeoutSpec {
+    /// The signal sent first (`SIGABRT` when absent); `none` kills at once.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub signal: DumpSignal,
+    /// Seconds between the signal and the kill (5 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<u64>,
+}
+
+/// Seconds a stack dump may take when the spec sets no `on_timeout.grace`.
+pub const DEFAULT_TIMEOUT_GRACE_SECS: u64 = 5;
+
+/// The longest grace period a spec may ask for.
+pub const MAX_TIMEOUT_GRACE_SECS: u64 = 600;
+
+impl OnTimeoutSpec {
+    /// The grace period in seconds, defaulted.
+    pub fn grace_secs(&self) -> u64 {
+        self.grace.unwrap_or(DEFAULT_TIMEOUT_GRACE_SECS)
+    }
+}
+
+/// The signals a timeout may send to ask for a stack dump.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DumpSignal {
+    /// Python's faulthandler, core dumps.
+    #[default]
+    #[serde(rename = "SIGABRT")]
+    Abrt,
+    /// The JVM's thread dump.
+    #[serde(rename = "SIGQUIT")]
+    Quit,
+    /// A polite stop, for programs that clean up on it.
+    #[serde(rename = "SIGTERM")]
+    Term,
+    /// What Ctrl-C sends.
+    #[serde(rename = "SIGINT")]
+    Int,
+    /// Free for the program's own use.
+    #[serde(rename = "SIGUSR1")]
+    Usr1,
+    /// Free for the program's own use.
+    #[serde(rename = "SIGUSR2")]
+    Usr2,
+    /// Hang-up.
+    #[serde(rename = "SIGHUP")]
+    Hup,
+    /// No signal: the group is killed at once.
+    #[serde(rename = "none")]
+    None,
+}
+
+impl fmt::Display for DumpSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Self::Abrt => "SIGABRT",
+            Self::Quit => "SIGQUIT",
+            Self::Term => "SIGTERM",
+            Self::Int => "SIGINT",
+            Self::Usr1 => "SIGUSR1",
+            Self::Usr2 => "SIGUSR2",
+            Self::Hup => "SIGHUP",
+            Self::None => "none",
+        };
+        f.write_str(name)
+    }
 }
 
 /// Retries after a failed attempt.
@@ -415,6 +491,20 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if job.timeout == Some(0) {
         errors.push(SpecError::new("job.timeout", "must be at least 1 second"));
     }
+    if let Some(grace) = job.on_timeout.grace {
+        if grace > MAX_TIMEOUT_GRACE_SECS {
+            errors.push(SpecError::new(
+                "job.on_timeout.grace",
+                format!("{grace} s is more than {MAX_TIMEOUT_GRACE_SECS} s"),
+            ));
+        }
+        if job.on_timeout.signal == DumpSignal::None {
+            errors.push(SpecError::new(
+                "job.on_timeout.grace",
+                "a grace period needs a signal to wait on (signal is `none`)",
+            ));
+        }
+    }
     match job.shards {
         Some(0) => errors.push(SpecError::new("job.shards", "must be at least 1")),
         Some(n) if n > MAX_SHARDS => errors.push(SpecError::new(
@@ -577,6 +667,7 @@ mod tests {
             params: BTreeMap::new(),
             retry: None,
             timeout: None,
+            on_timeout: OnTimeoutSpec::default(),
             tags: vec![],
             priority: Priority::Normal,
             deps_timeout: None,
@@ -646,6 +737,8 @@ mod tests {
         job.retry = Some(RetrySpec {
             times: 101,
             interval: 0,
+            max_interval: None,
+            jitter: 0.0,
         });
         job.tags = vec!["no spaces".into()];
         let fields: Vec<String> = validate(&doc(job)).into_iter().map(|e| e.field).collect();

@@ -11,7 +11,8 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::{
-    DepSpec, ExecSpec, JobDocument, JobSpec, Misfire, Overlap, Priority, RetrySpec, SpecError,
+    DepSpec, DumpSignal, ExecSpec, JobDocument, JobSpec, Misfire, OnTimeoutSpec, Overlap, Priority,
+    RetrySpec, SpecError,
 };
 
 /// A job read from a file, with where it came from.
@@ -103,6 +104,8 @@ struct RawJob {
     #[serde(default)]
     timeout: Option<Spanned<u64>>,
     #[serde(default)]
+    on_timeout: Option<Spanned<RawOnTimeout>>,
+    #[serde(default)]
     tags: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     priority: Option<Spanned<Priority>>,
@@ -142,6 +145,15 @@ struct RawRetry {
     max_interval: Option<Spanned<u64>>,
     #[serde(default)]
     jitter: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOnTimeout {
+    #[serde(default)]
+    signal: Option<Spanned<DumpSignal>>,
+    #[serde(default)]
+    grace: Option<Spanned<u64>>,
 }
 
 /// Records field lines while unwrapping spanned values.
@@ -194,6 +206,15 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
             .take_opt("job.retry.jitter", r.jitter)
             .unwrap_or_default(),
     });
+    let on_timeout = lines
+        .take_opt("job.on_timeout", job.on_timeout)
+        .map(|t| OnTimeoutSpec {
+            signal: lines
+                .take_opt("job.on_timeout.signal", t.signal)
+                .unwrap_or_default(),
+            grace: lines.take_opt("job.on_timeout.grace", t.grace),
+        })
+        .unwrap_or_default();
     let spec = JobSpec {
         name,
         cron: lines.take_opt("job.cron", job.cron),
@@ -211,6 +232,7 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         params: lines.take_opt("job.params", job.params).unwrap_or_default(),
         retry,
         timeout: lines.take_opt("job.timeout", job.timeout),
+        on_timeout,
         tags: lines.take_opt("job.tags", job.tags).unwrap_or_default(),
         priority: lines
             .take_opt("job.priority", job.priority)

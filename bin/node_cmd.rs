@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use ax_actors::clock::SystemClock;
+use ax_actors::clock::{Clock, ShiftedClock, SystemClock};
 use ax_actors::node::{parse_roles, Node, NodeConfig};
 use ax_actors::worker::WorkerConfig;
 use ax_bus::client::{AxClient, ConnectConfig};
@@ -113,13 +113,40 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             roles: roles.clone(),
             worker,
             scheduler_loaded: None,
+            max_clock_skew: file.node.max_clock_skew()?,
             router: file.router.config()?,
         },
-        Arc::new(SystemClock),
+        node_clock(),
     )?;
     let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     eprintln!("ax node {id} running {} on {url}", names.join(","));
     shutdown::wait().await;
     node.stop();
     Ok(())
+}
+
+/// The system clock; or, as a test hook, the system clock shifted by the number of seconds
+/// written in the file `AX_TEST_CLOCK_OFFSET_FILE` (read every 200 ms): a node whose clock is
+/// wrong, then right again, for tests of the clock guard.
+fn node_clock() -> Arc<dyn Clock> {
+    let Ok(path) = std::env::var("AX_TEST_CLOCK_OFFSET_FILE") else {
+        return Arc::new(SystemClock);
+    };
+    let read = move |clock: &ShiftedClock| {
+        let seconds: f64 = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0.0);
+        clock.shift((seconds * 1000.0) as i64);
+    };
+    let clock = ShiftedClock::default();
+    read(&clock);
+    let shifted = clock.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            read(&shifted);
+        }
+    });
+    Arc::new(clock)
 }

@@ -8,6 +8,7 @@
 //! prefix = "ax"
 //! replicas = 3
 //! data_dir = "/var/lib/ax"
+//! max_clock_skew = 5               # seconds off the NATS server's clock before the node holds off
 //!
 //! [worker]
 //! slots = 8
@@ -29,6 +30,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
+use ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
 use ax_actors::router::RouterConfig;
 use ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT;
 use ax_bus::messages::Reserved;
@@ -55,6 +57,22 @@ pub struct NodeSection {
     pub prefix: Option<String>,
     pub replicas: Option<usize>,
     pub data_dir: Option<PathBuf>,
+    /// Seconds the node's clock may be off the NATS server's (5); 0 turns the guard off.
+    pub max_clock_skew: Option<f64>,
+}
+
+impl NodeSection {
+    /// The clock guard's limit; `None` when turned off. An error names the field.
+    pub fn max_clock_skew(&self) -> Result<Option<Duration>> {
+        match self.max_clock_skew {
+            None => Ok(Some(DEFAULT_MAX_CLOCK_SKEW)),
+            Some(0.0) => Ok(None),
+            Some(v) if v.is_finite() && v > 0.0 => Ok(Some(Duration::from_secs_f64(v))),
+            Some(v) => {
+                anyhow::bail!("[node] max_clock_skew = {v}: must be a number of seconds >= 0")
+            }
+        }
+    }
 }
 
 /// `[worker]`.

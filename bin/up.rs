@@ -77,6 +77,7 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
                 data_dir: data_dir.join("worker"),
             },
             scheduler_loaded: None,
+            max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             router: Default::default(),
         },
         Arc::new(SystemClock),

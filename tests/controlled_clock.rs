@@ -48,6 +48,7 @@ async fn start(
                 data_dir: dir.to_path_buf(),
             },
             scheduler_loaded: Some(loaded_tx),
+            max_clock_skew: None,
             router: Default::default(),
         },
         Arc::new(clock.clone()),

@@ -8,12 +8,14 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 
 use ax_bus::AxClient;
 
 use crate::clock::Clock;
+use crate::clock_guard::ClockGuard;
 use crate::dag::DagCoordinator;
 use crate::reporter::Reporter;
 use crate::router::{Router, RouterConfig};
@@ -114,6 +116,8 @@ pub struct NodeConfig {
     /// Told the number of jobs each time the Scheduler has (re)loaded the registry: readiness,
     /// for whoever starts the node and wants to know.
     pub scheduler_loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
+    /// The clock guard's limit; `None` turns the guard off (a test's manual clock).
+    pub max_clock_skew: Option<Duration>,
 }
 
 /// Running actors; stopped on [`Node::stop`] or drop.
@@ -130,12 +134,32 @@ impl Node {
     ) -> Result<Self, ActorError> {
         let mut arbiters = Vec::new();
         let name = config.name.clone();
+        let timed_roles =
+            config.roles.contains(&Role::Scheduler) || config.roles.contains(&Role::Worker);
+        let clock_guard = match config.max_clock_skew {
+            Some(limit) if timed_roles => {
+                let guard = ClockGuard::new(limit);
+                let arbiter = Arbiter::new();
+                arbiter.spawn(
+                    guard
+                        .clone()
+                        .run(client.clone(), clock.clone(), name.clone()),
+                );
+                arbiters.push(arbiter);
+                Some(guard)
+            }
+            _ => None,
+        };
         if config.roles.contains(&Role::Scheduler) {
             let arbiter = Arbiter::new();
             let (client, clock, name) = (client.clone(), clock.clone(), name.clone());
             let loaded = config.scheduler_loaded.clone();
+            let guard = clock_guard.clone();
             Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
-                let scheduler = Scheduler::new(client, clock, name);
+                let mut scheduler = Scheduler::new(client, clock, name);
+                if let Some(guard) = guard {
+                    scheduler = scheduler.guarded_by(guard);
+                }
                 match loaded {
                     Some(loaded) => scheduler.reporting_load(loaded),
                     None => scheduler,
@@ -169,7 +193,7 @@ impl Node {
             let arbiter = Arbiter::new();
             let worker = config.worker.clone();
             Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
-                WorkerSupervisor::new(client, worker, handle)
+                WorkerSupervisor::new(client, worker, handle, clock_guard)
             });
             arbiters.push(arbiter);
         }

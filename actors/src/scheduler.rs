@@ -29,6 +29,7 @@ use ax_bus::spec::Misfire;
 use ax_bus::{codec, ids, AxClient};
 
 use crate::clock::Clock;
+use crate::clock_guard::ClockGuard;
 use crate::consume::{self, ConsumerSpec};
 use crate::creator::{Creator, NewInstance};
 use crate::planner::{DueRetry, Planner};
@@ -57,6 +58,10 @@ pub struct Scheduler {
     misfires_handled: bool,
     /// Told the number of jobs each time the registry has been (re)loaded.
     loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
+    /// While it says the node's clock is off, nothing fires.
+    clock_guard: Option<ClockGuard>,
+    /// Whether fires were held for the clock since the last tick.
+    held_for_clock: bool,
 }
 
 impl Scheduler {
@@ -76,7 +81,17 @@ impl Scheduler {
             last_tick: now,
             misfires_handled: false,
             loaded: None,
+            clock_guard: None,
+            held_for_clock: false,
         }
+    }
+
+    /// Holds every fire and retry while `guard` says the node's clock is off: they stay in the
+    /// wheel and go out once it is back (other Schedulers, with good clocks, fire them
+    /// meanwhile; the instance ids make sure each fire runs once).
+    pub fn guarded_by(mut self, guard: ClockGuard) -> Self {
+        self.clock_guard = Some(guard);
+        self
     }
 
     /// Reports on `loaded` the number of jobs once the registry is loaded (after every start
@@ -100,7 +115,20 @@ impl Scheduler {
 
     /// Fires what is due and sleeps until the next timer.
     fn tick(&mut self, ctx: &mut Context<Self>) {
+        if self.clock_guard.as_ref().is_some_and(|g| g.skewed()) {
+            self.held_for_clock = true;
+            self.arm(ctx);
+            return;
+        }
         let now = self.clock.now();
+        if std::mem::take(&mut self.held_for_clock) && now < self.last_tick {
+            // The clock came back from ahead: the wheel was laid out on the wrong time. A
+            // restart rebuilds it from the registry, from now.
+            tracing::warn!(node = %self.node, "clock back from ahead; rebuilding the wheel");
+            self.last_tick = now;
+            ctx.stop();
+            return;
+        }
         let Some(due) = guard(ACTOR, || self.planner.advance(now)) else {
             ctx.stop();
             return;

@@ -43,6 +43,7 @@ async fn lateness(
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,
+            max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             router: Default::default(),
         },
         Arc::new(SystemClock),

@@ -304,6 +304,7 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,
+            max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             router: RouterConfig {
                 // Nobody acknowledges: the measurement must not see re-dispatches.
                 ack_timeout: Duration::from_secs(600),

@@ -57,6 +57,7 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,
+            max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             router: Default::default(),
         },
         Arc::new(SystemClock),

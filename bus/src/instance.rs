@@ -115,6 +115,8 @@ pub enum Tag {
     /// Its dispatch was delivered as often as allowed without being settled; it was moved to
     /// the dead letters.
     DeadLetter,
+    /// Its worker's clock was off the NATS server's by more than `max_clock_skew`.
+    ClockSkew,
     /// A tag written by a newer ax.
     #[serde(other)]
     Other,
@@ -141,6 +143,7 @@ impl Tag {
             Tag::Sharded => "sharded",
             Tag::ShardsFailed => "shards_failed",
             Tag::DeadLetter => "dead_letter",
+            Tag::ClockSkew => "clock_skew",
             Tag::Other => "other",
         }
     }

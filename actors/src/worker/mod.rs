@@ -40,6 +40,7 @@ use ax_bus::messages::{DispatchAck, Reserved, RunningAttempt, WorkItem, WorkerIn
 use ax_bus::spec::Priority;
 use ax_bus::{codec, AxClient};
 
+use crate::clock_guard::ClockGuard;
 use crate::consume::{self, ConsumerSpec};
 use crate::outbox::Outcome;
 use crate::reporter::{report_once, ReporterHandle};
@@ -124,6 +125,7 @@ struct Attempts {
     slots: Arc<Slots>,
     in_flight: Arc<DashMap<String, InFlight>>,
     durations: Arc<Durations>,
+    clock: Option<ClockGuard>,
 }
 
 /// The WorkerSupervisor actor.
@@ -135,8 +137,14 @@ pub struct WorkerSupervisor {
 }
 
 impl WorkerSupervisor {
-    /// A worker on `client` reporting through `reporter`.
-    pub fn new(client: AxClient, config: WorkerConfig, reporter: ReporterHandle) -> Self {
+    /// A worker on `client` reporting through `reporter`; with a `clock` guard, it refuses
+    /// dispatches while the node's clock is off.
+    pub fn new(
+        client: AxClient,
+        config: WorkerConfig,
+        reporter: ReporterHandle,
+        clock: Option<ClockGuard>,
+    ) -> Self {
         Self {
             attempts: Attempts {
                 client,
@@ -145,6 +153,7 @@ impl WorkerSupervisor {
                 reporter,
                 in_flight: Arc::default(),
                 durations: Arc::default(),
+                clock,
             },
             started_at: ax_bus::time::now(),
             first_start: true,
@@ -345,6 +354,38 @@ async fn execute(
 }
 
 impl Attempts {
+    /// Ends a claimed attempt `failed` with tag `clock_skew` without running it: times this
+    /// node would write (start, end, lease expiries) cannot be trusted.
+    async fn refuse_for_clock(&self, work: WorkItem, clock: &ClockGuard) {
+        let now = ax_bus::time::now();
+        let end = AttemptEnd {
+            trace_id: work.trace_id.clone(),
+            success: false,
+            tag: Tag::ClockSkew,
+            message: format!(
+                "refused by worker {}: its clock is {} ms off the NATS server's (limit {} s)",
+                self.config.id,
+                clock.offset_ms(),
+                clock.limit().as_secs_f64()
+            ),
+            output: serde_json::Value::Null,
+            worker: self.config.id.clone(),
+            started_at: None,
+            finished_at: now,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        };
+        let outcome = Outcome { work, end };
+        if let Err(e) = self.reporter.record(outcome.clone()).await {
+            tracing::warn!(error = %e, "refusal not durable; reporting it directly");
+            while let Err(e) = report_once(&self.client, &outcome).await {
+                tracing::warn!(error = %e, "direct report failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
     async fn run(&self, message: jetstream::Message, scratch: &std::path::Path) {
         let client = &self.client;
         let me = self.config.id.as_str();
@@ -385,6 +426,11 @@ impl Attempts {
             }
         };
         self.acknowledge(&work).await;
+        if let Some(clock) = self.clock.as_ref().filter(|c| c.skewed()) {
+            self.refuse_for_clock(work, clock).await;
+            let _ = message.ack().await;
+            return;
+        }
         let now = ax_bus::time::now();
         match client
             .update_instance(&work.instance_id, |r| r.started(&trace, me, now))

@@ -114,6 +114,7 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             worker,
             scheduler_loaded: None,
             max_clock_skew: file.node.max_clock_skew()?,
+            alert_webhook: file.alerts.webhook()?,
             router: file.router.config()?,
         },
         node_clock(),

@@ -21,6 +21,10 @@
 //! weight_duration = 0.3
 //! ack_timeout = 5                       # seconds a worker has to acknowledge a dispatch
 //! worker_ttl = 10                       # seconds without heartbeat before a worker is dead
+//!
+//! [alerts]
+//! webhook = "https://hooks.example.com/ax"   # one JSON POST per alert, retried with backoff
+//! timeout = 5                                # seconds one POST may take
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -30,6 +34,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
+use ax_actors::alert_webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 use ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
 use ax_actors::router::RouterConfig;
 use ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT;
@@ -45,6 +50,41 @@ pub struct FileConfig {
     pub worker: WorkerSection,
     #[serde(default)]
     pub router: RouterSection,
+    #[serde(default)]
+    pub alerts: AlertsSection,
+}
+
+/// `[alerts]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsSection {
+    /// URL that receives one JSON POST per alert.
+    pub webhook: Option<String>,
+    /// Seconds one POST may take (5).
+    pub timeout: Option<f64>,
+}
+
+impl AlertsSection {
+    /// The webhook, when one is configured; an error names the bad field.
+    pub fn webhook(&self) -> Result<Option<WebhookConfig>> {
+        let Some(url) = &self.webhook else {
+            return Ok(None);
+        };
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            anyhow::bail!("[alerts] webhook = {url:?}: must be an http:// or https:// URL");
+        }
+        let timeout = match self.timeout {
+            None => DEFAULT_WEBHOOK_TIMEOUT,
+            Some(v) if v.is_finite() && v > 0.0 => Duration::from_secs_f64(v),
+            Some(v) => {
+                anyhow::bail!("[alerts] timeout = {v}: must be a positive number of seconds")
+            }
+        };
+        Ok(Some(WebhookConfig {
+            url: url.clone(),
+            timeout,
+        }))
+    }
 }
 
 /// `[node]`.

@@ -78,6 +78,7 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
             },
             scheduler_loaded: None,
             max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
+            alert_webhook: None,
             router: Default::default(),
         },
         Arc::new(SystemClock),

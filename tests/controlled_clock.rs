@@ -49,6 +49,7 @@ async fn start(
             },
             scheduler_loaded: Some(loaded_tx),
             max_clock_skew: None,
+            alert_webhook: None,
             router: Default::default(),
         },
         Arc::new(clock.clone()),

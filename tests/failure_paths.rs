@@ -353,3 +353,71 @@ async fn a_task_longer_than_the_ack_wait_is_never_redelivered() {
         "{info:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known failure (issue 5): after a 60 s outage the nodes reconnect but their actors do \
+            not resume, so the outcomes in the outbox are never reported; a 3 s outage recovers"]
+async fn results_of_tasks_that_end_during_a_60_s_nats_outage_arrive_exactly_once() {
+    let mut nats = TestNats::start();
+    let client = nats.client().await;
+    let control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    let ledger = nats.path("jobs").join("ledger");
+    apply_job(
+        &nats,
+        "during",
+        &format!(
+            "version: v1\njob:\n  name: during\n  exec:\n    type: shell\n    command: 'echo start >> {l}; sleep 4; echo end >> {l}'\n",
+            l = ledger.display()
+        ),
+    )
+    .await;
+    let ids: Vec<String> = (0..4).map(|_| trigger(&nats, &["during"])).collect();
+    wait_for(
+        Duration::from_secs(20),
+        "the four attempts to start",
+        || async { (lines_with(&ledger, "start") == 4).then_some(()) },
+    )
+    .await;
+    nats.server.stop();
+    // The tasks end while NATS is away: their outcomes wait in the worker's outbox.
+    wait_for(
+        Duration::from_secs(20),
+        "the four attempts to end",
+        || async { (lines_with(&ledger, "end") == 4).then_some(()) },
+    )
+    .await;
+    std::thread::sleep(Duration::from_secs(60));
+    nats.server
+        .restart()
+        .expect("nats-server restarts on its store");
+    let client_again = nats.client().await;
+    for id in &ids {
+        let record = wait_for_logged(
+            Duration::from_secs(60),
+            "the outcome reported after the outage",
+            &[&worker, &control],
+            || async {
+                client_again
+                    .instance(id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|(r, _)| r)
+                    .filter(|r| r.state.is_final())
+            },
+        )
+        .await;
+        assert_eq!(
+            (record.state, record.attempt),
+            (State::Success, 1),
+            "{}",
+            record.message
+        );
+    }
+    // Nothing ran twice, and each attempt has exactly one result.
+    assert_eq!(lines_with(&ledger, "start"), 4);
+    let mut results = client_again.js.get_stream("AX_RESULTS").await.unwrap();
+    assert_eq!(results.info().await.unwrap().state.messages, 4);
+    drop(client);
+}

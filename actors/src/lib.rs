@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
+pub mod alert_webhook;
 pub mod backfill;
 pub mod clock;
 pub mod clock_guard;

@@ -14,6 +14,7 @@ use actix::prelude::*;
 
 use ax_bus::AxClient;
 
+use crate::alert_webhook::{self, WebhookConfig};
 use crate::clock::Clock;
 use crate::clock_guard::ClockGuard;
 use crate::dag::DagCoordinator;
@@ -118,6 +119,8 @@ pub struct NodeConfig {
     pub scheduler_loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
     /// The clock guard's limit; `None` turns the guard off (a test's manual clock).
     pub max_clock_skew: Option<Duration>,
+    /// Where this node POSTs alerts (shared with every node that has one).
+    pub alert_webhook: Option<WebhookConfig>,
 }
 
 /// Running actors; stopped on [`Node::stop`] or drop.
@@ -150,6 +153,11 @@ impl Node {
             }
             _ => None,
         };
+        if let Some(webhook) = config.alert_webhook.clone() {
+            let arbiter = Arbiter::new();
+            arbiter.spawn(forward_alerts(client.clone(), webhook, name.clone()));
+            arbiters.push(arbiter);
+        }
         if config.roles.contains(&Role::Scheduler) {
             let arbiter = Arbiter::new();
             let (client, clock, name) = (client.clone(), clock.clone(), name.clone());
@@ -212,6 +220,17 @@ impl Node {
         for arbiter in self.arbiters.drain(..) {
             let _ = arbiter.join();
         }
+    }
+}
+
+/// Runs the webhook forwarder for ever, starting it again a second after it fails.
+async fn forward_alerts(client: AxClient, webhook: WebhookConfig, node: String) {
+    loop {
+        if let Err(e) = alert_webhook::forward(client.clone(), webhook.clone(), node.clone()).await
+        {
+            tracing::warn!(error = %e, "alert webhook forwarder stopped; starting it again");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

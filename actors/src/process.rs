@@ -148,9 +148,17 @@ pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
             Ok(Err(e)) => Exit::SpawnFailed(format!("cannot wait for the process: {e}")),
             Err(_) => {
                 if let (Some(signal), Some(pid)) = (spec.on_timeout.dump_signal, group.0) {
-                    // Ask for a stack dump, and give it the grace period to be written.
+                    // Ask for a stack dump, and give the whole group (not only the direct
+                    // child: `sh -c` may die first while its python still writes) the grace
+                    // period to write it and exit.
                     if killpg(pid, signal).is_ok() {
-                        let _ = tokio::time::timeout(spec.on_timeout.grace, child.wait()).await;
+                        let group_gone = async {
+                            let _ = child.wait().await;
+                            while killpg(pid, None).is_ok() {
+                                tokio::time::sleep(GROUP_POLL).await;
+                            }
+                        };
+                        let _ = tokio::time::timeout(spec.on_timeout.grace, group_gone).await;
                     }
                 }
                 Exit::TimedOut
@@ -177,6 +185,9 @@ pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
         stderr_tail: drain(stderr).await,
     }
 }
+
+/// How often the grace period checks whether the group is gone.
+const GROUP_POLL: Duration = Duration::from_millis(20);
 
 /// Kills the process group when dropped: at the end of a run, and also when the run is
 /// cancelled (its future dropped because the worker shuts down).

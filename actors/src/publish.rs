@@ -103,7 +103,7 @@ pub async fn failed_for_good(
         codec::encode(work)?,
     )
     .await?;
-    alert(
+    instance_alert(
         client,
         node,
         "dead_letter",
@@ -111,7 +111,7 @@ pub async fn failed_for_good(
             "instance {} moved to the dead letters: {reason}",
             work.instance_id
         ),
-        Some(client.subjects().result(work.job())),
+        work,
     )
     .await;
     Ok(())
@@ -179,23 +179,56 @@ pub async fn alert(
     message: String,
     subject: Option<String>,
 ) {
+    raise(
+        client,
+        Alert {
+            kind: kind.to_string(),
+            message,
+            node: node.to_string(),
+            at: ax_bus::time::now(),
+            subject,
+            instance: None,
+            job: None,
+        },
+    )
+    .await;
+}
+
+/// `ax.alert.<kind>` about an attempt of an instance (best effort), also logged.
+pub async fn instance_alert(
+    client: &AxClient,
+    node: &str,
+    kind: &str,
+    message: String,
+    work: &WorkItem,
+) {
+    raise(
+        client,
+        Alert {
+            kind: kind.to_string(),
+            message,
+            node: node.to_string(),
+            at: ax_bus::time::now(),
+            subject: Some(client.subjects().result(work.job())),
+            instance: Some(work.instance_id.clone()),
+            job: Some(work.job().to_string()),
+        },
+    )
+    .await;
+}
+
+async fn raise(client: &AxClient, alert: Alert) {
     tracing::warn!(
-        kind,
-        subject = subject.as_deref().unwrap_or(""),
-        "{message}"
+        kind = %alert.kind,
+        subject = alert.subject.as_deref().unwrap_or(""),
+        "{}",
+        alert.message
     );
-    let alert = Alert {
-        kind: kind.to_string(),
-        message,
-        node: node.to_string(),
-        at: ax_bus::time::now(),
-        subject,
-    };
     if let Ok(payload) = codec::encode(&alert) {
         let _ = client
             .nats
             .publish_with_headers(
-                client.subjects().alert(kind),
+                client.subjects().alert(&alert.kind),
                 codec::msgpack_headers(),
                 payload,
             )

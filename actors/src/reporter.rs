@@ -20,7 +20,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
 use ax_bus::client::Updated;
-use ax_bus::instance::{State, TransitionRefused};
+use ax_bus::instance::{State, Tag, TransitionRefused};
 use ax_bus::messages::ResultMessage;
 use ax_bus::spec::JobSpec;
 use ax_bus::AxClient;
@@ -293,9 +293,38 @@ pub async fn report_once(client: &AxClient, outcome: &Outcome) -> Result<(), Act
         &result,
     )
     .await?;
-    if state == State::Failed && work.shard.is_none() {
-        // (A failed shard fails its parent, which becomes the dead letter.)
-        publish::failed_for_good(client, &end.worker, work, end.tag, &end.message).await?;
+    if end.tag == Tag::Timeout {
+        publish::instance_alert(
+            client,
+            &end.worker,
+            "timeout",
+            format!(
+                "attempt {} of instance {} timed out: {}",
+                work.attempt, work.instance_id, end.message
+            ),
+            work,
+        )
+        .await;
+    }
+    if state == State::Failed {
+        publish::instance_alert(
+            client,
+            &end.worker,
+            "failure",
+            format!(
+                "instance {} failed for good after attempt {}: {}: {}",
+                work.instance_id,
+                work.attempt,
+                end.tag.as_str(),
+                end.message
+            ),
+            work,
+        )
+        .await;
+        if work.shard.is_none() {
+            // (A failed shard fails its parent, which becomes the dead letter.)
+            publish::failed_for_good(client, &end.worker, work, end.tag, &end.message).await?;
+        }
     }
     if state == State::WaitingRetry {
         // The Schedulers hear only of the attempts they must retry.

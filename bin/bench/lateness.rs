@@ -44,6 +44,7 @@ async fn lateness(
             },
             scheduler_loaded: None,
             max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
+            alert_webhook: None,
             router: Default::default(),
         },
         Arc::new(SystemClock),

@@ -58,6 +58,7 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
             },
             scheduler_loaded: None,
             max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
+            alert_webhook: None,
             router: Default::default(),
         },
         Arc::new(SystemClock),

@@ -522,7 +522,7 @@ pub type EventMessage = InstanceRecord;
 /// Something an operator should see, published on `ax.alert.<kind>`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Alert {
-    /// `control`, `dispatch`, `outbox`, ...
+    /// `failure`, `timeout`, `dead_letter`, `clock_skew`, `control`, `dispatch`, `outbox`, ...
     pub kind: String,
     /// What happened.
     pub message: String,
@@ -533,6 +533,12 @@ pub struct Alert {
     /// The subject of the offending message, when there was one.
     #[serde(default)]
     pub subject: Option<String>,
+    /// The instance it concerns, when it concerns one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// That instance's job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
 }
 
 /// A worker's heartbeat, the value under its id in the workers bucket.

@@ -16,6 +16,8 @@
 //! - `<AX>_ADVISORIES` (work queue, the server's max-deliveries advisories about ax's streams):
 //!   captured because advisories are plain core messages, lost when nobody listens; the
 //!   dead-letter keeper turns each into a dead letter;
+//! - `<AX>_ALERTS` (limits, `ax.alert.>`, 7 days): every alert, for the webhook forwarder and
+//!   for whoever wants to read them later;
 //! - `<AX>_CLOCK` (memory, `ax.internal.clock.>`, the last probe per node): where nodes read
 //!   the server's clock (see the clock guard);
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
@@ -47,6 +49,8 @@ pub const TICKS_PER_JOB: i64 = 1000;
 pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
 /// How long dead letters are kept.
 pub const DEAD_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long alerts are kept.
+pub const ALERTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a lease lives without renewal.
 pub const LEASE_TTL: Duration = Duration::from_secs(6);
 /// De-duplication window of the streams.
@@ -135,6 +139,10 @@ impl Layout {
     pub fn dead_stream(&self) -> String {
         self.stream_name("DEAD")
     }
+    /// `<AX>_ALERTS`.
+    pub fn alerts_stream(&self) -> String {
+        self.stream_name("ALERTS")
+    }
     /// `<AX>_CLOCK`.
     pub fn clock_stream(&self) -> String {
         self.stream_name("CLOCK")
@@ -150,6 +158,7 @@ impl Layout {
             self.flow_stream(),
             self.dispatch_stream(),
             self.results_stream(),
+            self.alerts_stream(),
         ]
         .iter()
         .map(|stream| format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*"))
@@ -235,6 +244,14 @@ impl Layout {
             self.max_deliveries_subjects(),
             stream::RetentionPolicy::WorkQueue,
             DEAD_MAX_AGE,
+        )
+        .await?;
+        self.ensure_stream(
+            js,
+            self.alerts_stream(),
+            vec![s.alert_all()],
+            stream::RetentionPolicy::Limits,
+            ALERTS_MAX_AGE,
         )
         .await?;
         let clock = stream::Config {

@@ -68,6 +68,11 @@ impl Subjects {
         format!("{}.alert.{kind}", self.prefix)
     }
 
+    /// `ax.alert.>`.
+    pub fn alert_all(&self) -> String {
+        format!("{}.alert.>", self.prefix)
+    }
+
     /// `ax.audit.<kind>`: operator actions kept for the record (re-runs, backfills).
     pub fn audit(&self, kind: &str) -> String {
         format!("{}.audit.{kind}", self.prefix)

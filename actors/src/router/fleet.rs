@@ -252,6 +252,15 @@ impl Fleet {
             .collect()
     }
 
+    /// Counts every known worker as just seen: after this Router could not hear heartbeats
+    /// (its own NATS connection was down, or it has just taken over the janitor lease), their
+    /// absence proves nothing, and each gets a full TTL to be heard again.
+    pub fn grant_grace(&mut self, now: Instant) {
+        for member in self.members.values_mut() {
+            member.last_seen = member.last_seen.max(now);
+        }
+    }
+
     /// Number of known workers.
     pub fn len(&self) -> usize {
         self.members.len()

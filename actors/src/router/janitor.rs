@@ -14,8 +14,9 @@
 //! Detection takes the TTL plus at most a second, so attempts are handed over within 15 s of
 //! the worker's last heartbeat with the default settings.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use async_nats::connection::State as ConnectionState;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::AckKind;
 use futures::StreamExt;
@@ -45,8 +46,19 @@ pub async fn run(shared: Shared) -> Result<(), ActorError> {
 
 async fn sweep(shared: Shared) -> Result<(), ActorError> {
     let mut every = tokio::time::interval(Duration::from_secs(1));
+    // Silence heard before this janitor held the lease, or while its connection was down, is
+    // not evidence: judging it would declare every worker dead after a NATS outage.
+    let mut deaf = true;
     loop {
         every.tick().await;
+        let connected = shared.client.nats.connection_state() == ConnectionState::Connected;
+        if !connected {
+            deaf = true;
+            continue;
+        }
+        if std::mem::take(&mut deaf) {
+            lock(&shared.fleet).grant_grace(Instant::now());
+        }
         let silent = lock(&shared.fleet).silent();
         for (id, info) in silent {
             handle_dead(&shared, &id, &info).await?;

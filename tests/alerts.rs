@@ -1,0 +1,155 @@
+//! Alerts: a failure is published on `ax.alert.failure` and POSTed as JSON to the configured
+//! webhook; a webhook that fails at first gets the alert again, with backoff, until it takes
+//! it, and only once after that.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use support::*;
+
+/// A webhook that answers 500 to its first `failures` requests, then 200; it keeps every body.
+struct Webhook {
+    url: String,
+    bodies: Arc<Mutex<Vec<(u16, serde_json::Value)>>>,
+}
+
+impl Webhook {
+    async fn start(failures: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let bodies: Arc<Mutex<Vec<(u16, serde_json::Value)>>> = Arc::default();
+        let seen = bodies.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let Some(body) = read_request(&mut socket).await else {
+                        return;
+                    };
+                    let status = {
+                        let mut seen = seen.lock().unwrap();
+                        let status = if seen.len() < failures { 500 } else { 200 };
+                        seen.push((status, serde_json::from_slice(&body).unwrap()));
+                        status
+                    };
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    );
+                    let _ = socket.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        Self { url, bodies }
+    }
+
+    fn bodies(&self) -> Vec<(u16, serde_json::Value)> {
+        self.bodies.lock().unwrap().clone()
+    }
+}
+
+/// Reads one HTTP/1.1 request with a content-length body; returns the body.
+async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&data).to_string();
+        let Some(end) = text.find("\r\n\r\n") else {
+            continue;
+        };
+        let length: usize = text[..end]
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        if data.len() >= end + 4 + length {
+            return Some(data[end + 4..end + 4 + length].to_vec());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_reaches_the_webhook_through_its_errors_once() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let webhook = Webhook::start(2).await;
+    let config = nats.path("n1").join("node.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &config,
+        format!("[alerts]\nwebhook = \"{}\"\ntimeout = 2\n", webhook.url),
+    )
+    .unwrap();
+    let node = AxProcess::node(&nats, "n1", "all", &["--config", config.to_str().unwrap()]);
+    apply_job(
+        &nats,
+        "broken",
+        "version: v1\njob:\n  name: broken\n  exec: { type: shell, command: 'exit 3' }\n",
+    )
+    .await;
+    let id = trigger(&nats, &["broken"]);
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(record.state, ax_bus::State::Failed);
+
+    // Two refusals, then taken: the failure alert arrives three times, the last one answered 200.
+    let bodies = wait_for_logged(
+        Duration::from_secs(30),
+        "the failure alert to be taken by the webhook",
+        &[&node],
+        || async {
+            let bodies = webhook.bodies();
+            bodies
+                .iter()
+                .any(|(status, body)| *status == 200 && body["kind"] == "failure")
+                .then_some(bodies)
+        },
+    )
+    .await;
+    let failures: Vec<&(u16, serde_json::Value)> = bodies
+        .iter()
+        .filter(|(_, body)| body["kind"] == "failure")
+        .collect();
+    let statuses: Vec<u16> = failures.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses[..2], [500, 500], "{bodies:?}");
+    let alert = &failures.last().unwrap().1;
+    assert_eq!(alert["instance"], id.as_str());
+    assert_eq!(alert["job"], "broken");
+    assert_eq!(alert["node"], "n1");
+    assert!(
+        alert["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed for good after attempt 1: exit_code"),
+        "{alert}"
+    );
+    // The dead-letter alert of the same failure follows; nothing taken is sent again.
+    wait_for(Duration::from_secs(30), "the dead-letter alert", || async {
+        webhook
+            .bodies()
+            .iter()
+            .any(|(status, body)| *status == 200 && body["kind"] == "dead_letter")
+            .then_some(())
+    })
+    .await;
+    let taken = webhook
+        .bodies()
+        .iter()
+        .filter(|(status, body)| *status == 200 && body["kind"] == "failure")
+        .count();
+    assert_eq!(taken, 1);
+}

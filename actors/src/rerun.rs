@@ -321,22 +321,7 @@ async fn start_again(
             return Ok(());
         }
     };
-    let work = WorkItem {
-        instance_id: record.instance_id.clone(),
-        trace_id: record.trace_id.clone(),
-        attempt: record.attempt,
-        run_start: record.run_start,
-        biz_date: record.biz_date.clone(),
-        expected_time: record.expected_time,
-        params: record.params.clone(),
-        spec: spec.clone(),
-        worker: None,
-        gate: None,
-        dispatch: None,
-        router: None,
-        shard: record.shard.clone(),
-        pin: record.pin.clone(),
-    };
+    let work = WorkItem::for_attempt(&record, spec.clone());
     publish::to_stream_acked(
         client,
         client.subjects().created(&record.job),

@@ -176,6 +176,29 @@ pub struct WorkItem {
     pub pin: Option<String>,
 }
 
+impl WorkItem {
+    /// The work item of a record's current attempt, on its way to routing again (no worker,
+    /// gate, dispatch or router yet).
+    pub fn for_attempt(record: &InstanceRecord, spec: crate::spec::JobSpec) -> Self {
+        Self {
+            instance_id: record.instance_id.clone(),
+            trace_id: record.trace_id.clone(),
+            attempt: record.attempt,
+            run_start: record.run_start,
+            biz_date: record.biz_date.clone(),
+            expected_time: record.expected_time,
+            params: record.params.clone(),
+            spec,
+            worker: None,
+            gate: None,
+            dispatch: None,
+            router: None,
+            shard: record.shard.clone(),
+            pin: record.pin.clone(),
+        }
+    }
+}
+
 /// An instance split into sub-instances by the Router, on `ax.internal.split.<job>`: the
 /// DagCoordinator ends the parent once every child has ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -200,22 +200,7 @@ async fn lost_running(
     let Some((job, _)) = client.job(&record.job).await? else {
         return Ok(());
     };
-    let work = WorkItem {
-        instance_id: record.instance_id.clone(),
-        trace_id: record.trace_id.clone(),
-        attempt: record.attempt,
-        run_start: record.run_start,
-        biz_date: record.biz_date.clone(),
-        expected_time: record.expected_time,
-        params: record.params.clone(),
-        spec: job.spec,
-        worker: None,
-        gate: None,
-        dispatch: None,
-        router: None,
-        shard: record.shard.clone(),
-        pin: record.pin.clone(),
-    };
+    let work = WorkItem::for_attempt(&record, job.spec);
     if record.state == State::Failed {
         if work.shard.is_none() {
             publish::failed_for_good(client, &shared.node, &work, record.tag, &record.message)

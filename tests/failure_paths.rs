@@ -355,8 +355,6 @@ async fn a_task_longer_than_the_ack_wait_is_never_redelivered() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known failure (issue 5): after a 60 s outage the nodes reconnect but their actors do \
-            not resume, so the outcomes in the outbox are never reported; a 3 s outage recovers"]
 async fn results_of_tasks_that_end_during_a_60_s_nats_outage_arrive_exactly_once() {
     let mut nats = TestNats::start();
     let client = nats.client().await;

@@ -21,6 +21,7 @@ use crate::dag::DagCoordinator;
 use crate::reporter::Reporter;
 use crate::router::{Router, RouterConfig};
 use crate::scheduler::Scheduler;
+use crate::supervision::{start_supervised, Addressed};
 use crate::worker::{WorkerConfig, WorkerSupervisor};
 use crate::ActorError;
 
@@ -126,6 +127,8 @@ pub struct NodeConfig {
 /// Running actors; stopped on [`Node::stop`] or drop.
 pub struct Node {
     arbiters: Vec<Arbiter>,
+    /// One address per actor: without it, a stopped actor is not restarted.
+    actors: Vec<Addressed>,
 }
 
 impl Node {
@@ -136,6 +139,7 @@ impl Node {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ActorError> {
         let mut arbiters = Vec::new();
+        let mut actors = Vec::new();
         let name = config.name.clone();
         let timed_roles =
             config.roles.contains(&Role::Scheduler) || config.roles.contains(&Role::Worker);
@@ -163,7 +167,7 @@ impl Node {
             let (client, clock, name) = (client.clone(), clock.clone(), name.clone());
             let loaded = config.scheduler_loaded.clone();
             let guard = clock_guard.clone();
-            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+            actors.push(start_supervised(&arbiter.handle(), move || {
                 let mut scheduler = Scheduler::new(client, clock, name);
                 if let Some(guard) = guard {
                     scheduler = scheduler.guarded_by(guard);
@@ -172,40 +176,40 @@ impl Node {
                     Some(loaded) => scheduler.reporting_load(loaded),
                     None => scheduler,
                 }
-            });
+            }));
             arbiters.push(arbiter);
         }
         if config.roles.contains(&Role::Dag) {
             let arbiter = Arbiter::new();
             let (client, name) = (client.clone(), name.clone());
-            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+            actors.push(start_supervised(&arbiter.handle(), move || {
                 DagCoordinator::new(client, name)
-            });
+            }));
             arbiters.push(arbiter);
         }
         if config.roles.contains(&Role::Router) {
             let arbiter = Arbiter::new();
             let (client, name) = (client.clone(), name.clone());
             let router = config.router.clone();
-            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+            actors.push(start_supervised(&arbiter.handle(), move || {
                 Router::new(client, name, router)
-            });
+            }));
             arbiters.push(arbiter);
         }
         if config.roles.contains(&Role::Worker) {
             let outbox = config.worker.data_dir.join("outbox.log");
             let (reporter, handle) = Reporter::open(client.clone(), name.clone(), &outbox)?;
             let arbiter = Arbiter::new();
-            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| reporter);
+            actors.push(start_supervised(&arbiter.handle(), move || reporter));
             arbiters.push(arbiter);
             let arbiter = Arbiter::new();
             let worker = config.worker.clone();
-            Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+            actors.push(start_supervised(&arbiter.handle(), move || {
                 WorkerSupervisor::new(client, worker, handle, clock_guard)
-            });
+            }));
             arbiters.push(arbiter);
         }
-        Ok(Self { arbiters })
+        Ok(Self { arbiters, actors })
     }
 
     /// Stops every actor and waits for their threads.
@@ -214,6 +218,7 @@ impl Node {
     }
 
     fn stop_all(&mut self) {
+        self.actors.clear();
         for arbiter in &self.arbiters {
             arbiter.stop();
         }

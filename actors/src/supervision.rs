@@ -7,6 +7,11 @@
 //! rebuilds its view from JetStream in `started()`. A pump that returns (its subscription ended,
 //! NATS went away for good) stops the actor the same way.
 //!
+//! actix's [`Supervisor`] restarts a stopped actor only while an address of it is alive (it
+//! checks that the mailbox still has senders); an actor nobody addresses stays dead after its
+//! first stop. [`start_supervised`] therefore hands back an [`Addressed`] that must be held for
+//! as long as the actor should live.
+//!
 //! [`counters`] exposes panics and restarts per actor for logs, tests and (later) metrics.
 
 use std::collections::BTreeMap;
@@ -88,6 +93,24 @@ pub fn guard<R>(actor: &'static str, body: impl FnOnce() -> R) -> Option<R> {
     }
 }
 
+/// Keeps a supervised actor restartable: holds one address of it.
+pub struct Addressed {
+    _address: Box<dyn std::any::Any + Send>,
+}
+
+/// Starts `make()`'s actor under a [`Supervisor`] on `arbiter`. Hold the returned value: when
+/// it is dropped, the next stop of the actor is its last.
+pub fn start_supervised<A, F>(arbiter: &ArbiterHandle, make: F) -> Addressed
+where
+    A: Actor<Context = Context<A>> + Supervised,
+    F: FnOnce() -> A + Send + 'static,
+{
+    let address: Addr<A> = Supervisor::start_in_arbiter(arbiter, move |_| make());
+    Addressed {
+        _address: Box::new(address),
+    }
+}
+
 /// Spawns a long-running future in the actor's context. When it ends — error, panic or plain
 /// return — the actor stops and its supervisor restarts it.
 pub fn spawn_pump<A, F, E>(actor: &'static str, pump: &'static str, ctx: &mut Context<A>, fut: F)
@@ -111,4 +134,63 @@ where
         // A pause before the restart: when NATS is away, re-subscribing at once would spin.
         ctx.run_later(RESTART_PAUSE, |_act, ctx| ctx.stop());
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::{Duration, Instant};
+
+    /// An actor whose pump fails at once on each of its first starts.
+    struct Flaky {
+        starts: Arc<AtomicUsize>,
+    }
+
+    impl Actor for Flaky {
+        type Context = Context<Self>;
+
+        fn started(&mut self, ctx: &mut Self::Context) {
+            let start = self.starts.fetch_add(1, Ordering::SeqCst);
+            spawn_pump("flaky", "pump", ctx, async move {
+                if start < 2 {
+                    Err("the broker went away")
+                } else {
+                    std::future::pending().await
+                }
+            });
+        }
+    }
+
+    impl Supervised for Flaky {}
+
+    fn starts_within(limit: Duration, keep_address: bool) -> usize {
+        let starts = Arc::new(AtomicUsize::new(0));
+        let counted = starts.clone();
+        System::new().block_on(async move {
+            let arbiter = Arbiter::new();
+            let addressed = start_supervised(&arbiter.handle(), move || Flaky { starts: counted });
+            let held = keep_address.then_some(addressed);
+            let deadline = Instant::now() + limit;
+            while starts.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
+                actix::clock::sleep(Duration::from_millis(50)).await;
+            }
+            drop(held);
+            arbiter.stop();
+            let _ = arbiter.join();
+            starts.load(Ordering::SeqCst)
+        })
+    }
+
+    #[test]
+    fn a_held_actor_is_restarted_after_every_failed_pump() {
+        // Two failures, each followed by the restart pause: the third start comes within ~2 s.
+        assert_eq!(starts_within(Duration::from_secs(20), true), 3);
+    }
+
+    #[test]
+    fn an_actor_nobody_addresses_is_not_restarted() {
+        // The reason `start_supervised` returns what it does.
+        assert_eq!(starts_within(RESTART_PAUSE * 4, false), 1);
+    }
 }

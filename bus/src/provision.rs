@@ -18,7 +18,7 @@
 //!   dead-letter keeper turns each into a dead letter;
 //! - `<AX>_ALERTS` (limits, `ax.alert.>`, 7 days): every alert, for the webhook forwarder and
 //!   for whoever wants to read them later;
-//! - `<AX>_CLOCK` (memory, `ax.internal.clock.>`, the last probe per node): where nodes read
+//! - `<AX>_CLOCK` (file, `ax.internal.clock.>`, the last probe per node): where nodes read
 //!   the server's clock (see the clock guard);
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
 //!   attempt that ran), `<ax>_workers` (heartbeats), `<ax>_deps` (instances per business date
@@ -259,17 +259,21 @@ impl Layout {
             subjects: vec![s.clock_all()],
             max_messages_per_subject: 1,
             max_age: Duration::from_secs(3600),
-            storage: stream::StorageType::Memory,
+            storage: stream::StorageType::File,
             num_replicas: self.replicas,
             allow_direct: true,
             ..Default::default()
         };
-        js.create_or_update_stream(clock)
-            .await
-            .map_err(|e| ProvisionError {
+        // File storage: a memory stream is gone after a server restart, and with it every
+        // clock measurement. The probes are disposable, so a stream whose storage cannot be
+        // updated in place (a memory stream made by an earlier version) is made again.
+        if js.create_or_update_stream(clock.clone()).await.is_err() {
+            let _ = js.delete_stream(self.clock_stream()).await;
+            js.create_stream(clock).await.map_err(|e| ProvisionError {
                 object: format!("stream {}", self.clock_stream()),
                 reason: e.to_string(),
             })?;
+        }
         self.ensure_bucket(js, self.jobs_bucket(), 10, Duration::ZERO)
             .await?;
         self.ensure_bucket(js, self.deps_bucket(), 1, HISTORY_MAX_AGE)

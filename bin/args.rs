@@ -40,6 +40,8 @@ pub enum Command {
     /// Inspect the workers.
     #[command(subcommand)]
     Worker(WorkerCommand),
+    /// What each live worker can run: its executors, built in and plugins.
+    Executors,
     /// Pause or resume the queue of one priority (nothing in it is lost).
     #[command(subcommand)]
     Queue(QueueCommand),

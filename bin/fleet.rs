@@ -1,4 +1,4 @@
-//! `ax worker list` and `ax queue pause|resume|list`.
+//! `ax worker list`, `ax executors` and `ax queue pause|resume|list`.
 
 use anyhow::{anyhow, Result};
 
@@ -65,6 +65,40 @@ pub async fn workers(client: &AxClient, json: bool) -> Result<()> {
             "EXECUTORS",
             "HEARTBEAT",
         ],
+        &rows,
+    );
+    Ok(())
+}
+
+/// One row per (live worker, executor), from the workers' heartbeats.
+pub async fn executors(client: &AxClient, json: bool) -> Result<()> {
+    let now = ax_bus::time::now();
+    let mut workers = client.workers().await?;
+    workers.retain(|(_, at)| (now - *at).num_seconds() < WORKER_TTL_SECS);
+    workers.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+    let mut rows = Vec::new();
+    let mut docs = Vec::new();
+    for (info, _) in &workers {
+        for executor in &info.described {
+            rows.push(vec![
+                executor.name.clone(),
+                executor.kind.clone(),
+                executor.version.clone(),
+                info.id.clone(),
+                executor.description.clone(),
+            ]);
+        }
+        docs.push(serde_json::json!({
+            "worker": info.id,
+            "executors": info.described,
+        }));
+    }
+    if json {
+        return table::json(&docs);
+    }
+    rows.sort();
+    table::print(
+        &["EXECUTOR", "KIND", "VERSION", "WORKER", "DESCRIPTION"],
         &rows,
     );
     Ok(())

@@ -159,6 +159,34 @@ async fn check_graph(client: &AxClient, jobs: &[LocatedJob]) -> Result<()> {
     bail!("{} problem(s); nothing applied", errors.len())
 }
 
+/// Warns about jobs whose executor no live worker offers (a plugin not deployed yet): their
+/// instances will wait with tag `no_worker` until a worker offering it starts.
+async fn warn_unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) {
+    let Ok(workers) = client.workers().await else {
+        return;
+    };
+    let now = ax_bus::time::now();
+    let offered: std::collections::BTreeSet<&str> = workers
+        .iter()
+        .filter(|(_, at)| (now - *at).num_seconds() < 10)
+        .flat_map(|(info, _)| info.executors.iter().map(String::as_str))
+        .collect();
+    if offered.is_empty() {
+        // No worker has started yet (a fresh cluster): nothing to compare with.
+        return;
+    }
+    for job in jobs {
+        let kind = job.doc.job.exec.kind.as_str();
+        if !offered.contains(kind) {
+            eprintln!(
+                "warning: job {}: no live worker offers executor `{kind}`; its instances wait \
+                 (tag no_worker) until one does",
+                job.doc.job.name
+            );
+        }
+    }
+}
+
 /// Publishes validated jobs and prints what changed.
 pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Result<()> {
     check_graph(client, &jobs).await?;
@@ -167,6 +195,7 @@ pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Resu
             eprintln!("warning: {}", job.locate(warning));
         }
     }
+    warn_unoffered_executors(client, &jobs).await;
     let request = ApplyRequest {
         jobs: jobs.into_iter().map(|j| j.doc).collect(),
     };

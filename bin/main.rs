@@ -103,6 +103,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench { quick, only } => bench::run(quick, &only, json).await,
         Command::Worker(WorkerCommand::List) => fleet::workers(&client().await?, json).await,
+        Command::Executors => fleet::executors(&client().await?, json).await,
         Command::Queue(QueueCommand::Pause { priority }) => {
             fleet::queue(&client().await?, &priority, true, json).await
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 
 use ax_actors::clock::{Clock, ShiftedClock, SystemClock};
+use ax_actors::executor::ExecutorsConfig;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
 use ax_actors::worker::WorkerConfig;
 use ax_bus::client::{AxClient, ConnectConfig};
@@ -94,6 +95,15 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
             .map(std::time::Duration::from_secs_f64),
+        executors: ExecutorsConfig {
+            databases: file.databases.clone(),
+            plugin_dir: file.worker.plugin_dir.clone(),
+            python: file
+                .worker
+                .python
+                .clone()
+                .unwrap_or_else(|| "python3".to_string()),
+        },
     };
     let slots_left = worker
         .slots

@@ -15,6 +15,13 @@
 //! tags = ["etl", "gpu"]
 //! reserved = { high = 2, normal = 1 }   # slots low (and normal) work may not take
 //! dispatch_ack_wait = 30                # seconds before an unacknowledged dispatch is redelivered
+//! plugin_dir = "/opt/ax/plugins"        # plugin executors, loaded at start
+//! python = "python3"                    # the python executor's interpreter outside a venv
+//!
+//! [databases]                           # for the sql executor; jobs name them, never the URL
+//! warehouse = "postgres://etl@10.0.0.7/warehouse"
+//! shop = "mysql://report:secret@10.0.0.8/shop"
+//! local = "sqlite:///var/lib/ax/local.db"
 //!
 //! [router]
 //! weight_running = 0.7                  # score = running/cores * 0.7 + avg_duration_s * 0.3
@@ -27,6 +34,7 @@
 //! timeout = 5                                # seconds one POST may take
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use std::time::Duration;
@@ -52,6 +60,9 @@ pub struct FileConfig {
     pub router: RouterSection,
     #[serde(default)]
     pub alerts: AlertsSection,
+    /// Databases of the sql executor: name → URL.
+    #[serde(default)]
+    pub databases: BTreeMap<String, String>,
 }
 
 /// `[alerts]`.
@@ -125,6 +136,10 @@ pub struct WorkerSection {
     pub reserved: Option<Reserved>,
     /// Seconds JetStream waits for a dispatch's ack before redelivering it (30).
     pub dispatch_ack_wait: Option<f64>,
+    /// Directory of plugin executables, loaded at start.
+    pub plugin_dir: Option<PathBuf>,
+    /// Python interpreter of the python executor outside a virtualenv (`python3`).
+    pub python: Option<String>,
 }
 
 impl WorkerSection {

@@ -73,6 +73,7 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
                 tags: Vec::new(),
                 reserved: Default::default(),
                 test_stall: None,
+                executors: Default::default(),
                 dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
                 data_dir: data_dir.join("worker"),
             },

@@ -57,10 +57,34 @@ fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
         ),
         (
             "unknown executor",
-            GOOD.replace("type: shell", "type: cobol"),
+            GOOD.replace("type: shell", "type: Cobol"),
             7,
             "job.exec.type",
-            "cobol",
+            "Cobol",
+        ),
+        (
+            "http without url",
+            GOOD.replace("type: shell\n    command: echo ok", "type: http"),
+            7,
+            "job.exec.url",
+            "needs `url`",
+        ),
+        (
+            "sql without statement",
+            GOOD.replace(
+                "type: shell\n    command: echo ok",
+                "type: sql\n    database: main",
+            ),
+            7,
+            "job.exec.statement",
+            "needs `statement`",
+        ),
+        (
+            "a setting of another executor",
+            GOOD.replace("command: echo ok", "command: echo ok\n    url: http://x"),
+            9,
+            "job.exec.url",
+            "takes no `url`",
         ),
         (
             "bad name",

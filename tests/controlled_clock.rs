@@ -44,6 +44,7 @@ async fn start(
                 tags: vec![],
                 reserved: Default::default(),
                 test_stall: None,
+                executors: Default::default(),
                 dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
                 data_dir: dir.to_path_buf(),
             },

@@ -24,6 +24,7 @@ pub mod creator;
 pub mod dag;
 pub mod dag_state;
 pub mod dead_letters;
+pub mod executor;
 pub mod fire_schedule;
 pub mod lease;
 pub mod misfire;
@@ -37,7 +38,6 @@ pub mod reporter;
 pub mod rerun;
 pub mod router;
 pub mod scheduler;
-pub mod shell;
 pub mod supervision;
 pub mod ticks;
 pub mod time_wheel;
@@ -71,4 +71,7 @@ pub enum ActorError {
     /// Another node holds the lease now.
     #[error("lease `{0}` lost")]
     LeaseLost(String),
+    /// An executor could not be set up.
+    #[error(transparent)]
+    Executor(#[from] crate::executor::ExecutorError),
 }

@@ -18,6 +18,7 @@ use crate::alert_webhook::{self, WebhookConfig};
 use crate::clock::Clock;
 use crate::clock_guard::ClockGuard;
 use crate::dag::DagCoordinator;
+use crate::executor::Registry;
 use crate::reporter::Reporter;
 use crate::router::{Router, RouterConfig};
 use crate::scheduler::Scheduler;
@@ -199,13 +200,14 @@ impl Node {
         if config.roles.contains(&Role::Worker) {
             let outbox = config.worker.data_dir.join("outbox.log");
             let (reporter, handle) = Reporter::open(client.clone(), name.clone(), &outbox)?;
+            let executors = Registry::load(&config.worker.executors)?;
             let arbiter = Arbiter::new();
             actors.push(start_supervised(&arbiter.handle(), move || reporter));
             arbiters.push(arbiter);
             let arbiter = Arbiter::new();
             let worker = config.worker.clone();
             actors.push(start_supervised(&arbiter.handle(), move || {
-                WorkerSupervisor::new(client, worker, handle, clock_guard)
+                WorkerSupervisor::new(client, worker, executors, handle, clock_guard)
             }));
             arbiters.push(arbiter);
         }

@@ -324,8 +324,7 @@ mod tests {
                 exec: ExecSpec {
                     kind: "shell".into(),
                     command: Some("true".into()),
-                    workdir: None,
-                    env: Default::default(),
+                    ..Default::default()
                 },
                 params: Default::default(),
                 retry: None,

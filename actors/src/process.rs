@@ -42,6 +42,11 @@ pub struct ProcessSpec {
     pub timeout: Duration,
     /// What happens at the limit before the group is killed.
     pub on_timeout: OnTimeout,
+    /// Written to the process's stdin, which is then closed (no stdin when `None`).
+    pub stdin: Option<Vec<u8>>,
+    /// Bytes kept from the end of stdout ([`TAIL_BYTES`] for a task; more where stdout is a
+    /// reply that must be read whole).
+    pub stdout_limit: usize,
 }
 
 /// The stack-dump step of a timeout.
@@ -99,7 +104,11 @@ pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
     command
         .args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -127,8 +136,16 @@ pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
         }
     };
     let group = GroupKiller(child.id().map(|pid| Pid::from_raw(pid as i32)));
-    let stdout = tokio::spawn(read_tail(child.stdout.take()));
-    let stderr = tokio::spawn(read_tail(child.stderr.take()));
+    if let (Some(input), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
+        // A process that does not read its stdin must not block the run: written aside, and
+        // a broken pipe is its own business.
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = pipe.write_all(&input).await;
+        });
+    }
+    let stdout = tokio::spawn(read_tail(child.stdout.take(), spec.stdout_limit));
+    let stderr = tokio::spawn(read_tail(child.stderr.take(), TAIL_BYTES));
     let cancelled = async {
         match cancel {
             Some(notify) => notify.notified().await,
@@ -201,8 +218,8 @@ impl Drop for GroupKiller {
     }
 }
 
-/// Reads a pipe to its end, keeping the last [`TAIL_BYTES`].
-async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>) -> String {
+/// Reads a pipe to its end, keeping the last `limit` bytes.
+async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>, limit: usize) -> String {
     let Some(mut pipe) = pipe else {
         return String::new();
     };
@@ -213,14 +230,14 @@ async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>) -> String {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 kept.extend_from_slice(&buf[..n]);
-                if kept.len() > 2 * TAIL_BYTES {
-                    kept.drain(..kept.len() - TAIL_BYTES);
+                if kept.len() > 2 * limit {
+                    kept.drain(..kept.len() - limit);
                 }
             }
         }
     }
-    if kept.len() > TAIL_BYTES {
-        kept.drain(..kept.len() - TAIL_BYTES);
+    if kept.len() > limit {
+        kept.drain(..kept.len() - limit);
     }
     String::from_utf8_lossy(&kept).into_owned()
 }
@@ -241,6 +258,8 @@ mod tests {
             workdir: None,
             timeout: Duration::from_millis(timeout_ms),
             on_timeout: OnTimeout::default(),
+            stdin: None,
+            stdout_limit: TAIL_BYTES,
         }
     }
 
@@ -250,6 +269,18 @@ mod tests {
         assert_eq!(end.exit, Exit::Code(3));
         assert_eq!(end.stdout_tail, "hi\n");
         assert_eq!(end.stderr_tail, "oops\n");
+    }
+
+    #[tokio::test]
+    async fn stdin_is_written_and_closed() {
+        let mut spec = sh("cat; echo done", 10_000);
+        spec.stdin = Some(b"{\"a\": 1}\n".to_vec());
+        let end = run_plain(&spec).await;
+        assert_eq!(end.stdout_tail, "{\"a\": 1}\ndone\n");
+        // A process that ignores its stdin is not held up by it.
+        let mut spec = sh("echo ignored", 10_000);
+        spec.stdin = Some(vec![b'x'; 1 << 20]);
+        assert_eq!(run_plain(&spec).await.exit, Exit::Code(0));
     }
 
     #[tokio::test]

@@ -39,6 +39,7 @@ async fn lateness(
                 tags: vec![],
                 reserved: Default::default(),
                 test_stall: None,
+                executors: Default::default(),
                 dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
                 data_dir: scratch.path().to_path_buf(),
             },

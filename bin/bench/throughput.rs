@@ -53,6 +53,7 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
                 tags: vec![],
                 reserved: Default::default(),
                 test_stall: None,
+                executors: Default::default(),
                 dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
                 data_dir: scratch.path().to_path_buf(),
             },

@@ -117,6 +117,11 @@ pub enum Tag {
     DeadLetter,
     /// Its worker's clock was off the NATS server's by more than `max_clock_skew`.
     ClockSkew,
+    /// The counterpart said no: an HTTP status or condition, a SQL error, a plugin's failure.
+    Rejected,
+    /// The executor could not do its part: not offered by the worker, misconfigured (a
+    /// database not in the worker's config), a plugin that crashed or answered garbage.
+    ExecutorError,
     /// A tag written by a newer ax.
     #[serde(other)]
     Other,
@@ -144,6 +149,8 @@ impl Tag {
             Tag::ShardsFailed => "shards_failed",
             Tag::DeadLetter => "dead_letter",
             Tag::ClockSkew => "clock_skew",
+            Tag::Rejected => "rejected",
+            Tag::ExecutorError => "executor_error",
             Tag::Other => "other",
         }
     }

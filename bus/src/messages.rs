@@ -579,6 +579,9 @@ pub struct WorkerInfo {
     pub tags: Vec<String>,
     /// Executor types it offers.
     pub executors: Vec<String>,
+    /// What each of its executors says of itself (`describe`).
+    #[serde(default)]
+    pub described: Vec<ExecutorInfo>,
     /// Attempts running now.
     pub running: u32,
     /// Average duration of the attempts that ended in the last five minutes.
@@ -594,6 +597,19 @@ pub struct WorkerInfo {
     pub version: String,
     /// When it started.
     pub started_at: DateTime<Utc>,
+}
+
+/// An executor as it describes itself (shown by `ax executors`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorInfo {
+    /// The `exec.type` that selects it.
+    pub name: String,
+    /// `builtin` or `plugin`.
+    pub kind: String,
+    /// Its version.
+    pub version: String,
+    /// What it does, in a line.
+    pub description: String,
 }
 
 /// Slots a worker keeps for higher priorities: `low` work may use at most

@@ -297,6 +297,7 @@ mod tests {
             slots: 8,
             tags: tags.iter().map(|t| t.to_string()).collect(),
             executors: vec!["shell".into(), "noop".into()],
+            described: Vec::new(),
             running,
             avg_duration_ms: avg_ms,
             reserved: Default::default(),

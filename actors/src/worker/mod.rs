@@ -42,10 +42,12 @@ use ax_bus::{codec, AxClient};
 
 use crate::clock_guard::ClockGuard;
 use crate::consume::{self, ConsumerSpec};
+use crate::executor::values::Values;
+use crate::executor::{AttemptContext, ExecResult, ExecutorsConfig, Registry};
 use crate::outbox::Outcome;
 use crate::reporter::{report_once, ReporterHandle};
 use crate::supervision::{note_restart, spawn_pump};
-use crate::{publish, shell, ActorError};
+use crate::{publish, ActorError};
 use slots::Slots;
 
 const ACTOR: &str = "worker";
@@ -78,6 +80,8 @@ pub struct WorkerConfig {
     /// Test hook: hold every dispatch this long before claiming it — a worker that receives
     /// but does not acknowledge in time.
     pub test_stall: Option<Duration>,
+    /// Databases, plugin directory and interpreter of the executors.
+    pub executors: ExecutorsConfig,
 }
 
 /// Attempt durations of the last five minutes.
@@ -126,6 +130,7 @@ struct Attempts {
     in_flight: Arc<DashMap<String, InFlight>>,
     durations: Arc<Durations>,
     clock: Option<ClockGuard>,
+    executors: Registry,
 }
 
 /// The WorkerSupervisor actor.
@@ -142,6 +147,7 @@ impl WorkerSupervisor {
     pub fn new(
         client: AxClient,
         config: WorkerConfig,
+        executors: Registry,
         reporter: ReporterHandle,
         clock: Option<ClockGuard>,
     ) -> Self {
@@ -154,6 +160,7 @@ impl WorkerSupervisor {
                 in_flight: Arc::default(),
                 durations: Arc::default(),
                 clock,
+                executors,
             },
             started_at: ax_bus::time::now(),
             first_start: true,
@@ -203,11 +210,8 @@ async fn heartbeat(
     started_at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), ActorError> {
     let config = &attempts.config;
-    let mut executors: Vec<String> = ax_bus::spec::BUILTIN_EXECUTORS
-        .iter()
-        .map(|e| e.to_string())
-        .collect();
-    executors.sort();
+    let executors = attempts.executors.names();
+    let described = attempts.executors.describe_all();
     let mut every = tokio::time::interval(HEARTBEAT_EVERY);
     loop {
         every.tick().await;
@@ -220,6 +224,7 @@ async fn heartbeat(
             slots: config.slots,
             tags: config.tags.clone(),
             executors: executors.clone(),
+            described: described.clone(),
             running: attempts.slots.running(),
             avg_duration_ms: attempts.durations.average(),
             reserved: config.reserved,
@@ -325,31 +330,54 @@ async fn reclaim_dispatches(client: &AxClient, spec: &ConsumerSpec) -> Result<()
         .map_err(|e| ActorError::Nats(format!("reset consumer {}: {e}", spec.durable)))
 }
 
-/// Runs an attempt with its executor.
+/// Runs an attempt with the executor of its type: reads the upstream outputs its templates
+/// use, lets the executor prepare, then runs it. Whatever fails ends the attempt with a reason.
 async fn execute(
+    attempts: &Attempts,
     work: &WorkItem,
-    worker: &str,
     scratch: &std::path::Path,
     stop: &Notify,
 ) -> AttemptEnd {
-    match work.spec.exec.kind.as_str() {
-        "noop" => {
-            let now = ax_bus::time::now();
-            AttemptEnd {
-                trace_id: work.trace_id.clone(),
-                success: true,
-                tag: Tag::Completed,
-                message: "noop".into(),
-                output: serde_json::Value::Null,
-                worker: worker.to_string(),
-                started_at: Some(now),
-                finished_at: now,
-                exit_code: None,
-                stdout_tail: String::new(),
-                stderr_tail: String::new(),
+    let worker = attempts.config.id.as_str();
+    let started_at = ax_bus::time::now();
+    let result = match attempts.executors.get(&work.spec.exec.kind) {
+        None => ExecResult::failed(
+            Tag::ExecutorError,
+            format!(
+                "worker {worker} has no executor `{}` (it offers: {})",
+                work.spec.exec.kind,
+                attempts.executors.names().join(", ")
+            ),
+        ),
+        Some(executor) => match Values::resolve(&attempts.client, work).await {
+            Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),
+            Ok(values) => {
+                let ctx = AttemptContext {
+                    work,
+                    worker,
+                    scratch,
+                    cancel: stop,
+                    values: &values,
+                };
+                match executor.prepare(&ctx).await {
+                    Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),
+                    Ok(()) => executor.run(&ctx).await,
+                }
             }
-        }
-        _ => shell::run(work, worker, scratch, Some(stop)).await,
+        },
+    };
+    AttemptEnd {
+        trace_id: work.trace_id.clone(),
+        success: result.success,
+        tag: result.tag,
+        message: result.message,
+        output: result.output,
+        worker: worker.to_string(),
+        started_at: Some(started_at),
+        finished_at: ax_bus::time::now(),
+        exit_code: result.exit_code,
+        stdout_tail: result.stdout_tail,
+        stderr_tail: result.stderr_tail,
     }
 }
 
@@ -466,7 +494,7 @@ impl Attempts {
         );
         let revoked = AtomicBool::new(false);
         let end = {
-            let execution = execute(&work, me, scratch, &stop);
+            let execution = execute(self, &work, scratch, &stop);
             tokio::pin!(execution);
             let mut progress = tokio::time::interval(self.config.dispatch_ack_wait / 3);
             progress.tick().await;

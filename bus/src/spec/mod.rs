@@ -13,6 +13,7 @@
 //! (on receipt, for clients that skip the CLI) apply exactly the same rules.
 
 pub mod cron_expr;
+mod exec;
 pub mod graph;
 pub mod template;
 pub mod yaml;
@@ -22,6 +23,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use exec::validate_exec;
+pub use exec::{
+    is_plugin_name, readable_upstream, ExecSpec, SqlOutput, SuccessWhen, BUILTIN_EXECUTORS,
+};
+
 /// The only spec version so far.
 pub const VERSION: &str = "v1";
 /// Seconds an attempt may run when the spec sets no `timeout`.
@@ -30,9 +36,6 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_CATCHUP_WINDOW_SECS: u64 = 3600;
 /// The furthest a dependency may look back (the DagCoordinator keeps 40 days of history).
 pub const MAX_DEP_OFFSET_DAYS: i64 = 31;
-/// Executor types a worker of this version offers: `shell` runs a command; `noop` succeeds at
-/// once without starting anything (a join point in a graph, a probe of the scheduler itself).
-pub const BUILTIN_EXECUTORS: &[&str] = &["shell", "noop"];
 const MAX_RETRY_TIMES: u32 = 100;
 
 /// One YAML document: `version` and `job`.
@@ -207,24 +210,6 @@ fn default_dep_date() -> String {
 }
 fn default_dep_check() -> String {
     "success".to_string()
-}
-
-/// The executor and its settings. Which fields apply depends on `type`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecSpec {
-    /// `shell`, `http`, `python`, `sql` or a plugin's name.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// shell: the command, run by `/bin/sh -c`, with placeholders substituted safely.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-    /// shell: the working directory (the worker's own when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workdir: Option<String>,
-    /// shell: extra environment variables (values are literal, never templates).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
 }
 
 /// What a timeout does before it kills the attempt's process group: it sends a signal that
@@ -589,58 +574,6 @@ fn validate_deps(job: &JobSpec, errors: &mut Vec<SpecError>) {
     }
 }
 
-fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
-    let exec = &job.exec;
-    if !BUILTIN_EXECUTORS.contains(&exec.kind.as_str()) {
-        errors.push(SpecError::new(
-            "job.exec.type",
-            format!(
-                "unknown executor `{}` (available: {})",
-                exec.kind,
-                BUILTIN_EXECUTORS.join(", ")
-            ),
-        ));
-        return;
-    }
-    if exec.kind == "noop" {
-        for (field, set) in [
-            ("command", exec.command.is_some()),
-            ("workdir", exec.workdir.is_some()),
-            ("env", !exec.env.is_empty()),
-        ] {
-            if set {
-                errors.push(SpecError::new(
-                    format!("job.exec.{field}"),
-                    "the noop executor takes no settings",
-                ));
-            }
-        }
-        return;
-    }
-    match exec.command.as_deref() {
-        None => errors.push(SpecError::new(
-            "job.exec.command",
-            "the shell executor needs a command",
-        )),
-        Some(command) if command.trim().is_empty() => {
-            errors.push(SpecError::new("job.exec.command", "the command is empty"))
-        }
-        Some(command) => {
-            if let Err(reason) = template::Template::parse(command, &job.params) {
-                errors.push(SpecError::new("job.exec.command", reason));
-            }
-        }
-    }
-    for name in exec.env.keys() {
-        if !is_valid_env_name(name) || name.starts_with("AX_") {
-            errors.push(SpecError::new(
-                format!("job.exec.env.{name}"),
-                "an env name must match [A-Za-z_][A-Za-z0-9_]* and not start with AX_",
-            ));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -661,8 +594,7 @@ mod tests {
             exec: ExecSpec {
                 kind: "shell".into(),
                 command: Some(command.into()),
-                workdir: None,
-                env: BTreeMap::new(),
+                ..Default::default()
             },
             params: BTreeMap::new(),
             retry: None,
@@ -769,10 +701,77 @@ mod tests {
     #[test]
     fn unknown_executor_is_refused() {
         let mut job = shell_job("x", "true");
-        job.exec.kind = "cobol".into();
-        let errors = validate(&doc(job));
+        job.exec.kind = "Cobol!".into();
+        let errors = validate(&doc(job.clone()));
         assert_eq!(errors[0].field, "job.exec.type");
-        assert!(errors[0].reason.contains("cobol"));
+        assert!(errors[0].reason.contains("Cobol!"));
+        // A well-formed name is a plugin's, which takes `with`, not a command.
+        job.exec.kind = "cobol".into();
+        let errors = validate(&doc(job.clone()));
+        assert_eq!(errors[0].field, "job.exec.command");
+        assert!(errors[0].reason.contains("plugin"), "{}", errors[0].reason);
+        job.exec.command = None;
+        job.exec.with = Some(serde_json::Map::new());
+        assert!(validate(&doc(job)).is_empty());
+    }
+
+    #[test]
+    fn each_executor_needs_its_settings_and_takes_no_others() {
+        let first = |job: &JobSpec| {
+            validate(&doc(job.clone()))
+                .into_iter()
+                .map(|e| format!("{}: {}", e.field, e.reason))
+                .collect::<Vec<_>>()
+        };
+        let mut http = shell_job("h", "true");
+        http.exec.kind = "http".into();
+        assert_eq!(
+            first(&http),
+            vec![
+                "job.exec.command: the http executor takes no `command` (a setting of: shell)",
+                "job.exec.url: the http executor needs `url`"
+            ]
+        );
+        http.exec.command = None;
+        http.exec.url = Some("ftp://x".into());
+        assert!(first(&http)[0].contains("not an http"));
+        http.exec.url = Some("http://127.0.0.1:9/hook".into());
+        assert!(first(&http).is_empty());
+
+        let mut sql = shell_job("s", "true");
+        sql.exec = ExecSpec {
+            kind: "sql".into(),
+            database: Some("main".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            first(&sql),
+            vec!["job.exec.statement: the sql executor needs `statement`"]
+        );
+        sql.exec.statement = Some("select '{{biz_date}}'".into());
+        assert!(first(&sql)[0].contains("inside quotes"));
+        sql.exec.statement = Some("select {{biz_date}}".into());
+        assert!(first(&sql).is_empty());
+
+        let mut python = shell_job("p", "true");
+        python.exec = ExecSpec {
+            kind: "python".into(),
+            requirements: vec!["requests".into()],
+            ..Default::default()
+        };
+        let errors = first(&python);
+        assert!(errors[0].contains("`script` or `module`"), "{errors:?}");
+        assert!(errors[1].contains("set `venv` too"), "{errors:?}");
+        python.exec.module = Some("http.server".into());
+        python.exec.venv = Some("/tmp/v".into());
+        python.exec.args = vec!["--date={{biz_date}}".into(), "{{deps.up.output.x}}".into()];
+        assert!(first(&python)[0].contains("does not list"));
+        python.deps = vec![DepSpec {
+            name: "up".into(),
+            biz_date: "current".into(),
+            check: "success".into(),
+        }];
+        assert!(first(&python).is_empty());
     }
 
     #[test]

@@ -1,5 +1,10 @@
-//! Placeholders in commands: `{{biz_date}}`, `{{instance_id}}`, `{{trace_id}}`, `{{job}}`,
-//! `{{attempt}}`, `{{expected_time}}` and `{{params.<name>}}`.
+//! Placeholders in commands, arguments and SQL statements: `{{biz_date}}`, `{{instance_id}}`,
+//! `{{trace_id}}`, `{{job}}`, `{{attempt}}`, `{{expected_time}}`, `{{params.<name>}}` and
+//! `{{deps.<job>.output.<field>}}` (a field of the structured output of the upstream instance
+//! that met the dependency).
+//!
+//! Values are never spliced into code. Where there is no shell (a Python argument), a value is
+//! one whole argument; in SQL it is a bound parameter ([`Template::render_bind`]).
 //!
 //! A value must never be able to break out of its argument. Rather than quoting values into
 //! the command text (which depends on shell contexts that are easy to get wrong), a shell
@@ -28,6 +33,13 @@ pub enum Placeholder {
     ExpectedTime,
     /// `{{params.<name>}}`.
     Param(String),
+    /// `{{deps.<job>.output.<field>}}`.
+    DepOutput {
+        /// The upstream job.
+        job: String,
+        /// The top-level field of its output.
+        field: String,
+    },
 }
 
 impl Placeholder {
@@ -41,6 +53,31 @@ impl Placeholder {
             Placeholder::Attempt => "AX_ATTEMPT".into(),
             Placeholder::ExpectedTime => "AX_EXPECTED_TIME".into(),
             Placeholder::Param(name) => param_env_name(name),
+            Placeholder::DepOutput { job, field } => dep_env_name(job, field),
+        }
+    }
+}
+
+/// `AX_DEP_<job>_<field>` (a `-` in the job's name becomes `_`).
+pub fn dep_env_name(job: &str, field: &str) -> String {
+    format!("AX_DEP_{}_{field}", job.replace('-', "_"))
+}
+
+/// What a template may refer to.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope<'a> {
+    /// The declared params.
+    pub params: &'a BTreeMap<String, serde_json::Value>,
+    /// The upstream jobs whose output may be read.
+    pub upstream: &'a [String],
+}
+
+impl<'a> Scope<'a> {
+    /// Params only, no upstream job.
+    pub fn params(params: &'a BTreeMap<String, serde_json::Value>) -> Self {
+        Self {
+            params,
+            upstream: &[],
         }
     }
 }
@@ -63,11 +100,9 @@ pub struct Template {
 }
 
 impl Template {
-    /// Parses `text`; every `{{params.x}}` must name a declared param.
-    pub fn parse(
-        text: &str,
-        declared_params: &BTreeMap<String, serde_json::Value>,
-    ) -> Result<Self, String> {
+    /// Parses `text`; every `{{params.x}}` must name a declared param and every
+    /// `{{deps.j.output.f}}` an upstream job of the scope.
+    pub fn parse(text: &str, scope: &Scope<'_>) -> Result<Self, String> {
         let mut pieces = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find("{{") {
@@ -79,7 +114,7 @@ impl Template {
                 format!("unclosed `{{{{` at byte {}", text.len() - rest.len() + open)
             })?;
             let name = after[..close].trim();
-            pieces.push(Piece::Value(placeholder(name, declared_params)?));
+            pieces.push(Piece::Value(placeholder(name, scope)?));
             rest = &after[close + 2..];
         }
         if !rest.is_empty() {
@@ -94,6 +129,50 @@ impl Template {
             Piece::Value(v) => Some(v),
             Piece::Text(_) => None,
         })
+    }
+
+    /// The text with each placeholder replaced by its value, verbatim: for a single argument
+    /// passed to a program without a shell.
+    pub fn render_value(&self, value: &dyn Fn(&Placeholder) -> String) -> String {
+        self.pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.clone(),
+                Piece::Value(placeholder) => value(placeholder),
+            })
+            .collect()
+    }
+
+    /// SQL with each placeholder replaced by a bind marker (`marker(n)` for the n-th, from 1),
+    /// and the placeholders to bind in that order. A placeholder inside a quoted SQL string
+    /// would be a literal there, not a parameter: that is an error.
+    pub fn render_bind(
+        &self,
+        marker: &dyn Fn(usize) -> String,
+    ) -> Result<(String, Vec<Placeholder>), String> {
+        let mut sql = String::new();
+        let mut binds = Vec::new();
+        let mut quoted = false;
+        for piece in &self.pieces {
+            match piece {
+                Piece::Text(text) => {
+                    quoted ^= text.matches('\'').count() % 2 == 1;
+                    sql.push_str(text);
+                }
+                Piece::Value(placeholder) => {
+                    if quoted {
+                        return Err(format!(
+                            "a placeholder inside quotes is not a parameter: write `{{{{...}}}}` \
+                             without the quotes around it (it is bound as a value) [{}]",
+                            placeholder.env_name()
+                        ));
+                    }
+                    binds.push(placeholder.clone());
+                    sql.push_str(&marker(binds.len()));
+                }
+            }
+        }
+        Ok((sql, binds))
     }
 
     /// The command text for `/bin/sh -c`, each placeholder replaced by a quoted reference to
@@ -121,10 +200,33 @@ impl Template {
     }
 }
 
-fn placeholder(
-    name: &str,
-    declared_params: &BTreeMap<String, serde_json::Value>,
-) -> Result<Placeholder, String> {
+fn dep_output(name: &str, scope: &Scope<'_>) -> Result<Placeholder, String> {
+    let usage = || {
+        format!("`{{{{{name}}}}}`: write `{{{{deps.<job>.output.<field>}}}}`, with <job> one of job.deps")
+    };
+    let rest = name.strip_prefix("deps.").ok_or_else(usage)?;
+    let (job, field) = rest.split_once(".output.").ok_or_else(usage)?;
+    if !scope.upstream.iter().any(|u| u == job) {
+        return Err(format!(
+            "`{{{{{name}}}}}` reads the output of `{job}`, which job.deps does not list"
+        ));
+    }
+    if field.is_empty() || !field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!(
+            "`{{{{{name}}}}}`: the field must be a top-level output field matching [A-Za-z0-9_]+"
+        ));
+    }
+    Ok(Placeholder::DepOutput {
+        job: job.to_string(),
+        field: field.to_string(),
+    })
+}
+
+fn placeholder(name: &str, scope: &Scope<'_>) -> Result<Placeholder, String> {
+    let declared_params = scope.params;
+    if name.starts_with("deps.") {
+        return dep_output(name, scope);
+    }
     Ok(match name {
         "biz_date" => Placeholder::BizDate,
         "instance_id" => Placeholder::InstanceId,
@@ -144,7 +246,8 @@ fn placeholder(
             None => {
                 return Err(format!(
                     "unknown placeholder `{{{{{name}}}}}` (known: biz_date, instance_id, \
-                     trace_id, job, attempt, expected_time, params.<name>)"
+                     trace_id, job, attempt, expected_time, params.<name>, \
+                     deps.<job>.output.<field>)"
                 ))
             }
         },
@@ -192,7 +295,7 @@ mod tests {
     }
 
     fn render(text: &str) -> String {
-        Template::parse(text, &params(&["x"]))
+        Template::parse(text, &Scope::params(&params(&["x"])))
             .unwrap()
             .render_shell()
     }
@@ -215,6 +318,7 @@ mod tests {
     #[test]
     fn unknown_and_undeclared_placeholders_are_errors() {
         let none = params(&[]);
+        let none = Scope::params(&none);
         assert!(Template::parse("{{nope}}", &none)
             .unwrap_err()
             .contains("unknown placeholder"));
@@ -224,5 +328,58 @@ mod tests {
         assert!(Template::parse("echo {{biz_date", &none)
             .unwrap_err()
             .contains("unclosed"));
+    }
+}
+
+#[cfg(test)]
+mod render_tests {
+    use super::*;
+
+    fn scope_parse(text: &str) -> Result<Template, String> {
+        let params: BTreeMap<String, serde_json::Value> =
+            [("x".to_string(), serde_json::Value::Null)].into();
+        let upstream = ["load-orders".to_string()];
+        Template::parse(
+            text,
+            &Scope {
+                params: &params,
+                upstream: &upstream,
+            },
+        )
+    }
+
+    #[test]
+    fn dep_outputs_name_a_listed_upstream_and_a_plain_field() {
+        let t = scope_parse("echo {{deps.load-orders.output.rows}}").unwrap();
+        assert_eq!(t.render_shell(), r#"echo "${AX_DEP_load_orders_rows}""#);
+        assert!(scope_parse("{{deps.other.output.rows}}")
+            .unwrap_err()
+            .contains("does not list"));
+        assert!(scope_parse("{{deps.load-orders.rows}}")
+            .unwrap_err()
+            .contains("deps.<job>.output.<field>"));
+        assert!(scope_parse("{{deps.load-orders.output.a.b}}")
+            .unwrap_err()
+            .contains("top-level"));
+    }
+
+    #[test]
+    fn values_are_whole_and_sql_gets_bind_markers() {
+        let t = scope_parse("--x={{params.x}}").unwrap();
+        assert_eq!(t.render_value(&|_| "a b; rm".to_string()), "--x=a b; rm");
+        let sql = scope_parse("insert into t values ({{params.x}}, {{biz_date}}, 'it''s')")
+            .unwrap()
+            .render_bind(&|n| format!("${n}"))
+            .unwrap();
+        assert_eq!(sql.0, "insert into t values ($1, $2, 'it''s')");
+        assert_eq!(
+            sql.1,
+            vec![Placeholder::Param("x".into()), Placeholder::BizDate]
+        );
+        assert!(scope_parse("select '{{biz_date}}'")
+            .unwrap()
+            .render_bind(&|_| "?".into())
+            .unwrap_err()
+            .contains("inside quotes"));
     }
 }

@@ -12,7 +12,7 @@ use serde_saphyr::Spanned;
 
 use super::{
     DepSpec, DumpSignal, ExecSpec, JobDocument, JobSpec, Misfire, OnTimeoutSpec, Overlap, Priority,
-    RetrySpec, SpecError,
+    RetrySpec, SpecError, SqlOutput, SuccessWhen,
 };
 
 /// A job read from a file, with where it came from.
@@ -134,6 +134,30 @@ struct RawExec {
     workdir: Option<Spanned<String>>,
     #[serde(default)]
     env: Option<Spanned<BTreeMap<String, String>>>,
+    #[serde(default)]
+    url: Option<Spanned<String>>,
+    #[serde(default)]
+    headers: Option<Spanned<BTreeMap<String, String>>>,
+    #[serde(default)]
+    success_when: Option<Spanned<SuccessWhen>>,
+    #[serde(default)]
+    script: Option<Spanned<String>>,
+    #[serde(default)]
+    module: Option<Spanned<String>>,
+    #[serde(default)]
+    args: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    venv: Option<Spanned<String>>,
+    #[serde(default)]
+    requirements: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    database: Option<Spanned<String>>,
+    #[serde(default)]
+    statement: Option<Spanned<String>>,
+    #[serde(default)]
+    output: Option<Spanned<SqlOutput>>,
+    #[serde(default)]
+    with: Option<Spanned<serde_json::Map<String, serde_json::Value>>>,
 }
 
 #[derive(Deserialize)]
@@ -197,6 +221,26 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         command: lines.take_opt("job.exec.command", exec.command),
         workdir: lines.take_opt("job.exec.workdir", exec.workdir),
         env: lines.take_opt("job.exec.env", exec.env).unwrap_or_default(),
+        url: lines.take_opt("job.exec.url", exec.url),
+        headers: lines
+            .take_opt("job.exec.headers", exec.headers)
+            .unwrap_or_default(),
+        success_when: lines.take_opt("job.exec.success_when", exec.success_when),
+        script: lines.take_opt("job.exec.script", exec.script),
+        module: lines.take_opt("job.exec.module", exec.module),
+        args: lines
+            .take_opt("job.exec.args", exec.args)
+            .unwrap_or_default(),
+        venv: lines.take_opt("job.exec.venv", exec.venv),
+        requirements: lines
+            .take_opt("job.exec.requirements", exec.requirements)
+            .unwrap_or_default(),
+        database: lines.take_opt("job.exec.database", exec.database),
+        statement: lines.take_opt("job.exec.statement", exec.statement),
+        output: lines
+            .take_opt("job.exec.output", exec.output)
+            .unwrap_or_default(),
+        with: lines.take_opt("job.exec.with", exec.with),
     };
     let retry = lines.take_opt("job.retry", job.retry).map(|r| RetrySpec {
         times: lines.take("job.retry.times", r.times),

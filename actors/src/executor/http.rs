@@ -1,0 +1,205 @@
+//! The `http` executor: POSTs the attempt as JSON to `exec.url` and reads the answer.
+//!
+//! The body is `{"instanceId", "traceId", "job", "bizDate", "params", "attempt",
+//! "expectedTime"}` (the instance id is the receiver's idempotency key: a retry or a re-run
+//! carries the same one), with the spec's `exec.headers` and `Ax-Instance-Id` /
+//! `Ax-Trace-Id`. A 2xx answer is a success unless `exec.success_when` says otherwise; a JSON
+//! answer becomes the output. The job's `timeout` bounds the whole exchange, so an endpoint
+//! that hangs ends the attempt with tag `timeout`; a status outside 2xx or a failed condition
+//! ends it `rejected`, with the start of the body in the message.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+
+use ax_bus::instance::Tag;
+use ax_bus::messages::ExecutorInfo;
+use ax_bus::spec::SuccessWhen;
+
+use super::{builtin, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig};
+
+/// Most bytes of a response body read.
+const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Bytes of the body quoted in a message.
+const QUOTED_BYTES: usize = 300;
+
+/// See the module.
+#[derive(Default)]
+pub struct Http {
+    client: Option<reqwest::Client>,
+}
+
+fn quote(body: &str) -> String {
+    let mut end = body.len().min(QUOTED_BYTES);
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = if end < body.len() { "…" } else { "" };
+    format!("{}{cut}", body[..end].trim())
+}
+
+/// Whether the answer meets `when`; `Err` says why not.
+fn check(when: &SuccessWhen, json: Option<&serde_json::Value>) -> Result<(), String> {
+    let Some(json) = json else {
+        return Err(format!(
+            "success_when: the answer is not JSON, so {} cannot equal {}",
+            when.path, when.equals
+        ));
+    };
+    match json.pointer(&when.path) {
+        Some(value) if *value == when.equals => Ok(()),
+        Some(value) => Err(format!(
+            "success_when: {} is {value}, expected {}",
+            when.path, when.equals
+        )),
+        None => Err(format!(
+            "success_when: the answer has no {} (expected {})",
+            when.path, when.equals
+        )),
+    }
+}
+
+async fn read_body(response: reqwest::Response) -> Result<String, String> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| format!("reading the answer: {e}"))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(format!("the answer is larger than {MAX_BODY_BYTES} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+impl Http {
+    async fn exchange(&self, ctx: &AttemptContext<'_>) -> ExecResult {
+        let work = ctx.work;
+        let exec = &work.spec.exec;
+        let (Some(client), Some(url)) = (&self.client, &exec.url) else {
+            return ExecResult::failed(
+                Tag::ExecutorError,
+                "exec.url: the http executor needs a url",
+            );
+        };
+        let body = serde_json::json!({
+            "instanceId": work.instance_id,
+            "traceId": work.trace_id,
+            "job": work.job(),
+            "bizDate": work.biz_date,
+            "params": work.params,
+            "attempt": work.attempt,
+            "expectedTime": ax_bus::time::rfc3339(work.expected_time),
+        });
+        let mut request = client
+            .post(url)
+            .json(&body)
+            .header("Ax-Instance-Id", &work.instance_id)
+            .header("Ax-Trace-Id", &work.trace_id);
+        for (name, value) in &exec.headers {
+            request = request.header(name, value);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => {
+                return ExecResult::failed(Tag::SpawnFailed, format!("POST {url}: {e}"));
+            }
+        };
+        let status = response.status();
+        let text = match read_body(response).await {
+            Ok(text) => text,
+            Err(reason) => {
+                return ExecResult::failed(
+                    Tag::Rejected,
+                    format!("POST {url}: HTTP {status}, {reason}"),
+                )
+            }
+        };
+        let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+        let mut result = if !status.is_success() {
+            ExecResult::failed(
+                Tag::Rejected,
+                format!("POST {url}: HTTP {status}: {}", quote(&text)),
+            )
+        } else {
+            match exec.success_when.as_ref().map(|w| check(w, json.as_ref())) {
+                Some(Err(reason)) => ExecResult::failed(Tag::Rejected, reason),
+                _ => ExecResult::completed(format!("HTTP {status}"), serde_json::Value::Null),
+            }
+        };
+        result.output = json.unwrap_or(serde_json::Value::Null);
+        result.stdout_tail = quote(&text);
+        result
+    }
+}
+
+impl Executor for Http {
+    fn init(&mut self, _config: &ExecutorsConfig) -> Result<(), ExecutorError> {
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("ax/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ExecutorError {
+                executor: "http".into(),
+                reason: e.to_string(),
+            })?;
+        self.client = Some(client);
+        Ok(())
+    }
+
+    fn describe(&self) -> ExecutorInfo {
+        builtin(
+            "http",
+            "POSTs the instance as JSON to exec.url; 2xx (and exec.success_when) is success",
+        )
+    }
+
+    fn run<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult> {
+        Box::pin(async move {
+            let limit = Duration::from_secs(ctx.work.spec.timeout_secs());
+            tokio::select! {
+                ended = tokio::time::timeout(limit, self.exchange(ctx)) => match ended {
+                    Ok(result) => result,
+                    Err(_) => ExecResult::failed(
+                        Tag::Timeout,
+                        format!("no complete answer within {}s", limit.as_secs()),
+                    ),
+                },
+                _ = ctx.cancel.notified() => ExecResult::failed(
+                    Tag::Killed,
+                    "stopped: the instance was cancelled; request abandoned",
+                ),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_read_json_pointers() {
+        let when = SuccessWhen {
+            path: "/result/status".into(),
+            equals: serde_json::json!("ok"),
+        };
+        let ok = serde_json::json!({"result": {"status": "ok"}});
+        let bad = serde_json::json!({"result": {"status": "failed"}});
+        assert_eq!(check(&when, Some(&ok)), Ok(()));
+        assert!(check(&when, Some(&bad))
+            .unwrap_err()
+            .contains("\"failed\", expected \"ok\""));
+        assert!(check(&when, Some(&serde_json::json!({})))
+            .unwrap_err()
+            .contains("has no"));
+        assert!(check(&when, None).unwrap_err().contains("not JSON"));
+    }
+
+    #[test]
+    fn quotes_are_short_and_cut_on_characters() {
+        let long = "é".repeat(400);
+        let q = quote(&long);
+        assert!(q.ends_with('…') && q.len() <= QUOTED_BYTES + 3);
+    }
+}

@@ -1,0 +1,204 @@
+//! Executors: what turns a dispatched attempt into work — a process, an HTTP call, a SQL
+//! statement — and the work's end into an [`ExecResult`].
+//!
+//! Every executor implements [`Executor`]: `init` once with the worker's [`ExecutorsConfig`],
+//! `describe` for the worker's heartbeat (so `ax executors` can list it and the Router sends
+//! an instance only to workers offering its type), then per attempt `prepare` (checks that
+//! need the worker: a database configured, a virtualenv made) and `run`. Built in: `shell`,
+//! `python`, `http`, `sql` and `noop`; plugins are executables in the worker's plugin
+//! directory speaking a JSON protocol (see [`plugin`]).
+//!
+//! An executor never panics the worker and never loses an attempt: whatever goes wrong —
+//! missing settings, a crashing plugin, a hanging endpoint — ends the attempt `failed` with a
+//! tag and a message that says why, and the worker goes on.
+
+pub mod child;
+pub mod http;
+pub mod noop;
+pub mod plugin;
+pub mod python;
+pub mod shell;
+pub mod sql;
+pub mod values;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio::sync::Notify;
+
+use ax_bus::instance::Tag;
+use ax_bus::messages::{ExecutorInfo, WorkItem};
+
+use values::Values;
+
+/// The version every built-in executor reports.
+pub const BUILTIN_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What executors need from the worker's config.
+#[derive(Clone, Debug, Default)]
+pub struct ExecutorsConfig {
+    /// Databases the `sql` executor may use, by the name jobs give (`exec.database`). The
+    /// connection strings stay here: never in a spec, a result or a log.
+    pub databases: BTreeMap<String, String>,
+    /// Where plugin executables are found at start.
+    pub plugin_dir: Option<PathBuf>,
+    /// The Python interpreter outside a virtualenv.
+    pub python: String,
+}
+
+/// Everything an executor sees of one attempt.
+pub struct AttemptContext<'a> {
+    /// The attempt.
+    pub work: &'a WorkItem,
+    /// This worker's id.
+    pub worker: &'a str,
+    /// A directory for the attempt's scratch files.
+    pub scratch: &'a Path,
+    /// Notified when the attempt must stop (its instance was cancelled or its claim lost).
+    pub cancel: &'a Notify,
+    /// The values of the placeholders (including upstream outputs).
+    pub values: &'a Values,
+}
+
+/// How an attempt's work ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecResult {
+    /// Whether it succeeded.
+    pub success: bool,
+    /// Why it ended so (`completed`, `exit_code`, `rejected`, `timeout`, ...).
+    pub tag: Tag,
+    /// A line for people.
+    pub message: String,
+    /// Structured output, published with the result and readable downstream.
+    pub output: serde_json::Value,
+    /// A process's exit code.
+    pub exit_code: Option<i32>,
+    /// The end of stdout (or of a response body).
+    pub stdout_tail: String,
+    /// The end of stderr.
+    pub stderr_tail: String,
+}
+
+impl ExecResult {
+    /// A success.
+    pub fn completed(message: impl Into<String>, output: serde_json::Value) -> Self {
+        Self {
+            success: true,
+            tag: Tag::Completed,
+            message: message.into(),
+            output,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+
+    /// A failure with `tag`.
+    pub fn failed(tag: Tag, message: impl Into<String>) -> Self {
+        Self {
+            success: false,
+            tag,
+            message: message.into(),
+            output: serde_json::Value::Null,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+}
+
+/// Why an executor could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("executor `{executor}`: {reason}")]
+pub struct ExecutorError {
+    /// The executor.
+    pub executor: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// A way of running attempts.
+pub trait Executor: Send + Sync {
+    /// Takes the worker's config, once, before any attempt.
+    fn init(&mut self, _config: &ExecutorsConfig) -> Result<(), ExecutorError> {
+        Ok(())
+    }
+
+    /// What it is, for the heartbeat and `ax executors`.
+    fn describe(&self) -> ExecutorInfo;
+
+    /// Checks and preparations that need this worker; an error fails the attempt with tag
+    /// `executor_error` and is the message.
+    fn prepare<'a>(&'a self, _ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Runs the attempt to its end (or its timeout, or its cancellation).
+    fn run<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult>;
+}
+
+/// A built-in's self-description.
+pub fn builtin(name: &str, description: &str) -> ExecutorInfo {
+    ExecutorInfo {
+        name: name.to_string(),
+        kind: "builtin".to_string(),
+        version: BUILTIN_VERSION.to_string(),
+        description: description.to_string(),
+    }
+}
+
+/// The executors of a worker, by type.
+#[derive(Clone)]
+pub struct Registry {
+    executors: BTreeMap<String, Arc<dyn Executor>>,
+}
+
+impl Registry {
+    /// The built-ins and the plugins found in `config.plugin_dir`, each initialised. A plugin
+    /// that does not describe itself is left out with a warning; it does not stop the worker.
+    pub fn load(config: &ExecutorsConfig) -> Result<Self, ExecutorError> {
+        let mut all: Vec<Box<dyn Executor>> = vec![
+            Box::new(shell::Shell),
+            Box::new(noop::Noop),
+            Box::new(python::Python::default()),
+            Box::new(http::Http::default()),
+            Box::new(sql::Sql::default()),
+        ];
+        if let Some(dir) = &config.plugin_dir {
+            for found in plugin::discover(dir) {
+                match found {
+                    Ok(plugin) => all.push(Box::new(plugin)),
+                    Err(e) => tracing::warn!(error = %e, "plugin left out"),
+                }
+            }
+        }
+        let mut executors = BTreeMap::new();
+        for mut executor in all {
+            executor.init(config)?;
+            let name = executor.describe().name;
+            if executors.contains_key(&name) {
+                tracing::warn!(executor = %name, "a plugin may not replace a built-in or another plugin; left out");
+                continue;
+            }
+            executors.insert(name, Arc::from(executor));
+        }
+        Ok(Self { executors })
+    }
+
+    /// The executor for `kind`.
+    pub fn get(&self, kind: &str) -> Option<Arc<dyn Executor>> {
+        self.executors.get(kind).cloned()
+    }
+
+    /// The types offered, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.executors.keys().cloned().collect()
+    }
+
+    /// Every executor's self-description, sorted by name.
+    pub fn describe_all(&self) -> Vec<ExecutorInfo> {
+        self.executors.values().map(|e| e.describe()).collect()
+    }
+}

@@ -1,0 +1,21 @@
+//! The `noop` executor: succeeds at once without starting anything — a join point in a graph,
+//! or a probe of the scheduler itself (the benchmark's end-to-end instances).
+
+use futures::future::BoxFuture;
+
+use ax_bus::messages::ExecutorInfo;
+
+use super::{builtin, AttemptContext, ExecResult, Executor};
+
+/// See the module.
+pub struct Noop;
+
+impl Executor for Noop {
+    fn describe(&self) -> ExecutorInfo {
+        builtin("noop", "succeeds at once without running anything")
+    }
+
+    fn run<'a>(&'a self, _ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult> {
+        Box::pin(async { ExecResult::completed("noop", serde_json::Value::Null) })
+    }
+}

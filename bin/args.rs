@@ -150,6 +150,9 @@ pub struct UpArgs {
     /// Concurrent attempts of the local worker.
     #[arg(long, default_value_t = 4)]
     pub slots: u32,
+    /// Plugin executors of the local worker.
+    #[arg(long, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

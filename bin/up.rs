@@ -1,12 +1,15 @@
 //! `ax up`: a whole cluster on this machine — a nats-server child (unless `--nats URL`), every
-//! actor, and a worker — with the given job files applied. Ctrl-C or SIGTERM stops everything;
-//! the nats-server child also dies with this process if it is killed outright.
+//! actor, and a worker (with a SQLite database `demo` for the sql executor and, with
+//! `--plugin-dir`, plugin executors) — with the given job files applied. Ctrl-C or SIGTERM
+//! stops everything; the nats-server child also dies with this process if it is killed
+//! outright.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
 use ax_actors::clock::SystemClock;
+use ax_actors::executor::ExecutorsConfig;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
 use ax_actors::worker::WorkerConfig;
 use ax_bus::client::{AxClient, ConnectConfig};
@@ -73,7 +76,16 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
                 tags: Vec::new(),
                 reserved: Default::default(),
                 test_stall: None,
-                executors: Default::default(),
+                executors: ExecutorsConfig {
+                    // A SQLite database for the sql executor's demo jobs.
+                    databases: [(
+                        "demo".to_string(),
+                        format!("sqlite://{}?mode=rwc", data_dir.join("demo.db").display()),
+                    )]
+                    .into(),
+                    plugin_dir: args.plugin_dir.clone(),
+                    python: "python3".into(),
+                },
                 dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
                 data_dir: data_dir.join("worker"),
             },

@@ -323,6 +323,12 @@ job:
   exec:
     type: shell
     command: printf '%s|%s' {{{{deps.load-orders.output.rows}}}} {{{{deps.load-orders.output.file}}}} > {}
+---
+version: v1
+job:
+  name: misread
+  deps: [ {{ name: load-orders }} ]
+  exec: {{ type: shell, command: 'echo {{{{deps.load-orders.output.absent}}}}' }}
 "#,
             seen.display()
         ),
@@ -340,6 +346,23 @@ job:
     .await;
     assert_eq!(report.state, State::Success, "{}", report.message);
     assert_eq!(std::fs::read_to_string(&seen).unwrap(), "42|a b; $(x)");
+    // A field the upstream did not output: the downstream fails, saying which.
+    let misread = wait_for(Duration::from_secs(30), "misread to end", || async {
+        instances(&client, "misread")
+            .await
+            .into_iter()
+            .find(|r| r.biz_date == "2026-03-01" && r.state.is_final())
+    })
+    .await;
+    assert_eq!(
+        (misread.state, misread.tag),
+        (State::Failed, Tag::ExecutorError)
+    );
+    assert!(
+        misread.message.contains("has no field `absent`"),
+        "{}",
+        misread.message
+    );
 }
 
 /// Writes an executable plugin script.

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sqlx::any::{AnyPoolOptions, AnyRow, AnyTypeInfoKind};
-use sqlx::{AnyPool, Column, Row};
+use sqlx::{AnyPool, Column, Row, ValueRef};
 
 use ax_bus::instance::Tag;
 use ax_bus::messages::ExecutorInfo;
@@ -105,7 +105,10 @@ fn row_json(row: &AnyRow) -> Result<serde_json::Value, String> {
     let mut object = serde_json::Map::new();
     for (i, column) in row.columns().iter().enumerate() {
         let unreadable = |e: sqlx::Error| format!("column `{}`: {e}", column.name());
-        let value = match column.type_info().kind() {
+        // The value's own type: an expression column (`COUNT(*)` in SQLite) has no declared
+        // type, its values do.
+        let raw = row.try_get_raw(i).map_err(unreadable)?;
+        let value = match raw.type_info().kind() {
             AnyTypeInfoKind::Null => Value::Null,
             AnyTypeInfoKind::Bool => row
                 .try_get::<Option<bool>, _>(i)

@@ -551,3 +551,38 @@ async fn more_than_three_retries_is_a_warning_and_the_job_is_applied() {
         (5, Some(600), 0.2)
     );
 }
+
+#[test]
+fn a_worker_with_a_bad_executor_config_refuses_to_start_saying_why() {
+    let nats = TestNats::start();
+    let dir = nats.path("bad-node");
+    for (config, expected) in [
+        (
+            "[worker]\nplugin_dir = \"/nonexistent/plugins\"\n",
+            "cannot read the plugin directory /nonexistent/plugins",
+        ),
+        (
+            "[databases]\nlegacy = \"oracle://db.example.com/x\"\n",
+            "database `legacy`: the URL must start with postgres://",
+        ),
+    ] {
+        let file = dir.join("node.toml");
+        std::fs::write(&file, config).unwrap();
+        let out = ax(
+            &nats.url(),
+            &[
+                "node",
+                "--roles",
+                "worker",
+                "--id",
+                "bad",
+                "--config",
+                file.to_str().unwrap(),
+                "--data-dir",
+                dir.join("data").to_str().unwrap(),
+            ],
+        );
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    }
+}

@@ -531,3 +531,64 @@ async fn plugins_are_loaded_from_the_plugin_dir_and_fail_alone() {
     assert!(!names.iter().any(|(n, _)| n == "mute"), "{names:?}");
     assert_eq!(names.iter().filter(|(n, _)| n == "shell").count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_go_only_to_workers_offering_their_executor() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let plugins = nats.path("plugins");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins/line-count");
+    std::fs::copy(&example, plugins.join("line-count")).unwrap();
+    let plugin_config = nats.path("files").join("plugins.toml");
+    std::fs::write(
+        &plugin_config,
+        format!("[worker]\nplugin_dir = \"{}\"\n", plugins.display()),
+    )
+    .unwrap();
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let _plain = AxProcess::node(&nats, "plain", "worker", &[]);
+    let data = nats.path("files").join("data.txt");
+    std::fs::write(&data, "one\n").unwrap();
+    apply_job(
+        &nats,
+        "count",
+        &format!(
+            "version: v1\njob:\n  name: count\n  exec:\n    type: line-count\n    with: {{ path: {} }}\n",
+            data.display()
+        ),
+    )
+    .await;
+    // Nobody offers line-count yet: the instance waits, it does not fail.
+    let waiting = trigger(&nats, &["count"]);
+    wait_for(Duration::from_secs(20), "the no_worker tag", || async {
+        client
+            .instance(&waiting)
+            .await
+            .ok()
+            .flatten()
+            .filter(|(r, _)| r.tag == Tag::NoWorker && r.state == State::Running)
+    })
+    .await;
+    let _plugged = AxProcess::node(
+        &nats,
+        "plugged",
+        "worker",
+        &["--config", plugin_config.to_str().unwrap()],
+    );
+    let ran = final_record(&client, &waiting, Duration::from_secs(30)).await;
+    assert_eq!(
+        (ran.state, ran.worker.as_deref()),
+        (State::Success, Some("plugged")),
+        "{}",
+        ran.message
+    );
+    // With both workers alive, every line-count instance still goes to the one offering it.
+    let ids: Vec<String> = (0..6).map(|_| trigger(&nats, &["count"])).collect();
+    for id in ids {
+        let record = final_record(&client, &id, Duration::from_secs(30)).await;
+        assert_eq!(
+            (record.state, record.worker.as_deref()),
+            (State::Success, Some("plugged"))
+        );
+    }
+}

@@ -158,6 +158,7 @@ pub struct Registry {
 impl Registry {
     /// The built-ins and the plugins found in `config.plugin_dir`, each initialised. A plugin
     /// that does not describe itself is left out with a warning; it does not stop the worker.
+    /// A plugin directory that cannot be read, or a database URL of no known kind, does.
     pub fn load(config: &ExecutorsConfig) -> Result<Self, ExecutorError> {
         let mut all: Vec<Box<dyn Executor>> = vec![
             Box::new(shell::Shell),
@@ -167,7 +168,7 @@ impl Registry {
             Box::new(sql::Sql::default()),
         ];
         if let Some(dir) = &config.plugin_dir {
-            for found in plugin::discover(dir) {
+            for found in plugin::discover(dir)? {
                 match found {
                     Ok(plugin) => all.push(Box::new(plugin)),
                     Err(e) => tracing::warn!(error = %e, "plugin left out"),

@@ -77,18 +77,14 @@ struct Reply {
     output: serde_json::Value,
 }
 
-/// Every executable file of `dir`, described (sorted by file name). An unreadable directory
-/// yields one error.
-pub fn discover(dir: &Path) -> Vec<Result<Plugin, ExecutorError>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => {
-            return vec![Err(ExecutorError {
-                executor: "plugins".into(),
-                reason: format!("cannot read the plugin directory {}: {e}", dir.display()),
-            })]
-        }
-    };
+/// Every executable file of `dir`, described (sorted by file name); an error for the
+/// directory itself when it cannot be read (a worker configured with plugins it cannot find
+/// must not start as if it had none).
+pub fn discover(dir: &Path) -> Result<Vec<Result<Plugin, ExecutorError>>, ExecutorError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| ExecutorError {
+        executor: "plugins".into(),
+        reason: format!("cannot read the plugin directory {}: {e}", dir.display()),
+    })?;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -99,7 +95,7 @@ pub fn discover(dir: &Path) -> Vec<Result<Plugin, ExecutorError>> {
         })
         .collect();
     paths.sort();
-    paths.into_iter().map(|p| Plugin::load(&p)).collect()
+    Ok(paths.into_iter().map(|p| Plugin::load(&p)).collect())
 }
 
 impl Plugin {

@@ -13,7 +13,8 @@
 //! queued again with backoff until NATS answers. A retry after a lost ack finds the record with
 //! *its own* trace id and goes on to the hand-off, so an instance is never left created but not
 //! handed on by its own creator. The batches run on a task of their own, which outlives restarts
-//! of the Scheduler actor.
+//! of the Scheduler actor. An instance found already created is watched for a while, in case
+//! its creator died before handing it on (see [`crate::orphans`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use ax_bus::messages::{TickOutcome, WorkItem};
 use ax_bus::spec::{JobSpec, Overlap};
 use ax_bus::{codec, ids, AxClient, InstanceRecord, State, Tag};
 
+use crate::orphans;
 use crate::overlap::{self, Decision};
 use crate::{publish, ticks, ActorError};
 
@@ -334,6 +336,10 @@ async fn create_batch(
                     {
                         tracing::warn!(instance = %instance.record.instance_id, error = %e, "latest instance not noted");
                     }
+                }
+                if outcome == Created::Deduplicated {
+                    // Its creator may have died before handing it on.
+                    orphans::watch(client.clone(), node.to_string(), instance.clone());
                 }
                 finish(request, outcome);
             }

@@ -29,6 +29,7 @@ pub mod fire_schedule;
 pub mod lease;
 pub mod misfire;
 pub mod node;
+pub mod orphans;
 pub mod outbox;
 pub mod overlap;
 pub mod planner;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use ax_bus::client::{AxClient, ConnectConfig};
+use ax_bus::client::{redact, AxClient, ConnectConfig};
 
 /// The file in a data dir that records the cluster's URL.
 pub const URL_FILE: &str = "nats.url";
@@ -39,5 +39,5 @@ pub async fn connect(flag: Option<&str>, prefix: &str) -> Result<AxClient> {
     config.prefix = prefix.to_string();
     AxClient::connect(&config)
         .await
-        .with_context(|| format!("NATS URL {url} ({origin})"))
+        .with_context(|| format!("NATS URL {} ({origin})", redact(&url)))
 }

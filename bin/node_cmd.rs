@@ -9,7 +9,7 @@ use ax_actors::clock::{Clock, ShiftedClock, SystemClock};
 use ax_actors::executor::ExecutorsConfig;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
 use ax_actors::worker::WorkerConfig;
-use ax_bus::client::{AxClient, ConnectConfig};
+use ax_bus::client::{redact, AxClient, ConnectConfig};
 
 use crate::args::NodeArgs;
 use crate::{connect, node_config, shutdown};
@@ -71,9 +71,10 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
         .clone()
         .unwrap_or_else(|| prefix_flag.to_string());
     config.replicas = args.replicas.or(file.node.replicas).unwrap_or(1);
+    config.auth = file.nats.over(config.auth);
     let client = AxClient::connect(&config)
         .await
-        .with_context(|| format!("NATS URL {url} ({origin})"))?;
+        .with_context(|| format!("NATS URL {} ({origin})", redact(&url)))?;
     let data_dir = args
         .data_dir
         .clone()
@@ -130,7 +131,11 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
         node_clock(),
     )?;
     let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
-    eprintln!("ax node {id} running {} on {url}", names.join(","));
+    eprintln!(
+        "ax node {id} running {} on {}",
+        names.join(","),
+        redact(&url)
+    );
     shutdown::wait().await;
     node.stop();
     Ok(())

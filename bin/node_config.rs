@@ -29,6 +29,10 @@
 //! ack_timeout = 5                       # seconds a worker has to acknowledge a dispatch
 //! worker_ttl = 10                       # seconds without heartbeat before a worker is dead
 //!
+//! [nats]                                # credentials and TLS; a user:password may also be in the URL
+//! creds = "/etc/ax/worker.creds"        # or: user + password, token, nkey_seed_file
+//! tls_ca = "/etc/ax/ca.pem"             # tls_cert + tls_key for mutual TLS; tls_required = true
+//!
 //! [alerts]
 //! webhook = "https://hooks.example.com/ax"   # one JSON POST per alert, retried with backoff
 //! timeout = 5                                # seconds one POST may take
@@ -46,6 +50,7 @@ use ax_actors::alert_webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 use ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
 use ax_actors::router::RouterConfig;
 use ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT;
+use ax_bus::client::NatsAuth;
 use ax_bus::messages::Reserved;
 
 /// The whole file.
@@ -63,6 +68,40 @@ pub struct FileConfig {
     /// Databases of the sql executor: name → URL.
     #[serde(default)]
     pub databases: BTreeMap<String, String>,
+    #[serde(default)]
+    pub nats: NatsSection,
+}
+
+/// `[nats]`: credentials and TLS (each overrides its `AX_NATS_*` variable).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSection {
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+    pub nkey_seed_file: Option<PathBuf>,
+    pub creds: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_required: Option<bool>,
+}
+
+impl NatsSection {
+    /// `base` (from the environment) with this section's settings on top.
+    pub fn over(&self, base: NatsAuth) -> NatsAuth {
+        NatsAuth {
+            user: self.user.clone().or(base.user),
+            password: self.password.clone().or(base.password),
+            token: self.token.clone().or(base.token),
+            nkey_seed_file: self.nkey_seed_file.clone().or(base.nkey_seed_file),
+            creds_file: self.creds.clone().or(base.creds_file),
+            tls_ca: self.tls_ca.clone().or(base.tls_ca),
+            tls_cert: self.tls_cert.clone().or(base.tls_cert),
+            tls_key: self.tls_key.clone().or(base.tls_key),
+            tls_required: self.tls_required.unwrap_or(base.tls_required),
+        }
+    }
 }
 
 /// `[alerts]`.

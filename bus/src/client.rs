@@ -2,6 +2,7 @@
 //! operations shared by the CLI, the actors and business services (control commands, reading
 //! jobs and instances, compare-and-swap on instance records).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
@@ -30,6 +31,128 @@ pub struct ConnectConfig {
     pub prefix: String,
     /// Replicas for streams and buckets.
     pub replicas: usize,
+    /// Credentials and TLS.
+    pub auth: NatsAuth,
+}
+
+/// How to authenticate to NATS and secure the connection. A user and password may also be
+/// given in the URL (`nats://user:pass@host:4222`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NatsAuth {
+    /// User (with `password`).
+    pub user: Option<String>,
+    /// Password of `user`.
+    pub password: Option<String>,
+    /// An authentication token.
+    pub token: Option<String>,
+    /// A file holding an NKey seed (`SU...`).
+    pub nkey_seed_file: Option<PathBuf>,
+    /// A `.creds` file (JWT and NKey seed, as `nsc` writes them).
+    pub creds_file: Option<PathBuf>,
+    /// PEM file of the CA that signed the server's certificate.
+    pub tls_ca: Option<PathBuf>,
+    /// PEM file of this client's certificate (with `tls_key`), for mutual TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of this client's private key.
+    pub tls_key: Option<PathBuf>,
+    /// Refuse a connection without TLS.
+    pub tls_required: bool,
+}
+
+impl NatsAuth {
+    /// Defaults from the environment: `AX_NATS_USER` / `AX_NATS_PASSWORD`, `AX_NATS_TOKEN`,
+    /// `AX_NATS_NKEY_SEED_FILE`, `AX_NATS_CREDS`, `AX_NATS_TLS_CA`, `AX_NATS_TLS_CERT` /
+    /// `AX_NATS_TLS_KEY`, `AX_NATS_TLS_REQUIRED=1` — so that the CLI reaches a secured cluster
+    /// without flags.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Self {
+            user: var("AX_NATS_USER"),
+            password: var("AX_NATS_PASSWORD"),
+            token: var("AX_NATS_TOKEN"),
+            nkey_seed_file: var("AX_NATS_NKEY_SEED_FILE").map(PathBuf::from),
+            creds_file: var("AX_NATS_CREDS").map(PathBuf::from),
+            tls_ca: var("AX_NATS_TLS_CA").map(PathBuf::from),
+            tls_cert: var("AX_NATS_TLS_CERT").map(PathBuf::from),
+            tls_key: var("AX_NATS_TLS_KEY").map(PathBuf::from),
+            tls_required: var("AX_NATS_TLS_REQUIRED").is_some_and(|v| v == "1" || v == "true"),
+        }
+    }
+
+    /// The connect options these settings make; an error names the setting. Credentials in
+    /// the URL (`nats://user:password@host`, or `nats://token@host`) count when no other is
+    /// set (the client library does not read them itself).
+    async fn options(&self, urls: &str) -> Result<async_nats::ConnectOptions, String> {
+        let mut options = async_nats::ConnectOptions::new();
+        let mut this = self.clone();
+        if this.user.is_none() && this.token.is_none() {
+            match url_userinfo(urls) {
+                Some((user, Some(password))) => {
+                    this.user = Some(user);
+                    this.password = Some(password);
+                }
+                Some((token, None)) => this.token = Some(token),
+                None => {}
+            }
+        }
+        match (&this.user, &this.password) {
+            (Some(user), Some(password)) => {
+                options = options.user_and_password(user.clone(), password.clone())
+            }
+            (None, None) => {}
+            _ => return Err("user and password go together".into()),
+        }
+        if let Some(token) = &this.token {
+            options = options.token(token.clone());
+        }
+        if let Some(file) = &self.nkey_seed_file {
+            let seed = std::fs::read_to_string(file)
+                .map_err(|e| format!("nkey seed file {}: {e}", file.display()))?;
+            options = options.nkey(seed.trim().to_string());
+        }
+        if let Some(file) = &self.creds_file {
+            options = options
+                .credentials_file(file)
+                .await
+                .map_err(|e| format!("creds file {}: {e}", file.display()))?;
+        }
+        if let Some(ca) = &self.tls_ca {
+            options = options.add_root_certificates(ca.clone());
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                options = options.add_client_certificate(cert.clone(), key.clone())
+            }
+            (None, None) => {}
+            _ => return Err("tls_cert and tls_key go together".into()),
+        }
+        if self.tls_required {
+            options = options.require_tls(true);
+        }
+        Ok(options)
+    }
+}
+
+/// The user and password (or the token) in the first URL of a list that has any.
+fn url_userinfo(urls: &str) -> Option<(String, Option<String>)> {
+    server_list(urls).iter().find_map(|url| {
+        let rest = url.split_once("://")?.1;
+        let (userinfo, _) = rest.split_once('@')?;
+        match userinfo.split_once(':') {
+            Some((user, password)) => Some((user.to_string(), Some(password.to_string()))),
+            None => Some((userinfo.to_string(), None)),
+        }
+    })
+}
+
+/// The servers of a URL list: `nats://a:4222,nats://b:4222` (one is enough to reach a
+/// cluster, which announces the others; several let the first connection survive one down).
+pub fn server_list(urls: &str) -> Vec<String> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 impl ConnectConfig {
@@ -40,6 +163,7 @@ impl ConnectConfig {
             name: name.into(),
             prefix: crate::subjects::DEFAULT_PREFIX.to_string(),
             replicas: 1,
+            auth: NatsAuth::from_env(),
         }
     }
 }
@@ -83,6 +207,52 @@ pub enum ClientError {
 fn nats_err(operation: impl Into<String>) -> impl FnOnce(String) -> ClientError {
     let operation = operation.into();
     move |reason| ClientError::Nats { operation, reason }
+}
+
+/// A URL list with any password replaced, for messages.
+pub fn redact(urls: &str) -> String {
+    server_list(urls)
+        .iter()
+        .map(|url| match url.split_once("://") {
+            Some((scheme, rest)) => match rest.split_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+                    None => format!("{scheme}://***@{host}"),
+                },
+                None => url.clone(),
+            },
+            None => url.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Says in the log what happens to the connection: an outage and the reconnection (which
+/// the client retries for ever, with a backoff growing to a few seconds) are worth a warning.
+fn log_event(name: &str, event: async_nats::Event) {
+    use async_nats::Event;
+    match event {
+        Event::Connected => tracing::info!(connection = name, "connected to NATS"),
+        Event::Disconnected => tracing::warn!(
+            connection = name,
+            "lost the NATS connection; reconnecting with backoff (work waits, nothing is dropped)"
+        ),
+        Event::ClientError(e) => {
+            tracing::warn!(connection = name, error = %e, "NATS connection trouble; still trying")
+        }
+        Event::SlowConsumer(sid) => {
+            tracing::warn!(
+                connection = name,
+                subscription = sid,
+                "slow consumer: messages dropped"
+            )
+        }
+        Event::LameDuckMode => tracing::warn!(
+            connection = name,
+            "the NATS server is shutting down (lame duck mode); moving to another"
+        ),
+        other => tracing::info!(connection = name, event = %other, "NATS"),
+    }
 }
 
 /// The result of a compare-and-swap update of an instance record.
@@ -130,15 +300,26 @@ const CAS_ATTEMPTS: usize = 16;
 impl AxClient {
     /// Connects and makes sure every stream and bucket exists.
     pub async fn connect(config: &ConnectConfig) -> Result<Self, ClientError> {
-        let nats = async_nats::ConnectOptions::new()
+        let refused = |reason: String| ClientError::Connect {
+            url: redact(&config.url),
+            reason,
+        };
+        let servers = server_list(&config.url);
+        let name = config.name.clone();
+        let nats = config
+            .auth
+            .options(&config.url)
+            .await
+            .map_err(refused)?
             .name(&config.name)
             .connection_timeout(Duration::from_secs(5))
-            .connect(&config.url)
+            .event_callback(move |event| {
+                let name = name.clone();
+                async move { log_event(&name, event) }
+            })
+            .connect(servers.as_slice())
             .await
-            .map_err(|e| ClientError::Connect {
-                url: config.url.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| refused(e.to_string()))?;
         Self::from_client(
             nats,
             Layout::new(Subjects::new(&config.prefix), config.replicas),
@@ -393,5 +574,30 @@ impl AxClient {
         Err(nats_err(format!("update instance {id}"))(format!(
             "still contended after {CAS_ATTEMPTS} attempts"
         )))
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    #[test]
+    fn credentials_come_from_the_url_and_never_go_back_out() {
+        let urls = "nats://10.0.0.1:4222, nats://ax:s3cret@10.0.0.2:4222";
+        assert_eq!(server_list(urls).len(), 2);
+        assert_eq!(
+            url_userinfo(urls),
+            Some(("ax".to_string(), Some("s3cret".to_string())))
+        );
+        assert_eq!(
+            url_userinfo("nats://tok@h:4222"),
+            Some(("tok".to_string(), None))
+        );
+        assert_eq!(url_userinfo("nats://h:4222"), None);
+        assert_eq!(redact("nats://tok@h:4222"), "nats://***@h:4222");
+        assert_eq!(
+            redact(urls),
+            "nats://10.0.0.1:4222,nats://ax:***@10.0.0.2:4222"
+        );
     }
 }

@@ -20,24 +20,47 @@ use nix::unistd::Pid;
 pub struct TestNats {
     pub server: LocalServer,
     pub dir: tempfile::TempDir,
+    /// `user:password` that `url()` carries, for a server with authorization.
+    pub userinfo: Option<String>,
 }
 
 impl TestNats {
     pub fn start() -> Self {
+        Self::start_with_config(None, None)
+    }
+
+    /// A server with this config file text (`-c`), and the `user:password` its URL carries.
+    pub fn start_with_config(config: Option<&str>, userinfo: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
+        let mut extra_args = Vec::new();
+        if let Some(text) = config {
+            let file = dir.path().join("nats-server.conf");
+            std::fs::write(&file, text).expect("write the server config");
+            extra_args = vec!["-c".to_string(), file.display().to_string()];
+        }
         let server = LocalServer::start(ServerOptions {
             binary: find_binary().expect("nats-server (run scripts/install-nats-server)"),
             port: None,
             store_dir: dir.path().join("store"),
             log_file: None,
-            extra_args: Vec::new(),
+            extra_args,
         })
         .expect("nats-server starts");
-        Self { server, dir }
+        Self {
+            server,
+            dir,
+            userinfo: userinfo.map(str::to_string),
+        }
     }
 
     pub fn url(&self) -> String {
-        self.server.url.clone()
+        match &self.userinfo {
+            Some(userinfo) => self
+                .server
+                .url
+                .replacen("://", &format!("://{userinfo}@"), 1),
+            None => self.server.url.clone(),
+        }
     }
 
     pub async fn client(&self) -> AxClient {

@@ -1,0 +1,157 @@
+//! ax on a 3-node NATS cluster with every stream and bucket at 3 replicas: losing one NATS
+//! node does not stop scheduling — a per-second cron job keeps firing, no second is lost
+//! (fires during the fail-over are created late, not dropped) and none runs twice.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ax_bus::client::{AxClient, ConnectConfig};
+use ax_bus::local_server::{find_binary, free_port, LocalServer, ServerOptions};
+use ax_bus::State;
+use chrono::{DurationRound, TimeDelta};
+use support::*;
+
+/// Three clustered nats-servers on loopback, each with its own store.
+struct TestCluster {
+    servers: Vec<LocalServer>,
+    dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster_ports: Vec<u16> = (0..3).map(|_| free_port().unwrap()).collect();
+        let routes = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let servers = cluster_ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                LocalServer::start(ServerOptions {
+                    binary: find_binary().unwrap(),
+                    port: None,
+                    store_dir: dir.path().join(format!("s{i}")),
+                    log_file: None,
+                    extra_args: vec![
+                        "-n".into(),
+                        format!("s{i}"),
+                        "--cluster_name".into(),
+                        "ax-test".into(),
+                        "--cluster".into(),
+                        format!("nats://127.0.0.1:{port}"),
+                        "--routes".into(),
+                        routes.clone(),
+                    ],
+                })
+                .unwrap()
+            })
+            .collect();
+        Self { servers, dir }
+    }
+
+    fn url(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| s.url.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A client with streams and buckets at 3 replicas, once the cluster has its JetStream
+    /// leader (stream creation is refused until then).
+    async fn client(&self) -> AxClient {
+        let mut config = ConnectConfig::new(self.url(), "ax-test");
+        config.replicas = 3;
+        wait_for(
+            Duration::from_secs(60),
+            "the cluster's JetStream",
+            || async { AxClient::connect(&config).await.ok() },
+        )
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_one_nats_node_does_not_stop_scheduling() {
+    let mut cluster = TestCluster::start();
+    let client = cluster.client().await;
+    let results = client.js.get_stream("AX_RESULTS").await;
+    assert_eq!(results.unwrap().cached_info().config.num_replicas, 3);
+    let url = cluster.url();
+    let node_dir = cluster.dir.path().join("n1");
+    std::fs::create_dir_all(&node_dir).unwrap();
+    let _node = AxProcess::spawn(
+        Some(&url),
+        &[
+            "node",
+            "--roles",
+            "all",
+            "--id",
+            "n1",
+            "--replicas",
+            "3",
+            "--data-dir",
+            node_dir.join("data").to_str().unwrap(),
+        ],
+        &node_dir,
+        &node_dir.join("node.log"),
+    );
+    let ledger = node_dir.join("ledger");
+    let job = node_dir.join("tick.yaml");
+    std::fs::write(
+        &job,
+        format!(
+            "version: v1\njob:\n  name: tick\n  cron: '* * * * * *'\n  exec: {{ type: shell, command: 'echo $AX_INSTANCE_ID >> {}' }}\n",
+            ledger.display()
+        ),
+    )
+    .unwrap();
+    let applied = ax(&url, &["job", "apply", "-f", job.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+
+    let succeeded = |after: chrono::DateTime<chrono::Utc>| {
+        let client = &client;
+        async move {
+            instances(client, "tick")
+                .await
+                .into_iter()
+                .any(|r| r.state == State::Success && r.expected_time >= after)
+                .then_some(())
+        }
+    };
+    let first = ax_bus::time::now();
+    wait_for(Duration::from_secs(30), "the job to run", || {
+        succeeded(first)
+    })
+    .await;
+
+    let killed_at = ax_bus::time::now();
+    cluster.servers[0].stop();
+    let checked_until =
+        killed_at.duration_trunc(TimeDelta::seconds(1)).unwrap() + TimeDelta::seconds(15);
+    wait_for(
+        Duration::from_secs(90),
+        "fires after the loss of a NATS node to run",
+        || succeeded(checked_until),
+    )
+    .await;
+
+    let records = instances(&client, "tick").await;
+    let seconds: BTreeSet<_> = records.iter().map(|r| r.expected_time).collect();
+    let start = records.iter().map(|r| r.expected_time).min().unwrap();
+    let mut second = start;
+    while second <= checked_until {
+        assert!(seconds.contains(&second), "no instance for {second}");
+        second += TimeDelta::seconds(1);
+    }
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    let mut seen = BTreeSet::new();
+    for line in lines.lines() {
+        assert!(seen.insert(line.to_string()), "{line} ran twice");
+    }
+}

@@ -269,6 +269,17 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/node.example.toml");
         let config = read(&path).unwrap();
         assert!(config.node.roles.is_some());
+        let cluster = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/cluster");
+        let mut tomls = 0;
+        for entry in std::fs::read_dir(cluster).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let config = read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert_eq!(config.node.replicas, Some(3), "{}", path.display());
+                tomls += 1;
+            }
+        }
+        assert_eq!(tomls, 4);
     }
 
     #[test]

@@ -7,74 +7,9 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use ax_bus::client::{AxClient, ConnectConfig};
-use ax_bus::local_server::{find_binary, free_port, LocalServer, ServerOptions};
 use ax_bus::State;
 use chrono::{DurationRound, TimeDelta};
 use support::*;
-
-/// Three clustered nats-servers on loopback, each with its own store.
-struct TestCluster {
-    servers: Vec<LocalServer>,
-    dir: tempfile::TempDir,
-}
-
-impl TestCluster {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let cluster_ports: Vec<u16> = (0..3).map(|_| free_port().unwrap()).collect();
-        let routes = cluster_ports
-            .iter()
-            .map(|p| format!("nats://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let servers = cluster_ports
-            .iter()
-            .enumerate()
-            .map(|(i, port)| {
-                LocalServer::start(ServerOptions {
-                    binary: find_binary().unwrap(),
-                    port: None,
-                    store_dir: dir.path().join(format!("s{i}")),
-                    log_file: None,
-                    extra_args: vec![
-                        "-n".into(),
-                        format!("s{i}"),
-                        "--cluster_name".into(),
-                        "ax-test".into(),
-                        "--cluster".into(),
-                        format!("nats://127.0.0.1:{port}"),
-                        "--routes".into(),
-                        routes.clone(),
-                    ],
-                })
-                .unwrap()
-            })
-            .collect();
-        Self { servers, dir }
-    }
-
-    fn url(&self) -> String {
-        self.servers
-            .iter()
-            .map(|s| s.url.clone())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// A client with streams and buckets at 3 replicas, once the cluster has its JetStream
-    /// leader (stream creation is refused until then).
-    async fn client(&self) -> AxClient {
-        let mut config = ConnectConfig::new(self.url(), "ax-test");
-        config.replicas = 3;
-        wait_for(
-            Duration::from_secs(60),
-            "the cluster's JetStream",
-            || async { AxClient::connect(&config).await.ok() },
-        )
-        .await
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_one_nats_node_does_not_stop_scheduling() {

@@ -77,6 +77,71 @@ impl TestNats {
     }
 }
 
+/// Three clustered nats-servers on loopback, each with its own store.
+pub struct TestCluster {
+    pub servers: Vec<LocalServer>,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster_ports: Vec<u16> = (0..3)
+            .map(|_| ax_bus::local_server::free_port().unwrap())
+            .collect();
+        let routes = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let servers = cluster_ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                LocalServer::start(ServerOptions {
+                    binary: find_binary().unwrap(),
+                    port: None,
+                    store_dir: dir.path().join(format!("s{i}")),
+                    log_file: None,
+                    extra_args: vec![
+                        "-n".into(),
+                        format!("s{i}"),
+                        "--cluster_name".into(),
+                        "ax-test".into(),
+                        "--cluster".into(),
+                        format!("nats://127.0.0.1:{port}"),
+                        "--routes".into(),
+                        routes.clone(),
+                    ],
+                })
+                .unwrap()
+            })
+            .collect();
+        Self { servers, dir }
+    }
+
+    pub fn url(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| s.url.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A client with streams and buckets at 3 replicas, once the cluster has its JetStream
+    /// leader (stream creation is refused until then).
+    pub async fn client(&self) -> AxClient {
+        let mut config = ConnectConfig::new(self.url(), "ax-test");
+        config.replicas = 3;
+        wait_for(
+            Duration::from_secs(60),
+            "the cluster's JetStream",
+            || async { AxClient::connect(&config).await.ok() },
+        )
+        .await
+    }
+}
+
 /// The `ax` binary under test.
 pub fn ax_binary() -> &'static str {
     env!("CARGO_BIN_EXE_ax")

@@ -70,7 +70,7 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
         .prefix
         .clone()
         .unwrap_or_else(|| prefix_flag.to_string());
-    config.replicas = args.replicas.or(file.node.replicas).unwrap_or(1);
+    config.replicas = args.replicas.or(file.node.replicas);
     config.auth = file.nats.over(config.auth);
     let client = AxClient::connect(&config)
         .await

@@ -1,26 +1,56 @@
-//! Orphans: an instance whose creator died after writing its record and before handing it on
-//! is adopted by a Scheduler that found it already created, once the grace period is over —
-//! it runs exactly once, and an `orphan` alert says so.
+//! Orphans: instances whose creator died after writing the record and before handing the
+//! attempt on. The dying creator is played by the test: it writes the record of one of the
+//! job's coming cron ticks, as a Scheduler would, and hands nothing on.
 //!
-//! The dying creator is played by the test: it writes the record of the job's next cron tick
-//! (as a Scheduler would, with its own trace id) and hands nothing on. When the tick comes,
-//! the node's Scheduler loses the create-if-absent race to that record.
+//! - With the first attempt's own trace id (what any Scheduler of this version writes), the
+//!   node's Scheduler, losing the create-if-absent race at the tick, holds the same attempt and
+//!   hands it on at once: it runs at its time, once, and no alert is needed.
+//! - With a different trace id (a creator that wrote another attempt, e.g. an older version),
+//!   it is adopted after the grace period, runs once, and an `orphan` alert names it.
 
 mod support;
 
 use std::time::Duration;
 
-use chrono::{DurationRound, TimeDelta};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::StreamExt;
 
 use ax_actors::creator::NewInstance;
 use ax_bus::instance::Trigger;
 use ax_bus::messages::Alert;
-use ax_bus::{codec, State};
+use ax_bus::messages::JobRecord;
+use ax_bus::{codec, ids, AxClient, State};
 use support::*;
 
+/// Writes the record of `job`'s instance at `tick` with `trace`, handing nothing on.
+async fn orphan(
+    client: &AxClient,
+    job: &JobRecord,
+    tick: DateTime<Utc>,
+    trace: Option<String>,
+) -> (String, String) {
+    let mut instance = NewInstance::new(
+        &job.spec,
+        tick,
+        tick.format("%Y-%m-%d").to_string(),
+        job.spec.params.clone(),
+        Trigger::Cron,
+        ax_bus::time::now(),
+    );
+    if let Some(trace) = trace {
+        instance.record.trace_id = trace;
+    }
+    let id = instance.record.instance_id.clone();
+    client
+        .instances
+        .create(&id, codec::encode(&instance.record).unwrap())
+        .await
+        .unwrap();
+    (id, instance.record.trace_id)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_whose_creator_died_before_the_hand_off_is_adopted_once() {
+async fn instances_whose_creator_died_before_the_hand_off_run_once() {
     let nats = TestNats::start();
     let client = nats.client().await;
     let mut alerts = client.nats.subscribe("ax.alert.orphan").await.unwrap();
@@ -36,46 +66,60 @@ async fn an_instance_whose_creator_died_before_the_hand_off_is_adopted_once() {
     )
     .await;
     let (job, _) = client.job("every10").await.unwrap().unwrap();
-    // The tick after next, so that the record is surely written before it comes.
+    // Ticks far enough ahead for the records to be written before they come.
     let now = ax_bus::time::now();
-    let tick = now.duration_trunc(TimeDelta::seconds(10)).unwrap() + TimeDelta::seconds(20);
-    let orphan = NewInstance::new(
-        &job.spec,
-        tick,
-        tick.format("%Y-%m-%d").to_string(),
-        job.spec.params.clone(),
-        Trigger::Cron,
-        now,
-    );
-    let id = orphan.record.instance_id.clone();
-    let trace = orphan.record.trace_id.clone();
-    client
-        .instances
-        .create(&id, codec::encode(&orphan.record).unwrap())
-        .await
-        .unwrap();
+    let same_tick = now.duration_trunc(TimeDelta::seconds(10)).unwrap() + TimeDelta::seconds(20);
+    let other_tick = same_tick + TimeDelta::seconds(10);
+    let (same_id, same_trace) = orphan(&client, &job, same_tick, None).await;
+    assert_eq!(same_trace, ids::first_trace_id(&same_id));
+    let (other_id, other_trace) =
+        orphan(&client, &job, other_tick, Some(ids::new_trace_id())).await;
 
+    // The same first attempt: handed on by the Scheduler at its tick, well within the grace.
+    let same = final_record(&client, &same_id, Duration::from_secs(60)).await;
+    assert_eq!(
+        (same.state, same.trace_id.as_str()),
+        (State::Success, same_trace.as_str()),
+        "{}",
+        same.message
+    );
+    let started = same.started_at.unwrap();
+    assert!(
+        started < same_tick + TimeDelta::seconds(10),
+        "started at {started}"
+    );
+
+    // Another attempt: adopted once the grace period is over, with an alert.
     let alert = tokio::time::timeout(Duration::from_secs(60), alerts.next())
         .await
         .expect("an orphan alert within the grace period after the tick")
         .unwrap();
     let alert: Alert = codec::decode(&alert.payload).unwrap();
-    assert_eq!(alert.instance.as_deref(), Some(id.as_str()), "{alert:?}");
-    assert!(alert.message.contains("adopted by n1"), "{}", alert.message);
-
-    let record = final_record(&client, &id, Duration::from_secs(30)).await;
-    assert_eq!(record.state, State::Success, "{}", record.message);
-    // The attempt that ran is the one the dead creator wrote, and it ran once.
-    assert_eq!(record.trace_id, trace);
-    let lines = std::fs::read_to_string(&ledger).unwrap();
     assert_eq!(
-        lines
-            .lines()
-            .filter(|l| l.starts_with(&id))
-            .collect::<Vec<_>>(),
-        vec![format!("{id} {trace}")]
+        alert.instance.as_deref(),
+        Some(other_id.as_str()),
+        "{alert:?}"
     );
-    // Ordinary ticks raise no alert: the next one that ran did so on its own.
+    assert!(alert.message.contains("adopted by n1"), "{}", alert.message);
+    let other = final_record(&client, &other_id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (other.state, other.trace_id.as_str()),
+        (State::Success, other_trace.as_str()),
+        "{}",
+        other.message
+    );
+
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    for (id, trace) in [(&same_id, &same_trace), (&other_id, &other_trace)] {
+        assert_eq!(
+            lines
+                .lines()
+                .filter(|l| l.starts_with(id.as_str()))
+                .collect::<Vec<_>>(),
+            vec![format!("{id} {trace}")]
+        );
+    }
+    // Ordinary ticks raise no alert.
     wait_for(
         Duration::from_secs(30),
         "a later tick to succeed",
@@ -83,7 +127,7 @@ async fn an_instance_whose_creator_died_before_the_hand_off_is_adopted_once() {
             instances(&client, "every10")
                 .await
                 .into_iter()
-                .find(|r| r.expected_time > tick && r.state == State::Success)
+                .find(|r| r.expected_time > other_tick && r.state == State::Success)
         },
     )
     .await;

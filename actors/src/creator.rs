@@ -76,7 +76,8 @@ impl NewInstance {
         now: DateTime<Utc>,
     ) -> Self {
         let instance_id = ids::instance_id(&spec.name, expected);
-        let trace_id = ids::new_trace_id();
+        // The same for every creator: Schedulers racing for a fire all hold the same attempt.
+        let trace_id = ids::first_trace_id(&instance_id);
         let record = InstanceRecord {
             instance_id: instance_id.clone(),
             trace_id: trace_id.clone(),
@@ -273,12 +274,11 @@ async fn create_batch(
                 continue;
             }
         };
-        let outcome = match stored {
-            Ok(_) => Created::Fired,
+        let found = match stored {
+            Ok(_) => Existing::Ours,
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                match create_record(client, &request.instance.record).await {
-                    Ok(true) => Created::Fired,
-                    Ok(false) => Created::Deduplicated,
+                match existing(client, &request.instance.record).await {
+                    Ok(found) => found,
                     Err(e) => {
                         warn_transient(&request, &e);
                         failed.push(request);
@@ -293,9 +293,8 @@ async fn create_batch(
             }
         };
         let instance = &request.instance;
-        let sent = match (outcome, instance.tick) {
-            (Created::Fired, _) => hand_off(client, node, instance).await,
-            (_, Some(_)) => ticks::publish(
+        let deduplicated = || {
+            ticks::publish(
                 client,
                 node,
                 instance.work.job(),
@@ -304,13 +303,33 @@ async fn create_batch(
                 Some(instance.record.instance_id.clone()),
                 "created by another Scheduler".to_string(),
             )
-            .await
-            .map(|ack| vec![ack]),
-            (_, None) => Ok(Vec::new()),
         };
-        acks.push((request, outcome, sent));
+        let (outcome, sent) = match (found, instance.tick) {
+            (Existing::Ours, _) => (Created::Fired, hand_off(client, node, instance).await),
+            // Another creator wrote the same first attempt, and may have died before handing
+            // it on: hand it on too (the message id makes a second hand-off a no-op).
+            (Existing::SameAttempt, tick) => {
+                let mut sent = hand_off_work(client, instance).await;
+                if tick.is_some() {
+                    if let Ok(acks) = sent.as_mut() {
+                        match deduplicated().await {
+                            Ok(ack) => acks.push(ack),
+                            Err(e) => sent = Err(e),
+                        }
+                    }
+                }
+                (Created::Deduplicated, sent)
+            }
+            (Existing::Other, Some(_)) => (
+                Created::Deduplicated,
+                deduplicated().await.map(|ack| vec![ack]),
+            ),
+            (Existing::Other, None) => (Created::Deduplicated, Ok(Vec::new())),
+        };
+        let watch = found == Existing::Other;
+        acks.push((request, outcome, watch, sent));
     }
-    for (request, outcome, sent) in acks {
+    for (request, outcome, watch, sent) in acks {
         let stored = match sent {
             Ok(acks) => {
                 let mut result = Ok(());
@@ -337,8 +356,8 @@ async fn create_batch(
                         tracing::warn!(instance = %instance.record.instance_id, error = %e, "latest instance not noted");
                     }
                 }
-                if outcome == Created::Deduplicated {
-                    // Its creator may have died before handing it on.
+                if watch {
+                    // A different attempt, whose creator may have died before handing it on.
                     orphans::watch(client.clone(), node.to_string(), instance.clone());
                 }
                 finish(request, outcome);
@@ -352,10 +371,11 @@ async fn create_batch(
     failed
 }
 
-/// Publishes the hand-off (to the DagCoordinator or the Router), the tick record and the event.
-async fn hand_off(
+/// Publishes the hand-off of the first attempt: to the Router, or to the DagCoordinator when
+/// the DAG may concern it. Its message id is the attempt's, so a second hand-off of the same
+/// attempt (by another creator, or a retry) within the de-duplication window is dropped.
+async fn hand_off_work(
     client: &AxClient,
-    node: &str,
     instance: &NewInstance,
 ) -> Result<Vec<PublishAckFuture>, ActorError> {
     let work = &instance.work;
@@ -370,7 +390,19 @@ async fn hand_off(
             format!("created:{}", work.trace_id),
         )
     };
-    let mut acks = vec![publish::to_stream(client, subject, &msg_id, work).await?];
+    Ok(vec![
+        publish::to_stream(client, subject, &msg_id, work).await?,
+    ])
+}
+
+/// Publishes the hand-off, the tick record and the event.
+async fn hand_off(
+    client: &AxClient,
+    node: &str,
+    instance: &NewInstance,
+) -> Result<Vec<PublishAckFuture>, ActorError> {
+    let work = &instance.work;
+    let mut acks = hand_off_work(client, instance).await?;
     if let Some(outcome) = instance.tick {
         acks.push(
             ticks::publish(
@@ -396,6 +428,39 @@ fn warn_transient(request: &Request, error: &ActorError) {
         retry_in = ?request.backoff,
         "cannot create instance yet"
     );
+}
+
+/// What was under an instance's id when its creation found one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Existing {
+    /// This creation's own record (an earlier try whose ack was lost).
+    Ours,
+    /// Another creator's record of the same first attempt (same trace id), not moved on yet.
+    SameAttempt,
+    /// A different attempt.
+    Other,
+}
+
+/// Reads the record that stood in the way of creating `record`.
+async fn existing(client: &AxClient, record: &InstanceRecord) -> Result<Existing, ActorError> {
+    let Some((stored, _)) = client.instance(&record.instance_id).await? else {
+        // Deleted in between (a job deletion): nothing to hand on.
+        return Ok(Existing::Other);
+    };
+    let untouched = stored.state == State::Running
+        && stored.tag == Tag::Queued
+        && stored.attempt == 1
+        && stored.run_start == 1;
+    Ok(if stored.trace_id != record.trace_id {
+        Existing::Other
+    } else if stored.created_at == record.created_at {
+        Existing::Ours
+    } else if untouched {
+        Existing::SameAttempt
+    } else {
+        // The attempt has moved on (or ended): handing it on again would be wrong.
+        Existing::Other
+    })
 }
 
 /// Writes a new instance record if none exists under its id; true when this call's record is

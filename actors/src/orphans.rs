@@ -1,16 +1,19 @@
 //! Orphans: instances whose creator stopped between writing the record and handing the first
-//! attempt on (to the DagCoordinator or the Router). Nothing else would ever move them: the
-//! other Schedulers lost the create-if-absent race and, rightly, did not hand anything on.
+//! attempt on (to the DagCoordinator or the Router).
 //!
-//! Every Scheduler that finds an instance already created by someone else (a lost race at a
-//! cron tick, or a control command delivered again after its Scheduler died) keeps an eye on
-//! it: after [`ORPHAN_GRACE`], if the record is still the untouched first attempt (`running`,
-//! tag `queued`), it **adopts** it by publishing the same hand-off under the same message id
-//! the creator would have used. That is safe whoever is right: if the creator did hand it on,
-//! JetStream's de-duplication window (two minutes, longer than the grace) drops the copy and
-//! its ack says so — nothing happens; if not, the attempt now goes on, and an `orphan` alert
-//! says which instance was adopted by whom. A stale copy could at worst be a second dispatch of
-//! the same attempt, which the claim on its trace id makes harmless.
+//! Most never happen: a first attempt's trace id is derived from the instance id, so every
+//! Scheduler racing for a fire holds the same attempt, and one that loses the create-if-absent
+//! race to a record of that same attempt, still untouched, hands it on as well (the creator's
+//! message id makes the copies one; see `creator`). What is left is a record of a *different*
+//! attempt found untouched — written by a creator of another version, or by something else
+//! that wrote the record and stopped. Every Scheduler that finds one keeps an eye on it: after
+//! [`ORPHAN_GRACE`], if the record is still the untouched first attempt (`running`, tag
+//! `queued`), it **adopts** it by publishing the hand-off under the message id the creator
+//! would have used. That is safe whoever is right: if the creator did hand it on, JetStream's
+//! de-duplication window (two minutes, longer than the grace) drops the copy and its ack says
+//! so — nothing happens; if not, the attempt goes on, and an `orphan` alert says which
+//! instance was adopted by whom. A stale copy could at worst be a second dispatch of the same
+//! attempt, which the claim on its trace id makes harmless.
 //!
 //! Flagged, not adopted: an instance found too late for the de-duplication window to vouch
 //! for the copy (a Scheduler catching up long after), and one of a job whose overlap policy is

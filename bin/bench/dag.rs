@@ -190,7 +190,8 @@ async fn in_the_loop(
     graph: &Graph,
     prefix: &str,
 ) -> Result<(Duration, usize)> {
-    let client = AxClient::from_client(nats.clone(), Layout::new(Subjects::new(prefix), 1)).await?;
+    let client =
+        AxClient::from_client(nats.clone(), Layout::new(Subjects::new(prefix), Some(1))).await?;
     super::store_jobs(&client, &graph.specs).await?;
     let ready_spec = ConsumerSpec {
         stream: client.layout.flow_stream(),

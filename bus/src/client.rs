@@ -29,8 +29,9 @@ pub struct ConnectConfig {
     pub name: String,
     /// Subject prefix, `ax` by default.
     pub prefix: String,
-    /// Replicas for streams and buckets.
-    pub replicas: usize,
+    /// Replicas for streams and buckets; `None` keeps what they have (see
+    /// [`Layout::replicas`]).
+    pub replicas: Option<usize>,
     /// Credentials and TLS.
     pub auth: NatsAuth,
 }
@@ -162,7 +163,7 @@ impl ConnectConfig {
             url: url.into(),
             name: name.into(),
             prefix: crate::subjects::DEFAULT_PREFIX.to_string(),
-            replicas: 1,
+            replicas: None,
             auth: NatsAuth::from_env(),
         }
     }

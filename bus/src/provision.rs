@@ -61,8 +61,10 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 pub struct Layout {
     /// Subject names.
     pub subjects: Subjects,
-    /// Replicas of every stream and bucket (1 on a single server, 3 on a cluster).
-    pub replicas: usize,
+    /// Replicas of every stream and bucket (1 on a single server, 3 on a cluster); `None`
+    /// keeps what each one has (1 for one that is created) — what a CLI command or a node
+    /// without the setting does, so that it never scales a cluster's streams down.
+    pub replicas: Option<usize>,
 }
 
 /// A provisioning failure, naming the object.
@@ -76,11 +78,22 @@ pub struct ProvisionError {
 }
 
 impl Layout {
-    /// The layout for `subjects` with `replicas`.
-    pub fn new(subjects: Subjects, replicas: usize) -> Self {
+    /// The layout for `subjects` with `replicas` (see [`Layout::replicas`]).
+    pub fn new(subjects: Subjects, replicas: Option<usize>) -> Self {
         Self {
             subjects,
-            replicas: replicas.max(1),
+            replicas: replicas.map(|n| n.max(1)),
+        }
+    }
+
+    /// The replicas for the stream `name`: the configured number, or what it has now.
+    async fn replicas_of(&self, js: &jetstream::Context, name: &str) -> usize {
+        match self.replicas {
+            Some(n) => n,
+            None => match js.get_stream(name).await {
+                Ok(stream) => stream.cached_info().config.num_replicas.max(1),
+                Err(_) => 1,
+            },
         }
     }
 
@@ -260,7 +273,7 @@ impl Layout {
             max_messages_per_subject: 1,
             max_age: Duration::from_secs(3600),
             storage: stream::StorageType::File,
-            num_replicas: self.replicas,
+            num_replicas: self.replicas_of(js, &self.clock_stream()).await,
             allow_direct: true,
             ..Default::default()
         };
@@ -309,7 +322,7 @@ impl Layout {
             retention,
             max_age,
             storage: stream::StorageType::File,
-            num_replicas: self.replicas,
+            num_replicas: self.replicas_of(js, &name).await,
             duplicate_window: DUPLICATE_WINDOW,
             allow_direct: true,
             ..Default::default()
@@ -337,7 +350,7 @@ impl Layout {
             max_age,
             max_messages_per_subject: per_subject,
             storage: stream::StorageType::File,
-            num_replicas: self.replicas,
+            num_replicas: self.replicas_of(js, &name).await,
             duplicate_window: DUPLICATE_WINDOW,
             allow_direct: true,
             ..Default::default()
@@ -363,7 +376,7 @@ impl Layout {
             history,
             max_age,
             storage: stream::StorageType::File,
-            num_replicas: self.replicas,
+            num_replicas: self.replicas_of(js, &format!("KV_{bucket}")).await,
             ..Default::default()
         };
         js.create_or_update_key_value(config)

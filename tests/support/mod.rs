@@ -132,11 +132,52 @@ impl TestCluster {
     /// leader (stream creation is refused until then).
     pub async fn client(&self) -> AxClient {
         let mut config = ConnectConfig::new(self.url(), "ax-test");
-        config.replicas = 3;
+        config.replicas = Some(3);
         wait_for(
             Duration::from_secs(60),
             "the cluster's JetStream",
             || async { AxClient::connect(&config).await.ok() },
+        )
+        .await
+    }
+
+    /// Waits until every stream and every durable consumer has a leader and both other
+    /// replicas current: a replica still catching up could not take over, so losing a node
+    /// before then is two failures at once, not one.
+    pub async fn wait_replicated(&self, client: &AxClient) {
+        use futures::StreamExt;
+        let healthy = |cluster: Option<async_nats::jetstream::stream::ClusterInfo>| {
+            cluster.is_some_and(|c| {
+                c.leader.is_some() && c.replicas.len() == 2 && c.replicas.iter().all(|r| r.current)
+            })
+        };
+        wait_for(
+            Duration::from_secs(60),
+            "every stream and consumer replicated",
+            || async {
+                let mut names = client.js.stream_names();
+                while let Some(name) = names.next().await {
+                    let mut stream = client.js.get_stream(name.ok()?).await.ok()?;
+                    let info = stream.info().await.ok()?.clone();
+                    if !healthy(info.cluster.clone()) {
+                        println!(
+                            "not replicated yet: stream {} {:?}",
+                            info.config.name, info.cluster
+                        );
+                        return None;
+                    }
+                    let mut consumers = stream.consumers();
+                    while let Some(info) = consumers.next().await {
+                        let info = info.ok()?;
+                        // Ephemeral consumers (watchers) live on one server by design.
+                        if info.config.durable_name.is_some() && !healthy(info.cluster) {
+                            println!("not replicated yet: consumer {:?}", info.name);
+                            return None;
+                        }
+                    }
+                }
+                Some(())
+            },
         )
         .await
     }

@@ -45,6 +45,8 @@ const BATCH: usize = 256;
 const NO_WORKER_RETRY: Duration = Duration::from_secs(1);
 /// How often acknowledgement deadlines are checked.
 const DEADLINE_CHECK: Duration = Duration::from_millis(100);
+/// How soon an unacknowledged dispatch whose handling failed is looked at again.
+const RECHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// The Router's settings.
 #[derive(Clone, Debug)]
@@ -127,12 +129,13 @@ impl Actor for Router {
 impl Supervised for Router {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
         note_restart(ACTOR);
+        // The unacknowledged dispatches stay tracked across the restart: nothing else in the
+        // system knows that they are in the air. The fleet is rebuilt from the heartbeats.
         let config = &self.shared.config;
         self.shared.fleet = Arc::new(Mutex::new(Fleet::new(
             config.weights.clone(),
             config.worker_ttl,
         )));
-        self.shared.acks = Arc::default();
     }
 }
 
@@ -478,27 +481,37 @@ async fn follow_acks(shared: Shared) -> Result<(), ActorError> {
 }
 
 /// Re-dispatches what was not acknowledged in time (unless its claim shows it was received).
+/// A check or a re-dispatch that fails (NATS away) is tried again a second later: the tracked
+/// dispatch is the only thing that knows the attempt is in the air, so it is never dropped.
 async fn watch_deadlines(shared: Shared) -> Result<(), ActorError> {
     let mut every = tokio::time::interval(DEADLINE_CHECK);
     loop {
         every.tick().await;
         let expired = lock(&shared.acks).expired(Instant::now());
         for pending in expired {
-            let trace = pending.work.trace_id.clone();
-            let dispatch = pending.work.dispatch.clone().unwrap_or_default();
-            match shared.client.claim_of(&trace).await? {
-                Some((claim, _)) if claim.dispatch == dispatch && claim.worker.is_some() => {
-                    // Claimed: only its acknowledgement was lost or late.
-                    continue;
-                }
-                _ => {}
+            if let Err(e) = recheck(&shared, pending.clone()).await {
+                tracing::warn!(trace = %pending.work.trace_id, error = %e, "unacknowledged dispatch not handled yet; trying again");
+                lock(&shared.acks).track(pending, RECHECK_AFTER);
             }
-            tracing::warn!(%trace, worker = %pending.worker, "dispatch not acknowledged in time");
-            let mut excluded = pending.excluded;
-            excluded.push(pending.worker);
-            shared.redispatch(pending.work, excluded).await?;
         }
     }
+}
+
+/// Re-dispatches `pending` unless its claim shows that its worker received it.
+async fn recheck(shared: &Shared, pending: Pending) -> Result<(), ActorError> {
+    let trace = pending.work.trace_id.clone();
+    let dispatch = pending.work.dispatch.clone().unwrap_or_default();
+    match shared.client.claim_of(&trace).await? {
+        Some((claim, _)) if claim.dispatch == dispatch && claim.worker.is_some() => {
+            // Claimed: only its acknowledgement was lost or late.
+            return Ok(());
+        }
+        _ => {}
+    }
+    tracing::warn!(%trace, worker = %pending.worker, "dispatch not acknowledged in time");
+    let mut excluded = pending.excluded;
+    excluded.push(pending.worker);
+    shared.redispatch(pending.work, excluded).await
 }
 
 /// Tags the record `no_worker` and says so in an event (a refusal means the attempt moved on).

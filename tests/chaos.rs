@@ -1,0 +1,416 @@
+//! The chaos suite: a 3-node NATS cluster on loopback, two core nodes (Scheduler,
+//! DagCoordinator, Router) and three workers as `ax node` processes, a steady load of cron and
+//! DAG jobs, and random `kill -9` + restart of core nodes and workers and stop + restart of one
+//! NATS node at a time. The jobs' own commands write a ledger; at the end it is checked
+//! against the instance records and the results stream:
+//!
+//! - every expected fire produced exactly one instance (none lost; ids make a second one
+//!   impossible, and the ledger shows no second run of one attempt);
+//! - every instance reached a final state;
+//! - no attempt ran on two workers, and an attempt ran to its end twice only on a worker that
+//!   was killed and restarted in between (a crash after the command ended and before its
+//!   outcome was stored: the same worker runs it again, which the instance id lets business
+//!   code de-duplicate) — never more often than workers were killed;
+//! - every result is recorded once, and every success has its result.
+//!
+//! `AX_CHAOS_MINUTES` sets the length of the chaos (1.5 by default: the short profile that runs
+//! with the other tests); `AX_CHAOS_SEED` replays a run's sequence of kills (its seed is
+//! printed).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use ax_bus::messages::ResultMessage;
+use ax_bus::{codec, AxClient, InstanceRecord, State};
+use support::*;
+
+const CORES: [&str; 2] = ["core-1", "core-2"];
+const WORKERS: [&str; 3] = ["w1", "w2", "w3"];
+
+/// The ax processes, restartable under their names (same data dir, same worker id).
+struct Fleet {
+    url: String,
+    root: std::path::PathBuf,
+    running: BTreeMap<&'static str, AxProcess>,
+}
+
+impl Fleet {
+    fn start(&mut self, name: &'static str) {
+        let roles = if CORES.contains(&name) {
+            "scheduler,dag,router"
+        } else {
+            "worker"
+        };
+        let dir = self.root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!(
+            "node-{}.log",
+            ax_bus::time::now().timestamp_millis()
+        ));
+        let data = dir.join("data");
+        let process = AxProcess::spawn(
+            Some(&self.url),
+            &[
+                "node",
+                "--roles",
+                roles,
+                "--id",
+                name,
+                "--replicas",
+                "3",
+                "--slots",
+                "4",
+                "--data-dir",
+                data.to_str().unwrap(),
+            ],
+            &dir,
+            &log,
+        );
+        self.running.insert(name, process);
+    }
+
+    fn kill(&mut self, name: &'static str) {
+        if let Some(mut process) = self.running.remove(name) {
+            process.kill9();
+        }
+    }
+}
+
+/// One line of the ledger: `start|end <instance> <trace> <worker>`.
+struct Line {
+    kind: String,
+    trace: String,
+    worker: String,
+}
+
+fn ledger(path: &std::path::Path) -> Vec<Line> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.split_whitespace();
+            Some(Line {
+                kind: parts.next()?.to_string(),
+                trace: parts.nth(1)?.to_string(),
+                worker: parts.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+fn job(name: &str, cron: &str, deps: &str, ledger: &std::path::Path) -> String {
+    format!(
+        "version: v1
+job:
+  name: {name}
+  cron: '{cron}'
+  misfire: fire_all
+  catchup_window: 900
+{deps}  retry: {{ times: 10, interval: 1, max_interval: 4 }}
+  timeout: 20
+  exec:
+    type: shell
+    command: >-
+      echo \"start $AX_INSTANCE_ID $AX_TRACE_ID $AX_WORKER\" >> {l} &&
+      sleep 0.2 &&
+      echo \"end $AX_INSTANCE_ID $AX_TRACE_ID $AX_WORKER\" >> {l}
+",
+        l = ledger.display()
+    )
+}
+
+/// The node-log lines that mention `needle` (for a failure's story).
+fn print_log_lines(root: &std::path::Path, needle: &str) {
+    let mut logs: Vec<std::path::PathBuf> = Vec::new();
+    for node in CORES.iter().chain(WORKERS.iter()) {
+        if let Ok(entries) = std::fs::read_dir(root.join(node)) {
+            logs.extend(entries.filter_map(Result::ok).map(|e| e.path()));
+        }
+    }
+    logs.sort();
+    for log in logs
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+    {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains(needle)) {
+            println!("  {}: {line}", log.display());
+        }
+    }
+}
+
+/// Every result message in `AX_RESULTS`.
+async fn results(client: &AxClient) -> Vec<ResultMessage> {
+    let mut stream = client.js.get_stream("AX_RESULTS").await.unwrap();
+    let last = stream.info().await.unwrap().state.last_sequence;
+    let mut all = Vec::new();
+    for seq in 1..=last {
+        if let Ok(message) = stream.get_raw_message(seq).await {
+            all.push(codec::decode(&message.payload).unwrap());
+        }
+    }
+    all
+}
+
+/// The fires of a cron of period `every` seconds in [from, to].
+fn fires(from: DateTime<Utc>, to: DateTime<Utc>, every: i64) -> BTreeSet<DateTime<Utc>> {
+    let mut t = from.duration_trunc(TimeDelta::seconds(every)).unwrap();
+    if t < from {
+        t += TimeDelta::seconds(every);
+    }
+    let mut all = BTreeSet::new();
+    while t <= to {
+        all.insert(t);
+        t += TimeDelta::seconds(every);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_or_run_twice_under_random_kills() {
+    let minutes: f64 = std::env::var("AX_CHAOS_MINUTES")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(1.5);
+    let seed: u64 = std::env::var("AX_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("chaos: seed {seed}, {minutes} minutes (AX_CHAOS_SEED={seed} replays the kills)");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let mut cluster = TestCluster::start();
+    let client = cluster.client().await;
+    let root = cluster.dir.path().join("ax");
+    let mut fleet = Fleet {
+        url: cluster.url(),
+        root: root.clone(),
+        running: BTreeMap::new(),
+    };
+    for name in CORES.iter().chain(WORKERS.iter()) {
+        fleet.start(name);
+    }
+    let ledger_file = root.join("ledger");
+    let jobs = root.join("jobs.yaml");
+    std::fs::write(
+        &jobs,
+        [
+            job("tick", "* * * * * *", "", &ledger_file),
+            job("dag_up", "*/3 * * * * *", "", &ledger_file),
+            job(
+                "dag_down",
+                "*/3 * * * * *",
+                "  deps: [ { name: dag_up, biz_date: current } ]\n",
+                &ledger_file,
+            ),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    let applied = ax(&fleet.url, &["job", "apply", "-f", jobs.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    let applied_at = ax_bus::time::now();
+
+    // The chaos.
+    let (mut scheduler_kills, mut worker_kills, mut nats_stops) = (0, 0, 0);
+    let deadline = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(3000..8000))).await;
+        let pause = Duration::from_millis(rng.random_range(1000..5000));
+        match rng.random_range(0..3) {
+            0 => {
+                let name = CORES[rng.random_range(0..CORES.len())];
+                println!("chaos: {} kill -9 {name}", ax_bus::time::now());
+                fleet.kill(name);
+                scheduler_kills += 1;
+                tokio::time::sleep(pause).await;
+                fleet.start(name);
+                println!("chaos: {} {name} started again", ax_bus::time::now());
+            }
+            1 => {
+                let name = WORKERS[rng.random_range(0..WORKERS.len())];
+                println!("chaos: {} kill -9 {name}", ax_bus::time::now());
+                fleet.kill(name);
+                worker_kills += 1;
+                tokio::time::sleep(pause).await;
+                fleet.start(name);
+            }
+            _ => {
+                let index = rng.random_range(0..cluster.servers.len());
+                println!("chaos: {} stop NATS node s{index}", ax_bus::time::now());
+                cluster.servers[index].stop();
+                nats_stops += 1;
+                tokio::time::sleep(pause * 2).await;
+                cluster.servers[index]
+                    .restart()
+                    .expect("the NATS node restarts on its store");
+                println!(
+                    "chaos: {} NATS node s{index} started again",
+                    ax_bus::time::now()
+                );
+            }
+        }
+    }
+    let chaos_ended = ax_bus::time::now();
+    println!(
+        "chaos: over; {scheduler_kills} core kills, {worker_kills} worker kills, {nats_stops} NATS stops"
+    );
+
+    // Every fire up to the end of the chaos must end.
+    let checked_until = chaos_ended - TimeDelta::seconds(1);
+    let first_fire = applied_at + TimeDelta::seconds(2);
+    let expected: BTreeMap<&str, BTreeSet<DateTime<Utc>>> = [
+        ("tick", fires(first_fire, checked_until, 1)),
+        ("dag_up", fires(first_fire, checked_until, 3)),
+        ("dag_down", fires(first_fire, checked_until, 3)),
+    ]
+    .into();
+    let in_range =
+        |r: &InstanceRecord| r.expected_time >= first_fire && r.expected_time <= checked_until;
+    let unfinished = |records: &[InstanceRecord]| {
+        records
+            .iter()
+            .filter(|r| in_range(r) && !r.state.is_final())
+            .map(|r| r.instance_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let settled = tokio::time::timeout(Duration::from_secs(180), async {
+        loop {
+            let mut all = Vec::new();
+            for name in expected.keys() {
+                all.extend(instances(&client, name).await);
+            }
+            let created: usize = expected
+                .iter()
+                .map(|(name, due)| {
+                    all.iter()
+                        .filter(|r| r.job == *name && due.contains(&r.expected_time))
+                        .count()
+                })
+                .sum();
+            let due: usize = expected.values().map(BTreeSet::len).sum();
+            if created >= due && unfinished(&all).is_empty() {
+                return all;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    let mut all = Vec::new();
+    for name in expected.keys() {
+        all.extend(instances(&client, name).await);
+    }
+
+    // The ledger's counts.
+    let mut lost = Vec::new();
+    let mut expected_count = 0;
+    let mut created_count = 0;
+    for (name, due) in &expected {
+        expected_count += due.len();
+        let got: BTreeSet<DateTime<Utc>> = all
+            .iter()
+            .filter(|r| r.job == *name)
+            .map(|r| r.expected_time)
+            .collect();
+        created_count += due.iter().filter(|t| got.contains(t)).count();
+        lost.extend(
+            due.iter()
+                .filter(|t| !got.contains(t))
+                .map(|t| format!("{name}@{t}")),
+        );
+    }
+    let not_final = unfinished(&all);
+    let lines = ledger(&ledger_file);
+    let mut ends: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut workers_of: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for line in &lines {
+        workers_of
+            .entry(&line.trace)
+            .or_default()
+            .insert(&line.worker);
+        if line.kind == "end" {
+            *ends.entry(&line.trace).or_default() += 1;
+        }
+    }
+    let on_two_workers: Vec<&&str> = workers_of
+        .iter()
+        .filter(|(_, w)| w.len() > 1)
+        .map(|(t, _)| t)
+        .collect();
+    let reruns: Vec<(&&str, &usize)> = ends.iter().filter(|(_, n)| **n > 1).collect();
+    let results = results(&client).await;
+    let mut results_per_trace: BTreeMap<&str, usize> = BTreeMap::new();
+    for result in &results {
+        *results_per_trace.entry(&result.trace_id).or_default() += 1;
+    }
+    let double_results: Vec<(&&str, &usize)> =
+        results_per_trace.iter().filter(|(_, n)| **n > 1).collect();
+    let successes: Vec<&InstanceRecord> = all
+        .iter()
+        .filter(|r| in_range(r) && r.state == State::Success)
+        .collect();
+    let success_without_result: Vec<&str> = successes
+        .iter()
+        .filter(|r| !results_per_trace.contains_key(r.trace_id.as_str()))
+        .map(|r| r.instance_id.as_str())
+        .collect();
+    let success_without_run: Vec<&str> = successes
+        .iter()
+        .filter(|r| !ends.contains_key(r.trace_id.as_str()))
+        .map(|r| r.instance_id.as_str())
+        .collect();
+    println!(
+        "chaos ledger: expected {expected_count}, created {created_count}, lost {}, \
+         duplicates {} (results) / {} (runs on two workers), unfinished {}, re-run after a \
+         worker crash {}; {} runs, {} results, {} successes",
+        lost.len(),
+        double_results.len(),
+        on_two_workers.len(),
+        not_final.len(),
+        reruns.len(),
+        lines.iter().filter(|l| l.kind == "start").count(),
+        results.len(),
+        successes.len(),
+    );
+    for record in all.iter().filter(|r| not_final.contains(&r.instance_id)) {
+        println!(
+            "chaos: unfinished {} attempt {} {:?}/{} on {:?}: {}",
+            record.instance_id,
+            record.attempt,
+            record.state,
+            record.tag,
+            record.worker,
+            record.message
+        );
+        print_log_lines(&root, &record.instance_id);
+        print_log_lines(&root, &record.trace_id);
+    }
+    assert!(settled.is_ok(), "not settled within 180 s after the chaos");
+    assert!(lost.is_empty(), "fires without an instance: {lost:?}");
+    assert!(not_final.is_empty(), "instances not final: {not_final:?}");
+    assert!(
+        on_two_workers.is_empty(),
+        "attempts run on two workers: {on_two_workers:?}"
+    );
+    assert!(
+        double_results.is_empty(),
+        "results recorded twice: {double_results:?}"
+    );
+    assert!(
+        reruns.len() <= worker_kills,
+        "{} attempts ran to their end twice with only {worker_kills} worker kills: {reruns:?}",
+        reruns.len()
+    );
+    assert!(
+        success_without_result.is_empty(),
+        "{success_without_result:?}"
+    );
+    assert!(success_without_run.is_empty(), "{success_without_run:?}");
+    drop(fleet);
+}

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::kv::CreateErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 use chrono::{DateTime, Utc};
@@ -276,16 +276,14 @@ async fn create_batch(
         };
         let found = match stored {
             Ok(_) => Existing::Ours,
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                match existing(client, &request.instance.record).await {
-                    Ok(found) => found,
-                    Err(e) => {
-                        warn_transient(&request, &e);
-                        failed.push(request);
-                        continue;
-                    }
+            Err(e) if record_exists(&e) => match existing(client, &request.instance.record).await {
+                Ok(found) => found,
+                Err(e) => {
+                    warn_transient(&request, &e);
+                    failed.push(request);
+                    continue;
                 }
-            }
+            },
             Err(e) => {
                 warn_transient(&request, &ActorError::Nats(e.to_string()));
                 failed.push(request);
@@ -419,6 +417,19 @@ async fn hand_off(
     }
     publish::event(client, &instance.record).await;
     Ok(acks)
+}
+
+/// Whether a create-if-absent publish failed because the key has a record already. The
+/// server answers with error code 10071 or, in some cases since 2.12, 10164 (the same
+/// refusal without the sequence in its text), which the client does not classify.
+fn record_exists(error: &PublishError) -> bool {
+    error.kind() == PublishErrorKind::WrongLastSequence
+        || std::error::Error::source(error)
+            .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
+            .is_some_and(|e| {
+                e.error_code()
+                    == async_nats::jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE_CONSTANT
+            })
 }
 
 fn warn_transient(request: &Request, error: &ActorError) {

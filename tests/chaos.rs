@@ -395,6 +395,10 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
         print_log_lines(&root, &record.instance_id);
         print_log_lines(&root, &record.trace_id);
     }
+    if std::env::var_os("AX_CHAOS_KEEP").is_some() {
+        println!("chaos: keeping {}", cluster.dir.path().display());
+        let _ = cluster.dir.keep();
+    }
     assert!(settled.is_ok(), "not settled within 180 s after the chaos");
     assert!(lost.is_empty(), "fires without an instance: {lost:?}");
     assert!(not_final.is_empty(), "instances not final: {not_final:?}");

@@ -7,7 +7,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use support::*;
@@ -31,7 +31,7 @@ impl Webhook {
                 };
                 let seen = seen.clone();
                 tokio::spawn(async move {
-                    let Some(body) = read_request(&mut socket).await else {
+                    let Some((_, body)) = read_request(&mut socket).await else {
                         return;
                     };
                     let status = {
@@ -52,34 +52,6 @@ impl Webhook {
 
     fn bodies(&self) -> Vec<(u16, serde_json::Value)> {
         self.bodies.lock().unwrap().clone()
-    }
-}
-
-/// Reads one HTTP/1.1 request with a content-length body; returns the body.
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
-    let mut data = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        data.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&data).to_string();
-        let Some(end) = text.find("\r\n\r\n") else {
-            continue;
-        };
-        let length: usize = text[..end]
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().ok())?
-            })
-            .unwrap_or(0);
-        if data.len() >= end + 4 + length {
-            return Some(data[end + 4..end + 4 + length].to_vec());
-        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use ax_bus::{State, Tag};
@@ -79,36 +79,6 @@ impl Endpoint {
             .filter(|(p, _, _)| p == path)
             .map(|(_, head, body)| (head.clone(), body.clone()))
             .collect()
-    }
-}
-
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut data = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        data.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&data).to_string();
-        let Some(end) = text.find("\r\n\r\n") else {
-            continue;
-        };
-        let length: usize = text[..end]
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().ok())?
-            })
-            .unwrap_or(0);
-        if data.len() >= end + 4 + length {
-            return Some((
-                text[..end].to_string(),
-                data[end + 4..end + 4 + length].to_vec(),
-            ));
-        }
     }
 }
 

@@ -452,3 +452,35 @@ pub async fn final_record(client: &AxClient, id: &str, within: Duration) -> Inst
     })
     .await
 }
+
+/// Reads one HTTP/1.1 request with a content-length body from a test server's socket:
+/// (request line and headers, body).
+pub async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::io::AsyncReadExt::read(socket, &mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&data).to_string();
+        let Some(end) = text.find("\r\n\r\n") else {
+            continue;
+        };
+        let length: usize = text[..end]
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        if data.len() >= end + 4 + length {
+            return Some((
+                text[..end].to_string(),
+                data[end + 4..end + 4 + length].to_vec(),
+            ));
+        }
+    }
+}

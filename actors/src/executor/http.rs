@@ -17,7 +17,9 @@ use ax_bus::instance::Tag;
 use ax_bus::messages::ExecutorInfo;
 use ax_bus::spec::SuccessWhen;
 
-use super::{builtin, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig};
+use super::{
+    attempt_json, builtin, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig,
+};
 
 /// Most bytes of a response body read.
 const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -83,15 +85,7 @@ impl Http {
                 "exec.url: the http executor needs a url",
             );
         };
-        let body = serde_json::json!({
-            "instanceId": work.instance_id,
-            "traceId": work.trace_id,
-            "job": work.job(),
-            "bizDate": work.biz_date,
-            "params": work.params,
-            "attempt": work.attempt,
-            "expectedTime": ax_bus::time::rfc3339(work.expected_time),
-        });
+        let body = attempt_json(work);
         let mut request = client
             .post(url)
             .json(&body)

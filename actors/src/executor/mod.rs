@@ -139,6 +139,24 @@ pub trait Executor: Send + Sync {
     fn run<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult>;
 }
 
+/// The attempt as external code sees it (the http executor's body, the plugin request):
+/// `instanceId`, `traceId`, `job`, `bizDate`, `params`, `attempt`, `expectedTime`.
+pub fn attempt_json(work: &WorkItem) -> serde_json::Map<String, serde_json::Value> {
+    let value = serde_json::json!({
+        "instanceId": work.instance_id,
+        "traceId": work.trace_id,
+        "job": work.job(),
+        "bizDate": work.biz_date,
+        "params": work.params,
+        "attempt": work.attempt,
+        "expectedTime": ax_bus::time::rfc3339(work.expected_time),
+    });
+    match value {
+        serde_json::Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
+}
+
 /// A built-in's self-description.
 pub fn builtin(name: &str, description: &str) -> ExecutorInfo {
     ExecutorInfo {

@@ -38,7 +38,7 @@ use ax_bus::messages::ExecutorInfo;
 use ax_bus::spec::is_plugin_name;
 
 use super::child::Child;
-use super::{AttemptContext, ExecResult, Executor, ExecutorError};
+use super::{attempt_json, AttemptContext, ExecResult, Executor, ExecutorError};
 use crate::process::Exit;
 
 /// How long `describe` may take.
@@ -131,18 +131,13 @@ impl Plugin {
 
     fn request(&self, ctx: &AttemptContext<'_>) -> Vec<u8> {
         let work = ctx.work;
-        let request = serde_json::json!({
-            "protocol": 1,
-            "instanceId": work.instance_id,
-            "traceId": work.trace_id,
-            "job": work.job(),
-            "bizDate": work.biz_date,
-            "params": work.params,
-            "attempt": work.attempt,
-            "expectedTime": ax_bus::time::rfc3339(work.expected_time),
-            "worker": ctx.worker,
-            "with": work.spec.exec.with.clone().unwrap_or_default(),
-        });
+        let mut request = attempt_json(work);
+        request.insert("protocol".into(), 1.into());
+        request.insert("worker".into(), ctx.worker.into());
+        request.insert(
+            "with".into(),
+            serde_json::Value::Object(work.spec.exec.with.clone().unwrap_or_default()),
+        );
         serde_json::to_vec(&request).unwrap_or_default()
     }
 

@@ -37,6 +37,8 @@ pub enum Command {
     Rerun(RerunArgs),
     /// Create a job's instances for past dates, in date order.
     Backfill(BackfillArgs),
+    /// Every node: its roles and its actors' restarts, panics and stalls.
+    Nodes,
     /// Inspect the workers.
     #[command(subcommand)]
     Worker(WorkerCommand),

@@ -1,4 +1,4 @@
-//! `ax worker list`, `ax executors` and `ax queue pause|resume|list`.
+//! `ax nodes`, `ax worker list`, `ax executors` and `ax queue pause|resume|list`.
 
 use anyhow::{anyhow, Result};
 
@@ -12,6 +12,60 @@ use crate::table;
 
 /// How old a heartbeat may be for the worker to count as alive (the Router's default).
 const WORKER_TTL_SECS: i64 = 10;
+
+/// Every node that has written a heartbeat within the bucket's lifetime: its roles and what
+/// befell its actors (summed in the table, per actor in JSON and in the ACTORS column).
+pub async fn nodes(client: &AxClient, json: bool) -> Result<()> {
+    let now = ax_bus::time::now();
+    let mut nodes = client.nodes().await?;
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    if json {
+        return table::json(&nodes);
+    }
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|node| {
+            let troubled: Vec<String> = node
+                .actors
+                .iter()
+                .filter(|(_, h)| h.panics + h.restarts + h.stalls > 0)
+                .map(|(actor, h)| {
+                    format!(
+                        "{actor}: {} restarts, {} panics, {} stalls",
+                        h.restarts, h.panics, h.stalls
+                    )
+                })
+                .collect();
+            let age = (now - node.seen_at).num_milliseconds() as f64 / 1000.0;
+            vec![
+                node.node.clone(),
+                node.host.clone(),
+                node.pid.to_string(),
+                node.roles.join(","),
+                node.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                format!("{age:.1}s ago"),
+                if troubled.is_empty() {
+                    "ok".to_string()
+                } else {
+                    troubled.join("; ")
+                },
+            ]
+        })
+        .collect();
+    table::print(
+        &[
+            "NODE",
+            "HOST",
+            "PID",
+            "ROLES",
+            "STARTED",
+            "HEARTBEAT",
+            "ACTORS",
+        ],
+        &rows,
+    );
+    Ok(())
+}
 
 pub async fn workers(client: &AxClient, json: bool) -> Result<()> {
     let weights = Weights::default();

@@ -102,6 +102,7 @@ async fn run(cli: Cli) -> Result<()> {
             instances::logs(&client().await?, &id, json).await
         }
         Command::Bench { quick, only } => bench::run(quick, &only, json).await,
+        Command::Nodes => fleet::nodes(&client().await?, json).await,
         Command::Worker(WorkerCommand::List) => fleet::workers(&client().await?, json).await,
         Command::Executors => fleet::executors(&client().await?, json).await,
         Command::Queue(QueueCommand::Pause { priority }) => {

@@ -126,6 +126,7 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
             scheduler_loaded: None,
             max_clock_skew: file.node.max_clock_skew()?,
             alert_webhook: file.alerts.webhook()?,
+            stall_after: file.node.stall_after()?,
             router: file.router.config()?,
         },
         node_clock(),

@@ -9,6 +9,7 @@
 //! replicas = 3
 //! data_dir = "/var/lib/ax"
 //! max_clock_skew = 5               # seconds off the NATS server's clock before the node holds off
+//! stall_after = 30                 # seconds an actor may leave the watchdog's ping unanswered
 //!
 //! [worker]
 //! slots = 8
@@ -149,6 +150,8 @@ pub struct NodeSection {
     pub data_dir: Option<PathBuf>,
     /// Seconds the node's clock may be off the NATS server's (5); 0 turns the guard off.
     pub max_clock_skew: Option<f64>,
+    /// Seconds an actor may leave the watchdog's ping unanswered before it counts as stalled (30).
+    pub stall_after: Option<f64>,
 }
 
 impl NodeSection {
@@ -161,6 +164,15 @@ impl NodeSection {
             Some(v) => {
                 anyhow::bail!("[node] max_clock_skew = {v}: must be a number of seconds >= 0")
             }
+        }
+    }
+
+    /// The watchdog's stall limit. An error names the field.
+    pub fn stall_after(&self) -> Result<Duration> {
+        match self.stall_after {
+            None => Ok(ax_actors::watchdog::DEFAULT_STALL_AFTER),
+            Some(v) if v.is_finite() && v >= 1.0 => Ok(Duration::from_secs_f64(v)),
+            Some(v) => anyhow::bail!("[node] stall_after = {v}: must be a number of seconds >= 1"),
         }
     }
 }

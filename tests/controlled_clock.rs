@@ -51,6 +51,7 @@ async fn start(
             scheduler_loaded: Some(loaded_tx),
             max_clock_skew: None,
             alert_webhook: None,
+            stall_after: ax_actors::watchdog::DEFAULT_STALL_AFTER,
             router: Default::default(),
         },
         Arc::new(clock.clone()),

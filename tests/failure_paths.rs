@@ -413,6 +413,29 @@ async fn results_of_tasks_that_end_during_a_60_s_nats_outage_arrive_exactly_once
             record.message
         );
     }
+    // A minute without NATS ended actors' pumps, and their restarts show in the node's heartbeat.
+    let status = wait_for_logged(
+        Duration::from_secs(20),
+        "core's heartbeat counting restarts",
+        &[&control],
+        || async {
+            let output = ax(&nats.url(), &["nodes", "--json"]);
+            let nodes: Vec<ax_bus::messages::NodeStatus> =
+                serde_json::from_str(&stdout(&output)).ok()?;
+            let core = nodes.into_iter().find(|n| n.node == "core")?;
+            let restarts: u64 = core.actors.values().map(|h| h.restarts).sum();
+            (restarts > 0).then_some(core)
+        },
+    )
+    .await;
+    assert_eq!(status.roles, ["scheduler", "dag", "router"]);
+    let actors: Vec<&str> = status.actors.keys().map(String::as_str).collect();
+    assert_eq!(actors, ["dag", "router", "scheduler"]);
+    assert!(status
+        .actors
+        .values()
+        .all(|h| h.panics == 0 && h.stalls == 0));
+    assert_eq!(status.pid, control.pid().as_raw() as u32);
     // Nothing ran twice, and each attempt has exactly one result.
     assert_eq!(lines_with(&ledger, "start"), 4);
     let mut results = client_again.js.get_stream("AX_RESULTS").await.unwrap();

@@ -41,7 +41,8 @@ use crate::publish::AckWindow;
 use crate::supervision::{note_restart, spawn_pump};
 use crate::{publish, ActorError};
 
-const ACTOR: &str = "dag";
+/// The actor's name in counters, logs and `ax nodes`.
+pub const ACTOR: &str = "dag";
 const LEASE: &str = "dag";
 const BATCH: usize = 256;
 /// Days of (job, date) history kept in memory and in the deps bucket.
@@ -76,6 +77,8 @@ impl Actor for DagCoordinator {
         tracing::info!(node = %self.node, "dag coordinator started");
     }
 }
+
+crate::answers_ping!(DagCoordinator);
 
 impl Supervised for DagCoordinator {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

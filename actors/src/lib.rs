@@ -9,8 +9,9 @@
 //!
 //! The mechanisms: [`time_wheel`], [`fire_schedule`] (cron + time zone + DST rule),
 //! [`planner`] (the Scheduler's pure view), [`creator`], [`control`], [`process`], [`shell`],
-//! [`outbox`], [`consume`], [`publish`], [`supervision`], [`clock`]; [`node`] starts the actors
-//! of the roles a node runs.
+//! [`outbox`], [`consume`], [`publish`], [`supervision`] and [`watchdog`] (panics, ended pumps
+//! and stalls), [`clock`]; [`node`] starts the actors of the roles a node runs, and
+//! [`node_status`] is its heartbeat.
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
@@ -29,6 +30,7 @@ pub mod fire_schedule;
 pub mod lease;
 pub mod misfire;
 pub mod node;
+pub mod node_status;
 pub mod orphans;
 pub mod outbox;
 pub mod overlap;
@@ -42,6 +44,7 @@ pub mod scheduler;
 pub mod supervision;
 pub mod ticks;
 pub mod time_wheel;
+pub mod watchdog;
 pub mod worker;
 
 use ax_bus::client::ClientError;

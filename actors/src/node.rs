@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -22,9 +22,10 @@ use crate::executor::Registry;
 use crate::reporter::Reporter;
 use crate::router::{Router, RouterConfig};
 use crate::scheduler::Scheduler;
-use crate::supervision::{start_supervised, Addressed};
+use crate::watchdog::{self, OnStall, Supervisee, Watched, STALL_EXIT_CODE};
 use crate::worker::{WorkerConfig, WorkerSupervisor};
 use crate::ActorError;
+use crate::{dag, node_status, publish, reporter, router, scheduler, worker};
 
 /// What a node runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -123,13 +124,16 @@ pub struct NodeConfig {
     pub max_clock_skew: Option<Duration>,
     /// Where this node POSTs alerts (shared with every node that has one).
     pub alert_webhook: Option<WebhookConfig>,
+    /// How long an actor may leave the watchdog's ping unanswered before it counts as stalled.
+    pub stall_after: Duration,
 }
 
 /// Running actors; stopped on [`Node::stop`] or drop.
 pub struct Node {
+    /// The arbiters of the helpers (clock guard, alert forwarder, heartbeat, watchdog).
     arbiters: Vec<Arbiter>,
-    /// One address per actor: without it, a stopped actor is not restarted.
-    actors: Vec<Addressed>,
+    /// The actors, each on an arbiter of its own, under the watchdog.
+    actors: Arc<Mutex<Vec<Box<dyn Watched>>>>,
 }
 
 impl Node {
@@ -140,7 +144,7 @@ impl Node {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ActorError> {
         let mut arbiters = Vec::new();
-        let mut actors = Vec::new();
+        let mut actors: Vec<Box<dyn Watched>> = Vec::new();
         let name = config.name.clone();
         let timed_roles =
             config.roles.contains(&Role::Scheduler) || config.roles.contains(&Role::Worker);
@@ -164,53 +168,87 @@ impl Node {
             arbiters.push(arbiter);
         }
         if config.roles.contains(&Role::Scheduler) {
-            let arbiter = Arbiter::new();
             let (client, clock, name) = (client.clone(), clock.clone(), name.clone());
             let loaded = config.scheduler_loaded.clone();
             let guard = clock_guard.clone();
-            actors.push(start_supervised(&arbiter.handle(), move || {
-                let mut scheduler = Scheduler::new(client, clock, name);
-                if let Some(guard) = guard {
-                    scheduler = scheduler.guarded_by(guard);
-                }
-                match loaded {
-                    Some(loaded) => scheduler.reporting_load(loaded),
-                    None => scheduler,
-                }
-            }));
-            arbiters.push(arbiter);
+            actors.push(Box::new(Supervisee::start(
+                scheduler::ACTOR,
+                OnStall::Replace,
+                move || {
+                    let mut scheduler = Scheduler::new(client.clone(), clock.clone(), name.clone());
+                    if let Some(guard) = guard.clone() {
+                        scheduler = scheduler.guarded_by(guard);
+                    }
+                    match loaded.clone() {
+                        Some(loaded) => scheduler.reporting_load(loaded),
+                        None => scheduler,
+                    }
+                },
+            )));
         }
         if config.roles.contains(&Role::Dag) {
-            let arbiter = Arbiter::new();
             let (client, name) = (client.clone(), name.clone());
-            actors.push(start_supervised(&arbiter.handle(), move || {
-                DagCoordinator::new(client, name)
-            }));
-            arbiters.push(arbiter);
+            actors.push(Box::new(Supervisee::start(
+                dag::ACTOR,
+                OnStall::Replace,
+                move || DagCoordinator::new(client.clone(), name.clone()),
+            )));
         }
         if config.roles.contains(&Role::Router) {
-            let arbiter = Arbiter::new();
             let (client, name) = (client.clone(), name.clone());
             let router = config.router.clone();
-            actors.push(start_supervised(&arbiter.handle(), move || {
-                Router::new(client, name, router)
-            }));
-            arbiters.push(arbiter);
+            actors.push(Box::new(Supervisee::start(
+                router::ACTOR,
+                OnStall::Replace,
+                move || Router::new(client.clone(), name.clone(), router.clone()),
+            )));
         }
         if config.roles.contains(&Role::Worker) {
             let outbox = config.worker.data_dir.join("outbox.log");
             let (reporter, handle) = Reporter::open(client.clone(), name.clone(), &outbox)?;
             let executors = Registry::load(&config.worker.executors)?;
-            let arbiter = Arbiter::new();
-            actors.push(start_supervised(&arbiter.handle(), move || reporter));
-            arbiters.push(arbiter);
-            let arbiter = Arbiter::new();
-            let worker = config.worker.clone();
-            actors.push(start_supervised(&arbiter.handle(), move || {
-                WorkerSupervisor::new(client, worker, executors, handle, clock_guard)
-            }));
-            arbiters.push(arbiter);
+            // Built once: a stalled worker-side actor ends the process rather than being
+            // replaced (see the watchdog), so neither factory runs twice.
+            let reporter = Mutex::new(Some(reporter));
+            actors.push(Box::new(Supervisee::start(
+                reporter::ACTOR,
+                OnStall::EndProcess,
+                move || take_once(&reporter, reporter::ACTOR),
+            )));
+            let worker = Mutex::new(Some(WorkerSupervisor::new(
+                client.clone(),
+                config.worker.clone(),
+                executors,
+                handle,
+                clock_guard,
+            )));
+            actors.push(Box::new(Supervisee::start(
+                worker::ACTOR,
+                OnStall::EndProcess,
+                move || take_once(&worker, worker::ACTOR),
+            )));
         }
+        let actors = Arc::new(Mutex::new(actors));
+        let arbiter = Arbiter::new();
+        arbiter.spawn(node_status::beat(
+            client.clone(),
+            name.clone(),
+            config.roles.clone(),
+        ));
+        arbiter.spawn(watchdog::watch(
+            actors.clone(),
+            config.stall_after,
+            move |actor, silent| {
+                let (client, name) = (client.clone(), name.clone());
+                async move {
+                    let message = format!("actor {actor} left a ping unanswered for {silent:?}");
+                    let raised = publish::alert(&client, &name, "actor_stalled", message, None);
+                    let _ = tokio::time::timeout(ALERT_BEFORE_EXIT, raised).await;
+                }
+            },
+            |_actor| std::process::exit(STALL_EXIT_CODE),
+        ));
+        arbiters.push(arbiter);
         Ok(Self { arbiters, actors })
     }
 
@@ -220,7 +258,13 @@ impl Node {
     }
 
     fn stop_all(&mut self) {
-        self.actors.clear();
+        let actors: Vec<_> = match self.actors.lock() {
+            Ok(mut actors) => actors.drain(..).collect(),
+            Err(poisoned) => poisoned.into_inner().drain(..).collect(),
+        };
+        for actor in actors {
+            actor.stop();
+        }
         for arbiter in &self.arbiters {
             arbiter.stop();
         }
@@ -229,6 +273,21 @@ impl Node {
         }
     }
 }
+
+/// Hands out the actor built before supervision started. Its supervisor restarts the same
+/// value in place (actix calls the factory once), and the watchdog never asks for a second
+/// copy of a worker-side actor; should that change, this fails loudly rather than share the
+/// outbox between two reporters.
+fn take_once<A>(slot: &Mutex<Option<A>>, actor: &str) -> A {
+    let taken = match slot.lock() {
+        Ok(mut slot) => slot.take(),
+        Err(poisoned) => poisoned.into_inner().take(),
+    };
+    taken.unwrap_or_else(|| panic!("{actor} cannot be built twice in one process"))
+}
+
+/// How long a node that ends itself for a stall waits for its alert to be stored.
+const ALERT_BEFORE_EXIT: Duration = Duration::from_secs(2);
 
 /// Runs the webhook forwarder for ever, starting it again a second after it fails.
 async fn forward_alerts(client: AxClient, webhook: WebhookConfig, node: String) {

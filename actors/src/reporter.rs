@@ -29,7 +29,8 @@ use crate::outbox::{Outbox, Outcome};
 use crate::supervision::{note_restart, spawn_pump};
 use crate::{publish, ActorError};
 
-const ACTOR: &str = "reporter";
+/// The actor's name in counters, logs and `ax nodes`.
+pub const ACTOR: &str = "reporter";
 const REPORTS_IN_FLIGHT: usize = 32;
 const COMMIT_BATCH: usize = 256;
 
@@ -134,6 +135,8 @@ impl Actor for Reporter {
         tracing::info!(node = %self.node, "reporter started");
     }
 }
+
+crate::answers_ping!(Reporter);
 
 impl Supervised for Reporter {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

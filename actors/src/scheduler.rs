@@ -36,7 +36,8 @@ use crate::planner::{DueRetry, Planner};
 use crate::supervision::{guard, note_restart, spawn_pump};
 use crate::{control, misfire, publish, ticks, ActorError};
 
-const ACTOR: &str = "scheduler";
+/// The actor's name in counters, logs and `ax nodes`.
+pub const ACTOR: &str = "scheduler";
 /// The longest the wheel sleeps, so that a jump of the wall clock is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(500);
 /// How long after its due time a retry's result comes back to any Scheduler.
@@ -208,6 +209,8 @@ impl Actor for Scheduler {
         tracing::info!(node = %self.node, "scheduler started");
     }
 }
+
+crate::answers_ping!(Scheduler);
 
 impl Supervised for Scheduler {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

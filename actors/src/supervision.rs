@@ -9,10 +9,11 @@
 //!
 //! actix's [`Supervisor`] restarts a stopped actor only while an address of it is alive (it
 //! checks that the mailbox still has senders); an actor nobody addresses stays dead after its
-//! first stop. [`start_supervised`] therefore hands back an [`Addressed`] that must be held for
-//! as long as the actor should live.
+//! first stop. [`start_supervised`] therefore hands back an address that must be held for as
+//! long as the actor should live.
 //!
-//! [`counters`] exposes panics and restarts per actor for logs, tests and (later) metrics.
+//! [`counters`] gives panics, restarts, ended pumps and stalls per actor; every node publishes
+//! them in its heartbeat (see [`crate::node_status`]), which `ax nodes` shows.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -21,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use actix::prelude::*;
+use ax_bus::messages::ActorHealth;
 use dashmap::DashMap;
 use futures::FutureExt;
 
@@ -36,6 +38,8 @@ pub struct Counters {
     pub restarts: AtomicU64,
     /// Times a pump ended and stopped the actor.
     pub pump_exits: AtomicU64,
+    /// Times it left a watchdog ping unanswered past the stall limit (see [`crate::watchdog`]).
+    pub stalls: AtomicU64,
 }
 
 fn registry() -> &'static DashMap<&'static str, Arc<Counters>> {
@@ -48,20 +52,19 @@ pub fn counters_of(actor: &'static str) -> Arc<Counters> {
     registry().entry(actor).or_default().clone()
 }
 
-/// (panics, restarts, pump exits) per actor.
-pub fn counters() -> BTreeMap<&'static str, (u64, u64, u64)> {
+/// What befell each actor of this process.
+pub fn counters() -> BTreeMap<String, ActorHealth> {
     registry()
         .iter()
         .map(|e| {
             let c = e.value();
-            (
-                *e.key(),
-                (
-                    c.panics.load(Ordering::Relaxed),
-                    c.restarts.load(Ordering::Relaxed),
-                    c.pump_exits.load(Ordering::Relaxed),
-                ),
-            )
+            let health = ActorHealth {
+                panics: c.panics.load(Ordering::Relaxed),
+                restarts: c.restarts.load(Ordering::Relaxed),
+                pump_exits: c.pump_exits.load(Ordering::Relaxed),
+                stalls: c.stalls.load(Ordering::Relaxed),
+            };
+            (e.key().to_string(), health)
         })
         .collect()
 }
@@ -93,22 +96,14 @@ pub fn guard<R>(actor: &'static str, body: impl FnOnce() -> R) -> Option<R> {
     }
 }
 
-/// Keeps a supervised actor restartable: holds one address of it.
-pub struct Addressed {
-    _address: Box<dyn std::any::Any + Send>,
-}
-
-/// Starts `make()`'s actor under a [`Supervisor`] on `arbiter`. Hold the returned value: when
-/// it is dropped, the next stop of the actor is its last.
-pub fn start_supervised<A, F>(arbiter: &ArbiterHandle, make: F) -> Addressed
+/// Starts `make()`'s actor under a [`Supervisor`] on `arbiter`. Hold the returned address:
+/// when the last one is dropped, the next stop of the actor is its last.
+pub fn start_supervised<A, F>(arbiter: &ArbiterHandle, make: F) -> Addr<A>
 where
     A: Actor<Context = Context<A>> + Supervised,
     F: FnOnce() -> A + Send + 'static,
 {
-    let address: Addr<A> = Supervisor::start_in_arbiter(arbiter, move |_| make());
-    Addressed {
-        _address: Box::new(address),
-    }
+    Supervisor::start_in_arbiter(arbiter, move |_| make())
 }
 
 /// Spawns a long-running future in the actor's context. When it ends — error, panic or plain
@@ -169,8 +164,8 @@ mod tests {
         let counted = starts.clone();
         System::new().block_on(async move {
             let arbiter = Arbiter::new();
-            let addressed = start_supervised(&arbiter.handle(), move || Flaky { starts: counted });
-            let held = keep_address.then_some(addressed);
+            let address = start_supervised(&arbiter.handle(), move || Flaky { starts: counted });
+            let held = keep_address.then_some(address);
             let deadline = Instant::now() + limit;
             while starts.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
                 actix::clock::sleep(Duration::from_millis(50)).await;

@@ -46,6 +46,7 @@ async fn lateness(
             scheduler_loaded: None,
             max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             alert_webhook: None,
+            stall_after: ax_actors::watchdog::DEFAULT_STALL_AFTER,
             router: Default::default(),
         },
         Arc::new(SystemClock),

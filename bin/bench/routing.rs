@@ -308,6 +308,7 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
             scheduler_loaded: None,
             max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             alert_webhook: None,
+            stall_after: ax_actors::watchdog::DEFAULT_STALL_AFTER,
             router: RouterConfig {
                 // Nobody acknowledges: the measurement must not see re-dispatches.
                 ack_timeout: Duration::from_secs(600),

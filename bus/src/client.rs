@@ -15,7 +15,7 @@ use crate::kv_view::{FeedError, KvFeed};
 use chrono::{DateTime, Utc};
 
 use crate::messages::{
-    ControlReply, JobRecord, QueueState, TickRecord, WorkerInfo, REPLY_TO_HEADER,
+    ControlReply, JobRecord, NodeStatus, QueueState, TickRecord, WorkerInfo, REPLY_TO_HEADER,
 };
 use crate::provision::{Layout, ProvisionError};
 use crate::subjects::Subjects;
@@ -284,6 +284,8 @@ pub struct AxClient {
     pub claims: kv::Store,
     /// Worker heartbeats.
     pub workers: kv::Store,
+    /// Node heartbeats.
+    pub nodes: kv::Store,
     /// Instances per business date and job.
     pub deps: kv::Store,
     /// Instances held for their dependencies.
@@ -351,6 +353,7 @@ impl AxClient {
             instances: bucket(layout.instances_bucket()).await?,
             claims: bucket(layout.claims_bucket()).await?,
             workers: bucket(layout.workers_bucket()).await?,
+            nodes: bucket(layout.nodes_bucket()).await?,
             deps: bucket(layout.deps_bucket()).await?,
             waiting: bucket(layout.waiting_bucket()).await?,
             latest: bucket(layout.latest_bucket()).await?,
@@ -465,6 +468,16 @@ impl AxClient {
             .await?
             .into_iter()
             .map(|(_, value, _, at)| Ok((codec::decode(&value)?, at)))
+            .collect()
+    }
+
+    /// Every node's latest heartbeat, by node name.
+    pub async fn nodes(&self) -> Result<Vec<NodeStatus>, ClientError> {
+        let feed = KvFeed::open(&self.js, &self.layout.nodes_bucket(), ">").await?;
+        feed.snapshot()
+            .await?
+            .into_iter()
+            .map(|(_, value, _)| Ok(codec::decode(&value)?))
             .collect()
     }
 

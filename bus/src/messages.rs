@@ -599,6 +599,41 @@ pub struct WorkerInfo {
     pub started_at: DateTime<Utc>,
 }
 
+/// A node's heartbeat, the value under its name in the nodes bucket (shown by `ax nodes`): what
+/// it runs and how its actors have fared since the process started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Node name (`--id`).
+    pub node: String,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// The roles it runs.
+    pub roles: Vec<String>,
+    /// ax version.
+    pub version: String,
+    /// When the process started.
+    pub started_at: DateTime<Utc>,
+    /// When this heartbeat was written.
+    pub seen_at: DateTime<Utc>,
+    /// Per actor: panics, restarts, ended pumps and stalls.
+    pub actors: BTreeMap<String, ActorHealth>,
+}
+
+/// What befell one actor of a node since its process started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorHealth {
+    /// Panics caught at its boundaries.
+    pub panics: u64,
+    /// Restarts by its supervisor.
+    pub restarts: u64,
+    /// Pumps that ended (NATS away, a subscription closed) and stopped it for a restart.
+    pub pump_exits: u64,
+    /// Times it left the watchdog's ping unanswered past the stall limit.
+    pub stalls: u64,
+}
+
 /// An executor as it describes itself (shown by `ax executors`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutorInfo {

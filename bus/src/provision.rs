@@ -21,7 +21,7 @@
 //! - `<AX>_CLOCK` (file, `ax.internal.clock.>`, the last probe per node): where nodes read
 //!   the server's clock (see the clock guard);
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
-//!   attempt that ran), `<ax>_workers` (heartbeats), `<ax>_deps` (instances per business date
+//!   attempt that ran), `<ax>_workers` (worker heartbeats), `<ax>_nodes` (node heartbeats: roles, restarts, stalls), `<ax>_deps` (instances per business date
 //!   and job, 40 days), `<ax>_waiting` (instances held for their dependencies), `<ax>_latest`
 //!   (each job's latest instance), `<ax>_leases` (which node leads what; entries expire) and
 //!   `<ax>_queues` (which priority queues are paused).
@@ -41,6 +41,8 @@ pub const RESULTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const CLAIMS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a worker heartbeat stays in the bucket (liveness itself is judged by the Router).
 pub const WORKERS_MAX_AGE: Duration = Duration::from_secs(120);
+/// How long a node heartbeat stays in the bucket: a node silent this long is gone from `ax nodes`.
+pub const NODES_MAX_AGE: Duration = Duration::from_secs(60);
 /// How long tick records and DAG history are kept.
 pub const HISTORY_MAX_AGE: Duration = Duration::from_secs(40 * 24 * 3600);
 /// Tick records kept per job.
@@ -139,6 +141,10 @@ impl Layout {
     /// `ax_workers`.
     pub fn workers_bucket(&self) -> String {
         self.bucket_name("workers")
+    }
+    /// `ax_nodes`.
+    pub fn nodes_bucket(&self) -> String {
+        self.bucket_name("nodes")
     }
     /// `AX_TICKS`.
     pub fn ticks_stream(&self) -> String {
@@ -304,6 +310,8 @@ impl Layout {
         self.ensure_bucket(js, self.claims_bucket(), 1, CLAIMS_MAX_AGE)
             .await?;
         self.ensure_bucket(js, self.workers_bucket(), 1, WORKERS_MAX_AGE)
+            .await?;
+        self.ensure_bucket(js, self.nodes_bucket(), 1, NODES_MAX_AGE)
             .await?;
         Ok(())
     }

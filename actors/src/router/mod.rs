@@ -39,7 +39,8 @@ use crate::{publish, ActorError};
 use acks::{AckTracker, Pending};
 use fleet::{Fleet, Weights};
 
-const ACTOR: &str = "router";
+/// The actor's name in counters, logs and `ax nodes`.
+pub const ACTOR: &str = "router";
 const BATCH: usize = 256;
 /// How soon an attempt with no eligible worker is looked at again.
 const NO_WORKER_RETRY: Duration = Duration::from_secs(1);
@@ -125,6 +126,8 @@ impl Actor for Router {
         tracing::info!(node = %shared.node, "router started");
     }
 }
+
+crate::answers_ping!(Router);
 
 impl Supervised for Router {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

@@ -50,7 +50,8 @@ use crate::supervision::{note_restart, spawn_pump};
 use crate::{publish, ActorError};
 use slots::Slots;
 
-const ACTOR: &str = "worker";
+/// The actor's name in counters, logs and `ax nodes`.
+pub const ACTOR: &str = "worker";
 /// How often a worker announces itself.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// Ack wait of dispatches when the config sets none.
@@ -193,16 +194,12 @@ impl Actor for WorkerSupervisor {
     }
 }
 
+crate::answers_ping!(WorkerSupervisor);
+
 impl Supervised for WorkerSupervisor {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
         note_restart(ACTOR);
     }
-}
-
-fn host() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 async fn heartbeat(
@@ -217,7 +214,7 @@ async fn heartbeat(
         every.tick().await;
         let info = WorkerInfo {
             id: config.id.clone(),
-            host: host(),
+            host: crate::node_status::host(),
             cores: std::thread::available_parallelism()
                 .map(|n| n.get() as u32)
                 .unwrap_or(1),

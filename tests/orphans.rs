@@ -7,6 +7,8 @@
 //!   hands it on at once: it runs at its time, once, and no alert is needed.
 //! - With a different trace id (a creator that wrote another attempt, e.g. an older version),
 //!   it is adopted after the grace period, runs once, and an `orphan` alert names it.
+//! - Left by a lone Scheduler that restarts and skips the missed ticks by its misfire policy:
+//!   the tick with a record is handed on, not skipped.
 
 mod support;
 
@@ -18,7 +20,7 @@ use futures::StreamExt;
 use ax_actors::creator::NewInstance;
 use ax_bus::instance::Trigger;
 use ax_bus::messages::Alert;
-use ax_bus::messages::JobRecord;
+use ax_bus::messages::{JobRecord, TickOutcome};
 use ax_bus::{codec, ids, AxClient, State};
 use support::*;
 
@@ -137,4 +139,88 @@ async fn instances_whose_creator_died_before_the_hand_off_run_once() {
             .is_err(),
         "a second orphan alert"
     );
+}
+
+/// The case no other Scheduler covers: the only one dies between writing a record and handing
+/// it on (and recording its tick), and the job's misfire policy is `skip`. On restart, the
+/// ticks it missed are skipped — but the one with a record is handed on and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_schedulers_orphan_runs_after_its_restart_despite_misfire_skip() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let ledger = nats.path("files").join("ledger");
+    let mut node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "lonely",
+        &format!(
+            "version: v1\njob:\n  name: lonely\n  cron: '*/2 * * * * *'\n  misfire: skip\n  exec: {{ type: shell, command: 'echo $AX_INSTANCE_ID >> {}' }}\n",
+            ledger.display()
+        ),
+    )
+    .await;
+    wait_for(Duration::from_secs(30), "a first tick to run", || async {
+        instances(&client, "lonely")
+            .await
+            .into_iter()
+            .find(|r| r.state == State::Success)
+    })
+    .await;
+    node.kill9();
+    // The record its next tick would have had, written as the dying Scheduler would have.
+    let (job, _) = client.job("lonely").await.unwrap().unwrap();
+    let now = ax_bus::time::now();
+    let orphan_tick = now.duration_trunc(TimeDelta::seconds(2)).unwrap() + TimeDelta::seconds(2);
+    let (orphan_id, orphan_trace) = orphan(&client, &job, orphan_tick, None).await;
+    // Two more ticks go by with no Scheduler at all.
+    let skipped_tick = orphan_tick + TimeDelta::seconds(2);
+    while ax_bus::time::now() < skipped_tick + TimeDelta::milliseconds(500) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let restarted = ax_bus::time::now();
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+
+    let record = final_record(&client, &orphan_id, Duration::from_secs(60)).await;
+    assert_eq!(
+        (record.state, record.trace_id.as_str()),
+        (State::Success, orphan_trace.as_str()),
+        "{}",
+        record.message
+    );
+    assert!(record.started_at.unwrap() >= restarted);
+    // The tick after it was skipped by the policy: no instance, a `skipped` record.
+    let skipped_id = ids::instance_id("lonely", skipped_tick);
+    let history = wait_for(
+        Duration::from_secs(30),
+        "the skipped tick's record",
+        || async {
+            let ticks = client.ticks("lonely", 100).await.ok()?;
+            ticks
+                .iter()
+                .any(|t| t.tick == skipped_tick && t.outcome == TickOutcome::Skipped)
+                .then_some(ticks)
+        },
+    )
+    .await;
+    assert!(client.instance(&skipped_id).await.unwrap().is_none());
+    assert!(
+        !history
+            .iter()
+            .any(|t| t.tick == orphan_tick && t.outcome == TickOutcome::Skipped),
+        "{history:?}"
+    );
+    // Once, and later ticks go on as usual.
+    wait_for(
+        Duration::from_secs(30),
+        "a tick after the restart",
+        || async {
+            instances(&client, "lonely")
+                .await
+                .into_iter()
+                .find(|r| r.expected_time > restarted && r.state == State::Success)
+        },
+    )
+    .await;
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    assert_eq!(lines.lines().filter(|l| *l == orphan_id).count(), 1);
 }

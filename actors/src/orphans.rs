@@ -15,6 +15,10 @@
 //! instance was adopted by whom. A stale copy could at worst be a second dispatch of the same
 //! attempt, which the claim on its trace id makes harmless.
 //!
+//! A lone Scheduler has no rival to hand its orphans on; it finds them itself on restart,
+//! among the ticks it missed (see the Scheduler's misfire handling), before any is recorded as
+//! skipped.
+//!
 //! Flagged, not adopted: an instance found too late for the de-duplication window to vouch
 //! for the copy (a Scheduler catching up long after), and one of a job whose overlap policy is
 //! not `allow` (its place in the queue behind the previous instance is only known to the

@@ -114,6 +114,47 @@ impl Scheduler {
         });
     }
 
+    /// Hands on the instances among `candidates` (the skipped ticks, in order) that already
+    /// have a record — through the creator, which finds each one's untouched first attempt and
+    /// hands it on, or leaves it be if it moved on — then records the other ticks as skipped.
+    fn hand_on_orphans_then_skip(
+        &self,
+        job: &str,
+        candidates: Vec<NewInstance>,
+        mut skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>,
+    ) {
+        if candidates.is_empty() {
+            return;
+        }
+        let (client, node, job) = (self.client.clone(), self.node.clone(), job.to_string());
+        let creator = self.creator.clone();
+        actix::spawn(async move {
+            let mut orphans = 0;
+            for instance in candidates {
+                let id = instance.record.instance_id.clone();
+                match client.instance(&id).await.map(|found| found.is_some()) {
+                    Ok(true) => {
+                        tracing::warn!(instance = %id, "a skipped tick has a record nobody handed on: handing it on");
+                        creator.submit(instance);
+                        orphans += 1;
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::warn!(instance = %id, error = %e, "cannot tell whether a skipped tick left an orphan; recording it skipped");
+                        break;
+                    }
+                }
+            }
+            skipped.drain(..orphans.min(skipped.len()));
+            if skipped.is_empty() {
+                return;
+            }
+            if let Err(e) = ticks::record_skipped(&client, &node, &job, skipped).await {
+                tracing::warn!(%job, error = %e, "skipped ticks not recorded");
+            }
+        });
+    }
+
     /// Fires what is due and sleeps until the next timer.
     fn tick(&mut self, ctx: &mut Context<Self>) {
         if self.clock_guard.as_ref().is_some_and(|g| g.skewed()) {
@@ -333,7 +374,7 @@ impl Handler<LastTicks> for Scheduler {
             if !plan.fire.is_empty() || !plan.skip.is_empty() {
                 tracing::info!(job = %spec.name, caught_up = plan.fire.len(), skipped = plan.skip.len() + plan.more_skipped, "missed ticks");
             }
-            for tick in plan.fire {
+            let catch_up = |tick| {
                 let biz_date = candidate.schedule.biz_date(tick);
                 let mut instance = NewInstance::new(
                     spec,
@@ -345,9 +386,18 @@ impl Handler<LastTicks> for Scheduler {
                 );
                 instance.skip_coordinator = !self.planner.needs_coordinator(spec);
                 instance.tick = Some(TickOutcome::CaughtUp);
-                self.creator.submit(instance);
+                instance
+            };
+            for tick in plan.fire {
+                self.creator.submit(catch_up(tick));
             }
-            self.record_skipped(&spec.name, plan.skip);
+            // A record among the skipped ticks is an orphan: its creator died after writing
+            // it and before handing it on and recording its tick (else it would be the last
+            // tick). Creations go out in tick order, so the orphans are the first skipped
+            // ticks; the first without a record ends them.
+            let candidates: Vec<NewInstance> =
+                plan.skip.iter().map(|(tick, _)| catch_up(*tick)).collect();
+            self.hand_on_orphans_then_skip(&spec.name, candidates, plan.skip);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! NATS authorization: a node with wrong credentials fails at once with a clear message; with
-//! the right ones it works; and a client whose permissions allow only reading results can
-//! neither trigger a job nor slip a dispatch onto an internal subject.
+//! the right ones it works; a client whose permissions allow only reading results can neither
+//! trigger a job nor slip a dispatch onto an internal subject; and README's per-role
+//! permission table, given to the server as it stands, is all each role needs.
 
 mod support;
 
@@ -102,4 +103,107 @@ async fn wrong_credentials_fail_at_once_and_readers_cannot_command() {
         "the reader triggered a job"
     );
     assert!(!marker.exists(), "the reader's message ran a command");
+}
+
+/// The per-role split of README's permission table, as a server config: each kind of client
+/// gets exactly its row (plus what every ax process needs for JetStream).
+const ROLES_CONFIG: &str = r#"
+authorization {
+  users = [
+    {
+      user: core, password: "core-secret",
+      permissions: {
+        publish: { allow: [
+          "ax.internal.created.>", "ax.internal.ready.>", "ax.internal.retry.>",
+          "ax.internal.tick.>", "ax.internal.clock.>", "ax.internal.dispatch.>",
+          "ax.internal.split.>", "ax.internal.cancel.>", "ax.internal.dead.>",
+          "ax.event.>", "ax.alert.>", "ax.audit.>", "ax.result.>",
+          "$JS.API.>", "$KV.>", "$JS.ACK.>", "_INBOX.>"
+        ] },
+        subscribe: { allow: ["ax.internal.ack.>", "_INBOX.>"] }
+      }
+    }
+    {
+      user: worker, password: "worker-secret",
+      permissions: {
+        publish: { allow: [
+          "ax.internal.ack.>", "ax.internal.clock.>", "ax.internal.dead.>",
+          "ax.result.>", "ax.event.>", "ax.alert.>",
+          "$JS.API.>", "$KV.>", "$JS.ACK.>", "_INBOX.>"
+        ] },
+        subscribe: { allow: ["ax.internal.cancel.>", "_INBOX.>"] }
+      }
+    }
+    {
+      user: operator, password: "operator-secret",
+      permissions: {
+        publish: { allow: ["ax.control.>", "ax.audit.>", "$JS.API.>", "$KV.>", "$JS.ACK.>", "_INBOX.>"] },
+        subscribe: { allow: ["_INBOX.>"] }
+      }
+    }
+  ]
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_runs_with_only_its_documented_permissions() {
+    // The CLI (apply, trigger) acts as the operator.
+    let nats = TestNats::start_with_config(Some(ROLES_CONFIG), Some("operator:operator-secret"));
+    let as_user = |user: &str| {
+        nats.server
+            .url
+            .replacen("://", &format!("://{user}:{user}-secret@"), 1)
+    };
+    let spawn = |name: &str, roles: &str, user: &str| {
+        let dir = nats.path(name);
+        let data = dir.join("data");
+        AxProcess::spawn(
+            Some(&as_user(user)),
+            &[
+                "node",
+                "--roles",
+                roles,
+                "--id",
+                name,
+                "--data-dir",
+                data.to_str().unwrap(),
+            ],
+            &dir,
+            &dir.join("node.log"),
+        )
+    };
+    let core = spawn("core", "scheduler,dag,router", "core");
+    let worker = spawn("w1", "worker", "worker");
+    let client = nats.client().await;
+    apply_job(
+        &nats,
+        "chain",
+        "version: v1\njob:\n  name: up\n  exec: { type: shell, command: 'true' }\n---\nversion: v1\njob:\n  name: down\n  deps: [ { name: up, biz_date: current } ]\n  exec: { type: shell, command: 'true' }\n",
+    )
+    .await;
+    let id = trigger(&nats, &["up"]);
+    let up = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!((up.state, up.tag), (State::Success, Tag::Completed));
+    // The downstream, created by the DagCoordinator and run by the worker.
+    let down = wait_for_logged(
+        Duration::from_secs(30),
+        "the downstream to succeed",
+        &[&core, &worker],
+        || async {
+            instances(&client, "down")
+                .await
+                .into_iter()
+                .find(|r| r.state == State::Success)
+        },
+    )
+    .await;
+    assert_eq!(down.biz_date, up.biz_date);
+    for process in [&core, &worker] {
+        let log = process.log_text();
+        assert!(
+            !log.to_lowercase().contains("permissions violation"),
+            "{}",
+            log
+        );
+    }
 }

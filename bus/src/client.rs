@@ -248,6 +248,11 @@ fn log_event(name: &str, event: async_nats::Event) {
                 "slow consumer: messages dropped"
             )
         }
+        Event::ServerError(e) => tracing::warn!(
+            connection = name,
+            error = %e,
+            "the NATS server refused something (a permissions violation names a subject this node's user may not use)"
+        ),
         Event::LameDuckMode => tracing::warn!(
             connection = name,
             "the NATS server is shutting down (lame duck mode); moving to another"

@@ -207,3 +207,159 @@ async fn each_role_runs_with_only_its_documented_permissions() {
         );
     }
 }
+
+/// Runs `ax nodes --json` with `env` (how the CLI reaches a secured server) and returns the
+/// node names it lists, if it could connect.
+fn listed_nodes(url: &str, env: &[(&str, String)]) -> Option<Vec<String>> {
+    let out = std::process::Command::new(ax_binary())
+        .args(["nodes", "--json"])
+        .env("AX_NATS_URL", url)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .ok()?;
+    let nodes: Vec<ax_bus::messages::NodeStatus> = serde_json::from_slice(&out.stdout).ok()?;
+    Some(nodes.into_iter().map(|n| n.node).collect())
+}
+
+/// A node with `env` against `nats` (URL `url`) comes up and is seen by the CLI with the same
+/// settings; with `wrong` instead, it stops at once, its reason containing `reason`.
+async fn connects_only_with(
+    nats: &TestNats,
+    url: &str,
+    env: &[(&str, String)],
+    wrong: &[(&str, String)],
+    reason: &str,
+) {
+    let started = Instant::now();
+    let dir = nats.path("refused");
+    let out = std::process::Command::new(ax_binary())
+        .args([
+            "node",
+            "--roles",
+            "scheduler",
+            "--id",
+            "refused",
+            "--data-dir",
+        ])
+        .arg(dir.join("data"))
+        .env("AX_NATS_URL", url)
+        .envs(wrong.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(
+        err.contains("cannot connect to nats") && err.contains(reason),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let dir = nats.path("good");
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let node = AxProcess::spawn_with_env(
+        Some(url),
+        &[
+            "node",
+            "--roles",
+            "scheduler",
+            "--id",
+            "good",
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+        ],
+        &dir,
+        &dir.join("node.log"),
+        &env_refs,
+    );
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the node's heartbeat, read with the same settings",
+        &[&node],
+        || async { listed_nodes(url, env).filter(|nodes| nodes.iter().any(|n| n == "good")) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_nkey_and_tls_settings_connect_and_wrong_ones_stop_the_node() {
+    // A token.
+    let nats = TestNats::start_with_config(Some("authorization { token: \"s3cret-token\" }"), None);
+    let url = nats.server.url.clone();
+    connects_only_with(
+        &nats,
+        &url,
+        &[("AX_NATS_TOKEN", "s3cret-token".to_string())],
+        &[("AX_NATS_TOKEN", "guess".to_string())],
+        "authorization",
+    )
+    .await;
+    drop(nats);
+
+    // An NKey: the server knows the public key, the node holds the seed in a file.
+    let user = nkeys::KeyPair::new_user();
+    let nats = TestNats::start_with_config(
+        Some(&format!(
+            "authorization {{ users = [ {{ nkey: \"{}\" }} ] }}",
+            user.public_key()
+        )),
+        None,
+    );
+    let seed_file = nats.path("keys").join("ax.nk");
+    std::fs::write(&seed_file, user.seed().unwrap()).unwrap();
+    let stranger = nkeys::KeyPair::new_user();
+    let stranger_file = nats.path("keys").join("stranger.nk");
+    std::fs::write(&stranger_file, stranger.seed().unwrap()).unwrap();
+    let url = nats.server.url.clone();
+    connects_only_with(
+        &nats,
+        &url,
+        &[("AX_NATS_NKEY_SEED_FILE", seed_file.display().to_string())],
+        &[(
+            "AX_NATS_NKEY_SEED_FILE",
+            stranger_file.display().to_string(),
+        )],
+        "authorization",
+    )
+    .await;
+    drop(nats);
+
+    // TLS with a private CA: trusted with AX_NATS_TLS_CA, refused without it.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server_cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &ca, &ca_key)
+        .unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let path = certs.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let ca_file = write("ca.pem", ca.pem());
+    let cert_file = write("server.pem", server_cert.pem());
+    let key_file = write("server-key.pem", server_key.serialize_pem());
+    let nats = TestNats::start_with_config(
+        Some(&format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\" }}",
+            cert_file.display(),
+            key_file.display()
+        )),
+        None,
+    );
+    let url = nats.server.url.replacen("127.0.0.1", "localhost", 1);
+    connects_only_with(
+        &nats,
+        &url,
+        &[
+            ("AX_NATS_TLS_CA", ca_file.display().to_string()),
+            ("AX_NATS_TLS_REQUIRED", "1".to_string()),
+        ],
+        &[("AX_NATS_TLS_REQUIRED", "1".to_string())],
+        "certificate",
+    )
+    .await;
+}

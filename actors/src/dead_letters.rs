@@ -159,5 +159,13 @@ async fn end_attempt(
         stdout_tail: String::new(),
         stderr_tail: String::new(),
     };
-    report_once(client, &Outcome { work, end }).await
+    report_once(
+        client,
+        &Outcome {
+            work,
+            end,
+            written: None,
+        },
+    )
+    .await
 }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use ax_bus::instance::AttemptEnd;
 use ax_bus::messages::WorkItem;
+use ax_bus::InstanceRecord;
 
 const HEADER: usize = 8;
 const MAX_RECORD: usize = 16 * 1024 * 1024;
@@ -31,6 +32,11 @@ pub struct Outcome {
     pub work: WorkItem,
     /// How it ended.
     pub end: AttemptEnd,
+    /// The instance record as the worker last wrote it, with its revision: saves the Reporter a
+    /// read when nothing changed it since. Kept in memory only (an outcome read back from the
+    /// file after a restart reads the record).
+    #[serde(skip)]
+    pub written: Option<(InstanceRecord, u64)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -252,6 +258,7 @@ mod tests {
                 stdout_tail: String::new(),
                 stderr_tail: String::new(),
             },
+            written: None,
         }
     }
 

@@ -266,7 +266,9 @@ pub async fn report_once(client: &AxClient, outcome: &Outcome) -> Result<(), Act
         retry_time(&work.spec, attempt_of_run, &end.trace_id, end.finished_at)
     };
     let state = match client
-        .update_instance(&work.instance_id, |r| r.ended(end, retry_at))
+        .update_instance_from(&work.instance_id, outcome.written.clone(), |r| {
+            r.ended(end, retry_at)
+        })
         .await?
     {
         Updated::Written(record, _) => {

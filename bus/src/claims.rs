@@ -109,12 +109,17 @@ impl AxClient {
             lease_until: Some(lease_end(lease)),
             revoked: false,
         };
+        // Most attempts have no claim yet (nothing reserved them): create first, and read only
+        // when one is there — one round trip on the common path instead of two.
+        let mut current: Option<(Claim, u64)> = None;
         loop {
-            let current = self.read_claim(trace).await?;
             let written = match &current {
                 None => match self.claims.create(trace, codec::encode(&mine)?).await {
                     Ok(revision) => return Ok(ClaimOutcome::Won { revision }),
-                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
+                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+                        current = self.read_claim(trace).await?;
+                        continue;
+                    }
                     Err(e) => return Err(failed("claim", trace)(e.to_string())),
                 },
                 Some((claim, revision)) => {
@@ -131,7 +136,9 @@ impl AxClient {
             };
             match written {
                 Ok(revision) => return Ok(ClaimOutcome::Won { revision }),
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+                    current = self.read_claim(trace).await?;
+                }
                 Err(e) => return Err(failed("claim", trace)(e.to_string())),
             }
         }

@@ -572,12 +572,33 @@ impl AxClient {
     where
         F: Fn(&InstanceRecord) -> Result<InstanceRecord, TransitionRefused>,
     {
+        self.update_instance_from(id, None, transition).await
+    }
+
+    /// [`AxClient::update_instance`] starting from a record and revision the caller wrote itself
+    /// (`known`), which saves the read when nobody changed the record since. A stale one costs
+    /// a refused write, then the read; a transition it refuses is decided again on the record
+    /// read fresh.
+    pub async fn update_instance_from<F>(
+        &self,
+        id: &str,
+        mut known: Option<(InstanceRecord, u64)>,
+        transition: F,
+    ) -> Result<Updated, ClientError>
+    where
+        F: Fn(&InstanceRecord) -> Result<InstanceRecord, TransitionRefused>,
+    {
         for _ in 0..CAS_ATTEMPTS {
-            let Some((record, revision)) = self.instance(id).await? else {
-                return Ok(Updated::Missing);
+            let (record, revision, unverified) = match known.take() {
+                Some((record, revision)) => (record, revision, true),
+                None => match self.instance(id).await? {
+                    Some((record, revision)) => (record, revision, false),
+                    None => return Ok(Updated::Missing),
+                },
             };
             let next = match transition(&record) {
                 Ok(next) => next,
+                Err(_) if unverified => continue,
                 Err(refused) => return Ok(Updated::Refused(refused)),
             };
             match self

@@ -401,7 +401,11 @@ impl Attempts {
             stdout_tail: String::new(),
             stderr_tail: String::new(),
         };
-        let outcome = Outcome { work, end };
+        let outcome = Outcome {
+            work,
+            end,
+            written: None,
+        };
         if let Err(e) = self.reporter.record(outcome.clone()).await {
             tracing::warn!(error = %e, "refusal not durable; reporting it directly");
             while let Err(e) = report_once(&self.client, &outcome).await {
@@ -457,11 +461,14 @@ impl Attempts {
             return;
         }
         let now = ax_bus::time::now();
-        match client
+        let written = match client
             .update_instance(&work.instance_id, |r| r.started(&trace, me, now))
             .await
         {
-            Ok(Updated::Written(record, _)) => publish::event(client, &record).await,
+            Ok(Updated::Written(record, revision)) => {
+                publish::event(client, &record).await;
+                (*record, revision)
+            }
             Ok(Updated::Refused(refused)) => {
                 tracing::info!(%trace, %refused, "attempt no longer current; skipped");
                 let _ = message.ack().await;
@@ -479,7 +486,7 @@ impl Attempts {
                     .await;
                 return;
             }
-        }
+        };
         let stop = Arc::new(Notify::new());
         self.in_flight.insert(
             trace.clone(),
@@ -528,7 +535,11 @@ impl Attempts {
             let _ = message.ack().await;
             return;
         }
-        let outcome = Outcome { work, end };
+        let outcome = Outcome {
+            work,
+            end,
+            written: Some(written),
+        };
         if let Err(e) = self.reporter.record(outcome.clone()).await {
             publish::alert(
                 client,

@@ -1,0 +1,125 @@
+//! Compare-and-swap updates of instance records that start from a record the caller wrote
+//! itself (the worker's `executing` write, handed to its Reporter): one round trip when nobody
+//! changed the record since, and the same outcome as a fresh read when somebody did.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+
+use ax_bus::client::Updated;
+use ax_bus::instance::{TransitionRefused, Trigger};
+use ax_bus::{codec, AxClient, InstanceRecord, State, Tag};
+use support::*;
+
+fn record(id: &str) -> InstanceRecord {
+    let now = ax_bus::time::now();
+    InstanceRecord {
+        instance_id: id.to_string(),
+        trace_id: "t1".into(),
+        job: "j".into(),
+        biz_date: "2026-11-30".into(),
+        attempt: 1,
+        run_start: 1,
+        state: State::Running,
+        tag: Tag::Queued,
+        expected_time: now,
+        created_at: now,
+        started_at: None,
+        finished_at: None,
+        worker: None,
+        message: "queued".into(),
+        output: serde_json::Value::Null,
+        trigger: Trigger::Manual,
+        params: Default::default(),
+        priority: Default::default(),
+        next_attempt_at: None,
+        exit_code: None,
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+        shard: None,
+        worker_losses: 0,
+        pin: None,
+    }
+}
+
+/// Appends `mark` to the message, refusing a record whose message lacks `needs`.
+fn mark(
+    needs: &'static str,
+    mark: &'static str,
+) -> impl Fn(&InstanceRecord) -> Result<InstanceRecord, TransitionRefused> {
+    move |r| {
+        if !r.message.contains(needs) {
+            return Err(TransitionRefused::AlreadyStarted);
+        }
+        let mut next = r.clone();
+        next.message = format!("{} {mark}", r.message);
+        Ok(next)
+    }
+}
+
+fn sent(client: &AxClient) -> u64 {
+    client
+        .nats
+        .statistics()
+        .out_messages
+        .load(Ordering::Relaxed)
+}
+
+async fn written(client: &AxClient, update: Updated) -> (InstanceRecord, u64) {
+    let Updated::Written(record, revision) = update else {
+        panic!("not written: {update:?}");
+    };
+    let stored = client.instance(&record.instance_id).await.unwrap().unwrap();
+    assert_eq!(stored, (*record.clone(), revision));
+    (*record, revision)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let id = "j.20261130T000000000Z";
+    let revision = client
+        .instances
+        .create(id, codec::encode(&record(id)).unwrap())
+        .await
+        .unwrap();
+
+    // Current: one request (the write), no read.
+    let before = sent(&client);
+    let update = client
+        .update_instance_from(id, Some((record(id), revision)), mark("queued", "a"))
+        .await
+        .unwrap();
+    assert_eq!(sent(&client) - before, 1);
+    let (after_a, revision_a) = written(&client, update).await;
+    assert_eq!(after_a.message, "queued a");
+
+    // Stale (someone wrote since): the transition applies to the stored record.
+    let update = client
+        .update_instance_from(id, Some((record(id), revision)), mark("queued", "b"))
+        .await
+        .unwrap();
+    let (after_b, _) = written(&client, update).await;
+    assert_eq!(after_b.message, "queued a b");
+
+    // Refused on the stale record, accepted on the stored one: decided on the stored one.
+    let update = client
+        .update_instance_from(id, Some((record(id), revision)), mark(" b", "c"))
+        .await
+        .unwrap();
+    let (after_c, _) = written(&client, update).await;
+    assert_eq!(after_c.message, "queued a b c");
+
+    // Refused on the stored record too: refused.
+    let update = client
+        .update_instance_from(id, Some((after_a, revision_a)), mark("never", "d"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(update, Updated::Refused(TransitionRefused::AlreadyStarted)),
+        "{update:?}"
+    );
+    let stored = client.instance(id).await.unwrap().unwrap().0;
+    assert_eq!(stored.message, "queued a b c");
+}

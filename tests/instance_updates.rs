@@ -6,40 +6,28 @@ mod support;
 
 use std::sync::atomic::Ordering;
 
+use ax_actors::creator::NewInstance;
 use ax_bus::client::Updated;
 use ax_bus::instance::{TransitionRefused, Trigger};
-use ax_bus::{codec, AxClient, InstanceRecord, State, Tag};
+use ax_bus::spec::JobDocument;
+use ax_bus::{codec, AxClient, InstanceRecord};
 use support::*;
 
-fn record(id: &str) -> InstanceRecord {
+/// A queued first attempt, as a Scheduler creates it.
+fn queued() -> InstanceRecord {
+    let spec: JobDocument =
+        serde_json::from_str(r#"{"version":"v1","job":{"name":"j","exec":{"type":"noop"}}}"#)
+            .unwrap();
     let now = ax_bus::time::now();
-    InstanceRecord {
-        instance_id: id.to_string(),
-        trace_id: "t1".into(),
-        job: "j".into(),
-        biz_date: "2026-11-30".into(),
-        attempt: 1,
-        run_start: 1,
-        state: State::Running,
-        tag: Tag::Queued,
-        expected_time: now,
-        created_at: now,
-        started_at: None,
-        finished_at: None,
-        worker: None,
-        message: "queued".into(),
-        output: serde_json::Value::Null,
-        trigger: Trigger::Manual,
-        params: Default::default(),
-        priority: Default::default(),
-        next_attempt_at: None,
-        exit_code: None,
-        stdout_tail: String::new(),
-        stderr_tail: String::new(),
-        shard: None,
-        worker_losses: 0,
-        pin: None,
-    }
+    NewInstance::new(
+        &spec.job,
+        now,
+        "2026-11-30".into(),
+        Default::default(),
+        Trigger::Manual,
+        now,
+    )
+    .record
 }
 
 /// Appends `mark` to the message, refusing a record whose message lacks `needs`.
@@ -78,17 +66,18 @@ async fn written(client: &AxClient, update: Updated) -> (InstanceRecord, u64) {
 async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let id = "j.20261130T000000000Z";
+    let created = queued();
+    let id = created.instance_id.as_str();
     let revision = client
         .instances
-        .create(id, codec::encode(&record(id)).unwrap())
+        .create(id, codec::encode(&created).unwrap())
         .await
         .unwrap();
 
     // Current: one request (the write), no read.
     let before = sent(&client);
     let update = client
-        .update_instance_from(id, Some((record(id), revision)), mark("queued", "a"))
+        .update_instance_from(id, Some((created.clone(), revision)), mark("queued", "a"))
         .await
         .unwrap();
     assert_eq!(sent(&client) - before, 1);
@@ -97,7 +86,7 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
 
     // Stale (someone wrote since): the transition applies to the stored record.
     let update = client
-        .update_instance_from(id, Some((record(id), revision)), mark("queued", "b"))
+        .update_instance_from(id, Some((created.clone(), revision)), mark("queued", "b"))
         .await
         .unwrap();
     let (after_b, _) = written(&client, update).await;
@@ -105,7 +94,7 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
 
     // Refused on the stale record, accepted on the stored one: decided on the stored one.
     let update = client
-        .update_instance_from(id, Some((record(id), revision)), mark(" b", "c"))
+        .update_instance_from(id, Some((created.clone(), revision)), mark(" b", "c"))
         .await
         .unwrap();
     let (after_c, _) = written(&client, update).await;

@@ -154,26 +154,8 @@ async fn each_role_runs_with_only_its_documented_permissions() {
             .url
             .replacen("://", &format!("://{user}:{user}-secret@"), 1)
     };
-    let spawn = |name: &str, roles: &str, user: &str| {
-        let dir = nats.path(name);
-        let data = dir.join("data");
-        AxProcess::spawn(
-            Some(&as_user(user)),
-            &[
-                "node",
-                "--roles",
-                roles,
-                "--id",
-                name,
-                "--data-dir",
-                data.to_str().unwrap(),
-            ],
-            &dir,
-            &dir.join("node.log"),
-        )
-    };
-    let core = spawn("core", "scheduler,dag,router", "core");
-    let worker = spawn("w1", "worker", "worker");
+    let core = AxProcess::node_at(&as_user("core"), &nats, "core", "scheduler,dag,router", &[]);
+    let worker = AxProcess::node_at(&as_user("worker"), &nats, "w1", "worker", &[]);
     let client = nats.client().await;
     apply_job(
         &nats,

@@ -263,6 +263,11 @@ impl AxProcess {
 
     /// `ax node` with the given roles and extra arguments.
     pub fn node(nats: &TestNats, name: &str, roles: &str, extra: &[&str]) -> Self {
+        Self::node_at(&nats.url(), nats, name, roles, extra)
+    }
+
+    /// [`AxProcess::node`] reaching `nats` by `url` (another user's credentials, say).
+    pub fn node_at(url: &str, nats: &TestNats, name: &str, roles: &str, extra: &[&str]) -> Self {
         let dir = nats.path(name);
         let data = dir.join("data");
         let mut args = vec![
@@ -275,7 +280,7 @@ impl AxProcess {
             data.to_str().expect("utf-8 path"),
         ];
         args.extend_from_slice(extra);
-        Self::spawn(Some(&nats.url()), &args, &dir, &dir.join("node.log"))
+        Self::spawn(Some(url), &args, &dir, &dir.join("node.log"))
     }
 
     pub fn pid(&self) -> Pid {

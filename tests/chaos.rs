@@ -76,10 +76,15 @@ impl Fleet {
         self.running.insert(name, process);
     }
 
-    fn kill(&mut self, name: &'static str) {
+    /// `kill -9` of `name`, and its start again after `pause`.
+    async fn bounce(&mut self, name: &'static str, pause: Duration) {
+        println!("chaos: {} kill -9 {name}", ax_bus::time::now());
         if let Some(mut process) = self.running.remove(name) {
             process.kill9();
         }
+        tokio::time::sleep(pause).await;
+        self.start(name);
+        println!("chaos: {} {name} started again", ax_bus::time::now());
     }
 }
 
@@ -226,21 +231,16 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
         let pause = Duration::from_millis(rng.random_range(1000..5000));
         match rng.random_range(0..3) {
             0 => {
-                let name = CORES[rng.random_range(0..CORES.len())];
-                println!("chaos: {} kill -9 {name}", ax_bus::time::now());
-                fleet.kill(name);
+                fleet
+                    .bounce(CORES[rng.random_range(0..CORES.len())], pause)
+                    .await;
                 scheduler_kills += 1;
-                tokio::time::sleep(pause).await;
-                fleet.start(name);
-                println!("chaos: {} {name} started again", ax_bus::time::now());
             }
             1 => {
-                let name = WORKERS[rng.random_range(0..WORKERS.len())];
-                println!("chaos: {} kill -9 {name}", ax_bus::time::now());
-                fleet.kill(name);
+                fleet
+                    .bounce(WORKERS[rng.random_range(0..WORKERS.len())], pause)
+                    .await;
                 worker_kills += 1;
-                tokio::time::sleep(pause).await;
-                fleet.start(name);
             }
             _ => {
                 let index = rng.random_range(0..cluster.servers.len());

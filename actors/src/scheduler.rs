@@ -103,55 +103,43 @@ impl Scheduler {
     }
 
     fn record_skipped(&self, job: &str, skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>) {
-        if skipped.is_empty() {
-            return;
-        }
         let (client, node, job) = (self.client.clone(), self.node.clone(), job.to_string());
-        actix::spawn(async move {
-            if let Err(e) = ticks::record_skipped(&client, &node, &job, skipped).await {
-                tracing::warn!(%job, error = %e, "skipped ticks not recorded");
-            }
-        });
+        actix::spawn(async move { record_skipped(&client, &node, &job, skipped).await });
     }
 
-    /// Hands on the instances among `candidates` (the skipped ticks, in order) that already
-    /// have a record — through the creator, which finds each one's untouched first attempt and
-    /// hands it on, or leaves it be if it moved on — then records the other ticks as skipped.
+    /// Records the ticks a misfire policy skipped (oldest first) — except the first ones that
+    /// already have a record: orphans, whose creator died after writing the record and before
+    /// handing it on and recording its tick (else that tick would be the last recorded one).
+    /// Creations go out in tick order, so they come first, and the first tick without a record
+    /// ends them. Each is handed on through the creator (`catch_up` builds it), which hands on
+    /// an untouched first attempt and leaves one that moved on.
     fn hand_on_orphans_then_skip(
         &self,
         job: &str,
-        candidates: Vec<NewInstance>,
+        catch_up: impl Fn(chrono::DateTime<chrono::Utc>) -> NewInstance + 'static,
         mut skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>,
     ) {
-        if candidates.is_empty() {
-            return;
-        }
         let (client, node, job) = (self.client.clone(), self.node.clone(), job.to_string());
         let creator = self.creator.clone();
         actix::spawn(async move {
             let mut orphans = 0;
-            for instance in candidates {
-                let id = instance.record.instance_id.clone();
-                match client.instance(&id).await.map(|found| found.is_some()) {
-                    Ok(true) => {
+            for (tick, _) in &skipped {
+                let id = ids::instance_id(&job, *tick);
+                match client.instance(&id).await {
+                    Ok(Some(_)) => {
                         tracing::warn!(instance = %id, "a skipped tick has a record nobody handed on: handing it on");
-                        creator.submit(instance);
+                        creator.submit(catch_up(*tick));
                         orphans += 1;
                     }
-                    Ok(false) => break,
+                    Ok(None) => break,
                     Err(e) => {
                         tracing::warn!(instance = %id, error = %e, "cannot tell whether a skipped tick left an orphan; recording it skipped");
                         break;
                     }
                 }
             }
-            skipped.drain(..orphans.min(skipped.len()));
-            if skipped.is_empty() {
-                return;
-            }
-            if let Err(e) = ticks::record_skipped(&client, &node, &job, skipped).await {
-                tracing::warn!(%job, error = %e, "skipped ticks not recorded");
-            }
+            skipped.drain(..orphans);
+            record_skipped(&client, &node, &job, skipped).await;
         });
     }
 
@@ -374,31 +362,44 @@ impl Handler<LastTicks> for Scheduler {
             if !plan.fire.is_empty() || !plan.skip.is_empty() {
                 tracing::info!(job = %spec.name, caught_up = plan.fire.len(), skipped = plan.skip.len() + plan.more_skipped, "missed ticks");
             }
-            let catch_up = |tick| {
-                let biz_date = candidate.schedule.biz_date(tick);
-                let mut instance = NewInstance::new(
-                    spec,
-                    tick,
-                    biz_date,
-                    spec.params.clone(),
-                    Trigger::CatchUp,
-                    now,
-                );
-                instance.skip_coordinator = !self.planner.needs_coordinator(spec);
-                instance.tick = Some(TickOutcome::CaughtUp);
-                instance
+            let catch_up = {
+                let (spec, schedule) = (spec.clone(), candidate.schedule.clone());
+                let skip_coordinator = !self.planner.needs_coordinator(&spec);
+                move |tick| {
+                    let biz_date = schedule.biz_date(tick);
+                    let mut instance = NewInstance::new(
+                        &spec,
+                        tick,
+                        biz_date,
+                        spec.params.clone(),
+                        Trigger::CatchUp,
+                        now,
+                    );
+                    instance.skip_coordinator = skip_coordinator;
+                    instance.tick = Some(TickOutcome::CaughtUp);
+                    instance
+                }
             };
             for tick in plan.fire {
                 self.creator.submit(catch_up(tick));
             }
-            // A record among the skipped ticks is an orphan: its creator died after writing
-            // it and before handing it on and recording its tick (else it would be the last
-            // tick). Creations go out in tick order, so the orphans are the first skipped
-            // ticks; the first without a record ends them.
-            let candidates: Vec<NewInstance> =
-                plan.skip.iter().map(|(tick, _)| catch_up(*tick)).collect();
-            self.hand_on_orphans_then_skip(&spec.name, candidates, plan.skip);
+            self.hand_on_orphans_then_skip(&spec.name, catch_up, plan.skip);
         }
+    }
+}
+
+/// Records skipped ticks (a failure is logged: the ticks stay unrecorded, nothing else is lost).
+async fn record_skipped(
+    client: &AxClient,
+    node: &str,
+    job: &str,
+    skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>,
+) {
+    if skipped.is_empty() {
+        return;
+    }
+    if let Err(e) = ticks::record_skipped(client, node, job, skipped).await {
+        tracing::warn!(%job, error = %e, "skipped ticks not recorded");
     }
 }
 

@@ -21,10 +21,11 @@
 //! - `<AX>_CLOCK` (file, `ax.internal.clock.>`, the last probe per node): where nodes read
 //!   the server's clock (see the clock guard);
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
-//!   attempt that ran), `<ax>_workers` (worker heartbeats), `<ax>_nodes` (node heartbeats: roles, restarts, stalls), `<ax>_deps` (instances per business date
-//!   and job, 40 days), `<ax>_waiting` (instances held for their dependencies), `<ax>_latest`
-//!   (each job's latest instance), `<ax>_leases` (which node leads what; entries expire) and
-//!   `<ax>_queues` (which priority queues are paused).
+//!   attempt that ran), `<ax>_workers` (worker heartbeats), `<ax>_nodes` (node heartbeats:
+//!   roles, restarts, stalls), `<ax>_deps` (instances per business date and job, 40 days),
+//!   `<ax>_waiting` (instances held for their dependencies), `<ax>_latest` (each job's latest
+//!   instance), `<ax>_leases` (which node leads what; entries expire) and `<ax>_queues` (which
+//!   priority queues are paused).
 //!
 //! Message ids de-duplicate publishes within each stream's duplicate window; the buckets give
 //! create-if-absent and compare-and-swap, which is where uniqueness really comes from.

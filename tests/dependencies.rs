@@ -303,3 +303,163 @@ job:
         record.message
     );
 }
+
+/// A job firing every second has 86,400 instances a day. Stored as one value per (job, date),
+/// the day outgrew NATS's 1 MiB payload limit after some 30,000 and the coordinator could store
+/// nothing more; each instance is now an entry of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
+    use ax_actors::publish::{to_stream, AckWindow};
+    use ax_bus::messages::WorkItem;
+
+    const INSTANCES: usize = 40_000;
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut coordinator = AxProcess::node(&nats, "d1", "dag", &[]);
+    let spec: ax_bus::spec::JobSpec = serde_json::from_value(serde_json::json!({
+        "name": "every_second",
+        "cron": "* * * * * *",
+        "exec": {"type": "noop"},
+    }))
+    .unwrap();
+    let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+    let midnight = date.and_hms_opt(0, 0, 0).unwrap().and_utc();
+    // Hand the coordinator the creations as the Scheduler does.
+    let mut acks = AckWindow::new(256);
+    for second in 0..INSTANCES {
+        let expected = midnight + chrono::Duration::seconds(second as i64);
+        let instance_id = ax_bus::ids::instance_id(&spec.name, expected);
+        let work = WorkItem {
+            trace_id: ax_bus::ids::first_trace_id(&instance_id),
+            instance_id,
+            attempt: 1,
+            run_start: 1,
+            biz_date: "2026-03-01".into(),
+            expected_time: expected,
+            params: Default::default(),
+            spec: spec.clone(),
+            worker: None,
+            gate: None,
+            dispatch: None,
+            router: None,
+            shard: None,
+            pin: None,
+            stored: None,
+        };
+        let subject = client.subjects().created(&spec.name);
+        let msg_id = format!("created:{}", work.trace_id);
+        acks.push(to_stream(&client, subject, &msg_id, &work).await.unwrap())
+            .await
+            .unwrap();
+    }
+    acks.flush().await.unwrap();
+
+    let deps_stream = format!("KV_{}", client.layout.deps_bucket());
+    wait_for(
+        Duration::from_secs(180),
+        "every instance of the day stored",
+        || async {
+            let mut stream = client.js.get_stream(&deps_stream).await.ok()?;
+            let stored = stream.info().await.ok()?.state.messages;
+            (stored as usize >= INSTANCES).then_some(())
+        },
+    )
+    .await;
+    let day = ax_actors::day_store::read_day(&client, &spec.name, date)
+        .await
+        .unwrap();
+    assert_eq!(day.instances.len(), INSTANCES);
+    assert!(day.instances.values().all(|e| *e == (1, State::Running)));
+
+    // A successor restores the day and goes on with it.
+    coordinator.kill9();
+    let _successor = AxProcess::node(&nats, "d2", "dag", &[]);
+    let last = ax_bus::ids::instance_id(
+        &spec.name,
+        midnight + chrono::Duration::seconds(INSTANCES as i64 - 1),
+    );
+    let result = ax_bus::messages::ResultMessage {
+        instance_id: last.clone(),
+        trace_id: ax_bus::ids::first_trace_id(&last),
+        job: spec.name.clone(),
+        biz_date: "2026-03-01".into(),
+        attempt: 1,
+        state: State::Success,
+        tag: Tag::Completed,
+        message: String::new(),
+        output: serde_json::Value::Null,
+        worker: "w".into(),
+        expected_time: midnight + chrono::Duration::seconds(INSTANCES as i64 - 1),
+        started_at: None,
+        finished_at: ax_bus::time::now(),
+        duration_ms: None,
+        exit_code: None,
+        next_attempt_at: None,
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+        shard: None,
+    };
+    ax_actors::publish::to_stream_acked(
+        &client,
+        client.subjects().result(&spec.name),
+        &format!("result:{}", result.trace_id),
+        &result,
+    )
+    .await
+    .unwrap();
+    wait_for(Duration::from_secs(60), "the result noted", || async {
+        let day = ax_actors::day_store::read_day(&client, &spec.name, date)
+            .await
+            .ok()?;
+        (day.instances.get(&last) == Some(&(1, State::Success)) && day.instances.len() == INSTANCES)
+            .then_some(())
+    })
+    .await;
+}
+
+/// The deps bucket as versions before per-instance entries left it (one value per (job, date))
+/// is rewritten when a coordinator takes the lead, and what it says still counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
+    use ax_bus::messages::DateInstances;
+
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+    let legacy = DateInstances {
+        instances: [("up.20260301T000000000Z".to_string(), (1, State::Success))].into(),
+    };
+    client
+        .deps
+        .put("20260301.up", ax_bus::codec::encode(&legacy).unwrap())
+        .await
+        .unwrap();
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "up",
+        "version: v1\njob: { name: up, exec: { type: noop } }\n",
+    )
+    .await;
+    apply_job(
+        &nats,
+        "down",
+        "version: v1\njob:\n  name: down\n  deps: [{ name: up, biz_date: current }]\n  exec: { type: noop }\n",
+    )
+    .await;
+    wait_for(
+        Duration::from_secs(30),
+        "the legacy day rewritten",
+        || async {
+            let legacy_gone = client.deps.get("20260301.up").await.ok()?.is_none();
+            let day = ax_actors::day_store::read_day(&client, "up", date)
+                .await
+                .ok()?;
+            (legacy_gone && day.instances == legacy.instances).then_some(())
+        },
+    )
+    .await;
+    let down = trigger(&nats, &["down", "--biz-date", "2026-03-01"]);
+    let record = final_record(&client, &down, Duration::from_secs(30)).await;
+    assert_eq!(record.state, State::Success, "{}", record.message);
+}

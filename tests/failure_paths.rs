@@ -162,6 +162,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
         router: Some("n1".into()),
         shard: None,
         pin: record.pin.clone(),
+        stored: None,
     };
     // The same dispatch again, under a new message id so JetStream does not drop it.
     client

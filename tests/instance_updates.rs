@@ -1,6 +1,7 @@
 //! Compare-and-swap updates of instance records that start from a record the caller wrote
 //! itself (the worker's `executing` write, handed to its Reporter): one round trip when nobody
-//! changed the record since, and the same outcome as a fresh read when somebody did.
+//! changed the record since, and the same outcome as a fresh read when somebody did. A first
+//! attempt's dispatch carries the record its creator stored, for the worker's first write.
 
 mod support;
 
@@ -111,4 +112,80 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
     );
     let stored = client.instance(id).await.unwrap().unwrap().0;
     assert_eq!(stored.message, "queued a b c");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_carries_the_created_record_until_the_record_changes() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    // No Router yet: nothing changes a record after its creation.
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag", &[]);
+    apply_job(
+        &nats,
+        "solo",
+        "version: v1\njob: { name: solo, exec: { type: noop } }\n",
+    )
+    .await;
+    apply_job(
+        &nats,
+        "up",
+        "version: v1\njob: { name: up, exec: { type: noop } }\n",
+    )
+    .await;
+    apply_job(
+        &nats,
+        "down",
+        "version: v1\njob:\n  name: down\n  deps: [{ name: up, biz_date: current }]\n  exec: { type: noop }\n",
+    )
+    .await;
+    let mut ready = client
+        .nats
+        .subscribe(client.subjects().ready_all())
+        .await
+        .unwrap();
+    let solo = trigger(&nats, &["solo"]);
+    let down = trigger(&nats, &["down", "--biz-date", "2026-03-01"]);
+    let work = next_ready(&mut ready, &solo).await;
+    let carried = work
+        .stored
+        .expect("a created first attempt carries its record");
+    assert_eq!(
+        client.instance(&solo).await.unwrap(),
+        Some((*carried.record, carried.revision))
+    );
+
+    // `down` waited for `up` (its record was tagged `waiting_deps` meanwhile): released
+    // without the stale copy, and it runs.
+    let _workers = AxProcess::node(&nats, "w", "router,worker", &[]);
+    trigger(&nats, &["up", "--biz-date", "2026-03-01"]);
+    let work = next_ready(&mut ready, &down).await;
+    assert_eq!(work.stored, None);
+    for id in [&solo, &down] {
+        let record = final_record(&client, id, std::time::Duration::from_secs(30)).await;
+        assert_eq!(
+            record.state,
+            ax_bus::State::Success,
+            "{id}: {}",
+            record.message
+        );
+    }
+}
+
+/// The next work item handed to a Router for `instance_id`.
+async fn next_ready(
+    ready: &mut async_nats::Subscriber,
+    instance_id: &str,
+) -> ax_bus::messages::WorkItem {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let message = tokio::time::timeout_at(deadline, ready.next())
+            .await
+            .unwrap_or_else(|_| panic!("no hand-off of {instance_id}"))
+            .expect("subscription open");
+        let work: ax_bus::messages::WorkItem = codec::decode(&message.payload).unwrap();
+        if work.instance_id == instance_id {
+            return work;
+        }
+    }
 }

@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
 use ax_bus::instance::Trigger;
-use ax_bus::messages::{TickOutcome, WorkItem};
+use ax_bus::messages::{StoredRecord, TickOutcome, WorkItem};
 use ax_bus::spec::{JobSpec, Overlap};
 use ax_bus::{codec, ids, AxClient, InstanceRecord, State, Tag};
 
@@ -120,6 +120,7 @@ impl NewInstance {
             router: None,
             shard: None,
             pin: None,
+            stored: None,
         };
         Self {
             record,
@@ -265,7 +266,7 @@ async fn create_batch(
     }
     // 3. As each record is stored, its hand-off and tick record go out (pipelined).
     let mut acks = Vec::with_capacity(pending.len());
-    for (request, publish) in pending {
+    for (mut request, publish) in pending {
         let stored = match publish {
             Ok(ack) => ack.await,
             Err(e) => {
@@ -275,7 +276,15 @@ async fn create_batch(
             }
         };
         let found = match stored {
-            Ok(_) => Existing::Ours,
+            Ok(ack) => {
+                // The worker's first write to the record then needs no read.
+                let record = Box::new(request.instance.record.clone());
+                request.instance.work.stored = Some(StoredRecord {
+                    record,
+                    revision: ack.sequence,
+                });
+                Existing::Ours
+            }
             Err(e) if record_exists(&e) => match existing(client, &request.instance.record).await {
                 Ok(found) => found,
                 Err(e) => {

@@ -28,13 +28,14 @@ use futures::{FutureExt, StreamExt};
 use ax_bus::client::Updated;
 use ax_bus::instance::{State, Tag, Trigger};
 use ax_bus::kv_view::{FeedItem, KvFeed};
-use ax_bus::messages::{DateInstances, JobRecord, ResultMessage, SplitPlan, Waiting, WorkItem};
+use ax_bus::messages::{JobRecord, ResultMessage, SplitPlan, Waiting, WorkItem};
 use ax_bus::spec::JobSpec;
 use ax_bus::{codec, AxClient, InstanceRecord};
 
 use crate::consume::{self, ConsumerSpec};
 use crate::creator::{create_record, NewInstance};
-use crate::dag_state::{day_key, parse_day_key, Action, DagState};
+use crate::dag_state::{Action, DagState};
+use crate::day_store;
 use crate::fire_schedule::start_of_day;
 use crate::lease::Lease;
 use crate::publish::AckWindow;
@@ -228,18 +229,14 @@ impl Coordinator {
     /// Rebuilds the view from the deps and waiting buckets.
     async fn restore(&mut self) -> Result<(), ActorError> {
         let client = &self.client;
-        let days = KvFeed::open(&client.js, &client.layout.deps_bucket(), ">")
-            .await?
-            .snapshot()
-            .await?
-            .into_iter()
-            .filter_map(|(key, value, _)| {
-                let day = parse_day_key(&key)?;
-                codec::decode::<DateInstances>(&value)
-                    .ok()
-                    .map(|d| (day, d))
-            })
-            .collect();
+        let rewritten = day_store::legacy_days(client).await?;
+        if rewritten > 0 {
+            tracing::info!(
+                days = rewritten,
+                "deps days of an earlier version stored per instance"
+            );
+        }
+        let days = day_store::read_all(client).await?.into_iter().collect();
         let waiting: Vec<Waiting> = KvFeed::open(&client.js, &client.layout.waiting_bucket(), ">")
             .await?
             .snapshot()
@@ -285,17 +282,19 @@ impl Coordinator {
         loop {
             while let Some(action) = queue.pop_front() {
                 match action {
-                    Action::SaveDay {
+                    Action::SaveEntry {
                         job,
                         date,
-                        instances,
+                        instance_id,
+                        attempt,
+                        state,
                     } => {
                         acks.push(
                             client
                                 .kv_put_pipelined(
                                     &layout.deps_bucket(),
-                                    &day_key(&job, date),
-                                    codec::encode(&instances)?,
+                                    &day_store::entry_key(&job, date, &instance_id),
+                                    day_store::encode_entry(attempt, state)?,
                                 )
                                 .await?,
                         )
@@ -530,6 +529,7 @@ async fn create_for_date(
                     router: None,
                     shard: record.shard.clone(),
                     pin: record.pin.clone(),
+                    stored: None,
                 })
             }))
         }

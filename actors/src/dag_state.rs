@@ -26,14 +26,18 @@ pub type DayKey = (String, NaiveDate);
 /// What the coordinator must do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Store the instances of a (job, date).
-    SaveDay {
+    /// Store how an instance of a (job, date) stands (see [`crate::day_store`]).
+    SaveEntry {
         /// The job.
         job: String,
         /// The date.
         date: NaiveDate,
-        /// Its instances.
-        instances: DateInstances,
+        /// The instance.
+        instance_id: String,
+        /// Its latest attempt.
+        attempt: u32,
+        /// That attempt's state.
+        state: State,
     },
     /// Store a waiting instance and tag its record `waiting_deps`.
     Hold {
@@ -147,21 +151,6 @@ pub struct DagState {
 /// Parses a business date.
 pub fn parse_date(text: &str) -> Option<NaiveDate> {
     NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()
-}
-
-/// `YYYYMMDD.<job>`: the key of a (job, date) in the deps bucket (date first, so one date's
-/// entries are one key pattern).
-pub fn day_key(job: &str, date: NaiveDate) -> String {
-    format!("{}.{job}", date.format("%Y%m%d"))
-}
-
-/// The inverse of [`day_key`].
-pub fn parse_day_key(key: &str) -> Option<DayKey> {
-    let (date, job) = key.split_once('.')?;
-    Some((
-        job.to_string(),
-        NaiveDate::parse_from_str(date, "%Y%m%d").ok()?,
-    ))
 }
 
 impl DagState {
@@ -450,10 +439,12 @@ impl DagState {
         }
         day.instances
             .insert(instance_id.to_string(), (attempt, state));
-        actions.push(Action::SaveDay {
+        actions.push(Action::SaveEntry {
             job: job.to_string(),
             date,
-            instances: day.clone(),
+            instance_id: instance_id.to_string(),
+            attempt,
+            state,
         });
         self.reevaluate(&key, actions);
     }
@@ -529,7 +520,7 @@ impl DagState {
             .deps_timeout
             .filter(|_| !work.spec.deps.is_empty())
             .map(|s| since + Duration::seconds(s as i64));
-        let held = Held {
+        let mut held = Held {
             work,
             conditions,
             deadline,
@@ -547,6 +538,8 @@ impl DagState {
                 held: stored,
             }),
             Verdict::Pending(reason) => {
+                // The record is tagged `waiting_deps` now: the copy it came with is stale.
+                held.work.stored = None;
                 if held.deadline.is_some_and(|d| d <= now) {
                     let seconds = held.work.spec.deps_timeout.unwrap_or_default();
                     actions.push(Action::End {
@@ -712,6 +705,7 @@ mod tests {
             router: None,
             shard: None,
             pin: None,
+            stored: None,
         }
     }
 
@@ -1073,9 +1067,36 @@ mod tests {
     }
 
     #[test]
-    fn day_keys_round_trip() {
-        let date = parse_date("2026-11-29").unwrap();
-        assert_eq!(day_key("stat", date), "20261129.stat");
-        assert_eq!(parse_day_key("20261129.stat"), Some(("stat".into(), date)));
+    fn a_change_stores_the_one_instance_that_changed() {
+        let mut dag = DagState::new();
+        let a = spec("a", Some("* * * * * *"), &[]);
+        dag.upsert_job(a.clone());
+        let start = ax_bus::time::now();
+        let mut saved = Vec::new();
+        for i in 0..3 {
+            let mut w = work(&a, "2026-11-29", 1);
+            w.instance_id = format!("a.{i}");
+            saved.extend(
+                dag.on_created(w, start)
+                    .into_iter()
+                    .filter_map(|a| match a {
+                        Action::SaveEntry {
+                            instance_id,
+                            attempt,
+                            state,
+                            ..
+                        } => Some((instance_id, attempt, state)),
+                        _ => None,
+                    }),
+            );
+        }
+        assert_eq!(
+            saved,
+            vec![
+                ("a.0".to_string(), 1, State::Running),
+                ("a.1".to_string(), 1, State::Running),
+                ("a.2".to_string(), 1, State::Running),
+            ]
+        );
     }
 }

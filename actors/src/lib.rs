@@ -24,6 +24,7 @@ pub mod control;
 pub mod creator;
 pub mod dag;
 pub mod dag_state;
+pub mod day_store;
 pub mod dead_letters;
 pub mod executor;
 pub mod fire_schedule;

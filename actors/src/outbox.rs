@@ -244,6 +244,7 @@ mod tests {
                 router: None,
                 shard: None,
                 pin: None,
+                stored: None,
             },
             end: AttemptEnd {
                 trace_id: trace.into(),

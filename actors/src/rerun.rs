@@ -21,9 +21,10 @@ use chrono::{Duration, NaiveDate};
 use ax_bus::client::Updated;
 use ax_bus::messages::{DateInstances, PlanStep, RerunAudit, RerunRequest, WorkItem};
 use ax_bus::spec::JobSpec;
-use ax_bus::{codec, ids, AxClient, State};
+use ax_bus::{ids, AxClient, State};
 
-use crate::dag_state::{day_key, parse_date, parse_day_key, DayKey};
+use crate::dag_state::{parse_date, DayKey};
+use crate::day_store;
 use crate::{publish, ActorError};
 
 /// upstream job → (downstream job, date offset).
@@ -56,7 +57,7 @@ pub async fn rerun(
             if entries.contains_key(&key) {
                 continue;
             }
-            let day = read_day(client, &key).await?;
+            let day = day_store::read_day(client, &key.0, key.1).await?;
             if !day.instances.is_empty() {
                 entries.insert(key.clone(), day);
                 queue.push_back(key);
@@ -110,7 +111,7 @@ async fn find_roots(
                 return Ok(Err(format!("instance `{id}` has no valid business date")));
             };
             let key = (record.job.clone(), date);
-            let mut day = read_day(client, &key).await?;
+            let mut day = day_store::read_day(client, &key.0, key.1).await?;
             day.instances
                 .insert(record.instance_id.clone(), (record.attempt, record.state));
             entries.insert(key, day);
@@ -122,15 +123,7 @@ async fn find_roots(
                     "--biz-date `{date_text}` is not a date (YYYY-MM-DD)"
                 )));
             };
-            let pattern = format!("{}.>", date.format("%Y%m%d"));
-            let feed =
-                ax_bus::kv_view::KvFeed::open(&client.js, &client.layout.deps_bucket(), &pattern)
-                    .await?;
-            for (key, value, _) in feed.snapshot().await? {
-                if let (Some(day_key), Ok(day)) = (parse_day_key(&key), codec::decode(&value)) {
-                    entries.insert(day_key, day);
-                }
-            }
+            entries.extend(day_store::read_date(client, date).await?);
             let day_jobs: BTreeSet<&str> = entries.keys().map(|(j, _)| j.as_str()).collect();
             let root_jobs: Vec<String> = match &request.root {
                 Some(root) => {
@@ -167,17 +160,6 @@ async fn find_roots(
         }
     }
     Ok(Ok((roots, entries)))
-}
-
-async fn read_day(client: &AxClient, key: &DayKey) -> Result<DateInstances, ActorError> {
-    let value = client
-        .deps
-        .get(day_key(&key.0, key.1))
-        .await
-        .map_err(|e| ActorError::Nats(format!("read {} for {}: {e}", key.0, key.1)))?;
-    Ok(value
-        .and_then(|v| codec::decode(&v).ok())
-        .unwrap_or_default())
 }
 
 /// upstream job → (downstream job, offset).

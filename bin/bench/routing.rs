@@ -161,6 +161,7 @@ async fn publish_ready(client: &AxClient, n: usize) -> Result<()> {
             router: None,
             shard: None,
             pin: None,
+            stored: None,
         };
         acks.push(
             publish::to_stream(

@@ -174,6 +174,20 @@ pub struct WorkItem {
     /// The one worker this attempt may run on (one run of a broadcast).
     #[serde(default)]
     pub pin: Option<String>,
+    /// The record as the attempt's creator stored it, so that the worker's first write to it
+    /// needs no read (a compare-and-swap on this revision; when the record moved on since, the
+    /// write is refused and the worker reads it). Dropped where the record changes on the way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<StoredRecord>,
+}
+
+/// An instance record and the revision it was stored under.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredRecord {
+    /// The record.
+    pub record: Box<InstanceRecord>,
+    /// Its revision in the instances bucket.
+    pub revision: u64,
 }
 
 impl WorkItem {
@@ -195,6 +209,7 @@ impl WorkItem {
             router: None,
             shard: record.shard.clone(),
             pin: record.pin.clone(),
+            stored: None,
         }
     }
 }

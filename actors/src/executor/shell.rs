@@ -94,6 +94,7 @@ mod tests {
             router: None,
             shard: None,
             pin: None,
+            stored: None,
         }
     }
 

@@ -11,12 +11,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use ax_bus::instance::State;
-use ax_bus::messages::{DateInstances, WorkItem};
+use ax_bus::messages::WorkItem;
 use ax_bus::spec::template::{param_env_name, Placeholder, Scope, Template};
 use ax_bus::spec::{readable_upstream, JobSpec};
-use ax_bus::{codec, AxClient};
+use ax_bus::AxClient;
 
-use crate::dag_state::{day_key, parse_date};
+use crate::dag_state::parse_date;
+use crate::day_store;
 
 /// Upstream output fields, by (job, field).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -177,15 +178,9 @@ async fn upstream_output(
         .and_then(|d| d.checked_add_signed(chrono::Duration::days(offset)))
         .ok_or_else(|| format!("biz_date `{}` is not a date", work.biz_date))?;
     let unread = |e: String| format!("deps.{job}: cannot read the upstream instance: {e}");
-    let entry = client
-        .deps
-        .get(day_key(job, date))
+    let instances = day_store::read_day(client, job, date)
         .await
         .map_err(|e| unread(e.to_string()))?;
-    let instances: DateInstances = match entry {
-        Some(bytes) => codec::decode(&bytes).map_err(|e| unread(e.to_string()))?,
-        None => DateInstances::default(),
-    };
     let id = instances
         .instances
         .iter()

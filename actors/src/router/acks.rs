@@ -106,6 +106,7 @@ mod tests {
             router: None,
             shard: None,
             pin: None,
+            stored: None,
         }
     }
 

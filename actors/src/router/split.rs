@@ -99,6 +99,7 @@ pub async fn expand(
             router: None,
             shard: Some(shard),
             pin,
+            stored: None,
         });
     }
     let plan = SplitPlan {

@@ -418,11 +418,13 @@ impl Attempts {
     async fn run(&self, message: jetstream::Message, scratch: &std::path::Path) {
         let client = &self.client;
         let me = self.config.id.as_str();
-        let Some(work) =
+        let Some(mut work) =
             consume::decode_or_dead_letter::<WorkItem>(client, me, "dispatch", &message).await
         else {
             return;
         };
+        // Only for the first write; the outbox keeps the work item without it.
+        let stored = work.stored.take().map(|s| (*s.record, s.revision));
         let trace = work.trace_id.clone();
         if self.reporter.has_pending(&trace) {
             let _ = message.ack().await;
@@ -462,7 +464,7 @@ impl Attempts {
         }
         let now = ax_bus::time::now();
         let written = match client
-            .update_instance(&work.instance_id, |r| r.started(&trace, me, now))
+            .update_instance_from(&work.instance_id, stored, |r| r.started(&trace, me, now))
             .await
         {
             Ok(Updated::Written(record, revision)) => {

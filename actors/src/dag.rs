@@ -229,7 +229,7 @@ impl Coordinator {
     /// Rebuilds the view from the deps and waiting buckets.
     async fn restore(&mut self) -> Result<(), ActorError> {
         let client = &self.client;
-        let rewritten = day_store::legacy_days(client).await?;
+        let rewritten = day_store::rewrite_legacy_days(client).await?;
         if rewritten > 0 {
             tracing::info!(
                 days = rewritten,

@@ -12,7 +12,7 @@
 //!
 //! Values written by earlier versions (one key per (job, date) holding the whole day) are read
 //! by [`read_all`], and the coordinator rewrites them as entries when it takes the lead
-//! ([`legacy_days`]).
+//! ([`rewrite_legacy_days`]).
 
 use std::collections::BTreeMap;
 
@@ -127,7 +127,7 @@ pub async fn read_day(
 
 /// Rewrites legacy day values as per-instance entries and deletes them; returns how many days
 /// were rewritten. Entries already written are kept (they are newer).
-pub async fn legacy_days(client: &AxClient) -> Result<usize, ActorError> {
+pub async fn rewrite_legacy_days(client: &AxClient) -> Result<usize, ActorError> {
     let bucket = client.layout.deps_bucket();
     let stored = KvFeed::open(&client.js, &bucket, ">")
         .await?

@@ -6,9 +6,10 @@
 //!   with log n.
 //! - **dispatch throughput**: the same N ready attempts go from the ready queue to worker dispatch
 //!   subjects twice: once through the real Router actor choosing among 50 simulated workers
-//!   (heartbeats written by the bench, tags in five classes, half the jobs tagged), once through
-//!   a forwarder doing the same consume, decode, publish and settle with a fixed round-robin
-//!   choice and no acknowledgement tracking. Each rate runs from the first dispatch seen on the
+//!   (heartbeats written by the bench, tags in five classes, half the jobs tagged; the bench
+//!   acknowledges each dispatch to the Router as a worker does), once through
+//!   a forwarder doing the same consume, decode, publish and settle (one batch settling while
+//!   the next is sent) with a fixed round-robin choice and no acknowledgement tracking. Each rate runs from the first dispatch seen on the
 //!   wire to the last, so start-up is not counted.
 
 use std::collections::HashMap;
@@ -25,7 +26,7 @@ use ax_actors::publish;
 use ax_actors::router::fleet::{Fleet, Weights};
 use ax_actors::router::RouterConfig;
 use ax_actors::worker::WorkerConfig;
-use ax_bus::messages::{QueueState, WorkItem, WorkerInfo};
+use ax_bus::messages::{DispatchAck, QueueState, WorkItem, WorkerInfo};
 use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::{codec, ids, AxClient};
 
@@ -186,9 +187,13 @@ async fn publish_ready(client: &AxClient, n: usize) -> Result<()> {
 
 /// Counts dispatches on the wire until `n`; returns the rate from the first to the last and
 /// how many each worker got.
+/// With `acknowledge`, each dispatch is acknowledged to its Router as a worker would once it
+/// claimed it (the Router then stops tracking it, as in production; unacknowledged, every
+/// dispatch would stay tracked until its deadline).
 async fn count_dispatches(
     mut wire: async_nats::Subscriber,
     n: usize,
+    acknowledge: Option<&AxClient>,
 ) -> Result<(f64, HashMap<String, usize>)> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     let mut per_worker: HashMap<String, usize> = HashMap::new();
@@ -200,6 +205,20 @@ async fn count_dispatches(
         };
         first.get_or_insert_with(Instant::now);
         let worker = message.subject.split('.').nth(3).unwrap_or("").to_string();
+        if let Some(client) = acknowledge {
+            let work: WorkItem = codec::decode(&message.payload)?;
+            if let (Some(router), Some(dispatch)) = (&work.router, work.dispatch) {
+                let ack = DispatchAck {
+                    trace_id: work.trace_id,
+                    dispatch,
+                    worker: worker.clone(),
+                };
+                client
+                    .nats
+                    .publish(client.subjects().ack(router), codec::encode(&ack)?)
+                    .await?;
+            }
+        }
         *per_worker.entry(worker).or_default() += 1;
         seen += 1;
     }
@@ -233,6 +252,8 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
                     .await?
                     .ready_chunks(BATCH);
                 let mut next = 0usize;
+                // Settles one batch while the next is forwarded, as the Router does.
+                let mut settling: Option<tokio::task::JoinHandle<()>> = None;
                 while let Some(batch) = batches.next().await {
                     let mut pending = Vec::with_capacity(batch.len());
                     for message in batch {
@@ -253,14 +274,19 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
                         .await?;
                         pending.push((message, ack, ()));
                     }
-                    consume::settle(pending).await;
+                    if let Some(previous) = settling.take() {
+                        let _ = previous.await;
+                    }
+                    settling = Some(tokio::spawn(async move {
+                        consume::settle(pending).await;
+                    }));
                 }
                 anyhow::Ok(())
             }
             .map(|_| ()),
         )
     };
-    let (rate, _) = count_dispatches(wire, n).await?;
+    let (rate, _) = count_dispatches(wire, n, None).await?;
     let _ = forwarder;
     arbiter.stop();
     Ok(rate)
@@ -311,7 +337,8 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
             alert_webhook: None,
             stall_after: ax_actors::watchdog::DEFAULT_STALL_AFTER,
             router: RouterConfig {
-                // Nobody acknowledges: the measurement must not see re-dispatches.
+                // Acknowledgements come from the bench, perhaps late under load: the
+                // measurement must not see re-dispatches.
                 ack_timeout: Duration::from_secs(600),
                 worker_ttl: Duration::from_secs(600),
                 ..Default::default()
@@ -335,7 +362,7 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
     // Heartbeats replayed at start count as old; live ones arrive within a second.
     tokio::time::sleep(Duration::from_secs(3)).await;
     pause(false).await?;
-    let counted = count_dispatches(wire, n).await;
+    let counted = count_dispatches(wire, n, Some(&client)).await;
     heartbeats.abort();
     node.stop();
     let (rate, per_worker) = counted?;

@@ -232,6 +232,10 @@ async fn route(
     let mut batches = consume::messages(&client, &spec, BATCH)
         .await?
         .ready_chunks(BATCH);
+    // A batch's dispatches settle (their acks awaited, then the ready messages acknowledged and
+    // the dispatches tracked) while the next batch is routed: one batch settling at a time.
+    // Not tied to the actor: a restart does not cut a settling batch off from its acks.
+    let mut settling: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         // A paused queue is not pulled from: its messages stay in the stream.
         if open.wait_for(|open| *open).await.is_err() {
@@ -290,9 +294,15 @@ async fn route(
                 }
             }
         }
-        for (work, worker) in consume::settle(pending).await {
-            shared.track(work, worker, Vec::new());
+        if let Some(previous) = settling.take() {
+            let _ = previous.await;
         }
+        let shared = shared.clone();
+        settling = Some(tokio::spawn(async move {
+            for (work, worker) in consume::settle(pending).await {
+                shared.track(work, worker, Vec::new());
+            }
+        }));
     }
 }
 

@@ -309,8 +309,9 @@ job:
 /// nothing more; each instance is now an entry of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
+    use ax_actors::creator::NewInstance;
     use ax_actors::publish::{to_stream, AckWindow};
-    use ax_bus::messages::WorkItem;
+    use ax_bus::instance::Trigger;
 
     const INSTANCES: usize = 40_000;
     let nats = TestNats::start();
@@ -328,24 +329,15 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
     let mut acks = AckWindow::new(256);
     for second in 0..INSTANCES {
         let expected = midnight + chrono::Duration::seconds(second as i64);
-        let instance_id = ax_bus::ids::instance_id(&spec.name, expected);
-        let work = WorkItem {
-            trace_id: ax_bus::ids::first_trace_id(&instance_id),
-            instance_id,
-            attempt: 1,
-            run_start: 1,
-            biz_date: "2026-03-01".into(),
-            expected_time: expected,
-            params: Default::default(),
-            spec: spec.clone(),
-            worker: None,
-            gate: None,
-            dispatch: None,
-            router: None,
-            shard: None,
-            pin: None,
-            stored: None,
-        };
+        let work = NewInstance::new(
+            &spec,
+            expected,
+            "2026-03-01".into(),
+            Default::default(),
+            Trigger::Cron,
+            expected,
+        )
+        .work;
         let subject = client.subjects().created(&spec.name);
         let msg_id = format!("created:{}", work.trace_id);
         acks.push(to_stream(&client, subject, &msg_id, &work).await.unwrap())
@@ -435,18 +427,7 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
         .await
         .unwrap();
     let _node = AxProcess::node(&nats, "n1", "all", &[]);
-    apply_job(
-        &nats,
-        "up",
-        "version: v1\njob: { name: up, exec: { type: noop } }\n",
-    )
-    .await;
-    apply_job(
-        &nats,
-        "down",
-        "version: v1\njob:\n  name: down\n  deps: [{ name: up, biz_date: current }]\n  exec: { type: noop }\n",
-    )
-    .await;
+    apply_noop_chain(&nats).await;
     wait_for(
         Duration::from_secs(30),
         "the legacy day rewritten",

@@ -126,18 +126,7 @@ async fn a_hand_off_carries_the_created_record_until_the_record_changes() {
         "version: v1\njob: { name: solo, exec: { type: noop } }\n",
     )
     .await;
-    apply_job(
-        &nats,
-        "up",
-        "version: v1\njob: { name: up, exec: { type: noop } }\n",
-    )
-    .await;
-    apply_job(
-        &nats,
-        "down",
-        "version: v1\njob:\n  name: down\n  deps: [{ name: up, biz_date: current }]\n  exec: { type: noop }\n",
-    )
-    .await;
+    apply_noop_chain(&nats).await;
     let mut ready = client
         .nats
         .subscribe(client.subjects().ready_all())

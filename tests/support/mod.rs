@@ -432,6 +432,22 @@ pub async fn apply_job(nats: &TestNats, name: &str, yaml: &str) {
     assert!(out.status.success(), "apply {name}: {}", stderr(&out));
 }
 
+/// Applies `up` and `down` (both no-ops; `down` depends on `up` of the same business date).
+pub async fn apply_noop_chain(nats: &TestNats) {
+    apply_job(
+        nats,
+        "up",
+        "version: v1\njob: { name: up, exec: { type: noop } }\n",
+    )
+    .await;
+    apply_job(
+        nats,
+        "down",
+        "version: v1\njob:\n  name: down\n  deps: [{ name: up, biz_date: current }]\n  exec: { type: noop }\n",
+    )
+    .await;
+}
+
 /// `ax job trigger <args>`; returns the instance id it printed.
 pub fn trigger(nats: &TestNats, args: &[&str]) -> String {
     let mut full = vec!["job", "trigger"];

@@ -245,7 +245,8 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
     };
     let arbiter = actix::Arbiter::new();
     let forwarder = {
-        let client = client.clone();
+        // A connection of its own, as a Router node has.
+        let client = client_for(url, prefix).await?;
         arbiter.spawn(
             async move {
                 let mut batches = consume::messages(&client, &spec, BATCH)
@@ -318,7 +319,7 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
         .await?;
     let scratch = tempfile::tempdir()?;
     let node = Node::start(
-        client.clone(),
+        client_for(url, prefix).await?,
         NodeConfig {
             name: "rt".into(),
             roles: parse_roles("router").map_err(anyhow::Error::msg)?,

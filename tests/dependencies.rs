@@ -366,31 +366,19 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
     // A successor restores the day and goes on with it.
     coordinator.kill9();
     let _successor = AxProcess::node(&nats, "d2", "dag", &[]);
-    let last = ax_bus::ids::instance_id(
-        &spec.name,
-        midnight + chrono::Duration::seconds(INSTANCES as i64 - 1),
-    );
-    let result = ax_bus::messages::ResultMessage {
-        instance_id: last.clone(),
-        trace_id: ax_bus::ids::first_trace_id(&last),
-        job: spec.name.clone(),
-        biz_date: "2026-03-01".into(),
-        attempt: 1,
-        state: State::Success,
-        tag: Tag::Completed,
-        message: String::new(),
-        output: serde_json::Value::Null,
-        worker: "w".into(),
-        expected_time: midnight + chrono::Duration::seconds(INSTANCES as i64 - 1),
-        started_at: None,
-        finished_at: ax_bus::time::now(),
-        duration_ms: None,
-        exit_code: None,
-        next_attempt_at: None,
-        stdout_tail: String::new(),
-        stderr_tail: String::new(),
-        shard: None,
-    };
+    let last_second = midnight + chrono::Duration::seconds(INSTANCES as i64 - 1);
+    let mut record = NewInstance::new(
+        &spec,
+        last_second,
+        "2026-03-01".into(),
+        Default::default(),
+        Trigger::Cron,
+        last_second,
+    )
+    .record;
+    record.state = State::Success;
+    let last = record.instance_id.clone();
+    let result = ax_bus::messages::ResultMessage::from_record(&record);
     ax_actors::publish::to_stream_acked(
         &client,
         client.subjects().result(&spec.name),

@@ -229,14 +229,7 @@ impl Coordinator {
     /// Rebuilds the view from the deps and waiting buckets.
     async fn restore(&mut self) -> Result<(), ActorError> {
         let client = &self.client;
-        let rewritten = day_store::rewrite_legacy_days(client).await?;
-        if rewritten > 0 {
-            tracing::info!(
-                days = rewritten,
-                "deps days of an earlier version stored per instance"
-            );
-        }
-        let days = day_store::read_all(client).await?.into_iter().collect();
+        let days = day_store::restore(client).await?.into_iter().collect();
         let waiting: Vec<Waiting> = KvFeed::open(&client.js, &client.layout.waiting_bucket(), ">")
             .await?
             .snapshot()

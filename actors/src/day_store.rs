@@ -11,8 +11,7 @@
 //! Each entry lives [`ax_bus::provision::HISTORY_MAX_AGE`] from its last change.
 //!
 //! Values written by earlier versions (one key per (job, date) holding the whole day) are read
-//! by [`read_all`], and the coordinator rewrites them as entries when it takes the lead
-//! ([`rewrite_legacy_days`]).
+//! and rewritten as entries when a coordinator takes the lead ([`restore`]).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +23,7 @@ use ax_bus::messages::DateInstances;
 use ax_bus::{codec, AxClient};
 
 use crate::dag_state::DayKey;
+use crate::publish::AckWindow;
 use crate::ActorError;
 
 /// Everything stored, by (job, date).
@@ -102,11 +102,6 @@ async fn read(client: &AxClient, pattern: &str) -> Result<Days, ActorError> {
     Ok(fold(stored))
 }
 
-/// Every stored day (legacy values included).
-pub async fn read_all(client: &AxClient) -> Result<Days, ActorError> {
-    read(client, ">").await
-}
-
 /// Every job's instances for `date`.
 pub async fn read_date(client: &AxClient, date: NaiveDate) -> Result<Days, ActorError> {
     read(client, &format!("{}.>", date.format(DATE_FORMAT))).await
@@ -125,11 +120,11 @@ pub async fn read_day(
         .unwrap_or_default())
 }
 
-/// Rewrites legacy day values as per-instance entries and deletes them; returns how many days
-/// were rewritten. Entries already written are kept (they are newer).
-pub async fn rewrite_legacy_days(client: &AxClient) -> Result<usize, ActorError> {
-    let bucket = client.layout.deps_bucket();
-    let stored = KvFeed::open(&client.js, &bucket, ">")
+/// Every stored day, for a coordinator taking the lead (one read of the bucket). Legacy day
+/// values found are rewritten as entries (pipelined; entries already there win, being newer)
+/// and deleted.
+pub async fn restore(client: &AxClient) -> Result<Days, ActorError> {
+    let stored = KvFeed::open(&client.js, &client.layout.deps_bucket(), ">")
         .await?
         .snapshot()
         .await?;
@@ -140,30 +135,38 @@ pub async fn rewrite_legacy_days(client: &AxClient) -> Result<usize, ActorError>
             _ => None,
         })
         .collect();
-    if legacy.is_empty() {
-        return Ok(0);
-    }
     let days = fold(stored);
-    for (day, key) in &legacy {
-        if let Some(instances) = days.get(day) {
-            for (instance, (attempt, state)) in &instances.instances {
+    if legacy.is_empty() {
+        return Ok(days);
+    }
+    let bucket = client.layout.deps_bucket();
+    let mut acks = AckWindow::new(1024);
+    for (day, _) in &legacy {
+        for (instance, (attempt, state)) in
+            days.get(day).map(|d| &d.instances).into_iter().flatten()
+        {
+            let key = entry_key(&day.0, day.1, instance);
+            acks.push(
                 client
-                    .deps
-                    .put(
-                        entry_key(&day.0, day.1, instance),
-                        encode_entry(*attempt, *state)?,
-                    )
-                    .await
-                    .map_err(|e| ActorError::Nats(format!("rewrite deps day {key}: {e}")))?;
-            }
+                    .kv_put_pipelined(&bucket, &key, encode_entry(*attempt, *state)?)
+                    .await?,
+            )
+            .await?;
         }
+    }
+    acks.flush().await?;
+    for (_, key) in &legacy {
         client
             .deps
             .delete(key)
             .await
             .map_err(|e| ActorError::Nats(format!("delete legacy deps day {key}: {e}")))?;
     }
-    Ok(legacy.len())
+    tracing::info!(
+        days = legacy.len(),
+        "deps days of an earlier version stored per instance"
+    );
+    Ok(days)
 }
 
 #[cfg(test)]

@@ -127,6 +127,28 @@ pub async fn decode_or_dead_letter<T: DeserializeOwned>(
     }
 }
 
+/// Settles batches of hand-offs one behind the caller: a batch's acks are awaited (and its
+/// source messages acknowledged) in a task of its own while the caller goes on with the next
+/// batch; one batch settles at a time. The task is not tied to an actor, so a restart does not
+/// cut a settling batch off from its acks.
+#[derive(Default)]
+pub struct SettleBehind(Option<tokio::task::JoinHandle<()>>);
+
+impl SettleBehind {
+    /// Waits for the previous batch to settle, then starts settling `pending`; `then` gets the
+    /// items handed off.
+    pub async fn settle<T: Send + 'static>(
+        &mut self,
+        pending: Vec<(jetstream::Message, PublishAckFuture, T)>,
+        then: impl FnOnce(Vec<T>) + Send + 'static,
+    ) {
+        if let Some(previous) = self.0.take() {
+            let _ = previous.await;
+        }
+        self.0 = Some(tokio::spawn(async move { then(settle(pending).await) }));
+    }
+}
+
 /// Settles a batch of hand-offs: each source message whose onward publish JetStream stored is
 /// acknowledged, the others are redelivered shortly. Returns the items handed off.
 pub async fn settle<T>(pending: Vec<(jetstream::Message, PublishAckFuture, T)>) -> Vec<T> {

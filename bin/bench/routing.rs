@@ -7,10 +7,10 @@
 //! - **dispatch throughput**: the same N ready attempts go from the ready queue to worker dispatch
 //!   subjects twice: once through the real Router actor choosing among 50 simulated workers
 //!   (heartbeats written by the bench, tags in five classes, half the jobs tagged; the bench
-//!   acknowledges each dispatch to the Router as a worker does), once through
-//!   a forwarder doing the same consume, decode, publish and settle (one batch settling while
-//!   the next is sent) with a fixed round-robin choice and no acknowledgement tracking. Each rate runs from the first dispatch seen on the
-//!   wire to the last, so start-up is not counted.
+//!   acknowledges each dispatch to the Router as a worker does), once through a forwarder doing
+//!   the same consume, decode, publish and settle (one batch settling while the next is sent)
+//!   with a fixed round-robin choice and no acknowledgement tracking. Each rate runs from the
+//!   first dispatch seen on the wire to the last, so start-up is not counted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -254,7 +254,7 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
                     .ready_chunks(BATCH);
                 let mut next = 0usize;
                 // Settles one batch while the next is forwarded, as the Router does.
-                let mut settling: Option<tokio::task::JoinHandle<()>> = None;
+                let mut settling = consume::SettleBehind::default();
                 while let Some(batch) = batches.next().await {
                     let mut pending = Vec::with_capacity(batch.len());
                     for message in batch {
@@ -275,12 +275,7 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
                         .await?;
                         pending.push((message, ack, ()));
                     }
-                    if let Some(previous) = settling.take() {
-                        let _ = previous.await;
-                    }
-                    settling = Some(tokio::spawn(async move {
-                        consume::settle(pending).await;
-                    }));
+                    settling.settle(pending, |_| ()).await;
                 }
                 anyhow::Ok(())
             }

@@ -232,10 +232,8 @@ async fn route(
     let mut batches = consume::messages(&client, &spec, BATCH)
         .await?
         .ready_chunks(BATCH);
-    // A batch's dispatches settle (their acks awaited, then the ready messages acknowledged and
-    // the dispatches tracked) while the next batch is routed: one batch settling at a time.
-    // Not tied to the actor: a restart does not cut a settling batch off from its acks.
-    let mut settling: Option<tokio::task::JoinHandle<()>> = None;
+    // A batch's dispatches settle (and are then tracked) while the next batch is routed.
+    let mut settling = consume::SettleBehind::default();
     loop {
         // A paused queue is not pulled from: its messages stay in the stream.
         if open.wait_for(|open| *open).await.is_err() {
@@ -294,15 +292,14 @@ async fn route(
                 }
             }
         }
-        if let Some(previous) = settling.take() {
-            let _ = previous.await;
-        }
         let shared = shared.clone();
-        settling = Some(tokio::spawn(async move {
-            for (work, worker) in consume::settle(pending).await {
-                shared.track(work, worker, Vec::new());
-            }
-        }));
+        settling
+            .settle(pending, move |handed_off| {
+                for (work, worker) in handed_off {
+                    shared.track(work, worker, Vec::new());
+                }
+            })
+            .await;
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use ax_actors::creator::NewInstance;
 use ax_bus::client::Updated;
 use ax_bus::instance::{TransitionRefused, Trigger};
+use ax_bus::messages::StoredRecord;
 use ax_bus::spec::JobDocument;
 use ax_bus::{codec, AxClient, InstanceRecord};
 use support::*;
@@ -46,6 +47,13 @@ fn mark(
     }
 }
 
+fn known(record: InstanceRecord, revision: u64) -> Option<StoredRecord> {
+    Some(StoredRecord {
+        record: Box::new(record),
+        revision,
+    })
+}
+
 fn sent(client: &AxClient) -> u64 {
     client
         .nats
@@ -78,7 +86,7 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
     // Current: one request (the write), no read.
     let before = sent(&client);
     let update = client
-        .update_instance_from(id, Some((created.clone(), revision)), mark("queued", "a"))
+        .update_instance_from(id, known(created.clone(), revision), mark("queued", "a"))
         .await
         .unwrap();
     assert_eq!(sent(&client) - before, 1);
@@ -87,7 +95,7 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
 
     // Stale (someone wrote since): the transition applies to the stored record.
     let update = client
-        .update_instance_from(id, Some((created.clone(), revision)), mark("queued", "b"))
+        .update_instance_from(id, known(created.clone(), revision), mark("queued", "b"))
         .await
         .unwrap();
     let (after_b, _) = written(&client, update).await;
@@ -95,7 +103,7 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
 
     // Refused on the stale record, accepted on the stored one: decided on the stored one.
     let update = client
-        .update_instance_from(id, Some((created.clone(), revision)), mark(" b", "c"))
+        .update_instance_from(id, known(created.clone(), revision), mark(" b", "c"))
         .await
         .unwrap();
     let (after_c, _) = written(&client, update).await;
@@ -103,7 +111,7 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
 
     // Refused on the stored record too: refused.
     let update = client
-        .update_instance_from(id, Some((after_a, revision_a)), mark("never", "d"))
+        .update_instance_from(id, known(after_a, revision_a), mark("never", "d"))
         .await
         .unwrap();
     assert!(

@@ -17,8 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use ax_bus::instance::AttemptEnd;
-use ax_bus::messages::WorkItem;
-use ax_bus::InstanceRecord;
+use ax_bus::messages::{StoredRecord, WorkItem};
 
 const HEADER: usize = 8;
 const MAX_RECORD: usize = 16 * 1024 * 1024;
@@ -36,7 +35,7 @@ pub struct Outcome {
     /// read when nothing changed it since. Kept in memory only (an outcome read back from the
     /// file after a restart reads the record).
     #[serde(skip)]
-    pub written: Option<(InstanceRecord, u64)>,
+    pub written: Option<StoredRecord>,
 }
 
 #[derive(Serialize, Deserialize)]

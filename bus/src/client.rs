@@ -15,7 +15,8 @@ use crate::kv_view::{FeedError, KvFeed};
 use chrono::{DateTime, Utc};
 
 use crate::messages::{
-    ControlReply, JobRecord, NodeStatus, QueueState, TickRecord, WorkerInfo, REPLY_TO_HEADER,
+    ControlReply, JobRecord, NodeStatus, QueueState, StoredRecord, TickRecord, WorkerInfo,
+    REPLY_TO_HEADER,
 };
 use crate::provision::{Layout, ProvisionError};
 use crate::subjects::Subjects;
@@ -575,14 +576,15 @@ impl AxClient {
         self.update_instance_from(id, None, transition).await
     }
 
-    /// [`AxClient::update_instance`] starting from a record and revision the caller wrote itself
-    /// (`known`), which saves the read when nobody changed the record since. A stale one costs
+    /// [`AxClient::update_instance`] starting from a record and revision the caller knows
+    /// (`known`: its own last write, or the creator's, handed on with the work), which saves
+    /// the read when nobody changed the record since. A stale one costs
     /// a refused write, then the read; a transition it refuses is decided again on the record
     /// read fresh.
     pub async fn update_instance_from<F>(
         &self,
         id: &str,
-        mut known: Option<(InstanceRecord, u64)>,
+        mut known: Option<StoredRecord>,
         transition: F,
     ) -> Result<Updated, ClientError>
     where
@@ -590,7 +592,7 @@ impl AxClient {
     {
         for _ in 0..CAS_ATTEMPTS {
             let (record, revision, unverified) = match known.take() {
-                Some((record, revision)) => (record, revision, true),
+                Some(StoredRecord { record, revision }) => (*record, revision, true),
                 None => match self.instance(id).await? {
                     Some((record, revision)) => (record, revision, false),
                     None => return Ok(Updated::Missing),

@@ -36,7 +36,7 @@ use tokio::sync::Notify;
 use ax_bus::claims::ClaimOutcome;
 use ax_bus::client::Updated;
 use ax_bus::instance::{AttemptEnd, Tag};
-use ax_bus::messages::{DispatchAck, Reserved, RunningAttempt, WorkItem, WorkerInfo};
+use ax_bus::messages::{DispatchAck, Reserved, RunningAttempt, StoredRecord, WorkItem, WorkerInfo};
 use ax_bus::spec::Priority;
 use ax_bus::{codec, AxClient};
 
@@ -424,7 +424,7 @@ impl Attempts {
             return;
         };
         // Only for the first write; the outbox keeps the work item without it.
-        let stored = work.stored.take().map(|s| (*s.record, s.revision));
+        let stored = work.stored.take();
         let trace = work.trace_id.clone();
         if self.reporter.has_pending(&trace) {
             let _ = message.ack().await;
@@ -469,7 +469,7 @@ impl Attempts {
         {
             Ok(Updated::Written(record, revision)) => {
                 publish::event(client, &record).await;
-                (*record, revision)
+                StoredRecord { record, revision }
             }
             Ok(Updated::Refused(refused)) => {
                 tracing::info!(%trace, %refused, "attempt no longer current; skipped");

@@ -145,7 +145,16 @@ async fn a_dispatch_never_settled_reaches_max_deliveries_and_fails_its_attempt()
         "{}",
         record.message
     );
-    let letters = client.dead_letters().await.unwrap();
+    // The record ends before the Reporter publishes the failure's own dead letter: wait for both.
+    let letters = wait_for(Duration::from_secs(30), "both dead letters", || async {
+        let letters = client.dead_letters().await.ok()?;
+        let both = letters
+            .iter()
+            .any(|l| l.kind == dead_letter::MAX_DELIVERIES)
+            && letters.iter().any(|l| l.kind == dead_letter::EXHAUSTED);
+        both.then_some(letters)
+    })
+    .await;
     let dead_dispatch = letters
         .iter()
         .find(|l| l.kind == dead_letter::MAX_DELIVERIES)

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use ax_actors::fire_schedule::FireSchedule;
+use ax_actors::scheduler::fire_schedule::FireSchedule;
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest,
     TriggerRequest,

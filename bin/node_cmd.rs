@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use ax_actors::clock::{Clock, ShiftedClock, SystemClock};
-use ax_actors::executor::ExecutorsConfig;
+use ax_actors::node::clock::{Clock, ShiftedClock, SystemClock};
 use ax_actors::node::{parse_roles, Node, NodeConfig};
+use ax_actors::worker::executor::ExecutorsConfig;
 use ax_actors::worker::WorkerConfig;
 use ax_bus::client::{redact, AxClient, ConnectConfig};
 

@@ -47,8 +47,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use ax_actors::alert_webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
-use ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
+use ax_actors::node::alert_webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
+use ax_actors::node::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
 use ax_actors::router::RouterConfig;
 use ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT;
 use ax_bus::client::NatsAuth;
@@ -170,7 +170,7 @@ impl NodeSection {
     /// The watchdog's stall limit. An error names the field.
     pub fn stall_after(&self) -> Result<Duration> {
         match self.stall_after {
-            None => Ok(ax_actors::watchdog::DEFAULT_STALL_AFTER),
+            None => Ok(ax_actors::node::watchdog::DEFAULT_STALL_AFTER),
             Some(v) if v.is_finite() && v >= 1.0 => Ok(Duration::from_secs_f64(v)),
             Some(v) => anyhow::bail!("[node] stall_after = {v}: must be a number of seconds >= 1"),
         }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use ax_actors::clock::SystemClock;
-use ax_actors::executor::ExecutorsConfig;
+use ax_actors::node::clock::SystemClock;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
+use ax_actors::worker::executor::ExecutorsConfig;
 use ax_actors::worker::WorkerConfig;
+use ax_bus::client::local_server::{self, LocalServer, ServerOptions};
 use ax_bus::client::{AxClient, ConnectConfig};
-use ax_bus::local_server::{self, LocalServer, ServerOptions};
 
 use crate::args::UpArgs;
 use crate::connect::URL_FILE;
@@ -90,9 +90,9 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
                 data_dir: data_dir.join("worker"),
             },
             scheduler_loaded: None,
-            max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
+            max_clock_skew: Some(ax_actors::node::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             alert_webhook: None,
-            stall_after: ax_actors::watchdog::DEFAULT_STALL_AFTER,
+            stall_after: ax_actors::node::watchdog::DEFAULT_STALL_AFTER,
             router: Default::default(),
         },
         Arc::new(SystemClock),

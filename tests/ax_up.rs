@@ -7,7 +7,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use ax_bus::local_server::{find_binary, BINARY_ENV};
+use ax_bus::client::local_server::{find_binary, BINARY_ENV};
 use support::*;
 
 /// `ax up` in `dir`, told where the pinned nats-server is (the test's folder has no .tools/).

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_actors::clock::ManualClock;
+use ax_actors::node::clock::ManualClock;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
 use ax_actors::worker::WorkerConfig;
 use ax_bus::instance::Trigger;
@@ -51,7 +51,7 @@ async fn start(
             scheduler_loaded: Some(loaded_tx),
             max_clock_skew: None,
             alert_webhook: None,
-            stall_after: ax_actors::watchdog::DEFAULT_STALL_AFTER,
+            stall_after: ax_actors::node::watchdog::DEFAULT_STALL_AFTER,
             router: Default::default(),
         },
         Arc::new(clock.clone()),

@@ -309,8 +309,8 @@ job:
 /// nothing more; each instance is now an entry of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
-    use ax_actors::creator::NewInstance;
-    use ax_actors::publish::{to_stream, AckWindow};
+    use ax_actors::jetstream::publish::{to_stream, AckWindow};
+    use ax_actors::scheduler::creator::NewInstance;
     use ax_bus::instance::Trigger;
 
     const INSTANCES: usize = 40_000;
@@ -357,7 +357,7 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
         },
     )
     .await;
-    let day = ax_actors::day_store::read_day(&client, &spec.name, date)
+    let day = ax_actors::dag::day_store::read_day(&client, &spec.name, date)
         .await
         .unwrap();
     assert_eq!(day.instances.len(), INSTANCES);
@@ -379,7 +379,7 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
     record.state = State::Success;
     let last = record.instance_id.clone();
     let result = ax_bus::messages::ResultMessage::from_record(&record);
-    ax_actors::publish::to_stream_acked(
+    ax_actors::jetstream::publish::to_stream_acked(
         &client,
         client.subjects().result(&spec.name),
         &format!("result:{}", result.trace_id),
@@ -388,7 +388,7 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
     .await
     .unwrap();
     wait_for(Duration::from_secs(60), "the result noted", || async {
-        let day = ax_actors::day_store::read_day(&client, &spec.name, date)
+        let day = ax_actors::dag::day_store::read_day(&client, &spec.name, date)
             .await
             .ok()?;
         (day.instances.get(&last) == Some(&(1, State::Success)) && day.instances.len() == INSTANCES)
@@ -421,7 +421,7 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
         "the legacy day rewritten",
         || async {
             let legacy_gone = client.deps.get("20260301.up").await.ok()?.is_none();
-            let day = ax_actors::day_store::read_day(&client, "up", date)
+            let day = ax_actors::dag::day_store::read_day(&client, "up", date)
                 .await
                 .ok()?;
             (legacy_gone && day.instances == legacy.instances).then_some(())

@@ -15,42 +15,17 @@
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
-pub mod alert_webhook;
-pub mod backfill;
-pub mod clock;
-pub mod clock_guard;
-pub mod consume;
-pub mod control;
-pub mod creator;
 pub mod dag;
-pub mod dag_state;
-pub mod day_store;
-pub mod dead_letters;
-pub mod executor;
-pub mod fire_schedule;
-pub mod lease;
-pub mod misfire;
+pub mod jetstream;
 pub mod node;
-pub mod node_status;
-pub mod orphans;
-pub mod outbox;
-pub mod overlap;
-pub mod planner;
-pub mod process;
-pub mod publish;
 pub mod reporter;
-pub mod rerun;
 pub mod router;
 pub mod scheduler;
-pub mod supervision;
-pub mod ticks;
-pub mod time_wheel;
-pub mod watchdog;
 pub mod worker;
 
+use ax_bus::client::kv_view::FeedError;
 use ax_bus::client::ClientError;
 use ax_bus::codec::CodecError;
-use ax_bus::kv_view::FeedError;
 
 /// Why an actor's pump or operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -78,5 +53,5 @@ pub enum ActorError {
     LeaseLost(String),
     /// An executor could not be set up.
     #[error(transparent)]
-    Executor(#[from] crate::executor::ExecutorError),
+    Executor(#[from] crate::worker::executor::ExecutorError),
 }

@@ -18,15 +18,15 @@ use chrono::NaiveDate;
 use futures::StreamExt;
 use rand::{seq::IndexedRandom, SeedableRng};
 
-use ax_actors::consume::{self, ConsumerSpec};
-use ax_actors::creator::{create_record, NewInstance};
+use ax_actors::dag::state::{Action, DagState};
 use ax_actors::dag::DagCoordinator;
-use ax_actors::dag_state::{Action, DagState};
-use ax_actors::fire_schedule::start_of_day;
-use ax_actors::publish;
+use ax_actors::jetstream::consume::{self, ConsumerSpec};
+use ax_actors::jetstream::publish;
+use ax_actors::scheduler::creator::{create_record, NewInstance};
+use ax_actors::scheduler::fire_schedule::start_of_day;
+use ax_bus::client::provision::Layout;
 use ax_bus::instance::{State, Tag, Trigger};
 use ax_bus::messages::{ResultMessage, WorkItem};
-use ax_bus::provision::Layout;
 use ax_bus::spec::JobSpec;
 use ax_bus::{codec, AxClient, Subjects};
 

@@ -2,7 +2,7 @@
 //! (the same wheel and payload as in production: a job slot and a generation), read from
 //! /proc/self/statm before and after.
 
-use ax_actors::time_wheel::TimeWheel;
+use ax_actors::scheduler::time_wheel::TimeWheel;
 use rand::{Rng, SeedableRng};
 
 use super::Figure;

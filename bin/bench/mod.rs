@@ -21,9 +21,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use ax_bus::client::local_server::{find_binary, LocalServer, ServerOptions};
 use ax_bus::client::{AxClient, ConnectConfig};
 use ax_bus::codec;
-use ax_bus::local_server::{find_binary, LocalServer, ServerOptions};
 use ax_bus::messages::JobRecord;
 use ax_bus::spec::JobSpec;
 

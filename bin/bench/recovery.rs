@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use actix::{Arbiter, Supervisor};
 use anyhow::{bail, Result};
 
-use ax_actors::clock::SystemClock;
-use ax_actors::creator::NewInstance;
+use ax_actors::node::clock::SystemClock;
+use ax_actors::scheduler::creator::NewInstance;
 use ax_actors::scheduler::Scheduler;
 use ax_bus::codec;
 use ax_bus::instance::Trigger;

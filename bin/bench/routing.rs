@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures::{FutureExt, StreamExt};
 
-use ax_actors::clock::SystemClock;
-use ax_actors::consume::{self, ConsumerSpec};
+use ax_actors::jetstream::consume::{self, ConsumerSpec};
+use ax_actors::jetstream::publish;
+use ax_actors::node::clock::SystemClock;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
-use ax_actors::publish;
 use ax_actors::router::fleet::{Fleet, Weights};
 use ax_actors::router::RouterConfig;
 use ax_actors::worker::WorkerConfig;
@@ -329,9 +329,9 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,
-            max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
+            max_clock_skew: Some(ax_actors::node::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             alert_webhook: None,
-            stall_after: ax_actors::watchdog::DEFAULT_STALL_AFTER,
+            stall_after: ax_actors::node::watchdog::DEFAULT_STALL_AFTER,
             router: RouterConfig {
                 // Acknowledgements come from the bench, perhaps late under load: the
                 // measurement must not see re-dispatches.

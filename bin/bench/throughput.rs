@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use futures::StreamExt;
 
-use ax_actors::clock::SystemClock;
+use ax_actors::node::clock::SystemClock;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
 use ax_actors::worker::WorkerConfig;
 use ax_bus::messages::ResultMessage;
@@ -58,9 +58,9 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
                 data_dir: scratch.path().to_path_buf(),
             },
             scheduler_loaded: None,
-            max_clock_skew: Some(ax_actors::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
+            max_clock_skew: Some(ax_actors::node::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             alert_webhook: None,
-            stall_after: ax_actors::watchdog::DEFAULT_STALL_AFTER,
+            stall_after: ax_actors::node::watchdog::DEFAULT_STALL_AFTER,
             router: Default::default(),
         },
         Arc::new(SystemClock),

@@ -14,16 +14,12 @@
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
-pub mod claims;
 pub mod client;
 pub mod codec;
 pub mod dead_letter;
 pub mod ids;
 pub mod instance;
-pub mod kv_view;
-pub mod local_server;
 pub mod messages;
-pub mod provision;
 pub mod spec;
 pub mod subjects;
 pub mod time;

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use ax_bus::client::local_server::{find_binary, LocalServer, ServerOptions};
 use ax_bus::client::{AxClient, ConnectConfig};
-use ax_bus::local_server::{find_binary, LocalServer, ServerOptions};
 use ax_bus::InstanceRecord;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -87,7 +87,7 @@ impl TestCluster {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let cluster_ports: Vec<u16> = (0..3)
-            .map(|_| ax_bus::local_server::free_port().unwrap())
+            .map(|_| ax_bus::client::local_server::free_port().unwrap())
             .collect();
         let routes = cluster_ports
             .iter()

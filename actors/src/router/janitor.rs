@@ -28,8 +28,9 @@ use ax_bus::spec::Priority;
 use ax_bus::{codec, ids, State};
 
 use super::{lock, Shared};
-use crate::lease::Lease;
-use crate::{publish, ActorError};
+use crate::jetstream::publish;
+use crate::node::lease::Lease;
+use crate::ActorError;
 
 const LEASE: &str = "router-janitor";
 /// Attempts an instance may lose with their worker before it fails.

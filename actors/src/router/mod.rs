@@ -13,6 +13,7 @@
 //! is not consumed: its messages wait in the stream.
 
 pub mod acks;
+pub mod dead_letters;
 pub mod fleet;
 pub mod janitor;
 pub mod split;
@@ -25,17 +26,18 @@ use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use ax_bus::claims::Reservation;
+use ax_bus::client::claims::Reservation;
+use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::client::Updated;
-use ax_bus::kv_view::{FeedItem, KvFeed};
 use ax_bus::messages::{DispatchAck, QueueState, WorkItem, WorkerInfo};
 use ax_bus::spec::Priority;
 use ax_bus::{codec, ids, AxClient};
 
-use crate::consume::{self, ConsumerSpec};
-use crate::dead_letters;
-use crate::supervision::{note_restart, spawn_pump};
-use crate::{publish, ActorError};
+use crate::jetstream::consume::{self, ConsumerSpec};
+
+use crate::jetstream::publish;
+use crate::node::supervision::{note_restart, spawn_pump};
+use crate::ActorError;
 use acks::{AckTracker, Pending};
 use fleet::{Fleet, Weights};
 

@@ -14,8 +14,9 @@ use ax_bus::messages::{ShardRef, SplitPlan, WorkItem};
 use ax_bus::{InstanceRecord, State, Tag};
 
 use super::{lock, Shared};
-use crate::creator::create_record;
-use crate::{publish, ActorError};
+use crate::jetstream::publish;
+use crate::scheduler::creator::create_record;
+use crate::ActorError;
 
 /// The trace id of child `index` of the attempt `parent_trace`.
 fn child_trace(parent_trace: &str, index: u32) -> String {

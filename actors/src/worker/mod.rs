@@ -6,7 +6,7 @@
 //! through its Reporter, the outcome.
 //!
 //! For each dispatch the worker takes a slot its priority may use, then **claims** the attempt for
-//! that dispatch (see [`ax_bus::claims`]): a dispatch that lost its claim — reserved for another
+//! that dispatch (see [`ax_bus::client::claims`]): a dispatch that lost its claim — reserved for another
 //! dispatch after this worker was too slow to acknowledge, revoked after this worker was declared
 //! dead, or held by another worker — never runs. Having claimed, it **acknowledges** to the
 //! Router ("received, about to run"), marks the record `executing` and runs. While the attempt
@@ -19,6 +19,8 @@
 //! claim on an attempt not running here means the worker restarted mid-attempt; the attempt runs
 //! again (its instance id lets business code de-duplicate).
 
+pub mod executor;
+pub mod process;
 pub mod slots;
 
 use std::collections::VecDeque;
@@ -33,21 +35,22 @@ use dashmap::DashMap;
 use futures::StreamExt;
 use tokio::sync::Notify;
 
-use ax_bus::claims::ClaimOutcome;
+use ax_bus::client::claims::ClaimOutcome;
 use ax_bus::client::Updated;
 use ax_bus::instance::{AttemptEnd, Tag};
 use ax_bus::messages::{DispatchAck, Reserved, RunningAttempt, StoredRecord, WorkItem, WorkerInfo};
 use ax_bus::spec::Priority;
 use ax_bus::{codec, AxClient};
 
-use crate::clock_guard::ClockGuard;
-use crate::consume::{self, ConsumerSpec};
-use crate::executor::values::Values;
-use crate::executor::{AttemptContext, ExecResult, ExecutorsConfig, Registry};
-use crate::outbox::Outcome;
+use crate::jetstream::consume::{self, ConsumerSpec};
+use crate::jetstream::publish;
+use crate::node::clock_guard::ClockGuard;
+use crate::node::supervision::{note_restart, spawn_pump};
+use crate::reporter::outbox::Outcome;
 use crate::reporter::{report_once, ReporterHandle};
-use crate::supervision::{note_restart, spawn_pump};
-use crate::{publish, ActorError};
+use crate::ActorError;
+use executor::values::Values;
+use executor::{AttemptContext, ExecResult, ExecutorsConfig, Registry};
 use slots::Slots;
 
 /// The actor's name in counters, logs and `ax nodes`.
@@ -214,7 +217,7 @@ async fn heartbeat(
         every.tick().await;
         let info = WorkerInfo {
             id: config.id.clone(),
-            host: crate::node_status::host(),
+            host: crate::node::heartbeat::host(),
             cores: std::thread::available_parallelism()
                 .map(|n| n.get() as u32)
                 .unwrap_or(1),

@@ -1,0 +1,1102 @@
+//! The DagCoordinator's view: pure data, told what happened, answering with what to do.
+//!
+//! It knows, for every (job, business date), the latest attempt and state of each instance, and
+//! holds the instances that wait: for their dependencies (*same job + same business date +
+//! success*, never "the latest run") or for an instance they are queued behind (a gate). An
+//! instance is released when every condition is met, and ends `cancelled` (`upstream_failed`)
+//! when an upstream for its date has ended without success — which, published as a result,
+//! cascades further down. Jobs without a cron get their instance for a date as soon as an
+//! upstream instance appears for it, so the whole chain is visible while it waits.
+//!
+//! Each change of a (job, date) re-evaluates only the conditions that name it (an index from
+//! (job, date) to waiting instances): no rescans of jobs or instances.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+
+use ax_bus::instance::{State, Tag};
+use ax_bus::messages::{DateInstances, ResultMessage, Waiting, WorkItem};
+use ax_bus::spec::JobSpec;
+
+/// (job, business date).
+pub type DayKey = (String, NaiveDate);
+
+/// What the coordinator must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Store how an instance of a (job, date) stands (see [`crate::dag::day_store`]).
+    SaveEntry {
+        /// The job.
+        job: String,
+        /// The date.
+        date: NaiveDate,
+        /// The instance.
+        instance_id: String,
+        /// Its latest attempt.
+        attempt: u32,
+        /// That attempt's state.
+        state: State,
+    },
+    /// Store a waiting instance and tag its record `waiting_deps`.
+    Hold {
+        /// The attempt.
+        work: WorkItem,
+        /// Since when it waits.
+        since: DateTime<Utc>,
+        /// What it waits for, for humans.
+        reason: String,
+    },
+    /// Send the attempt to the Router (and forget it if it was held).
+    Release {
+        /// The attempt.
+        work: WorkItem,
+        /// Whether it was stored as waiting.
+        held: bool,
+    },
+    /// End the instance without running it.
+    End {
+        /// The attempt.
+        work: WorkItem,
+        /// `cancelled` or `failed`.
+        state: State,
+        /// `upstream_failed` or `deps_timeout`.
+        tag: Tag,
+        /// Why, naming the upstream.
+        message: String,
+        /// Whether it was stored as waiting.
+        held: bool,
+    },
+    /// Forget a stored waiting instance (it ended by other means).
+    Forget {
+        /// Its id.
+        instance_id: String,
+    },
+    /// Store an instance split into sub-instances, waiting for them to end.
+    HoldSplit {
+        /// The parent attempt.
+        work: WorkItem,
+        /// Its children.
+        children: Vec<String>,
+    },
+    /// Create the instance of a job without cron for a date.
+    Create {
+        /// The job.
+        spec: Arc<JobSpec>,
+        /// The date.
+        date: NaiveDate,
+    },
+}
+
+#[derive(Clone, Debug)]
+enum Condition {
+    Succeeded {
+        job: String,
+        date: NaiveDate,
+    },
+    Ended {
+        instance_id: String,
+        job: String,
+        date: NaiveDate,
+    },
+}
+
+impl Condition {
+    fn key(&self) -> DayKey {
+        match self {
+            Condition::Succeeded { job, date } | Condition::Ended { job, date, .. } => {
+                (job.clone(), *date)
+            }
+        }
+    }
+}
+
+enum Verdict {
+    Met,
+    Pending(String),
+    Failed(String),
+}
+
+struct Held {
+    work: WorkItem,
+    conditions: Vec<Condition>,
+    deadline: Option<DateTime<Utc>>,
+}
+
+/// A parent instance waiting for its shards; a child's state is known once it ended.
+struct Join {
+    parent: WorkItem,
+    children: HashMap<String, Option<State>>,
+}
+
+/// The coordinator's state.
+#[derive(Default)]
+pub struct DagState {
+    jobs: HashMap<String, Arc<JobSpec>>,
+    dependents: HashMap<String, Vec<(String, i64)>>,
+    days: HashMap<DayKey, DateInstances>,
+    /// When each (job, date) last changed: history untouched for `keep_days` is forgotten, like
+    /// the deps bucket forgets keys not written for that long (whatever the date itself is, so a
+    /// backfill of last year keeps its state while it runs).
+    touched: HashMap<DayKey, DateTime<Utc>>,
+    held: HashMap<String, Held>,
+    watchers: HashMap<DayKey, HashSet<String>>,
+    requested: HashSet<DayKey>,
+    joins: HashMap<String, Join>,
+    /// Shard results that arrived before their parent's split plan.
+    early: HashMap<String, HashMap<String, State>>,
+}
+
+/// Parses a business date.
+pub fn parse_date(text: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()
+}
+
+impl DagState {
+    /// An empty view.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Instances waiting now.
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Adds or replaces a job of the registry.
+    pub fn upsert_job(&mut self, spec: JobSpec) {
+        self.remove_job(&spec.name.clone());
+        for dep in &spec.deps {
+            if let Ok(offset) = dep.offset_days() {
+                self.dependents
+                    .entry(dep.name.clone())
+                    .or_default()
+                    .push((spec.name.clone(), offset));
+            }
+        }
+        self.jobs.insert(spec.name.clone(), Arc::new(spec));
+    }
+
+    /// Removes a job of the registry.
+    pub fn remove_job(&mut self, name: &str) {
+        if let Some(old) = self.jobs.remove(name) {
+            for dep in &old.deps {
+                if let Some(list) = self.dependents.get_mut(&dep.name) {
+                    list.retain(|(downstream, _)| downstream != name);
+                }
+            }
+        }
+    }
+
+    /// Loads stored state (after winning the lead) and decides what stored waits can end now.
+    pub fn restore(
+        &mut self,
+        days: Vec<(DayKey, DateInstances)>,
+        waiting: Vec<Waiting>,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
+        for (key, day) in days {
+            self.touched.insert(key.clone(), now);
+            self.days.insert(key, day);
+        }
+        let mut actions = Vec::new();
+        for entry in waiting {
+            if let Some(date) = parse_date(&entry.work.biz_date) {
+                self.hold(entry.work, date, entry.since, now, true, &mut actions);
+            }
+        }
+        actions
+    }
+
+    /// A new attempt exists (first attempt, re-run, or an instance created here).
+    pub fn on_created(&mut self, work: WorkItem, now: DateTime<Utc>) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let Some(date) = parse_date(&work.biz_date) else {
+            actions.push(Action::Release { work, held: false });
+            return actions;
+        };
+        if let Some(held) = self.held.get(&work.instance_id) {
+            if held.work.trace_id == work.trace_id {
+                return actions; // a repeated delivery of what is held already
+            }
+        }
+        let job = work.job().to_string();
+        self.note(
+            (job.clone(), date),
+            &work.instance_id,
+            work.attempt,
+            State::Running,
+            now,
+            &mut actions,
+        );
+        self.create_dependents(&job, date, now, &mut actions);
+        let replaced = self.unhold(&work.instance_id).is_some();
+        self.hold(work, date, now, now, replaced, &mut actions);
+        actions
+    }
+
+    /// The Router split `parent` into `children`: the parent ends once they all have.
+    pub fn on_split(&mut self, parent: WorkItem, children: Vec<String>) -> Vec<Action> {
+        if self.joins.contains_key(&parent.instance_id) {
+            return Vec::new();
+        }
+        let mut actions = vec![Action::HoldSplit {
+            work: parent.clone(),
+            children: children.clone(),
+        }];
+        let early = self.early.remove(&parent.instance_id).unwrap_or_default();
+        let join = Join {
+            children: children
+                .into_iter()
+                .map(|c| {
+                    let state = early.get(&c).copied();
+                    (c, state)
+                })
+                .collect(),
+            parent,
+        };
+        self.join(join, &mut actions);
+        actions
+    }
+
+    /// A stored split, as restored after a restart, with what its children's records say.
+    pub fn restore_split(
+        &mut self,
+        parent: WorkItem,
+        children: Vec<(String, Option<State>)>,
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let join = Join {
+            parent,
+            children: children.into_iter().collect(),
+        };
+        self.join(join, &mut actions);
+        actions
+    }
+
+    /// Keeps `join` unless all its children ended; then ends the parent.
+    fn join(&mut self, join: Join, actions: &mut Vec<Action>) {
+        if join.children.values().any(Option::is_none) {
+            self.joins.insert(join.parent.instance_id.clone(), join);
+            return;
+        }
+        let total = join.children.len();
+        let mut failed: Vec<&String> = join
+            .children
+            .iter()
+            .filter(|(_, s)| **s != Some(State::Success))
+            .map(|(id, _)| id)
+            .collect();
+        failed.sort();
+        let (state, tag, message) = if failed.is_empty() {
+            (
+                State::Success,
+                Tag::Completed,
+                format!("all {total} succeeded"),
+            )
+        } else {
+            let names: Vec<&str> = failed.iter().map(|s| s.as_str()).collect();
+            (
+                State::Failed,
+                Tag::ShardsFailed,
+                format!(
+                    "{} of {total} did not succeed: {}",
+                    failed.len(),
+                    names.join(", ")
+                ),
+            )
+        };
+        actions.push(Action::End {
+            work: join.parent,
+            state,
+            tag,
+            message,
+            held: true,
+        });
+    }
+
+    fn on_child(&mut self, parent: &str, child: &str, state: State, actions: &mut Vec<Action>) {
+        let ended = state.is_final().then_some(state);
+        match self.joins.remove(parent) {
+            Some(mut join) => {
+                if let Some(slot) = join.children.get_mut(child) {
+                    *slot = ended;
+                }
+                self.join(join, actions);
+            }
+            None => {
+                if let Some(state) = ended {
+                    self.early
+                        .entry(parent.to_string())
+                        .or_default()
+                        .insert(child.to_string(), state);
+                }
+            }
+        }
+    }
+
+    /// An attempt ended (or moved to `waiting_retry`), as published on `ax.result.<job>`.
+    pub fn on_result(&mut self, result: &ResultMessage, now: DateTime<Utc>) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if let Some(shard) = &result.shard {
+            // A shard is not an instance of its job for dependencies: it only counts for its
+            // parent.
+            self.on_child(
+                &shard.parent,
+                &result.instance_id,
+                result.state,
+                &mut actions,
+            );
+            return actions;
+        }
+        let Some(date) = parse_date(&result.biz_date) else {
+            return actions;
+        };
+        let superseded = self
+            .held
+            .get(&result.instance_id)
+            .is_some_and(|h| result.state.is_final() && result.attempt >= h.work.attempt);
+        if superseded {
+            self.unhold(&result.instance_id);
+            actions.push(Action::Forget {
+                instance_id: result.instance_id.clone(),
+            });
+        }
+        self.note(
+            (result.job.clone(), date),
+            &result.instance_id,
+            result.attempt,
+            result.state,
+            now,
+            &mut actions,
+        );
+        actions
+    }
+
+    /// Ends the waits that outlived their `deps_timeout`, and forgets (job, date) entries that
+    /// nothing waits on and that have not changed for `keep_days`.
+    pub fn expire(&mut self, now: DateTime<Utc>, keep_days: i64) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let due: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            if let Some(held) = self.unhold(&id) {
+                let reason = self.describe_pending(&held).unwrap_or_default();
+                let seconds = held.work.spec.deps_timeout.unwrap_or_default();
+                actions.push(Action::End {
+                    work: held.work,
+                    state: State::Failed,
+                    tag: Tag::DepsTimeout,
+                    message: format!("waited more than {seconds}s: {reason}"),
+                    held: true,
+                });
+            }
+        }
+        let stale = now - Duration::days(keep_days);
+        let forget: Vec<DayKey> = self
+            .touched
+            .iter()
+            .filter(|(key, at)| **at < stale && !self.watchers.contains_key(*key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in forget {
+            self.touched.remove(&key);
+            self.days.remove(&key);
+            self.requested.remove(&key);
+        }
+        actions
+    }
+
+    fn note(
+        &mut self,
+        key: DayKey,
+        instance_id: &str,
+        attempt: u32,
+        state: State,
+        now: DateTime<Utc>,
+        actions: &mut Vec<Action>,
+    ) {
+        let (job, date) = (key.0.as_str(), key.1);
+        self.touched.insert(key.clone(), now);
+        let day = self.days.entry(key.clone()).or_default();
+        let newer = match day.instances.get(instance_id) {
+            None => true,
+            Some((old_attempt, old_state)) => {
+                // A later attempt wins; within an attempt, an end is never undone by a late
+                // repeat of its start.
+                let undoes_an_end = old_state.is_final() && !state.is_final();
+                attempt > *old_attempt
+                    || (attempt == *old_attempt && *old_state != state && !undoes_an_end)
+            }
+        };
+        if !newer {
+            return;
+        }
+        day.instances
+            .insert(instance_id.to_string(), (attempt, state));
+        actions.push(Action::SaveEntry {
+            job: job.to_string(),
+            date,
+            instance_id: instance_id.to_string(),
+            attempt,
+            state,
+        });
+        self.reevaluate(&key, actions);
+    }
+
+    fn create_dependents(
+        &mut self,
+        job: &str,
+        date: NaiveDate,
+        now: DateTime<Utc>,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(dependents) = self.dependents.get(job) else {
+            return;
+        };
+        for (downstream, offset) in dependents {
+            let Some(spec) = self.jobs.get(downstream) else {
+                continue;
+            };
+            if spec.cron.is_some() {
+                continue;
+            }
+            let target = date - Duration::days(*offset);
+            let key = (downstream.clone(), target);
+            let known = self.days.get(&key).is_some_and(|d| !d.instances.is_empty());
+            if !known && self.requested.insert(key.clone()) {
+                self.touched.entry(key).or_insert(now);
+                actions.push(Action::Create {
+                    spec: spec.clone(),
+                    date: target,
+                });
+            }
+        }
+    }
+
+    fn conditions_of(work: &WorkItem, date: NaiveDate) -> Vec<Condition> {
+        let mut conditions: Vec<Condition> = work
+            .spec
+            .deps
+            .iter()
+            .filter_map(|dep| {
+                let offset = dep.offset_days().ok()?;
+                Some(Condition::Succeeded {
+                    job: dep.name.clone(),
+                    date: date + Duration::days(offset),
+                })
+            })
+            .collect();
+        if let Some(gate) = &work.gate {
+            if let Some(gate_date) = parse_date(&gate.biz_date) {
+                conditions.push(Condition::Ended {
+                    instance_id: gate.instance_id.clone(),
+                    job: gate.job.clone(),
+                    date: gate_date,
+                });
+            }
+        }
+        conditions
+    }
+
+    /// Holds `work` until its conditions are met, or ends or releases it at once.
+    fn hold(
+        &mut self,
+        work: WorkItem,
+        date: NaiveDate,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+        stored: bool,
+        actions: &mut Vec<Action>,
+    ) {
+        let conditions = Self::conditions_of(&work, date);
+        let deadline = work
+            .spec
+            .deps_timeout
+            .filter(|_| !work.spec.deps.is_empty())
+            .map(|s| since + Duration::seconds(s as i64));
+        let mut held = Held {
+            work,
+            conditions,
+            deadline,
+        };
+        match self.verdict(&held) {
+            Verdict::Met => actions.push(Action::Release {
+                work: held.work,
+                held: stored,
+            }),
+            Verdict::Failed(message) => actions.push(Action::End {
+                work: held.work,
+                state: State::Cancelled,
+                tag: Tag::UpstreamFailed,
+                message,
+                held: stored,
+            }),
+            Verdict::Pending(reason) => {
+                // The record is tagged `waiting_deps` now: the copy it came with is stale.
+                held.work.stored = None;
+                if held.deadline.is_some_and(|d| d <= now) {
+                    let seconds = held.work.spec.deps_timeout.unwrap_or_default();
+                    actions.push(Action::End {
+                        work: held.work,
+                        state: State::Failed,
+                        tag: Tag::DepsTimeout,
+                        message: format!("waited more than {seconds}s: {reason}"),
+                        held: stored,
+                    });
+                    return;
+                }
+                if !stored {
+                    actions.push(Action::Hold {
+                        work: held.work.clone(),
+                        since,
+                        reason,
+                    });
+                }
+                let id = held.work.instance_id.clone();
+                for condition in &held.conditions {
+                    self.watchers
+                        .entry(condition.key())
+                        .or_default()
+                        .insert(id.clone());
+                }
+                self.held.insert(id, held);
+            }
+        }
+    }
+
+    fn unhold(&mut self, instance_id: &str) -> Option<Held> {
+        let held = self.held.remove(instance_id)?;
+        for condition in &held.conditions {
+            let key = condition.key();
+            if let Some(set) = self.watchers.get_mut(&key) {
+                set.remove(instance_id);
+                if set.is_empty() {
+                    self.watchers.remove(&key);
+                }
+            }
+        }
+        Some(held)
+    }
+
+    fn reevaluate(&mut self, key: &DayKey, actions: &mut Vec<Action>) {
+        let Some(ids) = self.watchers.get(key).cloned() else {
+            return;
+        };
+        for id in ids {
+            let verdict = match self.held.get(&id) {
+                Some(held) => self.verdict(held),
+                None => continue,
+            };
+            match verdict {
+                Verdict::Pending(_) => {}
+                Verdict::Met => {
+                    if let Some(held) = self.unhold(&id) {
+                        actions.push(Action::Release {
+                            work: held.work,
+                            held: true,
+                        });
+                    }
+                }
+                Verdict::Failed(message) => {
+                    if let Some(held) = self.unhold(&id) {
+                        actions.push(Action::End {
+                            work: held.work,
+                            state: State::Cancelled,
+                            tag: Tag::UpstreamFailed,
+                            message,
+                            held: true,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn verdict(&self, held: &Held) -> Verdict {
+        let mut pending = Vec::new();
+        for condition in &held.conditions {
+            match condition {
+                Condition::Succeeded { job, date } => {
+                    let day = self.days.get(&(job.clone(), *date));
+                    let states: Vec<State> = day
+                        .map(|d| d.instances.values().map(|(_, s)| *s).collect())
+                        .unwrap_or_default();
+                    if states.contains(&State::Success) {
+                        continue;
+                    }
+                    if !states.is_empty() && states.iter().all(|s| s.is_final()) {
+                        let how = if states.contains(&State::Failed) {
+                            "failed"
+                        } else {
+                            "was cancelled"
+                        };
+                        return Verdict::Failed(format!("upstream `{job}` for {date} {how}"));
+                    }
+                    pending.push(format!("`{job}` for {date}"));
+                }
+                Condition::Ended {
+                    instance_id,
+                    job,
+                    date,
+                } => {
+                    let running = self
+                        .days
+                        .get(&(job.clone(), *date))
+                        .and_then(|d| d.instances.get(instance_id))
+                        .is_some_and(|(_, s)| !s.is_final());
+                    if running {
+                        pending.push(format!("{instance_id} to end"));
+                    }
+                }
+            }
+        }
+        if pending.is_empty() {
+            Verdict::Met
+        } else {
+            Verdict::Pending(format!("waiting for {}", pending.join(", ")))
+        }
+    }
+
+    fn describe_pending(&self, held: &Held) -> Option<String> {
+        match self.verdict(held) {
+            Verdict::Pending(reason) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ax_bus::instance::Tag;
+    use ax_bus::messages::Gate;
+
+    fn spec(name: &str, cron: Option<&str>, deps: &[(&str, &str)]) -> JobSpec {
+        let mut value = serde_json::json!({
+            "name": name,
+            "exec": {"type": "shell", "command": "true"},
+            "deps": deps.iter().map(|(n, d)| serde_json::json!({"name": n, "biz_date": d})).collect::<Vec<_>>(),
+        });
+        if let Some(cron) = cron {
+            value["cron"] = cron.into();
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn work(spec: &JobSpec, date: &str, attempt: u32) -> WorkItem {
+        WorkItem {
+            instance_id: format!("{}.{date}", spec.name),
+            trace_id: format!("{}.{date}.{attempt}", spec.name),
+            attempt,
+            run_start: 1,
+            biz_date: date.into(),
+            expected_time: ax_bus::time::now(),
+            params: Default::default(),
+            spec: spec.clone(),
+            worker: None,
+            gate: None,
+            dispatch: None,
+            router: None,
+            shard: None,
+            pin: None,
+            stored: None,
+        }
+    }
+
+    fn result(work: &WorkItem, state: State) -> ResultMessage {
+        ResultMessage {
+            instance_id: work.instance_id.clone(),
+            trace_id: work.trace_id.clone(),
+            job: work.job().into(),
+            biz_date: work.biz_date.clone(),
+            attempt: work.attempt,
+            state,
+            tag: Tag::Completed,
+            message: String::new(),
+            output: serde_json::Value::Null,
+            worker: "w".into(),
+            expected_time: work.expected_time,
+            started_at: None,
+            finished_at: ax_bus::time::now(),
+            duration_ms: None,
+            exit_code: None,
+            next_attempt_at: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            shard: None,
+        }
+    }
+
+    fn released(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Release { work, .. } => Some(work.instance_id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ended(actions: &[Action]) -> Vec<(String, Tag, String)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::End {
+                    work, tag, message, ..
+                } => Some((work.instance_id.clone(), *tag, message.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn now() -> DateTime<Utc> {
+        ax_bus::time::now()
+    }
+
+    #[test]
+    fn the_stat_job_waits_for_both_syncs_of_the_same_date() {
+        let order = spec("sync_order_daily", Some("0 1 * * *"), &[]);
+        let pay = spec("sync_pay_daily", Some("0 1 * * *"), &[]);
+        let stat = spec(
+            "order_stat_daily",
+            Some("0 2 * * *"),
+            &[
+                ("sync_order_daily", "current"),
+                ("sync_pay_daily", "current"),
+            ],
+        );
+        let mut dag = DagState::new();
+        for s in [&order, &pay, &stat] {
+            dag.upsert_job(s.clone());
+        }
+        let (o1, p1, s1) = (
+            work(&order, "2026-01-01", 1),
+            work(&pay, "2026-01-01", 1),
+            work(&stat, "2026-01-01", 1),
+        );
+        let p2 = work(&pay, "2026-01-02", 1);
+        assert_eq!(
+            released(&dag.on_created(o1.clone(), now())),
+            [o1.instance_id.as_str()]
+        );
+        assert_eq!(
+            released(&dag.on_created(p1.clone(), now())),
+            [p1.instance_id.as_str()]
+        );
+        let held = dag.on_created(s1.clone(), now());
+        assert!(matches!(held.last(), Some(Action::Hold { .. })), "{held:?}");
+        assert!(released(&dag.on_result(&result(&o1, State::Success), now())).is_empty());
+        // Another date's success does not count.
+        dag.on_created(p2.clone(), now());
+        assert!(released(&dag.on_result(&result(&p2, State::Success), now())).is_empty());
+        // A retry in between does not count either.
+        assert!(released(&dag.on_result(&result(&p1, State::WaitingRetry), now())).is_empty());
+        let mut p1b = p1.clone();
+        p1b.attempt = 2;
+        assert_eq!(
+            released(&dag.on_result(&result(&p1b, State::Success), now())),
+            [s1.instance_id.as_str()]
+        );
+        assert_eq!(dag.held_count(), 0);
+    }
+
+    #[test]
+    fn a_failed_upstream_cancels_the_downstream_and_the_cascade_goes_on() {
+        let a = spec("a", Some("0 1 * * *"), &[]);
+        let b = spec("b", None, &[("a", "current")]);
+        let c = spec("c", None, &[("b", "current")]);
+        let mut dag = DagState::new();
+        for s in [&a, &b, &c] {
+            dag.upsert_job(s.clone());
+        }
+        let a1 = work(&a, "2026-01-01", 1);
+        let actions = dag.on_created(a1.clone(), now());
+        // b has no cron: its instance for the date is created as soon as a's appears.
+        let creates: Vec<_> = actions
+            .iter()
+            .filter_map(|x| match x {
+                Action::Create { spec, date } => Some((spec.name.clone(), *date)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            creates,
+            [("b".to_string(), parse_date("2026-01-01").unwrap())]
+        );
+        let b1 = work(&b, "2026-01-01", 1);
+        let actions = dag.on_created(b1.clone(), now());
+        assert!(actions
+            .iter()
+            .any(|x| matches!(x, Action::Create { spec, .. } if spec.name == "c")));
+        let c1 = work(&c, "2026-01-01", 1);
+        dag.on_created(c1.clone(), now());
+        let ends = ended(&dag.on_result(&result(&a1, State::Failed), now()));
+        assert_eq!(
+            ends,
+            [(
+                b1.instance_id.clone(),
+                Tag::UpstreamFailed,
+                "upstream `a` for 2026-01-01 failed".into()
+            )]
+        );
+        // The cancellation is published as b's result; it cancels c in turn.
+        let ends = ended(&dag.on_result(&result(&b1, State::Cancelled), now()));
+        assert_eq!(ends[0].0, c1.instance_id);
+        assert!(ends[0].2.contains("`b` for 2026-01-01 was cancelled"));
+    }
+
+    #[test]
+    fn past_date_offsets_match_earlier_dates() {
+        let sync = spec("sync", Some("0 1 * * *"), &[]);
+        let weekly = spec(
+            "weekly",
+            Some("0 3 * * *"),
+            &[("sync", "-7d"), ("weekly", "-1d")],
+        );
+        let mut dag = DagState::new();
+        dag.upsert_job(sync.clone());
+        dag.upsert_job(weekly.clone());
+        let w = work(&weekly, "2026-03-10", 1);
+        assert!(released(&dag.on_created(w.clone(), now())).is_empty());
+        let s = work(&sync, "2026-03-03", 1);
+        dag.on_created(s.clone(), now());
+        assert!(released(&dag.on_result(&result(&s, State::Success), now())).is_empty());
+        let yesterday = work(&weekly, "2026-03-09", 1);
+        dag.on_created(yesterday.clone(), now());
+        assert_eq!(
+            released(&dag.on_result(&result(&yesterday, State::Success), now())),
+            [w.instance_id]
+        );
+    }
+
+    #[test]
+    fn a_rerun_upstream_is_pending_again() {
+        let a = spec("a", Some("0 1 * * *"), &[]);
+        let b = spec("b", Some("0 2 * * *"), &[("a", "current")]);
+        let mut dag = DagState::new();
+        dag.upsert_job(a.clone());
+        dag.upsert_job(b.clone());
+        let a1 = work(&a, "2026-01-01", 1);
+        dag.on_created(a1.clone(), now());
+        dag.on_result(&result(&a1, State::Success), now());
+        // Both re-run: a's new attempt makes b wait again.
+        let a2 = work(&a, "2026-01-01", 2);
+        dag.on_created(a2.clone(), now());
+        let b2 = work(&b, "2026-01-01", 2);
+        assert!(released(&dag.on_created(b2.clone(), now())).is_empty());
+        // A late repeat of attempt 1's success changes nothing.
+        assert!(released(&dag.on_result(&result(&a1, State::Success), now())).is_empty());
+        assert_eq!(
+            released(&dag.on_result(&result(&a2, State::Success), now())),
+            [b2.instance_id]
+        );
+    }
+
+    #[test]
+    fn a_gate_holds_until_the_previous_instance_ends() {
+        let a = spec("a", Some("* * * * *"), &[]);
+        let mut dag = DagState::new();
+        dag.upsert_job(a.clone());
+        let first = work(&a, "2026-01-01", 1);
+        dag.on_created(first.clone(), now());
+        let mut second = work(&a, "2026-01-01", 1);
+        second.instance_id = "a.second".into();
+        second.trace_id = "t2".into();
+        second.gate = Some(Gate {
+            instance_id: first.instance_id.clone(),
+            job: "a".into(),
+            biz_date: "2026-01-01".into(),
+        });
+        assert!(released(&dag.on_created(second.clone(), now())).is_empty());
+        assert_eq!(
+            released(&dag.on_result(&result(&first, State::Failed), now())),
+            ["a.second"]
+        );
+    }
+
+    #[test]
+    fn deps_timeout_fails_a_long_wait() {
+        let a = spec("a", Some("0 1 * * *"), &[]);
+        let mut b = spec("b", Some("0 2 * * *"), &[("a", "current")]);
+        b.deps_timeout = Some(60);
+        let mut dag = DagState::new();
+        dag.upsert_job(a);
+        dag.upsert_job(b.clone());
+        let start = now();
+        dag.on_created(work(&b, "2026-01-01", 1), start);
+        assert!(dag.expire(start + Duration::seconds(59), 40).is_empty());
+        let ends = ended(&dag.expire(start + Duration::seconds(61), 40));
+        assert_eq!(ends[0].1, Tag::DepsTimeout);
+        assert!(ends[0].2.contains("`a` for 2026-01-01"), "{}", ends[0].2);
+    }
+
+    #[test]
+    fn a_restored_wait_is_released_by_what_happened_meanwhile() {
+        let a = spec("a", Some("0 1 * * *"), &[]);
+        let b = spec("b", Some("0 2 * * *"), &[("a", "current")]);
+        let mut dag = DagState::new();
+        dag.upsert_job(a.clone());
+        dag.upsert_job(b.clone());
+        let b1 = work(&b, "2026-01-01", 1);
+        let day = DateInstances {
+            instances: [("a.x".to_string(), (1, State::Success))]
+                .into_iter()
+                .collect(),
+        };
+        let actions = dag.restore(
+            vec![(("a".into(), parse_date("2026-01-01").unwrap()), day)],
+            vec![Waiting {
+                work: b1.clone(),
+                since: now(),
+                children: None,
+            }],
+            now(),
+        );
+        assert_eq!(
+            actions,
+            vec![Action::Release {
+                work: b1,
+                held: true
+            }]
+        );
+    }
+
+    #[test]
+    fn a_wide_fan_out_and_a_long_chain_resolve_in_linear_time() {
+        let root = spec("root", Some("0 1 * * *"), &[]);
+        let mut dag = DagState::new();
+        dag.upsert_job(root.clone());
+        let leaves: Vec<JobSpec> = (0..10_000)
+            .map(|i| {
+                spec(
+                    &format!("leaf{i}"),
+                    Some("0 2 * * *"),
+                    &[("root", "current")],
+                )
+            })
+            .collect();
+        for leaf in &leaves {
+            dag.upsert_job(leaf.clone());
+        }
+        let r = work(&root, "2026-01-01", 1);
+        dag.on_created(r.clone(), now());
+        for leaf in &leaves {
+            dag.on_created(work(leaf, "2026-01-01", 1), now());
+        }
+        let started = std::time::Instant::now();
+        assert_eq!(
+            released(&dag.on_result(&result(&r, State::Success), now())).len(),
+            10_000
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(dag.held_count(), 0);
+    }
+
+    #[test]
+    fn history_is_forgotten_by_age_of_change_not_by_date() {
+        let a = spec("a", None, &[]);
+        let b = spec("b", None, &[("a", "current")]);
+        let mut dag = DagState::new();
+        dag.upsert_job(a.clone());
+        dag.upsert_job(b.clone());
+        let start = now();
+        // A date far in the past, as a backfill or a re-run would touch it.
+        let old = work(&a, "2020-01-01", 1);
+        dag.on_created(old.clone(), start);
+        dag.on_result(&result(&old, State::Success), start);
+        assert!(dag.expire(start + Duration::days(1), 40).is_empty());
+        let b_old = work(&b, "2020-01-01", 1);
+        assert_eq!(
+            released(&dag.on_created(b_old, start + Duration::days(1))),
+            ["b.2020-01-01"]
+        );
+        dag.expire(start + Duration::days(50), 40);
+        assert!(dag.days.is_empty(), "untouched history is forgotten");
+    }
+
+    #[test]
+    fn a_split_instance_ends_when_all_its_shards_have() {
+        let job = spec("big", None, &[]);
+        let mut dag = DagState::new();
+        dag.upsert_job(job.clone());
+        let parent = work(&job, "2026-01-01", 1);
+        let child = |i: u32, state: State| {
+            let mut r = result(&parent, state);
+            r.instance_id = format!("{}.s{i}", parent.instance_id);
+            r.shard = Some(ax_bus::messages::ShardRef {
+                parent: parent.instance_id.clone(),
+                parent_trace: parent.trace_id.clone(),
+                index: i,
+                total: 3,
+            });
+            r
+        };
+        // One shard ends before the plan arrives.
+        assert!(dag.on_result(&child(0, State::Success), now()).is_empty());
+        let children: Vec<String> = (0..3)
+            .map(|i| format!("{}.s{i}", parent.instance_id))
+            .collect();
+        let actions = dag.on_split(parent.clone(), children.clone());
+        assert!(matches!(actions[0], Action::HoldSplit { .. }));
+        assert!(ended(&dag.on_result(&child(1, State::WaitingRetry), now())).is_empty());
+        assert!(ended(&dag.on_result(&child(1, State::Success), now())).is_empty());
+        let done = dag.on_result(&child(2, State::Failed), now());
+        let ends: Vec<_> = done
+            .iter()
+            .filter_map(|a| match a {
+                Action::End {
+                    state,
+                    tag,
+                    message,
+                    ..
+                } => Some((*state, *tag, message.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends.len(), 1);
+        assert_eq!((ends[0].0, ends[0].1), (State::Failed, Tag::ShardsFailed));
+        assert!(ends[0].2.contains(".s2"), "{}", ends[0].2);
+        // Shards never count as instances of their job for dependencies.
+        assert!(dag.days.is_empty());
+    }
+
+    #[test]
+    fn a_change_stores_the_one_instance_that_changed() {
+        let mut dag = DagState::new();
+        let a = spec("a", Some("* * * * * *"), &[]);
+        dag.upsert_job(a.clone());
+        let start = ax_bus::time::now();
+        let mut saved = Vec::new();
+        for i in 0..3 {
+            let mut w = work(&a, "2026-11-29", 1);
+            w.instance_id = format!("a.{i}");
+            saved.extend(
+                dag.on_created(w, start)
+                    .into_iter()
+                    .filter_map(|a| match a {
+                        Action::SaveEntry {
+                            instance_id,
+                            attempt,
+                            state,
+                            ..
+                        } => Some((instance_id, attempt, state)),
+                        _ => None,
+                    }),
+            );
+        }
+        assert_eq!(
+            saved,
+            vec![
+                ("a.0".to_string(), 1, State::Running),
+                ("a.1".to_string(), 1, State::Running),
+                ("a.2".to_string(), 1, State::Running),
+            ]
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! Durable pull consumers, the way every actor reads its work: explicit acks, batches pulled
+//! ahead, and a source message acknowledged only once what it caused is stored.
+//!
+//! Redelivery is bounded only where many deliveries mean something is wrong: a dispatch or a
+//! control command delivered [`POISON_DELIVERIES`] times without being settled is a poison
+//! message, and JetStream stops delivering it; the dead-letter keeper then moves it to the
+//! dead letters (see `dead_letters`). Consumers whose redeliveries are deliberate waits (the
+//! Router's "no worker yet", the Scheduler's retry timers) redeliver without limit. A message
+//! that does not decode is moved aside by its handler at once.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{
+    self,
+    consumer::{pull, AckPolicy, DeliverPolicy},
+    context::PublishAckFuture,
+    AckKind,
+};
+use serde::de::DeserializeOwned;
+
+use ax_bus::{codec, dead_letter, AxClient};
+
+use crate::ActorError;
+
+use crate::jetstream::publish;
+
+/// How soon a message whose hand-off failed is delivered again.
+const REDELIVER_AFTER: Duration = Duration::from_millis(500);
+
+/// A durable consumer to open.
+#[derive(Clone, Debug)]
+pub struct ConsumerSpec {
+    /// The stream.
+    pub stream: String,
+    /// Durable name (shared by every copy of an actor, so each message goes to one copy).
+    pub durable: String,
+    /// Filter subject.
+    pub filter: String,
+    /// How long a delivered message may stay unacked before redelivery.
+    pub ack_wait: Duration,
+    /// Most messages delivered and unacked at once.
+    pub max_ack_pending: i64,
+    /// Deliveries after which JetStream gives up on a message (-1: never).
+    pub max_deliver: i64,
+}
+
+/// Deliveries that make a dispatch or a control command a poison message.
+pub const POISON_DELIVERIES: i64 = 10;
+
+/// How long to wait before a message whose handling failed for a passing reason is delivered
+/// again: 1 s after the first delivery, doubling up to a minute, so that the
+/// [`POISON_DELIVERIES`] of a bounded consumer span minutes of trouble, not seconds.
+pub fn backoff(message: &jetstream::Message) -> Duration {
+    let delivered = message.info().map(|i| i.delivered).unwrap_or(1).max(1);
+    let doublings = u32::try_from(delivered - 1).unwrap_or(u32::MAX).min(6);
+    Duration::from_secs(1 << doublings).min(Duration::from_secs(60))
+}
+
+/// Opens (creating or updating) the consumer and returns its message stream.
+pub async fn messages(
+    client: &AxClient,
+    spec: &ConsumerSpec,
+    batch: usize,
+) -> Result<pull::Stream, ActorError> {
+    let err = |what: &str, e: String| ActorError::Nats(format!("{what} {}: {e}", spec.durable));
+    let stream = client
+        .js
+        .get_stream(&spec.stream)
+        .await
+        .map_err(|e| err("open stream for", e.to_string()))?;
+    let consumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some(spec.durable.clone()),
+            filter_subject: spec.filter.clone(),
+            ack_policy: AckPolicy::Explicit,
+            deliver_policy: DeliverPolicy::All,
+            ack_wait: spec.ack_wait,
+            max_deliver: spec.max_deliver,
+            max_ack_pending: spec.max_ack_pending,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| err("create consumer", e.to_string()))?;
+    consumer
+        .stream()
+        .max_messages_per_batch(batch)
+        .heartbeat(Duration::from_secs(5))
+        .expires(Duration::from_secs(30))
+        .messages()
+        .await
+        .map_err(|e| err("pull from", e.to_string()))
+}
+
+/// Decodes a message's payload. One that does not decode would fail the same way on every
+/// redelivery: it is kept as a dead letter with the reason, reported on `ax.alert.<kind>`, and
+/// terminated; `None` is returned. If the dead letter cannot be stored, the message is
+/// redelivered later instead: it is never lost.
+pub async fn decode_or_dead_letter<T: DeserializeOwned>(
+    client: &AxClient,
+    node: &str,
+    kind: &str,
+    message: &jetstream::Message,
+) -> Option<T> {
+    match codec::decode(&message.payload) {
+        Ok(value) => Some(value),
+        Err(e) => {
+            let reason = e.to_string();
+            match publish::dead_letter(client, node, dead_letter::UNDECODABLE, &reason, message)
+                .await
+            {
+                Ok(()) => {
+                    publish::alert(
+                        client,
+                        node,
+                        kind,
+                        format!("undecodable message moved to the dead letters: {reason}"),
+                        Some(message.subject.to_string()),
+                    )
+                    .await;
+                    let _ = message.ack_with(AckKind::Term).await;
+                }
+                Err(store) => {
+                    tracing::warn!(subject = %message.subject, error = %store, "undecodable message kept for later: dead letter not stored");
+                    let _ = message.ack_with(AckKind::Nak(Some(REDELIVER_AFTER))).await;
+                }
+            }
+            None
+        }
+    }
+}
+
+/// Settles batches of hand-offs one behind the caller: a batch's acks are awaited (and its
+/// source messages acknowledged) in a task of its own while the caller goes on with the next
+/// batch; one batch settles at a time. The task is not tied to an actor, so a restart does not
+/// cut a settling batch off from its acks.
+#[derive(Default)]
+pub struct SettleBehind(Option<tokio::task::JoinHandle<()>>);
+
+impl SettleBehind {
+    /// Waits for the previous batch to settle, then starts settling `pending`; `then` gets the
+    /// items handed off.
+    pub async fn settle<T: Send + 'static>(
+        &mut self,
+        pending: Vec<(jetstream::Message, PublishAckFuture, T)>,
+        then: impl FnOnce(Vec<T>) + Send + 'static,
+    ) {
+        if let Some(previous) = self.0.take() {
+            let _ = previous.await;
+        }
+        self.0 = Some(tokio::spawn(async move { then(settle(pending).await) }));
+    }
+}
+
+/// Settles a batch of hand-offs: each source message whose onward publish JetStream stored is
+/// acknowledged, the others are redelivered shortly. Returns the items handed off.
+pub async fn settle<T>(pending: Vec<(jetstream::Message, PublishAckFuture, T)>) -> Vec<T> {
+    let mut handed_off = Vec::with_capacity(pending.len());
+    for (message, ack, item) in pending {
+        match ack.await {
+            Ok(_) => {
+                let _ = message.ack().await;
+                handed_off.push(item);
+            }
+            Err(e) => {
+                tracing::warn!(subject = %message.subject, error = %e, "hand-off not stored; redelivering");
+                let _ = message.ack_with(AckKind::Nak(Some(REDELIVER_AFTER))).await;
+            }
+        }
+    }
+    handed_off
+}

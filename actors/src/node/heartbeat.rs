@@ -1,0 +1,60 @@
+//! A node's heartbeat: every few seconds each node writes what it runs and what has befallen its
+//! actors (panics, restarts, ended pumps, stalls) under its name in the nodes bucket, whose
+//! entries expire when a node falls silent. `ax nodes` reads it: the way an operator sees that
+//! an actor keeps restarting without reading every node's log.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ax_bus::messages::NodeStatus;
+use ax_bus::{codec, AxClient};
+
+use crate::node::supervision;
+use crate::node::Role;
+
+/// How often a node writes its heartbeat.
+pub const NODE_HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// This machine's host name (empty when it cannot be read).
+pub fn host() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// What `node` would write now.
+pub fn status(
+    node: &str,
+    roles: &BTreeSet<Role>,
+    started_at: chrono::DateTime<chrono::Utc>,
+) -> NodeStatus {
+    NodeStatus {
+        node: node.to_string(),
+        host: host(),
+        pid: std::process::id(),
+        roles: roles.iter().map(|r| r.as_str().to_string()).collect(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at,
+        seen_at: ax_bus::time::now(),
+        actors: supervision::counters(),
+    }
+}
+
+/// Writes the heartbeat for ever; a failed write is logged and tried at the next beat.
+pub async fn beat(client: AxClient, node: String, roles: BTreeSet<Role>) {
+    let started_at = ax_bus::time::now();
+    let mut every = tokio::time::interval(NODE_HEARTBEAT_EVERY);
+    loop {
+        every.tick().await;
+        let value = match codec::encode(&status(&node, &roles, started_at)) {
+            Ok(value) => value,
+            Err(e) => {
+                tracing::warn!(error = %e, "node heartbeat not encoded");
+                continue;
+            }
+        };
+        if let Err(e) = client.nodes.put(&node, value).await {
+            tracing::warn!(error = %e, "node heartbeat not stored");
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Backfills (`ax backfill`, `ax.control.backfill`), carried out by a Scheduler: one instance of
+//! a job per business date, in date order, at most `parallel` running at once.
+//!
+//! The instance for the i-th date is created with a gate on the instance for date i − parallel,
+//! so the DagCoordinator starts it only once that one has ended: the dates run in order, never
+//! more than `parallel` at a time, and the order survives any restart because it is written into
+//! the instances themselves. An instance that exists already for a date (the same job and
+//! expected time) is left as it is. With `--with-downstream`, the instances of downstream jobs
+//! that run on a cron are created for the matching dates too (they wait on their dependencies);
+//! downstream jobs without cron get theirs from the DagCoordinator as usual.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use chrono::{Duration, NaiveDate};
+
+use ax_bus::instance::Trigger;
+use ax_bus::messages::{BackfillRequest, Gate, PlanStep};
+use ax_bus::spec::JobSpec;
+use ax_bus::{ids, AxClient, State};
+
+use crate::dag::state::parse_date;
+use crate::jetstream::publish;
+use crate::scheduler::creator::{Created, Creator, NewInstance};
+use crate::scheduler::fire_schedule::{start_of_day, FireSchedule};
+use crate::ActorError;
+
+/// The longest backfill, in dates.
+pub const MAX_DATES: i64 = 366;
+
+/// Creates the backfill's instances; a refusal (bad request) or what was created.
+pub async fn backfill(
+    client: &AxClient,
+    creator: &Creator,
+    node: &str,
+    request: &BackfillRequest,
+) -> Result<Result<Vec<PlanStep>, String>, ActorError> {
+    let registry: BTreeMap<String, JobSpec> = client
+        .jobs()
+        .await?
+        .into_iter()
+        .map(|r| (r.spec.name.clone(), r.spec))
+        .collect();
+    let Some(spec) = registry.get(&request.job) else {
+        return Ok(Err(format!("no job named `{}`", request.job)));
+    };
+    let (from, to) = match (parse_date(&request.from), parse_date(&request.to)) {
+        (Some(from), Some(to)) => (from, to),
+        (None, _) => {
+            return Ok(Err(format!(
+                "--from `{}` is not a date (YYYY-MM-DD)",
+                request.from
+            )))
+        }
+        (_, None) => {
+            return Ok(Err(format!(
+                "--to `{}` is not a date (YYYY-MM-DD)",
+                request.to
+            )))
+        }
+    };
+    if from > to {
+        return Ok(Err(format!("--from {from} is after --to {to}")));
+    }
+    if (to - from).num_days() >= MAX_DATES {
+        return Ok(Err(format!("a backfill covers at most {MAX_DATES} dates")));
+    }
+    let parallel = request.parallel.unwrap_or(1).max(1) as usize;
+    let downstream = if request.with_downstream {
+        cron_downstream(&registry, &spec.name)
+    } else {
+        Vec::new()
+    };
+    let mut steps = Vec::new();
+    let mut created_ids: Vec<(String, NaiveDate)> = Vec::new();
+    let mut date = from;
+    while date <= to {
+        let gate = created_ids
+            .len()
+            .checked_sub(parallel)
+            .and_then(|i| created_ids.get(i))
+            .map(|(id, gate_date)| Gate {
+                instance_id: id.clone(),
+                job: spec.name.clone(),
+                biz_date: gate_date.format("%Y-%m-%d").to_string(),
+            });
+        let (id, step) = create(creator, spec, date, gate).await?;
+        created_ids.push((id, date));
+        steps.push(step);
+        for (job, offset) in &downstream {
+            if let Some(downstream_spec) = registry.get(job) {
+                let (_, step) = create(
+                    creator,
+                    downstream_spec,
+                    date - Duration::days(*offset),
+                    None,
+                )
+                .await?;
+                steps.push(step);
+            }
+        }
+        date += Duration::days(1);
+    }
+    publish::to_stream_acked(
+        client,
+        client.subjects().audit("backfill"),
+        &format!("backfill:{}", ids::new_trace_id()),
+        &serde_json::json!({
+            "request": request,
+            "plan": steps,
+            "at": ax_bus::time::now(),
+            "node": node,
+        }),
+    )
+    .await?;
+    Ok(Ok(steps))
+}
+
+/// The instance of `spec` for `date`: at the job's first cron fire of that date, or at the
+/// start of the date for a job without cron.
+fn expected_time(spec: &JobSpec, date: NaiveDate) -> chrono::DateTime<chrono::Utc> {
+    let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
+    let start = start_of_day(tz, date);
+    spec.cron
+        .as_deref()
+        .and_then(|cron| FireSchedule::new(cron, &spec.timezone).ok())
+        .and_then(|schedule| schedule.next_after(start - Duration::milliseconds(1)))
+        .filter(|fire| {
+            crate::scheduler::fire_schedule::biz_date_in(tz, *fire)
+                == date.format("%Y-%m-%d").to_string()
+        })
+        .unwrap_or(start)
+}
+
+async fn create(
+    creator: &Creator,
+    spec: &JobSpec,
+    date: NaiveDate,
+    gate: Option<Gate>,
+) -> Result<(String, PlanStep), ActorError> {
+    let biz_date = date.format("%Y-%m-%d").to_string();
+    let mut instance = NewInstance::new(
+        spec,
+        expected_time(spec, date),
+        biz_date.clone(),
+        spec.params.clone(),
+        Trigger::Backfill,
+        ax_bus::time::now(),
+    );
+    instance.work.gate = gate.clone();
+    let id = instance.record.instance_id.clone();
+    let created = creator.create(instance).await?;
+    let (will_run, why) = match (created, gate) {
+        (Created::Fired, Some(gate)) => (true, format!("created; runs after {}", gate.instance_id)),
+        (Created::Fired, None) => (true, "created".to_string()),
+        _ => (false, "exists already; left as it is".to_string()),
+    };
+    Ok((
+        id.clone(),
+        PlanStep {
+            instance_id: id,
+            job: spec.name.clone(),
+            biz_date,
+            state: State::Running,
+            will_run,
+            why,
+        },
+    ))
+}
+
+/// Jobs with a cron downstream of `root` (transitively), with their total date offset.
+fn cron_downstream(registry: &BTreeMap<String, JobSpec>, root: &str) -> Vec<(String, i64)> {
+    let mut found = Vec::new();
+    let mut seen = BTreeSet::from([root.to_string()]);
+    let mut queue = VecDeque::from([(root.to_string(), 0i64)]);
+    while let Some((job, offset)) = queue.pop_front() {
+        for spec in registry.values() {
+            for dep in spec.deps.iter().filter(|d| d.name == job) {
+                let Ok(dep_offset) = dep.offset_days() else {
+                    continue;
+                };
+                if seen.insert(spec.name.clone()) {
+                    let total = offset + dep_offset;
+                    if spec.cron.is_some() {
+                        found.push((spec.name.clone(), total));
+                    }
+                    queue.push_back((spec.name.clone(), total));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, cron: Option<&str>, deps: &[(&str, &str)]) -> JobSpec {
+        let mut value = serde_json::json!({
+            "name": name,
+            "exec": {"type": "shell", "command": "true"},
+            "deps": deps.iter().map(|(n, d)| serde_json::json!({"name": n, "biz_date": d})).collect::<Vec<_>>(),
+        });
+        if let Some(cron) = cron {
+            value["cron"] = cron.into();
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn downstream_cron_jobs_are_found_with_their_offsets() {
+        let registry: BTreeMap<String, JobSpec> = [
+            spec("a", Some("0 1 * * *"), &[]),
+            spec("b", None, &[("a", "current")]),
+            spec("c", Some("0 3 * * *"), &[("b", "-1d")]),
+        ]
+        .into_iter()
+        .map(|s| (s.name.clone(), s))
+        .collect();
+        assert_eq!(cron_downstream(&registry, "a"), [("c".to_string(), -1)]);
+    }
+
+    #[test]
+    fn a_cron_job_is_backfilled_at_its_first_fire_of_the_date() {
+        let daily = spec("a", Some("30 2 * * *"), &[]);
+        let date = parse_date("2026-03-08").unwrap();
+        let mut zoned = daily.clone();
+        zoned.timezone = "America/New_York".into();
+        // 02:30 does not exist that day in New York: the fire is at 03:00 new time.
+        assert_eq!(
+            ax_bus::time::rfc3339(expected_time(&zoned, date)),
+            "2026-03-08T07:00:00.000Z"
+        );
+        assert_eq!(
+            ax_bus::time::rfc3339(expected_time(&daily, date)),
+            "2026-03-08T02:30:00.000Z"
+        );
+        let plain = spec("b", None, &[]);
+        assert_eq!(
+            ax_bus::time::rfc3339(expected_time(&plain, date)),
+            "2026-03-08T00:00:00.000Z"
+        );
+    }
+}

@@ -1,0 +1,378 @@
+//! The control subjects (`ax.control.<command>`), served by the Schedulers.
+//!
+//! Commands arrive through a work-queue stream with one durable consumer shared by all
+//! Scheduler copies, so each is carried out once even with many Schedulers, and a command sent
+//! while none runs waits for the first to start. The answer goes to the core subject named by
+//! the `Ax-Reply-To` header.
+//!
+//! Input is never trusted: a payload that does not decode, an unknown command or an invalid job
+//! is answered with the reasons, published as an alert on `ax.alert.control`, and acknowledged —
+//! it changes nothing and never takes the Scheduler down. A NATS failure while carrying out a
+//! valid command is not the sender's fault: the message is redelivered a second later.
+
+pub mod backfill;
+pub mod rerun;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv::CreateErrorKind, kv::UpdateErrorKind, AckKind};
+use chrono::NaiveDate;
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+
+use ax_bus::instance::Trigger;
+use ax_bus::messages::{
+    commands, ApplyRequest, BackfillRequest, Change, ControlReply, JobChange, JobNameRequest,
+    JobRecord, PlanStep, QueueRequest, QueueState, RerunRequest, TriggerRequest, REPLY_TO_HEADER,
+};
+use ax_bus::{codec, spec, AxClient};
+
+use crate::jetstream::consume::{self, ConsumerSpec};
+use crate::scheduler::creator::{Created, Creator, NewInstance};
+use crate::scheduler::fire_schedule::biz_date_in;
+use crate::ActorError;
+
+use crate::jetstream::publish;
+
+/// Serves control commands until the subscription ends.
+pub async fn serve(client: AxClient, creator: Creator, node: String) -> Result<(), ActorError> {
+    let spec = ConsumerSpec {
+        stream: client.layout.control_stream(),
+        durable: "scheduler-control".into(),
+        filter: client.subjects().control_all(),
+        ack_wait: Duration::from_secs(30),
+        max_ack_pending: 64,
+        max_deliver: consume::POISON_DELIVERIES,
+    };
+    let mut messages = consume::messages(&client, &spec, 16).await?;
+    while let Some(message) = messages.next().await {
+        let message = message.map_err(|e| ActorError::Nats(format!("control consumer: {e}")))?;
+        handle(&client, &creator, &node, &message).await;
+    }
+    Ok(())
+}
+
+/// A valid command that could not be carried out for now.
+struct Transient(ActorError);
+
+impl<E: Into<ActorError>> From<E> for Transient {
+    fn from(e: E) -> Self {
+        Transient(e.into())
+    }
+}
+
+async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jetstream::Message) {
+    let command = message.subject.rsplit('.').next().unwrap_or_default();
+    let reply_to = message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(REPLY_TO_HEADER))
+        .map(|v| v.as_str().to_string());
+    let published = message
+        .info()
+        .map(|i| ax_bus::time::from_server(i.published))
+        .unwrap_or_else(|_| ax_bus::time::now());
+    let outcome = match command {
+        commands::APPLY => match decode::<ApplyRequest>(message) {
+            Ok(request) => apply(client, request).await,
+            Err(reply) => Ok(*reply),
+        },
+        commands::DELETE => match decode::<JobNameRequest>(message) {
+            Ok(request) => delete(client, &request.name).await,
+            Err(reply) => Ok(*reply),
+        },
+        commands::PAUSE | commands::RESUME => match decode::<JobNameRequest>(message) {
+            Ok(request) => set_paused(client, &request.name, command == commands::PAUSE).await,
+            Err(reply) => Ok(*reply),
+        },
+        commands::TRIGGER => match decode::<TriggerRequest>(message) {
+            Ok(request) => trigger(client, creator, request, published).await,
+            Err(reply) => Ok(*reply),
+        },
+        commands::RERUN => match decode::<RerunRequest>(message) {
+            Ok(request) => planned(rerun::rerun(client, node, &request).await),
+            Err(reply) => Ok(*reply),
+        },
+        commands::QUEUE => match decode::<QueueRequest>(message) {
+            Ok(request) => set_queue(client, &request).await,
+            Err(reply) => Ok(*reply),
+        },
+        commands::BACKFILL => match decode::<BackfillRequest>(message) {
+            Ok(request) => planned(backfill::backfill(client, creator, node, &request).await),
+            Err(reply) => Ok(*reply),
+        },
+        other => Ok(ControlReply::refused(vec![format!(
+            "unknown control command `{other}` (apply, delete, pause, resume, trigger, rerun, \
+             backfill, queue)"
+        )])),
+    };
+    match outcome {
+        Ok(reply) => {
+            if !reply.ok {
+                publish::alert(
+                    client,
+                    node,
+                    "control",
+                    format!("refused control message: {}", reply.errors.join("; ")),
+                    Some(message.subject.to_string()),
+                )
+                .await;
+            }
+            if let Some(reply_to) = reply_to {
+                if let Ok(payload) = codec::encode(&reply) {
+                    let _ = client.nats.publish(reply_to, payload).await;
+                }
+            }
+            if let Err(e) = message.ack().await {
+                tracing::warn!(error = %e, "cannot ack control message");
+            }
+        }
+        Err(Transient(e)) => {
+            tracing::warn!(command, error = %e, "control command failed; retrying later");
+            let _ = message
+                .ack_with(AckKind::Nak(Some(consume::backoff(message))))
+                .await;
+        }
+    }
+}
+
+/// Pauses or resumes a priority's queue: the Routers stop (or start again) pulling from it;
+/// nothing in it is lost.
+async fn set_queue(client: &AxClient, request: &QueueRequest) -> Result<ControlReply, Transient> {
+    let state = QueueState {
+        paused: request.paused,
+    };
+    client
+        .queues
+        .put(request.priority.as_str(), codec::encode(&state)?)
+        .await
+        .map_err(|e| ActorError::Nats(format!("set queue {}: {e}", request.priority.as_str())))?;
+    Ok(ControlReply {
+        ok: true,
+        message: format!(
+            "queue {} {}",
+            request.priority.as_str(),
+            if request.paused { "paused" } else { "resumed" }
+        ),
+        ..ControlReply::default()
+    })
+}
+
+/// The answer to a planned command (re-run, backfill).
+fn planned(
+    outcome: Result<Result<Vec<PlanStep>, String>, ActorError>,
+) -> Result<ControlReply, Transient> {
+    match outcome? {
+        Ok(plan) => Ok(ControlReply {
+            ok: true,
+            plan,
+            ..ControlReply::default()
+        }),
+        Err(refusal) => Ok(ControlReply::refused(vec![refusal])),
+    }
+}
+
+fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, Box<ControlReply>> {
+    codec::decode_by_header(message.headers.as_ref(), &message.payload)
+        .map_err(|e| Box::new(ControlReply::refused(vec![e.to_string()])))
+}
+
+async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply, Transient> {
+    let mut errors = Vec::new();
+    let mut seen = BTreeSet::new();
+    for doc in &request.jobs {
+        if !seen.insert(doc.job.name.as_str()) {
+            errors.push(format!(
+                "{}: job.name: appears more than once in this apply",
+                doc.job.name
+            ));
+        }
+        for e in spec::validate(doc) {
+            errors.push(format!("{}: {e}", doc.job.name));
+        }
+    }
+    if request.jobs.is_empty() {
+        errors.push("the apply holds no job".to_string());
+    }
+    if !errors.is_empty() {
+        return Ok(ControlReply::refused(errors));
+    }
+    let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
+    let applied: Vec<&spec::JobSpec> = request.jobs.iter().map(|d| &d.job).collect();
+    for (job, e) in spec::graph::validate_graph(&applied, &registered) {
+        errors.push(format!("{job}: {e}"));
+    }
+    if !errors.is_empty() {
+        return Ok(ControlReply::refused(errors));
+    }
+    let mut changes = Vec::new();
+    for doc in request.jobs {
+        let change = store_job(client, doc.job).await?;
+        changes.push(change);
+    }
+    Ok(ControlReply {
+        ok: true,
+        changes,
+        ..ControlReply::default()
+    })
+}
+
+async fn store_job(client: &AxClient, spec: spec::JobSpec) -> Result<JobChange, Transient> {
+    let name = spec.name.clone();
+    loop {
+        let existing = client.job(&name).await?;
+        let change = match &existing {
+            None => Change::Created,
+            Some((record, _)) if record.spec == spec => {
+                return Ok(JobChange {
+                    name,
+                    change: Change::Unchanged,
+                })
+            }
+            Some(_) => Change::Updated,
+        };
+        let record = JobRecord {
+            spec: spec.clone(),
+            paused: existing.as_ref().is_some_and(|(r, _)| r.paused),
+            updated_at: ax_bus::time::now(),
+        };
+        let payload = codec::encode(&record)?;
+        let written = match existing {
+            None => match client.jobs.create(&name, payload).await {
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => false,
+                Err(e) => return Err(ActorError::Nats(format!("store job {name}: {e}")).into()),
+                Ok(_) => true,
+            },
+            Some((_, revision)) => match client.jobs.update(&name, payload, revision).await {
+                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => false,
+                Err(e) => return Err(ActorError::Nats(format!("store job {name}: {e}")).into()),
+                Ok(_) => true,
+            },
+        };
+        if written {
+            return Ok(JobChange { name, change });
+        }
+        // A concurrent apply changed the job meanwhile: compare again.
+    }
+}
+
+fn no_such_job(name: &str) -> ControlReply {
+    ControlReply::refused(vec![format!("no job named `{name}`")])
+}
+
+async fn delete(client: &AxClient, name: &str) -> Result<ControlReply, Transient> {
+    if client.job(name).await?.is_none() {
+        return Ok(no_such_job(name));
+    }
+    let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
+    let dependents = spec::graph::dependents_of(name, &registered);
+    if !dependents.is_empty() {
+        return Ok(ControlReply::refused(vec![format!(
+            "`{name}` is a dependency of {}; change or delete them first",
+            dependents.join(", ")
+        )]));
+    }
+    client
+        .jobs
+        .delete(name)
+        .await
+        .map_err(|e| ActorError::Nats(format!("delete job {name}: {e}")))?;
+    Ok(ControlReply {
+        ok: true,
+        message: format!("deleted {name}"),
+        ..ControlReply::default()
+    })
+}
+
+async fn set_paused(
+    client: &AxClient,
+    name: &str,
+    paused: bool,
+) -> Result<ControlReply, Transient> {
+    loop {
+        let Some((mut record, revision)) = client.job(name).await? else {
+            return Ok(no_such_job(name));
+        };
+        let verb = if paused { "paused" } else { "resumed" };
+        if record.paused == paused {
+            return Ok(ControlReply {
+                ok: true,
+                message: format!("{name} was already {verb}"),
+                ..ControlReply::default()
+            });
+        }
+        record.paused = paused;
+        record.updated_at = ax_bus::time::now();
+        match client
+            .jobs
+            .update(name, codec::encode(&record)?, revision)
+            .await
+        {
+            Ok(_) => {
+                return Ok(ControlReply {
+                    ok: true,
+                    message: format!("{name} {verb}"),
+                    ..ControlReply::default()
+                })
+            }
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
+            Err(e) => return Err(ActorError::Nats(format!("update job {name}: {e}")).into()),
+        }
+    }
+}
+
+/// A manual run. Its expected time is when the command reached the server (the JetStream
+/// timestamp, identical on every redelivery), so a redelivered trigger never runs twice.
+async fn trigger(
+    client: &AxClient,
+    creator: &Creator,
+    request: TriggerRequest,
+    published: chrono::DateTime<chrono::Utc>,
+) -> Result<ControlReply, Transient> {
+    let Some((job, _)) = client.job(&request.name).await? else {
+        return Ok(no_such_job(&request.name));
+    };
+    let mut errors = Vec::new();
+    if let Some(date) = &request.biz_date {
+        if NaiveDate::parse_from_str(date, "%Y-%m-%d").is_err() {
+            errors.push(format!("biz_date: `{date}` is not a date (YYYY-MM-DD)"));
+        }
+    }
+    for name in request.params.keys() {
+        if !spec::is_valid_param_name(name) {
+            errors.push(format!(
+                "params.{name}: a param name must match [A-Za-z_][A-Za-z0-9_]{{0,63}}"
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Ok(ControlReply::refused(errors));
+    }
+    let tz: chrono_tz::Tz = job.spec.timezone.parse().unwrap_or(chrono_tz::UTC);
+    let biz_date = request
+        .biz_date
+        .unwrap_or_else(|| biz_date_in(tz, published));
+    let mut params: BTreeMap<String, serde_json::Value> = job.spec.params.clone();
+    params.extend(request.params);
+    let instance = NewInstance::new(
+        &job.spec,
+        published,
+        biz_date,
+        params,
+        Trigger::Manual,
+        ax_bus::time::now(),
+    );
+    let id = instance.record.instance_id.clone();
+    let created = creator.create(instance).await?;
+    Ok(ControlReply {
+        ok: true,
+        instance_id: Some(id),
+        message: match created {
+            Created::Fired => "triggered".into(),
+            Created::Deduplicated => "already triggered".into(),
+            Created::Skipped => "skipped".into(),
+        },
+        ..ControlReply::default()
+    })
+}

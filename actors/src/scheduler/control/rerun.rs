@@ -1,0 +1,423 @@
+//! Manual re-runs (`ax rerun`, `ax.control.rerun`), carried out by a Scheduler.
+//!
+//! A re-run starts from roots — one instance (`--instance`), the instances of a job for a
+//! business date (`--biz-date --root`), or every instance of a date whose job no other job of
+//! that date depends on (`--biz-date`) — and follows the dependency graph down, date offsets
+//! included. Each instance reached gets a line in the plan:
+//! - a root runs again, unless `--failed-only` and it succeeded;
+//! - a downstream instance runs again if it failed or was cancelled; a succeeded one stays
+//!   unless `--force-downstream` (its output may already have been used);
+//! - an instance still running or waiting for a retry stays.
+//!
+//! Instances run again in dependency order, each as a new attempt of the same instance (same id,
+//! original params, a fresh retry budget), handed to the DagCoordinator, which holds each one
+//! until its upstream's new attempt has succeeded. `--dry-run` returns the plan and changes
+//! nothing. Every re-run, dry or not, is recorded on `ax.audit.rerun`: who, when, what, how.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use chrono::{Duration, NaiveDate};
+
+use ax_bus::client::Updated;
+use ax_bus::messages::{DateInstances, PlanStep, RerunAudit, RerunRequest, WorkItem};
+use ax_bus::spec::JobSpec;
+use ax_bus::{ids, AxClient, State};
+
+use crate::dag::day_store;
+use crate::dag::state::{parse_date, DayKey};
+use crate::jetstream::publish;
+use crate::ActorError;
+
+/// upstream job → (downstream job, date offset).
+pub type Dependents = HashMap<String, Vec<(String, i64)>>;
+
+/// A refusal (bad request) or the plan.
+pub type Outcome = Result<Vec<PlanStep>, String>;
+
+/// Plans and (unless a dry run) carries out a re-run.
+pub async fn rerun(
+    client: &AxClient,
+    node: &str,
+    request: &RerunRequest,
+) -> Result<Outcome, ActorError> {
+    let registry: BTreeMap<String, JobSpec> = client
+        .jobs()
+        .await?
+        .into_iter()
+        .map(|r| (r.spec.name.clone(), r.spec))
+        .collect();
+    let (roots, mut entries) = match find_roots(client, request, &registry).await? {
+        Ok(found) => found,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let dependents = dependents(&registry);
+    let mut queue: VecDeque<DayKey> = entries.keys().cloned().collect();
+    while let Some((job, date)) = queue.pop_front() {
+        for (downstream, offset) in dependents.get(&job).into_iter().flatten() {
+            let key = (downstream.clone(), date - Duration::days(*offset));
+            if entries.contains_key(&key) {
+                continue;
+            }
+            let day = day_store::read_day(client, &key.0, key.1).await?;
+            if !day.instances.is_empty() {
+                entries.insert(key.clone(), day);
+                queue.push_back(key);
+            }
+        }
+    }
+    let mut plan = decide(request, &dependents, &entries, &roots);
+    if !request.dry_run {
+        for step in plan.iter_mut().filter(|s| s.will_run) {
+            start_again(client, &registry, step).await?;
+        }
+    }
+    let audit = RerunAudit {
+        request: request.clone(),
+        plan: plan.clone(),
+        at: ax_bus::time::now(),
+        node: node.to_string(),
+    };
+    publish::to_stream_acked(
+        client,
+        client.subjects().audit("rerun"),
+        &format!("rerun:{}", ids::new_trace_id()),
+        &audit,
+    )
+    .await?;
+    Ok(Ok(plan))
+}
+
+/// Which instances are roots, with the (job, date) entries they belong to.
+type Roots = (BTreeSet<String>, BTreeMap<DayKey, DateInstances>);
+
+async fn find_roots(
+    client: &AxClient,
+    request: &RerunRequest,
+    registry: &BTreeMap<String, JobSpec>,
+) -> Result<Result<Roots, String>, ActorError> {
+    let mut entries = BTreeMap::new();
+    let mut roots = BTreeSet::new();
+    match (&request.instance, &request.biz_date) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Ok(Err("give either --instance or --biz-date".into()))
+        }
+        (Some(id), None) => {
+            if request.root.is_some() {
+                return Ok(Err("--root goes with --biz-date, not --instance".into()));
+            }
+            let Some((record, _)) = client.instance(id).await? else {
+                return Ok(Err(format!("no instance `{id}`")));
+            };
+            let Some(date) = parse_date(&record.biz_date) else {
+                return Ok(Err(format!("instance `{id}` has no valid business date")));
+            };
+            let key = (record.job.clone(), date);
+            let mut day = day_store::read_day(client, &key.0, key.1).await?;
+            day.instances
+                .insert(record.instance_id.clone(), (record.attempt, record.state));
+            entries.insert(key, day);
+            roots.insert(record.instance_id);
+        }
+        (None, Some(date_text)) => {
+            let Some(date) = parse_date(date_text) else {
+                return Ok(Err(format!(
+                    "--biz-date `{date_text}` is not a date (YYYY-MM-DD)"
+                )));
+            };
+            entries.extend(day_store::read_date(client, date).await?);
+            let day_jobs: BTreeSet<&str> = entries.keys().map(|(j, _)| j.as_str()).collect();
+            let root_jobs: Vec<String> = match &request.root {
+                Some(root) => {
+                    if !registry.contains_key(root) {
+                        return Ok(Err(format!("no job named `{root}`")));
+                    }
+                    if !day_jobs.contains(root.as_str()) {
+                        return Ok(Err(format!("no instance of `{root}` for {date}")));
+                    }
+                    vec![root.clone()]
+                }
+                None => {
+                    if entries.is_empty() {
+                        return Ok(Err(format!("no instance for {date}")));
+                    }
+                    // Jobs of the date that no other job of the date depends on.
+                    day_jobs
+                        .iter()
+                        .filter(|job| {
+                            !registry.get(**job).is_some_and(|spec| {
+                                spec.deps.iter().any(|d| {
+                                    d.offset_days() == Ok(0) && day_jobs.contains(d.name.as_str())
+                                })
+                            })
+                        })
+                        .map(|j| j.to_string())
+                        .collect()
+                }
+            };
+            entries.retain(|(job, _), _| root_jobs.contains(job));
+            for day in entries.values() {
+                roots.extend(day.instances.keys().cloned());
+            }
+        }
+    }
+    Ok(Ok((roots, entries)))
+}
+
+/// upstream job → (downstream job, offset).
+fn dependents(registry: &BTreeMap<String, JobSpec>) -> Dependents {
+    let mut map = Dependents::new();
+    for spec in registry.values() {
+        for dep in &spec.deps {
+            if let Ok(offset) = dep.offset_days() {
+                map.entry(dep.name.clone())
+                    .or_default()
+                    .push((spec.name.clone(), offset));
+            }
+        }
+    }
+    map
+}
+
+/// The plan: every instance of `entries`, upstream before downstream, with its fate.
+pub fn decide(
+    request: &RerunRequest,
+    dependents: &Dependents,
+    entries: &BTreeMap<DayKey, DateInstances>,
+    roots: &BTreeSet<String>,
+) -> Vec<PlanStep> {
+    // Kahn's order over the (job, date) entries, so an upstream is always re-run first.
+    let mut indegree: BTreeMap<&DayKey, usize> = entries.keys().map(|k| (k, 0)).collect();
+    let edges = |key: &DayKey| -> Vec<DayKey> {
+        dependents
+            .get(&key.0)
+            .into_iter()
+            .flatten()
+            .map(|(job, offset)| (job.clone(), key.1 - Duration::days(*offset)))
+            .filter(|k| entries.contains_key(k) && k != key)
+            .collect()
+    };
+    for key in entries.keys() {
+        for next in edges(key) {
+            if let Some(n) = indegree.get_mut(&next) {
+                *n += 1;
+            }
+        }
+    }
+    let mut ready: VecDeque<DayKey> = indegree
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(k, _)| (*k).clone())
+        .collect();
+    let mut order = Vec::new();
+    let mut placed: BTreeSet<DayKey> = BTreeSet::new();
+    while let Some(key) = ready.pop_front() {
+        placed.insert(key.clone());
+        for next in edges(&key) {
+            if let Some(n) = indegree.get_mut(&next) {
+                *n = n.saturating_sub(1);
+                if *n == 0 && !placed.contains(&next) {
+                    ready.push_back(next);
+                }
+            }
+        }
+        order.push(key);
+    }
+    order.extend(entries.keys().filter(|k| !placed.contains(*k)).cloned());
+    let mut steps = Vec::new();
+    for key in order {
+        let Some(day) = entries.get(&key) else {
+            continue;
+        };
+        for (id, (_, state)) in &day.instances {
+            let is_root = roots.contains(id);
+            if request.instance.is_some() && key_has_root(day, roots) && !is_root {
+                // Another instance of the same job and date as the named one: not asked for.
+                continue;
+            }
+            let (will_run, why) = fate(request, is_root, *state);
+            steps.push(PlanStep {
+                instance_id: id.clone(),
+                job: key.0.clone(),
+                biz_date: date_text(key.1),
+                state: *state,
+                will_run,
+                why,
+            });
+        }
+    }
+    steps
+}
+
+fn key_has_root(day: &DateInstances, roots: &BTreeSet<String>) -> bool {
+    day.instances.keys().any(|id| roots.contains(id))
+}
+
+fn date_text(date: NaiveDate) -> String {
+    date.format("%Y-%m-%d").to_string()
+}
+
+fn fate(request: &RerunRequest, is_root: bool, state: State) -> (bool, String) {
+    if !state.is_final() {
+        return (false, format!("still {state}"));
+    }
+    match (is_root, state) {
+        (true, State::Success) if request.failed_only => {
+            (false, "succeeded; --failed-only leaves it".into())
+        }
+        (true, _) => (true, format!("root; was {state}")),
+        (false, State::Success) if request.force_downstream => {
+            (true, "downstream; succeeded; --force-downstream".into())
+        }
+        (false, State::Success) => (
+            false,
+            "downstream; succeeded; stays (use --force-downstream to re-run it)".into(),
+        ),
+        (false, _) => (true, format!("downstream; was {state}")),
+    }
+}
+
+/// Starts a planned instance again; a step whose instance moved meanwhile becomes "stays".
+async fn start_again(
+    client: &AxClient,
+    registry: &BTreeMap<String, JobSpec>,
+    step: &mut PlanStep,
+) -> Result<(), ActorError> {
+    let Some(spec) = registry.get(&step.job) else {
+        step.will_run = false;
+        step.why = "its job was deleted".into();
+        return Ok(());
+    };
+    let trace = ids::new_trace_id();
+    let record = match client
+        .update_instance(&step.instance_id, |r| r.rerun(&trace))
+        .await?
+    {
+        Updated::Written(record, _) => *record,
+        Updated::Refused(refused) => {
+            step.will_run = false;
+            step.why = format!("not re-run: {refused}");
+            return Ok(());
+        }
+        Updated::Missing => {
+            step.will_run = false;
+            step.why = "the instance record is gone".into();
+            return Ok(());
+        }
+    };
+    let work = WorkItem::for_attempt(&record, spec.clone());
+    publish::to_stream_acked(
+        client,
+        client.subjects().created(&record.job),
+        &format!("created:{}", record.trace_id),
+        &work,
+    )
+    .await?;
+    publish::event(client, &record).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(failed_only: bool, force: bool) -> RerunRequest {
+        RerunRequest {
+            instance: None,
+            biz_date: Some("2026-01-01".into()),
+            root: Some("a".into()),
+            failed_only,
+            force_downstream: force,
+            dry_run: true,
+            requested_by: "test".into(),
+        }
+    }
+
+    fn day(id: &str, state: State) -> DateInstances {
+        DateInstances {
+            instances: [(id.to_string(), (1, state))].into_iter().collect(),
+        }
+    }
+
+    /// a -> b (same date) -> c (next date), and d depends on a but succeeded.
+    fn graph() -> (Dependents, BTreeMap<DayKey, DateInstances>) {
+        let d1 = parse_date("2026-01-01").unwrap();
+        let d2 = parse_date("2026-01-02").unwrap();
+        let dependents: Dependents = [
+            (
+                "a".to_string(),
+                vec![("b".to_string(), 0), ("d".to_string(), 0)],
+            ),
+            ("b".to_string(), vec![("c".to_string(), -1)]),
+        ]
+        .into_iter()
+        .collect();
+        let entries = [
+            (("c".to_string(), d2), day("c.2", State::Cancelled)),
+            (("b".to_string(), d1), day("b.1", State::Failed)),
+            (("a".to_string(), d1), day("a.1", State::Success)),
+            (("d".to_string(), d1), day("d.1", State::Success)),
+        ]
+        .into_iter()
+        .collect();
+        (dependents, entries)
+    }
+
+    fn lines(steps: &[PlanStep]) -> Vec<(String, bool)> {
+        steps
+            .iter()
+            .map(|s| (s.instance_id.clone(), s.will_run))
+            .collect()
+    }
+
+    #[test]
+    fn the_default_reruns_the_root_and_what_failed_below_it() {
+        let (dependents, entries) = graph();
+        let roots = ["a.1".to_string()].into_iter().collect();
+        let steps = decide(&request(false, false), &dependents, &entries, &roots);
+        assert_eq!(
+            lines(&steps),
+            [
+                ("a.1".into(), true),
+                ("b.1".into(), true),
+                ("d.1".into(), false),
+                ("c.2".into(), true)
+            ]
+        );
+        assert!(steps[2].why.contains("--force-downstream"));
+    }
+
+    #[test]
+    fn failed_only_leaves_every_success_alone() {
+        let (dependents, entries) = graph();
+        let roots = ["a.1".to_string()].into_iter().collect();
+        let steps = decide(&request(true, false), &dependents, &entries, &roots);
+        assert_eq!(
+            lines(&steps),
+            [
+                ("a.1".into(), false),
+                ("b.1".into(), true),
+                ("d.1".into(), false),
+                ("c.2".into(), true)
+            ]
+        );
+    }
+
+    #[test]
+    fn force_downstream_reruns_succeeded_downstream_instances_too() {
+        let (dependents, entries) = graph();
+        let roots = ["a.1".to_string()].into_iter().collect();
+        let steps = decide(&request(false, true), &dependents, &entries, &roots);
+        assert!(steps.iter().all(|s| s.will_run));
+    }
+
+    #[test]
+    fn running_instances_stay() {
+        let (dependents, mut entries) = graph();
+        let d1 = parse_date("2026-01-01").unwrap();
+        entries.insert(("b".into(), d1), day("b.1", State::WaitingRetry));
+        let roots = ["a.1".to_string()].into_iter().collect();
+        let steps = decide(&request(false, false), &dependents, &entries, &roots);
+        assert_eq!(steps[1].why, "still waiting_retry");
+        assert!(!steps[1].will_run);
+    }
+}

@@ -1,0 +1,507 @@
+//! Creating instances: the one place an instance comes into existence, for cron fires, manual
+//! triggers and (later) backfills.
+//!
+//! Each instance is created with a create-if-absent on its id (job + expected time) in the
+//! instances bucket, so however many Schedulers fire the same tick, exactly one record is
+//! written; the losers see `AlreadyExists` and count the tick as de-duplicated. The winner then
+//! hands the attempt to the DagCoordinator on `ax.internal.created.<job>`.
+//!
+//! Creations are batched: everything due together (up to 1024) is created with pipelined
+//! publishes (`expected last subject sequence = 0` on the record's key), acks awaited together,
+//! then handed off and recorded (tick) the same way — two round trips for a whole batch rather
+//! than for each instance. A fire is never dropped for a transient failure: the failed ones are
+//! queued again with backoff until NATS answers. A retry after a lost ack finds the record with
+//! *its own* trace id and goes on to the hand-off, so an instance is never left created but not
+//! handed on by its own creator. The batches run on a task of their own, which outlives restarts
+//! of the Scheduler actor. An instance found already created is watched for a while, in case
+//! its creator died before handing it on (see [`crate::scheduler::orphans`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
+use async_nats::jetstream::kv::CreateErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot};
+
+use ax_bus::instance::Trigger;
+use ax_bus::messages::{StoredRecord, TickOutcome, WorkItem};
+use ax_bus::spec::{JobSpec, Overlap};
+use ax_bus::{codec, ids, AxClient, InstanceRecord, State, Tag};
+
+use crate::jetstream::publish;
+use crate::scheduler::orphans;
+use crate::scheduler::overlap::{self, Decision};
+use crate::scheduler::ticks;
+use crate::ActorError;
+
+/// Most creations in one batch.
+const BATCH: usize = 1024;
+/// Longest wait before a creation that failed for a transient reason is tried again.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What happened to a creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// This call created the instance.
+    Fired,
+    /// The instance already existed (another Scheduler, or an earlier call).
+    Deduplicated,
+    /// The overlap policy skipped it.
+    Skipped,
+}
+
+/// A new instance and its first attempt.
+#[derive(Clone, Debug)]
+pub struct NewInstance {
+    /// The record to create.
+    pub record: InstanceRecord,
+    /// The first attempt.
+    pub work: WorkItem,
+    /// Whether the attempt goes straight to the Router: only when nothing in the DAG can
+    /// concern it (no dependencies, no gate, no job depending on it).
+    pub skip_coordinator: bool,
+    /// For a cron tick: how it is recorded when created (`fired` or `caught_up`); the overlap
+    /// policy applies to ticks only.
+    pub tick: Option<TickOutcome>,
+}
+
+impl NewInstance {
+    /// The first attempt of `spec`'s instance expected at `expected`.
+    pub fn new(
+        spec: &JobSpec,
+        expected: DateTime<Utc>,
+        biz_date: String,
+        params: BTreeMap<String, serde_json::Value>,
+        trigger: Trigger,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let instance_id = ids::instance_id(&spec.name, expected);
+        // The same for every creator: Schedulers racing for a fire all hold the same attempt.
+        let trace_id = ids::first_trace_id(&instance_id);
+        let record = InstanceRecord {
+            instance_id: instance_id.clone(),
+            trace_id: trace_id.clone(),
+            job: spec.name.clone(),
+            biz_date: biz_date.clone(),
+            attempt: 1,
+            run_start: 1,
+            state: State::Running,
+            tag: Tag::Queued,
+            expected_time: expected,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            message: "queued".to_string(),
+            output: serde_json::Value::Null,
+            trigger,
+            params: params.clone(),
+            priority: spec.priority,
+            next_attempt_at: None,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            shard: None,
+            worker_losses: 0,
+            pin: None,
+        };
+        let work = WorkItem {
+            instance_id,
+            trace_id,
+            attempt: 1,
+            run_start: 1,
+            biz_date,
+            expected_time: expected,
+            params,
+            spec: spec.clone(),
+            worker: None,
+            gate: None,
+            dispatch: None,
+            router: None,
+            shard: None,
+            pin: None,
+            stored: None,
+        };
+        Self {
+            record,
+            work,
+            skip_coordinator: false,
+            tick: None,
+        }
+    }
+}
+
+struct Request {
+    instance: NewInstance,
+    reply: Option<oneshot::Sender<Created>>,
+    /// How long to wait before the next try, once one has failed.
+    backoff: Duration,
+}
+
+/// Handle to the creation task.
+#[derive(Clone)]
+pub struct Creator {
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+impl Creator {
+    /// Starts the creation task on the current runtime; `node` signs the tick records.
+    pub fn start(client: AxClient, node: String) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
+        let again = tx.clone();
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(BATCH);
+            while rx.recv_many(&mut batch, BATCH).await > 0 {
+                for mut failed in create_batch(&client, &node, batch.drain(..)).await {
+                    let wait = failed.backoff;
+                    failed.backoff = (wait * 2).min(MAX_BACKOFF);
+                    let again = again.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        let _ = again.send(failed);
+                    });
+                }
+            }
+        });
+        Self { tx }
+    }
+
+    fn send(
+        &self,
+        instance: NewInstance,
+        reply: Option<oneshot::Sender<Created>>,
+    ) -> Result<(), ActorError> {
+        self.tx
+            .send(Request {
+                instance,
+                reply,
+                backoff: Duration::from_millis(100),
+            })
+            .map_err(|_| ActorError::Stopped("instance creator"))
+    }
+
+    /// Queues a creation without waiting.
+    pub fn submit(&self, instance: NewInstance) {
+        let _ = self.send(instance, None);
+    }
+
+    /// Creates and waits for the outcome.
+    pub async fn create(&self, instance: NewInstance) -> Result<Created, ActorError> {
+        let (reply, outcome) = oneshot::channel();
+        self.send(instance, Some(reply))?;
+        outcome
+            .await
+            .map_err(|_| ActorError::Stopped("instance creator"))
+    }
+}
+
+fn finish(request: Request, created: Created) {
+    if let Some(reply) = request.reply {
+        let _ = reply.send(created);
+    }
+}
+
+/// Creates a batch; returns the requests that failed for a transient reason, to be tried again.
+async fn create_batch(
+    client: &AxClient,
+    node: &str,
+    requests: impl Iterator<Item = Request>,
+) -> Vec<Request> {
+    let mut failed = Vec::new();
+    // 1. Overlap policies (cron ticks of jobs whose policy is not `allow`; rare, one by one).
+    let mut candidates = Vec::new();
+    for mut request in requests {
+        let instance = &mut request.instance;
+        let overlap = match instance.tick {
+            Some(_) => instance.work.spec.overlap,
+            None => Overlap::Allow,
+        };
+        match overlap::decide(client, &instance.work, overlap).await {
+            Ok(Decision::Proceed) => candidates.push(request),
+            Ok(Decision::Queue(gate)) => {
+                instance.work.gate = Some(gate);
+                instance.skip_coordinator = false;
+                candidates.push(request);
+            }
+            Ok(Decision::Skip(reason)) => {
+                let job = instance.work.job().to_string();
+                let tick = instance.record.expected_time;
+                match ticks::record(client, node, &job, tick, TickOutcome::Skipped, None, reason)
+                    .await
+                {
+                    Ok(()) => finish(request, Created::Skipped),
+                    Err(e) => {
+                        warn_transient(&request, &e);
+                        failed.push(request);
+                    }
+                }
+            }
+            Err(e) => {
+                warn_transient(&request, &e);
+                failed.push(request);
+            }
+        }
+    }
+    // 2. The records, pipelined: create-if-absent on each instance id.
+    let bucket = client.layout.instances_bucket();
+    let mut pending = Vec::with_capacity(candidates.len());
+    for request in candidates {
+        let publish = match codec::encode(&request.instance.record) {
+            Ok(value) => {
+                let message = PublishMessage::build()
+                    .expected_last_subject_sequence(0)
+                    .payload(value);
+                client
+                    .js
+                    .send_publish(
+                        format!("$KV.{bucket}.{}", request.instance.record.instance_id),
+                        message,
+                    )
+                    .await
+                    .map_err(|e| ActorError::Nats(e.to_string()))
+            }
+            Err(e) => Err(e.into()),
+        };
+        pending.push((request, publish));
+    }
+    // 3. As each record is stored, its hand-off and tick record go out (pipelined).
+    let mut acks = Vec::with_capacity(pending.len());
+    for (mut request, publish) in pending {
+        let stored = match publish {
+            Ok(ack) => ack.await,
+            Err(e) => {
+                warn_transient(&request, &e);
+                failed.push(request);
+                continue;
+            }
+        };
+        let found = match stored {
+            Ok(ack) => {
+                // The worker's first write to the record then needs no read.
+                let record = Box::new(request.instance.record.clone());
+                request.instance.work.stored = Some(StoredRecord {
+                    record,
+                    revision: ack.sequence,
+                });
+                Existing::Ours
+            }
+            Err(e) if record_exists(&e) => match existing(client, &request.instance.record).await {
+                Ok(found) => found,
+                Err(e) => {
+                    warn_transient(&request, &e);
+                    failed.push(request);
+                    continue;
+                }
+            },
+            Err(e) => {
+                warn_transient(&request, &ActorError::Nats(e.to_string()));
+                failed.push(request);
+                continue;
+            }
+        };
+        let instance = &request.instance;
+        let deduplicated = || {
+            ticks::publish(
+                client,
+                node,
+                instance.work.job(),
+                instance.record.expected_time,
+                TickOutcome::Deduplicated,
+                Some(instance.record.instance_id.clone()),
+                "created by another Scheduler".to_string(),
+            )
+        };
+        let (outcome, sent) = match (found, instance.tick) {
+            (Existing::Ours, _) => (Created::Fired, hand_off(client, node, instance).await),
+            // Another creator wrote the same first attempt, and may have died before handing
+            // it on: hand it on too (the message id makes a second hand-off a no-op).
+            (Existing::SameAttempt, tick) => {
+                let mut sent = hand_off_work(client, instance).await;
+                if tick.is_some() {
+                    if let Ok(acks) = sent.as_mut() {
+                        match deduplicated().await {
+                            Ok(ack) => acks.push(ack),
+                            Err(e) => sent = Err(e),
+                        }
+                    }
+                }
+                (Created::Deduplicated, sent)
+            }
+            (Existing::Other, Some(_)) => (
+                Created::Deduplicated,
+                deduplicated().await.map(|ack| vec![ack]),
+            ),
+            (Existing::Other, None) => (Created::Deduplicated, Ok(Vec::new())),
+        };
+        let watch = found == Existing::Other;
+        acks.push((request, outcome, watch, sent));
+    }
+    for (request, outcome, watch, sent) in acks {
+        let stored = match sent {
+            Ok(acks) => {
+                let mut result = Ok(());
+                for ack in acks {
+                    if let Err(e) = ack.await {
+                        result = Err(ActorError::Nats(e.to_string()));
+                    }
+                }
+                result
+            }
+            Err(e) => Err(e),
+        };
+        match stored {
+            Ok(()) => {
+                let instance = &request.instance;
+                if outcome == Created::Fired && instance.work.spec.overlap != Overlap::Allow {
+                    if let Err(e) = overlap::note_latest(
+                        client,
+                        instance.work.job(),
+                        &instance.record.instance_id,
+                    )
+                    .await
+                    {
+                        tracing::warn!(instance = %instance.record.instance_id, error = %e, "latest instance not noted");
+                    }
+                }
+                if watch {
+                    // A different attempt, whose creator may have died before handing it on.
+                    orphans::watch(client.clone(), node.to_string(), instance.clone());
+                }
+                finish(request, outcome);
+            }
+            Err(e) => {
+                warn_transient(&request, &e);
+                failed.push(request);
+            }
+        }
+    }
+    failed
+}
+
+/// Publishes the hand-off of the first attempt: to the Router, or to the DagCoordinator when
+/// the DAG may concern it. Its message id is the attempt's, so a second hand-off of the same
+/// attempt (by another creator, or a retry) within the de-duplication window is dropped.
+async fn hand_off_work(
+    client: &AxClient,
+    instance: &NewInstance,
+) -> Result<Vec<PublishAckFuture>, ActorError> {
+    let work = &instance.work;
+    let (subject, msg_id) = if instance.skip_coordinator {
+        (
+            client.subjects().ready(work.spec.priority),
+            format!("ready:{}", work.trace_id),
+        )
+    } else {
+        (
+            client.subjects().created(work.job()),
+            format!("created:{}", work.trace_id),
+        )
+    };
+    Ok(vec![
+        publish::to_stream(client, subject, &msg_id, work).await?,
+    ])
+}
+
+/// Publishes the hand-off, the tick record and the event.
+async fn hand_off(
+    client: &AxClient,
+    node: &str,
+    instance: &NewInstance,
+) -> Result<Vec<PublishAckFuture>, ActorError> {
+    let work = &instance.work;
+    let mut acks = hand_off_work(client, instance).await?;
+    if let Some(outcome) = instance.tick {
+        acks.push(
+            ticks::publish(
+                client,
+                node,
+                work.job(),
+                instance.record.expected_time,
+                outcome,
+                Some(instance.record.instance_id.clone()),
+                String::new(),
+            )
+            .await?,
+        );
+    }
+    publish::event(client, &instance.record).await;
+    Ok(acks)
+}
+
+/// Whether a create-if-absent publish failed because the key has a record already. The
+/// server answers with error code 10071 or, in some cases since 2.12, 10164 (the same
+/// refusal without the sequence in its text), which the client does not classify.
+fn record_exists(error: &PublishError) -> bool {
+    error.kind() == PublishErrorKind::WrongLastSequence
+        || std::error::Error::source(error)
+            .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
+            .is_some_and(|e| {
+                e.error_code()
+                    == async_nats::jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE_CONSTANT
+            })
+}
+
+fn warn_transient(request: &Request, error: &ActorError) {
+    tracing::warn!(
+        instance = %request.instance.record.instance_id,
+        error = %error,
+        retry_in = ?request.backoff,
+        "cannot create instance yet"
+    );
+}
+
+/// What was under an instance's id when its creation found one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Existing {
+    /// This creation's own record (an earlier try whose ack was lost).
+    Ours,
+    /// Another creator's record of the same first attempt (same trace id), not moved on yet.
+    SameAttempt,
+    /// A different attempt.
+    Other,
+}
+
+/// Reads the record that stood in the way of creating `record`.
+async fn existing(client: &AxClient, record: &InstanceRecord) -> Result<Existing, ActorError> {
+    let Some((stored, _)) = client.instance(&record.instance_id).await? else {
+        // Deleted in between (a job deletion): nothing to hand on.
+        return Ok(Existing::Other);
+    };
+    let untouched = stored.state == State::Running
+        && stored.tag == Tag::Queued
+        && stored.attempt == 1
+        && stored.run_start == 1;
+    Ok(if stored.trace_id != record.trace_id {
+        Existing::Other
+    } else if stored.created_at == record.created_at {
+        Existing::Ours
+    } else if untouched {
+        Existing::SameAttempt
+    } else {
+        // The attempt has moved on (or ended): handing it on again would be wrong.
+        Existing::Other
+    })
+}
+
+/// Writes a new instance record if none exists under its id; true when this call's record is
+/// the one stored. A record already there with the same trace id is this creation's own earlier
+/// write (its ack was lost): true too.
+pub async fn create_record(client: &AxClient, record: &InstanceRecord) -> Result<bool, ActorError> {
+    let id = &record.instance_id;
+    match client.instances.create(id, codec::encode(record)?).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+            let ours = client
+                .instance(id)
+                .await?
+                .is_some_and(|(r, _)| r.trace_id == record.trace_id);
+            if !ours {
+                tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
+            }
+            Ok(ours)
+        }
+        Err(e) => Err(ActorError::Nats(format!("create instance {id}: {e}"))),
+    }
+}

@@ -1,0 +1,539 @@
+//! # Scheduler
+//! Owns the job registry view and the time wheel of pending fires (next cron fires, delayed
+//! retries). Reads the registry bucket (replayed in full on every start), the control subjects
+//! and `ax.internal.retry.>` (failed attempts with a retry left). Writes instance records (create-if-absent) and
+//! `ax.internal.created.<job>` (through the [`Creator`]), and next attempts on
+//! `ax.internal.ready.<priority>`.
+//!
+//! Any number of Schedulers may run: they all hold the whole wheel and race to create each
+//! instance; the instances bucket lets exactly one win.
+//!
+//! A retry is remembered twice: in the wheel, for millisecond precision, and in JetStream — the
+//! retry message is negatively acknowledged with a delay just past its due time, so if this
+//! Scheduler dies the message comes back to another one, which runs the retry then.
+
+pub mod control;
+pub mod creator;
+pub mod fire_schedule;
+pub mod misfire;
+pub mod orphans;
+pub mod overlap;
+pub mod planner;
+pub mod ticks;
+pub mod time_wheel;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_nats::jetstream::AckKind;
+use futures::StreamExt;
+
+use ax_bus::client::Updated;
+use std::collections::HashMap;
+
+use ax_bus::client::kv_view::{FeedItem, KvFeed};
+use ax_bus::instance::{State, Tag, Trigger};
+use ax_bus::messages::{JobRecord, ResultMessage, TickOutcome, TickRecord, WorkItem};
+use ax_bus::spec::Misfire;
+use ax_bus::{codec, ids, AxClient};
+
+use crate::jetstream::consume::{self, ConsumerSpec};
+use crate::node::clock::Clock;
+use crate::node::clock_guard::ClockGuard;
+use crate::node::supervision::{guard, note_restart, spawn_pump};
+use crate::ActorError;
+use creator::{Creator, NewInstance};
+use planner::{DueRetry, Planner};
+
+use crate::jetstream::publish;
+
+/// The actor's name in counters, logs and `ax nodes`.
+pub const ACTOR: &str = "scheduler";
+/// The longest the wheel sleeps, so that a jump of the wall clock is noticed.
+const MAX_SLEEP: Duration = Duration::from_millis(500);
+/// How long after its due time a retry's result comes back to any Scheduler.
+const RETRY_BACKSTOP: chrono::Duration = chrono::Duration::seconds(3);
+
+/// The Scheduler actor.
+pub struct Scheduler {
+    client: AxClient,
+    clock: Arc<dyn Clock>,
+    node: String,
+    planner: Planner,
+    creator: Creator,
+    wake: Option<SpawnHandle>,
+    /// After a restart: the time of the last completed tick, from which the registry replay
+    /// schedules fires, so the ticks of the restart gap still fire.
+    replay_from: Option<chrono::DateTime<chrono::Utc>>,
+    last_tick: chrono::DateTime<chrono::Utc>,
+    /// Whether the misfire policy has run in this process (once, after the first registry load).
+    misfires_handled: bool,
+    /// Told the number of jobs each time the registry has been (re)loaded.
+    loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
+    /// While it says the node's clock is off, nothing fires.
+    clock_guard: Option<ClockGuard>,
+    /// Whether fires were held for the clock since the last tick.
+    held_for_clock: bool,
+}
+
+impl Scheduler {
+    /// A Scheduler on `client`, reading time from `clock`. Must be built on the runtime it
+    /// runs on (its creation task is spawned there).
+    pub fn new(client: AxClient, clock: Arc<dyn Clock>, node: String) -> Self {
+        let now = clock.now();
+        let creator = Creator::start(client.clone(), node.clone());
+        Self {
+            client,
+            clock,
+            node,
+            planner: Planner::new(now),
+            creator,
+            wake: None,
+            replay_from: None,
+            last_tick: now,
+            misfires_handled: false,
+            loaded: None,
+            clock_guard: None,
+            held_for_clock: false,
+        }
+    }
+
+    /// Holds every fire and retry while `guard` says the node's clock is off: they stay in the
+    /// wheel and go out once it is back (other Schedulers, with good clocks, fire them
+    /// meanwhile; the instance ids make sure each fire runs once).
+    pub fn guarded_by(mut self, guard: ClockGuard) -> Self {
+        self.clock_guard = Some(guard);
+        self
+    }
+
+    /// Reports on `loaded` the number of jobs once the registry is loaded (after every start
+    /// and restart): how benchmarks and tests see that a Scheduler is ready.
+    pub fn reporting_load(mut self, loaded: tokio::sync::watch::Sender<Option<usize>>) -> Self {
+        self.loaded = Some(loaded);
+        self
+    }
+
+    fn record_skipped(&self, job: &str, skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>) {
+        let (client, node, job) = (self.client.clone(), self.node.clone(), job.to_string());
+        actix::spawn(async move { record_skipped(&client, &node, &job, skipped).await });
+    }
+
+    /// Records the ticks a misfire policy skipped (oldest first) — except the first ones that
+    /// already have a record: orphans, whose creator died after writing the record and before
+    /// handing it on and recording its tick (else that tick would be the last recorded one).
+    /// Creations go out in tick order, so they come first, and the first tick without a record
+    /// ends them. Each is handed on through the creator (`catch_up` builds it), which hands on
+    /// an untouched first attempt and leaves one that moved on.
+    fn hand_on_orphans_then_skip(
+        &self,
+        job: &str,
+        catch_up: impl Fn(chrono::DateTime<chrono::Utc>) -> NewInstance + 'static,
+        mut skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>,
+    ) {
+        let (client, node, job) = (self.client.clone(), self.node.clone(), job.to_string());
+        let creator = self.creator.clone();
+        actix::spawn(async move {
+            let mut orphans = 0;
+            for (tick, _) in &skipped {
+                let id = ids::instance_id(&job, *tick);
+                match client.instance(&id).await {
+                    Ok(Some(_)) => {
+                        tracing::warn!(instance = %id, "a skipped tick has a record nobody handed on: handing it on");
+                        creator.submit(catch_up(*tick));
+                        orphans += 1;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(instance = %id, error = %e, "cannot tell whether a skipped tick left an orphan; recording it skipped");
+                        break;
+                    }
+                }
+            }
+            skipped.drain(..orphans);
+            record_skipped(&client, &node, &job, skipped).await;
+        });
+    }
+
+    /// Fires what is due and sleeps until the next timer.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        if self.clock_guard.as_ref().is_some_and(|g| g.skewed()) {
+            self.held_for_clock = true;
+            self.arm(ctx);
+            return;
+        }
+        let now = self.clock.now();
+        if std::mem::take(&mut self.held_for_clock) && now < self.last_tick {
+            // The clock came back from ahead: the wheel was laid out on the wrong time. A
+            // restart rebuilds it from the registry, from now.
+            tracing::warn!(node = %self.node, "clock back from ahead; rebuilding the wheel");
+            self.last_tick = now;
+            ctx.stop();
+            return;
+        }
+        let Some(due) = guard(ACTOR, || self.planner.advance(now)) else {
+            ctx.stop();
+            return;
+        };
+        self.last_tick = now;
+        for fire in due.fires {
+            if fire.paused {
+                self.record_skipped(&fire.spec.name, vec![(fire.expected, "paused".to_string())]);
+                continue;
+            }
+            let params = fire.spec.params.clone();
+            let mut instance = NewInstance::new(
+                &fire.spec,
+                fire.expected,
+                fire.biz_date,
+                params,
+                Trigger::Cron,
+                now,
+            );
+            instance.skip_coordinator = !self.planner.needs_coordinator(&fire.spec);
+            instance.tick = Some(TickOutcome::Fired);
+            self.creator.submit(instance);
+        }
+        for retry in due.retries {
+            let client = self.client.clone();
+            actix::spawn(async move {
+                if let Err(e) = run_retry(&client, &retry.instance_id, &retry.from_trace).await {
+                    tracing::warn!(instance = %retry.instance_id, error = %e, "retry not started; the result's redelivery will try again");
+                }
+            });
+        }
+        self.arm(ctx);
+    }
+
+    fn arm(&mut self, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.wake.take() {
+            ctx.cancel_future(handle);
+        }
+        let now = self.clock.now();
+        let sleep = self
+            .planner
+            .next_wake()
+            .map(|at| (at - now).to_std().unwrap_or(Duration::ZERO))
+            .unwrap_or(MAX_SLEEP)
+            .min(MAX_SLEEP);
+        self.wake = Some(ctx.run_later(sleep, |act, ctx| {
+            act.wake = None;
+            act.tick(ctx);
+        }));
+    }
+}
+
+impl Actor for Scheduler {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let addr = ctx.address();
+        spawn_pump(
+            ACTOR,
+            "registry",
+            ctx,
+            follow_registry(self.client.clone(), addr.clone()),
+        );
+        spawn_pump(
+            ACTOR,
+            "control",
+            ctx,
+            control::serve(self.client.clone(), self.creator.clone(), self.node.clone()),
+        );
+        spawn_pump(
+            ACTOR,
+            "retries",
+            ctx,
+            follow_retries(self.client.clone(), addr),
+        );
+        self.arm(ctx);
+        tracing::info!(node = %self.node, "scheduler started");
+    }
+}
+
+crate::answers_ping!(Scheduler);
+
+impl Supervised for Scheduler {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        note_restart(ACTOR);
+        self.wake = None;
+        // The view may be half-updated by whatever failed: rebuild it from the registry,
+        // catching up from the last completed tick. Pending retries come back from JetStream.
+        self.planner = Planner::new(self.last_tick);
+        self.replay_from = Some(self.last_tick);
+    }
+}
+
+/// A change of the job registry.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct RegistryChange(FeedItem);
+
+impl Handler<RegistryChange> for Scheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: RegistryChange, ctx: &mut Self::Context) {
+        let now = self.replay_from.unwrap_or_else(|| self.clock.now());
+        let loaded = matches!(msg.0, FeedItem::Current);
+        let changed = guard(ACTOR, || match msg.0 {
+            FeedItem::Put { key, value, .. } => match codec::decode::<JobRecord>(&value) {
+                Ok(record) => {
+                    if let Err(e) = self.planner.upsert(&record, now) {
+                        tracing::error!(job = %key, error = %e, "registry holds an invalid job; not scheduled");
+                    }
+                    true
+                }
+                Err(e) => {
+                    tracing::error!(job = %key, error = %e, "registry value does not decode; ignored");
+                    false
+                }
+            },
+            FeedItem::Deleted { key } => {
+                self.planner.remove(&key);
+                true
+            }
+            FeedItem::Current => {
+                self.replay_from = None;
+                tracing::info!(jobs = self.planner.job_count(), "job registry loaded");
+                if let Some(loaded) = &self.loaded {
+                    loaded.send_replace(Some(self.planner.job_count()));
+                }
+                true
+            }
+        });
+        if loaded && !self.misfires_handled {
+            self.misfires_handled = true;
+            let (client, addr) = (self.client.clone(), ctx.address());
+            actix::spawn(async move {
+                match client.last_ticks().await {
+                    Ok(last) => addr.do_send(LastTicks(last)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the last ticks; missed fires are not caught up")
+                    }
+                }
+            });
+        }
+        match changed {
+            None => ctx.stop(),
+            Some(true) => self.arm(ctx),
+            Some(false) => {}
+        }
+    }
+}
+
+/// The last recorded tick of every job, read once the registry is loaded at process start.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct LastTicks(Vec<TickRecord>);
+
+impl Handler<LastTicks> for Scheduler {
+    type Result = ();
+
+    /// Applies each job's misfire policy to the ticks between its last record and the instant
+    /// this Scheduler started firing it.
+    fn handle(&mut self, msg: LastTicks, _ctx: &mut Self::Context) {
+        let mut last: HashMap<String, chrono::DateTime<chrono::Utc>> = HashMap::new();
+        for record in msg.0 {
+            let entry = last.entry(record.job).or_insert(record.tick);
+            *entry = (*entry).max(record.tick);
+        }
+        let now = self.clock.now();
+        for candidate in self.planner.catch_up_candidates() {
+            let spec = &candidate.spec;
+            let Some(last) = last.get(&spec.name) else {
+                continue;
+            };
+            let policy = if candidate.paused {
+                Misfire::Skip
+            } else {
+                spec.misfire
+            };
+            let mut plan = misfire::plan(
+                &candidate.schedule,
+                policy,
+                spec.catchup_window_secs(),
+                *last,
+                candidate.scheduled_from,
+            );
+            if candidate.paused {
+                plan.skip
+                    .iter_mut()
+                    .for_each(|(_, reason)| *reason = "paused".into());
+            }
+            if plan.more_skipped > 0 {
+                if let Some((tick, _)) = plan.skip.last().cloned() {
+                    plan.skip.push((
+                        tick,
+                        format!(
+                            "and {} more missed ticks, not recorded one by one",
+                            plan.more_skipped
+                        ),
+                    ));
+                }
+            }
+            if !plan.fire.is_empty() || !plan.skip.is_empty() {
+                tracing::info!(job = %spec.name, caught_up = plan.fire.len(), skipped = plan.skip.len() + plan.more_skipped, "missed ticks");
+            }
+            let catch_up = {
+                let (spec, schedule) = (spec.clone(), candidate.schedule.clone());
+                let skip_coordinator = !self.planner.needs_coordinator(&spec);
+                move |tick| {
+                    let biz_date = schedule.biz_date(tick);
+                    let mut instance = NewInstance::new(
+                        &spec,
+                        tick,
+                        biz_date,
+                        spec.params.clone(),
+                        Trigger::CatchUp,
+                        now,
+                    );
+                    instance.skip_coordinator = skip_coordinator;
+                    instance.tick = Some(TickOutcome::CaughtUp);
+                    instance
+                }
+            };
+            for tick in plan.fire {
+                self.creator.submit(catch_up(tick));
+            }
+            self.hand_on_orphans_then_skip(&spec.name, catch_up, plan.skip);
+        }
+    }
+}
+
+/// Records skipped ticks (a failure is logged: the ticks stay unrecorded, nothing else is lost).
+async fn record_skipped(
+    client: &AxClient,
+    node: &str,
+    job: &str,
+    skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>,
+) {
+    if skipped.is_empty() {
+        return;
+    }
+    if let Err(e) = ticks::record_skipped(client, node, job, skipped).await {
+        tracing::warn!(%job, error = %e, "skipped ticks not recorded");
+    }
+}
+
+/// A retry to hold in the wheel.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct HoldRetry(DueRetry);
+
+impl Handler<HoldRetry> for Scheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: HoldRetry, ctx: &mut Self::Context) {
+        self.planner.add_retry(msg.0);
+        self.arm(ctx);
+    }
+}
+
+async fn follow_registry(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
+    let mut feed = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+    while let Some(item) = feed.next().await {
+        addr.do_send(RegistryChange(item?));
+    }
+    Ok(())
+}
+
+/// Reads the attempts that failed with a retry left (`ax.internal.retry.>`, the same payload
+/// as their result): each becomes a retry timer.
+async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
+    let spec = ConsumerSpec {
+        stream: client.layout.flow_stream(),
+        durable: "scheduler-retries".into(),
+        filter: client.subjects().retry_all(),
+        ack_wait: Duration::from_secs(30),
+        max_ack_pending: 10_000,
+        max_deliver: -1,
+    };
+    let mut messages = consume::messages(&client, &spec, 256).await?;
+    while let Some(message) = messages.next().await {
+        let message = message.map_err(|e| ActorError::Nats(format!("results consumer: {e}")))?;
+        let result: ResultMessage = match codec::decode(&message.payload) {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::warn!(subject = %message.subject, error = %e, "undecodable result ignored");
+                let _ = message.ack().await;
+                continue;
+            }
+        };
+        let due = match (result.state, result.next_attempt_at) {
+            (State::WaitingRetry, Some(due)) => due,
+            _ => {
+                let _ = message.ack().await;
+                continue;
+            }
+        };
+        let now = ax_bus::time::now();
+        if due <= now {
+            match run_retry(&client, &result.instance_id, &result.trace_id).await {
+                Ok(()) => {
+                    let _ = message.ack().await;
+                }
+                Err(e) => {
+                    tracing::warn!(instance = %result.instance_id, error = %e, "retry not started; again in 1 s");
+                    let _ = message
+                        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                        .await;
+                }
+            }
+            continue;
+        }
+        addr.do_send(HoldRetry(DueRetry {
+            instance_id: result.instance_id.clone(),
+            from_trace: result.trace_id.clone(),
+            due,
+        }));
+        let backstop = (due - now + RETRY_BACKSTOP)
+            .to_std()
+            .unwrap_or(Duration::from_secs(1));
+        let _ = message.ack_with(AckKind::Nak(Some(backstop))).await;
+    }
+    Ok(())
+}
+
+/// Moves an instance from `waiting_retry` (attempt `from_trace`) to its next attempt and sends
+/// that attempt to the Router. Idempotent: once done, the transition is refused and nothing
+/// is sent again.
+pub async fn run_retry(
+    client: &AxClient,
+    instance_id: &str,
+    from_trace: &str,
+) -> Result<(), ActorError> {
+    let new_trace = ids::new_trace_id();
+    let record = match client
+        .update_instance(instance_id, |r| r.retried(from_trace, &new_trace))
+        .await?
+    {
+        Updated::Written(record, _) => *record,
+        Updated::Refused(_) | Updated::Missing => return Ok(()),
+    };
+    let Some((job, _)) = client.job(&record.job).await? else {
+        let cancelled = client
+            .update_instance(instance_id, |r| {
+                r.ended_early(
+                    &new_trace,
+                    State::Cancelled,
+                    Tag::JobDeleted,
+                    "the job was deleted before its retry",
+                )
+            })
+            .await?;
+        if let Updated::Written(record, _) = cancelled {
+            publish::event(client, &record).await;
+        }
+        return Ok(());
+    };
+    let work = WorkItem::for_attempt(&record, job.spec);
+    publish::to_stream_acked(
+        client,
+        client.subjects().ready(work.spec.priority),
+        &format!("ready:{}", work.trace_id),
+        &work,
+    )
+    .await?;
+    publish::event(client, &record).await;
+    Ok(())
+}

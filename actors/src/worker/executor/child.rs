@@ -1,0 +1,146 @@
+//! What the process-based executors (`shell`, `python`, plugins) share: the attempt's
+//! process spec (environment, working directory, timeout with its stack-dump step), the
+//! mapping of how the process ended to a result, and the structured output a process writes to
+//! the file named by `AX_OUTPUT_FILE`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use ax_bus::instance::Tag;
+use ax_bus::spec::{DumpSignal, OnTimeoutSpec};
+
+use super::{AttemptContext, ExecResult};
+use crate::worker::process::{self, Exit, OnTimeout, ProcessEnd, ProcessSpec, TAIL_BYTES};
+
+/// Largest output file read (bigger ones are refused, not truncated into invalid JSON).
+const MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
+
+/// A process to run for an attempt.
+pub struct Child {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its stdin.
+    pub stdin: Option<Vec<u8>>,
+    /// Bytes of stdout kept.
+    pub stdout_limit: usize,
+}
+
+impl Child {
+    /// `program` with `args`, no stdin, the usual stdout tail.
+    pub fn new(program: impl Into<PathBuf>, args: Vec<String>) -> Self {
+        Self {
+            program: program.into(),
+            args,
+            stdin: None,
+            stdout_limit: TAIL_BYTES,
+        }
+    }
+
+    /// Runs it for the attempt: its environment, `exec.workdir`, the job's timeout and
+    /// `on_timeout`. The result's output is what the process wrote to `AX_OUTPUT_FILE`;
+    /// the [`ProcessEnd`] is returned too, for executors that read stdout.
+    pub async fn run(self, ctx: &AttemptContext<'_>) -> (ExecResult, ProcessEnd) {
+        let work = ctx.work;
+        let output_file = ctx.scratch.join(format!("{}.output.json", work.trace_id));
+        let timeout = Duration::from_secs(work.spec.timeout_secs());
+        let spec = ProcessSpec {
+            program: self.program,
+            args: self.args,
+            env: ctx.values.env(work, ctx.worker, &output_file),
+            workdir: work.spec.exec.workdir.as_ref().map(PathBuf::from),
+            timeout,
+            on_timeout: on_timeout(&work.spec.on_timeout),
+            stdin: self.stdin,
+            stdout_limit: self.stdout_limit,
+        };
+        let ran = process::run(&spec, Some(ctx.cancel)).await;
+        let mut result = result_of(&ran, timeout, &work.spec.on_timeout);
+        match read_output(&output_file) {
+            Ok(Some(output)) => result.output = output,
+            Ok(None) => {}
+            Err(reason) => result.message = format!("{}; output ignored: {reason}", result.message),
+        }
+        let _ = std::fs::remove_file(&output_file);
+        (result, ran)
+    }
+}
+
+/// How a process's end reads as a result (output not yet read).
+pub fn result_of(ran: &ProcessEnd, timeout: Duration, spec: &OnTimeoutSpec) -> ExecResult {
+    let (success, tag, message) = match &ran.exit {
+        Exit::Code(0) => (true, Tag::Completed, "exit 0".to_string()),
+        Exit::Code(code) => (false, Tag::ExitCode, format!("exit code {code}")),
+        Exit::Signal(signal) => (false, Tag::Killed, format!("killed by signal {signal}")),
+        Exit::TimedOut => (false, Tag::Timeout, timeout_message(timeout, spec)),
+        Exit::SpawnFailed(reason) => (false, Tag::SpawnFailed, reason.clone()),
+        Exit::Cancelled => (
+            false,
+            Tag::Killed,
+            "stopped: the instance was cancelled; process group killed".to_string(),
+        ),
+    };
+    ExecResult {
+        success,
+        tag,
+        message,
+        output: serde_json::Value::Null,
+        exit_code: match ran.exit {
+            Exit::Code(code) => Some(code),
+            _ => None,
+        },
+        stdout_tail: ran.stdout_tail.clone(),
+        stderr_tail: ran.stderr_tail.clone(),
+    }
+}
+
+/// The process-level form of the spec's `on_timeout`.
+fn on_timeout(spec: &OnTimeoutSpec) -> OnTimeout {
+    let dump_signal = match spec.signal {
+        DumpSignal::Abrt => Some(Signal::SIGABRT),
+        DumpSignal::Quit => Some(Signal::SIGQUIT),
+        DumpSignal::Term => Some(Signal::SIGTERM),
+        DumpSignal::Int => Some(Signal::SIGINT),
+        DumpSignal::Usr1 => Some(Signal::SIGUSR1),
+        DumpSignal::Usr2 => Some(Signal::SIGUSR2),
+        DumpSignal::Hup => Some(Signal::SIGHUP),
+        DumpSignal::None => None,
+    };
+    OnTimeout {
+        dump_signal,
+        grace: Duration::from_secs(spec.grace_secs()),
+    }
+}
+
+fn timeout_message(timeout: Duration, spec: &OnTimeoutSpec) -> String {
+    let limit = timeout.as_secs();
+    match spec.signal {
+        DumpSignal::None => format!("timed out after {limit}s; process group killed"),
+        signal => format!(
+            "timed out after {limit}s; {signal} sent for a stack dump (see the stderr tail), process group killed within a {}s grace",
+            spec.grace_secs()
+        ),
+    }
+}
+
+fn read_output(path: &Path) -> Result<Option<serde_json::Value>, String> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(None);
+    };
+    if meta.len() == 0 {
+        return Ok(None);
+    }
+    if meta.len() > MAX_OUTPUT_BYTES {
+        return Err(format!(
+            "AX_OUTPUT_FILE holds {} bytes (limit {MAX_OUTPUT_BYTES})",
+            meta.len()
+        ));
+    }
+    let text = std::fs::read(path).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|e| format!("AX_OUTPUT_FILE is not JSON: {e}"))
+}

@@ -1,0 +1,175 @@
+//! The `shell` executor: `/bin/sh -c <command>` in its own process group.
+//!
+//! The command's placeholders become quoted references to `AX_*` variables (see
+//! [`ax_bus::spec::template`]), and every value reaches the process only through its
+//! environment (see [`super::values::Values::env`]). A command may write JSON to the file
+//! named by `AX_OUTPUT_FILE`; it becomes the attempt's structured output.
+
+use futures::future::BoxFuture;
+
+use ax_bus::instance::Tag;
+use ax_bus::messages::ExecutorInfo;
+use ax_bus::spec::readable_upstream;
+use ax_bus::spec::template::{Scope, Template};
+
+use super::child::Child;
+use super::{builtin, AttemptContext, ExecResult, Executor};
+
+/// See the module.
+pub struct Shell;
+
+impl Executor for Shell {
+    fn describe(&self) -> ExecutorInfo {
+        builtin(
+            "shell",
+            "runs exec.command with /bin/sh -c in its own process group",
+        )
+    }
+
+    fn run<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult> {
+        Box::pin(async move {
+            let work = ctx.work;
+            let command = work.spec.exec.command.as_deref().unwrap_or_default();
+            let upstream = readable_upstream(&work.spec);
+            let scope = Scope {
+                params: &work.params,
+                upstream: &upstream,
+            };
+            let template = match Template::parse(command, &scope) {
+                Ok(template) => template,
+                Err(reason) => {
+                    return ExecResult::failed(Tag::SpawnFailed, format!("exec.command: {reason}"))
+                }
+            };
+            let child = Child::new("/bin/sh", vec!["-c".to_string(), template.render_shell()]);
+            child.run(ctx).await.0
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::executor::values::Values;
+    use ax_bus::messages::WorkItem;
+    use tokio::sync::Notify;
+
+    async fn run(
+        work: &WorkItem,
+        worker: &str,
+        scratch: &std::path::Path,
+        _: Option<()>,
+    ) -> ExecResult {
+        let cancel = Notify::new();
+        let values = Values::default();
+        let ctx = AttemptContext {
+            work,
+            worker,
+            scratch,
+            cancel: &cancel,
+            values: &values,
+        };
+        Shell.run(&ctx).await
+    }
+
+    fn work(command: &str, params: serde_json::Value, timeout: u64) -> WorkItem {
+        let doc: ax_bus::spec::JobDocument = serde_json::from_value(serde_json::json!({
+            "version": "v1",
+            "job": {"name": "j", "exec": {"type": "shell", "command": command},
+                    "params": params, "timeout": timeout}
+        }))
+        .unwrap();
+        WorkItem {
+            instance_id: "j.20260101T000000000Z".into(),
+            trace_id: ax_bus::ids::new_trace_id(),
+            attempt: 2,
+            run_start: 1,
+            biz_date: "2026-01-01".into(),
+            expected_time: ax_bus::time::now(),
+            params: doc.job.params.clone(),
+            spec: doc.job,
+            worker: None,
+            gate: None,
+            dispatch: None,
+            router: None,
+            shard: None,
+            pin: None,
+            stored: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn placeholders_and_env_reach_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = work(
+            "echo {{biz_date}} {{attempt}} $AX_JOB $AX_PARAM_n \"{{params.n}}\"",
+            serde_json::json!({"n": 7}),
+            10,
+        );
+        let end = run(&w, "w1", dir.path(), None).await;
+        assert!(end.success, "{end:?}");
+        assert_eq!(end.stdout_tail, "2026-01-01 2 j 7 7\n");
+    }
+
+    #[tokio::test]
+    async fn shell_metacharacters_in_params_stay_literal() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("pwned");
+        let evil = format!(
+            "$(touch {m}); touch {m}; `touch {m}` ' \" \\",
+            m = marker.display()
+        );
+        let w = work(
+            "printf '%s|' {{params.x}} \"{{params.x}}\" '{{params.x}}'",
+            serde_json::json!({ "x": evil }),
+            10,
+        );
+        let end = run(&w, "w1", dir.path(), None).await;
+        assert!(end.success, "{end:?}");
+        assert!(!marker.exists(), "a param value was executed");
+        assert_eq!(end.stdout_tail, format!("{evil}|{evil}|{evil}|"));
+    }
+
+    #[tokio::test]
+    async fn output_file_becomes_structured_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = work(
+            "echo '{\"rows\": 42}' > \"$AX_OUTPUT_FILE\"",
+            serde_json::json!({}),
+            10,
+        );
+        let end = run(&w, "w1", dir.path(), None).await;
+        assert_eq!(end.output["rows"], 42);
+        let w = work(
+            "echo 'not json' > \"$AX_OUTPUT_FILE\"",
+            serde_json::json!({}),
+            10,
+        );
+        let end = run(&w, "w1", dir.path(), None).await;
+        assert!(end.success && end.message.contains("not JSON"), "{end:?}");
+    }
+
+    #[tokio::test]
+    async fn failures_are_tagged() {
+        let dir = tempfile::tempdir().unwrap();
+        let end = run(
+            &work("exit 4", serde_json::json!({}), 10),
+            "w1",
+            dir.path(),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (end.success, end.tag, end.exit_code),
+            (false, Tag::ExitCode, Some(4))
+        );
+        let end = run(
+            &work("sleep 30", serde_json::json!({}), 1),
+            "w1",
+            dir.path(),
+            None,
+        )
+        .await;
+        assert_eq!(end.tag, Tag::Timeout);
+    }
+}

@@ -1,0 +1,651 @@
+//! [`AxClient`]: a connection to NATS with ax's streams and buckets at hand, and the
+//! operations shared by the CLI, the actors and business services (control commands, reading
+//! jobs and instances, compare-and-swap on instance records).
+
+pub mod claims;
+mod dead_letters;
+pub mod kv_view;
+pub mod local_server;
+pub mod provision;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use futures::StreamExt;
+use serde::Serialize;
+
+use crate::client::kv_view::{FeedError, KvFeed};
+use crate::codec::{self, CodecError};
+use crate::instance::{InstanceRecord, TransitionRefused};
+use chrono::{DateTime, Utc};
+
+use crate::client::provision::{Layout, ProvisionError};
+use crate::messages::{
+    ControlReply, JobRecord, NodeStatus, QueueState, StoredRecord, TickRecord, WorkerInfo,
+    REPLY_TO_HEADER,
+};
+use crate::subjects::Subjects;
+
+/// How to connect.
+#[derive(Clone, Debug)]
+pub struct ConnectConfig {
+    /// `nats://host:port` (credentials may be in the URL).
+    pub url: String,
+    /// Connection name shown by the server (`ax-cli`, `ax-node-<id>`).
+    pub name: String,
+    /// Subject prefix, `ax` by default.
+    pub prefix: String,
+    /// Replicas for streams and buckets; `None` keeps what they have (see
+    /// [`Layout::replicas`]).
+    pub replicas: Option<usize>,
+    /// Credentials and TLS.
+    pub auth: NatsAuth,
+}
+
+/// How to authenticate to NATS and secure the connection. A user and password may also be
+/// given in the URL (`nats://user:pass@host:4222`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NatsAuth {
+    /// User (with `password`).
+    pub user: Option<String>,
+    /// Password of `user`.
+    pub password: Option<String>,
+    /// An authentication token.
+    pub token: Option<String>,
+    /// A file holding an NKey seed (`SU...`).
+    pub nkey_seed_file: Option<PathBuf>,
+    /// A `.creds` file (JWT and NKey seed, as `nsc` writes them).
+    pub creds_file: Option<PathBuf>,
+    /// PEM file of the CA that signed the server's certificate.
+    pub tls_ca: Option<PathBuf>,
+    /// PEM file of this client's certificate (with `tls_key`), for mutual TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of this client's private key.
+    pub tls_key: Option<PathBuf>,
+    /// Refuse a connection without TLS.
+    pub tls_required: bool,
+}
+
+impl NatsAuth {
+    /// Defaults from the environment: `AX_NATS_USER` / `AX_NATS_PASSWORD`, `AX_NATS_TOKEN`,
+    /// `AX_NATS_NKEY_SEED_FILE`, `AX_NATS_CREDS`, `AX_NATS_TLS_CA`, `AX_NATS_TLS_CERT` /
+    /// `AX_NATS_TLS_KEY`, `AX_NATS_TLS_REQUIRED=1` — so that the CLI reaches a secured cluster
+    /// without flags.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Self {
+            user: var("AX_NATS_USER"),
+            password: var("AX_NATS_PASSWORD"),
+            token: var("AX_NATS_TOKEN"),
+            nkey_seed_file: var("AX_NATS_NKEY_SEED_FILE").map(PathBuf::from),
+            creds_file: var("AX_NATS_CREDS").map(PathBuf::from),
+            tls_ca: var("AX_NATS_TLS_CA").map(PathBuf::from),
+            tls_cert: var("AX_NATS_TLS_CERT").map(PathBuf::from),
+            tls_key: var("AX_NATS_TLS_KEY").map(PathBuf::from),
+            tls_required: var("AX_NATS_TLS_REQUIRED").is_some_and(|v| v == "1" || v == "true"),
+        }
+    }
+
+    /// The connect options these settings make; an error names the setting. Credentials in
+    /// the URL (`nats://user:password@host`, or `nats://token@host`) count when no other is
+    /// set (the client library does not read them itself).
+    async fn options(&self, urls: &str) -> Result<async_nats::ConnectOptions, String> {
+        let mut options = async_nats::ConnectOptions::new();
+        let mut this = self.clone();
+        if this.user.is_none() && this.token.is_none() {
+            match url_userinfo(urls) {
+                Some((user, Some(password))) => {
+                    this.user = Some(user);
+                    this.password = Some(password);
+                }
+                Some((token, None)) => this.token = Some(token),
+                None => {}
+            }
+        }
+        match (&this.user, &this.password) {
+            (Some(user), Some(password)) => {
+                options = options.user_and_password(user.clone(), password.clone())
+            }
+            (None, None) => {}
+            _ => return Err("user and password go together".into()),
+        }
+        if let Some(token) = &this.token {
+            options = options.token(token.clone());
+        }
+        if let Some(file) = &self.nkey_seed_file {
+            let seed = std::fs::read_to_string(file)
+                .map_err(|e| format!("nkey seed file {}: {e}", file.display()))?;
+            options = options.nkey(seed.trim().to_string());
+        }
+        if let Some(file) = &self.creds_file {
+            options = options
+                .credentials_file(file)
+                .await
+                .map_err(|e| format!("creds file {}: {e}", file.display()))?;
+        }
+        if let Some(ca) = &self.tls_ca {
+            options = options.add_root_certificates(ca.clone());
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                options = options.add_client_certificate(cert.clone(), key.clone())
+            }
+            (None, None) => {}
+            _ => return Err("tls_cert and tls_key go together".into()),
+        }
+        if self.tls_required {
+            options = options.require_tls(true);
+        }
+        Ok(options)
+    }
+}
+
+/// The user and password (or the token) in the first URL of a list that has any.
+fn url_userinfo(urls: &str) -> Option<(String, Option<String>)> {
+    server_list(urls).iter().find_map(|url| {
+        let rest = url.split_once("://")?.1;
+        let (userinfo, _) = rest.split_once('@')?;
+        match userinfo.split_once(':') {
+            Some((user, password)) => Some((user.to_string(), Some(password.to_string()))),
+            None => Some((userinfo.to_string(), None)),
+        }
+    })
+}
+
+/// The servers of a URL list: `nats://a:4222,nats://b:4222` (one is enough to reach a
+/// cluster, which announces the others; several let the first connection survive one down).
+pub fn server_list(urls: &str) -> Vec<String> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+impl ConnectConfig {
+    /// Defaults for `url`: prefix `ax`, 1 replica.
+    pub fn new(url: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            name: name.into(),
+            prefix: crate::subjects::DEFAULT_PREFIX.to_string(),
+            replicas: None,
+            auth: NatsAuth::from_env(),
+        }
+    }
+}
+
+/// What can go wrong talking to ax over NATS.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server could not be reached or refused us.
+    #[error("cannot connect to NATS at {url}: {reason}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// Streams or buckets could not be set up.
+    #[error(transparent)]
+    Provision(#[from] ProvisionError),
+    /// A NATS or JetStream operation failed.
+    #[error("{operation}: {reason}")]
+    Nats {
+        /// What was attempted.
+        operation: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// A stored or received value did not decode.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// A bucket could not be read.
+    #[error(transparent)]
+    Feed(#[from] FeedError),
+    /// The command was stored but no Scheduler answered in time.
+    #[error(
+        "no Scheduler answered within {0:?}; the command is queued (control stream seq {1}) and \
+         runs when one starts"
+    )]
+    NoAnswer(Duration, u64),
+}
+
+fn nats_err(operation: impl Into<String>) -> impl FnOnce(String) -> ClientError {
+    let operation = operation.into();
+    move |reason| ClientError::Nats { operation, reason }
+}
+
+/// A URL list with any password replaced, for messages.
+pub fn redact(urls: &str) -> String {
+    server_list(urls)
+        .iter()
+        .map(|url| match url.split_once("://") {
+            Some((scheme, rest)) => match rest.split_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+                    None => format!("{scheme}://***@{host}"),
+                },
+                None => url.clone(),
+            },
+            None => url.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Says in the log what happens to the connection: an outage and the reconnection (which
+/// the client retries for ever, with a backoff growing to a few seconds) are worth a warning.
+fn log_event(name: &str, event: async_nats::Event) {
+    use async_nats::Event;
+    match event {
+        Event::Connected => tracing::info!(connection = name, "connected to NATS"),
+        Event::Disconnected => tracing::warn!(
+            connection = name,
+            "lost the NATS connection; reconnecting with backoff (work waits, nothing is dropped)"
+        ),
+        Event::ClientError(e) => {
+            tracing::warn!(connection = name, error = %e, "NATS connection trouble; still trying")
+        }
+        Event::SlowConsumer(sid) => {
+            tracing::warn!(
+                connection = name,
+                subscription = sid,
+                "slow consumer: messages dropped"
+            )
+        }
+        Event::ServerError(e) => tracing::warn!(
+            connection = name,
+            error = %e,
+            "the NATS server refused something (a permissions violation names a subject this node's user may not use)"
+        ),
+        Event::LameDuckMode => tracing::warn!(
+            connection = name,
+            "the NATS server is shutting down (lame duck mode); moving to another"
+        ),
+        other => tracing::info!(connection = name, event = %other, "NATS"),
+    }
+}
+
+/// The result of a compare-and-swap update of an instance record.
+#[derive(Debug)]
+pub enum Updated {
+    /// Written; the new record and its revision.
+    Written(Box<InstanceRecord>, u64),
+    /// The transition rules refused it (stale or repeated).
+    Refused(TransitionRefused),
+    /// There is no such instance.
+    Missing,
+}
+
+/// A connection with ax's JetStream objects.
+#[derive(Clone)]
+pub struct AxClient {
+    /// The core connection.
+    pub nats: async_nats::Client,
+    /// The JetStream context.
+    pub js: jetstream::Context,
+    /// Names of subjects, streams and buckets.
+    pub layout: Layout,
+    /// Job registry.
+    pub jobs: kv::Store,
+    /// Instance records.
+    pub instances: kv::Store,
+    /// Attempt claims.
+    pub claims: kv::Store,
+    /// Worker heartbeats.
+    pub workers: kv::Store,
+    /// Node heartbeats.
+    pub nodes: kv::Store,
+    /// Instances per business date and job.
+    pub deps: kv::Store,
+    /// Instances held for their dependencies.
+    pub waiting: kv::Store,
+    /// Each job's latest instance.
+    pub latest: kv::Store,
+    /// Leases.
+    pub leases: kv::Store,
+    /// Paused queues.
+    pub queues: kv::Store,
+}
+
+const CAS_ATTEMPTS: usize = 16;
+
+impl AxClient {
+    /// Connects and makes sure every stream and bucket exists.
+    pub async fn connect(config: &ConnectConfig) -> Result<Self, ClientError> {
+        let refused = |reason: String| ClientError::Connect {
+            url: redact(&config.url),
+            reason,
+        };
+        let servers = server_list(&config.url);
+        let name = config.name.clone();
+        let nats = config
+            .auth
+            .options(&config.url)
+            .await
+            .map_err(refused)?
+            .name(&config.name)
+            .connection_timeout(Duration::from_secs(5))
+            .event_callback(move |event| {
+                let name = name.clone();
+                async move { log_event(&name, event) }
+            })
+            .connect(servers.as_slice())
+            .await
+            .map_err(|e| refused(e.to_string()))?;
+        Self::from_client(
+            nats,
+            Layout::new(Subjects::new(&config.prefix), config.replicas),
+        )
+        .await
+    }
+
+    /// Uses an existing connection.
+    pub async fn from_client(
+        nats: async_nats::Client,
+        layout: Layout,
+    ) -> Result<Self, ClientError> {
+        let js = jetstream::new(nats.clone());
+        layout.ensure(&js).await?;
+        let bucket = |name: String| {
+            let js = js.clone();
+            async move {
+                js.get_key_value(&name)
+                    .await
+                    .map_err(|e| ClientError::Nats {
+                        operation: format!("open bucket {name}"),
+                        reason: e.to_string(),
+                    })
+            }
+        };
+        Ok(Self {
+            jobs: bucket(layout.jobs_bucket()).await?,
+            instances: bucket(layout.instances_bucket()).await?,
+            claims: bucket(layout.claims_bucket()).await?,
+            workers: bucket(layout.workers_bucket()).await?,
+            nodes: bucket(layout.nodes_bucket()).await?,
+            deps: bucket(layout.deps_bucket()).await?,
+            waiting: bucket(layout.waiting_bucket()).await?,
+            latest: bucket(layout.latest_bucket()).await?,
+            leases: bucket(layout.leases_bucket()).await?,
+            queues: bucket(layout.queues_bucket()).await?,
+            nats,
+            js,
+            layout,
+        })
+    }
+
+    /// Subject names.
+    pub fn subjects(&self) -> &Subjects {
+        &self.layout.subjects
+    }
+
+    /// Publishes a control command (MessagePack) and waits up to `timeout` for the reply.
+    pub async fn control<T: Serialize>(
+        &self,
+        command: &str,
+        request: &T,
+        timeout: Duration,
+    ) -> Result<ControlReply, ClientError> {
+        let inbox = self.nats.new_inbox();
+        let mut replies = self
+            .nats
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| nats_err("subscribe to reply inbox")(e.to_string()))?;
+        let mut headers = codec::msgpack_headers();
+        headers.insert(REPLY_TO_HEADER, inbox.as_str());
+        let subject = self.subjects().control(command);
+        let ack = self
+            .js
+            .publish_with_headers(subject.clone(), headers, codec::encode(request)?)
+            .await
+            .map_err(|e| nats_err(format!("publish {subject}"))(e.to_string()))?
+            .await
+            .map_err(|e| nats_err(format!("publish {subject}"))(e.to_string()))?;
+        match tokio::time::timeout(timeout, replies.next()).await {
+            Ok(Some(message)) => Ok(codec::decode(&message.payload)?),
+            _ => Err(ClientError::NoAnswer(timeout, ack.sequence)),
+        }
+    }
+
+    /// One job's record.
+    pub async fn job(&self, name: &str) -> Result<Option<(JobRecord, u64)>, ClientError> {
+        match self
+            .jobs
+            .entry(name)
+            .await
+            .map_err(|e| nats_err(format!("read job {name}"))(e.to_string()))?
+        {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                Ok(Some((codec::decode(&entry.value)?, entry.revision)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Every job, by name.
+    pub async fn jobs(&self) -> Result<Vec<JobRecord>, ClientError> {
+        let feed = KvFeed::open(&self.js, &self.layout.jobs_bucket(), ">").await?;
+        feed.snapshot()
+            .await?
+            .into_iter()
+            .map(|(_, value, _)| codec::decode(&value).map_err(ClientError::from))
+            .collect()
+    }
+
+    /// The last `limit` tick records of `job`, oldest first.
+    pub async fn ticks(&self, job: &str, limit: usize) -> Result<Vec<TickRecord>, ClientError> {
+        let prefix = format!("{}.", self.subjects().tick_all().trim_end_matches(".>"));
+        let feed = KvFeed::open_stream(
+            &self.js,
+            &self.layout.ticks_stream(),
+            &prefix,
+            job,
+            jetstream::consumer::DeliverPolicy::All,
+        )
+        .await?;
+        let all = feed.history().await?;
+        let skip = all.len().saturating_sub(limit);
+        all.into_iter()
+            .skip(skip)
+            .map(|(_, value)| codec::decode(&value).map_err(ClientError::from))
+            .collect()
+    }
+
+    /// The last tick record of every job that has one.
+    pub async fn last_ticks(&self) -> Result<Vec<TickRecord>, ClientError> {
+        let prefix = format!("{}.", self.subjects().tick_all().trim_end_matches(".>"));
+        let feed = KvFeed::open_stream(
+            &self.js,
+            &self.layout.ticks_stream(),
+            &prefix,
+            ">",
+            jetstream::consumer::DeliverPolicy::LastPerSubject,
+        )
+        .await?;
+        feed.snapshot()
+            .await?
+            .into_iter()
+            .map(|(_, value, _)| codec::decode(&value).map_err(ClientError::from))
+            .collect()
+    }
+
+    /// Every worker's last heartbeat, with when the server stored it.
+    pub async fn workers(&self) -> Result<Vec<(WorkerInfo, DateTime<Utc>)>, ClientError> {
+        let feed = KvFeed::open(&self.js, &self.layout.workers_bucket(), ">").await?;
+        feed.snapshot_timed()
+            .await?
+            .into_iter()
+            .map(|(_, value, _, at)| Ok((codec::decode(&value)?, at)))
+            .collect()
+    }
+
+    /// Every node's latest heartbeat, by node name.
+    pub async fn nodes(&self) -> Result<Vec<NodeStatus>, ClientError> {
+        let feed = KvFeed::open(&self.js, &self.layout.nodes_bucket(), ">").await?;
+        feed.snapshot()
+            .await?
+            .into_iter()
+            .map(|(_, value, _)| Ok(codec::decode(&value)?))
+            .collect()
+    }
+
+    /// Which priority queues are paused.
+    pub async fn paused_queues(&self) -> Result<Vec<crate::spec::Priority>, ClientError> {
+        let feed = KvFeed::open(&self.js, &self.layout.queues_bucket(), ">").await?;
+        let mut paused = Vec::new();
+        for (key, value, _) in feed.snapshot().await? {
+            let state: QueueState = codec::decode(&value)?;
+            if state.paused {
+                if let Some(p) = crate::spec::Priority::ALL
+                    .into_iter()
+                    .find(|p| p.as_str() == key)
+                {
+                    paused.push(p);
+                }
+            }
+        }
+        Ok(paused)
+    }
+
+    /// One instance's record and revision.
+    pub async fn instance(&self, id: &str) -> Result<Option<(InstanceRecord, u64)>, ClientError> {
+        match self
+            .instances
+            .entry(id)
+            .await
+            .map_err(|e| nats_err(format!("read instance {id}"))(e.to_string()))?
+        {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                Ok(Some((codec::decode(&entry.value)?, entry.revision)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The records of one job's instances (or all), oldest first.
+    pub async fn instances(&self, job: Option<&str>) -> Result<Vec<InstanceRecord>, ClientError> {
+        let pattern = match job {
+            Some(job) => format!("{job}.>"),
+            None => ">".to_string(),
+        };
+        let feed = KvFeed::open(&self.js, &self.layout.instances_bucket(), &pattern).await?;
+        let mut records: Vec<InstanceRecord> = feed
+            .snapshot()
+            .await?
+            .into_iter()
+            .map(|(_, value, _)| codec::decode(&value))
+            .collect::<Result<_, _>>()?;
+        records.sort_by(|a, b| {
+            (a.expected_time, &a.instance_id).cmp(&(b.expected_time, &b.instance_id))
+        });
+        Ok(records)
+    }
+
+    /// Puts `value` under `key` in `bucket` without waiting: the returned future is the
+    /// server's ack. Writes published in order on this connection are applied in order.
+    pub async fn kv_put_pipelined(
+        &self,
+        bucket: &str,
+        key: &str,
+        value: bytes::Bytes,
+    ) -> Result<jetstream::context::PublishAckFuture, ClientError> {
+        self.js
+            .publish(format!("$KV.{bucket}.{key}"), value)
+            .await
+            .map_err(|e| nats_err(format!("put {bucket}/{key}"))(e.to_string()))
+    }
+
+    /// Deletes `key` from `bucket` without waiting (see [`AxClient::kv_put_pipelined`]).
+    pub async fn kv_delete_pipelined(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<jetstream::context::PublishAckFuture, ClientError> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("KV-Operation", "DEL");
+        self.js
+            .publish_with_headers(format!("$KV.{bucket}.{key}"), headers, bytes::Bytes::new())
+            .await
+            .map_err(|e| nats_err(format!("delete {bucket}/{key}"))(e.to_string()))
+    }
+
+    /// Applies `transition` to an instance record with compare-and-swap, re-reading and
+    /// re-applying on a concurrent write, so that every writer's rules see the latest state.
+    pub async fn update_instance<F>(&self, id: &str, transition: F) -> Result<Updated, ClientError>
+    where
+        F: Fn(&InstanceRecord) -> Result<InstanceRecord, TransitionRefused>,
+    {
+        self.update_instance_from(id, None, transition).await
+    }
+
+    /// [`AxClient::update_instance`] starting from a record and revision the caller knows
+    /// (`known`: its own last write, or the creator's, handed on with the work), which saves
+    /// the read when nobody changed the record since. A stale one costs
+    /// a refused write, then the read; a transition it refuses is decided again on the record
+    /// read fresh.
+    pub async fn update_instance_from<F>(
+        &self,
+        id: &str,
+        mut known: Option<StoredRecord>,
+        transition: F,
+    ) -> Result<Updated, ClientError>
+    where
+        F: Fn(&InstanceRecord) -> Result<InstanceRecord, TransitionRefused>,
+    {
+        for _ in 0..CAS_ATTEMPTS {
+            let (record, revision, unverified) = match known.take() {
+                Some(StoredRecord { record, revision }) => (*record, revision, true),
+                None => match self.instance(id).await? {
+                    Some((record, revision)) => (record, revision, false),
+                    None => return Ok(Updated::Missing),
+                },
+            };
+            let next = match transition(&record) {
+                Ok(next) => next,
+                Err(_) if unverified => continue,
+                Err(refused) => return Ok(Updated::Refused(refused)),
+            };
+            match self
+                .instances
+                .update(id, codec::encode(&next)?, revision)
+                .await
+            {
+                Ok(revision) => return Ok(Updated::Written(Box::new(next), revision)),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                Err(e) => return Err(nats_err(format!("update instance {id}"))(e.to_string())),
+            }
+        }
+        Err(nats_err(format!("update instance {id}"))(format!(
+            "still contended after {CAS_ATTEMPTS} attempts"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    #[test]
+    fn credentials_come_from_the_url_and_never_go_back_out() {
+        let urls = "nats://10.0.0.1:4222, nats://ax:s3cret@10.0.0.2:4222";
+        assert_eq!(server_list(urls).len(), 2);
+        assert_eq!(
+            url_userinfo(urls),
+            Some(("ax".to_string(), Some("s3cret".to_string())))
+        );
+        assert_eq!(
+            url_userinfo("nats://tok@h:4222"),
+            Some(("tok".to_string(), None))
+        );
+        assert_eq!(url_userinfo("nats://h:4222"), None);
+        assert_eq!(redact("nats://tok@h:4222"), "nats://***@h:4222");
+        assert_eq!(
+            redact(urls),
+            "nats://10.0.0.1:4222,nats://ax:***@10.0.0.2:4222"
+        );
+    }
+}

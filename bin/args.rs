@@ -245,3 +245,13 @@ pub enum TailCommand {
         job: Option<String>,
     },
 }
+
+/// Parses an identity given on the command line: a one-line error names the argument, the
+/// value and the rule it breaks, before anything is sent.
+pub fn parse_id<T>(argument: &str, text: &str) -> anyhow::Result<T>
+where
+    T: std::str::FromStr<Err = ax_bus::ids::IdError>,
+{
+    text.parse()
+        .map_err(|e: ax_bus::ids::IdError| anyhow::anyhow!("{argument}: {e}"))
+}

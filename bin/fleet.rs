@@ -38,7 +38,7 @@ pub async fn nodes(client: &AxClient, json: bool) -> Result<()> {
                 .collect();
             let age = (now - node.seen_at).num_milliseconds() as f64 / 1000.0;
             vec![
-                node.node.clone(),
+                node.node.to_string(),
                 node.host.clone(),
                 node.pid.to_string(),
                 node.roles.join(","),
@@ -79,7 +79,7 @@ pub async fn workers(client: &AxClient, json: bool) -> Result<()> {
         let alive = age < WORKER_TTL_SECS as f64;
         let score = score(&weights, &info, 0);
         rows.push(vec![
-            info.id.clone(),
+            info.id.to_string(),
             info.host.clone(),
             format!("{}/{}", info.running, info.slots),
             info.cores.to_string(),
@@ -138,7 +138,7 @@ pub async fn executors(client: &AxClient, json: bool) -> Result<()> {
                 executor.name.clone(),
                 executor.kind.clone(),
                 executor.version.clone(),
-                info.id.clone(),
+                info.id.to_string(),
                 executor.description.clone(),
             ]);
         }

@@ -3,9 +3,11 @@
 use anyhow::{anyhow, Result};
 use futures::StreamExt;
 
+use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::ResultMessage;
 use ax_bus::{codec, AxClient, InstanceRecord, State};
 
+use crate::args::parse_id;
 use crate::table;
 
 pub async fn list(
@@ -19,15 +21,9 @@ pub async fn list(
         .map(str::parse)
         .transpose()
         .map_err(|e: String| anyhow!(e))?;
-    if let Some(job) = job {
-        if !ax_bus::spec::is_valid_job_name(job) {
-            return Err(anyhow!(
-                "--job `{job}` is not a job name ([a-z0-9_-]{{1,64}})"
-            ));
-        }
-    }
+    let job: Option<JobName> = job.map(|job| parse_id("--job", job)).transpose()?;
     let records: Vec<InstanceRecord> = client
-        .instances(job)
+        .instances(job.as_ref())
         .await?
         .into_iter()
         .filter(|r| biz_date.is_none_or(|d| r.biz_date == d))
@@ -40,12 +36,14 @@ pub async fn list(
         .iter()
         .map(|r| {
             vec![
-                r.instance_id.clone(),
+                r.instance_id.to_string(),
                 r.biz_date.clone(),
                 r.attempt.to_string(),
                 r.state.to_string(),
                 r.tag.to_string(),
-                r.worker.clone().unwrap_or_else(|| "-".into()),
+                r.worker
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |w| w.to_string()),
                 table::time(r.finished_at),
                 table::time(r.next_attempt_at),
                 table::short(&r.message, 48),
@@ -70,8 +68,9 @@ pub async fn list(
 }
 
 async fn fetch(client: &AxClient, id: &str) -> Result<InstanceRecord> {
+    let id: InstanceId = parse_id("instance", id)?;
     client
-        .instance(id)
+        .instance(&id)
         .await?
         .map(|(r, _)| r)
         .ok_or_else(|| anyhow!("no instance `{id}`"))
@@ -83,9 +82,9 @@ pub async fn get(client: &AxClient, id: &str, json: bool) -> Result<()> {
         return table::json(&record);
     }
     let fields = [
-        ("instance_id", record.instance_id.clone()),
-        ("trace_id", record.trace_id.clone()),
-        ("job", record.job.clone()),
+        ("instance_id", record.instance_id.to_string()),
+        ("trace_id", record.trace_id.to_string()),
+        ("job", record.job.to_string()),
         ("biz_date", record.biz_date.clone()),
         ("attempt", record.attempt.to_string()),
         ("state", record.state.to_string()),
@@ -97,7 +96,10 @@ pub async fn get(client: &AxClient, id: &str, json: bool) -> Result<()> {
         ("next_attempt_at", table::time(record.next_attempt_at)),
         (
             "worker",
-            record.worker.clone().unwrap_or_else(|| "-".into()),
+            record
+                .worker
+                .as_ref()
+                .map_or_else(|| "-".into(), |w| w.to_string()),
         ),
         (
             "exit_code",
@@ -136,7 +138,8 @@ pub async fn logs(client: &AxClient, id: &str, json: bool) -> Result<()> {
 
 /// Prints each result as one JSON line, as it arrives, until interrupted.
 pub async fn tail_results(client: &AxClient, job: Option<&str>) -> Result<()> {
-    let subject = match job {
+    let job: Option<JobName> = job.map(|job| parse_id("--job", job)).transpose()?;
+    let subject = match &job {
         Some(job) => client.subjects().result(job),
         None => client.subjects().result_all(),
     };

@@ -1,118 +1,27 @@
 //! `ax job ...`: apply, list, get, delete, pause, resume, trigger.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
 use ax_actors::scheduler::fire_schedule::FireSchedule;
+use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest,
     TriggerRequest,
 };
-use ax_bus::spec::yaml::{self, LocatedError, LocatedJob};
+use ax_bus::spec::files::load_files;
+use ax_bus::spec::yaml::{LocatedError, LocatedJob};
 use ax_bus::spec::{self, JobDocument};
 use ax_bus::AxClient;
 
-use crate::args::{BackfillArgs, RerunArgs};
+use crate::args::{parse_id, BackfillArgs, RerunArgs};
 use crate::table;
 
 /// How long a command waits for a Scheduler's answer.
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The YAML files named by `paths` (directories give their `*.yaml` / `*.yml`, sorted).
-fn job_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Vec<LocatedError>> {
-    let mut files = Vec::new();
-    let mut errors = Vec::new();
-    for path in paths {
-        let error = |reason: String| LocatedError {
-            file: path.display().to_string(),
-            line: None,
-            field: None,
-            reason,
-        };
-        if path.is_dir() {
-            match std::fs::read_dir(path) {
-                Ok(entries) => {
-                    let mut found: Vec<PathBuf> = entries
-                        .filter_map(|e| e.ok().map(|e| e.path()))
-                        .filter(|p| {
-                            p.is_file()
-                                && matches!(
-                                    p.extension().and_then(|e| e.to_str()),
-                                    Some("yaml" | "yml")
-                                )
-                        })
-                        .collect();
-                    found.sort();
-                    if found.is_empty() {
-                        errors.push(error("no .yaml or .yml file in this directory".into()));
-                    }
-                    files.extend(found);
-                }
-                Err(e) => errors.push(error(format!("cannot read directory: {e}"))),
-            }
-        } else {
-            files.push(path.clone());
-        }
-    }
-    if errors.is_empty() {
-        Ok(files)
-    } else {
-        Err(errors)
-    }
-}
-
-/// Reads and validates every job in `paths`: all problems, each `file:line: field: reason`.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<LocatedJob>, Vec<LocatedError>> {
-    let files = job_files(paths)?;
-    let mut jobs = Vec::new();
-    let mut errors = Vec::new();
-    for file in &files {
-        let name = file.display().to_string();
-        match std::fs::read_to_string(file) {
-            Ok(text) => match yaml::parse_str(&name, &text) {
-                Ok(found) if found.is_empty() => errors.push(LocatedError {
-                    file: name,
-                    line: None,
-                    field: None,
-                    reason: "no job document in this file".into(),
-                }),
-                Ok(found) => jobs.extend(found),
-                Err(e) => errors.push(e),
-            },
-            Err(e) => errors.push(LocatedError {
-                file: name,
-                line: None,
-                field: None,
-                reason: format!("cannot read: {e}"),
-            }),
-        }
-    }
-    let mut first_seen: HashMap<String, (String, u64)> = HashMap::new();
-    for job in &jobs {
-        for e in spec::validate(&job.doc) {
-            errors.push(job.locate(e));
-        }
-        let name = job.doc.job.name.clone();
-        if let Some((file, line)) = first_seen.get(&name) {
-            errors.push(LocatedError {
-                file: job.file.clone(),
-                line: Some(job.line_of("job.name")),
-                field: Some("job.name".into()),
-                reason: format!("`{name}` is defined twice in this apply (first at {file}:{line})"),
-            });
-        } else {
-            first_seen.insert(name, (job.file.clone(), job.line_of("job.name")));
-        }
-    }
-    if errors.is_empty() {
-        Ok(jobs)
-    } else {
-        Err(errors)
-    }
-}
 
 pub fn refused(reply: ControlReply) -> Result<ControlReply> {
     if reply.ok {
@@ -129,7 +38,7 @@ pub fn refused(reply: ControlReply) -> Result<ControlReply> {
 
 /// [`load`], printing every problem on stderr: the error says how many, and nothing is applied.
 pub fn load_or_report(paths: &[PathBuf]) -> Result<Vec<LocatedJob>> {
-    load(paths).map_err(|errors| {
+    load_files(paths).map_err(|errors| {
         for error in &errors {
             eprintln!("{error}");
         }
@@ -210,7 +119,7 @@ pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Resu
     let rows: Vec<Vec<String>> = reply
         .changes
         .iter()
-        .map(|c| vec![c.name.clone(), format!("{:?}", c.change).to_lowercase()])
+        .map(|c| vec![c.name.to_string(), format!("{:?}", c.change).to_lowercase()])
         .collect();
     table::print(&["JOB", "CHANGE"], &rows);
     Ok(())
@@ -237,7 +146,7 @@ pub async fn list(client: &AxClient, json: bool) -> Result<()> {
         .iter()
         .map(|j| {
             vec![
-                j.spec.name.clone(),
+                j.spec.name.to_string(),
                 j.spec.cron.clone().unwrap_or_else(|| "-".into()),
                 j.spec.timezone.clone(),
                 j.spec.exec.kind.clone(),
@@ -263,8 +172,9 @@ fn next_fire(spec: &spec::JobSpec, paused: bool) -> Option<chrono::DateTime<chro
 }
 
 pub async fn get(client: &AxClient, name: &str, json: bool) -> Result<()> {
+    let name: JobName = parse_id("job", name)?;
     let (record, _) = client
-        .job(name)
+        .job(&name)
         .await?
         .ok_or_else(|| anyhow!("no job named `{name}`"))?;
     let doc = JobDocument {
@@ -285,11 +195,12 @@ pub async fn get(client: &AxClient, name: &str, json: bool) -> Result<()> {
 }
 
 pub async fn command(client: &AxClient, command: &str, name: &str, json: bool) -> Result<()> {
+    let name: JobName = parse_id("job", name)?;
     let reply = refused(
         client
             .control(
                 command,
-                &JobNameRequest { name: name.into() },
+                &JobNameRequest { name: name.clone() },
                 CONTROL_TIMEOUT,
             )
             .await?,
@@ -319,7 +230,7 @@ pub async fn trigger(
         );
     }
     let request = TriggerRequest {
-        name: name.into(),
+        name: parse_id("job", name)?,
         biz_date,
         params: parsed,
     };
@@ -328,7 +239,10 @@ pub async fn trigger(
             .control(commands::TRIGGER, &request, CONTROL_TIMEOUT)
             .await?,
     )?;
-    let id = reply.instance_id.unwrap_or_default();
+    let id = reply
+        .instance_id
+        .map(|id| id.to_string())
+        .unwrap_or_default();
     if json {
         return table::json(&serde_json::json!({ "instance_id": id, "message": reply.message }));
     }
@@ -337,10 +251,11 @@ pub async fn trigger(
 }
 
 pub async fn history(client: &AxClient, name: &str, limit: usize, json: bool) -> Result<()> {
-    if client.job(name).await?.is_none() && client.ticks(name, 1).await?.is_empty() {
+    let name: JobName = parse_id("job", name)?;
+    if client.job(&name).await?.is_none() && client.ticks(&name, 1).await?.is_empty() {
         bail!("no job named `{name}` and no recorded tick for it");
     }
-    let ticks = client.ticks(name, limit).await?;
+    let ticks = client.ticks(&name, limit).await?;
     if json {
         return table::json(&ticks);
     }
@@ -350,8 +265,10 @@ pub async fn history(client: &AxClient, name: &str, limit: usize, json: bool) ->
             vec![
                 ax_bus::time::rfc3339(t.tick),
                 t.outcome.as_str().to_string(),
-                t.instance_id.clone().unwrap_or_else(|| "-".into()),
-                t.node.clone(),
+                t.instance_id
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |id| id.to_string()),
+                t.node.to_string(),
                 table::short(&t.reason, 60),
             ]
         })
@@ -380,7 +297,7 @@ pub fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
         .iter()
         .map(|s| {
             vec![
-                s.instance_id.clone(),
+                s.instance_id.to_string(),
                 s.biz_date.clone(),
                 s.state.to_string(),
                 if s.will_run { "run" } else { "stays" }.to_string(),
@@ -399,10 +316,20 @@ pub fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
 }
 
 pub async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Result<()> {
+    let instance: Option<InstanceId> = args
+        .instance
+        .as_deref()
+        .map(|id| parse_id("--instance", id))
+        .transpose()?;
+    let root: Option<JobName> = args
+        .root
+        .as_deref()
+        .map(|job| parse_id("--root", job))
+        .transpose()?;
     let request = RerunRequest {
-        instance: args.instance,
+        instance,
         biz_date: args.biz_date,
-        root: args.root,
+        root,
         failed_only: args.failed_only,
         force_downstream: args.force_downstream,
         dry_run: args.dry_run,
@@ -418,7 +345,7 @@ pub async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Result<()>
 
 pub async fn backfill(client: &AxClient, args: BackfillArgs, json: bool) -> Result<()> {
     let request = BackfillRequest {
-        job: args.job,
+        job: parse_id("job", &args.job)?,
         from: args.from,
         to: args.to,
         with_downstream: args.with_downstream,
@@ -436,7 +363,7 @@ pub async fn backfill(client: &AxClient, args: BackfillArgs, json: bool) -> Resu
     let rows: Vec<Vec<String>> = reply
         .plan
         .iter()
-        .map(|s| vec![s.instance_id.clone(), s.biz_date.clone(), s.why.clone()])
+        .map(|s| vec![s.instance_id.to_string(), s.biz_date.clone(), s.why.clone()])
         .collect();
     table::print(&["INSTANCE", "BIZ DATE", "WHAT"], &rows);
     Ok(())

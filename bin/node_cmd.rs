@@ -10,16 +10,10 @@ use ax_actors::node::{parse_roles, Node, NodeConfig};
 use ax_actors::worker::executor::ExecutorsConfig;
 use ax_actors::worker::WorkerConfig;
 use ax_bus::client::{redact, AxClient, ConnectConfig};
+use ax_bus::ids::NodeId;
 
-use crate::args::NodeArgs;
+use crate::args::{parse_id, NodeArgs};
 use crate::{connect, node_config, shutdown};
-
-fn valid_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
 
 fn default_id() -> String {
     let host = nix::unistd::gethostname()
@@ -54,14 +48,12 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
         (None, None) => bail!("--roles is required (or `roles` in the [node] section of --config)"),
     };
     let roles = parse_roles(&roles_text).map_err(|e| anyhow!("--roles: {e}"))?;
-    let id = args
+    let id_text = args
         .id
         .clone()
         .or(file.node.id.clone())
         .unwrap_or_else(default_id);
-    if !valid_id(&id) {
-        bail!("--id `{id}`: must match [A-Za-z0-9_-]{{1,64}}");
-    }
+    let id: NodeId = parse_id("--id", &id_text)?;
     let url_flag = nats_flag.map(str::to_string).or(file.node.nats.clone());
     let (url, origin) = connect::resolve_url(url_flag.as_deref());
     let mut config = ConnectConfig::new(&url, format!("ax-node-{id}"));
@@ -79,7 +71,7 @@ pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> 
         .data_dir
         .clone()
         .or(file.node.data_dir.clone())
-        .unwrap_or_else(|| PathBuf::from(".ax").join(&id));
+        .unwrap_or_else(|| PathBuf::from(".ax").join(id.as_str()));
     let worker = WorkerConfig {
         id: id.clone(),
         slots: args.slots.or(file.worker.slots).unwrap_or(4).max(1),

@@ -14,6 +14,7 @@ use ax_actors::worker::executor::ExecutorsConfig;
 use ax_actors::worker::WorkerConfig;
 use ax_bus::client::local_server::{self, LocalServer, ServerOptions};
 use ax_bus::client::{AxClient, ConnectConfig};
+use ax_bus::ids::NodeId;
 
 use crate::args::UpArgs;
 use crate::connect::URL_FILE;
@@ -65,13 +66,14 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
     let mut config = ConnectConfig::new(&url, "ax-up");
     config.prefix = prefix.to_string();
     let client = AxClient::connect(&config).await?;
+    let local: NodeId = "local".parse()?;
     let node = Node::start(
         client.clone(),
         NodeConfig {
-            name: "local".into(),
+            name: local.clone(),
             roles: parse_roles("all").map_err(anyhow::Error::msg)?,
             worker: WorkerConfig {
-                id: "local".into(),
+                id: local,
                 slots: args.slots.max(1),
                 tags: Vec::new(),
                 reserved: Default::default(),

@@ -175,7 +175,15 @@ async fn list_get_pause_resume_trigger_and_delete() {
 
     let paused = ax(&nats.url(), &["job", "pause", "hello"]);
     assert!(paused.status.success() && stdout(&paused).contains("paused"));
-    assert!(client.job("hello").await.unwrap().unwrap().0.paused);
+    assert!(
+        client
+            .job(&support::job("hello"))
+            .await
+            .unwrap()
+            .unwrap()
+            .0
+            .paused
+    );
     assert!(ax(&nats.url(), &["job", "resume", "hello"])
         .status
         .success());
@@ -205,7 +213,7 @@ async fn list_get_pause_resume_trigger_and_delete() {
     assert!(ax(&nats.url(), &["job", "delete", "hello"])
         .status
         .success());
-    assert!(client.job("hello").await.unwrap().is_none());
+    assert!(client.job(&support::job("hello")).await.unwrap().is_none());
     let gone = ax(&nats.url(), &["job", "get", "hello"]);
     assert!(!gone.status.success());
 }

@@ -408,7 +408,7 @@ async fn malformed_control_messages_raise_alerts_and_change_nothing() {
     wait_for(
         Duration::from_secs(10),
         "the good job after bad ones",
-        || async { client.job("fine").await.unwrap().map(|_| ()) },
+        || async { client.job(&support::job("fine")).await.unwrap().map(|_| ()) },
     )
     .await;
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());

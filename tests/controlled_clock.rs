@@ -36,10 +36,10 @@ async fn start(
     let node = Node::start(
         client.clone(),
         NodeConfig {
-            name: "clocked".into(),
+            name: support::node("clocked"),
             roles: parse_roles(roles).unwrap(),
             worker: WorkerConfig {
-                id: "clocked".into(),
+                id: support::node("clocked"),
                 slots: 1,
                 tags: vec![],
                 reserved: Default::default(),
@@ -88,7 +88,7 @@ async fn store(client: &AxClient, yaml: &str) -> usize {
 /// job → tick time → outcomes recorded for it.
 async fn ticks_of(client: &AxClient, job: &str) -> BTreeMap<String, Vec<TickOutcome>> {
     let mut out: BTreeMap<String, Vec<TickOutcome>> = BTreeMap::new();
-    for record in client.ticks(job, 1000).await.unwrap() {
+    for record in client.ticks(&support::job(job), 1000).await.unwrap() {
         out.entry(record.tick.format("%H:%M").to_string())
             .or_default()
             .push(record.outcome);

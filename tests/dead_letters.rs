@@ -64,7 +64,7 @@ async fn an_instance_out_of_retries_is_a_dead_letter_and_replays_as_a_new_attemp
     // The full payload: the last work item, spec and params included.
     let stored = client.dead_letter(letter.id).await.unwrap().unwrap();
     let work: WorkItem = codec::decode(&stored.payload).unwrap();
-    assert_eq!((work.attempt, work.job()), (2, "fragile"));
+    assert_eq!((work.attempt, work.job().as_str()), (2, "fragile"));
     assert_eq!(work.params["region"], "eu");
     let out = ax(&nats.url(), &["dlq", "list"]);
     assert!(stdout(&out).contains(&id), "{}", stdout(&out));
@@ -79,7 +79,7 @@ async fn an_instance_out_of_retries_is_a_dead_letter_and_replays_as_a_new_attemp
         stdout(&out)
     );
     let again = wait_for(Duration::from_secs(30), "the replayed attempt", || async {
-        let (record, _) = client.instance(&id).await.unwrap()?;
+        let (record, _) = client.instance(&support::id(&id)).await.unwrap()?;
         (record.attempt == 3 && record.state.is_final()).then_some(record)
     })
     .await;
@@ -196,7 +196,7 @@ async fn a_dead_command_is_put_back_on_its_subject() {
     headers.insert(dead_letter::SUBJECT, "ax.control.trigger");
     headers.insert(dead_letter::NODE, "n0");
     let request = TriggerRequest {
-        name: "hello".into(),
+        name: support::job("hello"),
         biz_date: Some("2026-01-02".into()),
         params: Default::default(),
     };

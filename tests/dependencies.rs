@@ -193,7 +193,7 @@ async fn a_coordinator_killed_while_instances_wait_loses_nothing() {
         Duration::from_secs(15),
         "the payment sync to run",
         || async {
-            let record = client.instance(&pay).await.unwrap()?.0;
+            let record = client.instance(&support::id(&pay)).await.unwrap()?.0;
             (record.tag == Tag::Executing).then_some(())
         },
     )
@@ -357,9 +357,7 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
         },
     )
     .await;
-    let day = ax_actors::dag::day_store::read_day(&client, &spec.name, date)
-        .await
-        .unwrap();
+    let day = client.deps_of_day(&spec.name, date).await.unwrap();
     assert_eq!(day.instances.len(), INSTANCES);
     assert!(day.instances.values().all(|e| *e == (1, State::Running)));
 
@@ -388,9 +386,7 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
     .await
     .unwrap();
     wait_for(Duration::from_secs(60), "the result noted", || async {
-        let day = ax_actors::dag::day_store::read_day(&client, &spec.name, date)
-            .await
-            .ok()?;
+        let day = client.deps_of_day(&spec.name, date).await.ok()?;
         (day.instances.get(&last) == Some(&(1, State::Success)) && day.instances.len() == INSTANCES)
             .then_some(())
     })
@@ -407,7 +403,7 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
     let client = nats.client().await;
     let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
     let legacy = DateInstances {
-        instances: [("up.20260301T000000000Z".to_string(), (1, State::Success))].into(),
+        instances: [(support::id("up.20260301T000000000Z"), (1, State::Success))].into(),
     };
     client
         .deps
@@ -421,9 +417,7 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
         "the legacy day rewritten",
         || async {
             let legacy_gone = client.deps.get("20260301.up").await.ok()?.is_none();
-            let day = ax_actors::dag::day_store::read_day(&client, "up", date)
-                .await
-                .ok()?;
+            let day = client.deps_of_day(&support::job("up"), date).await.ok()?;
             (legacy_gone && day.instances == legacy.instances).then_some(())
         },
     )

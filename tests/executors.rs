@@ -532,7 +532,7 @@ async fn instances_go_only_to_workers_offering_their_executor() {
     let waiting = trigger(&nats, &["count"]);
     wait_for(Duration::from_secs(20), "the no_worker tag", || async {
         client
-            .instance(&waiting)
+            .instance(&support::id(&waiting))
             .await
             .ok()
             .flatten()

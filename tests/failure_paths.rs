@@ -142,7 +142,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
     .await;
     let id = trigger(&nats, &["once"]);
     let record = final_record(&client, &id, Duration::from_secs(15)).await;
-    let (job, _) = client.job("once").await.unwrap().unwrap();
+    let (job, _) = client.job(&support::job("once")).await.unwrap().unwrap();
     let work = WorkItem {
         instance_id: record.instance_id.clone(),
         trace_id: record.trace_id.clone(),
@@ -152,14 +152,14 @@ async fn a_dispatch_delivered_twice_runs_once() {
         expected_time: record.expected_time,
         params: record.params.clone(),
         spec: job.spec,
-        worker: Some("n1".into()),
+        worker: Some(support::node("n1")),
         gate: None,
         dispatch: client
             .claim_of(&record.trace_id)
             .await
             .unwrap()
-            .map(|(claim, _)| claim.dispatch),
-        router: Some("n1".into()),
+            .and_then(|(claim, _)| claim.dispatch),
+        router: Some(support::node("n1")),
         shard: None,
         pin: record.pin.clone(),
         stored: None,
@@ -188,7 +188,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
     )
     .await;
     assert_eq!(lines_with(&ledger, "ran"), 1, "the attempt ran twice");
-    let after = client.instance(&id).await.unwrap().unwrap().0;
+    let after = client.instance(&support::id(&id)).await.unwrap().unwrap().0;
     assert_eq!(after, record, "the record changed");
 }
 
@@ -289,7 +289,7 @@ async fn a_waiting_retry_survives_its_scheduler_and_runs_on_another_worker() {
     .await;
     let id = trigger(&nats, &["second_time"]);
     let waiting = wait_for(Duration::from_secs(20), "waiting_retry", || async {
-        let record = client.instance(&id).await.unwrap()?.0;
+        let record = client.instance(&support::id(&id)).await.unwrap()?.0;
         (record.state == State::WaitingRetry).then_some(record)
     })
     .await;
@@ -398,7 +398,7 @@ async fn results_of_tasks_that_end_during_a_60_s_nats_outage_arrive_exactly_once
             &[&worker, &control],
             || async {
                 client_again
-                    .instance(id)
+                    .instance(&support::id(id))
                     .await
                     .ok()
                     .flatten()

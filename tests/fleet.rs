@@ -18,7 +18,9 @@ async fn runs_per_worker(client: &AxClient, job: &str) -> BTreeMap<String, usize
     let mut counts = BTreeMap::new();
     for record in instances(client, job).await {
         if record.state == State::Success {
-            *counts.entry(record.worker.unwrap_or_default()).or_default() += 1;
+            *counts
+                .entry(record.worker.map(|w| w.to_string()).unwrap_or_default())
+                .or_default() += 1;
         }
     }
     counts
@@ -88,7 +90,7 @@ async fn tags_are_respected_and_a_job_nobody_can_run_waits() {
         "on_gamma to be tagged no_worker",
         || async {
             client
-                .instance(&gamma)
+                .instance(&support::id(&gamma))
                 .await
                 .unwrap()
                 .map(|(r, _)| r)
@@ -230,7 +232,7 @@ async fn a_worker_killed_mid_attempt_leads_to_exactly_one_success() {
         Duration::from_secs(15),
         "the attempt to run on the doomed worker",
         || async {
-            let record = client.instance(&id).await.unwrap()?.0;
+            let record = client.instance(&support::id(&id)).await.unwrap()?.0;
             (record.tag == Tag::Executing).then_some(())
         },
     )

@@ -76,7 +76,7 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
     let nats = TestNats::start();
     let client = nats.client().await;
     let created = queued();
-    let id = created.instance_id.as_str();
+    let id = &created.instance_id.clone();
     let revision = client
         .instances
         .create(id, codec::encode(&created).unwrap())
@@ -147,7 +147,7 @@ async fn a_hand_off_carries_the_created_record_until_the_record_changes() {
         .stored
         .expect("a created first attempt carries its record");
     assert_eq!(
-        client.instance(&solo).await.unwrap(),
+        client.instance(&support::id(&solo)).await.unwrap(),
         Some((*carried.record, carried.revision))
     );
 

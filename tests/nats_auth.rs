@@ -200,7 +200,7 @@ fn listed_nodes(url: &str, env: &[(&str, String)]) -> Option<Vec<String>> {
         .output()
         .ok()?;
     let nodes: Vec<ax_bus::messages::NodeStatus> = serde_json::from_slice(&out.stdout).ok()?;
-    Some(nodes.into_iter().map(|n| n.node).collect())
+    Some(nodes.into_iter().map(|n| n.node.to_string()).collect())
 }
 
 /// A node with `env` against `nats` (URL `url`) comes up and is seen by the CLI with the same

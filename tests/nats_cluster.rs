@@ -63,7 +63,7 @@ async fn losing_one_nats_node_does_not_stop_scheduling() {
         async move {
             // Reads may fail while the cluster elects new leaders: not yet.
             client
-                .instances(Some("tick"))
+                .instances(Some(&support::job("tick")))
                 .await
                 .ok()?
                 .into_iter()

@@ -18,10 +18,11 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::StreamExt;
 
 use ax_actors::scheduler::creator::NewInstance;
+use ax_bus::ids::{InstanceId, TraceId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::Alert;
 use ax_bus::messages::{JobRecord, TickOutcome};
-use ax_bus::{codec, ids, AxClient, State};
+use ax_bus::{codec, AxClient, State};
 use support::*;
 
 /// Writes the record of `job`'s instance at `tick` with `trace`, handing nothing on.
@@ -29,8 +30,8 @@ async fn orphan(
     client: &AxClient,
     job: &JobRecord,
     tick: DateTime<Utc>,
-    trace: Option<String>,
-) -> (String, String) {
+    trace: Option<TraceId>,
+) -> (InstanceId, TraceId) {
     let mut instance = NewInstance::new(
         &job.spec,
         tick,
@@ -67,15 +68,14 @@ async fn instances_whose_creator_died_before_the_hand_off_run_once() {
         ),
     )
     .await;
-    let (job, _) = client.job("every10").await.unwrap().unwrap();
+    let (job, _) = client.job(&support::job("every10")).await.unwrap().unwrap();
     // Ticks far enough ahead for the records to be written before they come.
     let now = ax_bus::time::now();
     let same_tick = now.duration_trunc(TimeDelta::seconds(10)).unwrap() + TimeDelta::seconds(20);
     let other_tick = same_tick + TimeDelta::seconds(10);
     let (same_id, same_trace) = orphan(&client, &job, same_tick, None).await;
-    assert_eq!(same_trace, ids::first_trace_id(&same_id));
-    let (other_id, other_trace) =
-        orphan(&client, &job, other_tick, Some(ids::new_trace_id())).await;
+    assert_eq!(same_trace, TraceId::first_of(&same_id));
+    let (other_id, other_trace) = orphan(&client, &job, other_tick, Some(TraceId::random())).await;
 
     // The same first attempt: handed on by the Scheduler at its tick, well within the grace.
     let same = final_record(&client, &same_id, Duration::from_secs(60)).await;
@@ -168,7 +168,7 @@ async fn a_lone_schedulers_orphan_runs_after_its_restart_despite_misfire_skip() 
     .await;
     node.kill9();
     // The record its next tick would have had, written as the dying Scheduler would have.
-    let (job, _) = client.job("lonely").await.unwrap().unwrap();
+    let (job, _) = client.job(&support::job("lonely")).await.unwrap().unwrap();
     let now = ax_bus::time::now();
     let orphan_tick = now.duration_trunc(TimeDelta::seconds(2)).unwrap() + TimeDelta::seconds(2);
     let (orphan_id, orphan_trace) = orphan(&client, &job, orphan_tick, None).await;
@@ -189,12 +189,12 @@ async fn a_lone_schedulers_orphan_runs_after_its_restart_despite_misfire_skip() 
     );
     assert!(record.started_at.unwrap() >= restarted);
     // The tick after it was skipped by the policy: no instance, a `skipped` record.
-    let skipped_id = ids::instance_id("lonely", skipped_tick);
+    let skipped_id = InstanceId::for_fire(&support::job("lonely"), skipped_tick);
     let history = wait_for(
         Duration::from_secs(30),
         "the skipped tick's record",
         || async {
-            let ticks = client.ticks("lonely", 100).await.ok()?;
+            let ticks = client.ticks(&support::job("lonely"), 100).await.ok()?;
             ticks
                 .iter()
                 .any(|t| t.tick == skipped_tick && t.outcome == TickOutcome::Skipped)
@@ -222,5 +222,5 @@ async fn a_lone_schedulers_orphan_runs_after_its_restart_despite_misfire_skip() 
     )
     .await;
     let lines = std::fs::read_to_string(&ledger).unwrap();
-    assert_eq!(lines.lines().filter(|l| *l == orphan_id).count(), 1);
+    assert_eq!(lines.lines().filter(|l| orphan_id == *l).count(), 1);
 }

@@ -16,7 +16,10 @@ fn every_second(name: &str, extra: &str, command: &str) -> String {
 }
 
 async fn ticks(client: &AxClient, job: &str) -> Vec<ax_bus::messages::TickRecord> {
-    client.ticks(job, 1000).await.expect("read ticks")
+    client
+        .ticks(&support::job(job), 1000)
+        .await
+        .expect("read ticks")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

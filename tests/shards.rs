@@ -68,7 +68,7 @@ async fn shards_spread_over_workers_and_join_into_the_parent() {
     let out = ax(&nats.url(), &["rerun", "--instance", &id]);
     assert!(out.status.success(), "{}", stderr(&out));
     let rerun = wait_for(Duration::from_secs(40), "the re-run to end", || async {
-        let record = client.instance(&id).await.unwrap()?.0;
+        let record = client.instance(&support::id(&id)).await.unwrap()?.0;
         (record.attempt == 2 && record.state.is_final()).then_some(record)
     })
     .await;
@@ -104,7 +104,7 @@ async fn a_failed_shard_fails_the_parent_and_names_itself() {
     let mut states: Vec<_> = children(&client, "partly", &id)
         .await
         .into_iter()
-        .map(|r| (r.instance_id, r.state))
+        .map(|r| (r.instance_id.to_string(), r.state))
         .collect();
     states.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
@@ -176,7 +176,7 @@ async fn a_broadcast_runs_once_on_every_eligible_worker() {
     let mut runs: Vec<_> = children(&client, "everywhere", &id)
         .await
         .into_iter()
-        .map(|r| (r.instance_id, r.worker))
+        .map(|r| (r.instance_id.to_string(), r.worker.map(|w| w.to_string())))
         .collect();
     runs.sort();
     assert_eq!(
@@ -208,7 +208,7 @@ async fn a_broadcast_run_whose_worker_dies_fails_instead_of_moving() {
         Duration::from_secs(15),
         "the doomed worker's run to start",
         || async {
-            let record = client.instance(&doomed_run).await.unwrap()?.0;
+            let record = client.instance(&support::id(&doomed_run)).await.unwrap()?.0;
             (record.tag == Tag::Executing).then_some(())
         },
     )

@@ -40,7 +40,7 @@ job:
         "the stuck instance to end",
         || async {
             client
-                .instance(&id)
+                .instance(&support::id(&id))
                 .await
                 .unwrap()
                 .map(|(r, _)| r)

@@ -109,11 +109,11 @@ async fn each_tick_is_created_and_run_once_and_a_killed_scheduler_leaves_no_gap(
     let mut results: BTreeMap<String, usize> = BTreeMap::new();
     while let Some(Ok(message)) = batch.next().await {
         let result: ResultMessage = codec::decode(&message.payload).unwrap();
-        *results.entry(result.instance_id).or_default() += 1;
+        *results.entry(result.instance_id.to_string()).or_default() += 1;
     }
     for record in &finished {
         assert_eq!(
-            results.get(&record.instance_id),
+            results.get(record.instance_id.as_str()),
             Some(&1),
             "results of {}",
             record.instance_id

@@ -15,9 +15,12 @@
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod dag;
 pub mod jetstream;
 pub mod node;
+pub mod outcome;
 pub mod reporter;
 pub mod router;
 pub mod scheduler;
@@ -26,6 +29,7 @@ pub mod worker;
 use ax_bus::client::kv_view::FeedError;
 use ax_bus::client::ClientError;
 use ax_bus::codec::CodecError;
+use ax_bus::error::NatsError;
 
 /// Why an actor's pump or operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -34,14 +38,17 @@ pub enum ActorError {
     #[error(transparent)]
     Client(#[from] ClientError),
     /// A NATS or JetStream call failed.
-    #[error("{0}")]
-    Nats(String),
+    #[error(transparent)]
+    Nats(#[from] NatsError),
     /// A bucket feed failed.
     #[error(transparent)]
     Feed(#[from] FeedError),
     /// A value did not encode or decode.
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// A value is not a valid identity.
+    #[error(transparent)]
+    Id(#[from] ax_bus::ids::IdError),
     /// Local storage failed.
     #[error("local storage: {0}")]
     Io(#[from] std::io::Error),

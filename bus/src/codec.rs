@@ -62,6 +62,39 @@ pub fn decode_by_header<T: DeserializeOwned>(
     }
 }
 
+/// An optional value that the wire writes as an empty string when absent (as results write
+/// the worker of an instance that no worker ran).
+pub mod empty_as_none {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Writes `None` as `""`.
+    pub fn serialize<T: Serialize, S: Serializer>(
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => value.serialize(serializer),
+            None => serializer.serialize_str(""),
+        }
+    }
+
+    /// Reads `""` as `None`.
+    pub fn deserialize<'de, T, D>(deserializer: D) -> Result<Option<T>, D::Error>
+    where
+        T: TryFrom<String>,
+        T::Error: std::fmt::Display,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(deserializer)?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        T::try_from(text)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

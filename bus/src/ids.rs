@@ -1,47 +1,347 @@
-//! Identities.
+//! Identities, each a type of its own, checked where it enters (spec, command line, wire).
 //!
-//! - `instance_id` = job name + expected fire time (`hello.20261129T183700123Z`): stable across
-//!   retries and re-runs, the idempotency key business code de-duplicates on, and the key under
-//!   which the instance record is created exactly once.
-//! - `trace_id` = one attempt of one instance: 32 hex digits, carried by every dispatch, claim,
-//!   report and log line of that attempt; random, except for a first attempt (derived from
-//!   the instance id, see [`first_trace_id`]).
+//! - [`JobName`]: `[a-z0-9_-]{1,64}`, one subject token (`ax.result.<job>`).
+//! - [`InstanceId`]: job name + expected fire time (`hello.20261129T183700123Z`), or a
+//!   sub-instance of one (`<parent>.s3`, `<parent>.w-<worker>`): stable across retries and
+//!   re-runs, the idempotency key business code de-duplicates on, and the key under which the
+//!   instance record is created exactly once. KV-key characters only, at most 320 bytes.
+//! - [`TraceId`]: one attempt of one instance, 32 hex digits, carried by every dispatch, claim,
+//!   report and log line of that attempt; random, except for a first attempt (derived from the
+//!   instance id, see [`TraceId::first_of`]).
+//! - [`DispatchId`]: one dispatch of an attempt to a worker (the one allowed to claim it).
+//! - [`NodeId`]: a node's `--id`, `[A-Za-z0-9_-]{1,64}`; a worker is named by its node's id
+//!   ([`WorkerId`]), which names its dispatch queue.
+//!
+//! Every type derefs to `str` and serializes as a plain string, so the wire format is the one
+//! of a `String`; decoding a value that breaks its rule fails (the message is then undecodable,
+//! which the consumers set aside as a dead letter).
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::ops::Deref;
+use std::str::FromStr;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use rand::Rng;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 const INSTANCE_TIME_FORMAT: &str = "%Y%m%dT%H%M%S%3fZ";
+/// The longest instance id (a KV key, and a token-separated subject tail).
+pub const MAX_INSTANCE_ID: usize = 320;
 
-/// The instance id of `job` expected at `expected`.
-pub fn instance_id(job: &str, expected: DateTime<Utc>) -> String {
-    format!("{job}.{}", expected.format(INSTANCE_TIME_FORMAT))
+/// Which identity a value failed to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdKind {
+    /// A job name.
+    Job,
+    /// An instance id.
+    Instance,
+    /// A trace id.
+    Trace,
+    /// A dispatch id.
+    Dispatch,
+    /// A node (or worker) id.
+    Node,
 }
 
-/// Splits an instance id into job name and expected time; `None` when it is not one.
-pub fn parse_instance_id(id: &str) -> Option<(&str, DateTime<Utc>)> {
-    let (job, stamp) = id.rsplit_once('.')?;
-    let naive = NaiveDateTime::parse_from_str(stamp, INSTANCE_TIME_FORMAT).ok()?;
-    if job.is_empty() {
-        return None;
+impl IdKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            IdKind::Job => "job name",
+            IdKind::Instance => "instance id",
+            IdKind::Trace => "trace id",
+            IdKind::Dispatch => "dispatch id",
+            IdKind::Node => "node id",
+        }
     }
-    Some((job, naive.and_utc()))
 }
 
-/// The trace id of an instance's first attempt: derived from the instance id, so that every
-/// Scheduler creating the same fire (they race for it) holds the same attempt — whichever
-/// record is stored, any of them can hand it on, and the hand-off's message id (the trace)
-/// makes the copies one. A creator that dies between the record and the hand-off leaves no
-/// orphan while another one races with it.
-pub fn first_trace_id(instance_id: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("ax/first-attempt/{instance_id}").as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+/// A value that is not a valid identity: which kind, the value (cut to 80 characters) and
+/// the rule it breaks.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}` is not a valid {}: {rule}", kind.as_str())]
+pub struct IdError {
+    /// The identity it should have been.
+    pub kind: IdKind,
+    /// The value, cut to 80 characters.
+    pub value: String,
+    /// The rule it breaks.
+    pub rule: &'static str,
 }
 
-/// A fresh trace id (retries, re-runs, re-dispatches).
-pub fn new_trace_id() -> String {
+impl IdError {
+    fn new(kind: IdKind, value: &str, rule: &'static str) -> Self {
+        let mut cut: String = value.chars().take(80).collect();
+        if cut.len() < value.len() {
+            cut.push('…');
+        }
+        Self {
+            kind,
+            value: cut,
+            rule,
+        }
+    }
+}
+
+fn token_chars(text: &str, extra: &[u8]) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || extra.contains(&b))
+}
+
+fn check_job(text: &str) -> Result<(), &'static str> {
+    let ok = (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    ok.then_some(()).ok_or("must match [a-z0-9_-]{1,64}")
+}
+
+fn check_instance(text: &str) -> Result<(), &'static str> {
+    if text.is_empty() || text.len() > MAX_INSTANCE_ID {
+        return Err("must be 1 to 320 characters");
+    }
+    if !token_chars(text, b".:") {
+        return Err("may hold only letters, digits and `_ - . :`");
+    }
+    if text.split('.').any(str::is_empty) {
+        return Err("must not start or end with `.` nor hold `..`");
+    }
+    Ok(())
+}
+
+fn check_hex32(text: &str) -> Result<(), &'static str> {
+    let ok = text.len() == 32 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    ok.then_some(()).ok_or("must be 32 lowercase hex digits")
+}
+
+fn check_node(text: &str) -> Result<(), &'static str> {
+    let ok = (1..=64).contains(&text.len()) && token_chars(text, b"");
+    ok.then_some(()).ok_or("must match [A-Za-z0-9_-]{1,64}")
+}
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident, $kind:expr, $check:path) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Checks `text` against the rule of this identity.
+            pub fn parse(text: &str) -> Result<Self, IdError> {
+                $check(text).map_err(|rule| IdError::new($kind, text, rule))?;
+                Ok(Self(text.to_string()))
+            }
+
+            /// The text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+
+            fn from_str(text: &str) -> Result<Self, IdError> {
+                Self::parse(text)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+
+            fn try_from(text: String) -> Result<Self, IdError> {
+                $check(&text).map_err(|rule| IdError::new($kind, &text, rule))?;
+                Ok(Self(text))
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl From<&$name> for String {
+            fn from(id: &$name) -> String {
+                id.0.clone()
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<&$name> for $name {
+            fn eq(&self, other: &&$name) -> bool {
+                self.0 == other.0
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(deserializer)?;
+                Self::try_from(text).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A job's name: `[a-z0-9_-]{1,64}`.
+    JobName,
+    IdKind::Job,
+    check_job
+);
+
+string_id!(
+    /// An instance's id: job name + expected time, or a sub-instance of one (see the module
+    /// docs).
+    InstanceId,
+    IdKind::Instance,
+    check_instance
+);
+
+string_id!(
+    /// One attempt of one instance: 32 lowercase hex digits.
+    TraceId,
+    IdKind::Trace,
+    check_hex32
+);
+
+string_id!(
+    /// One dispatch of an attempt: 32 lowercase hex digits.
+    DispatchId,
+    IdKind::Dispatch,
+    check_hex32
+);
+
+string_id!(
+    /// A node's id: `[A-Za-z0-9_-]{1,64}`.
+    NodeId,
+    IdKind::Node,
+    check_node
+);
+
+/// A worker is named by the id of its node: the name of its dispatch queue.
+pub type WorkerId = NodeId;
+
+impl JobName {
+    /// A job name taken as it is, not checked: only for a spec's own `name`, which
+    /// [`crate::spec::validate`] checks together with every other rule (so that all problems of
+    /// a spec are told at once).
+    pub(crate) fn unchecked(text: String) -> Self {
+        Self(text)
+    }
+}
+
+fn random_hex32() -> String {
     let n: u128 = rand::rng().random();
     format!("{n:032x}")
+}
+
+impl InstanceId {
+    /// The instance of `job` expected at `expected`.
+    pub fn for_fire(job: &JobName, expected: DateTime<Utc>) -> Self {
+        Self(format!("{job}.{}", expected.format(INSTANCE_TIME_FORMAT)))
+    }
+
+    /// A sub-instance of this one (`suffix` is a token such as `s3` or `w-<worker>`).
+    pub fn child(&self, suffix: &str) -> Result<Self, IdError> {
+        Self::parse(&format!("{self}.{suffix}"))
+    }
+
+    /// The job name and expected time of a fire's instance; `None` for any other id.
+    pub fn fire(&self) -> Option<(&str, DateTime<Utc>)> {
+        let (job, stamp) = self.0.rsplit_once('.')?;
+        let naive = NaiveDateTime::parse_from_str(stamp, INSTANCE_TIME_FORMAT).ok()?;
+        check_job(job).ok()?;
+        Some((job, naive.and_utc()))
+    }
+}
+
+impl TraceId {
+    /// A fresh trace id (retries, re-runs).
+    pub fn random() -> Self {
+        Self(random_hex32())
+    }
+
+    /// The trace id of an instance's first attempt: derived from the instance id, so that every
+    /// Scheduler creating the same fire (they race for it) holds the same attempt — whichever
+    /// record is stored, any of them can hand it on, and the hand-off's message id (the trace)
+    /// makes the copies one. A creator that dies between the record and the hand-off leaves no
+    /// orphan while another one races with it.
+    pub fn first_of(instance: &InstanceId) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("ax/first-attempt/{instance}").as_bytes());
+        Self(digest[..16].iter().map(|b| format!("{b:02x}")).collect())
+    }
+}
+
+impl TraceId {
+    /// The trace id of sub-instance `index` of this attempt: the same every time the attempt
+    /// is split, so that a split done again after a crash names the same attempts.
+    pub fn child(&self, index: u32) -> Self {
+        Self(format!("{}{index:08x}", &self.0[..24]))
+    }
+}
+
+impl DispatchId {
+    /// A fresh dispatch id.
+    pub fn random() -> Self {
+        Self(random_hex32())
+    }
 }
 
 #[cfg(test)]
@@ -53,24 +353,65 @@ mod tests {
     fn instance_ids_round_trip_and_sort_by_time() {
         let t = Utc.with_ymd_and_hms(2026, 11, 29, 18, 37, 0).unwrap()
             + chrono::Duration::milliseconds(123);
-        let id = instance_id("order_stat-daily", t);
+        let job = JobName::parse("order_stat-daily").unwrap();
+        let id = InstanceId::for_fire(&job, t);
         assert_eq!(id, "order_stat-daily.20261129T183700123Z");
-        assert_eq!(parse_instance_id(&id), Some(("order_stat-daily", t)));
-        assert!(instance_id("a", t) < instance_id("a", t + chrono::Duration::milliseconds(1)));
-        assert_eq!(parse_instance_id("nodot"), None);
-        assert_eq!(parse_instance_id("a.notatime"), None);
+        assert_eq!(id.fire(), Some(("order_stat-daily", t)));
+        let later = InstanceId::for_fire(&job, t + chrono::Duration::milliseconds(1));
+        assert!(id < later);
+        assert_eq!(InstanceId::parse("nodot").unwrap().fire(), None);
+        assert_eq!(InstanceId::parse("a.notatime").unwrap().fire(), None);
+        assert_eq!(id.child("s3").unwrap(), format!("{id}.s3").as_str());
     }
 
     #[test]
     fn trace_ids_are_unique_hex() {
-        let a = new_trace_id();
+        let a = TraceId::random();
         assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, new_trace_id());
-        let first = first_trace_id("hello.20261129T183700123Z");
-        assert_eq!(first, first_trace_id("hello.20261129T183700123Z"));
-        assert_ne!(first, first_trace_id("hello.20261129T183701123Z"));
-        assert_eq!(first.len(), 32);
-        assert!(first.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(TraceId::parse(&a).is_ok());
+        assert_ne!(a, TraceId::random());
+        let id = InstanceId::parse("hello.20261129T183700123Z").unwrap();
+        let first = TraceId::first_of(&id);
+        assert_eq!(first, TraceId::first_of(&id));
+        let other = InstanceId::parse("hello.20261129T183701123Z").unwrap();
+        assert_ne!(first, TraceId::first_of(&other));
+        assert!(TraceId::parse(&first).is_ok());
+    }
+
+    #[test]
+    fn child_traces_are_stable_and_distinct() {
+        let parent = TraceId::random();
+        assert_eq!(parent.child(3), parent.child(3));
+        assert_ne!(parent.child(3), parent.child(4));
+        assert!(TraceId::parse(&parent.child(3)).is_ok());
+    }
+
+    #[test]
+    fn each_identity_refuses_what_breaks_its_rule_and_says_which_rule() {
+        assert!(JobName::parse("Upper").is_err());
+        assert!(JobName::parse(&"a".repeat(65)).is_err());
+        assert!(JobName::parse("ok_name-1").is_ok());
+        for bad in ["", "a..b", ".a", "a.", "a b", "a*", "a>", "a/b"] {
+            let e = InstanceId::parse(bad).unwrap_err();
+            assert_eq!(e.kind, IdKind::Instance, "{bad}");
+        }
+        let long = "x".repeat(10_000);
+        let e = InstanceId::parse(&long).unwrap_err();
+        assert!(e.to_string().contains("1 to 320"), "{e}");
+        assert!(e.value.chars().count() <= 81, "the value is cut");
+        assert!(TraceId::parse("t1").is_err());
+        assert!(TraceId::parse(&"A".repeat(32)).is_err());
+        assert!(NodeId::parse("etl-1").is_ok());
+        assert!(NodeId::parse("etl.1").is_err());
+    }
+
+    #[test]
+    fn ids_travel_as_plain_strings_and_are_checked_when_decoded() {
+        let id = InstanceId::parse("j.20260101T000000000Z").unwrap();
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, "\"j.20260101T000000000Z\"");
+        assert_eq!(serde_json::from_str::<InstanceId>(&json).unwrap(), id);
+        let refused = serde_json::from_str::<InstanceId>("\"a b\"").unwrap_err();
+        assert!(refused.to_string().contains("not a valid instance id"));
     }
 }

@@ -12,6 +12,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{InstanceId, JobName, TraceId, WorkerId};
 use crate::spec::Priority;
 
 /// The five states of an instance.
@@ -186,11 +187,11 @@ fn first_attempt() -> u32 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InstanceRecord {
     /// Job name + expected fire time.
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// The current (latest) attempt.
-    pub trace_id: String,
+    pub trace_id: TraceId,
     /// The job.
-    pub job: String,
+    pub job: JobName,
     /// Business date, YYYY-MM-DD in the job's time zone.
     pub biz_date: String,
     /// 1-based attempt number of `trace_id`.
@@ -212,7 +213,7 @@ pub struct InstanceRecord {
     /// When the current attempt finished.
     pub finished_at: Option<DateTime<Utc>>,
     /// The worker of the current attempt.
-    pub worker: Option<String>,
+    pub worker: Option<WorkerId>,
     /// Human-readable detail of the current state.
     pub message: String,
     /// Structured output of the last finished attempt (JSON).
@@ -243,7 +244,7 @@ pub struct InstanceRecord {
     pub worker_losses: u32,
     /// The one worker this instance may run on (one run of a broadcast).
     #[serde(default)]
-    pub pin: Option<String>,
+    pub pin: Option<WorkerId>,
 }
 
 /// Why a transition was not applied.
@@ -253,9 +254,9 @@ pub enum TransitionRefused {
     #[error("attempt {reported} is not the current attempt {current}")]
     StaleAttempt {
         /// The trace id of the refused write.
-        reported: String,
+        reported: TraceId,
         /// The record's trace id.
-        current: String,
+        current: TraceId,
     },
     /// The attempt already ended (a repeated report).
     #[error("attempt already ended in state {0}")]
@@ -272,7 +273,7 @@ pub enum TransitionRefused {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptEnd {
     /// The attempt.
-    pub trace_id: String,
+    pub trace_id: TraceId,
     /// Whether it succeeded.
     pub success: bool,
     /// Tag of the end (`completed`, `exit_code`, `timeout`, ...).
@@ -282,7 +283,7 @@ pub struct AttemptEnd {
     /// Structured output.
     pub output: serde_json::Value,
     /// The worker.
-    pub worker: String,
+    pub worker: WorkerId,
     /// When the attempt started executing.
     pub started_at: Option<DateTime<Utc>>,
     /// When it ended.
@@ -296,10 +297,51 @@ pub struct AttemptEnd {
 }
 
 impl InstanceRecord {
-    fn check_current(&self, trace_id: &str) -> Result<(), TransitionRefused> {
+    /// The record of `spec`'s instance expected at `expected`, on its first attempt (tag
+    /// `queued`). Its trace id is derived from the instance id ([`TraceId::first_of`]), the same
+    /// for every creator: Schedulers racing for a fire all hold the same attempt.
+    pub fn first(
+        spec: &crate::spec::JobSpec,
+        expected: DateTime<Utc>,
+        biz_date: String,
+        params: BTreeMap<String, serde_json::Value>,
+        trigger: Trigger,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let instance_id = InstanceId::for_fire(&spec.name, expected);
+        Self {
+            trace_id: TraceId::first_of(&instance_id),
+            instance_id,
+            job: spec.name.clone(),
+            biz_date,
+            attempt: 1,
+            run_start: 1,
+            state: State::Running,
+            tag: Tag::Queued,
+            expected_time: expected,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            message: "queued".to_string(),
+            output: serde_json::Value::Null,
+            trigger,
+            params,
+            priority: spec.priority,
+            next_attempt_at: None,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            shard: None,
+            worker_losses: 0,
+            pin: None,
+        }
+    }
+
+    fn check_current(&self, trace_id: &TraceId) -> Result<(), TransitionRefused> {
         if self.trace_id != trace_id {
             return Err(TransitionRefused::StaleAttempt {
-                reported: trace_id.to_string(),
+                reported: trace_id.clone(),
                 current: self.trace_id.clone(),
             });
         }
@@ -310,7 +352,7 @@ impl InstanceRecord {
     }
 
     /// The Router found no live worker for the current attempt; it keeps trying.
-    pub fn no_worker(&self, trace_id: &str) -> Result<Self, TransitionRefused> {
+    pub fn no_worker(&self, trace_id: &TraceId) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
         if self.tag == Tag::Executing {
             return Err(TransitionRefused::AlreadyStarted);
@@ -324,14 +366,14 @@ impl InstanceRecord {
     /// A worker claimed the current attempt and started it.
     pub fn started(
         &self,
-        trace_id: &str,
-        worker: &str,
+        trace_id: &TraceId,
+        worker: &WorkerId,
         at: DateTime<Utc>,
     ) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
         let mut next = self.clone();
         next.tag = Tag::Executing;
-        next.worker = Some(worker.to_string());
+        next.worker = Some(worker.clone());
         next.started_at = Some(at);
         next.message = format!("executing on {worker}");
         Ok(next)
@@ -364,7 +406,7 @@ impl InstanceRecord {
     }
 
     /// The current attempt was split into `children` sub-instances.
-    pub fn split(&self, trace_id: &str, children: usize) -> Result<Self, TransitionRefused> {
+    pub fn split(&self, trace_id: &TraceId, children: usize) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
         let mut next = self.clone();
         next.tag = Tag::Sharded;
@@ -373,7 +415,7 @@ impl InstanceRecord {
     }
 
     /// The current attempt waits for its dependencies.
-    pub fn waiting(&self, trace_id: &str, message: &str) -> Result<Self, TransitionRefused> {
+    pub fn waiting(&self, trace_id: &TraceId, message: &str) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
         if self.tag != Tag::Queued && self.tag != Tag::WaitingDeps {
             return Err(TransitionRefused::AlreadyStarted);
@@ -389,9 +431,9 @@ impl InstanceRecord {
     /// `max_losses` attempts have been lost this way.
     pub fn worker_lost(
         &self,
-        trace_id: &str,
-        new_trace: &str,
-        worker: &str,
+        trace_id: &TraceId,
+        new_trace: &TraceId,
+        worker: &WorkerId,
         max_losses: u32,
     ) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
@@ -407,7 +449,7 @@ impl InstanceRecord {
             next.finished_at = Some(crate::time::now());
             return Ok(next);
         }
-        next.trace_id = new_trace.to_string();
+        next.trace_id = new_trace.clone();
         next.attempt += 1;
         next.run_start += 1;
         next.tag = Tag::Queued;
@@ -422,12 +464,12 @@ impl InstanceRecord {
     }
 
     /// A manual re-run: a new attempt of an instance that has ended.
-    pub fn rerun(&self, new_trace: &str) -> Result<Self, TransitionRefused> {
+    pub fn rerun(&self, new_trace: &TraceId) -> Result<Self, TransitionRefused> {
         if !self.state.is_final() {
             return Err(TransitionRefused::NotEnded(self.state));
         }
         let mut next = self.clone();
-        next.trace_id = new_trace.to_string();
+        next.trace_id = new_trace.clone();
         next.attempt += 1;
         next.run_start = next.attempt;
         next.state = State::Running;
@@ -445,14 +487,14 @@ impl InstanceRecord {
     /// for its dependencies too long).
     pub fn ended_early(
         &self,
-        trace_id: &str,
+        trace_id: &TraceId,
         state: State,
         tag: Tag,
         message: &str,
     ) -> Result<Self, TransitionRefused> {
         if self.trace_id != trace_id {
             return Err(TransitionRefused::StaleAttempt {
-                reported: trace_id.to_string(),
+                reported: trace_id.clone(),
                 current: self.trace_id.clone(),
             });
         }
@@ -469,10 +511,14 @@ impl InstanceRecord {
     }
 
     /// The next attempt starts (from `waiting_retry`), under a new trace id.
-    pub fn retried(&self, from_trace: &str, new_trace: &str) -> Result<Self, TransitionRefused> {
+    pub fn retried(
+        &self,
+        from_trace: &TraceId,
+        new_trace: &TraceId,
+    ) -> Result<Self, TransitionRefused> {
         if self.trace_id != from_trace {
             return Err(TransitionRefused::StaleAttempt {
-                reported: from_trace.to_string(),
+                reported: from_trace.clone(),
                 current: self.trace_id.clone(),
             });
         }
@@ -480,7 +526,7 @@ impl InstanceRecord {
             return Err(TransitionRefused::AlreadyEnded(self.state));
         }
         let mut next = self.clone();
-        next.trace_id = new_trace.to_string();
+        next.trace_id = new_trace.clone();
         next.attempt += 1;
         next.state = State::Running;
         next.tag = Tag::Queued;
@@ -497,12 +543,17 @@ impl InstanceRecord {
 mod tests {
     use super::*;
 
+    /// Trace `n`: a valid trace id per number.
+    fn tr(n: u8) -> TraceId {
+        TraceId::parse(&format!("{n:032x}")).unwrap()
+    }
+
     fn record() -> InstanceRecord {
         let t = crate::time::now();
         InstanceRecord {
-            instance_id: "j.20260101T000000000Z".into(),
-            trace_id: "t1".into(),
-            job: "j".into(),
+            instance_id: InstanceId::parse("j.20260101T000000000Z").unwrap(),
+            trace_id: tr(1),
+            job: JobName::parse("j").unwrap(),
             biz_date: "2026-01-01".into(),
             attempt: 1,
             run_start: 1,
@@ -528,9 +579,9 @@ mod tests {
         }
     }
 
-    fn end(trace: &str, success: bool) -> AttemptEnd {
+    fn end(trace: TraceId, success: bool) -> AttemptEnd {
         AttemptEnd {
-            trace_id: trace.into(),
+            trace_id: trace,
             success,
             tag: if success {
                 Tag::Completed
@@ -539,7 +590,7 @@ mod tests {
             },
             message: String::new(),
             output: serde_json::json!({"rows": 3}),
-            worker: "w1".into(),
+            worker: WorkerId::parse("w1").unwrap(),
             started_at: None,
             finished_at: crate::time::now(),
             exit_code: Some(if success { 0 } else { 1 }),
@@ -552,14 +603,14 @@ mod tests {
     fn a_stale_or_repeated_report_is_refused() {
         let r = record();
         assert!(matches!(
-            r.ended(&end("t0", true), None),
+            r.ended(&end(tr(0), true), None),
             Err(TransitionRefused::StaleAttempt { .. })
         ));
-        let done = r.ended(&end("t1", true), None).unwrap();
+        let done = r.ended(&end(tr(1), true), None).unwrap();
         assert_eq!(done.state, State::Success);
         assert_eq!(done.output["rows"], 3);
         assert_eq!(
-            done.ended(&end("t1", false), None),
+            done.ended(&end(tr(1), false), None),
             Err(TransitionRefused::AlreadyEnded(State::Success))
         );
     }
@@ -567,17 +618,17 @@ mod tests {
     #[test]
     fn a_failure_with_a_retry_left_waits_then_moves_to_a_new_attempt() {
         let at = crate::time::now();
-        let waiting = record().ended(&end("t1", false), Some(at)).unwrap();
+        let waiting = record().ended(&end(tr(1), false), Some(at)).unwrap();
         assert_eq!(waiting.state, State::WaitingRetry);
         assert_eq!(waiting.next_attempt_at, Some(at));
-        assert!(waiting.retried("t0", "t2").is_err());
-        let second = waiting.retried("t1", "t2").unwrap();
+        assert!(waiting.retried(&tr(0), &tr(2)).is_err());
+        let second = waiting.retried(&tr(1), &tr(2)).unwrap();
         assert_eq!(
-            (second.attempt, second.state, second.trace_id.as_str()),
-            (2, State::Running, "t2")
+            (second.attempt, second.state, &second.trace_id),
+            (2, State::Running, &tr(2))
         );
         // The old attempt can no longer report.
-        assert!(second.ended(&end("t1", true), None).is_err());
+        assert!(second.ended(&end(tr(1), true), None).is_err());
     }
 
     #[test]

@@ -17,9 +17,11 @@
 pub mod client;
 pub mod codec;
 pub mod dead_letter;
+pub mod error;
 pub mod ids;
 pub mod instance;
 pub mod messages;
+pub mod msg_id;
 pub mod spec;
 pub mod subjects;
 pub mod time;

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{DispatchId, InstanceId, JobName, NodeId, TraceId, WorkerId};
 use crate::instance::{AttemptEnd, InstanceRecord, State, Tag};
 use crate::spec::{JobDocument, JobSpec};
 
@@ -52,7 +53,7 @@ pub struct ApplyRequest {
 #[serde(deny_unknown_fields)]
 pub struct JobNameRequest {
     /// The job.
-    pub name: String,
+    pub name: JobName,
 }
 
 /// `ax.control.trigger`: one instance now.
@@ -60,7 +61,7 @@ pub struct JobNameRequest {
 #[serde(deny_unknown_fields)]
 pub struct TriggerRequest {
     /// The job.
-    pub name: String,
+    pub name: JobName,
     /// Business date (YYYY-MM-DD); today in the job's time zone when absent.
     #[serde(default)]
     pub biz_date: Option<String>,
@@ -85,7 +86,7 @@ pub enum Change {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobChange {
     /// The job.
-    pub name: String,
+    pub name: JobName,
     /// What happened.
     pub change: Change,
 }
@@ -103,7 +104,7 @@ pub struct ControlReply {
     pub changes: Vec<JobChange>,
     /// trigger: the instance created.
     #[serde(default)]
-    pub instance_id: Option<String>,
+    pub instance_id: Option<InstanceId>,
     /// rerun and backfill: the plan, instance by instance.
     #[serde(default)]
     pub plan: Vec<PlanStep>,
@@ -140,9 +141,9 @@ pub struct JobRecord {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkItem {
     /// The instance.
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// The attempt.
-    pub trace_id: String,
+    pub trace_id: TraceId,
     /// 1-based attempt number.
     pub attempt: u32,
     /// The attempt the current run started with (retries are counted from it).
@@ -158,22 +159,22 @@ pub struct WorkItem {
     pub spec: JobSpec,
     /// The worker it was dispatched to (set by the Router).
     #[serde(default)]
-    pub worker: Option<String>,
+    pub worker: Option<WorkerId>,
     /// An instance that must end before this one runs (`overlap: queue`, backfill order).
     #[serde(default)]
     pub gate: Option<Gate>,
     /// This dispatch of the attempt (set by the Router): the one allowed to claim it.
     #[serde(default)]
-    pub dispatch: Option<String>,
+    pub dispatch: Option<DispatchId>,
     /// The Router that dispatched it and awaits its acknowledgement.
     #[serde(default)]
-    pub router: Option<String>,
+    pub router: Option<NodeId>,
     /// For a shard (or one run of a broadcast): which one, of how many, of which instance.
     #[serde(default)]
     pub shard: Option<ShardRef>,
     /// The one worker this attempt may run on (one run of a broadcast).
     #[serde(default)]
-    pub pin: Option<String>,
+    pub pin: Option<WorkerId>,
     /// The record as the attempt's creator stored it, so that the worker's first write to it
     /// needs no read (a compare-and-swap on this revision; when the record moved on since, the
     /// write is refused and the worker reads it). Dropped where the record changes on the way.
@@ -221,16 +222,16 @@ pub struct SplitPlan {
     /// The parent attempt.
     pub parent: WorkItem,
     /// The children's instance ids.
-    pub children: Vec<String>,
+    pub children: Vec<InstanceId>,
 }
 
 /// A sub-instance of a sharded or broadcast instance.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardRef {
     /// The parent instance.
-    pub parent: String,
+    pub parent: InstanceId,
     /// The parent's attempt that made this split (a re-run of the parent splits again).
-    pub parent_trace: String,
+    pub parent_trace: TraceId,
     /// 0-based index (`AX_SHARD_INDEX`).
     pub index: u32,
     /// How many (`AX_SHARD_TOTAL`).
@@ -242,11 +243,11 @@ pub struct ShardRef {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DispatchAck {
     /// The attempt.
-    pub trace_id: String,
+    pub trace_id: TraceId,
     /// The dispatch acknowledged.
-    pub dispatch: String,
+    pub dispatch: DispatchId,
     /// The worker.
-    pub worker: String,
+    pub worker: WorkerId,
 }
 
 /// Whether a priority's queue is consumed (bucket `ax_queues`, key = priority).
@@ -274,16 +275,16 @@ fn first_attempt() -> u32 {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gate {
     /// Its id.
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// Its job.
-    pub job: String,
+    pub job: JobName,
     /// Its business date.
     pub biz_date: String,
 }
 
 impl WorkItem {
     /// The job name.
-    pub fn job(&self) -> &str {
+    pub fn job(&self) -> &JobName {
         &self.spec.name
     }
 }
@@ -318,17 +319,17 @@ impl TickOutcome {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TickRecord {
     /// The job.
-    pub job: String,
+    pub job: JobName,
     /// The tick (expected fire time).
     pub tick: DateTime<Utc>,
     /// What became of it.
     pub outcome: TickOutcome,
     /// The instance, when one exists.
-    pub instance_id: Option<String>,
+    pub instance_id: Option<InstanceId>,
     /// Why, for skipped ticks.
     pub reason: String,
     /// The Scheduler that recorded it.
-    pub node: String,
+    pub node: NodeId,
     /// When it was recorded.
     pub at: DateTime<Utc>,
 }
@@ -338,7 +339,7 @@ pub struct TickRecord {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DateInstances {
     /// instance id → (attempt, state).
-    pub instances: BTreeMap<String, (u32, State)>,
+    pub instances: BTreeMap<InstanceId, (u32, State)>,
 }
 
 /// An instance held by the DagCoordinator (bucket `ax_waiting`, key instance id).
@@ -350,7 +351,7 @@ pub struct Waiting {
     pub since: DateTime<Utc>,
     /// For an instance split into shards: the children it waits for.
     #[serde(default)]
-    pub children: Option<Vec<String>>,
+    pub children: Option<Vec<InstanceId>>,
 }
 
 /// How `ax rerun` chooses instances.
@@ -359,13 +360,13 @@ pub struct Waiting {
 pub struct RerunRequest {
     /// One instance…
     #[serde(default)]
-    pub instance: Option<String>,
+    pub instance: Option<InstanceId>,
     /// …or every instance of a business date…
     #[serde(default)]
     pub biz_date: Option<String>,
     /// …from this job and its downstream only.
     #[serde(default)]
-    pub root: Option<String>,
+    pub root: Option<JobName>,
     /// Re-run only failed and cancelled instances.
     #[serde(default)]
     pub failed_only: bool,
@@ -384,9 +385,9 @@ pub struct RerunRequest {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanStep {
     /// The instance.
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// Its job.
-    pub job: String,
+    pub job: JobName,
     /// Its business date.
     pub biz_date: String,
     /// Its state when planned.
@@ -407,7 +408,7 @@ pub struct RerunAudit {
     /// When.
     pub at: DateTime<Utc>,
     /// The Scheduler that carried it out.
-    pub node: String,
+    pub node: NodeId,
 }
 
 /// A dead letter submitted again, as recorded on `ax.audit.dlq`.
@@ -429,7 +430,7 @@ pub struct DlqReplayAudit {
 #[serde(deny_unknown_fields)]
 pub struct BackfillRequest {
     /// The job.
-    pub job: String,
+    pub job: JobName,
     /// First date (YYYY-MM-DD).
     pub from: String,
     /// Last date, included.
@@ -449,11 +450,11 @@ pub struct BackfillRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResultMessage {
     /// The instance.
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// The attempt.
-    pub trace_id: String,
+    pub trace_id: TraceId,
     /// The job.
-    pub job: String,
+    pub job: JobName,
     /// Business date.
     pub biz_date: String,
     /// 1-based attempt number.
@@ -466,8 +467,9 @@ pub struct ResultMessage {
     pub message: String,
     /// Structured output (JSON).
     pub output: serde_json::Value,
-    /// The worker that ran it.
-    pub worker: String,
+    /// The worker that ran it (an empty string on the wire when none did).
+    #[serde(with = "crate::codec::empty_as_none")]
+    pub worker: Option<WorkerId>,
     /// When the instance was due.
     pub expected_time: DateTime<Utc>,
     /// When the attempt started.
@@ -500,14 +502,14 @@ impl ResultMessage {
         Self {
             instance_id: work.instance_id.clone(),
             trace_id: end.trace_id.clone(),
-            job: work.job().to_string(),
+            job: work.job().clone(),
             biz_date: work.biz_date.clone(),
             attempt: work.attempt,
             state,
             tag: end.tag,
             message: end.message.clone(),
             output: end.output.clone(),
-            worker: end.worker.clone(),
+            worker: Some(end.worker.clone()),
             expected_time: work.expected_time,
             started_at: end.started_at,
             finished_at: end.finished_at,
@@ -538,7 +540,7 @@ impl ResultMessage {
             tag: record.tag,
             message: record.message.clone(),
             output: record.output.clone(),
-            worker: record.worker.clone().unwrap_or_default(),
+            worker: record.worker.clone(),
             expected_time: record.expected_time,
             started_at: record.started_at,
             finished_at,
@@ -565,7 +567,7 @@ pub struct Alert {
     /// What happened.
     pub message: String,
     /// The node that saw it.
-    pub node: String,
+    pub node: NodeId,
     /// When.
     pub at: DateTime<Utc>,
     /// The subject of the offending message, when there was one.
@@ -573,17 +575,17 @@ pub struct Alert {
     pub subject: Option<String>,
     /// The instance it concerns, when it concerns one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub instance: Option<String>,
+    pub instance: Option<InstanceId>,
     /// That instance's job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<String>,
+    pub job: Option<JobName>,
 }
 
 /// A worker's heartbeat, the value under its id in the workers bucket.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {
     /// Worker id (`--id`).
-    pub id: String,
+    pub id: WorkerId,
     /// Host name.
     pub host: String,
     /// CPU cores.
@@ -619,7 +621,7 @@ pub struct WorkerInfo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeStatus {
     /// Node name (`--id`).
-    pub node: String,
+    pub node: NodeId,
     /// Host name.
     pub host: String,
     /// Process id.
@@ -679,9 +681,9 @@ pub struct Reserved {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunningAttempt {
     /// The instance.
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// The attempt.
-    pub trace_id: String,
+    pub trace_id: TraceId,
     /// The dispatch it came with.
-    pub dispatch: String,
+    pub dispatch: DispatchId,
 }

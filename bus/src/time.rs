@@ -1,6 +1,7 @@
 //! Time as ax writes it: UTC instants with millisecond precision, RFC 3339 on the wire.
 
-use chrono::{DateTime, SubsecRound, TimeZone, Utc};
+use chrono::{DateTime, LocalResult, NaiveDate, SubsecRound, TimeZone, Utc};
+use chrono_tz::Tz;
 
 /// The current instant, truncated to milliseconds (the scheduler's precision).
 pub fn now() -> DateTime<Utc> {
@@ -27,4 +28,30 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 /// Converts a JetStream/NATS server timestamp into chrono.
 pub fn from_server(t: time::OffsetDateTime) -> DateTime<Utc> {
     from_millis((t.unix_timestamp_nanos() / 1_000_000) as i64)
+}
+
+/// Parses a business date written `YYYY-MM-DD`.
+pub fn parse_biz_date(text: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()
+}
+
+/// The local date of `at` in `tz`, as YYYY-MM-DD.
+pub fn biz_date_in(tz: Tz, at: DateTime<Utc>) -> String {
+    at.with_timezone(&tz).format("%Y-%m-%d").to_string()
+}
+
+/// The first instant of local date `date` in `tz` (midnight, or the end of a DST gap that
+/// swallows midnight): the expected time of instances that belong to a date rather than a tick.
+pub fn start_of_day(tz: Tz, date: NaiveDate) -> DateTime<Utc> {
+    let mut local = date.and_hms_opt(0, 0, 0).unwrap_or_default();
+    for _ in 0..(24 * 60) {
+        match tz.from_local_datetime(&local) {
+            LocalResult::Single(t) => return t.with_timezone(&Utc),
+            LocalResult::Ambiguous(a, b) => {
+                return a.with_timezone(&Utc).min(b.with_timezone(&Utc))
+            }
+            LocalResult::None => local += chrono::Duration::minutes(1),
+        }
+    }
+    local.and_utc()
 }

@@ -384,7 +384,8 @@ where
 
 /// The job's instance records.
 pub async fn instances(client: &AxClient, job: &str) -> Vec<InstanceRecord> {
-    client.instances(Some(job)).await.expect("list instances")
+    let job = job.parse().expect("a job name");
+    client.instances(Some(&job)).await.expect("list instances")
 }
 
 /// Writes a job file in `dir` and returns its path.
@@ -463,6 +464,8 @@ pub fn trigger(nats: &TestNats, args: &[&str]) -> String {
 
 /// Waits for an instance to reach a final state and returns its record.
 pub async fn final_record(client: &AxClient, id: &str, within: Duration) -> InstanceRecord {
+    let id: ax_bus::ids::InstanceId = id.parse().expect("an instance id");
+    let id = &id;
     wait_for(within, &format!("{id} to end"), || async {
         client
             .instance(id)
@@ -504,4 +507,19 @@ pub async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String,
             ));
         }
     }
+}
+
+/// A job name the test writes as text.
+pub fn job(name: &str) -> ax_bus::ids::JobName {
+    name.parse().expect("a job name")
+}
+
+/// An instance id the test has as text (from the CLI's output, say).
+pub fn id(text: &str) -> ax_bus::ids::InstanceId {
+    text.parse().expect("an instance id")
+}
+
+/// A node (or worker) id the test writes as text.
+pub fn node(name: &str) -> ax_bus::ids::NodeId {
+    name.parse().expect("a node id")
 }

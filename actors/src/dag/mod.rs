@@ -30,21 +30,24 @@ use futures::{FutureExt, StreamExt};
 
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::client::Updated;
+use ax_bus::error::During;
+use ax_bus::ids::{InstanceId, NodeId};
 use ax_bus::instance::{State, Tag, Trigger};
 use ax_bus::messages::{JobRecord, ResultMessage, SplitPlan, Waiting, WorkItem};
+use ax_bus::msg_id;
 use ax_bus::spec::JobSpec;
 use ax_bus::{codec, AxClient, InstanceRecord};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
-use crate::scheduler::creator::{create_record, NewInstance};
+use crate::scheduler::creator::NewInstance;
 use state::{Action, DagState};
 
 use crate::jetstream::publish;
 use crate::jetstream::publish::AckWindow;
 use crate::node::lease::Lease;
 use crate::node::supervision::{note_restart, spawn_pump};
-use crate::scheduler::fire_schedule::start_of_day;
 use crate::ActorError;
+use ax_bus::time::start_of_day;
 
 /// The actor's name in counters, logs and `ax nodes`.
 pub const ACTOR: &str = "dag";
@@ -59,12 +62,12 @@ const ACK_WINDOW: usize = 1024;
 /// The DagCoordinator actor.
 pub struct DagCoordinator {
     client: AxClient,
-    node: String,
+    node: NodeId,
 }
 
 impl DagCoordinator {
     /// A coordinator on `client`, named `node` for its lease.
-    pub fn new(client: AxClient, node: String) -> Self {
+    pub fn new(client: AxClient, node: NodeId) -> Self {
         Self { client, node }
     }
 }
@@ -92,7 +95,7 @@ impl Supervised for DagCoordinator {
 }
 
 /// Waits for the lead, then coordinates until the lease or a subscription is lost.
-async fn lead(client: AxClient, node: String) -> Result<(), ActorError> {
+async fn lead(client: AxClient, node: NodeId) -> Result<(), ActorError> {
     let lease = Lease::acquire(&client, LEASE, &node).await?;
     let coordinator = Coordinator {
         client,
@@ -107,7 +110,7 @@ async fn lead(client: AxClient, node: String) -> Result<(), ActorError> {
 
 struct Coordinator {
     client: AxClient,
-    node: String,
+    node: NodeId,
     state: DagState,
 }
 
@@ -171,7 +174,7 @@ impl Coordinator {
                     let mut actions = Vec::new();
                     let mut sources = Vec::with_capacity(batch.len());
                     for message in batch {
-                        let message = message.map_err(|e| ActorError::Nats(format!("created consumer: {e}")))?;
+                        let message = message.during(|| "created consumer")?;
                         if let Some(work) = consume::decode_or_dead_letter::<WorkItem>(&client, &self.node, "flow", &message).await {
                             actions.extend(self.state.on_created(work, now));
                         }
@@ -185,7 +188,7 @@ impl Coordinator {
                     let mut actions = Vec::new();
                     let mut sources = Vec::with_capacity(batch.len());
                     for message in batch {
-                        let message = message.map_err(|e| ActorError::Nats(format!("split consumer: {e}")))?;
+                        let message = message.during(|| "split consumer")?;
                         if let Some(plan) = consume::decode_or_dead_letter::<SplitPlan>(&client, &self.node, "flow", &message).await {
                             actions.extend(self.state.on_split(plan.parent, plan.children));
                         }
@@ -199,7 +202,7 @@ impl Coordinator {
                     let mut actions = Vec::new();
                     let mut sources = Vec::with_capacity(batch.len());
                     for message in batch {
-                        let message = message.map_err(|e| ActorError::Nats(format!("results consumer: {e}")))?;
+                        let message = message.during(|| "results consumer")?;
                         match codec::decode::<ResultMessage>(&message.payload) {
                             Ok(result) => actions.extend(self.state.on_result(&result, ax_bus::time::now())),
                             Err(e) => tracing::warn!(subject = %message.subject, error = %e, "undecodable result ignored"),
@@ -273,9 +276,9 @@ impl Coordinator {
         let mut queue: VecDeque<Action> = actions.into();
         let mut acks = AckWindow::new(ACK_WINDOW);
         // One record update per instance: the last action decides it.
-        let mut records: BTreeMap<String, RecordJob> = BTreeMap::new();
+        let mut records: BTreeMap<InstanceId, RecordJob> = BTreeMap::new();
         let mut creates: Vec<(Arc<JobSpec>, NaiveDate)> = Vec::new();
-        let mut created_here: HashSet<String> = HashSet::new();
+        let mut created_here: HashSet<InstanceId> = HashSet::new();
         loop {
             while let Some(action) = queue.pop_front() {
                 match action {
@@ -290,8 +293,8 @@ impl Coordinator {
                             client
                                 .kv_put_pipelined(
                                     &layout.deps_bucket(),
-                                    &day_store::entry_key(&job, date, &instance_id),
-                                    day_store::encode_entry(attempt, state)?,
+                                    &ax_bus::client::deps::entry_key(&job, date, &instance_id),
+                                    ax_bus::client::deps::encode_entry(attempt, state)?,
                                 )
                                 .await?,
                         )
@@ -327,7 +330,7 @@ impl Coordinator {
                             publish::to_stream(
                                 &client,
                                 client.subjects().ready(work.spec.priority),
-                                &format!("ready:{}", work.trace_id),
+                                &msg_id::ready(&work.trace_id),
                                 &work,
                             )
                             .await?,
@@ -367,7 +370,15 @@ impl Coordinator {
                         }
                         records.insert(
                             work.instance_id.clone(),
-                            end_instance(client.clone(), work, state, tag, message).boxed(),
+                            end_instance(
+                                client.clone(),
+                                self.node.clone(),
+                                work,
+                                state,
+                                tag,
+                                message,
+                            )
+                            .boxed(),
                         );
                     }
                     Action::Forget { instance_id } => {
@@ -446,6 +457,7 @@ async fn tag_waiting(client: AxClient, work: WorkItem, reason: String) -> Result
 /// Ends an instance that will not run, and publishes its result (which cascades further).
 async fn end_instance(
     client: AxClient,
+    node: NodeId,
     work: WorkItem,
     state: State,
     tag: Tag,
@@ -463,12 +475,12 @@ async fn end_instance(
     publish::to_stream_acked(
         &client,
         client.subjects().result(&record.job),
-        &format!("result:{}", record.trace_id),
+        &msg_id::result(&record.trace_id),
         &ResultMessage::from_record(&record),
     )
     .await?;
     if record.state == State::Failed && work.shard.is_none() {
-        publish::failed_for_good(&client, ACTOR, &work, record.tag, &record.message).await?;
+        publish::failed_for_good(&client, &node, &work, record.tag, &record.message).await?;
     }
     publish::event(&client, &record).await;
     Ok(())
@@ -501,7 +513,7 @@ async fn create_for_date(
         })
         .collect();
     instance.record.message = format!("waiting for {}", deps.join(", "));
-    match create_record(&client, &instance.record).await? {
+    match client.create_instance(&instance.record).await? {
         true => {
             publish::event(&client, &instance.record).await;
             Ok(Some(instance.work))

@@ -16,24 +16,24 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 
+use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::instance::{State, Tag};
 use ax_bus::messages::{DateInstances, ResultMessage, Waiting, WorkItem};
 use ax_bus::spec::JobSpec;
 
-/// (job, business date).
-pub type DayKey = (String, NaiveDate);
+pub use ax_bus::client::deps::DayKey;
 
 /// What the coordinator must do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Store how an instance of a (job, date) stands (see [`crate::dag::day_store`]).
+    /// Store how an instance of a (job, date) stands (see [`ax_bus::client::deps`]).
     SaveEntry {
         /// The job.
-        job: String,
+        job: JobName,
         /// The date.
         date: NaiveDate,
         /// The instance.
-        instance_id: String,
+        instance_id: InstanceId,
         /// Its latest attempt.
         attempt: u32,
         /// That attempt's state.
@@ -71,14 +71,14 @@ pub enum Action {
     /// Forget a stored waiting instance (it ended by other means).
     Forget {
         /// Its id.
-        instance_id: String,
+        instance_id: InstanceId,
     },
     /// Store an instance split into sub-instances, waiting for them to end.
     HoldSplit {
         /// The parent attempt.
         work: WorkItem,
         /// Its children.
-        children: Vec<String>,
+        children: Vec<InstanceId>,
     },
     /// Create the instance of a job without cron for a date.
     Create {
@@ -92,12 +92,12 @@ pub enum Action {
 #[derive(Clone, Debug)]
 enum Condition {
     Succeeded {
-        job: String,
+        job: JobName,
         date: NaiveDate,
     },
     Ended {
-        instance_id: String,
-        job: String,
+        instance_id: InstanceId,
+        job: JobName,
         date: NaiveDate,
     },
 }
@@ -127,30 +127,25 @@ struct Held {
 /// A parent instance waiting for its shards; a child's state is known once it ended.
 struct Join {
     parent: WorkItem,
-    children: HashMap<String, Option<State>>,
+    children: HashMap<InstanceId, Option<State>>,
 }
 
 /// The coordinator's state.
 #[derive(Default)]
 pub struct DagState {
-    jobs: HashMap<String, Arc<JobSpec>>,
-    dependents: HashMap<String, Vec<(String, i64)>>,
+    jobs: HashMap<JobName, Arc<JobSpec>>,
+    dependents: HashMap<JobName, Vec<(JobName, i64)>>,
     days: HashMap<DayKey, DateInstances>,
     /// When each (job, date) last changed: history untouched for `keep_days` is forgotten, like
     /// the deps bucket forgets keys not written for that long (whatever the date itself is, so a
     /// backfill of last year keeps its state while it runs).
     touched: HashMap<DayKey, DateTime<Utc>>,
-    held: HashMap<String, Held>,
-    watchers: HashMap<DayKey, HashSet<String>>,
+    held: HashMap<InstanceId, Held>,
+    watchers: HashMap<DayKey, HashSet<InstanceId>>,
     requested: HashSet<DayKey>,
-    joins: HashMap<String, Join>,
+    joins: HashMap<InstanceId, Join>,
     /// Shard results that arrived before their parent's split plan.
-    early: HashMap<String, HashMap<String, State>>,
-}
-
-/// Parses a business date.
-pub fn parse_date(text: &str) -> Option<NaiveDate> {
-    NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()
+    early: HashMap<InstanceId, HashMap<InstanceId, State>>,
 }
 
 impl DagState {
@@ -202,7 +197,7 @@ impl DagState {
         }
         let mut actions = Vec::new();
         for entry in waiting {
-            if let Some(date) = parse_date(&entry.work.biz_date) {
+            if let Some(date) = ax_bus::time::parse_biz_date(&entry.work.biz_date) {
                 self.hold(entry.work, date, entry.since, now, true, &mut actions);
             }
         }
@@ -212,7 +207,7 @@ impl DagState {
     /// A new attempt exists (first attempt, re-run, or an instance created here).
     pub fn on_created(&mut self, work: WorkItem, now: DateTime<Utc>) -> Vec<Action> {
         let mut actions = Vec::new();
-        let Some(date) = parse_date(&work.biz_date) else {
+        let Some(date) = ax_bus::time::parse_biz_date(&work.biz_date) else {
             actions.push(Action::Release { work, held: false });
             return actions;
         };
@@ -221,7 +216,7 @@ impl DagState {
                 return actions; // a repeated delivery of what is held already
             }
         }
-        let job = work.job().to_string();
+        let job = work.job().clone();
         self.note(
             (job.clone(), date),
             &work.instance_id,
@@ -237,7 +232,7 @@ impl DagState {
     }
 
     /// The Router split `parent` into `children`: the parent ends once they all have.
-    pub fn on_split(&mut self, parent: WorkItem, children: Vec<String>) -> Vec<Action> {
+    pub fn on_split(&mut self, parent: WorkItem, children: Vec<InstanceId>) -> Vec<Action> {
         if self.joins.contains_key(&parent.instance_id) {
             return Vec::new();
         }
@@ -264,7 +259,7 @@ impl DagState {
     pub fn restore_split(
         &mut self,
         parent: WorkItem,
-        children: Vec<(String, Option<State>)>,
+        children: Vec<(InstanceId, Option<State>)>,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
         let join = Join {
@@ -282,7 +277,7 @@ impl DagState {
             return;
         }
         let total = join.children.len();
-        let mut failed: Vec<&String> = join
+        let mut failed: Vec<&InstanceId> = join
             .children
             .iter()
             .filter(|(_, s)| **s != Some(State::Success))
@@ -316,7 +311,13 @@ impl DagState {
         });
     }
 
-    fn on_child(&mut self, parent: &str, child: &str, state: State, actions: &mut Vec<Action>) {
+    fn on_child(
+        &mut self,
+        parent: &InstanceId,
+        child: &InstanceId,
+        state: State,
+        actions: &mut Vec<Action>,
+    ) {
         let ended = state.is_final().then_some(state);
         match self.joins.remove(parent) {
             Some(mut join) => {
@@ -328,9 +329,9 @@ impl DagState {
             None => {
                 if let Some(state) = ended {
                     self.early
-                        .entry(parent.to_string())
+                        .entry(parent.clone())
                         .or_default()
-                        .insert(child.to_string(), state);
+                        .insert(child.clone(), state);
                 }
             }
         }
@@ -350,7 +351,7 @@ impl DagState {
             );
             return actions;
         }
-        let Some(date) = parse_date(&result.biz_date) else {
+        let Some(date) = ax_bus::time::parse_biz_date(&result.biz_date) else {
             return actions;
         };
         let superseded = self
@@ -378,7 +379,7 @@ impl DagState {
     /// nothing waits on and that have not changed for `keep_days`.
     pub fn expire(&mut self, now: DateTime<Utc>, keep_days: i64) -> Vec<Action> {
         let mut actions = Vec::new();
-        let due: Vec<String> = self
+        let due: Vec<InstanceId> = self
             .held
             .iter()
             .filter(|(_, h)| h.deadline.is_some_and(|d| d <= now))
@@ -415,13 +416,13 @@ impl DagState {
     fn note(
         &mut self,
         key: DayKey,
-        instance_id: &str,
+        instance_id: &InstanceId,
         attempt: u32,
         state: State,
         now: DateTime<Utc>,
         actions: &mut Vec<Action>,
     ) {
-        let (job, date) = (key.0.as_str(), key.1);
+        let (job, date) = (key.0.clone(), key.1);
         self.touched.insert(key.clone(), now);
         let day = self.days.entry(key.clone()).or_default();
         let newer = match day.instances.get(instance_id) {
@@ -437,12 +438,11 @@ impl DagState {
         if !newer {
             return;
         }
-        day.instances
-            .insert(instance_id.to_string(), (attempt, state));
+        day.instances.insert(instance_id.clone(), (attempt, state));
         actions.push(Action::SaveEntry {
-            job: job.to_string(),
+            job,
             date,
-            instance_id: instance_id.to_string(),
+            instance_id: instance_id.clone(),
             attempt,
             state,
         });
@@ -451,7 +451,7 @@ impl DagState {
 
     fn create_dependents(
         &mut self,
-        job: &str,
+        job: &JobName,
         date: NaiveDate,
         now: DateTime<Utc>,
         actions: &mut Vec<Action>,
@@ -493,7 +493,7 @@ impl DagState {
             })
             .collect();
         if let Some(gate) = &work.gate {
-            if let Some(gate_date) = parse_date(&gate.biz_date) {
+            if let Some(gate_date) = ax_bus::time::parse_biz_date(&gate.biz_date) {
                 conditions.push(Condition::Ended {
                     instance_id: gate.instance_id.clone(),
                     job: gate.job.clone(),
@@ -570,7 +570,7 @@ impl DagState {
         }
     }
 
-    fn unhold(&mut self, instance_id: &str) -> Option<Held> {
+    fn unhold(&mut self, instance_id: &InstanceId) -> Option<Held> {
         let held = self.held.remove(instance_id)?;
         for condition in &held.conditions {
             let key = condition.key();
@@ -674,6 +674,7 @@ impl DagState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ax_bus::ids::{TraceId, WorkerId};
     use ax_bus::instance::Tag;
     use ax_bus::messages::Gate;
 
@@ -691,8 +692,8 @@ mod tests {
 
     fn work(spec: &JobSpec, date: &str, attempt: u32) -> WorkItem {
         WorkItem {
-            instance_id: format!("{}.{date}", spec.name),
-            trace_id: format!("{}.{date}.{attempt}", spec.name),
+            instance_id: id(&format!("{}.{date}", spec.name)),
+            trace_id: TraceId::first_of(&id(&format!("{}.{date}.{attempt}", spec.name))),
             attempt,
             run_start: 1,
             biz_date: date.into(),
@@ -713,14 +714,14 @@ mod tests {
         ResultMessage {
             instance_id: work.instance_id.clone(),
             trace_id: work.trace_id.clone(),
-            job: work.job().into(),
+            job: work.job().clone(),
             biz_date: work.biz_date.clone(),
             attempt: work.attempt,
             state,
             tag: Tag::Completed,
             message: String::new(),
             output: serde_json::Value::Null,
-            worker: "w".into(),
+            worker: Some(WorkerId::parse("w").unwrap()),
             expected_time: work.expected_time,
             started_at: None,
             finished_at: ax_bus::time::now(),
@@ -737,7 +738,7 @@ mod tests {
         actions
             .iter()
             .filter_map(|a| match a {
-                Action::Release { work, .. } => Some(work.instance_id.clone()),
+                Action::Release { work, .. } => Some(work.instance_id.to_string()),
                 _ => None,
             })
             .collect()
@@ -749,10 +750,18 @@ mod tests {
             .filter_map(|a| match a {
                 Action::End {
                     work, tag, message, ..
-                } => Some((work.instance_id.clone(), *tag, message.clone())),
+                } => Some((work.instance_id.to_string(), *tag, message.clone())),
                 _ => None,
             })
             .collect()
+    }
+
+    fn id(text: &str) -> InstanceId {
+        InstanceId::parse(text).unwrap()
+    }
+
+    fn job(name: &str) -> JobName {
+        JobName::parse(name).unwrap()
     }
 
     fn now() -> DateTime<Utc> {
@@ -827,7 +836,10 @@ mod tests {
             .collect();
         assert_eq!(
             creates,
-            [("b".to_string(), parse_date("2026-01-01").unwrap())]
+            [(
+                job("b"),
+                ax_bus::time::parse_biz_date("2026-01-01").unwrap()
+            )]
         );
         let b1 = work(&b, "2026-01-01", 1);
         let actions = dag.on_created(b1.clone(), now());
@@ -840,14 +852,14 @@ mod tests {
         assert_eq!(
             ends,
             [(
-                b1.instance_id.clone(),
+                b1.instance_id.to_string(),
                 Tag::UpstreamFailed,
                 "upstream `a` for 2026-01-01 failed".into()
             )]
         );
         // The cancellation is published as b's result; it cancels c in turn.
         let ends = ended(&dag.on_result(&result(&b1, State::Cancelled), now()));
-        assert_eq!(ends[0].0, c1.instance_id);
+        assert_eq!(ends[0].0, c1.instance_id.to_string());
         assert!(ends[0].2.contains("`b` for 2026-01-01 was cancelled"));
     }
 
@@ -871,7 +883,7 @@ mod tests {
         dag.on_created(yesterday.clone(), now());
         assert_eq!(
             released(&dag.on_result(&result(&yesterday, State::Success), now())),
-            [w.instance_id]
+            [w.instance_id.to_string()]
         );
     }
 
@@ -894,7 +906,7 @@ mod tests {
         assert!(released(&dag.on_result(&result(&a1, State::Success), now())).is_empty());
         assert_eq!(
             released(&dag.on_result(&result(&a2, State::Success), now())),
-            [b2.instance_id]
+            [b2.instance_id.to_string()]
         );
     }
 
@@ -906,11 +918,11 @@ mod tests {
         let first = work(&a, "2026-01-01", 1);
         dag.on_created(first.clone(), now());
         let mut second = work(&a, "2026-01-01", 1);
-        second.instance_id = "a.second".into();
-        second.trace_id = "t2".into();
+        second.instance_id = id("a.second");
+        second.trace_id = TraceId::first_of(&second.instance_id);
         second.gate = Some(Gate {
             instance_id: first.instance_id.clone(),
-            job: "a".into(),
+            job: job("a"),
             biz_date: "2026-01-01".into(),
         });
         assert!(released(&dag.on_created(second.clone(), now())).is_empty());
@@ -945,12 +957,16 @@ mod tests {
         dag.upsert_job(b.clone());
         let b1 = work(&b, "2026-01-01", 1);
         let day = DateInstances {
-            instances: [("a.x".to_string(), (1, State::Success))]
-                .into_iter()
-                .collect(),
+            instances: [(id("a.x"), (1, State::Success))].into_iter().collect(),
         };
         let actions = dag.restore(
-            vec![(("a".into(), parse_date("2026-01-01").unwrap()), day)],
+            vec![(
+                (
+                    job("a"),
+                    ax_bus::time::parse_biz_date("2026-01-01").unwrap(),
+                ),
+                day,
+            )],
             vec![Waiting {
                 work: b1.clone(),
                 since: now(),
@@ -1028,7 +1044,7 @@ mod tests {
         let parent = work(&job, "2026-01-01", 1);
         let child = |i: u32, state: State| {
             let mut r = result(&parent, state);
-            r.instance_id = format!("{}.s{i}", parent.instance_id);
+            r.instance_id = parent.instance_id.child(&format!("s{i}")).unwrap();
             r.shard = Some(ax_bus::messages::ShardRef {
                 parent: parent.instance_id.clone(),
                 parent_trace: parent.trace_id.clone(),
@@ -1039,8 +1055,8 @@ mod tests {
         };
         // One shard ends before the plan arrives.
         assert!(dag.on_result(&child(0, State::Success), now()).is_empty());
-        let children: Vec<String> = (0..3)
-            .map(|i| format!("{}.s{i}", parent.instance_id))
+        let children: Vec<InstanceId> = (0..3)
+            .map(|i| parent.instance_id.child(&format!("s{i}")).unwrap())
             .collect();
         let actions = dag.on_split(parent.clone(), children.clone());
         assert!(matches!(actions[0], Action::HoldSplit { .. }));
@@ -1075,7 +1091,7 @@ mod tests {
         let mut saved = Vec::new();
         for i in 0..3 {
             let mut w = work(&a, "2026-11-29", 1);
-            w.instance_id = format!("a.{i}");
+            w.instance_id = id(&format!("a.{i}"));
             saved.extend(
                 dag.on_created(w, start)
                     .into_iter()
@@ -1093,9 +1109,9 @@ mod tests {
         assert_eq!(
             saved,
             vec![
-                ("a.0".to_string(), 1, State::Running),
-                ("a.1".to_string(), 1, State::Running),
-                ("a.2".to_string(), 1, State::Running),
+                (id("a.0"), 1, State::Running),
+                (id("a.1"), 1, State::Running),
+                (id("a.2"), 1, State::Running),
             ]
         );
     }

@@ -18,6 +18,8 @@ use async_nats::jetstream::{
 };
 use serde::de::DeserializeOwned;
 
+use ax_bus::error::NatsError;
+use ax_bus::ids::NodeId;
 use ax_bus::{codec, dead_letter, AxClient};
 
 use crate::ActorError;
@@ -62,12 +64,14 @@ pub async fn messages(
     spec: &ConsumerSpec,
     batch: usize,
 ) -> Result<pull::Stream, ActorError> {
-    let err = |what: &str, e: String| ActorError::Nats(format!("{what} {}: {e}", spec.durable));
+    let err = |what: &str, e: ax_bus::error::BoxError| {
+        ActorError::from(NatsError::new(format!("{what} {}", spec.durable), e))
+    };
     let stream = client
         .js
         .get_stream(&spec.stream)
         .await
-        .map_err(|e| err("open stream for", e.to_string()))?;
+        .map_err(|e| err("open stream for", e.into()))?;
     let consumer = stream
         .create_consumer(pull::Config {
             durable_name: Some(spec.durable.clone()),
@@ -80,7 +84,7 @@ pub async fn messages(
             ..Default::default()
         })
         .await
-        .map_err(|e| err("create consumer", e.to_string()))?;
+        .map_err(|e| err("create consumer", e.into()))?;
     consumer
         .stream()
         .max_messages_per_batch(batch)
@@ -88,7 +92,7 @@ pub async fn messages(
         .expires(Duration::from_secs(30))
         .messages()
         .await
-        .map_err(|e| err("pull from", e.to_string()))
+        .map_err(|e| err("pull from", e.into()))
 }
 
 /// Decodes a message's payload. One that does not decode would fail the same way on every
@@ -97,7 +101,7 @@ pub async fn messages(
 /// redelivered later instead: it is never lost.
 pub async fn decode_or_dead_letter<T: DeserializeOwned>(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     kind: &str,
     message: &jetstream::Message,
 ) -> Option<T> {

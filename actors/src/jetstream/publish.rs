@@ -7,7 +7,10 @@ use async_nats::jetstream::message::PublishMessage;
 use serde::Serialize;
 
 use async_nats::HeaderMap;
+use ax_bus::error::During;
+use ax_bus::ids::{NodeId, TraceId};
 use ax_bus::messages::{Alert, WorkItem};
+use ax_bus::msg_id;
 use ax_bus::{codec, dead_letter};
 use ax_bus::{AxClient, InstanceRecord, Tag};
 
@@ -28,7 +31,8 @@ pub async fn to_stream<T: Serialize>(
         .js
         .send_publish(subject.clone(), publish)
         .await
-        .map_err(|e| ActorError::Nats(format!("publish {subject}: {e}")))
+        .during(|| format!("publish {subject}"))
+        .map_err(ActorError::from)
 }
 
 /// Publishes and waits for the stream's ack.
@@ -43,7 +47,8 @@ pub async fn to_stream_acked<T: Serialize>(
         .await?
         .await
         .map(|_| ())
-        .map_err(|e| ActorError::Nats(format!("publish {subject_for_error}: {e}")))
+        .during(|| format!("publish {subject_for_error}"))
+        .map_err(ActorError::from)
 }
 
 /// Keeps `message` as a dead letter of `kind` with `reason`: its payload and headers as they
@@ -51,7 +56,7 @@ pub async fn to_stream_acked<T: Serialize>(
 /// message's stream sequence, so a redelivery that dies again is kept once.
 pub async fn dead_letter(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     kind: &str,
     reason: &str,
     message: &async_nats::jetstream::Message,
@@ -61,11 +66,11 @@ pub async fn dead_letter(
     let source = message
         .info()
         .map(|i| format!("{}:{}", i.stream, i.stream_sequence))
-        .unwrap_or_else(|_| ax_bus::ids::new_trace_id());
+        .unwrap_or_else(|_| TraceId::random().to_string());
     store_dead(
         client,
         kind,
-        &format!("dead:{source}"),
+        &msg_id::dead(&source),
         headers,
         message.payload.clone(),
     )
@@ -77,7 +82,7 @@ pub async fn dead_letter(
 /// De-duplicated by the attempt, so a repeated report keeps it once.
 pub async fn failed_for_good(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     work: &WorkItem,
     tag: Tag,
     message: &str,
@@ -98,7 +103,7 @@ pub async fn failed_for_good(
     store_dead(
         client,
         dead_letter::EXHAUSTED,
-        &format!("dead:exhausted:{}", work.trace_id),
+        &msg_id::dead_exhausted(&work.trace_id),
         headers,
         codec::encode(work)?,
     )
@@ -118,10 +123,10 @@ pub async fn failed_for_good(
 }
 
 /// Adds why, where, who and when a message died to its headers.
-pub fn mark_dead(headers: &mut HeaderMap, reason: &str, subject: &str, node: &str) {
+pub fn mark_dead(headers: &mut HeaderMap, reason: &str, subject: &str, node: &NodeId) {
     headers.insert(dead_letter::REASON, one_line(reason).as_str());
     headers.insert(dead_letter::SUBJECT, subject);
-    headers.insert(dead_letter::NODE, node);
+    headers.insert(dead_letter::NODE, node.as_str());
     headers.insert(dead_letter::AT, ax_bus::time::now().to_rfc3339().as_str());
 }
 
@@ -129,7 +134,7 @@ pub fn mark_dead(headers: &mut HeaderMap, reason: &str, subject: &str, node: &st
 pub fn mark_owner(headers: &mut HeaderMap, work: &WorkItem) {
     headers.insert(dead_letter::INSTANCE, work.instance_id.as_str());
     headers.insert(dead_letter::TRACE, work.trace_id.as_str());
-    headers.insert(dead_letter::JOB, work.job());
+    headers.insert(dead_letter::JOB, work.job().as_str());
 }
 
 /// Stores a dead letter and waits for JetStream's ack.
@@ -149,10 +154,11 @@ pub async fn store_dead(
         .js
         .send_publish(subject.clone(), publish)
         .await
-        .map_err(|e| ActorError::Nats(format!("publish {subject}: {e}")))?
+        .during(|| format!("publish {subject}"))?
         .await
         .map(|_| ())
-        .map_err(|e| ActorError::Nats(format!("publish {subject}: {e}")))
+        .during(|| format!("publish {subject}"))
+        .map_err(ActorError::from)
 }
 
 /// A header value on one line (NATS headers cannot hold line breaks).
@@ -174,7 +180,7 @@ pub async fn event(client: &AxClient, record: &InstanceRecord) {
 /// `ax.alert.<kind>` (best effort), also logged.
 pub async fn alert(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     kind: &str,
     message: String,
     subject: Option<String>,
@@ -184,7 +190,7 @@ pub async fn alert(
         Alert {
             kind: kind.to_string(),
             message,
-            node: node.to_string(),
+            node: node.clone(),
             at: ax_bus::time::now(),
             subject,
             instance: None,
@@ -197,7 +203,7 @@ pub async fn alert(
 /// `ax.alert.<kind>` about an attempt of an instance (best effort), also logged.
 pub async fn instance_alert(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     kind: &str,
     message: String,
     work: &WorkItem,
@@ -207,11 +213,11 @@ pub async fn instance_alert(
         Alert {
             kind: kind.to_string(),
             message,
-            node: node.to_string(),
+            node: node.clone(),
             at: ax_bus::time::now(),
             subject: Some(client.subjects().result(work.job())),
             instance: Some(work.instance_id.clone()),
-            job: Some(work.job().to_string()),
+            job: Some(work.job().clone()),
         },
     )
     .await;
@@ -264,8 +270,7 @@ impl AckWindow {
     /// Awaits every pending ack.
     pub async fn flush(&mut self) -> Result<(), ActorError> {
         for ack in self.pending.drain(..) {
-            ack.await
-                .map_err(|e| ActorError::Nats(format!("publish not stored: {e}")))?;
+            ack.await.during(|| "publish not stored")?;
         }
         Ok(())
     }

@@ -13,6 +13,8 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 
+use ax_bus::error::During;
+use ax_bus::ids::NodeId;
 use ax_bus::messages::Alert;
 use ax_bus::AxClient;
 
@@ -35,12 +37,12 @@ pub const DEFAULT_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn forward(
     client: AxClient,
     config: WebhookConfig,
-    node: String,
+    node: NodeId,
 ) -> Result<(), ActorError> {
     let http = reqwest::Client::builder()
         .timeout(config.timeout)
         .build()
-        .map_err(|e| ActorError::Nats(format!("webhook client: {e}")))?;
+        .during(|| "webhook client")?;
     let spec = ConsumerSpec {
         stream: client.layout.alerts_stream(),
         durable: "alert-webhook".into(),
@@ -51,7 +53,7 @@ pub async fn forward(
     };
     let mut messages = consume::messages(&client, &spec, 1).await?;
     while let Some(message) = messages.next().await {
-        let message = message.map_err(|e| ActorError::Nats(format!("alert consumer: {e}")))?;
+        let message = message.during(|| "alert consumer")?;
         let Some(alert) =
             consume::decode_or_dead_letter::<Alert>(&client, &node, "alert", &message).await
         else {

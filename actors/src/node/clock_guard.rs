@@ -18,6 +18,10 @@ use std::time::Duration;
 use async_nats::jetstream::context::PublishAckFuture;
 use chrono::{DateTime, Utc};
 
+use ax_bus::error::During;
+use ax_bus::error::NatsError;
+use ax_bus::error::Reason;
+use ax_bus::ids::NodeId;
 use ax_bus::AxClient;
 
 use crate::jetstream::publish;
@@ -110,14 +114,14 @@ impl ClockGuard {
     pub async fn measure(
         client: &AxClient,
         clock: &dyn Clock,
-        node: &str,
+        node: &NodeId,
     ) -> Result<Offset, ActorError> {
         let subject = client.subjects().clock(node);
         let stream = client
             .js
             .get_stream(client.layout.clock_stream())
             .await
-            .map_err(|e| ActorError::Nats(format!("open clock stream: {e}")))?;
+            .during(|| "open clock stream")?;
         let mut best: Option<Offset> = None;
         for _ in 0..PROBES {
             let sent = clock.now();
@@ -125,28 +129,27 @@ impl ClockGuard {
                 .js
                 .publish(subject.clone(), bytes::Bytes::new())
                 .await
-                .map_err(|e| ActorError::Nats(format!("clock probe: {e}")))?;
-            let sequence = ack
-                .await
-                .map_err(|e| ActorError::Nats(format!("clock probe: {e}")))?
-                .sequence;
+                .during(|| "clock probe")?;
+            let sequence = ack.await.during(|| "clock probe")?.sequence;
             let answered = clock.now();
             let stored = stream
                 .get_raw_message(sequence)
                 .await
-                .map_err(|e| ActorError::Nats(format!("read clock probe: {e}")))?;
+                .during(|| "read clock probe")?;
             let server = ax_bus::time::from_server(stored.time);
             let offset = Offset::from_probe(sent, server, answered);
             if best.is_none_or(|b| offset.uncertainty_ms < b.uncertainty_ms) {
                 best = Some(offset);
             }
         }
-        best.ok_or_else(|| ActorError::Nats("no clock probe answered".into()))
+        best.ok_or_else(|| {
+            NatsError::new("clock probe", Reason("no clock probe answered".into())).into()
+        })
     }
 
     /// Measures every [`MEASURE_EVERY`] for ever, and alerts on `ax.alert.clock_skew` when the
     /// clock goes off (again every minute while it stays off) and when it is back.
-    pub async fn run(self, client: AxClient, clock: Arc<dyn Clock>, node: String) {
+    pub async fn run(self, client: AxClient, clock: Arc<dyn Clock>, node: NodeId) {
         let mut last_alert: Option<std::time::Instant> = None;
         loop {
             match Self::measure(&client, clock.as_ref(), &node).await {

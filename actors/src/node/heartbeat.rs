@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use ax_bus::ids::NodeId;
 use ax_bus::messages::NodeStatus;
 use ax_bus::{codec, AxClient};
 
@@ -24,12 +25,12 @@ pub fn host() -> String {
 
 /// What `node` would write now.
 pub fn status(
-    node: &str,
+    node: &NodeId,
     roles: &BTreeSet<Role>,
     started_at: chrono::DateTime<chrono::Utc>,
 ) -> NodeStatus {
     NodeStatus {
-        node: node.to_string(),
+        node: node.clone(),
         host: host(),
         pid: std::process::id(),
         roles: roles.iter().map(|r| r.as_str().to_string()).collect(),
@@ -41,7 +42,7 @@ pub fn status(
 }
 
 /// Writes the heartbeat for ever; a failed write is logged and tried at the next beat.
-pub async fn beat(client: AxClient, node: String, roles: BTreeSet<Role>) {
+pub async fn beat(client: AxClient, node: NodeId, roles: BTreeSet<Role>) {
     let started_at = ax_bus::time::now();
     let mut every = tokio::time::interval(NODE_HEARTBEAT_EVERY);
     loop {

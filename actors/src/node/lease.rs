@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
 
 use ax_bus::client::provision::LEASE_TTL;
+use ax_bus::ids::NodeId;
 use ax_bus::AxClient;
 
 use crate::ActorError;
@@ -25,24 +26,28 @@ const TRY_EVERY: Duration = Duration::from_secs(1);
 pub struct Lease {
     client: AxClient,
     key: String,
-    node: String,
+    node: NodeId,
     revision: u64,
 }
 
 impl Lease {
     /// Waits until `node` holds the lease `key`. A lease left by this same node (a restart of
     /// the actor or of the process) is taken over at once.
-    pub async fn acquire(client: &AxClient, key: &str, node: &str) -> Result<Self, ActorError> {
+    pub async fn acquire(client: &AxClient, key: &str, node: &NodeId) -> Result<Self, ActorError> {
         let mut announced = false;
         loop {
-            match client.leases.create(key, node.to_string().into()).await {
+            match client
+                .leases
+                .create(key, node.as_str().to_string().into())
+                .await
+            {
                 Ok(revision) => return Ok(Self::held(client, key, node, revision)),
                 Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
                     if let Ok(Some(entry)) = client.leases.entry(key).await {
                         if entry.value.as_ref() == node.as_bytes() {
                             if let Ok(revision) = client
                                 .leases
-                                .update(key, node.to_string().into(), entry.revision)
+                                .update(key, node.as_str().to_string().into(), entry.revision)
                                 .await
                             {
                                 return Ok(Self::held(client, key, node, revision));
@@ -63,12 +68,12 @@ impl Lease {
         }
     }
 
-    fn held(client: &AxClient, key: &str, node: &str, revision: u64) -> Self {
-        tracing::info!(lease = key, node, "lease acquired");
+    fn held(client: &AxClient, key: &str, node: &NodeId, revision: u64) -> Self {
+        tracing::info!(lease = key, %node, "lease acquired");
         Self {
             client: client.clone(),
             key: key.to_string(),
-            node: node.to_string(),
+            node: node.clone(),
             revision,
         }
     }
@@ -82,7 +87,11 @@ impl Lease {
             match self
                 .client
                 .leases
-                .update(&self.key, self.node.clone().into(), self.revision)
+                .update(
+                    &self.key,
+                    self.node.as_str().to_string().into(),
+                    self.revision,
+                )
                 .await
             {
                 Ok(revision) => {

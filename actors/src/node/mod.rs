@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
+use ax_bus::ids::NodeId;
 use ax_bus::AxClient;
 
 use crate::dag::DagCoordinator;
@@ -120,7 +121,7 @@ pub fn parse_roles(text: &str) -> Result<BTreeSet<Role>, String> {
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
     /// Node name (logs, alerts).
-    pub name: String,
+    pub name: NodeId,
     /// Roles to run.
     pub roles: BTreeSet<Role>,
     /// Worker settings (used with the worker role).
@@ -300,7 +301,7 @@ fn take_once<A>(slot: &Mutex<Option<A>>, actor: &str) -> A {
 const ALERT_BEFORE_EXIT: Duration = Duration::from_secs(2);
 
 /// Runs the webhook forwarder for ever, starting it again a second after it fails.
-async fn forward_alerts(client: AxClient, webhook: WebhookConfig, node: String) {
+async fn forward_alerts(client: AxClient, webhook: WebhookConfig, node: NodeId) {
     loop {
         if let Err(e) = alert_webhook::forward(client.clone(), webhook.clone(), node.clone()).await
         {

@@ -16,32 +16,18 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use ax_bus::instance::AttemptEnd;
-use ax_bus::messages::{StoredRecord, WorkItem};
+use crate::outcome::Outcome;
+use ax_bus::ids::TraceId;
 
 const HEADER: usize = 8;
 const MAX_RECORD: usize = 16 * 1024 * 1024;
 /// Rewrite the file when nothing is pending and it has grown past this.
 const COMPACT_AT: u64 = 4 * 1024 * 1024;
 
-/// An attempt's outcome, waiting to be reported.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
-    /// What was run.
-    pub work: WorkItem,
-    /// How it ended.
-    pub end: AttemptEnd,
-    /// The instance record as the worker last wrote it, with its revision: saves the Reporter a
-    /// read when nothing changed it since. Kept in memory only (an outcome read back from the
-    /// file after a restart reads the record).
-    #[serde(skip)]
-    pub written: Option<StoredRecord>,
-}
-
 #[derive(Serialize, Deserialize)]
 enum Record {
     Outcome(Box<Outcome>),
-    Done { trace_id: String },
+    Done { trace_id: TraceId },
 }
 
 /// The outbox file.
@@ -49,7 +35,7 @@ pub struct Outbox {
     path: PathBuf,
     file: File,
     size: u64,
-    pending: BTreeMap<String, (u64, Outcome)>,
+    pending: BTreeMap<TraceId, (u64, Outcome)>,
     next_order: u64,
 }
 
@@ -139,7 +125,7 @@ impl Outbox {
     /// Writes `pending` to a fresh file and swaps it in atomically.
     fn rewrite(
         path: &Path,
-        pending: BTreeMap<String, (u64, Outcome)>,
+        pending: BTreeMap<TraceId, (u64, Outcome)>,
         next_order: u64,
     ) -> io::Result<Self> {
         let tmp = path.with_extension("tmp");
@@ -189,12 +175,12 @@ impl Outbox {
 
     /// Records that an outcome was reported. Not fsync'd: losing it only means reporting again,
     /// which the result stream and the instance record both de-duplicate.
-    pub fn mark_done(&mut self, trace_id: &str) -> io::Result<()> {
+    pub fn mark_done(&mut self, trace_id: &TraceId) -> io::Result<()> {
         if self.pending.remove(trace_id).is_none() {
             return Ok(());
         }
         let bytes = encode(&Record::Done {
-            trace_id: trace_id.to_string(),
+            trace_id: trace_id.clone(),
         })?;
         self.file.write_all(&bytes)?;
         self.size += bytes.len() as u64;
@@ -205,7 +191,7 @@ impl Outbox {
     }
 
     /// Whether an outcome for `trace_id` is waiting.
-    pub fn contains(&self, trace_id: &str) -> bool {
+    pub fn contains(&self, trace_id: &TraceId) -> bool {
         self.pending.contains_key(trace_id)
     }
 
@@ -220,24 +206,32 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ax_bus::instance::Tag;
+    use ax_bus::ids::{InstanceId, WorkerId};
+    use ax_bus::instance::{AttemptEnd, Tag};
+    use ax_bus::messages::WorkItem;
 
-    fn outcome(trace: &str) -> Outcome {
+    /// A valid trace id named by `name`.
+    fn tr(name: &str) -> TraceId {
+        TraceId::first_of(&InstanceId::parse(name).unwrap())
+    }
+
+    fn outcome(name: &str) -> Outcome {
+        let trace = tr(name);
         let spec: ax_bus::spec::JobDocument = serde_json::from_str(
             r#"{"version":"v1","job":{"name":"j","exec":{"type":"shell","command":"true"}}}"#,
         )
         .unwrap();
         Outcome {
             work: WorkItem {
-                instance_id: "j.20260101T000000000Z".into(),
-                trace_id: trace.into(),
+                instance_id: InstanceId::parse("j.20260101T000000000Z").unwrap(),
+                trace_id: trace.clone(),
                 attempt: 1,
                 run_start: 1,
                 biz_date: "2026-01-01".into(),
                 expected_time: ax_bus::time::now(),
                 params: Default::default(),
                 spec: spec.job,
-                worker: Some("w".into()),
+                worker: Some(WorkerId::parse("w").unwrap()),
                 gate: None,
                 dispatch: None,
                 router: None,
@@ -246,12 +240,12 @@ mod tests {
                 stored: None,
             },
             end: AttemptEnd {
-                trace_id: trace.into(),
+                trace_id: trace,
                 success: true,
                 tag: Tag::Completed,
                 message: "ok".into(),
                 output: serde_json::Value::Null,
-                worker: "w".into(),
+                worker: WorkerId::parse("w").unwrap(),
                 started_at: None,
                 finished_at: ax_bus::time::now(),
                 exit_code: Some(0),
@@ -262,7 +256,7 @@ mod tests {
         }
     }
 
-    fn traces(outbox: &Outbox) -> Vec<String> {
+    fn traces(outbox: &Outbox) -> Vec<TraceId> {
         outbox
             .pending()
             .into_iter()
@@ -278,12 +272,12 @@ mod tests {
         assert!(damage.is_empty());
         outbox.append(&[outcome("a"), outcome("b")]).unwrap();
         outbox.append(&[outcome("c")]).unwrap();
-        outbox.mark_done("b").unwrap();
+        outbox.mark_done(&tr("b")).unwrap();
         drop(outbox);
         let (outbox, damage) = Outbox::open(&path).unwrap();
         assert!(damage.is_empty());
-        assert_eq!(traces(&outbox), ["a", "c"]);
-        assert!(outbox.contains("c") && !outbox.contains("b"));
+        assert_eq!(traces(&outbox), [tr("a"), tr("c")]);
+        assert!(outbox.contains(&tr("c")) && !outbox.contains(&tr("b")));
     }
 
     #[test]
@@ -297,7 +291,7 @@ mod tests {
         let file = OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(len - 10).unwrap();
         let (outbox, damage) = Outbox::open(&path).unwrap();
-        assert_eq!(traces(&outbox), ["a"]);
+        assert_eq!(traces(&outbox), [tr("a")]);
         assert_eq!(damage.len(), 1);
         // The rewrite left a clean file.
         let (_, damage) = Outbox::open(&path).unwrap();
@@ -319,7 +313,7 @@ mod tests {
         bytes[first_len + 20] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
         let (outbox, damage) = Outbox::open(&path).unwrap();
-        assert_eq!(traces(&outbox), ["a", "c"]);
+        assert_eq!(traces(&outbox), [tr("a"), tr("c")]);
         assert_eq!(damage.len(), 1);
         assert_eq!(damage[0].offset, first_len as u64);
     }

@@ -9,6 +9,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use ax_bus::ids::{DispatchId, TraceId, WorkerId};
 use ax_bus::messages::WorkItem;
 
 /// An unacknowledged dispatch.
@@ -17,9 +18,9 @@ pub struct Pending {
     /// The attempt as dispatched.
     pub work: WorkItem,
     /// The worker it was sent to.
-    pub worker: String,
+    pub worker: WorkerId,
     /// Workers that already failed to acknowledge this attempt.
-    pub excluded: Vec<String>,
+    pub excluded: Vec<WorkerId>,
 }
 
 /// Unacknowledged dispatches.
@@ -27,8 +28,8 @@ pub struct Pending {
 pub struct AckTracker {
     /// Boxed: a dispatch is about a kilobyte, and the map moves every entry when it grows or
     /// clears its deleted slots — inline, that was most of the Router's time under load.
-    pending: HashMap<String, (Box<Pending>, Instant)>,
-    deadlines: BTreeSet<(Instant, String)>,
+    pending: HashMap<TraceId, (Box<Pending>, Instant)>,
+    deadlines: BTreeSet<(Instant, TraceId)>,
 }
 
 impl AckTracker {
@@ -42,7 +43,7 @@ impl AckTracker {
     }
 
     /// An acknowledgement arrived: forgets the dispatch if it is the one tracked.
-    pub fn acknowledged(&mut self, trace: &str, dispatch: &str) -> bool {
+    pub fn acknowledged(&mut self, trace: &TraceId, dispatch: &DispatchId) -> bool {
         let matches = self
             .pending
             .get(trace)
@@ -53,9 +54,9 @@ impl AckTracker {
         matches
     }
 
-    fn forget(&mut self, trace: &str) {
+    fn forget(&mut self, trace: &TraceId) {
         if let Some((_, deadline)) = self.pending.remove(trace) {
-            self.deadlines.remove(&(deadline, trace.to_string()));
+            self.deadlines.remove(&(deadline, trace.clone()));
         }
     }
 
@@ -88,14 +89,24 @@ impl AckTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ax_bus::ids::InstanceId;
+
+    /// A valid trace (or dispatch) id named by `name`.
+    fn tr(name: &str) -> TraceId {
+        TraceId::first_of(&InstanceId::parse(name).unwrap())
+    }
+
+    fn di(name: &str) -> DispatchId {
+        DispatchId::parse(&tr(name)).unwrap()
+    }
 
     fn work(trace: &str, dispatch: &str) -> WorkItem {
         let spec: ax_bus::spec::JobDocument =
             serde_json::from_str(r#"{"version":"v1","job":{"name":"j","exec":{"type":"noop"}}}"#)
                 .unwrap();
         WorkItem {
-            instance_id: "j.x".into(),
-            trace_id: trace.into(),
+            instance_id: InstanceId::parse("j.x").unwrap(),
+            trace_id: tr(trace),
             attempt: 1,
             run_start: 1,
             biz_date: "2026-01-01".into(),
@@ -104,7 +115,7 @@ mod tests {
             spec: spec.job,
             worker: None,
             gate: None,
-            dispatch: Some(dispatch.into()),
+            dispatch: Some(di(dispatch)),
             router: None,
             shard: None,
             pin: None,
@@ -115,7 +126,7 @@ mod tests {
     fn pending(trace: &str, dispatch: &str) -> Pending {
         Pending {
             work: work(trace, dispatch),
-            worker: "w".into(),
+            worker: WorkerId::parse("w").unwrap(),
             excluded: vec![],
         }
     }
@@ -125,11 +136,11 @@ mod tests {
         let mut tracker = AckTracker::default();
         tracker.track(pending("t1", "d1"), Duration::ZERO);
         tracker.track(pending("t2", "d2"), Duration::ZERO);
-        assert!(!tracker.acknowledged("t1", "an older dispatch"));
-        assert!(tracker.acknowledged("t1", "d1"));
+        assert!(!tracker.acknowledged(&tr("t1"), &di("an-older-dispatch")));
+        assert!(tracker.acknowledged(&tr("t1"), &di("d1")));
         let expired = tracker.expired(Instant::now() + Duration::from_millis(1));
         assert_eq!(expired.len(), 1);
-        assert_eq!(expired[0].work.trace_id, "t2");
+        assert_eq!(expired[0].work.trace_id, tr("t2"));
         assert!(tracker.is_empty());
     }
 

@@ -15,14 +15,18 @@ use async_nats::jetstream::{stream::LastRawMessageErrorKind, AckKind};
 use futures::StreamExt;
 use serde::Deserialize;
 
+use ax_bus::error::During;
+use ax_bus::error::NatsError;
+use ax_bus::ids::NodeId;
 use ax_bus::instance::{AttemptEnd, Tag};
 use ax_bus::messages::WorkItem;
+use ax_bus::msg_id;
 use ax_bus::{codec, dead_letter, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::jetstream::publish;
-use crate::reporter::outbox::Outcome;
-use crate::reporter::report_once;
+use crate::outcome::report;
+use crate::outcome::Outcome;
 use crate::ActorError;
 
 /// The part of a max-deliveries advisory the keeper needs.
@@ -35,7 +39,7 @@ struct MaxDeliveries {
 }
 
 /// Keeps dead letters until the consumer ends.
-pub async fn keep(client: AxClient, node: String) -> Result<(), ActorError> {
+pub async fn keep(client: AxClient, node: NodeId) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
         stream: client.layout.advisories_stream(),
         durable: "dead-letter-keeper".into(),
@@ -46,7 +50,7 @@ pub async fn keep(client: AxClient, node: String) -> Result<(), ActorError> {
     };
     let mut messages = consume::messages(&client, &spec, 16).await?;
     while let Some(message) = messages.next().await {
-        let message = message.map_err(|e| ActorError::Nats(format!("advisory consumer: {e}")))?;
+        let message = message.during(|| "advisory consumer")?;
         match serde_json::from_slice::<MaxDeliveries>(&message.payload) {
             Ok(advisory) => match bury(&client, &node, &advisory).await {
                 Ok(()) => {
@@ -75,23 +79,27 @@ pub async fn keep(client: AxClient, node: String) -> Result<(), ActorError> {
 }
 
 /// Moves the message an advisory names to the dead letters.
-async fn bury(client: &AxClient, node: &str, advisory: &MaxDeliveries) -> Result<(), ActorError> {
-    let nats = |what: &str, e: String| {
-        ActorError::Nats(format!(
-            "{what} {} seq {}: {e}",
-            advisory.stream, advisory.stream_seq
+async fn bury(
+    client: &AxClient,
+    node: &NodeId,
+    advisory: &MaxDeliveries,
+) -> Result<(), ActorError> {
+    let nats = |what: &str, e: ax_bus::error::BoxError| {
+        ActorError::from(NatsError::new(
+            format!("{what} {} seq {}", advisory.stream, advisory.stream_seq),
+            e,
         ))
     };
     let stream = client
         .js
         .get_stream(&advisory.stream)
         .await
-        .map_err(|e| nats("open", e.to_string()))?;
+        .map_err(|e| nats("open", e.into()))?;
     let original = match stream.get_raw_message(advisory.stream_seq).await {
         Ok(message) => message,
         // Settled or removed meanwhile (a late ack, or a keeper that died after the copy).
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(()),
-        Err(e) => return Err(nats("read", e.to_string())),
+        Err(e) => return Err(nats("read", e.into())),
     };
     let reason = format!(
         "delivered {} times to consumer {} without being settled",
@@ -110,7 +118,7 @@ async fn bury(client: &AxClient, node: &str, advisory: &MaxDeliveries) -> Result
     publish::store_dead(
         client,
         dead_letter::MAX_DELIVERIES,
-        &format!("dead:{}:{}", advisory.stream, advisory.stream_seq),
+        &msg_id::dead(&format!("{}:{}", advisory.stream, advisory.stream_seq)),
         headers,
         original.payload.clone(),
     )
@@ -142,7 +150,7 @@ async fn bury(client: &AxClient, node: &str, advisory: &MaxDeliveries) -> Result
 /// decides what follows. A stale attempt is left alone by the record's fencing.
 async fn end_attempt(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     work: WorkItem,
     reason: &str,
 ) -> Result<(), ActorError> {
@@ -153,14 +161,14 @@ async fn end_attempt(
         tag: Tag::DeadLetter,
         message: format!("dispatch {reason}; moved to the dead letters"),
         output: serde_json::Value::Null,
-        worker: node.to_string(),
+        worker: node.clone(),
         started_at: None,
         finished_at: now,
         exit_code: None,
         stdout_tail: String::new(),
         stderr_tail: String::new(),
     };
-    report_once(
+    report(
         client,
         &Outcome {
             work,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use ax_bus::ids::WorkerId;
 use ax_bus::messages::WorkerInfo;
 
 /// Score weights and liveness.
@@ -59,7 +60,7 @@ impl Ord for Score {
     }
 }
 
-type Rank = (Score, u64, String);
+type Rank = (Score, u64, WorkerId);
 
 struct Member {
     info: WorkerInfo,
@@ -74,7 +75,7 @@ struct Member {
 pub struct Fleet {
     weights: Weights,
     ttl: Duration,
-    members: HashMap<String, Member>,
+    members: HashMap<WorkerId, Member>,
     classes: HashMap<Class, BTreeSet<Rank>>,
     eligible: HashMap<(Vec<String>, String), Vec<Class>>,
 }
@@ -161,7 +162,7 @@ impl Fleet {
 
     /// The best live worker for a job with `tags` and executor `kind`, other than those in
     /// `exclude`; it is counted as one attempt busier.
-    pub fn pick(&mut self, tags: &[String], kind: &str, exclude: &[String]) -> Option<String> {
+    pub fn pick(&mut self, tags: &[String], kind: &str, exclude: &[WorkerId]) -> Option<WorkerId> {
         let key = (sorted(tags), kind.to_string());
         if !self.eligible.contains_key(&key) {
             let classes = self
@@ -208,8 +209,8 @@ impl Fleet {
     }
 
     /// Every live worker that can run a job with `tags` and executor `kind`, sorted by id.
-    pub fn eligible_all(&self, tags: &[String], kind: &str) -> Vec<String> {
-        let mut ids: Vec<String> = self
+    pub fn eligible_all(&self, tags: &[String], kind: &str) -> Vec<WorkerId> {
+        let mut ids: Vec<WorkerId> = self
             .members
             .iter()
             .filter(|(_, m)| {
@@ -243,7 +244,7 @@ impl Fleet {
     }
 
     /// Workers whose heartbeat is older than the TTL.
-    pub fn silent(&self) -> Vec<(String, WorkerInfo)> {
+    pub fn silent(&self) -> Vec<(WorkerId, WorkerInfo)> {
         let now = Instant::now();
         self.members
             .iter()
@@ -291,7 +292,7 @@ mod tests {
 
     fn info(id: &str, tags: &[&str], running: u32, cores: u32, avg_ms: f64) -> WorkerInfo {
         WorkerInfo {
-            id: id.into(),
+            id: WorkerId::parse(id).unwrap(),
             host: "h".into(),
             cores,
             slots: 8,
@@ -343,7 +344,7 @@ mod tests {
         for id in ["a", "b", "c"] {
             fleet.heartbeat(info(id, &[], 0, 1, 0.0), now);
         }
-        let mut counts: HashMap<String, u32> = HashMap::new();
+        let mut counts: HashMap<WorkerId, u32> = HashMap::new();
         for _ in 0..300 {
             *counts
                 .entry(fleet.pick(&[], "shell", &[]).unwrap())
@@ -373,7 +374,9 @@ mod tests {
         fleet.heartbeat(info("a", &[], 3, 1, 0.0), Instant::now());
         fleet.heartbeat(info("b", &[], 5, 1, 0.0), Instant::now());
         assert_eq!(
-            fleet.pick(&[], "shell", &["a".into()]).as_deref(),
+            fleet
+                .pick(&[], "shell", &[WorkerId::parse("a").unwrap()])
+                .as_deref(),
             Some("b")
         );
         assert_eq!(fleet.silent().len(), 1);

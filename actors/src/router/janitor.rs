@@ -22,10 +22,13 @@ use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 
 use ax_bus::client::Updated;
+use ax_bus::error::NatsError;
+use ax_bus::ids::{InstanceId, TraceId, WorkerId};
 use ax_bus::instance::Tag;
 use ax_bus::messages::{ResultMessage, WorkItem, WorkerInfo};
+use ax_bus::msg_id;
 use ax_bus::spec::Priority;
-use ax_bus::{codec, ids, State};
+use ax_bus::{codec, State};
 
 use super::{lock, Shared};
 use crate::jetstream::publish;
@@ -71,7 +74,11 @@ async fn sweep(shared: Shared) -> Result<(), ActorError> {
     }
 }
 
-async fn handle_dead(shared: &Shared, worker: &str, info: &WorkerInfo) -> Result<(), ActorError> {
+async fn handle_dead(
+    shared: &Shared,
+    worker: &WorkerId,
+    info: &WorkerInfo,
+) -> Result<(), ActorError> {
     publish::alert(
         &shared.client,
         &shared.node,
@@ -97,16 +104,18 @@ async fn handle_dead(shared: &Shared, worker: &str, info: &WorkerInfo) -> Result
 /// Everything in the worker's queue for `priority`, taken out of it.
 async fn drain(
     shared: &Shared,
-    worker: &str,
+    worker: &WorkerId,
     priority: Priority,
 ) -> Result<Vec<WorkItem>, ActorError> {
     let client = &shared.client;
-    let failed = |what: &str, e: String| ActorError::Nats(format!("{what} of {worker}: {e}"));
+    let failed = |what: &str, e: ax_bus::error::BoxError| {
+        ActorError::from(NatsError::new(format!("{what} of {worker}"), e))
+    };
     let stream = client
         .js
         .get_stream(client.layout.dispatch_stream())
         .await
-        .map_err(|e| failed("open the dispatch stream", e.to_string()))?;
+        .map_err(|e| failed("open the dispatch stream", e.into()))?;
     let durable = format!("worker-{worker}-{}", priority.as_str());
     let _ = stream.delete_consumer(&durable).await;
     let janitor = format!("janitor-{worker}-{}", priority.as_str());
@@ -119,7 +128,7 @@ async fn drain(
             ..Default::default()
         })
         .await
-        .map_err(|e| failed("read the queue", e.to_string()))?;
+        .map_err(|e| failed("read the queue", e.into()))?;
     let mut drained = Vec::new();
     loop {
         let mut batch = consumer
@@ -128,10 +137,10 @@ async fn drain(
             .expires(Duration::from_millis(500))
             .messages()
             .await
-            .map_err(|e| failed("read the queue", e.to_string()))?;
+            .map_err(|e| failed("read the queue", e.into()))?;
         let mut got = 0;
         while let Some(message) = batch.next().await {
-            let message = message.map_err(|e| failed("read the queue", e.to_string()))?;
+            let message = message.map_err(|e| failed("read the queue", e))?;
             got += 1;
             match codec::decode::<WorkItem>(&message.payload) {
                 Ok(work) => drained.push(work),
@@ -148,29 +157,29 @@ async fn drain(
 }
 
 /// A dispatch the dead worker received or not: re-dispatched unless it was claimed.
-async fn lost_dispatch(shared: &Shared, work: WorkItem, dead: &str) -> Result<(), ActorError> {
+async fn lost_dispatch(shared: &Shared, work: WorkItem, dead: &WorkerId) -> Result<(), ActorError> {
     match shared.client.claim_of(&work.trace_id).await? {
         Some((claim, _)) if claim.revoked => Ok(()),
-        Some((claim, _)) if claim.worker.as_deref() == Some(dead) => {
+        Some((claim, _)) if claim.worker.as_ref() == Some(dead) => {
             lost_running(shared, &work.instance_id, &work.trace_id, dead).await
         }
         Some((claim, _)) if claim.worker.is_some() => Ok(()),
-        _ => shared.redispatch(work, vec![dead.to_string()]).await,
+        _ => shared.redispatch(work, vec![dead.clone()]).await,
     }
 }
 
 /// An attempt the dead worker claimed: revoked, and the instance moves on.
 async fn lost_running(
     shared: &Shared,
-    instance_id: &str,
-    trace: &str,
-    dead: &str,
+    instance_id: &InstanceId,
+    trace: &TraceId,
+    dead: &WorkerId,
 ) -> Result<(), ActorError> {
     let client = &shared.client;
     if !client.revoke_claim(trace, dead).await? {
         return Ok(());
     }
-    let new_trace = ids::new_trace_id();
+    let new_trace = TraceId::random();
     let updated = client
         .update_instance(instance_id, |r| {
             r.worker_lost(trace, &new_trace, dead, MAX_WORKER_LOSSES)
@@ -182,7 +191,7 @@ async fn lost_running(
     tracing::warn!(instance = %instance_id, worker = %dead, state = %record.state, "attempt lost with its worker");
     // The lost attempt's result: its own trace and number, the instance's state after it.
     let mut lost = (*record).clone();
-    lost.trace_id = trace.to_string();
+    lost.trace_id = trace.clone();
     if record.state == State::Running {
         lost.attempt -= 1;
     }
@@ -190,7 +199,7 @@ async fn lost_running(
     publish::to_stream_acked(
         client,
         client.subjects().result(&record.job),
-        &format!("result:{trace}"),
+        &msg_id::result(trace),
         &ResultMessage::from_record(&lost),
     )
     .await?;
@@ -212,7 +221,7 @@ async fn lost_running(
     publish::to_stream_acked(
         client,
         client.subjects().ready(work.spec.priority),
-        &format!("ready:{}", work.trace_id),
+        &msg_id::ready(&work.trace_id),
         &work,
     )
     .await

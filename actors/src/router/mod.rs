@@ -29,9 +29,12 @@ use tokio::sync::watch;
 use ax_bus::client::claims::Reservation;
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::client::Updated;
+use ax_bus::error::During;
+use ax_bus::ids::{DispatchId, NodeId, WorkerId};
 use ax_bus::messages::{DispatchAck, QueueState, WorkItem, WorkerInfo};
+use ax_bus::msg_id;
 use ax_bus::spec::Priority;
-use ax_bus::{codec, ids, AxClient};
+use ax_bus::{codec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 
@@ -76,7 +79,7 @@ impl Default for RouterConfig {
 #[derive(Clone)]
 pub struct Shared {
     client: AxClient,
-    node: String,
+    node: NodeId,
     config: RouterConfig,
     fleet: Arc<Mutex<Fleet>>,
     acks: Arc<Mutex<AckTracker>>,
@@ -89,7 +92,7 @@ pub struct Router {
 
 impl Router {
     /// A router on `client`, named `node` (its acknowledgements come on `ax.internal.ack.<node>`).
-    pub fn new(client: AxClient, node: String, config: RouterConfig) -> Self {
+    pub fn new(client: AxClient, node: NodeId, config: RouterConfig) -> Self {
         let fleet = Fleet::new(config.weights.clone(), config.worker_ttl);
         Self {
             shared: Shared {
@@ -246,7 +249,7 @@ async fn route(
         };
         let mut pending = Vec::with_capacity(batch.len());
         for message in batch {
-            let message = message.map_err(|e| ActorError::Nats(format!("ready consumer: {e}")))?;
+            let message = message.during(|| "ready consumer")?;
             let Some(work) =
                 consume::decode_or_dead_letter::<WorkItem>(&client, &shared.node, "flow", &message)
                     .await
@@ -308,11 +311,11 @@ async fn route(
 /// Where an attempt goes.
 enum Target {
     /// This worker.
-    Worker(String),
+    Worker(WorkerId),
     /// Nobody can take it now.
     NoWorker,
     /// It may run on this worker only, and that worker is gone.
-    PinnedGone(String),
+    PinnedGone(WorkerId),
 }
 
 impl Shared {
@@ -338,8 +341,7 @@ impl Shared {
         match self.target(&work) {
             Target::Worker(worker) => {
                 let (work, ack) = self.send(work, &worker).await?;
-                ack.await
-                    .map_err(|e| ActorError::Nats(format!("dispatch: {e}")))?;
+                ack.await.during(|| "dispatch")?;
                 self.track(work, worker, Vec::new());
                 Ok(())
             }
@@ -347,7 +349,7 @@ impl Shared {
                 publish::to_stream_acked(
                     &self.client,
                     self.client.subjects().ready(work.spec.priority),
-                    &format!("ready:{}", work.trace_id),
+                    &msg_id::ready(&work.trace_id),
                     &work,
                 )
                 .await
@@ -357,7 +359,7 @@ impl Shared {
     }
 
     /// Fails an attempt pinned to a worker that is gone (one run of a broadcast).
-    async fn fail_pinned(&self, work: &WorkItem, worker: &str) -> Result<(), ActorError> {
+    async fn fail_pinned(&self, work: &WorkItem, worker: &WorkerId) -> Result<(), ActorError> {
         let message = format!("its worker {worker} is gone");
         let updated = self
             .client
@@ -374,7 +376,7 @@ impl Shared {
             publish::to_stream_acked(
                 &self.client,
                 self.client.subjects().result(&record.job),
-                &format!("result:{}", record.trace_id),
+                &msg_id::result(&record.trace_id),
                 &ax_bus::messages::ResultMessage::from_record(&record),
             )
             .await?;
@@ -388,22 +390,22 @@ impl Shared {
     async fn send(
         &self,
         mut work: WorkItem,
-        worker: &str,
+        worker: &WorkerId,
     ) -> Result<(WorkItem, async_nats::jetstream::context::PublishAckFuture), ActorError> {
-        let dispatch = work.dispatch.get_or_insert_with(ids::new_trace_id).clone();
-        work.worker = Some(worker.to_string());
+        let dispatch = work.dispatch.get_or_insert_with(DispatchId::random).clone();
+        work.worker = Some(worker.clone());
         work.router = Some(self.node.clone());
         let ack = publish::to_stream(
             &self.client,
             self.client.subjects().dispatch(worker, work.spec.priority),
-            &format!("dispatch:{}:{dispatch}", work.trace_id),
+            &msg_id::dispatch(&work.trace_id, &dispatch),
             &work,
         )
         .await?;
         Ok((work, ack))
     }
 
-    fn track(&self, work: WorkItem, worker: String, excluded: Vec<String>) {
+    fn track(&self, work: WorkItem, worker: WorkerId, excluded: Vec<WorkerId>) {
         lock(&self.acks).track(
             Pending {
                 work,
@@ -419,7 +421,7 @@ impl Shared {
     pub async fn redispatch(
         &self,
         mut work: WorkItem,
-        excluded: Vec<String>,
+        excluded: Vec<WorkerId>,
     ) -> Result<(), ActorError> {
         if let Some(pin) = work.pin.clone() {
             // A pinned attempt has nowhere else to go.
@@ -427,7 +429,7 @@ impl Shared {
                 return self.fail_pinned(&work, &pin).await;
             }
         }
-        let dispatch = ids::new_trace_id();
+        let dispatch = DispatchId::random();
         match self
             .client
             .reserve_attempt(&work.trace_id, &dispatch)
@@ -439,7 +441,7 @@ impl Shared {
             }
             Reservation::Reserved => {}
         }
-        work.dispatch = Some(dispatch);
+        work.dispatch = Some(dispatch.clone());
         let picked = {
             let mut fleet = lock(&self.fleet);
             match &work.pin {
@@ -453,17 +455,15 @@ impl Shared {
             Some(worker) => {
                 tracing::info!(trace = %work.trace_id, to = %worker, passed_over = ?excluded, "re-dispatching");
                 let (work, ack) = self.send(work, &worker).await?;
-                ack.await
-                    .map_err(|e| ActorError::Nats(format!("re-dispatch: {e}")))?;
+                ack.await.during(|| "re-dispatch")?;
                 self.track(work, worker, excluded);
             }
             None => {
                 // Nobody can take it now: back to the ready queue, with its reservation.
-                let dispatch = work.dispatch.clone().unwrap_or_default();
                 publish::to_stream_acked(
                     &self.client,
                     self.client.subjects().ready(work.spec.priority),
-                    &format!("ready:{}:{dispatch}", work.trace_id),
+                    &msg_id::ready_again(&work.trace_id, &dispatch),
                     &work,
                 )
                 .await?;
@@ -480,7 +480,7 @@ async fn follow_acks(shared: Shared) -> Result<(), ActorError> {
         .nats
         .subscribe(shared.client.subjects().ack(&shared.node))
         .await
-        .map_err(|e| ActorError::Nats(format!("subscribe to acknowledgements: {e}")))?;
+        .during(|| "subscribe to acknowledgements")?;
     while let Some(message) = acks.next().await {
         match codec::decode::<DispatchAck>(&message.payload) {
             Ok(ack) => {
@@ -512,9 +512,8 @@ async fn watch_deadlines(shared: Shared) -> Result<(), ActorError> {
 /// Re-dispatches `pending` unless its claim shows that its worker received it.
 async fn recheck(shared: &Shared, pending: Pending) -> Result<(), ActorError> {
     let trace = pending.work.trace_id.clone();
-    let dispatch = pending.work.dispatch.clone().unwrap_or_default();
     match shared.client.claim_of(&trace).await? {
-        Some((claim, _)) if claim.dispatch == dispatch && claim.worker.is_some() => {
+        Some((claim, _)) if claim.dispatch == pending.work.dispatch && claim.worker.is_some() => {
             // Claimed: only its acknowledgement was lost or late.
             return Ok(());
         }

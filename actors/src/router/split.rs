@@ -9,20 +9,15 @@
 //! once they all have.
 
 use ax_bus::client::Updated;
+use ax_bus::ids::{IdError, InstanceId, WorkerId};
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::{ShardRef, SplitPlan, WorkItem};
+use ax_bus::msg_id;
 use ax_bus::{InstanceRecord, State, Tag};
 
 use super::{lock, Shared};
 use crate::jetstream::publish;
-use crate::scheduler::creator::create_record;
 use crate::ActorError;
-
-/// The trace id of child `index` of the attempt `parent_trace`.
-fn child_trace(parent_trace: &str, index: u32) -> String {
-    let stem: String = parent_trace.chars().take(24).collect();
-    format!("{stem}{index:08x}")
-}
 
 /// Splits `parent`; the children to dispatch, or `None` when a broadcast finds no worker.
 pub async fn expand(
@@ -31,25 +26,25 @@ pub async fn expand(
 ) -> Result<Option<Vec<WorkItem>>, ActorError> {
     let client = &shared.client;
     let spec = &parent.spec;
-    let children: Vec<(String, Option<String>)> = if spec.broadcast {
+    let children: Vec<(InstanceId, Option<WorkerId>)> = if spec.broadcast {
         let workers = lock(&shared.fleet).eligible_all(&spec.tags, &spec.exec.kind);
         if workers.is_empty() {
             return Ok(None);
         }
         workers
             .into_iter()
-            .map(|w| (format!("{}.w-{w}", parent.instance_id), Some(w)))
-            .collect()
+            .map(|w| Ok((parent.instance_id.child(&format!("w-{w}"))?, Some(w))))
+            .collect::<Result<_, IdError>>()?
     } else {
         (0..spec.shards.unwrap_or(1))
-            .map(|i| (format!("{}.s{i}", parent.instance_id), None))
-            .collect()
+            .map(|i| Ok((parent.instance_id.child(&format!("s{i}"))?, None)))
+            .collect::<Result<_, IdError>>()?
     };
     let Some((parent_record, _)) = client.instance(&parent.instance_id).await? else {
         return Ok(Some(Vec::new()));
     };
     let total = children.len() as u32;
-    let planned: Vec<String> = children.iter().map(|(id, _)| id.clone()).collect();
+    let planned: Vec<InstanceId> = children.iter().map(|(id, _)| id.clone()).collect();
     let mut works = Vec::with_capacity(children.len());
     for (index, (id, pin)) in children.into_iter().enumerate() {
         let index = index as u32;
@@ -59,7 +54,7 @@ pub async fn expand(
             index,
             total,
         };
-        let trace = child_trace(&parent.trace_id, index);
+        let trace = parent.trace_id.child(index);
         let record = InstanceRecord {
             instance_id: id.clone(),
             trace_id: trace.clone(),
@@ -110,7 +105,7 @@ pub async fn expand(
     publish::to_stream_acked(
         client,
         client.subjects().split(parent.job()),
-        &format!("split:{}", parent.trace_id),
+        &msg_id::split(&parent.trace_id),
         &plan,
     )
     .await?;
@@ -134,7 +129,7 @@ async fn place_child(
     client: &ax_bus::AxClient,
     record: InstanceRecord,
 ) -> Result<Option<InstanceRecord>, ActorError> {
-    if create_record(client, &record).await? {
+    if client.create_instance(&record).await? {
         return Ok(Some(record));
     }
     let trace = record.trace_id.clone();
@@ -161,18 +156,5 @@ async fn place_child(
             Ok(None)
         }
         Updated::Missing => Ok(None),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn child_traces_are_stable_and_distinct() {
-        let parent = ax_bus::ids::new_trace_id();
-        assert_eq!(child_trace(&parent, 3), child_trace(&parent, 3));
-        assert_ne!(child_trace(&parent, 3), child_trace(&parent, 4));
-        assert_eq!(child_trace(&parent, 3).len(), 32);
     }
 }

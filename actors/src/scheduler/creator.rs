@@ -20,15 +20,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
-use async_nats::jetstream::kv::CreateErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
+use ax_bus::error::{During, NatsError};
+use ax_bus::ids::NodeId;
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{StoredRecord, TickOutcome, WorkItem};
+use ax_bus::msg_id;
 use ax_bus::spec::{JobSpec, Overlap};
-use ax_bus::{codec, ids, AxClient, InstanceRecord, State, Tag};
+use ax_bus::{codec, AxClient, InstanceRecord, State, Tag};
 
 use crate::jetstream::publish;
 use crate::scheduler::orphans;
@@ -77,53 +79,8 @@ impl NewInstance {
         trigger: Trigger,
         now: DateTime<Utc>,
     ) -> Self {
-        let instance_id = ids::instance_id(&spec.name, expected);
-        // The same for every creator: Schedulers racing for a fire all hold the same attempt.
-        let trace_id = ids::first_trace_id(&instance_id);
-        let record = InstanceRecord {
-            instance_id: instance_id.clone(),
-            trace_id: trace_id.clone(),
-            job: spec.name.clone(),
-            biz_date: biz_date.clone(),
-            attempt: 1,
-            run_start: 1,
-            state: State::Running,
-            tag: Tag::Queued,
-            expected_time: expected,
-            created_at: now,
-            started_at: None,
-            finished_at: None,
-            worker: None,
-            message: "queued".to_string(),
-            output: serde_json::Value::Null,
-            trigger,
-            params: params.clone(),
-            priority: spec.priority,
-            next_attempt_at: None,
-            exit_code: None,
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
-            shard: None,
-            worker_losses: 0,
-            pin: None,
-        };
-        let work = WorkItem {
-            instance_id,
-            trace_id,
-            attempt: 1,
-            run_start: 1,
-            biz_date,
-            expected_time: expected,
-            params,
-            spec: spec.clone(),
-            worker: None,
-            gate: None,
-            dispatch: None,
-            router: None,
-            shard: None,
-            pin: None,
-            stored: None,
-        };
+        let record = InstanceRecord::first(spec, expected, biz_date, params, trigger, now);
+        let work = WorkItem::for_attempt(&record, spec.clone());
         Self {
             record,
             work,
@@ -148,7 +105,7 @@ pub struct Creator {
 
 impl Creator {
     /// Starts the creation task on the current runtime; `node` signs the tick records.
-    pub fn start(client: AxClient, node: String) -> Self {
+    pub fn start(client: AxClient, node: NodeId) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
         let again = tx.clone();
         tokio::spawn(async move {
@@ -206,7 +163,7 @@ fn finish(request: Request, created: Created) {
 /// Creates a batch; returns the requests that failed for a transient reason, to be tried again.
 async fn create_batch(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     requests: impl Iterator<Item = Request>,
 ) -> Vec<Request> {
     let mut failed = Vec::new();
@@ -226,7 +183,7 @@ async fn create_batch(
                 candidates.push(request);
             }
             Ok(Decision::Skip(reason)) => {
-                let job = instance.work.job().to_string();
+                let job = instance.work.job().clone();
                 let tick = instance.record.expected_time;
                 match ticks::record(client, node, &job, tick, TickOutcome::Skipped, None, reason)
                     .await
@@ -260,7 +217,8 @@ async fn create_batch(
                         message,
                     )
                     .await
-                    .map_err(|e| ActorError::Nats(e.to_string()))
+                    .during(|| "create instance")
+                    .map_err(ActorError::from)
             }
             Err(e) => Err(e.into()),
         };
@@ -296,7 +254,7 @@ async fn create_batch(
                 }
             },
             Err(e) => {
-                warn_transient(&request, &ActorError::Nats(e.to_string()));
+                warn_transient(&request, &NatsError::new("create instance", e).into());
                 failed.push(request);
                 continue;
             }
@@ -344,7 +302,7 @@ async fn create_batch(
                 let mut result = Ok(());
                 for ack in acks {
                     if let Err(e) = ack.await {
-                        result = Err(ActorError::Nats(e.to_string()));
+                        result = Err(NatsError::new("hand off", e).into());
                     }
                 }
                 result
@@ -367,7 +325,7 @@ async fn create_batch(
                 }
                 if watch {
                     // A different attempt, whose creator may have died before handing it on.
-                    orphans::watch(client.clone(), node.to_string(), instance.clone());
+                    orphans::watch(client.clone(), node.clone(), instance.clone());
                 }
                 finish(request, outcome);
             }
@@ -391,12 +349,12 @@ async fn hand_off_work(
     let (subject, msg_id) = if instance.skip_coordinator {
         (
             client.subjects().ready(work.spec.priority),
-            format!("ready:{}", work.trace_id),
+            msg_id::ready(&work.trace_id),
         )
     } else {
         (
             client.subjects().created(work.job()),
-            format!("created:{}", work.trace_id),
+            msg_id::created(&work.trace_id),
         )
     };
     Ok(vec![
@@ -407,7 +365,7 @@ async fn hand_off_work(
 /// Publishes the hand-off, the tick record and the event.
 async fn hand_off(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     instance: &NewInstance,
 ) -> Result<Vec<PublishAckFuture>, ActorError> {
     let work = &instance.work;
@@ -483,25 +441,4 @@ async fn existing(client: &AxClient, record: &InstanceRecord) -> Result<Existing
         // The attempt has moved on (or ended): handing it on again would be wrong.
         Existing::Other
     })
-}
-
-/// Writes a new instance record if none exists under its id; true when this call's record is
-/// the one stored. A record already there with the same trace id is this creation's own earlier
-/// write (its ack was lost): true too.
-pub async fn create_record(client: &AxClient, record: &InstanceRecord) -> Result<bool, ActorError> {
-    let id = &record.instance_id;
-    match client.instances.create(id, codec::encode(record)?).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
-            let ours = client
-                .instance(id)
-                .await?
-                .is_some_and(|(r, _)| r.trace_id == record.trace_id);
-            if !ours {
-                tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
-            }
-            Ok(ours)
-        }
-        Err(e) => Err(ActorError::Nats(format!("create instance {id}: {e}"))),
-    }
 }

@@ -130,34 +130,14 @@ impl FireSchedule {
 
     /// The business date (YYYY-MM-DD) of an instant: its local date.
     pub fn biz_date(&self, at: DateTime<Utc>) -> String {
-        biz_date_in(self.tz, at)
+        ax_bus::time::biz_date_in(self.tz, at)
     }
-}
-
-/// The first instant of local date `date` in `tz` (midnight, or the end of a DST gap that
-/// swallows midnight): the expected time of instances that belong to a date rather than a tick.
-pub fn start_of_day(tz: Tz, date: chrono::NaiveDate) -> DateTime<Utc> {
-    let mut local = date.and_hms_opt(0, 0, 0).unwrap_or_default();
-    for _ in 0..(24 * 60) {
-        match tz.from_local_datetime(&local) {
-            LocalResult::Single(t) => return t.with_timezone(&Utc),
-            LocalResult::Ambiguous(a, b) => {
-                return a.with_timezone(&Utc).min(b.with_timezone(&Utc))
-            }
-            LocalResult::None => local += Duration::minutes(1),
-        }
-    }
-    local.and_utc()
-}
-
-/// The local date of `at` in `tz`, as YYYY-MM-DD.
-pub fn biz_date_in(tz: Tz, at: DateTime<Utc>) -> String {
-    at.with_timezone(&tz).format("%Y-%m-%d").to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ax_bus::time::{biz_date_in, start_of_day};
 
     fn utc(text: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(text)

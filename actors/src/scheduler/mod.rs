@@ -30,13 +30,16 @@ use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 
 use ax_bus::client::Updated;
+use ax_bus::error::During;
+use ax_bus::ids::{InstanceId, JobName, NodeId, TraceId};
+use ax_bus::msg_id;
 use std::collections::HashMap;
 
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::instance::{State, Tag, Trigger};
 use ax_bus::messages::{JobRecord, ResultMessage, TickOutcome, TickRecord, WorkItem};
 use ax_bus::spec::Misfire;
-use ax_bus::{codec, ids, AxClient};
+use ax_bus::{codec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::node::clock::Clock;
@@ -59,7 +62,7 @@ const RETRY_BACKSTOP: chrono::Duration = chrono::Duration::seconds(3);
 pub struct Scheduler {
     client: AxClient,
     clock: Arc<dyn Clock>,
-    node: String,
+    node: NodeId,
     planner: Planner,
     creator: Creator,
     wake: Option<SpawnHandle>,
@@ -80,7 +83,7 @@ pub struct Scheduler {
 impl Scheduler {
     /// A Scheduler on `client`, reading time from `clock`. Must be built on the runtime it
     /// runs on (its creation task is spawned there).
-    pub fn new(client: AxClient, clock: Arc<dyn Clock>, node: String) -> Self {
+    pub fn new(client: AxClient, clock: Arc<dyn Clock>, node: NodeId) -> Self {
         let now = clock.now();
         let creator = Creator::start(client.clone(), node.clone());
         Self {
@@ -114,8 +117,8 @@ impl Scheduler {
         self
     }
 
-    fn record_skipped(&self, job: &str, skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>) {
-        let (client, node, job) = (self.client.clone(), self.node.clone(), job.to_string());
+    fn record_skipped(&self, job: &JobName, skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>) {
+        let (client, node, job) = (self.client.clone(), self.node.clone(), job.clone());
         actix::spawn(async move { record_skipped(&client, &node, &job, skipped).await });
     }
 
@@ -127,16 +130,16 @@ impl Scheduler {
     /// an untouched first attempt and leaves one that moved on.
     fn hand_on_orphans_then_skip(
         &self,
-        job: &str,
+        job: &JobName,
         catch_up: impl Fn(chrono::DateTime<chrono::Utc>) -> NewInstance + 'static,
         mut skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>,
     ) {
-        let (client, node, job) = (self.client.clone(), self.node.clone(), job.to_string());
+        let (client, node, job) = (self.client.clone(), self.node.clone(), job.clone());
         let creator = self.creator.clone();
         actix::spawn(async move {
             let mut orphans = 0;
             for (tick, _) in &skipped {
-                let id = ids::instance_id(&job, *tick);
+                let id = InstanceId::for_fire(&job, *tick);
                 match client.instance(&id).await {
                     Ok(Some(_)) => {
                         tracing::warn!(instance = %id, "a skipped tick has a record nobody handed on: handing it on");
@@ -332,7 +335,7 @@ impl Handler<LastTicks> for Scheduler {
     /// Applies each job's misfire policy to the ticks between its last record and the instant
     /// this Scheduler started firing it.
     fn handle(&mut self, msg: LastTicks, _ctx: &mut Self::Context) {
-        let mut last: HashMap<String, chrono::DateTime<chrono::Utc>> = HashMap::new();
+        let mut last: HashMap<JobName, chrono::DateTime<chrono::Utc>> = HashMap::new();
         for record in msg.0 {
             let entry = last.entry(record.job).or_insert(record.tick);
             *entry = (*entry).max(record.tick);
@@ -403,8 +406,8 @@ impl Handler<LastTicks> for Scheduler {
 /// Records skipped ticks (a failure is logged: the ticks stay unrecorded, nothing else is lost).
 async fn record_skipped(
     client: &AxClient,
-    node: &str,
-    job: &str,
+    node: &NodeId,
+    job: &JobName,
     skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>,
 ) {
     if skipped.is_empty() {
@@ -450,7 +453,7 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
     };
     let mut messages = consume::messages(&client, &spec, 256).await?;
     while let Some(message) = messages.next().await {
-        let message = message.map_err(|e| ActorError::Nats(format!("results consumer: {e}")))?;
+        let message = message.during(|| "results consumer")?;
         let result: ResultMessage = match codec::decode(&message.payload) {
             Ok(result) => result,
             Err(e) => {
@@ -499,10 +502,10 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
 /// is sent again.
 pub async fn run_retry(
     client: &AxClient,
-    instance_id: &str,
-    from_trace: &str,
+    instance_id: &InstanceId,
+    from_trace: &TraceId,
 ) -> Result<(), ActorError> {
-    let new_trace = ids::new_trace_id();
+    let new_trace = TraceId::random();
     let record = match client
         .update_instance(instance_id, |r| r.retried(from_trace, &new_trace))
         .await?
@@ -530,7 +533,7 @@ pub async fn run_retry(
     publish::to_stream_acked(
         client,
         client.subjects().ready(work.spec.priority),
-        &format!("ready:{}", work.trace_id),
+        &msg_id::ready(&work.trace_id),
         &work,
     )
     .await?;

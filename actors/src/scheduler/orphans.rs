@@ -27,7 +27,10 @@
 use std::time::Duration;
 
 use ax_bus::client::provision::DUPLICATE_WINDOW;
+use ax_bus::error::During;
+use ax_bus::ids::NodeId;
 use ax_bus::messages::WorkItem;
+use ax_bus::msg_id;
 use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, State, Tag};
 
@@ -52,7 +55,7 @@ pub enum Verdict {
 }
 
 /// Watches `instance`, found already created by someone else, on a task of its own.
-pub fn watch(client: AxClient, node: String, instance: NewInstance) {
+pub fn watch(client: AxClient, node: NodeId, instance: NewInstance) {
     tokio::spawn(async move {
         tokio::time::sleep(ORPHAN_GRACE).await;
         for _ in 0..3 {
@@ -70,7 +73,7 @@ pub fn watch(client: AxClient, node: String, instance: NewInstance) {
 /// Looks at the instance once and adopts or flags it if it is an orphan.
 pub async fn check(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     instance: &NewInstance,
 ) -> Result<Verdict, ActorError> {
     let id = &instance.record.instance_id;
@@ -115,18 +118,18 @@ pub async fn check(
     let (subject, msg_id) = if instance.skip_coordinator {
         (
             client.subjects().ready(work.spec.priority),
-            format!("ready:{}", work.trace_id),
+            msg_id::ready(&work.trace_id),
         )
     } else {
         (
             client.subjects().created(work.job()),
-            format!("created:{}", work.trace_id),
+            msg_id::created(&work.trace_id),
         )
     };
     let ack = publish::to_stream(client, subject, &msg_id, &work)
         .await?
         .await
-        .map_err(|e| ActorError::Nats(format!("adopt {id}: {e}")))?;
+        .during(|| format!("adopt {id}"))?;
     if ack.duplicate {
         return Ok(Verdict::HandedOn);
     }

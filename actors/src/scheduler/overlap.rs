@@ -10,7 +10,11 @@ use bytes::Bytes;
 
 use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
 use ax_bus::client::Updated;
+use ax_bus::error::During;
+use ax_bus::error::NatsError;
+use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::{Gate, ResultMessage, WorkItem};
+use ax_bus::msg_id;
 use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
@@ -43,8 +47,11 @@ pub async fn decide(
         .latest
         .get(job)
         .await
-        .map_err(|e| ActorError::Nats(format!("read latest instance of {job}: {e}")))?;
-    let Some(previous_id) = latest.and_then(|v| String::from_utf8(v.to_vec()).ok()) else {
+        .during(|| format!("read latest instance of {job}"))?;
+    let Some(previous_id) = latest.and_then(|v| {
+        let text = std::str::from_utf8(&v).ok()?;
+        InstanceId::parse(text).ok()
+    }) else {
         return Ok(Decision::Proceed);
     };
     if previous_id >= work.instance_id {
@@ -64,7 +71,7 @@ pub async fn decide(
         )),
         Overlap::Queue => Decision::Queue(Gate {
             instance_id: previous_id,
-            job: job.to_string(),
+            job: job.clone(),
             biz_date: previous.biz_date,
         }),
         Overlap::CancelPrevious => {
@@ -75,7 +82,11 @@ pub async fn decide(
 }
 
 /// Cancels `previous` in favour of `by`, stopping its process where one runs.
-async fn cancel(client: &AxClient, previous: &InstanceRecord, by: &str) -> Result<(), ActorError> {
+async fn cancel(
+    client: &AxClient,
+    previous: &InstanceRecord,
+    by: &InstanceId,
+) -> Result<(), ActorError> {
     let message = format!("superseded by {by}");
     let updated = client
         .update_instance(&previous.instance_id, |r| {
@@ -95,14 +106,14 @@ async fn cancel(client: &AxClient, previous: &InstanceRecord, by: &str) -> Resul
             .nats
             .publish(
                 client.subjects().cancel(worker),
-                Bytes::from(previous.trace_id.clone()),
+                Bytes::from(previous.trace_id.to_string()),
             )
             .await;
     }
     publish::to_stream_acked(
         client,
         client.subjects().result(&record.job),
-        &format!("result:{}", record.trace_id),
+        &msg_id::result(&record.trace_id),
         &ResultMessage::from_record(&record),
     )
     .await?;
@@ -113,17 +124,19 @@ async fn cancel(client: &AxClient, previous: &InstanceRecord, by: &str) -> Resul
 /// Records `instance_id` as the job's latest instance, unless a later one is there already.
 pub async fn note_latest(
     client: &AxClient,
-    job: &str,
-    instance_id: &str,
+    job: &JobName,
+    instance_id: &InstanceId,
 ) -> Result<(), ActorError> {
     loop {
         let entry = client
             .latest
             .entry(job)
             .await
-            .map_err(|e| ActorError::Nats(format!("read latest instance of {job}: {e}")))?;
+            .during(|| format!("read latest instance of {job}"))?;
         let value = Bytes::from(instance_id.to_string());
-        let failed = |e: String| ActorError::Nats(format!("note latest instance of {job}: {e}"));
+        let failed = |e: ax_bus::error::BoxError| {
+            ActorError::from(NatsError::new(format!("note latest instance of {job}"), e))
+        };
         let revision = match entry {
             Some(entry) => {
                 let live = entry.operation == async_nats::jetstream::kv::Operation::Put;
@@ -135,13 +148,13 @@ pub async fn note_latest(
             None => match client.latest.create(job, value).await {
                 Ok(_) => return Ok(()),
                 Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(failed(e.to_string())),
+                Err(e) => return Err(failed(e.into())),
             },
         };
         match client.latest.update(job, value, revision).await {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-            Err(e) => return Err(failed(e.to_string())),
+            Err(e) => return Err(failed(e.into())),
         }
     }
 }

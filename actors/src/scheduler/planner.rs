@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use ax_bus::ids::{InstanceId, JobName, TraceId};
 use ax_bus::messages::JobRecord;
 use ax_bus::spec::{JobSpec, Overlap};
 
@@ -50,9 +51,9 @@ pub struct CatchUpCandidate {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DueRetry {
     /// The instance waiting for its next attempt.
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// The attempt that failed.
-    pub from_trace: String,
+    pub from_trace: TraceId,
     /// When it was due.
     pub due: DateTime<Utc>,
 }
@@ -85,10 +86,10 @@ struct Planned {
 /// Jobs and pending timers.
 pub struct Planner {
     /// How many jobs depend on each job.
-    dependents: HashMap<String, usize>,
+    dependents: HashMap<JobName, usize>,
     jobs: Vec<Option<Planned>>,
     free_slots: Vec<u32>,
-    by_name: HashMap<String, u32>,
+    by_name: HashMap<JobName, u32>,
     one_offs: Vec<Option<DueRetry>>,
     free_one_offs: Vec<u32>,
     wheel: TimeWheel<Timer>,
@@ -133,11 +134,11 @@ impl Planner {
     }
 
     fn count_dependents(&mut self, spec: &JobSpec, delta: isize) {
-        let mut upstreams: Vec<&str> = spec.deps.iter().map(|d| d.name.as_str()).collect();
+        let mut upstreams: Vec<&JobName> = spec.deps.iter().map(|d| &d.name).collect();
         upstreams.sort_unstable();
         upstreams.dedup();
         for upstream in upstreams {
-            let count = self.dependents.entry(upstream.to_string()).or_default();
+            let count = self.dependents.entry(upstream.clone()).or_default();
             *count = count.saturating_add_signed(delta);
         }
     }
@@ -317,7 +318,7 @@ mod tests {
     fn record(name: &str, cron: &str, paused: bool) -> JobRecord {
         JobRecord {
             spec: JobSpec {
-                name: name.into(),
+                name: JobName::parse(name).unwrap(),
                 cron: Some(cron.into()),
                 timezone: "UTC".into(),
                 deps: vec![],
@@ -447,8 +448,8 @@ mod tests {
         let start = t("2026-01-01T00:00:00Z");
         let mut planner = Planner::new(start);
         planner.add_retry(DueRetry {
-            instance_id: "a.x".into(),
-            from_trace: "t1".into(),
+            instance_id: ax_bus::ids::InstanceId::parse("a.x").unwrap(),
+            from_trace: ax_bus::ids::TraceId::random(),
             due: start + Duration::milliseconds(1500),
         });
         assert!(planner

@@ -5,8 +5,10 @@
 
 use chrono::{DateTime, Utc};
 
+use ax_bus::error::During;
+use ax_bus::ids::{InstanceId, JobName, NodeId};
 use ax_bus::messages::{TickOutcome, TickRecord};
-use ax_bus::AxClient;
+use ax_bus::{msg_id, AxClient};
 
 use async_nats::jetstream::context::PublishAckFuture;
 
@@ -15,35 +17,34 @@ use crate::ActorError;
 /// Records skipped ticks, acks awaited in windows of 256.
 pub async fn record_skipped(
     client: &AxClient,
-    node: &str,
-    job: &str,
+    node: &NodeId,
+    job: &JobName,
     skipped: Vec<(DateTime<Utc>, String)>,
 ) -> Result<(), ActorError> {
     for chunk in skipped.chunks(256) {
         let mut acks = Vec::with_capacity(chunk.len());
         for (tick, reason) in chunk {
             let record = TickRecord {
-                job: job.to_string(),
+                job: job.clone(),
                 tick: *tick,
                 outcome: TickOutcome::Skipped,
                 instance_id: None,
                 reason: reason.clone(),
-                node: node.to_string(),
+                node: node.clone(),
                 at: ax_bus::time::now(),
             };
             acks.push(
                 crate::jetstream::publish::to_stream(
                     client,
                     client.subjects().tick(job),
-                    &format!("tick:{job}:{}:{node}:skipped", tick.timestamp_millis()),
+                    &msg_id::tick(job, *tick, node, TickOutcome::Skipped.as_str()),
                     &record,
                 )
                 .await?,
             );
         }
         for ack in acks {
-            ack.await
-                .map_err(|e| ActorError::Nats(format!("record tick of {job}: {e}")))?;
+            ack.await.during(|| format!("record tick of {job}"))?;
         }
     }
     Ok(())
@@ -52,47 +53,44 @@ pub async fn record_skipped(
 /// Records one tick (the publish is awaited).
 pub async fn record(
     client: &AxClient,
-    node: &str,
-    job: &str,
+    node: &NodeId,
+    job: &JobName,
     tick: DateTime<Utc>,
     outcome: TickOutcome,
-    instance_id: Option<String>,
+    instance_id: Option<InstanceId>,
     reason: String,
 ) -> Result<(), ActorError> {
     publish(client, node, job, tick, outcome, instance_id, reason)
         .await?
         .await
         .map(|_| ())
-        .map_err(|e| ActorError::Nats(format!("record tick of {job}: {e}")))
+        .during(|| format!("record tick of {job}"))
+        .map_err(ActorError::from)
 }
 
 /// Publishes one tick record; the returned future is the stream's ack.
 pub async fn publish(
     client: &AxClient,
-    node: &str,
-    job: &str,
+    node: &NodeId,
+    job: &JobName,
     tick: DateTime<Utc>,
     outcome: TickOutcome,
-    instance_id: Option<String>,
+    instance_id: Option<InstanceId>,
     reason: String,
 ) -> Result<PublishAckFuture, ActorError> {
     let record = TickRecord {
-        job: job.to_string(),
+        job: job.clone(),
         tick,
         outcome,
         instance_id,
         reason,
-        node: node.to_string(),
+        node: node.clone(),
         at: ax_bus::time::now(),
     };
     crate::jetstream::publish::to_stream(
         client,
         client.subjects().tick(job),
-        &format!(
-            "tick:{job}:{}:{node}:{}",
-            tick.timestamp_millis(),
-            outcome.as_str()
-        ),
+        &msg_id::tick(job, tick, node, outcome.as_str()),
         &record,
     )
     .await

@@ -37,6 +37,8 @@ use tokio::sync::Notify;
 
 use ax_bus::client::claims::ClaimOutcome;
 use ax_bus::client::Updated;
+use ax_bus::error::During;
+use ax_bus::ids::{DispatchId, InstanceId, TraceId, WorkerId};
 use ax_bus::instance::{AttemptEnd, Tag};
 use ax_bus::messages::{DispatchAck, Reserved, RunningAttempt, StoredRecord, WorkItem, WorkerInfo};
 use ax_bus::spec::Priority;
@@ -46,8 +48,9 @@ use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::jetstream::publish;
 use crate::node::clock_guard::ClockGuard;
 use crate::node::supervision::{note_restart, spawn_pump};
-use crate::reporter::outbox::Outcome;
-use crate::reporter::{report_once, ReporterHandle};
+use crate::outcome::report;
+use crate::outcome::Outcome;
+use crate::reporter::ReporterHandle;
 use crate::ActorError;
 use executor::values::Values;
 use executor::{AttemptContext, ExecResult, ExecutorsConfig, Registry};
@@ -68,7 +71,7 @@ const DURATION_WINDOW: Duration = Duration::from_secs(300);
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
     /// Worker id: `[A-Za-z0-9_-]+`, stable across restarts (its dispatch queue is named by it).
-    pub id: String,
+    pub id: WorkerId,
     /// Attempts run at once.
     pub slots: u32,
     /// Slots kept for higher priorities.
@@ -119,8 +122,8 @@ impl Durations {
 
 /// An attempt running here.
 struct InFlight {
-    instance_id: String,
-    dispatch: String,
+    instance_id: InstanceId,
+    dispatch: DispatchId,
     stop: Arc<Notify>,
 }
 
@@ -131,7 +134,7 @@ struct Attempts {
     config: WorkerConfig,
     reporter: ReporterHandle,
     slots: Arc<Slots>,
-    in_flight: Arc<DashMap<String, InFlight>>,
+    in_flight: Arc<DashMap<TraceId, InFlight>>,
     durations: Arc<Durations>,
     clock: Option<ClockGuard>,
     executors: Registry,
@@ -258,9 +261,13 @@ async fn follow_cancels(attempts: Attempts) -> Result<(), ActorError> {
         .nats
         .subscribe(client.subjects().cancel(&attempts.config.id))
         .await
-        .map_err(|e| ActorError::Nats(format!("subscribe to cancels: {e}")))?;
+        .during(|| "subscribe to cancels")?;
     while let Some(message) = cancels.next().await {
-        let trace = String::from_utf8_lossy(&message.payload).to_string();
+        let text = String::from_utf8_lossy(&message.payload);
+        let Ok(trace) = TraceId::parse(&text) else {
+            tracing::warn!(payload = %text, "a cancel that names no trace id ignored");
+            continue;
+        };
         if let Some(attempt) = attempts.in_flight.get(&trace) {
             tracing::info!(%trace, "stopping a cancelled attempt");
             attempt.stop.notify_one();
@@ -296,7 +303,7 @@ async fn take_dispatches(
     let batch = attempts.slots.limit(priority) as usize;
     let mut messages = consume::messages(client, &spec, batch).await?;
     while let Some(message) = messages.next().await {
-        let message = message.map_err(|e| ActorError::Nats(format!("dispatch consumer: {e}")))?;
+        let message = message.during(|| "dispatch consumer")?;
         let permit = attempts.slots.acquire(priority).await;
         let attempts = attempts.clone();
         let scratch = scratch.clone();
@@ -315,7 +322,7 @@ async fn reclaim_dispatches(client: &AxClient, spec: &ConsumerSpec) -> Result<()
         .js
         .get_stream(&spec.stream)
         .await
-        .map_err(|e| ActorError::Nats(format!("open stream {}: {e}", spec.stream)))?;
+        .during(|| format!("open stream {}", spec.stream))?;
     let pending = match stream.consumer_info(&spec.durable).await {
         Ok(info) => info.num_ack_pending,
         Err(_) => return Ok(()),
@@ -327,7 +334,8 @@ async fn reclaim_dispatches(client: &AxClient, spec: &ConsumerSpec) -> Result<()
         .delete_consumer(&spec.durable)
         .await
         .map(|_| ())
-        .map_err(|e| ActorError::Nats(format!("reset consumer {}: {e}", spec.durable)))
+        .during(|| format!("reset consumer {}", spec.durable))
+        .map_err(ActorError::from)
 }
 
 /// Runs an attempt with the executor of its type: reads the upstream outputs its templates
@@ -338,7 +346,7 @@ async fn execute(
     scratch: &std::path::Path,
     stop: &Notify,
 ) -> AttemptEnd {
-    let worker = attempts.config.id.as_str();
+    let worker = &attempts.config.id;
     let started_at = ax_bus::time::now();
     let result = match attempts.executors.get(&work.spec.exec.kind) {
         None => ExecResult::failed(
@@ -372,7 +380,7 @@ async fn execute(
         tag: result.tag,
         message: result.message,
         output: result.output,
-        worker: worker.to_string(),
+        worker: worker.clone(),
         started_at: Some(started_at),
         finished_at: ax_bus::time::now(),
         exit_code: result.exit_code,
@@ -411,7 +419,7 @@ impl Attempts {
         };
         if let Err(e) = self.reporter.record(outcome.clone()).await {
             tracing::warn!(error = %e, "refusal not durable; reporting it directly");
-            while let Err(e) = report_once(&self.client, &outcome).await {
+            while let Err(e) = report(&self.client, &outcome).await {
                 tracing::warn!(error = %e, "direct report failed; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -420,7 +428,7 @@ impl Attempts {
 
     async fn run(&self, message: jetstream::Message, scratch: &std::path::Path) {
         let client = &self.client;
-        let me = self.config.id.as_str();
+        let me = &self.config.id;
         let Some(mut work) =
             consume::decode_or_dead_letter::<WorkItem>(client, me, "dispatch", &message).await
         else {
@@ -440,7 +448,11 @@ impl Attempts {
         if let Some(stall) = self.config.test_stall {
             tokio::time::sleep(stall).await;
         }
-        let dispatch = work.dispatch.clone().unwrap_or_default();
+        let Some(dispatch) = work.dispatch.clone() else {
+            tracing::warn!(%trace, "a dispatch without a dispatch id is not ours to run; skipped");
+            let _ = message.ack().await;
+            return;
+        };
         let lease_revision = match client
             .claim_attempt(&trace, &dispatch, me, CLAIM_LEASE)
             .await
@@ -554,7 +566,7 @@ impl Attempts {
                 None,
             )
             .await;
-            while let Err(e) = report_once(client, &outcome).await {
+            while let Err(e) = report(client, &outcome).await {
                 tracing::warn!(%trace, error = %e, "direct report failed; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }

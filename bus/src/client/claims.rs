@@ -22,14 +22,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::{AxClient, ClientError};
 use crate::codec;
+use crate::error::{BoxError, NatsError};
+use crate::ids::{DispatchId, TraceId, WorkerId};
 
 /// The value under an attempt's key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
-    /// The dispatch allowed to run the attempt.
-    pub dispatch: String,
+    /// The dispatch allowed to run the attempt (none once the key is deleted; an empty
+    /// string on the wire).
+    #[serde(with = "crate::codec::empty_as_none")]
+    pub dispatch: Option<DispatchId>,
     /// The worker running it, once claimed.
-    pub worker: Option<String>,
+    pub worker: Option<WorkerId>,
     /// Until when the worker's claim holds without renewal.
     pub lease_until: Option<DateTime<Utc>>,
     /// Nobody may run the attempt any more.
@@ -57,9 +61,9 @@ pub enum Reservation {
     Held(Claim),
 }
 
-fn failed(what: &str, trace: &str) -> impl FnOnce(String) -> ClientError {
+fn failed<E: Into<BoxError>>(what: &str, trace: &str) -> impl FnOnce(E) -> ClientError {
     let operation = format!("{what} {trace}");
-    move |reason| ClientError::Nats { operation, reason }
+    move |e| NatsError::new(operation, e).into()
 }
 
 fn lease_end(lease: Duration) -> DateTime<Utc> {
@@ -68,7 +72,7 @@ fn lease_end(lease: Duration) -> DateTime<Utc> {
 
 impl AxClient {
     /// The claim on attempt `trace` and its revision, if any.
-    pub async fn claim_of(&self, trace: &str) -> Result<Option<(Claim, u64)>, ClientError> {
+    pub async fn claim_of(&self, trace: &TraceId) -> Result<Option<(Claim, u64)>, ClientError> {
         self.read_claim(trace).await
     }
 
@@ -77,14 +81,14 @@ impl AxClient {
             .claims
             .entry(key)
             .await
-            .map_err(|e| failed("read claim", key)(e.to_string()))?
+            .map_err(failed("read claim", key))?
         {
             Some(entry) if entry.operation == Operation::Put => {
                 Ok(Some((codec::decode(&entry.value)?, entry.revision)))
             }
             Some(entry) => Ok(Some((
                 Claim {
-                    dispatch: String::new(),
+                    dispatch: None,
                     worker: None,
                     lease_until: None,
                     revoked: true,
@@ -98,14 +102,14 @@ impl AxClient {
     /// A worker claims attempt `trace` for dispatch `dispatch`, with a lease of `lease`.
     pub async fn claim_attempt(
         &self,
-        trace: &str,
-        dispatch: &str,
-        worker: &str,
+        trace: &TraceId,
+        dispatch: &DispatchId,
+        worker: &WorkerId,
         lease: Duration,
     ) -> Result<ClaimOutcome, ClientError> {
         let mine = Claim {
-            dispatch: dispatch.to_string(),
-            worker: Some(worker.to_string()),
+            dispatch: Some(dispatch.clone()),
+            worker: Some(worker.clone()),
             lease_until: Some(lease_end(lease)),
             revoked: false,
         };
@@ -120,12 +124,12 @@ impl AxClient {
                         current = self.read_claim(trace).await?;
                         continue;
                     }
-                    Err(e) => return Err(failed("claim", trace)(e.to_string())),
+                    Err(e) => return Err(failed("claim", trace)(e)),
                 },
                 Some((claim, revision)) => {
                     let reserved_for_me = !claim.revoked
-                        && claim.dispatch == dispatch
-                        && (claim.worker.is_none() || claim.worker.as_deref() == Some(worker));
+                        && claim.dispatch.as_ref() == Some(dispatch)
+                        && (claim.worker.is_none() || claim.worker.as_ref() == Some(worker));
                     if !reserved_for_me {
                         return Ok(ClaimOutcome::Lost(Some(claim.clone())));
                     }
@@ -139,7 +143,7 @@ impl AxClient {
                 Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
                     current = self.read_claim(trace).await?;
                 }
-                Err(e) => return Err(failed("claim", trace)(e.to_string())),
+                Err(e) => return Err(failed("claim", trace)(e)),
             }
         }
     }
@@ -148,15 +152,15 @@ impl AxClient {
     /// attempt must stop).
     pub async fn renew_claim(
         &self,
-        trace: &str,
+        trace: &TraceId,
         revision: u64,
-        dispatch: &str,
-        worker: &str,
+        dispatch: &DispatchId,
+        worker: &WorkerId,
         lease: Duration,
     ) -> Result<Option<u64>, ClientError> {
         let renewed = Claim {
-            dispatch: dispatch.to_string(),
-            worker: Some(worker.to_string()),
+            dispatch: Some(dispatch.clone()),
+            worker: Some(worker.clone()),
             lease_until: Some(lease_end(lease)),
             revoked: false,
         };
@@ -167,18 +171,18 @@ impl AxClient {
         {
             Ok(revision) => Ok(Some(revision)),
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(None),
-            Err(e) => Err(failed("renew claim", trace)(e.to_string())),
+            Err(e) => Err(failed("renew claim", trace)(e)),
         }
     }
 
     /// Reserves attempt `trace` for a new dispatch, unless a worker holds it.
     pub async fn reserve_attempt(
         &self,
-        trace: &str,
-        dispatch: &str,
+        trace: &TraceId,
+        dispatch: &DispatchId,
     ) -> Result<Reservation, ClientError> {
         let reserved = Claim {
-            dispatch: dispatch.to_string(),
+            dispatch: Some(dispatch.clone()),
             worker: None,
             lease_until: None,
             revoked: false,
@@ -188,7 +192,7 @@ impl AxClient {
                 None => match self.claims.create(trace, codec::encode(&reserved)?).await {
                     Ok(_) => return Ok(Reservation::Reserved),
                     Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(failed("reserve", trace)(e.to_string())),
+                    Err(e) => return Err(failed("reserve", trace)(e)),
                 },
                 Some((claim, _)) if claim.worker.is_some() && !claim.revoked => {
                     return Ok(Reservation::Held(claim))
@@ -202,19 +206,23 @@ impl AxClient {
             match written {
                 Ok(_) => return Ok(Reservation::Reserved),
                 Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(failed("reserve", trace)(e.to_string())),
+                Err(e) => return Err(failed("reserve", trace)(e)),
             }
         }
     }
 
     /// Revokes the claim on `trace` held by `worker` (declared dead): nobody runs that attempt
     /// any more, and the worker, should it come back, fails its next renewal.
-    pub async fn revoke_claim(&self, trace: &str, worker: &str) -> Result<bool, ClientError> {
+    pub async fn revoke_claim(
+        &self,
+        trace: &TraceId,
+        worker: &WorkerId,
+    ) -> Result<bool, ClientError> {
         loop {
             let Some((claim, revision)) = self.read_claim(trace).await? else {
                 return Ok(false);
             };
-            if claim.revoked || claim.worker.as_deref() != Some(worker) {
+            if claim.revoked || claim.worker.as_ref() != Some(worker) {
                 return Ok(false);
             }
             let revoked = Claim {
@@ -228,7 +236,7 @@ impl AxClient {
             {
                 Ok(_) => return Ok(true),
                 Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(failed("revoke", trace)(e.to_string())),
+                Err(e) => return Err(failed("revoke", trace)(e)),
             }
         }
     }
@@ -239,19 +247,21 @@ impl AxClient {
     ///
     /// ```no_run
     /// # async fn f(client: ax_bus::AxClient) -> Result<(), ax_bus::ClientError> {
-    /// let trace = std::env::var("AX_TRACE_ID").unwrap_or_default();
+    /// let trace: ax_bus::ids::TraceId = std::env::var("AX_TRACE_ID")
+    ///     .unwrap_or_default()
+    ///     .parse()?;
     /// if client.claim(&trace, "billing-service").await? {
     ///     // write the ledger entry
     /// }
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn claim(&self, trace_id: &str, owner: &str) -> Result<bool, ClientError> {
+    pub async fn claim(&self, trace_id: &TraceId, owner: &str) -> Result<bool, ClientError> {
         let key = format!("biz.{trace_id}");
         match self.claims.create(&key, owner.to_string().into()).await {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(failed("claim", trace_id)(e.to_string())),
+            Err(e) => Err(failed("claim", trace_id)(e)),
         }
     }
 }

@@ -58,12 +58,13 @@ enum Phase {
 
 /// A feed could not be opened or broke.
 #[derive(Debug, thiserror::Error)]
-#[error("reading {bucket}: {reason}")]
+#[error("reading {bucket}: {source}")]
 pub struct FeedError {
     /// The bucket or stream.
     pub bucket: String,
     /// Why.
-    pub reason: String,
+    #[source]
+    pub source: crate::error::BoxError,
 }
 
 /// When the snapshot phase sees nothing for this long, the rest was removed meanwhile
@@ -97,14 +98,11 @@ impl KvFeed {
         pattern: &str,
         deliver_policy: consumer::DeliverPolicy,
     ) -> Result<Self, FeedError> {
-        let err = |reason: String| FeedError {
+        let err = |source: crate::error::BoxError| FeedError {
             bucket: stream.to_string(),
-            reason,
+            source,
         };
-        let source = js
-            .get_stream(stream)
-            .await
-            .map_err(|e| err(e.to_string()))?;
+        let source = js.get_stream(stream).await.map_err(|e| err(e.into()))?;
         let consumer = source
             .create_consumer(consumer::push::OrderedConfig {
                 deliver_subject: js.client().new_inbox(),
@@ -114,14 +112,14 @@ impl KvFeed {
                 ..Default::default()
             })
             .await
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(e.into()))?;
         let phase = if consumer.cached_info().num_pending == 0 {
             Phase::MarkerDue
         } else {
             Phase::Snapshot
         };
         let consumer_name = consumer.cached_info().name.clone();
-        let messages = consumer.messages().await.map_err(|e| err(e.to_string()))?;
+        let messages = consumer.messages().await.map_err(|e| err(e.into()))?;
         Ok(Self {
             bucket: stream.to_string(),
             source,
@@ -173,7 +171,7 @@ impl KvFeed {
             Err(e) => {
                 return Some(Err(FeedError {
                     bucket: self.bucket.clone(),
-                    reason: e.to_string(),
+                    source: e.into(),
                 }))
             }
         };

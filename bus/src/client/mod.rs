@@ -3,7 +3,8 @@
 //! jobs and instances, compare-and-swap on instance records).
 
 pub mod claims;
-mod dead_letters;
+pub mod dead_letters;
+pub mod deps;
 pub mod kv_view;
 pub mod local_server;
 pub mod provision;
@@ -17,6 +18,8 @@ use serde::Serialize;
 
 use crate::client::kv_view::{FeedError, KvFeed};
 use crate::codec::{self, CodecError};
+use crate::error::{BoxError, During, NatsError, Reason};
+use crate::ids::{IdError, InstanceId, JobName};
 use crate::instance::{InstanceRecord, TransitionRefused};
 use chrono::{DateTime, Utc};
 
@@ -180,41 +183,35 @@ impl ConnectConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The server could not be reached or refused us.
-    #[error("cannot connect to NATS at {url}: {reason}")]
+    #[error("cannot connect to NATS at {url}: {source}")]
     Connect {
-        /// The URL.
+        /// The URL (any password redacted).
         url: String,
         /// Why.
-        reason: String,
+        #[source]
+        source: BoxError,
     },
     /// Streams or buckets could not be set up.
     #[error(transparent)]
     Provision(#[from] ProvisionError),
     /// A NATS or JetStream operation failed.
-    #[error("{operation}: {reason}")]
-    Nats {
-        /// What was attempted.
-        operation: String,
-        /// Why it failed.
-        reason: String,
-    },
+    #[error(transparent)]
+    Nats(#[from] NatsError),
     /// A stored or received value did not decode.
     #[error(transparent)]
     Codec(#[from] CodecError),
     /// A bucket could not be read.
     #[error(transparent)]
     Feed(#[from] FeedError),
+    /// A value is not a valid identity (checked before any NATS call).
+    #[error(transparent)]
+    Id(#[from] IdError),
     /// The command was stored but no Scheduler answered in time.
     #[error(
         "no Scheduler answered within {0:?}; the command is queued (control stream seq {1}) and \
          runs when one starts"
     )]
     NoAnswer(Duration, u64),
-}
-
-fn nats_err(operation: impl Into<String>) -> impl FnOnce(String) -> ClientError {
-    let operation = operation.into();
-    move |reason| ClientError::Nats { operation, reason }
 }
 
 /// A URL list with any password replaced, for messages.
@@ -315,9 +312,9 @@ const CAS_ATTEMPTS: usize = 16;
 impl AxClient {
     /// Connects and makes sure every stream and bucket exists.
     pub async fn connect(config: &ConnectConfig) -> Result<Self, ClientError> {
-        let refused = |reason: String| ClientError::Connect {
+        let refused = |source: BoxError| ClientError::Connect {
             url: redact(&config.url),
-            reason,
+            source,
         };
         let servers = server_list(&config.url);
         let name = config.name.clone();
@@ -325,7 +322,7 @@ impl AxClient {
             .auth
             .options(&config.url)
             .await
-            .map_err(refused)?
+            .map_err(|reason| refused(Reason(reason).into()))?
             .name(&config.name)
             .connection_timeout(Duration::from_secs(5))
             .event_callback(move |event| {
@@ -334,7 +331,7 @@ impl AxClient {
             })
             .connect(servers.as_slice())
             .await
-            .map_err(|e| refused(e.to_string()))?;
+            .map_err(|e| refused(e.into()))?;
         Self::from_client(
             nats,
             Layout::new(Subjects::new(&config.prefix), config.replicas),
@@ -354,10 +351,7 @@ impl AxClient {
             async move {
                 js.get_key_value(&name)
                     .await
-                    .map_err(|e| ClientError::Nats {
-                        operation: format!("open bucket {name}"),
-                        reason: e.to_string(),
-                    })
+                    .during(|| format!("open bucket {name}"))
             }
         };
         Ok(Self {
@@ -394,7 +388,7 @@ impl AxClient {
             .nats
             .subscribe(inbox.clone())
             .await
-            .map_err(|e| nats_err("subscribe to reply inbox")(e.to_string()))?;
+            .during(|| "subscribe to reply inbox")?;
         let mut headers = codec::msgpack_headers();
         headers.insert(REPLY_TO_HEADER, inbox.as_str());
         let subject = self.subjects().control(command);
@@ -402,9 +396,9 @@ impl AxClient {
             .js
             .publish_with_headers(subject.clone(), headers, codec::encode(request)?)
             .await
-            .map_err(|e| nats_err(format!("publish {subject}"))(e.to_string()))?
+            .during(|| format!("publish {subject}"))?
             .await
-            .map_err(|e| nats_err(format!("publish {subject}"))(e.to_string()))?;
+            .during(|| format!("publish {subject}"))?;
         match tokio::time::timeout(timeout, replies.next()).await {
             Ok(Some(message)) => Ok(codec::decode(&message.payload)?),
             _ => Err(ClientError::NoAnswer(timeout, ack.sequence)),
@@ -412,12 +406,12 @@ impl AxClient {
     }
 
     /// One job's record.
-    pub async fn job(&self, name: &str) -> Result<Option<(JobRecord, u64)>, ClientError> {
+    pub async fn job(&self, name: &JobName) -> Result<Option<(JobRecord, u64)>, ClientError> {
         match self
             .jobs
             .entry(name)
             .await
-            .map_err(|e| nats_err(format!("read job {name}"))(e.to_string()))?
+            .during(|| format!("read job {name}"))?
         {
             Some(entry) if entry.operation == kv::Operation::Put => {
                 Ok(Some((codec::decode(&entry.value)?, entry.revision)))
@@ -437,7 +431,7 @@ impl AxClient {
     }
 
     /// The last `limit` tick records of `job`, oldest first.
-    pub async fn ticks(&self, job: &str, limit: usize) -> Result<Vec<TickRecord>, ClientError> {
+    pub async fn ticks(&self, job: &JobName, limit: usize) -> Result<Vec<TickRecord>, ClientError> {
         let prefix = format!("{}.", self.subjects().tick_all().trim_end_matches(".>"));
         let feed = KvFeed::open_stream(
             &self.js,
@@ -512,12 +506,15 @@ impl AxClient {
     }
 
     /// One instance's record and revision.
-    pub async fn instance(&self, id: &str) -> Result<Option<(InstanceRecord, u64)>, ClientError> {
+    pub async fn instance(
+        &self,
+        id: &InstanceId,
+    ) -> Result<Option<(InstanceRecord, u64)>, ClientError> {
         match self
             .instances
             .entry(id)
             .await
-            .map_err(|e| nats_err(format!("read instance {id}"))(e.to_string()))?
+            .during(|| format!("read instance {id}"))?
         {
             Some(entry) if entry.operation == kv::Operation::Put => {
                 Ok(Some((codec::decode(&entry.value)?, entry.revision)))
@@ -527,7 +524,10 @@ impl AxClient {
     }
 
     /// The records of one job's instances (or all), oldest first.
-    pub async fn instances(&self, job: Option<&str>) -> Result<Vec<InstanceRecord>, ClientError> {
+    pub async fn instances(
+        &self,
+        job: Option<&JobName>,
+    ) -> Result<Vec<InstanceRecord>, ClientError> {
         let pattern = match job {
             Some(job) => format!("{job}.>"),
             None => ">".to_string(),
@@ -545,6 +545,27 @@ impl AxClient {
         Ok(records)
     }
 
+    /// Writes a new instance record if none exists under its id; true when this call's record
+    /// is the one stored. A record already there with the same trace id is this creation's own
+    /// earlier write (its ack was lost): true too.
+    pub async fn create_instance(&self, record: &InstanceRecord) -> Result<bool, ClientError> {
+        let id = &record.instance_id;
+        match self.instances.create(id, codec::encode(record)?).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                let ours = self
+                    .instance(id)
+                    .await?
+                    .is_some_and(|(r, _)| r.trace_id == record.trace_id);
+                if !ours {
+                    tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
+                }
+                Ok(ours)
+            }
+            Err(e) => Err(NatsError::new(format!("create instance {id}"), e).into()),
+        }
+    }
+
     /// Puts `value` under `key` in `bucket` without waiting: the returned future is the
     /// server's ack. Writes published in order on this connection are applied in order.
     pub async fn kv_put_pipelined(
@@ -556,7 +577,8 @@ impl AxClient {
         self.js
             .publish(format!("$KV.{bucket}.{key}"), value)
             .await
-            .map_err(|e| nats_err(format!("put {bucket}/{key}"))(e.to_string()))
+            .during(|| format!("put {bucket}/{key}"))
+            .map_err(ClientError::from)
     }
 
     /// Deletes `key` from `bucket` without waiting (see [`AxClient::kv_put_pipelined`]).
@@ -570,12 +592,17 @@ impl AxClient {
         self.js
             .publish_with_headers(format!("$KV.{bucket}.{key}"), headers, bytes::Bytes::new())
             .await
-            .map_err(|e| nats_err(format!("delete {bucket}/{key}"))(e.to_string()))
+            .during(|| format!("delete {bucket}/{key}"))
+            .map_err(ClientError::from)
     }
 
     /// Applies `transition` to an instance record with compare-and-swap, re-reading and
     /// re-applying on a concurrent write, so that every writer's rules see the latest state.
-    pub async fn update_instance<F>(&self, id: &str, transition: F) -> Result<Updated, ClientError>
+    pub async fn update_instance<F>(
+        &self,
+        id: &InstanceId,
+        transition: F,
+    ) -> Result<Updated, ClientError>
     where
         F: Fn(&InstanceRecord) -> Result<InstanceRecord, TransitionRefused>,
     {
@@ -589,7 +616,7 @@ impl AxClient {
     /// read fresh.
     pub async fn update_instance_from<F>(
         &self,
-        id: &str,
+        id: &InstanceId,
         mut known: Option<StoredRecord>,
         transition: F,
     ) -> Result<Updated, ClientError>
@@ -616,12 +643,14 @@ impl AxClient {
             {
                 Ok(revision) => return Ok(Updated::Written(Box::new(next), revision)),
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(nats_err(format!("update instance {id}"))(e.to_string())),
+                Err(e) => return Err(NatsError::new(format!("update instance {id}"), e).into()),
             }
         }
-        Err(nats_err(format!("update instance {id}"))(format!(
-            "still contended after {CAS_ATTEMPTS} attempts"
-        )))
+        Err(NatsError::new(
+            format!("update instance {id}"),
+            Reason(format!("still contended after {CAS_ATTEMPTS} attempts")),
+        )
+        .into())
     }
 }
 

@@ -72,12 +72,13 @@ pub struct Layout {
 
 /// A provisioning failure, naming the object.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot set up JetStream {object}: {reason}")]
+#[error("cannot set up JetStream {object}: {source}")]
 pub struct ProvisionError {
     /// The stream or bucket.
     pub object: String,
     /// The server's or client's reason.
-    pub reason: String,
+    #[source]
+    pub source: crate::error::BoxError,
 }
 
 impl Layout {
@@ -291,7 +292,7 @@ impl Layout {
             let _ = js.delete_stream(self.clock_stream()).await;
             js.create_stream(clock).await.map_err(|e| ProvisionError {
                 object: format!("stream {}", self.clock_stream()),
-                reason: e.to_string(),
+                source: e.into(),
             })?;
         }
         self.ensure_bucket(js, self.jobs_bucket(), 10, Duration::ZERO)
@@ -341,7 +342,7 @@ impl Layout {
             .map(|_| ())
             .map_err(|e| ProvisionError {
                 object: format!("stream {name}"),
-                reason: e.to_string(),
+                source: e.into(),
             })
     }
 
@@ -369,7 +370,7 @@ impl Layout {
             .map(|_| ())
             .map_err(|e| ProvisionError {
                 object: format!("stream {name}"),
-                reason: e.to_string(),
+                source: e.into(),
             })
     }
 
@@ -392,7 +393,7 @@ impl Layout {
             .await
             .map_err(|e| ProvisionError {
                 object: format!("bucket {bucket}"),
-                reason: e.to_string(),
+                source: e.into(),
             })
     }
 }

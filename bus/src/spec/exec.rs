@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::template::{Scope, Template};
 use super::{is_valid_env_name, JobSpec, SpecError};
+use crate::ids::JobName;
 
 /// Executor types built into every worker: `shell` runs a command; `noop` succeeds at once
 /// without starting anything (a join point in a graph, a probe of the scheduler itself);
@@ -156,10 +157,10 @@ impl ExecSpec {
 }
 
 /// The upstream jobs whose output the job's templates may read: those listed once in `deps`.
-pub fn readable_upstream(job: &JobSpec) -> Vec<String> {
-    let mut names: Vec<String> = job.deps.iter().map(|d| d.name.clone()).collect();
+pub fn readable_upstream(job: &JobSpec) -> Vec<JobName> {
+    let mut names: Vec<JobName> = job.deps.iter().map(|d| d.name.clone()).collect();
     names.sort();
-    let twice: Vec<String> = names
+    let twice: Vec<JobName> = names
         .windows(2)
         .filter(|w| w[0] == w[1])
         .map(|w| w[0].clone())

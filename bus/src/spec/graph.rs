@@ -9,13 +9,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{JobSpec, SpecError};
+use crate::ids::JobName;
 
 /// Checks the jobs of an apply against the registry, where an applied job replaces a registered
 /// one of the same name. Returns `(job, error)` pairs.
 pub fn validate_graph<'a>(
     applied: &[&'a JobSpec],
     registered: impl IntoIterator<Item = &'a JobSpec>,
-) -> Vec<(String, SpecError)> {
+) -> Vec<(JobName, SpecError)> {
     let mut jobs: BTreeMap<&str, &JobSpec> = registered
         .into_iter()
         .map(|j| (j.name.as_str(), j))
@@ -100,7 +101,7 @@ fn find_cycle<'a>(edges: &HashMap<&'a str, Vec<&'a str>>, start: &'a str) -> Opt
 pub fn dependents_of<'a>(
     name: &str,
     registered: impl IntoIterator<Item = &'a JobSpec>,
-) -> Vec<String> {
+) -> Vec<JobName> {
     registered
         .into_iter()
         .filter(|j| j.name != name && j.deps.iter().any(|d| d.name == name))

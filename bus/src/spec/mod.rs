@@ -14,6 +14,7 @@
 
 pub mod cron_expr;
 mod exec;
+pub mod files;
 pub mod graph;
 pub mod template;
 pub mod yaml;
@@ -22,6 +23,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::ids::JobName;
 
 use exec::validate_exec;
 pub use exec::{
@@ -52,8 +55,10 @@ pub struct JobDocument {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
-    /// `[a-z0-9_-]{1,64}`, unique.
-    pub name: String,
+    /// `[a-z0-9_-]{1,64}`, unique. Checked by [`validate`] with every other rule (so that all
+    /// of a spec's problems are told at once), not when decoded.
+    #[serde(deserialize_with = "unchecked_name")]
+    pub name: JobName,
     /// 5 fields (from minutes) or 6 (from seconds); a job without cron runs when triggered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
@@ -114,6 +119,10 @@ impl JobSpec {
     }
 }
 
+fn unchecked_name<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<JobName, D::Error> {
+    String::deserialize(deserializer).map(JobName::unchecked)
+}
+
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
@@ -166,8 +175,9 @@ impl JobSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DepSpec {
-    /// The upstream job.
-    pub name: String,
+    /// The upstream job (checked by [`validate`], like the job's own name).
+    #[serde(deserialize_with = "unchecked_name")]
+    pub name: JobName,
     /// `current`, or `-Nd` calendar days earlier.
     #[serde(default = "default_dep_date")]
     pub biz_date: String,
@@ -302,6 +312,40 @@ pub struct RetrySpec {
     pub jitter: f64,
 }
 
+impl RetrySpec {
+    /// When the next attempt is due after the `attempt`-th attempt of a run (1-based), whose
+    /// trace id is `trace`, failed at `finished` — if one is left: `interval * 2^(attempt-1)`
+    /// seconds later, at most `max_interval`, less the jitter share drawn from `trace` (the same
+    /// every time the outcome is reported again).
+    pub fn next_attempt_at(
+        &self,
+        attempt: u32,
+        trace: &str,
+        finished: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        if attempt > self.times {
+            return None;
+        }
+        let factor = 1u64 << attempt.saturating_sub(1).min(20);
+        let seconds = self
+            .interval
+            .saturating_mul(factor)
+            .min(self.max_interval.unwrap_or(u64::MAX))
+            .min(i64::MAX as u64 / 1_000_000);
+        let taken_off = self.jitter.clamp(0.0, 1.0) * share_of(trace);
+        let millis = (seconds as f64 * 1000.0 * (1.0 - taken_off)).round() as i64;
+        Some(finished + chrono::Duration::milliseconds(millis))
+    }
+}
+
+/// A number in [0, 1) drawn from `text` (FNV-1a), the same on every node.
+fn share_of(text: &str) -> f64 {
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// More retries than this draws a warning at apply time.
 pub const RETRIES_WORTH_A_WARNING: u32 = 3;
 
@@ -381,6 +425,35 @@ fn is_valid_tag(tag: &str) -> bool {
         && tag
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Every rule an apply's documents must meet without the registry: at least one job, each
+/// valid ([`validate`]), no name twice. The CLI (before publishing, with file and line) and
+/// the Scheduler (on receipt) both run it. Returns each problem with the index of its document;
+/// `first` describes where a name defined twice was first defined.
+pub fn check_documents(
+    docs: &[&JobDocument],
+    first: impl Fn(usize) -> String,
+) -> Vec<(usize, SpecError)> {
+    let mut problems = Vec::new();
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, doc) in docs.iter().enumerate() {
+        problems.extend(validate(doc).into_iter().map(|e| (i, e)));
+        let name = doc.job.name.as_str();
+        match seen.get(name) {
+            Some(&at) => problems.push((
+                i,
+                SpecError::new(
+                    "job.name",
+                    format!("`{name}` is defined twice in this apply ({})", first(at)),
+                ),
+            )),
+            None => {
+                seen.insert(name, i);
+            }
+        }
+    }
+    problems
 }
 
 /// What is allowed but probably a mistake: said at apply time, applied anyway.
@@ -587,7 +660,7 @@ mod tests {
 
     fn shell_job(name: &str, command: &str) -> JobSpec {
         JobSpec {
-            name: name.into(),
+            name: JobName::unchecked(name.to_string()),
             cron: Some("*/5 * * * *".into()),
             timezone: "UTC".into(),
             deps: vec![],
@@ -614,7 +687,7 @@ mod tests {
     #[test]
     fn dependency_rules() {
         let dep = |name: &str, biz_date: &str| DepSpec {
-            name: name.into(),
+            name: JobName::unchecked(name.to_string()),
             biz_date: biz_date.into(),
             check: "success".into(),
         };
@@ -767,7 +840,7 @@ mod tests {
         python.exec.args = vec!["--date={{biz_date}}".into(), "{{deps.up.output.x}}".into()];
         assert!(first(&python)[0].contains("does not list"));
         python.deps = vec![DepSpec {
-            name: "up".into(),
+            name: JobName::unchecked("up".to_string()),
             biz_date: "current".into(),
             check: "success".into(),
         }];
@@ -781,5 +854,59 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");
+    }
+
+    fn waits(retry: &RetrySpec, trace: &str) -> Vec<Option<i64>> {
+        let t0 = crate::time::now();
+        (1..=4)
+            .map(|attempt| {
+                retry
+                    .next_attempt_at(attempt, trace, t0)
+                    .map(|t| (t - t0).num_milliseconds())
+            })
+            .collect()
+    }
+
+    fn retry(times: u32, interval: u64, max_interval: Option<u64>, jitter: f64) -> RetrySpec {
+        RetrySpec {
+            times,
+            interval,
+            max_interval,
+            jitter,
+        }
+    }
+
+    #[test]
+    fn retry_waits_double_from_the_interval_and_stop_after_the_last_retry() {
+        assert_eq!(
+            waits(&retry(3, 30, None, 0.0), "abc"),
+            [Some(30_000), Some(60_000), Some(120_000), None]
+        );
+    }
+
+    #[test]
+    fn max_interval_caps_the_doubling() {
+        assert_eq!(
+            waits(&retry(4, 30, Some(90), 0.0), "abc"),
+            [Some(30_000), Some(60_000), Some(90_000), Some(90_000)]
+        );
+    }
+
+    #[test]
+    fn jitter_shortens_each_wait_by_a_share_fixed_by_the_trace() {
+        let policy = retry(1, 100, None, 0.5);
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..200 {
+            let trace = crate::ids::TraceId::random();
+            let wait = waits(&policy, &trace)[0].expect("one retry");
+            assert!((50_000..=100_000).contains(&wait), "{wait} ms for {i}");
+            assert_eq!(
+                waits(&policy, &trace)[0],
+                Some(wait),
+                "the same trace, the same wait"
+            );
+            seen.insert(wait / 5_000);
+        }
+        assert!(seen.len() >= 8, "waits spread over the range: {seen:?}");
     }
 }

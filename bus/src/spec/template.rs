@@ -14,6 +14,7 @@
 //! `echo "id=${AX_INSTANCE_ID}"`. The shell never parses the result of a parameter expansion
 //! as code, so `$(touch /tmp/x)` or `; echo pwned` in a value stays a literal string.
 
+use crate::ids::JobName;
 use std::collections::BTreeMap;
 
 /// A value a placeholder stands for.
@@ -36,7 +37,7 @@ pub enum Placeholder {
     /// `{{deps.<job>.output.<field>}}`.
     DepOutput {
         /// The upstream job.
-        job: String,
+        job: JobName,
         /// The top-level field of its output.
         field: String,
     },
@@ -69,7 +70,7 @@ pub struct Scope<'a> {
     /// The declared params.
     pub params: &'a BTreeMap<String, serde_json::Value>,
     /// The upstream jobs whose output may be read.
-    pub upstream: &'a [String],
+    pub upstream: &'a [JobName],
 }
 
 impl<'a> Scope<'a> {
@@ -206,18 +207,18 @@ fn dep_output(name: &str, scope: &Scope<'_>) -> Result<Placeholder, String> {
     };
     let rest = name.strip_prefix("deps.").ok_or_else(usage)?;
     let (job, field) = rest.split_once(".output.").ok_or_else(usage)?;
-    if !scope.upstream.iter().any(|u| u == job) {
+    let Some(job) = scope.upstream.iter().find(|u| *u == job) else {
         return Err(format!(
             "`{{{{{name}}}}}` reads the output of `{job}`, which job.deps does not list"
         ));
-    }
+    };
     if field.is_empty() || !field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(format!(
             "`{{{{{name}}}}}`: the field must be a top-level output field matching [A-Za-z0-9_]+"
         ));
     }
     Ok(Placeholder::DepOutput {
-        job: job.to_string(),
+        job: job.clone(),
         field: field.to_string(),
     })
 }
@@ -338,7 +339,7 @@ mod render_tests {
     fn scope_parse(text: &str) -> Result<Template, String> {
         let params: BTreeMap<String, serde_json::Value> =
             [("x".to_string(), serde_json::Value::Null)].into();
-        let upstream = ["load-orders".to_string()];
+        let upstream = [JobName::parse("load-orders").unwrap()];
         Template::parse(
             text,
             &Scope {

@@ -10,6 +10,8 @@ use std::fmt;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use crate::ids::JobName;
+
 use super::{
     DepSpec, DumpSignal, ExecSpec, JobDocument, JobSpec, Misfire, OnTimeoutSpec, Overlap, Priority,
     RetrySpec, SpecError, SqlOutput, SuccessWhen,
@@ -260,7 +262,7 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         })
         .unwrap_or_default();
     let spec = JobSpec {
-        name,
+        name: JobName::unchecked(name),
         cron: lines.take_opt("job.cron", job.cron),
         timezone: lines
             .take_opt("job.timezone", job.timezone)

@@ -13,16 +13,20 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use chrono::{Duration, NaiveDate};
 
+use ax_bus::ids::{InstanceId, JobName, NodeId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{BackfillRequest, Gate, PlanStep};
 use ax_bus::spec::JobSpec;
-use ax_bus::{ids, AxClient, State};
+use ax_bus::{AxClient, State};
 
-use crate::dag::state::parse_date;
 use crate::jetstream::publish;
+use crate::scheduler::control::CommandError;
 use crate::scheduler::creator::{Created, Creator, NewInstance};
-use crate::scheduler::fire_schedule::{start_of_day, FireSchedule};
+use crate::scheduler::fire_schedule::FireSchedule;
 use crate::ActorError;
+use ax_bus::msg_id;
+use ax_bus::time::parse_biz_date;
+use ax_bus::time::{biz_date_in, start_of_day};
 
 /// The longest backfill, in dates.
 pub const MAX_DATES: i64 = 366;
@@ -31,38 +35,45 @@ pub const MAX_DATES: i64 = 366;
 pub async fn backfill(
     client: &AxClient,
     creator: &Creator,
-    node: &str,
+    node: &NodeId,
     request: &BackfillRequest,
-) -> Result<Result<Vec<PlanStep>, String>, ActorError> {
-    let registry: BTreeMap<String, JobSpec> = client
+) -> Result<Vec<PlanStep>, CommandError> {
+    let registry: BTreeMap<JobName, JobSpec> = client
         .jobs()
         .await?
         .into_iter()
         .map(|r| (r.spec.name.clone(), r.spec))
         .collect();
     let Some(spec) = registry.get(&request.job) else {
-        return Ok(Err(format!("no job named `{}`", request.job)));
+        return Err(CommandError::refused(format!(
+            "no job named `{}`",
+            request.job
+        )));
     };
-    let (from, to) = match (parse_date(&request.from), parse_date(&request.to)) {
+    let (from, to) = match (parse_biz_date(&request.from), parse_biz_date(&request.to)) {
         (Some(from), Some(to)) => (from, to),
         (None, _) => {
-            return Ok(Err(format!(
+            return Err(CommandError::refused(format!(
                 "--from `{}` is not a date (YYYY-MM-DD)",
                 request.from
             )))
         }
         (_, None) => {
-            return Ok(Err(format!(
+            return Err(CommandError::refused(format!(
                 "--to `{}` is not a date (YYYY-MM-DD)",
                 request.to
             )))
         }
     };
     if from > to {
-        return Ok(Err(format!("--from {from} is after --to {to}")));
+        return Err(CommandError::refused(format!(
+            "--from {from} is after --to {to}"
+        )));
     }
     if (to - from).num_days() >= MAX_DATES {
-        return Ok(Err(format!("a backfill covers at most {MAX_DATES} dates")));
+        return Err(CommandError::refused(format!(
+            "a backfill covers at most {MAX_DATES} dates"
+        )));
     }
     let parallel = request.parallel.unwrap_or(1).max(1) as usize;
     let downstream = if request.with_downstream {
@@ -71,7 +82,7 @@ pub async fn backfill(
         Vec::new()
     };
     let mut steps = Vec::new();
-    let mut created_ids: Vec<(String, NaiveDate)> = Vec::new();
+    let mut created_ids: Vec<(InstanceId, NaiveDate)> = Vec::new();
     let mut date = from;
     while date <= to {
         let gate = created_ids
@@ -103,7 +114,7 @@ pub async fn backfill(
     publish::to_stream_acked(
         client,
         client.subjects().audit("backfill"),
-        &format!("backfill:{}", ids::new_trace_id()),
+        &msg_id::audit("backfill"),
         &serde_json::json!({
             "request": request,
             "plan": steps,
@@ -112,7 +123,7 @@ pub async fn backfill(
         }),
     )
     .await?;
-    Ok(Ok(steps))
+    Ok(steps)
 }
 
 /// The instance of `spec` for `date`: at the job's first cron fire of that date, or at the
@@ -124,10 +135,7 @@ fn expected_time(spec: &JobSpec, date: NaiveDate) -> chrono::DateTime<chrono::Ut
         .as_deref()
         .and_then(|cron| FireSchedule::new(cron, &spec.timezone).ok())
         .and_then(|schedule| schedule.next_after(start - Duration::milliseconds(1)))
-        .filter(|fire| {
-            crate::scheduler::fire_schedule::biz_date_in(tz, *fire)
-                == date.format("%Y-%m-%d").to_string()
-        })
+        .filter(|fire| biz_date_in(tz, *fire) == date.format("%Y-%m-%d").to_string())
         .unwrap_or(start)
 }
 
@@ -136,7 +144,7 @@ async fn create(
     spec: &JobSpec,
     date: NaiveDate,
     gate: Option<Gate>,
-) -> Result<(String, PlanStep), ActorError> {
+) -> Result<(InstanceId, PlanStep), ActorError> {
     let biz_date = date.format("%Y-%m-%d").to_string();
     let mut instance = NewInstance::new(
         spec,
@@ -168,10 +176,10 @@ async fn create(
 }
 
 /// Jobs with a cron downstream of `root` (transitively), with their total date offset.
-fn cron_downstream(registry: &BTreeMap<String, JobSpec>, root: &str) -> Vec<(String, i64)> {
+fn cron_downstream(registry: &BTreeMap<JobName, JobSpec>, root: &JobName) -> Vec<(JobName, i64)> {
     let mut found = Vec::new();
-    let mut seen = BTreeSet::from([root.to_string()]);
-    let mut queue = VecDeque::from([(root.to_string(), 0i64)]);
+    let mut seen = BTreeSet::from([root.clone()]);
+    let mut queue = VecDeque::from([(root.clone(), 0i64)]);
     while let Some((job, offset)) = queue.pop_front() {
         for spec in registry.values() {
             for dep in spec.deps.iter().filter(|d| d.name == job) {
@@ -209,7 +217,7 @@ mod tests {
 
     #[test]
     fn downstream_cron_jobs_are_found_with_their_offsets() {
-        let registry: BTreeMap<String, JobSpec> = [
+        let registry: BTreeMap<JobName, JobSpec> = [
             spec("a", Some("0 1 * * *"), &[]),
             spec("b", None, &[("a", "current")]),
             spec("c", Some("0 3 * * *"), &[("b", "-1d")]),
@@ -217,13 +225,15 @@ mod tests {
         .into_iter()
         .map(|s| (s.name.clone(), s))
         .collect();
-        assert_eq!(cron_downstream(&registry, "a"), [("c".to_string(), -1)]);
+        let a = JobName::parse("a").unwrap();
+        let c = JobName::parse("c").unwrap();
+        assert_eq!(cron_downstream(&registry, &a), [(c, -1)]);
     }
 
     #[test]
     fn a_cron_job_is_backfilled_at_its_first_fire_of_the_date() {
         let daily = spec("a", Some("30 2 * * *"), &[]);
-        let date = parse_date("2026-03-08").unwrap();
+        let date = parse_biz_date("2026-03-08").unwrap();
         let mut zoned = daily.clone();
         zoned.timezone = "America/New_York".into();
         // 02:30 does not exist that day in New York: the fire is at 03:00 new time.

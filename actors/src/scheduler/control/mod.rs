@@ -13,7 +13,7 @@
 pub mod backfill;
 pub mod rerun;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv::CreateErrorKind, kv::UpdateErrorKind, AckKind};
@@ -21,6 +21,9 @@ use chrono::NaiveDate;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
+use ax_bus::error::During;
+use ax_bus::error::NatsError;
+use ax_bus::ids::{JobName, NodeId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, Change, ControlReply, JobChange, JobNameRequest,
@@ -30,13 +33,13 @@ use ax_bus::{codec, spec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::scheduler::creator::{Created, Creator, NewInstance};
-use crate::scheduler::fire_schedule::biz_date_in;
 use crate::ActorError;
+use ax_bus::time::biz_date_in;
 
 use crate::jetstream::publish;
 
 /// Serves control commands until the subscription ends.
-pub async fn serve(client: AxClient, creator: Creator, node: String) -> Result<(), ActorError> {
+pub async fn serve(client: AxClient, creator: Creator, node: NodeId) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
         stream: client.layout.control_stream(),
         durable: "scheduler-control".into(),
@@ -47,22 +50,36 @@ pub async fn serve(client: AxClient, creator: Creator, node: String) -> Result<(
     };
     let mut messages = consume::messages(&client, &spec, 16).await?;
     while let Some(message) = messages.next().await {
-        let message = message.map_err(|e| ActorError::Nats(format!("control consumer: {e}")))?;
+        let message = message.during(|| "control consumer")?;
         handle(&client, &creator, &node, &message).await;
     }
     Ok(())
 }
 
-/// A valid command that could not be carried out for now.
-struct Transient(ActorError);
+/// Why a command was not carried out.
+#[derive(Debug)]
+pub enum CommandError {
+    /// The sender's fault (a bad request, an unknown job): answered with the reasons and
+    /// acknowledged, never retried.
+    Refused(Vec<String>),
+    /// A valid command that could not be carried out for now (NATS away): redelivered later.
+    Transient(ActorError),
+}
 
-impl<E: Into<ActorError>> From<E> for Transient {
-    fn from(e: E) -> Self {
-        Transient(e.into())
+impl CommandError {
+    /// A refusal for one reason.
+    pub fn refused(reason: impl Into<String>) -> Self {
+        Self::Refused(vec![reason.into()])
     }
 }
 
-async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jetstream::Message) {
+impl<E: Into<ActorError>> From<E> for CommandError {
+    fn from(e: E) -> Self {
+        Self::Transient(e.into())
+    }
+}
+
+async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &jetstream::Message) {
     let command = message.subject.rsplit('.').next().unwrap_or_default();
     let reply_to = message
         .headers
@@ -76,70 +93,74 @@ async fn handle(client: &AxClient, creator: &Creator, node: &str, message: &jets
     let outcome = match command {
         commands::APPLY => match decode::<ApplyRequest>(message) {
             Ok(request) => apply(client, request).await,
-            Err(reply) => Ok(*reply),
+            Err(refusal) => Err(refusal),
         },
         commands::DELETE => match decode::<JobNameRequest>(message) {
             Ok(request) => delete(client, &request.name).await,
-            Err(reply) => Ok(*reply),
+            Err(refusal) => Err(refusal),
         },
         commands::PAUSE | commands::RESUME => match decode::<JobNameRequest>(message) {
             Ok(request) => set_paused(client, &request.name, command == commands::PAUSE).await,
-            Err(reply) => Ok(*reply),
+            Err(refusal) => Err(refusal),
         },
         commands::TRIGGER => match decode::<TriggerRequest>(message) {
             Ok(request) => trigger(client, creator, request, published).await,
-            Err(reply) => Ok(*reply),
+            Err(refusal) => Err(refusal),
         },
         commands::RERUN => match decode::<RerunRequest>(message) {
             Ok(request) => planned(rerun::rerun(client, node, &request).await),
-            Err(reply) => Ok(*reply),
+            Err(refusal) => Err(refusal),
         },
         commands::QUEUE => match decode::<QueueRequest>(message) {
             Ok(request) => set_queue(client, &request).await,
-            Err(reply) => Ok(*reply),
+            Err(refusal) => Err(refusal),
         },
         commands::BACKFILL => match decode::<BackfillRequest>(message) {
             Ok(request) => planned(backfill::backfill(client, creator, node, &request).await),
-            Err(reply) => Ok(*reply),
+            Err(refusal) => Err(refusal),
         },
-        other => Ok(ControlReply::refused(vec![format!(
+        other => Err(CommandError::refused(format!(
             "unknown control command `{other}` (apply, delete, pause, resume, trigger, rerun, \
              backfill, queue)"
-        )])),
+        ))),
     };
-    match outcome {
-        Ok(reply) => {
-            if !reply.ok {
-                publish::alert(
-                    client,
-                    node,
-                    "control",
-                    format!("refused control message: {}", reply.errors.join("; ")),
-                    Some(message.subject.to_string()),
-                )
-                .await;
-            }
-            if let Some(reply_to) = reply_to {
-                if let Ok(payload) = codec::encode(&reply) {
-                    let _ = client.nats.publish(reply_to, payload).await;
-                }
-            }
-            if let Err(e) = message.ack().await {
-                tracing::warn!(error = %e, "cannot ack control message");
-            }
-        }
-        Err(Transient(e)) => {
+    let reply = match outcome {
+        Ok(reply) => reply,
+        Err(CommandError::Refused(errors)) => ControlReply::refused(errors),
+        Err(CommandError::Transient(e)) => {
             tracing::warn!(command, error = %e, "control command failed; retrying later");
             let _ = message
                 .ack_with(AckKind::Nak(Some(consume::backoff(message))))
                 .await;
+            return;
         }
+    };
+    if !reply.ok {
+        publish::alert(
+            client,
+            node,
+            "control",
+            format!("refused control message: {}", reply.errors.join("; ")),
+            Some(message.subject.to_string()),
+        )
+        .await;
+    }
+    if let Some(reply_to) = reply_to {
+        if let Ok(payload) = codec::encode(&reply) {
+            let _ = client.nats.publish(reply_to, payload).await;
+        }
+    }
+    if let Err(e) = message.ack().await {
+        tracing::warn!(error = %e, "cannot ack control message");
     }
 }
 
 /// Pauses or resumes a priority's queue: the Routers stop (or start again) pulling from it;
 /// nothing in it is lost.
-async fn set_queue(client: &AxClient, request: &QueueRequest) -> Result<ControlReply, Transient> {
+async fn set_queue(
+    client: &AxClient,
+    request: &QueueRequest,
+) -> Result<ControlReply, CommandError> {
     let state = QueueState {
         paused: request.paused,
     };
@@ -147,7 +168,7 @@ async fn set_queue(client: &AxClient, request: &QueueRequest) -> Result<ControlR
         .queues
         .put(request.priority.as_str(), codec::encode(&state)?)
         .await
-        .map_err(|e| ActorError::Nats(format!("set queue {}: {e}", request.priority.as_str())))?;
+        .during(|| format!("set queue {}", request.priority.as_str()))?;
     Ok(ControlReply {
         ok: true,
         message: format!(
@@ -160,43 +181,31 @@ async fn set_queue(client: &AxClient, request: &QueueRequest) -> Result<ControlR
 }
 
 /// The answer to a planned command (re-run, backfill).
-fn planned(
-    outcome: Result<Result<Vec<PlanStep>, String>, ActorError>,
-) -> Result<ControlReply, Transient> {
-    match outcome? {
-        Ok(plan) => Ok(ControlReply {
-            ok: true,
-            plan,
-            ..ControlReply::default()
-        }),
-        Err(refusal) => Ok(ControlReply::refused(vec![refusal])),
-    }
+fn planned(plan: Result<Vec<PlanStep>, CommandError>) -> Result<ControlReply, CommandError> {
+    Ok(ControlReply {
+        ok: true,
+        plan: plan?,
+        ..ControlReply::default()
+    })
 }
 
-fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, Box<ControlReply>> {
+fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, CommandError> {
     codec::decode_by_header(message.headers.as_ref(), &message.payload)
-        .map_err(|e| Box::new(ControlReply::refused(vec![e.to_string()])))
+        .map_err(|e| CommandError::refused(e.to_string()))
 }
 
-async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply, Transient> {
-    let mut errors = Vec::new();
-    let mut seen = BTreeSet::new();
-    for doc in &request.jobs {
-        if !seen.insert(doc.job.name.as_str()) {
-            errors.push(format!(
-                "{}: job.name: appears more than once in this apply",
-                doc.job.name
-            ));
-        }
-        for e in spec::validate(doc) {
-            errors.push(format!("{}: {e}", doc.job.name));
-        }
-    }
+async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply, CommandError> {
+    let docs: Vec<&spec::JobDocument> = request.jobs.iter().collect();
+    let mut errors: Vec<String> =
+        spec::check_documents(&docs, |i| format!("first as document {}", i + 1))
+            .into_iter()
+            .map(|(i, e)| format!("{}: {e}", docs[i].job.name))
+            .collect();
     if request.jobs.is_empty() {
         errors.push("the apply holds no job".to_string());
     }
     if !errors.is_empty() {
-        return Ok(ControlReply::refused(errors));
+        return Err(CommandError::Refused(errors));
     }
     let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
     let applied: Vec<&spec::JobSpec> = request.jobs.iter().map(|d| &d.job).collect();
@@ -204,7 +213,7 @@ async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply,
         errors.push(format!("{job}: {e}"));
     }
     if !errors.is_empty() {
-        return Ok(ControlReply::refused(errors));
+        return Err(CommandError::Refused(errors));
     }
     let mut changes = Vec::new();
     for doc in request.jobs {
@@ -218,7 +227,7 @@ async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply,
     })
 }
 
-async fn store_job(client: &AxClient, spec: spec::JobSpec) -> Result<JobChange, Transient> {
+async fn store_job(client: &AxClient, spec: spec::JobSpec) -> Result<JobChange, CommandError> {
     let name = spec.name.clone();
     loop {
         let existing = client.job(&name).await?;
@@ -241,12 +250,20 @@ async fn store_job(client: &AxClient, spec: spec::JobSpec) -> Result<JobChange, 
         let written = match existing {
             None => match client.jobs.create(&name, payload).await {
                 Err(e) if e.kind() == CreateErrorKind::AlreadyExists => false,
-                Err(e) => return Err(ActorError::Nats(format!("store job {name}: {e}")).into()),
+                Err(e) => {
+                    return Err(
+                        ActorError::from(NatsError::new(format!("store job {name}"), e)).into(),
+                    )
+                }
                 Ok(_) => true,
             },
             Some((_, revision)) => match client.jobs.update(&name, payload, revision).await {
                 Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => false,
-                Err(e) => return Err(ActorError::Nats(format!("store job {name}: {e}")).into()),
+                Err(e) => {
+                    return Err(
+                        ActorError::from(NatsError::new(format!("store job {name}"), e)).into(),
+                    )
+                }
                 Ok(_) => true,
             },
         };
@@ -257,27 +274,28 @@ async fn store_job(client: &AxClient, spec: spec::JobSpec) -> Result<JobChange, 
     }
 }
 
-fn no_such_job(name: &str) -> ControlReply {
-    ControlReply::refused(vec![format!("no job named `{name}`")])
+fn no_such_job(name: &JobName) -> CommandError {
+    CommandError::refused(format!("no job named `{name}`"))
 }
 
-async fn delete(client: &AxClient, name: &str) -> Result<ControlReply, Transient> {
+async fn delete(client: &AxClient, name: &JobName) -> Result<ControlReply, CommandError> {
     if client.job(name).await?.is_none() {
-        return Ok(no_such_job(name));
+        return Err(no_such_job(name));
     }
     let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
     let dependents = spec::graph::dependents_of(name, &registered);
     if !dependents.is_empty() {
-        return Ok(ControlReply::refused(vec![format!(
+        let dependents: Vec<&str> = dependents.iter().map(|d| d.as_str()).collect();
+        return Err(CommandError::refused(format!(
             "`{name}` is a dependency of {}; change or delete them first",
             dependents.join(", ")
-        )]));
+        )));
     }
     client
         .jobs
         .delete(name)
         .await
-        .map_err(|e| ActorError::Nats(format!("delete job {name}: {e}")))?;
+        .during(|| format!("delete job {name}"))?;
     Ok(ControlReply {
         ok: true,
         message: format!("deleted {name}"),
@@ -287,12 +305,12 @@ async fn delete(client: &AxClient, name: &str) -> Result<ControlReply, Transient
 
 async fn set_paused(
     client: &AxClient,
-    name: &str,
+    name: &JobName,
     paused: bool,
-) -> Result<ControlReply, Transient> {
+) -> Result<ControlReply, CommandError> {
     loop {
         let Some((mut record, revision)) = client.job(name).await? else {
-            return Ok(no_such_job(name));
+            return Err(no_such_job(name));
         };
         let verb = if paused { "paused" } else { "resumed" };
         if record.paused == paused {
@@ -317,7 +335,11 @@ async fn set_paused(
                 })
             }
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-            Err(e) => return Err(ActorError::Nats(format!("update job {name}: {e}")).into()),
+            Err(e) => {
+                return Err(
+                    ActorError::from(NatsError::new(format!("update job {name}"), e)).into(),
+                )
+            }
         }
     }
 }
@@ -329,9 +351,9 @@ async fn trigger(
     creator: &Creator,
     request: TriggerRequest,
     published: chrono::DateTime<chrono::Utc>,
-) -> Result<ControlReply, Transient> {
+) -> Result<ControlReply, CommandError> {
     let Some((job, _)) = client.job(&request.name).await? else {
-        return Ok(no_such_job(&request.name));
+        return Err(no_such_job(&request.name));
     };
     let mut errors = Vec::new();
     if let Some(date) = &request.biz_date {
@@ -347,7 +369,7 @@ async fn trigger(
         }
     }
     if !errors.is_empty() {
-        return Ok(ControlReply::refused(errors));
+        return Err(CommandError::Refused(errors));
     }
     let tz: chrono_tz::Tz = job.spec.timezone.parse().unwrap_or(chrono_tz::UTC);
     let biz_date = request

@@ -19,37 +19,34 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use chrono::{Duration, NaiveDate};
 
 use ax_bus::client::Updated;
+use ax_bus::ids::{InstanceId, JobName, NodeId, TraceId};
 use ax_bus::messages::{DateInstances, PlanStep, RerunAudit, RerunRequest, WorkItem};
 use ax_bus::spec::JobSpec;
-use ax_bus::{ids, AxClient, State};
+use ax_bus::{AxClient, State};
 
-use crate::dag::day_store;
-use crate::dag::state::{parse_date, DayKey};
 use crate::jetstream::publish;
+use crate::scheduler::control::CommandError;
 use crate::ActorError;
+use ax_bus::client::deps::DayKey;
+use ax_bus::msg_id;
+use ax_bus::time::parse_biz_date;
 
 /// upstream job → (downstream job, date offset).
-pub type Dependents = HashMap<String, Vec<(String, i64)>>;
-
-/// A refusal (bad request) or the plan.
-pub type Outcome = Result<Vec<PlanStep>, String>;
+pub type Dependents = HashMap<JobName, Vec<(JobName, i64)>>;
 
 /// Plans and (unless a dry run) carries out a re-run.
 pub async fn rerun(
     client: &AxClient,
-    node: &str,
+    node: &NodeId,
     request: &RerunRequest,
-) -> Result<Outcome, ActorError> {
-    let registry: BTreeMap<String, JobSpec> = client
+) -> Result<Vec<PlanStep>, CommandError> {
+    let registry: BTreeMap<JobName, JobSpec> = client
         .jobs()
         .await?
         .into_iter()
         .map(|r| (r.spec.name.clone(), r.spec))
         .collect();
-    let (roots, mut entries) = match find_roots(client, request, &registry).await? {
-        Ok(found) => found,
-        Err(refusal) => return Ok(Err(refusal)),
-    };
+    let (roots, mut entries) = find_roots(client, request, &registry).await?;
     let dependents = dependents(&registry);
     let mut queue: VecDeque<DayKey> = entries.keys().cloned().collect();
     while let Some((job, date)) = queue.pop_front() {
@@ -58,7 +55,7 @@ pub async fn rerun(
             if entries.contains_key(&key) {
                 continue;
             }
-            let day = day_store::read_day(client, &key.0, key.1).await?;
+            let day = client.deps_of_day(&key.0, key.1).await?;
             if !day.instances.is_empty() {
                 entries.insert(key.clone(), day);
                 queue.push_back(key);
@@ -75,82 +72,90 @@ pub async fn rerun(
         request: request.clone(),
         plan: plan.clone(),
         at: ax_bus::time::now(),
-        node: node.to_string(),
+        node: node.clone(),
     };
     publish::to_stream_acked(
         client,
         client.subjects().audit("rerun"),
-        &format!("rerun:{}", ids::new_trace_id()),
+        &msg_id::audit("rerun"),
         &audit,
     )
     .await?;
-    Ok(Ok(plan))
+    Ok(plan)
 }
 
 /// Which instances are roots, with the (job, date) entries they belong to.
-type Roots = (BTreeSet<String>, BTreeMap<DayKey, DateInstances>);
+type Roots = (BTreeSet<InstanceId>, BTreeMap<DayKey, DateInstances>);
 
 async fn find_roots(
     client: &AxClient,
     request: &RerunRequest,
-    registry: &BTreeMap<String, JobSpec>,
-) -> Result<Result<Roots, String>, ActorError> {
+    registry: &BTreeMap<JobName, JobSpec>,
+) -> Result<Roots, CommandError> {
     let mut entries = BTreeMap::new();
     let mut roots = BTreeSet::new();
     match (&request.instance, &request.biz_date) {
         (Some(_), Some(_)) | (None, None) => {
-            return Ok(Err("give either --instance or --biz-date".into()))
+            return Err(CommandError::refused(
+                "give either --instance or --biz-date",
+            ))
         }
         (Some(id), None) => {
             if request.root.is_some() {
-                return Ok(Err("--root goes with --biz-date, not --instance".into()));
+                return Err(CommandError::refused(
+                    "--root goes with --biz-date, not --instance",
+                ));
             }
             let Some((record, _)) = client.instance(id).await? else {
-                return Ok(Err(format!("no instance `{id}`")));
+                return Err(CommandError::refused(format!("no instance `{id}`")));
             };
-            let Some(date) = parse_date(&record.biz_date) else {
-                return Ok(Err(format!("instance `{id}` has no valid business date")));
+            let Some(date) = parse_biz_date(&record.biz_date) else {
+                return Err(CommandError::refused(format!(
+                    "instance `{id}` has no valid business date"
+                )));
             };
             let key = (record.job.clone(), date);
-            let mut day = day_store::read_day(client, &key.0, key.1).await?;
+            let mut day = client.deps_of_day(&key.0, key.1).await?;
             day.instances
                 .insert(record.instance_id.clone(), (record.attempt, record.state));
             entries.insert(key, day);
             roots.insert(record.instance_id);
         }
         (None, Some(date_text)) => {
-            let Some(date) = parse_date(date_text) else {
-                return Ok(Err(format!(
+            let Some(date) = parse_biz_date(date_text) else {
+                return Err(CommandError::refused(format!(
                     "--biz-date `{date_text}` is not a date (YYYY-MM-DD)"
                 )));
             };
-            entries.extend(day_store::read_date(client, date).await?);
-            let day_jobs: BTreeSet<&str> = entries.keys().map(|(j, _)| j.as_str()).collect();
-            let root_jobs: Vec<String> = match &request.root {
+            entries.extend(client.deps_of_date(date).await?);
+            let day_jobs: BTreeSet<&JobName> = entries.keys().map(|(j, _)| j).collect();
+            let root_jobs: Vec<JobName> = match &request.root {
                 Some(root) => {
                     if !registry.contains_key(root) {
-                        return Ok(Err(format!("no job named `{root}`")));
+                        return Err(CommandError::refused(format!("no job named `{root}`")));
                     }
-                    if !day_jobs.contains(root.as_str()) {
-                        return Ok(Err(format!("no instance of `{root}` for {date}")));
+                    if !day_jobs.contains(root) {
+                        return Err(CommandError::refused(format!(
+                            "no instance of `{root}` for {date}"
+                        )));
                     }
                     vec![root.clone()]
                 }
                 None => {
                     if entries.is_empty() {
-                        return Ok(Err(format!("no instance for {date}")));
+                        return Err(CommandError::refused(format!("no instance for {date}")));
                     }
                     // Jobs of the date that no other job of the date depends on.
                     day_jobs
                         .iter()
                         .filter(|job| {
                             !registry.get(**job).is_some_and(|spec| {
-                                spec.deps.iter().any(|d| {
-                                    d.offset_days() == Ok(0) && day_jobs.contains(d.name.as_str())
-                                })
+                                spec.deps
+                                    .iter()
+                                    .any(|d| d.offset_days() == Ok(0) && day_jobs.contains(&d.name))
                             })
                         })
-                        .map(|j| j.to_string())
+                        .map(|j| (*j).clone())
                         .collect()
                 }
             };
@@ -160,11 +165,11 @@ async fn find_roots(
             }
         }
     }
-    Ok(Ok((roots, entries)))
+    Ok((roots, entries))
 }
 
 /// upstream job → (downstream job, offset).
-fn dependents(registry: &BTreeMap<String, JobSpec>) -> Dependents {
+fn dependents(registry: &BTreeMap<JobName, JobSpec>) -> Dependents {
     let mut map = Dependents::new();
     for spec in registry.values() {
         for dep in &spec.deps {
@@ -183,7 +188,7 @@ pub fn decide(
     request: &RerunRequest,
     dependents: &Dependents,
     entries: &BTreeMap<DayKey, DateInstances>,
-    roots: &BTreeSet<String>,
+    roots: &BTreeSet<InstanceId>,
 ) -> Vec<PlanStep> {
     // Kahn's order over the (job, date) entries, so an upstream is always re-run first.
     let mut indegree: BTreeMap<&DayKey, usize> = entries.keys().map(|k| (k, 0)).collect();
@@ -248,7 +253,7 @@ pub fn decide(
     steps
 }
 
-fn key_has_root(day: &DateInstances, roots: &BTreeSet<String>) -> bool {
+fn key_has_root(day: &DateInstances, roots: &BTreeSet<InstanceId>) -> bool {
     day.instances.keys().any(|id| roots.contains(id))
 }
 
@@ -279,7 +284,7 @@ fn fate(request: &RerunRequest, is_root: bool, state: State) -> (bool, String) {
 /// Starts a planned instance again; a step whose instance moved meanwhile becomes "stays".
 async fn start_again(
     client: &AxClient,
-    registry: &BTreeMap<String, JobSpec>,
+    registry: &BTreeMap<JobName, JobSpec>,
     step: &mut PlanStep,
 ) -> Result<(), ActorError> {
     let Some(spec) = registry.get(&step.job) else {
@@ -287,7 +292,7 @@ async fn start_again(
         step.why = "its job was deleted".into();
         return Ok(());
     };
-    let trace = ids::new_trace_id();
+    let trace = TraceId::random();
     let record = match client
         .update_instance(&step.instance_id, |r| r.rerun(&trace))
         .await?
@@ -308,7 +313,7 @@ async fn start_again(
     publish::to_stream_acked(
         client,
         client.subjects().created(&record.job),
-        &format!("created:{}", record.trace_id),
+        &msg_id::created(&record.trace_id),
         &work,
     )
     .await?;
@@ -320,11 +325,19 @@ async fn start_again(
 mod tests {
     use super::*;
 
+    fn id(text: &str) -> InstanceId {
+        InstanceId::parse(text).unwrap()
+    }
+
+    fn job(name: &str) -> JobName {
+        JobName::parse(name).unwrap()
+    }
+
     fn request(failed_only: bool, force: bool) -> RerunRequest {
         RerunRequest {
             instance: None,
             biz_date: Some("2026-01-01".into()),
-            root: Some("a".into()),
+            root: Some(job("a")),
             failed_only,
             force_downstream: force,
             dry_run: true,
@@ -332,30 +345,27 @@ mod tests {
         }
     }
 
-    fn day(id: &str, state: State) -> DateInstances {
+    fn day(name: &str, state: State) -> DateInstances {
         DateInstances {
-            instances: [(id.to_string(), (1, state))].into_iter().collect(),
+            instances: [(id(name), (1, state))].into_iter().collect(),
         }
     }
 
     /// a -> b (same date) -> c (next date), and d depends on a but succeeded.
     fn graph() -> (Dependents, BTreeMap<DayKey, DateInstances>) {
-        let d1 = parse_date("2026-01-01").unwrap();
-        let d2 = parse_date("2026-01-02").unwrap();
+        let d1 = parse_biz_date("2026-01-01").unwrap();
+        let d2 = parse_biz_date("2026-01-02").unwrap();
         let dependents: Dependents = [
-            (
-                "a".to_string(),
-                vec![("b".to_string(), 0), ("d".to_string(), 0)],
-            ),
-            ("b".to_string(), vec![("c".to_string(), -1)]),
+            (job("a"), vec![(job("b"), 0), (job("d"), 0)]),
+            (job("b"), vec![(job("c"), -1)]),
         ]
         .into_iter()
         .collect();
         let entries = [
-            (("c".to_string(), d2), day("c.2", State::Cancelled)),
-            (("b".to_string(), d1), day("b.1", State::Failed)),
-            (("a".to_string(), d1), day("a.1", State::Success)),
-            (("d".to_string(), d1), day("d.1", State::Success)),
+            ((job("c"), d2), day("c.2", State::Cancelled)),
+            ((job("b"), d1), day("b.1", State::Failed)),
+            ((job("a"), d1), day("a.1", State::Success)),
+            ((job("d"), d1), day("d.1", State::Success)),
         ]
         .into_iter()
         .collect();
@@ -365,14 +375,14 @@ mod tests {
     fn lines(steps: &[PlanStep]) -> Vec<(String, bool)> {
         steps
             .iter()
-            .map(|s| (s.instance_id.clone(), s.will_run))
+            .map(|s| (s.instance_id.to_string(), s.will_run))
             .collect()
     }
 
     #[test]
     fn the_default_reruns_the_root_and_what_failed_below_it() {
         let (dependents, entries) = graph();
-        let roots = ["a.1".to_string()].into_iter().collect();
+        let roots = [id("a.1")].into_iter().collect();
         let steps = decide(&request(false, false), &dependents, &entries, &roots);
         assert_eq!(
             lines(&steps),
@@ -389,7 +399,7 @@ mod tests {
     #[test]
     fn failed_only_leaves_every_success_alone() {
         let (dependents, entries) = graph();
-        let roots = ["a.1".to_string()].into_iter().collect();
+        let roots = [id("a.1")].into_iter().collect();
         let steps = decide(&request(true, false), &dependents, &entries, &roots);
         assert_eq!(
             lines(&steps),
@@ -405,7 +415,7 @@ mod tests {
     #[test]
     fn force_downstream_reruns_succeeded_downstream_instances_too() {
         let (dependents, entries) = graph();
-        let roots = ["a.1".to_string()].into_iter().collect();
+        let roots = [id("a.1")].into_iter().collect();
         let steps = decide(&request(false, true), &dependents, &entries, &roots);
         assert!(steps.iter().all(|s| s.will_run));
     }
@@ -413,9 +423,9 @@ mod tests {
     #[test]
     fn running_instances_stay() {
         let (dependents, mut entries) = graph();
-        let d1 = parse_date("2026-01-01").unwrap();
-        entries.insert(("b".into(), d1), day("b.1", State::WaitingRetry));
-        let roots = ["a.1".to_string()].into_iter().collect();
+        let d1 = parse_biz_date("2026-01-01").unwrap();
+        entries.insert((job("b"), d1), day("b.1", State::WaitingRetry));
+        let roots = [id("a.1")].into_iter().collect();
         let steps = decide(&request(false, false), &dependents, &entries, &roots);
         assert_eq!(steps[1].why, "still waiting_retry");
         assert!(!steps[1].will_run);

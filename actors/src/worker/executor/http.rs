@@ -89,8 +89,8 @@ impl Http {
         let mut request = client
             .post(url)
             .json(&body)
-            .header("Ax-Instance-Id", &work.instance_id)
-            .header("Ax-Trace-Id", &work.trace_id);
+            .header("Ax-Instance-Id", work.instance_id.as_str())
+            .header("Ax-Trace-Id", work.trace_id.as_str());
         for (name, value) in &exec.headers {
             request = request.header(name, value);
         }

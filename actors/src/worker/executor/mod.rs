@@ -28,6 +28,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
+use ax_bus::ids::WorkerId;
 use ax_bus::instance::Tag;
 use ax_bus::messages::{ExecutorInfo, WorkItem};
 
@@ -53,7 +54,7 @@ pub struct AttemptContext<'a> {
     /// The attempt.
     pub work: &'a WorkItem,
     /// This worker's id.
-    pub worker: &'a str,
+    pub worker: &'a WorkerId,
     /// A directory for the attempt's scratch files.
     pub scratch: &'a Path,
     /// Notified when the attempt must stop (its instance was cancelled or its claim lost).

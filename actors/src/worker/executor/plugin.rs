@@ -133,7 +133,7 @@ impl Plugin {
         let work = ctx.work;
         let mut request = attempt_json(work);
         request.insert("protocol".into(), 1.into());
-        request.insert("worker".into(), ctx.worker.into());
+        request.insert("worker".into(), ctx.worker.as_str().into());
         request.insert(
             "with".into(),
             serde_json::Value::Object(work.spec.exec.with.clone().unwrap_or_default()),

@@ -51,6 +51,7 @@ impl Executor for Shell {
 mod tests {
     use super::*;
     use crate::worker::executor::values::Values;
+    use ax_bus::ids::{InstanceId, TraceId, WorkerId};
     use ax_bus::messages::WorkItem;
     use tokio::sync::Notify;
 
@@ -60,6 +61,7 @@ mod tests {
         scratch: &std::path::Path,
         _: Option<()>,
     ) -> ExecResult {
+        let worker = &WorkerId::parse(worker).unwrap();
         let cancel = Notify::new();
         let values = Values::default();
         let ctx = AttemptContext {
@@ -80,8 +82,8 @@ mod tests {
         }))
         .unwrap();
         WorkItem {
-            instance_id: "j.20260101T000000000Z".into(),
-            trace_id: ax_bus::ids::new_trace_id(),
+            instance_id: InstanceId::parse("j.20260101T000000000Z").unwrap(),
+            trace_id: TraceId::random(),
             attempt: 2,
             run_start: 1,
             biz_date: "2026-01-01".into(),

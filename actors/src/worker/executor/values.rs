@@ -10,19 +10,19 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use ax_bus::ids::{JobName, WorkerId};
 use ax_bus::instance::State;
 use ax_bus::messages::WorkItem;
 use ax_bus::spec::template::{param_env_name, Placeholder, Scope, Template};
 use ax_bus::spec::{readable_upstream, JobSpec};
 use ax_bus::AxClient;
 
-use crate::dag::day_store;
-use crate::dag::state::parse_date;
+use ax_bus::time::parse_biz_date;
 
 /// Upstream output fields, by (job, field).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Values {
-    upstream: BTreeMap<(String, String), serde_json::Value>,
+    upstream: BTreeMap<(JobName, String), serde_json::Value>,
 }
 
 fn text_of(value: &serde_json::Value) -> String {
@@ -51,13 +51,13 @@ pub fn templates(spec: &JobSpec, params: &BTreeMap<String, serde_json::Value>) -
 
 impl Values {
     /// Values with these upstream fields (tests, and [`Values::resolve`]).
-    pub fn with_upstream(upstream: BTreeMap<(String, String), serde_json::Value>) -> Self {
+    pub fn with_upstream(upstream: BTreeMap<(JobName, String), serde_json::Value>) -> Self {
         Self { upstream }
     }
 
     /// Reads the upstream outputs the attempt's templates use.
     pub async fn resolve(client: &AxClient, work: &WorkItem) -> Result<Self, String> {
-        let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut wanted: BTreeMap<JobName, Vec<String>> = BTreeMap::new();
         for template in templates(&work.spec, &work.params) {
             for placeholder in template.placeholders() {
                 if let Placeholder::DepOutput { job, field } = placeholder {
@@ -87,8 +87,8 @@ impl Values {
         use serde_json::Value;
         match placeholder {
             Placeholder::BizDate => Value::String(work.biz_date.clone()),
-            Placeholder::InstanceId => Value::String(work.instance_id.clone()),
-            Placeholder::TraceId => Value::String(work.trace_id.clone()),
+            Placeholder::InstanceId => Value::String(work.instance_id.to_string()),
+            Placeholder::TraceId => Value::String(work.trace_id.to_string()),
             Placeholder::Job => Value::String(work.job().to_string()),
             Placeholder::Attempt => Value::from(work.attempt),
             Placeholder::ExpectedTime => Value::String(ax_bus::time::rfc3339(work.expected_time)),
@@ -110,11 +110,16 @@ impl Values {
     /// `AX_TRACE_ID`, `AX_JOB`, `AX_BIZ_DATE`, `AX_ATTEMPT`, `AX_EXPECTED_TIME`, `AX_PARAMS`
     /// (JSON), `AX_OUTPUT_FILE`, `AX_PARAM_<name>`, `AX_DEP_<job>_<field>`, the shard's
     /// `AX_SHARD_INDEX`/`AX_SHARD_TOTAL`, then the spec's own `exec.env`.
-    pub fn env(&self, work: &WorkItem, worker: &str, output_file: &Path) -> Vec<(String, String)> {
+    pub fn env(
+        &self,
+        work: &WorkItem,
+        worker: &WorkerId,
+        output_file: &Path,
+    ) -> Vec<(String, String)> {
         let mut env = vec![
             ("AX_WORKER".to_string(), worker.to_string()),
-            ("AX_INSTANCE_ID".to_string(), work.instance_id.clone()),
-            ("AX_TRACE_ID".to_string(), work.trace_id.clone()),
+            ("AX_INSTANCE_ID".to_string(), work.instance_id.to_string()),
+            ("AX_TRACE_ID".to_string(), work.trace_id.to_string()),
             ("AX_JOB".to_string(), work.job().to_string()),
             ("AX_BIZ_DATE".to_string(), work.biz_date.clone()),
             ("AX_ATTEMPT".to_string(), work.attempt.to_string()),
@@ -165,7 +170,7 @@ impl Values {
 async fn upstream_output(
     client: &AxClient,
     work: &WorkItem,
-    job: &str,
+    job: &JobName,
 ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
     let dep = work
         .spec
@@ -174,11 +179,12 @@ async fn upstream_output(
         .find(|d| d.name == job)
         .ok_or_else(|| format!("deps.{job}: not a dependency of this job"))?;
     let offset = dep.offset_days().map_err(|e| format!("deps.{job}: {e}"))?;
-    let date = parse_date(&work.biz_date)
+    let date = parse_biz_date(&work.biz_date)
         .and_then(|d| d.checked_add_signed(chrono::Duration::days(offset)))
         .ok_or_else(|| format!("biz_date `{}` is not a date", work.biz_date))?;
     let unread = |e: String| format!("deps.{job}: cannot read the upstream instance: {e}");
-    let instances = day_store::read_day(client, job, date)
+    let instances = client
+        .deps_of_day(job, date)
         .await
         .map_err(|e| unread(e.to_string()))?;
     let id = instances

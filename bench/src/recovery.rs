@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::{bail, Result};
 use actix::{Arbiter, Supervisor};
-use anyhow::{bail, Result};
+use ax_bus::ids::NodeId;
 
 use ax_actors::node::clock::SystemClock;
 use ax_actors::scheduler::creator::NewInstance;
@@ -15,7 +16,7 @@ use ax_actors::scheduler::Scheduler;
 use ax_bus::codec;
 use ax_bus::instance::Trigger;
 
-use super::{client_for, noop_job, store_jobs, Figure};
+use crate::{client_for, noop_job, store_jobs, Figure};
 
 pub async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let (jobs, records) = if quick {
@@ -39,8 +40,8 @@ pub async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let mut acks = Vec::with_capacity(1024);
     for i in 0..records {
         let mut record = template.record.clone();
-        record.instance_id = format!("r{}.{:020}", i % jobs, i);
-        record.job = format!("r{}", i % jobs);
+        record.instance_id = format!("r{}.{:020}", i % jobs, i).parse()?;
+        record.job = format!("r{}", i % jobs).parse()?;
         acks.push(
             client
                 .kv_put_pipelined(
@@ -52,19 +53,20 @@ pub async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         );
         if acks.len() == 1024 {
             for ack in acks.drain(..) {
-                ack.await.map_err(|e| anyhow::anyhow!(e))?;
+                ack.await?;
             }
         }
     }
     for ack in acks {
-        ack.await.map_err(|e| anyhow::anyhow!(e))?;
+        ack.await?;
     }
     let (loaded_tx, mut loaded) = tokio::sync::watch::channel(None);
     let arbiter = Arbiter::new();
     let scheduler_client = client.clone();
+    let bench_node: NodeId = "bench".parse()?;
     let started = Instant::now();
     Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
-        Scheduler::new(scheduler_client, Arc::new(SystemClock), "bench".into())
+        Scheduler::new(scheduler_client, Arc::new(SystemClock), bench_node.clone())
             .reporting_load(loaded_tx)
     });
     let ready =

@@ -16,21 +16,23 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::{bail, Result};
+use ax_bus::ids::{DispatchId, NodeId, TraceId, WorkerId};
 use futures::{FutureExt, StreamExt};
 
+use ax_actors::bench::{routing_picks, simulated_worker};
 use ax_actors::jetstream::consume::{self, ConsumerSpec};
 use ax_actors::jetstream::publish;
 use ax_actors::node::clock::SystemClock;
 use ax_actors::node::{parse_roles, Node, NodeConfig};
-use ax_actors::router::fleet::{Fleet, Weights};
 use ax_actors::router::RouterConfig;
 use ax_actors::worker::WorkerConfig;
-use ax_bus::messages::{DispatchAck, QueueState, WorkItem, WorkerInfo};
+use ax_bus::messages::{DispatchAck, QueueState, WorkItem};
+use ax_bus::msg_id;
 use ax_bus::spec::{JobSpec, Priority};
-use ax_bus::{codec, ids, AxClient};
+use ax_bus::{codec, AxClient};
 
-use super::{client_for, noop_job, Figure};
+use crate::{client_for, noop_job, Figure};
 
 /// Simulated workers in the throughput measurement.
 const WORKERS: usize = 50;
@@ -81,48 +83,18 @@ pub async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     Ok(figures)
 }
 
-/// A simulated worker's heartbeat.
-fn worker(index: usize, classes: usize) -> WorkerInfo {
-    WorkerInfo {
-        id: format!("sim{index}"),
-        host: "bench".into(),
-        cores: 4,
-        slots: 64,
-        tags: vec![format!("class{}", index % classes)],
-        executors: vec!["noop".into(), "shell".into()],
-        described: Vec::new(),
-        running: (index % 7) as u32,
-        avg_duration_ms: (index % 13) as f64 * 40.0,
-        reserved: Default::default(),
-        attempts: Vec::new(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        started_at: ax_bus::time::now(),
-    }
-}
-
 /// Nanoseconds per pick for fleets of several sizes.
 fn decision_cost(quick: bool) -> Result<Vec<Figure>> {
     let picks = if quick { 200_000 } else { 1_000_000 };
     let classes = 10;
-    let tag_sets: Vec<Vec<String>> = std::iter::once(Vec::new())
-        .chain((0..classes).map(|c| vec![format!("class{c}")]))
-        .collect();
     let mut figures = Vec::new();
     let mut first = None;
     for size in [50, 500, 5_000] {
-        let mut fleet = Fleet::new(Weights::default(), Duration::from_secs(3600));
-        let now = Instant::now();
-        for i in 0..size {
-            fleet.heartbeat(worker(i, classes), now);
+        let (took, found) = routing_picks(size, classes, picks);
+        let ns = took.as_nanos() as f64 / picks as f64;
+        if found == 0 {
+            bail!("routing: no pick found a worker");
         }
-        let started = Instant::now();
-        let mut chosen = 0usize;
-        for i in 0..picks {
-            let tags = &tag_sets[i % tag_sets.len()];
-            chosen += fleet.pick(tags, "noop", &[]).map_or(0, |id| id.len());
-        }
-        let ns = started.elapsed().as_nanos() as f64 / picks as f64;
-        anyhow::ensure!(chosen > 0, "routing: no pick found a worker");
         let base = *first.get_or_insert(ns);
         figures.push(Figure {
             section: "routing",
@@ -148,8 +120,8 @@ async fn publish_ready(client: &AxClient, n: usize) -> Result<()> {
             spec.tags = vec![format!("class{}", i % CLASSES)];
         }
         let work = WorkItem {
-            instance_id: format!("routed@{i}"),
-            trace_id: ids::new_trace_id(),
+            instance_id: format!("routed.{i}").parse()?,
+            trace_id: TraceId::random(),
             attempt: 1,
             run_start: 1,
             biz_date: "2026-01-01".into(),
@@ -168,19 +140,19 @@ async fn publish_ready(client: &AxClient, n: usize) -> Result<()> {
             publish::to_stream(
                 client,
                 client.subjects().ready(Priority::Normal),
-                &format!("ready:{}", work.trace_id),
+                &msg_id::ready(&work.trace_id),
                 &work,
             )
             .await?,
         );
         if acks.len() == WINDOW {
             for ack in acks.drain(..) {
-                ack.await.map_err(|e| anyhow::anyhow!(e))?;
+                ack.await?;
             }
         }
     }
     for ack in acks {
-        ack.await.map_err(|e| anyhow::anyhow!(e))?;
+        ack.await?;
     }
     Ok(())
 }
@@ -206,6 +178,7 @@ async fn count_dispatches(
         first.get_or_insert_with(Instant::now);
         let worker = message.subject.split('.').nth(3).unwrap_or("").to_string();
         if let Some(client) = acknowledge {
+            let worker: WorkerId = worker.parse()?;
             let work: WorkItem = codec::decode(&message.payload)?;
             if let (Some(router), Some(dispatch)) = (&work.router, work.dispatch) {
                 let ack = DispatchAck {
@@ -244,7 +217,8 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
         max_deliver: -1,
     };
     let arbiter = actix::Arbiter::new();
-    let forwarder = {
+    let forwarder: NodeId = "forwarder".parse()?;
+    let forwarding = {
         // A connection of its own, as a Router node has.
         let client = client_for(url, prefix).await?;
         arbiter.spawn(
@@ -258,18 +232,18 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
                 while let Some(batch) = batches.next().await {
                     let mut pending = Vec::with_capacity(batch.len());
                     for message in batch {
-                        let message = message.map_err(|e| anyhow::anyhow!(e))?;
+                        let message = message?;
                         let mut work: WorkItem = codec::decode(&message.payload)?;
-                        let worker = format!("sim{}", next % WORKERS);
+                        let worker: WorkerId = format!("sim{}", next % WORKERS).parse()?;
                         next += 1;
-                        let dispatch = ids::new_trace_id();
+                        let dispatch = DispatchId::random();
                         work.dispatch = Some(dispatch.clone());
                         work.worker = Some(worker.clone());
-                        work.router = Some("forwarder".into());
+                        work.router = Some(forwarder.clone());
                         let ack = publish::to_stream(
                             &client,
                             client.subjects().dispatch(&worker, work.spec.priority),
-                            &format!("dispatch:{}:{dispatch}", work.trace_id),
+                            &msg_id::dispatch(&work.trace_id, &dispatch),
                             &work,
                         )
                         .await?;
@@ -277,13 +251,13 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
                     }
                     settling.settle(pending, |_| ()).await;
                 }
-                anyhow::Ok(())
+                Ok::<(), crate::BenchError>(())
             }
             .map(|_| ()),
         )
     };
     let (rate, _) = count_dispatches(wire, n, None).await?;
-    let _ = forwarder;
+    let _ = forwarding;
     arbiter.stop();
     Ok(rate)
 }
@@ -301,8 +275,8 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
                     codec::encode(&QueueState { paused })?,
                 )
                 .await
-                .context("pause the ready queue")?;
-            anyhow::Ok(())
+                .map_err(|e| format!("pause the ready queue: {e}"))?;
+            Ok::<(), crate::BenchError>(())
         }
     };
     // Held back until the Router knows its workers.
@@ -316,10 +290,10 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
     let node = Node::start(
         client_for(url, prefix).await?,
         NodeConfig {
-            name: "rt".into(),
-            roles: parse_roles("router").map_err(anyhow::Error::msg)?,
+            name: "rt".parse()?,
+            roles: parse_roles("router")?,
             worker: WorkerConfig {
-                id: "unused".into(),
+                id: "unused".parse()?,
                 slots: 1,
                 tags: vec![],
                 reserved: Default::default(),
@@ -347,7 +321,9 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
         tokio::spawn(async move {
             loop {
                 for i in 0..WORKERS {
-                    if let Ok(payload) = codec::encode(&worker(i, CLASSES)) {
+                    if let Some(Ok(payload)) =
+                        simulated_worker(i, CLASSES).map(|w| codec::encode(&w))
+                    {
                         let _ = client.workers.put(format!("sim{i}"), payload).await;
                     }
                 }

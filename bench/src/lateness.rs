@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use crate::{bail, Result};
 use futures::StreamExt;
 
 use ax_actors::node::clock::SystemClock;
@@ -15,7 +15,7 @@ use ax_actors::worker::WorkerConfig;
 use ax_bus::codec;
 use ax_bus::messages::WorkItem;
 
-use super::{client_for, cron_at, noop_job, percentiles, store_jobs, Figure};
+use crate::{client_for, cron_at, noop_job, percentiles, store_jobs, Figure};
 
 /// Runs a Scheduler over `specs` and collects the lateness (ms) of `expected` hand-offs.
 async fn lateness(
@@ -31,10 +31,10 @@ async fn lateness(
     let node = Node::start(
         client.clone(),
         NodeConfig {
-            name: "bench".into(),
-            roles: parse_roles("scheduler").map_err(anyhow::Error::msg)?,
+            name: "bench".parse()?,
+            roles: parse_roles("scheduler")?,
             worker: WorkerConfig {
-                id: "bench".into(),
+                id: "bench".parse()?,
                 slots: 1,
                 tags: vec![],
                 reserved: Default::default(),

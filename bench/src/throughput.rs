@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use crate::{bail, Result};
 use futures::StreamExt;
 
 use ax_actors::node::clock::SystemClock;
@@ -18,7 +18,7 @@ use ax_actors::worker::WorkerConfig;
 use ax_bus::messages::ResultMessage;
 use ax_bus::{codec, State};
 
-use super::{client_for, cron_at, noop_job, store_jobs, Figure};
+use crate::{client_for, cron_at, noop_job, store_jobs, Figure};
 
 pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
     let n = if quick { 5_000 } else { 20_000 };
@@ -45,10 +45,10 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
     let node = Node::start(
         client.clone(),
         NodeConfig {
-            name: "bench".into(),
-            roles: parse_roles("all").map_err(anyhow::Error::msg)?,
+            name: "bench".parse()?,
+            roles: parse_roles("all")?,
             worker: WorkerConfig {
-                id: "bench".into(),
+                id: "bench".parse()?,
                 slots: 512,
                 tags: vec![],
                 reserved: Default::default(),

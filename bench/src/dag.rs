@@ -9,28 +9,29 @@
 //!   router, worker and executor (each released attempt is answered at once with a success
 //!   result): everything the coordinator costs, JetStream round trips included.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use crate::{bail, Result};
 use actix::{Arbiter, Supervisor};
-use anyhow::{bail, Result};
+use ax_bus::ids::NodeId;
 use chrono::NaiveDate;
 use futures::StreamExt;
 use rand::{seq::IndexedRandom, SeedableRng};
 
-use ax_actors::dag::state::{Action, DagState};
+use ax_actors::bench::{dag_decisions, success};
 use ax_actors::dag::DagCoordinator;
 use ax_actors::jetstream::consume::{self, ConsumerSpec};
 use ax_actors::jetstream::publish;
-use ax_actors::scheduler::creator::{create_record, NewInstance};
-use ax_actors::scheduler::fire_schedule::start_of_day;
 use ax_bus::client::provision::Layout;
-use ax_bus::instance::{State, Tag, Trigger};
-use ax_bus::messages::{ResultMessage, WorkItem};
+use ax_bus::instance::Trigger;
+use ax_bus::messages::WorkItem;
+use ax_bus::msg_id;
 use ax_bus::spec::JobSpec;
-use ax_bus::{codec, AxClient, Subjects};
+use ax_bus::time::start_of_day;
+use ax_bus::{codec, AxClient, InstanceRecord, Subjects};
 
-use super::Figure;
+use crate::Figure;
 
 const SEED: u64 = 42;
 const DATE: &str = "2026-01-01";
@@ -112,75 +113,18 @@ fn date() -> NaiveDate {
     NaiveDate::parse_from_str(DATE, "%Y-%m-%d").expect("a valid date")
 }
 
-fn first_attempt(spec: &JobSpec) -> NewInstance {
+fn first_attempt(spec: &JobSpec) -> (InstanceRecord, WorkItem) {
     let expected = start_of_day(chrono_tz::UTC, date());
-    NewInstance::new(
+    let record = InstanceRecord::first(
         spec,
         expected,
         DATE.into(),
         Default::default(),
         Trigger::Manual,
         ax_bus::time::now(),
-    )
-}
-
-fn success(work: &WorkItem) -> ResultMessage {
-    let now = ax_bus::time::now();
-    ResultMessage {
-        instance_id: work.instance_id.clone(),
-        trace_id: work.trace_id.clone(),
-        job: work.job().to_string(),
-        biz_date: work.biz_date.clone(),
-        attempt: work.attempt,
-        state: State::Success,
-        tag: Tag::Completed,
-        message: String::new(),
-        output: serde_json::Value::Null,
-        worker: "bench".into(),
-        expected_time: work.expected_time,
-        started_at: Some(now),
-        finished_at: now,
-        duration_ms: Some(0),
-        exit_code: Some(0),
-        next_attempt_at: None,
-        stdout_tail: String::new(),
-        stderr_tail: String::new(),
-        shard: None,
-    }
-}
-
-/// Resolves the graph with the coordinator's logic alone; returns the time and the number of
-/// instances released.
-fn decisions(graph: &Graph) -> (Duration, usize) {
-    let mut dag = DagState::new();
-    for spec in &graph.specs {
-        dag.upsert_job(spec.clone());
-    }
-    let started = Instant::now();
-    let now = ax_bus::time::now();
-    let mut actions: VecDeque<Action> = VecDeque::new();
-    for spec in graph.specs.iter().filter(|s| s.deps.is_empty()) {
-        actions.extend(dag.on_created(first_attempt(spec).work, now));
-    }
-    let mut released = 0;
-    let mut ready = VecDeque::new();
-    loop {
-        while let Some(action) = actions.pop_front() {
-            match action {
-                Action::Release { work, .. } => ready.push_back(work),
-                Action::Create { spec, .. } => {
-                    actions.extend(dag.on_created(first_attempt(&spec).work, now))
-                }
-                _ => {}
-            }
-        }
-        let Some(work) = ready.pop_front() else {
-            break;
-        };
-        released += 1;
-        actions.extend(dag.on_result(&success(&work), now));
-    }
-    (started.elapsed(), released)
+    );
+    let work = WorkItem::for_attempt(&record, spec.clone());
+    (record, work)
 }
 
 /// Resolves the graph with the real coordinator on NATS; the benchmark answers every release
@@ -192,7 +136,7 @@ async fn in_the_loop(
 ) -> Result<(Duration, usize)> {
     let client =
         AxClient::from_client(nats.clone(), Layout::new(Subjects::new(prefix), Some(1))).await?;
-    super::store_jobs(&client, &graph.specs).await?;
+    crate::store_jobs(&client, &graph.specs).await?;
     let ready_spec = ConsumerSpec {
         stream: client.layout.flow_stream(),
         durable: "bench-ready".into(),
@@ -206,18 +150,19 @@ async fn in_the_loop(
         .ready_chunks(512);
     let arbiter = Arbiter::new();
     let coordinator_client = client.clone();
+    let node: NodeId = "bench".parse()?;
     Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
-        DagCoordinator::new(coordinator_client, "bench".into())
+        DagCoordinator::new(coordinator_client, node.clone())
     });
     let started = Instant::now();
     for spec in graph.specs.iter().filter(|s| s.deps.is_empty()) {
-        let instance = first_attempt(spec);
-        create_record(&client, &instance.record).await?;
+        let (record, work) = first_attempt(spec);
+        client.create_instance(&record).await?;
         publish::to_stream_acked(
             &client,
             client.subjects().created(&spec.name),
-            &format!("created:{}", instance.work.trace_id),
-            &instance.work,
+            &msg_id::created(&work.trace_id),
+            &work,
         )
         .await?;
     }
@@ -235,12 +180,12 @@ async fn in_the_loop(
         };
         let mut pending = Vec::with_capacity(batch.len());
         for message in batch {
-            let message = message.map_err(|e| anyhow::anyhow!(e))?;
+            let message = message?;
             let work: WorkItem = codec::decode(&message.payload)?;
             let ack = publish::to_stream(
                 &client,
                 client.subjects().result(work.job()),
-                &format!("result:{}", work.trace_id),
+                &msg_id::result(&work.trace_id),
                 &success(&work),
             )
             .await?;
@@ -248,8 +193,8 @@ async fn in_the_loop(
             pending.push((message, ack));
         }
         for (message, ack) in pending {
-            ack.await.map_err(|e| anyhow::anyhow!(e))?;
-            message.ack().await.map_err(|e| anyhow::anyhow!(e))?;
+            ack.await?;
+            message.ack().await?;
         }
     }
     let elapsed = started.elapsed();
@@ -262,7 +207,7 @@ pub async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figur
     let mut figures = Vec::new();
     for (i, graph) in graphs().into_iter().enumerate() {
         let size = format!("{} jobs, {} edges", graph.specs.len(), graph.edges);
-        let (time, released) = decisions(&graph);
+        let (time, released) = dag_decisions(&graph.specs, date());
         if released != graph.specs.len() {
             bail!(
                 "{}: only {released} of {} released",

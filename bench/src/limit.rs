@@ -4,11 +4,11 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use crate::Result;
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures::StreamExt;
 
-use super::Figure;
+use crate::Figure;
 
 const WINDOW: usize = 1024;
 const PAYLOAD: usize = 256;
@@ -28,7 +28,7 @@ pub async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64, f64)>
     let _ = js.delete_stream("BENCH_RAW").await;
     let stream = js
         .create_stream(stream::Config {
-            name: "BENCH_RAW".into(),
+            name: "BENCH_RAW".parse()?,
             subjects: vec!["bench.raw".into()],
             storage: stream::StorageType::File,
             ..Default::default()
@@ -68,7 +68,7 @@ pub async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64, f64)>
         let Some(message) = messages.next().await else {
             break;
         };
-        message?.ack().await.map_err(|e| anyhow::anyhow!(e))?;
+        message?.ack().await?;
         seen += 1;
     }
     let consume = seen as f64 / started.elapsed().as_secs_f64();

@@ -18,7 +18,6 @@ mod throughput;
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use serde::Serialize;
 
 use ax_bus::client::local_server::{find_binary, LocalServer, ServerOptions};
@@ -27,7 +26,18 @@ use ax_bus::codec;
 use ax_bus::messages::JobRecord;
 use ax_bus::spec::JobSpec;
 
-use crate::table;
+/// Why a benchmark could not run: the error it met, with its source.
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+/// A benchmark's outcome.
+pub type Result<T> = std::result::Result<T, BenchError>;
+
+/// Returns early with an error made of the formatted text.
+#[macro_export]
+macro_rules! bail {
+    ($($reason:tt)*) => {
+        return Err(format!($($reason)*).into())
+    };
+}
 
 /// One line of the report.
 #[derive(Clone, Debug, Serialize)]
@@ -46,12 +56,17 @@ pub struct Figure {
 
 /// The whole report.
 #[derive(Debug, Serialize)]
-struct Report {
-    machine: String,
-    nats_server: String,
-    date: String,
-    quick: bool,
-    figures: Vec<Figure>,
+pub struct Report {
+    /// Cores and CPU model.
+    pub machine: String,
+    /// `nats-server --version`.
+    pub nats_server: String,
+    /// When it ran (RFC 3339).
+    pub date: String,
+    /// Whether with `--quick` sizes.
+    pub quick: bool,
+    /// Every figure, in the order measured.
+    pub figures: Vec<Figure>,
 }
 
 /// The sections, in the order they run.
@@ -64,14 +79,15 @@ const SECTIONS: [&str; 6] = [
     "recovery",
 ];
 
-pub async fn run(quick: bool, only: &[String], json: bool) -> Result<()> {
+/// Runs the sections named in `only` (every one when empty) against a nats-server of its own.
+pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     for name in only {
         if !SECTIONS.contains(&name.as_str()) {
-            anyhow::bail!("--only: unknown section `{name}` ({})", SECTIONS.join(", "));
+            bail!("--only: unknown section `{name}` ({})", SECTIONS.join(", "));
         }
     }
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
-    let dir = tempfile::tempdir().context("temporary directory")?;
+    let dir = tempfile::tempdir()?;
     let binary = find_binary()?;
     let version = std::process::Command::new(&binary)
         .arg("--version")
@@ -120,34 +136,13 @@ pub async fn run(quick: bool, only: &[String], json: bool) -> Result<()> {
         eprintln!("recovery: a restarted Scheduler…");
         figures.extend(recovery::measure(&server.url, quick).await?);
     }
-    let report = Report {
+    Ok(Report {
         machine: machine(),
         nats_server: version,
         date: ax_bus::time::rfc3339(ax_bus::time::now()),
         quick,
         figures,
-    };
-    if json {
-        return table::json(&report);
-    }
-    println!(
-        "{} · nats-server {} · {}",
-        report.machine, report.nats_server, report.date
-    );
-    let rows: Vec<Vec<String>> = report
-        .figures
-        .iter()
-        .map(|f| {
-            vec![
-                f.section.to_string(),
-                f.name.clone(),
-                format!("{:.1} {}", f.value, f.unit),
-                f.note.clone(),
-            ]
-        })
-        .collect();
-    table::print(&["SECTION", "MEASURE", "VALUE", "NOTE"], &rows);
-    Ok(())
+    })
 }
 
 /// A client of its own (so its message counts are its own) under `prefix`.
@@ -177,12 +172,12 @@ async fn store_jobs(client: &AxClient, specs: &[JobSpec]) -> Result<()> {
         );
         if acks.len() == 1024 {
             for ack in acks.drain(..) {
-                ack.await.map_err(|e| anyhow::anyhow!(e))?;
+                ack.await?;
             }
         }
     }
     for ack in acks {
-        ack.await.map_err(|e| anyhow::anyhow!(e))?;
+        ack.await?;
     }
     Ok(())
 }

@@ -1,0 +1,194 @@
+//! The deps bucket (`ax_deps`): how each instance of a (job, business date) stands, one key per
+//! instance — `<YYYYMMDD>.<job>.<instance id>` → (attempt, state). The DagCoordinator writes
+//! it; the re-run planner and the executors' `{{deps.<job>.output.<field>}}` read it.
+//!
+//! Why one key per instance and not one per (job, date): a job firing every second has 86,400
+//! instances a day, and a value holding all of them outgrows NATS's 1 MiB payload limit within
+//! hours, while each change rewrote the whole day (quadratic work over the day). A change now
+//! writes one small value. One date's entries are the key pattern `<YYYYMMDD>.>`, one (job,
+//! date)'s `<YYYYMMDD>.<job>.>` (job names are a single token, `[a-z0-9_-]`).
+//!
+//! Each entry lives [`crate::client::provision::HISTORY_MAX_AGE`] from its last change. Values
+//! written by earlier versions (one key per (job, date) holding the whole day) are recognised
+//! ([`StoredKey::LegacyDay`]) and folded in; the DagCoordinator rewrites them when it takes the
+//! lead.
+
+use std::collections::BTreeMap;
+
+use chrono::NaiveDate;
+
+use crate::client::kv_view::KvFeed;
+use crate::client::{AxClient, ClientError};
+use crate::codec::{self, CodecError};
+use crate::ids::{InstanceId, JobName};
+use crate::instance::State;
+use crate::messages::DateInstances;
+
+/// A job and a business date.
+pub type DayKey = (JobName, NaiveDate);
+
+/// Everything stored, by (job, date).
+pub type Days = BTreeMap<DayKey, DateInstances>;
+
+const DATE_FORMAT: &str = "%Y%m%d";
+
+/// The key of one instance's entry.
+pub fn entry_key(job: &JobName, date: NaiveDate, instance_id: &InstanceId) -> String {
+    format!("{}.{job}.{instance_id}", date.format(DATE_FORMAT))
+}
+
+/// What a key of the bucket names: one instance's entry, or (legacy) a whole day.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoredKey {
+    /// An instance of a (job, date).
+    Entry(DayKey, InstanceId),
+    /// A whole (job, date), as versions before per-instance entries stored it.
+    LegacyDay(DayKey),
+}
+
+/// The inverse of [`entry_key`]; also recognises legacy day keys.
+pub fn parse_key(key: &str) -> Option<StoredKey> {
+    let mut parts = key.splitn(3, '.');
+    let date = NaiveDate::parse_from_str(parts.next()?, DATE_FORMAT).ok()?;
+    let job = JobName::parse(parts.next()?).ok()?;
+    Some(match parts.next() {
+        Some(instance) => StoredKey::Entry((job, date), InstanceId::parse(instance).ok()?),
+        None => StoredKey::LegacyDay((job, date)),
+    })
+}
+
+/// Encodes one entry's value.
+pub fn encode_entry(attempt: u32, state: State) -> Result<bytes::Bytes, CodecError> {
+    codec::encode(&(attempt, state))
+}
+
+/// Folds stored keys and values into days; what does not decode is logged and skipped.
+pub fn fold(stored: Vec<(String, bytes::Bytes, u64)>) -> Days {
+    let mut days = Days::new();
+    for (key, value, _) in stored {
+        match parse_key(&key) {
+            Some(StoredKey::Entry(day, instance)) => match codec::decode::<(u32, State)>(&value) {
+                Ok(entry) => {
+                    days.entry(day)
+                        .or_default()
+                        .instances
+                        .insert(instance, entry);
+                }
+                Err(e) => tracing::error!(%key, error = %e, "undecodable deps entry ignored"),
+            },
+            Some(StoredKey::LegacyDay(day)) => match codec::decode::<DateInstances>(&value) {
+                Ok(legacy) => {
+                    let instances = &mut days.entry(day).or_default().instances;
+                    for (instance, entry) in legacy.instances {
+                        // A per-instance entry is newer than the legacy day.
+                        instances.entry(instance).or_insert(entry);
+                    }
+                }
+                Err(e) => tracing::error!(%key, error = %e, "undecodable deps day ignored"),
+            },
+            None => tracing::error!(%key, "deps key of no known form ignored"),
+        }
+    }
+    days
+}
+
+impl AxClient {
+    /// The raw entries of the deps bucket whose keys match `pattern`.
+    pub async fn deps_entries(
+        &self,
+        pattern: &str,
+    ) -> Result<Vec<(String, bytes::Bytes, u64)>, ClientError> {
+        Ok(KvFeed::open(&self.js, &self.layout.deps_bucket(), pattern)
+            .await?
+            .snapshot()
+            .await?)
+    }
+
+    /// Every job's instances for `date`.
+    pub async fn deps_of_date(&self, date: NaiveDate) -> Result<Days, ClientError> {
+        let pattern = format!("{}.>", date.format(DATE_FORMAT));
+        Ok(fold(self.deps_entries(&pattern).await?))
+    }
+
+    /// The instances of `job` for `date`.
+    pub async fn deps_of_day(
+        &self,
+        job: &JobName,
+        date: NaiveDate,
+    ) -> Result<DateInstances, ClientError> {
+        let pattern = format!("{}.{job}.>", date.format(DATE_FORMAT));
+        Ok(fold(self.deps_entries(&pattern).await?)
+            .remove(&(job.clone(), date))
+            .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn date() -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 11, 29).unwrap()
+    }
+
+    fn job(name: &str) -> JobName {
+        JobName::parse(name).unwrap()
+    }
+
+    fn id(text: &str) -> InstanceId {
+        InstanceId::parse(text).unwrap()
+    }
+
+    #[test]
+    fn keys_round_trip_with_shard_ids_and_recognise_legacy_days() {
+        let key = entry_key(&job("stat"), date(), &id("stat.20261129T000000000Z.s3"));
+        assert_eq!(key, "20261129.stat.stat.20261129T000000000Z.s3");
+        assert_eq!(
+            parse_key(&key),
+            Some(StoredKey::Entry(
+                (job("stat"), date()),
+                id("stat.20261129T000000000Z.s3")
+            ))
+        );
+        assert_eq!(
+            parse_key("20261129.stat"),
+            Some(StoredKey::LegacyDay((job("stat"), date())))
+        );
+        assert_eq!(parse_key("2026-11-29.stat"), None);
+        assert_eq!(parse_key("20261129..x"), None);
+        assert_eq!(parse_key("20261129.stat."), None);
+    }
+
+    #[test]
+    fn entries_win_over_a_legacy_day_and_bad_values_are_skipped() {
+        let legacy = DateInstances {
+            instances: [
+                (id("stat.a"), (1, State::Running)),
+                (id("stat.b"), (1, State::Success)),
+            ]
+            .into(),
+        };
+        let stored = vec![
+            (
+                "20261129.stat".to_string(),
+                codec::encode(&legacy).unwrap(),
+                1,
+            ),
+            (
+                "20261129.stat.stat.a".to_string(),
+                encode_entry(2, State::Failed).unwrap(),
+                2,
+            ),
+            (
+                "20261129.stat.stat.c".to_string(),
+                bytes::Bytes::from_static(b"\xc1"),
+                3,
+            ),
+        ];
+        let days = fold(stored);
+        let day = &days[&(job("stat"), date())].instances;
+        assert_eq!(day.len(), 2);
+        assert_eq!(day["stat.a"], (2, State::Failed));
+        assert_eq!(day["stat.b"], (1, State::Success));
+    }
+}

@@ -70,14 +70,8 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
     let node = Node::start(
         client.clone(),
         NodeConfig {
-            name: local.clone(),
-            roles: parse_roles("all").map_err(anyhow::Error::msg)?,
             worker: WorkerConfig {
-                id: local,
                 slots: args.slots.max(1),
-                tags: Vec::new(),
-                reserved: Default::default(),
-                test_stall: None,
                 executors: ExecutorsConfig {
                     // A SQLite database for the sql executor's demo jobs.
                     databases: [(
@@ -88,14 +82,9 @@ pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<
                     plugin_dir: args.plugin_dir.clone(),
                     python: "python3".into(),
                 },
-                dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
-                data_dir: data_dir.join("worker"),
+                ..WorkerConfig::new(local.clone(), data_dir.join("worker"))
             },
-            scheduler_loaded: None,
-            max_clock_skew: Some(ax_actors::node::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
-            alert_webhook: None,
-            stall_after: ax_actors::node::watchdog::DEFAULT_STALL_AFTER,
-            router: Default::default(),
+            ..NodeConfig::new(local, parse_roles("all")?, data_dir.join("worker"))
         },
         Arc::new(SystemClock),
     )?;

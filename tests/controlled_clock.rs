@@ -36,23 +36,17 @@ async fn start(
     let node = Node::start(
         client.clone(),
         NodeConfig {
-            name: support::node("clocked"),
-            roles: parse_roles(roles).unwrap(),
             worker: WorkerConfig {
-                id: support::node("clocked"),
                 slots: 1,
-                tags: vec![],
-                reserved: Default::default(),
-                test_stall: None,
-                executors: Default::default(),
-                dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
-                data_dir: dir.to_path_buf(),
+                ..WorkerConfig::new(support::node("clocked"), dir.to_path_buf())
             },
             scheduler_loaded: Some(loaded_tx),
             max_clock_skew: None,
-            alert_webhook: None,
-            stall_after: ax_actors::node::watchdog::DEFAULT_STALL_AFTER,
-            router: Default::default(),
+            ..NodeConfig::new(
+                support::node("clocked"),
+                parse_roles(roles).unwrap(),
+                dir.to_path_buf(),
+            )
         },
         Arc::new(clock.clone()),
     )

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use ax_bus::client::Updated;
 use ax_bus::instance::{AttemptEnd, State, Tag, TransitionRefused};
-use ax_bus::messages::{ResultMessage, StoredRecord, WorkItem};
+use ax_bus::messages::{AlertKind, ResultMessage, StoredRecord, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::AxClient;
 
@@ -82,7 +82,7 @@ pub async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), ActorErr
         publish::instance_alert(
             client,
             &end.worker,
-            "timeout",
+            AlertKind::Timeout,
             format!(
                 "attempt {} of instance {} timed out: {}",
                 work.attempt, work.instance_id, end.message
@@ -95,7 +95,7 @@ pub async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), ActorErr
         publish::instance_alert(
             client,
             &end.worker,
-            "failure",
+            AlertKind::Failure,
             format!(
                 "instance {} failed for good after attempt {}: {}: {}",
                 work.instance_id,

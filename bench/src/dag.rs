@@ -138,12 +138,13 @@ async fn in_the_loop(
         AxClient::from_client(nats.clone(), Layout::new(Subjects::new(prefix), Some(1))).await?;
     crate::store_jobs(&client, &graph.specs).await?;
     let ready_spec = ConsumerSpec {
-        stream: client.layout.flow_stream(),
-        durable: "bench-ready".into(),
-        filter: client.subjects().ready_all(),
         ack_wait: Duration::from_secs(60),
         max_ack_pending: 4096,
-        max_deliver: -1,
+        ..ConsumerSpec::new(
+            client.layout.flow_stream(),
+            "bench-ready",
+            client.subjects().ready_all(),
+        )
     };
     let mut ready = consume::messages(&client, &ready_spec, 512)
         .await?

@@ -209,12 +209,12 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
         .subscribe(client.subjects().dispatch_all())
         .await?;
     let spec = ConsumerSpec {
-        stream: client.layout.flow_stream(),
-        durable: "forwarder".into(),
-        filter: client.subjects().ready(Priority::Normal),
-        ack_wait: Duration::from_secs(30),
         max_ack_pending: 4 * BATCH as i64,
-        max_deliver: -1,
+        ..ConsumerSpec::new(
+            client.layout.flow_stream(),
+            "forwarder",
+            client.subjects().ready(Priority::Normal),
+        )
     };
     let arbiter = actix::Arbiter::new();
     let forwarder: NodeId = "forwarder".parse()?;
@@ -290,22 +290,10 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
     let node = Node::start(
         client_for(url, prefix).await?,
         NodeConfig {
-            name: "rt".parse()?,
-            roles: parse_roles("router")?,
             worker: WorkerConfig {
-                id: "unused".parse()?,
                 slots: 1,
-                tags: vec![],
-                reserved: Default::default(),
-                test_stall: None,
-                executors: Default::default(),
-                dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
-                data_dir: scratch.path().to_path_buf(),
+                ..WorkerConfig::new("rt".parse()?, scratch.path().to_path_buf())
             },
-            scheduler_loaded: None,
-            max_clock_skew: Some(ax_actors::node::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
-            alert_webhook: None,
-            stall_after: ax_actors::node::watchdog::DEFAULT_STALL_AFTER,
             router: RouterConfig {
                 // Acknowledgements come from the bench, perhaps late under load: the
                 // measurement must not see re-dispatches.
@@ -313,6 +301,11 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
                 worker_ttl: Duration::from_secs(600),
                 ..Default::default()
             },
+            ..NodeConfig::new(
+                "rt".parse()?,
+                parse_roles("router")?,
+                scratch.path().to_path_buf(),
+            )
         },
         Arc::new(SystemClock),
     )?;

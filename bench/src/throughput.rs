@@ -45,23 +45,15 @@ pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
     let node = Node::start(
         client.clone(),
         NodeConfig {
-            name: "bench".parse()?,
-            roles: parse_roles("all")?,
             worker: WorkerConfig {
-                id: "bench".parse()?,
                 slots: 512,
-                tags: vec![],
-                reserved: Default::default(),
-                test_stall: None,
-                executors: Default::default(),
-                dispatch_ack_wait: ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT,
-                data_dir: scratch.path().to_path_buf(),
+                ..WorkerConfig::new("bench".parse()?, scratch.path().to_path_buf())
             },
-            scheduler_loaded: None,
-            max_clock_skew: Some(ax_actors::node::clock_guard::DEFAULT_MAX_CLOCK_SKEW),
-            alert_webhook: None,
-            stall_after: ax_actors::node::watchdog::DEFAULT_STALL_AFTER,
-            router: Default::default(),
+            ..NodeConfig::new(
+                "bench".parse()?,
+                parse_roles("all")?,
+                scratch.path().to_path_buf(),
+            )
         },
         Arc::new(SystemClock),
     )?;

@@ -559,11 +559,71 @@ impl ResultMessage {
 /// Lifecycle event payload.
 pub type EventMessage = InstanceRecord;
 
+/// What an alert is about: the last token of `ax.alert.<kind>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertKind {
+    /// An instance failed for good (no retry left).
+    Failure,
+    /// An attempt ran past its timeout.
+    Timeout,
+    /// An instance failed for good, or a message reached its maximum deliveries.
+    DeadLetter,
+    /// A node's clock is off the NATS server's, or back.
+    ClockSkew,
+    /// A malformed or refused control command.
+    Control,
+    /// A malformed dispatch.
+    Dispatch,
+    /// A malformed message between the Scheduler, the DagCoordinator and the Router.
+    Flow,
+    /// A malformed alert (the webhook forwarder's own input).
+    Alert,
+    /// An outcome that could not be made durable on its worker.
+    Outbox,
+    /// An instance whose creator stopped before handing it on.
+    Orphan,
+    /// A worker declared dead; its attempts are handed over.
+    Worker,
+    /// An actor or one of its pumps made no progress for the stall limit.
+    ActorStalled,
+    /// A kind written by a newer ax.
+    #[serde(other)]
+    Other,
+}
+
+impl AlertKind {
+    /// The kind as written on the wire and in the subject.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::Failure => "failure",
+            AlertKind::Timeout => "timeout",
+            AlertKind::DeadLetter => "dead_letter",
+            AlertKind::ClockSkew => "clock_skew",
+            AlertKind::Control => "control",
+            AlertKind::Dispatch => "dispatch",
+            AlertKind::Flow => "flow",
+            AlertKind::Alert => "alert",
+            AlertKind::Outbox => "outbox",
+            AlertKind::Orphan => "orphan",
+            AlertKind::Worker => "worker",
+            AlertKind::ActorStalled => "actor_stalled",
+            AlertKind::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for AlertKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Something an operator should see, published on `ax.alert.<kind>`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Alert {
-    /// `failure`, `timeout`, `dead_letter`, `clock_skew`, `control`, `dispatch`, `outbox`, ...
-    pub kind: String,
+    /// What it is about.
+    pub kind: AlertKind,
     /// What happened.
     pub message: String,
     /// The node that saw it.

@@ -33,7 +33,7 @@ use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::ids::{InstanceId, NodeId};
 use ax_bus::instance::{State, Tag, Trigger};
-use ax_bus::messages::{JobRecord, ResultMessage, SplitPlan, Waiting, WorkItem};
+use ax_bus::messages::{AlertKind, JobRecord, ResultMessage, SplitPlan, Waiting, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::spec::JobSpec;
 use ax_bus::{codec, AxClient, InstanceRecord};
@@ -128,28 +128,31 @@ impl Coordinator {
         }
         self.restore().await?;
         let created = ConsumerSpec {
-            stream: client.layout.flow_stream(),
-            durable: "dag-created".into(),
-            filter: client.subjects().created_all(),
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
-            max_deliver: -1,
+            ..ConsumerSpec::new(
+                client.layout.flow_stream(),
+                "dag-created",
+                client.subjects().created_all(),
+            )
         };
         let results = ConsumerSpec {
-            stream: client.layout.results_stream(),
-            durable: "dag-results".into(),
-            filter: client.subjects().result_all(),
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
-            max_deliver: -1,
+            ..ConsumerSpec::new(
+                client.layout.results_stream(),
+                "dag-results",
+                client.subjects().result_all(),
+            )
         };
         let splits = ConsumerSpec {
-            stream: client.layout.flow_stream(),
-            durable: "dag-split".into(),
-            filter: client.subjects().split_all(),
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
-            max_deliver: -1,
+            ..ConsumerSpec::new(
+                client.layout.flow_stream(),
+                "dag-split",
+                client.subjects().split_all(),
+            )
         };
         let mut splits = consume::messages(&client, &splits, BATCH)
             .await?
@@ -175,7 +178,7 @@ impl Coordinator {
                     let mut sources = Vec::with_capacity(batch.len());
                     for message in batch {
                         let message = message.during(|| "created consumer")?;
-                        if let Some(work) = consume::decode_or_dead_letter::<WorkItem>(&client, &self.node, "flow", &message).await {
+                        if let Some(work) = consume::decode_or_dead_letter::<WorkItem>(&client, &self.node, AlertKind::Flow, &message).await {
                             actions.extend(self.state.on_created(work, now));
                         }
                         sources.push(message);
@@ -189,7 +192,7 @@ impl Coordinator {
                     let mut sources = Vec::with_capacity(batch.len());
                     for message in batch {
                         let message = message.during(|| "split consumer")?;
-                        if let Some(plan) = consume::decode_or_dead_letter::<SplitPlan>(&client, &self.node, "flow", &message).await {
+                        if let Some(plan) = consume::decode_or_dead_letter::<SplitPlan>(&client, &self.node, AlertKind::Flow, &message).await {
                             actions.extend(self.state.on_split(plan.parent, plan.children));
                         }
                         sources.push(message);

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 
 use ax_bus::error::NatsError;
 use ax_bus::ids::NodeId;
+use ax_bus::messages::AlertKind;
 use ax_bus::{codec, dead_letter, AxClient};
 
 use crate::ActorError;
@@ -44,6 +45,21 @@ pub struct ConsumerSpec {
     pub max_ack_pending: i64,
     /// Deliveries after which JetStream gives up on a message (-1: never).
     pub max_deliver: i64,
+}
+
+impl ConsumerSpec {
+    /// A consumer `durable` of `stream` filtered on `filter`, with the defaults: 30 s ack wait,
+    /// 1024 messages unacked at most, redelivered without limit.
+    pub fn new(stream: String, durable: impl Into<String>, filter: String) -> Self {
+        Self {
+            stream,
+            durable: durable.into(),
+            filter,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 1024,
+            max_deliver: -1,
+        }
+    }
 }
 
 /// Deliveries that make a dispatch or a control command a poison message.
@@ -102,7 +118,7 @@ pub async fn messages(
 pub async fn decode_or_dead_letter<T: DeserializeOwned>(
     client: &AxClient,
     node: &NodeId,
-    kind: &str,
+    kind: AlertKind,
     message: &jetstream::Message,
 ) -> Option<T> {
     match codec::decode(&message.payload) {

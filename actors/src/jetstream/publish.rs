@@ -9,7 +9,7 @@ use serde::Serialize;
 use async_nats::HeaderMap;
 use ax_bus::error::During;
 use ax_bus::ids::{NodeId, TraceId};
-use ax_bus::messages::{Alert, WorkItem};
+use ax_bus::messages::{Alert, AlertKind, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::{codec, dead_letter};
 use ax_bus::{AxClient, InstanceRecord, Tag};
@@ -111,7 +111,7 @@ pub async fn failed_for_good(
     instance_alert(
         client,
         node,
-        "dead_letter",
+        AlertKind::DeadLetter,
         format!(
             "instance {} moved to the dead letters: {reason}",
             work.instance_id
@@ -181,14 +181,14 @@ pub async fn event(client: &AxClient, record: &InstanceRecord) {
 pub async fn alert(
     client: &AxClient,
     node: &NodeId,
-    kind: &str,
+    kind: AlertKind,
     message: String,
     subject: Option<String>,
 ) {
     raise(
         client,
         Alert {
-            kind: kind.to_string(),
+            kind,
             message,
             node: node.clone(),
             at: ax_bus::time::now(),
@@ -204,14 +204,14 @@ pub async fn alert(
 pub async fn instance_alert(
     client: &AxClient,
     node: &NodeId,
-    kind: &str,
+    kind: AlertKind,
     message: String,
     work: &WorkItem,
 ) {
     raise(
         client,
         Alert {
-            kind: kind.to_string(),
+            kind,
             message,
             node: node.clone(),
             at: ax_bus::time::now(),
@@ -234,7 +234,7 @@ async fn raise(client: &AxClient, alert: Alert) {
         let _ = client
             .nats
             .publish_with_headers(
-                client.subjects().alert(&alert.kind),
+                client.subjects().alert(alert.kind.as_str()),
                 codec::msgpack_headers(),
                 payload,
             )

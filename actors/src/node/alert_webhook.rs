@@ -15,7 +15,7 @@ use futures::StreamExt;
 
 use ax_bus::error::During;
 use ax_bus::ids::NodeId;
-use ax_bus::messages::Alert;
+use ax_bus::messages::{Alert, AlertKind};
 use ax_bus::AxClient;
 
 use crate::jetstream::consume::{self, ConsumerSpec};
@@ -44,18 +44,21 @@ pub async fn forward(
         .build()
         .during(|| "webhook client")?;
     let spec = ConsumerSpec {
-        stream: client.layout.alerts_stream(),
-        durable: "alert-webhook".into(),
-        filter: String::new(),
         ack_wait: config.timeout + Duration::from_secs(10),
         max_ack_pending: 1,
         max_deliver: consume::POISON_DELIVERIES,
+        ..ConsumerSpec::new(
+            client.layout.alerts_stream(),
+            "alert-webhook",
+            String::new(),
+        )
     };
     let mut messages = consume::messages(&client, &spec, 1).await?;
     while let Some(message) = messages.next().await {
         let message = message.during(|| "alert consumer")?;
         let Some(alert) =
-            consume::decode_or_dead_letter::<Alert>(&client, &node, "alert", &message).await
+            consume::decode_or_dead_letter::<Alert>(&client, &node, AlertKind::Alert, &message)
+                .await
         else {
             continue;
         };

@@ -22,6 +22,7 @@ use ax_bus::error::During;
 use ax_bus::error::NatsError;
 use ax_bus::error::Reason;
 use ax_bus::ids::NodeId;
+use ax_bus::messages::AlertKind;
 use ax_bus::AxClient;
 
 use crate::jetstream::publish;
@@ -160,7 +161,7 @@ impl ClockGuard {
                         publish::alert(
                             &client,
                             &node,
-                            "clock_skew",
+                            AlertKind::ClockSkew,
                             format!(
                                 "clock of node {node} is {} ms off the NATS server's (± {} ms), more than the {} s allowed: its Scheduler stops firing and its worker refuses dispatches until it is back",
                                 offset.millis,
@@ -175,7 +176,7 @@ impl ClockGuard {
                         publish::alert(
                             &client,
                             &node,
-                            "clock_skew",
+                            AlertKind::ClockSkew,
                             format!(
                                 "clock of node {node} is back within {} s of the NATS server's ({} ms ± {} ms)",
                                 self.limit().as_secs_f64(),

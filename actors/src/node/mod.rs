@@ -14,6 +14,7 @@ pub mod watchdog;
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +22,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use ax_bus::ids::NodeId;
+use ax_bus::messages::AlertKind;
 use ax_bus::AxClient;
 
 use crate::dag::DagCoordinator;
@@ -81,19 +83,33 @@ impl fmt::Display for Role {
     }
 }
 
+/// Why a list of roles is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RoleError {
+    /// A name that is no role.
+    #[error("unknown role `{0}` (scheduler, dag, router, worker, reporter)")]
+    Unknown(String),
+    /// An empty list.
+    #[error("no role given")]
+    None,
+    /// A reporter without its worker.
+    #[error("role `reporter` reports a worker's outcomes and needs `worker` on the same node")]
+    ReporterWithoutWorker,
+}
+
 impl FromStr for Role {
-    type Err = String;
+    type Err = RoleError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Role::ALL
             .into_iter()
             .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("unknown role `{s}` (scheduler, dag, router, worker, reporter)"))
+            .ok_or_else(|| RoleError::Unknown(s.to_string()))
     }
 }
 
 /// Parses `scheduler,dag,...` (or `all`), adding `reporter` to `worker`.
-pub fn parse_roles(text: &str) -> Result<BTreeSet<Role>, String> {
+pub fn parse_roles(text: &str) -> Result<BTreeSet<Role>, RoleError> {
     let mut roles = BTreeSet::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if part == "all" {
@@ -103,13 +119,10 @@ pub fn parse_roles(text: &str) -> Result<BTreeSet<Role>, String> {
         }
     }
     if roles.is_empty() {
-        return Err("no role given".into());
+        return Err(RoleError::None);
     }
     if roles.contains(&Role::Reporter) && !roles.contains(&Role::Worker) {
-        return Err(
-            "role `reporter` reports a worker's outcomes and needs `worker` on the same node"
-                .into(),
-        );
+        return Err(RoleError::ReporterWithoutWorker);
     }
     if roles.contains(&Role::Worker) {
         roles.insert(Role::Reporter);
@@ -137,6 +150,24 @@ pub struct NodeConfig {
     pub alert_webhook: Option<WebhookConfig>,
     /// How long an actor may leave the watchdog's ping unanswered before it counts as stalled.
     pub stall_after: Duration,
+}
+
+impl NodeConfig {
+    /// A node named `name` running `roles`, its worker (if any) named after it and keeping its
+    /// files in `data_dir`, everything else by default: the clock guard at its default limit,
+    /// no webhook, the default stall limit and Router settings.
+    pub fn new(name: NodeId, roles: BTreeSet<Role>, data_dir: PathBuf) -> Self {
+        Self {
+            worker: WorkerConfig::new(name.clone(), data_dir),
+            name,
+            roles,
+            router: RouterConfig::default(),
+            scheduler_loaded: None,
+            max_clock_skew: Some(clock_guard::DEFAULT_MAX_CLOCK_SKEW),
+            alert_webhook: None,
+            stall_after: watchdog::DEFAULT_STALL_AFTER,
+        }
+    }
 }
 
 /// Running actors; stopped on [`Node::stop`] or drop.
@@ -253,7 +284,8 @@ impl Node {
                 let (client, name) = (client.clone(), name.clone());
                 async move {
                     let message = format!("actor {actor} left a ping unanswered for {silent:?}");
-                    let raised = publish::alert(&client, &name, "actor_stalled", message, None);
+                    let raised =
+                        publish::alert(&client, &name, AlertKind::ActorStalled, message, None);
                     let _ = tokio::time::timeout(ALERT_BEFORE_EXIT, raised).await;
                 }
             },
@@ -326,11 +358,13 @@ mod tests {
         assert_eq!(parse_roles("all").unwrap().len(), 5);
         let roles = parse_roles("scheduler, worker").unwrap();
         assert!(roles.contains(&Role::Reporter));
-        assert!(parse_roles("reporter")
-            .unwrap_err()
-            .contains("needs `worker`"));
+        assert_eq!(
+            parse_roles("reporter"),
+            Err(RoleError::ReporterWithoutWorker)
+        );
         assert!(parse_roles("scheduler,admin")
             .unwrap_err()
+            .to_string()
             .contains("unknown role `admin`"));
         assert!(parse_roles("").is_err());
     }

@@ -9,8 +9,6 @@
 //! tag `dead_letter`, so the instance takes its retry (or fails for good) instead of waiting
 //! forever for a delivery that will not come.
 
-use std::time::Duration;
-
 use async_nats::jetstream::{stream::LastRawMessageErrorKind, AckKind};
 use futures::StreamExt;
 use serde::Deserialize;
@@ -19,7 +17,7 @@ use ax_bus::error::During;
 use ax_bus::error::NatsError;
 use ax_bus::ids::NodeId;
 use ax_bus::instance::{AttemptEnd, Tag};
-use ax_bus::messages::WorkItem;
+use ax_bus::messages::{AlertKind, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::{codec, dead_letter, AxClient};
 
@@ -41,12 +39,12 @@ struct MaxDeliveries {
 /// Keeps dead letters until the consumer ends.
 pub async fn keep(client: AxClient, node: NodeId) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
-        stream: client.layout.advisories_stream(),
-        durable: "dead-letter-keeper".into(),
-        filter: String::new(),
-        ack_wait: Duration::from_secs(30),
         max_ack_pending: 16,
-        max_deliver: -1,
+        ..ConsumerSpec::new(
+            client.layout.advisories_stream(),
+            "dead-letter-keeper",
+            String::new(),
+        )
     };
     let mut messages = consume::messages(&client, &spec, 16).await?;
     while let Some(message) = messages.next().await {
@@ -135,7 +133,7 @@ async fn bury(
     publish::alert(
         client,
         node,
-        "dead_letter",
+        AlertKind::DeadLetter,
         format!(
             "message {} of {} moved to the dead letters: {reason}",
             advisory.stream_seq, advisory.stream

@@ -25,7 +25,7 @@ use ax_bus::client::Updated;
 use ax_bus::error::NatsError;
 use ax_bus::ids::{InstanceId, TraceId, WorkerId};
 use ax_bus::instance::Tag;
-use ax_bus::messages::{ResultMessage, WorkItem, WorkerInfo};
+use ax_bus::messages::{AlertKind, ResultMessage, WorkItem, WorkerInfo};
 use ax_bus::msg_id;
 use ax_bus::spec::Priority;
 use ax_bus::{codec, State};
@@ -82,7 +82,7 @@ async fn handle_dead(
     publish::alert(
         &shared.client,
         &shared.node,
-        "worker",
+        AlertKind::Worker,
         format!(
             "worker {worker} has sent no heartbeat for {:?}; handing over its attempts",
             shared.config.worker_ttl

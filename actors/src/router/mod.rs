@@ -31,7 +31,7 @@ use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::ids::{DispatchId, NodeId, WorkerId};
-use ax_bus::messages::{DispatchAck, QueueState, WorkItem, WorkerInfo};
+use ax_bus::messages::{AlertKind, DispatchAck, QueueState, WorkItem, WorkerInfo};
 use ax_bus::msg_id;
 use ax_bus::spec::Priority;
 use ax_bus::{codec, AxClient};
@@ -227,12 +227,12 @@ async fn route(
 ) -> Result<(), ActorError> {
     let client = shared.client.clone();
     let spec = ConsumerSpec {
-        stream: client.layout.flow_stream(),
-        durable: format!("router-ready-{}", priority.as_str()),
-        filter: client.subjects().ready(priority),
-        ack_wait: Duration::from_secs(30),
         max_ack_pending: 4 * BATCH as i64,
-        max_deliver: -1,
+        ..ConsumerSpec::new(
+            client.layout.flow_stream(),
+            format!("router-ready-{}", priority.as_str()),
+            client.subjects().ready(priority),
+        )
     };
     let mut batches = consume::messages(&client, &spec, BATCH)
         .await?
@@ -250,9 +250,13 @@ async fn route(
         let mut pending = Vec::with_capacity(batch.len());
         for message in batch {
             let message = message.during(|| "ready consumer")?;
-            let Some(work) =
-                consume::decode_or_dead_letter::<WorkItem>(&client, &shared.node, "flow", &message)
-                    .await
+            let Some(work) = consume::decode_or_dead_letter::<WorkItem>(
+                &client,
+                &shared.node,
+                AlertKind::Flow,
+                &message,
+            )
+            .await
             else {
                 continue;
             };

@@ -444,12 +444,12 @@ async fn follow_registry(client: AxClient, addr: Addr<Scheduler>) -> Result<(), 
 /// as their result): each becomes a retry timer.
 async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
-        stream: client.layout.flow_stream(),
-        durable: "scheduler-retries".into(),
-        filter: client.subjects().retry_all(),
-        ack_wait: Duration::from_secs(30),
         max_ack_pending: 10_000,
-        max_deliver: -1,
+        ..ConsumerSpec::new(
+            client.layout.flow_stream(),
+            "scheduler-retries",
+            client.subjects().retry_all(),
+        )
     };
     let mut messages = consume::messages(&client, &spec, 256).await?;
     while let Some(message) = messages.next().await {

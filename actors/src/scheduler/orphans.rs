@@ -29,7 +29,7 @@ use std::time::Duration;
 use ax_bus::client::provision::DUPLICATE_WINDOW;
 use ax_bus::error::During;
 use ax_bus::ids::NodeId;
-use ax_bus::messages::WorkItem;
+use ax_bus::messages::{AlertKind, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, State, Tag};
@@ -112,7 +112,7 @@ pub async fn check(
             "instance {id} is still queued {}s after its creation and was not handed on: {why}",
             age.as_secs()
         );
-        publish::instance_alert(client, node, "orphan", message.clone(), &work).await;
+        publish::instance_alert(client, node, AlertKind::Orphan, message.clone(), &work).await;
         return Ok(Verdict::Flagged(message));
     }
     let (subject, msg_id) = if instance.skip_coordinator {
@@ -136,7 +136,7 @@ pub async fn check(
     publish::instance_alert(
         client,
         node,
-        "orphan",
+        AlertKind::Orphan,
         format!(
             "instance {id} was created {}s ago by a Scheduler that stopped before handing it on; adopted by {node}",
             age.as_secs()

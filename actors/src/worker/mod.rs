@@ -40,7 +40,9 @@ use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::ids::{DispatchId, InstanceId, TraceId, WorkerId};
 use ax_bus::instance::{AttemptEnd, Tag};
-use ax_bus::messages::{DispatchAck, Reserved, RunningAttempt, StoredRecord, WorkItem, WorkerInfo};
+use ax_bus::messages::{
+    AlertKind, DispatchAck, Reserved, RunningAttempt, StoredRecord, WorkItem, WorkerInfo,
+};
 use ax_bus::spec::Priority;
 use ax_bus::{codec, AxClient};
 
@@ -89,6 +91,23 @@ pub struct WorkerConfig {
     pub test_stall: Option<Duration>,
     /// Databases, plugin directory and interpreter of the executors.
     pub executors: ExecutorsConfig,
+}
+
+impl WorkerConfig {
+    /// A worker named `id` keeping its files in `data_dir`, with the defaults: 4 slots, no tag,
+    /// no reserved slot, the default dispatch ack wait and executors.
+    pub fn new(id: WorkerId, data_dir: PathBuf) -> Self {
+        Self {
+            id,
+            slots: 4,
+            reserved: Reserved::default(),
+            tags: Vec::new(),
+            data_dir,
+            dispatch_ack_wait: DEFAULT_DISPATCH_ACK_WAIT,
+            test_stall: None,
+            executors: ExecutorsConfig::default(),
+        }
+    }
 }
 
 /// Attempt durations of the last five minutes.
@@ -288,12 +307,14 @@ async fn take_dispatches(
     let client = &attempts.client;
     let id = &attempts.config.id;
     let spec = ConsumerSpec {
-        stream: client.layout.dispatch_stream(),
-        durable: format!("worker-{id}-{}", priority.as_str()),
-        filter: client.subjects().dispatch(id, priority),
         ack_wait: attempts.config.dispatch_ack_wait,
         max_ack_pending: i64::from(attempts.slots.limit(priority)),
         max_deliver: consume::POISON_DELIVERIES,
+        ..ConsumerSpec::new(
+            client.layout.dispatch_stream(),
+            format!("worker-{id}-{}", priority.as_str()),
+            client.subjects().dispatch(id, priority),
+        )
     };
     if reclaim {
         reclaim_dispatches(client, &spec).await?;
@@ -430,7 +451,8 @@ impl Attempts {
         let client = &self.client;
         let me = &self.config.id;
         let Some(mut work) =
-            consume::decode_or_dead_letter::<WorkItem>(client, me, "dispatch", &message).await
+            consume::decode_or_dead_letter::<WorkItem>(client, me, AlertKind::Dispatch, &message)
+                .await
         else {
             return;
         };
@@ -561,7 +583,7 @@ impl Attempts {
             publish::alert(
                 client,
                 me,
-                "outbox",
+                AlertKind::Outbox,
                 format!("outcome of {trace} not durable ({e}); reporting it directly"),
                 None,
             )

@@ -14,7 +14,6 @@ pub mod backfill;
 pub mod rerun;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_nats::jetstream::{self, kv::CreateErrorKind, kv::UpdateErrorKind, AckKind};
 use chrono::NaiveDate;
@@ -26,8 +25,9 @@ use ax_bus::error::NatsError;
 use ax_bus::ids::{JobName, NodeId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{
-    commands, ApplyRequest, BackfillRequest, Change, ControlReply, JobChange, JobNameRequest,
-    JobRecord, PlanStep, QueueRequest, QueueState, RerunRequest, TriggerRequest, REPLY_TO_HEADER,
+    commands, AlertKind, ApplyRequest, BackfillRequest, Change, ControlReply, JobChange,
+    JobNameRequest, JobRecord, PlanStep, QueueRequest, QueueState, RerunRequest, TriggerRequest,
+    REPLY_TO_HEADER,
 };
 use ax_bus::{codec, spec, AxClient};
 
@@ -41,12 +41,13 @@ use crate::jetstream::publish;
 /// Serves control commands until the subscription ends.
 pub async fn serve(client: AxClient, creator: Creator, node: NodeId) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
-        stream: client.layout.control_stream(),
-        durable: "scheduler-control".into(),
-        filter: client.subjects().control_all(),
-        ack_wait: Duration::from_secs(30),
         max_ack_pending: 64,
         max_deliver: consume::POISON_DELIVERIES,
+        ..ConsumerSpec::new(
+            client.layout.control_stream(),
+            "scheduler-control",
+            client.subjects().control_all(),
+        )
     };
     let mut messages = consume::messages(&client, &spec, 16).await?;
     while let Some(message) = messages.next().await {
@@ -139,7 +140,7 @@ async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &j
         publish::alert(
             client,
             node,
-            "control",
+            AlertKind::Control,
             format!("refused control message: {}", reply.errors.join("; ")),
             Some(message.subject.to_string()),
         )

@@ -52,6 +52,9 @@ pub enum ActorError {
     /// Local storage failed.
     #[error("local storage: {0}")]
     Io(#[from] std::io::Error),
+    /// An actor's mailbox is closed (it stopped for good).
+    #[error("actor mailbox: {0}")]
+    Mailbox(#[from] actix::MailboxError),
     /// A component this one relies on has stopped.
     #[error("{0} has stopped")]
     Stopped(&'static str),

@@ -9,66 +9,97 @@
 //! bucket (held attempts).
 //!
 //! Decisions come from memory, so one coordinator leads at a time (a lease); others stand by
-//! and take over within seconds. On taking the lead, the view is rebuilt by replaying the
-//! registry and the two buckets, and whatever arrived while no coordinator ran is still in the
-//! durable consumers. A source message is acknowledged only once everything it caused is
-//! stored; after a crash it is processed again, and every action is idempotent (message ids,
-//! compare-and-swap on records, create-if-absent).
+//! and take over within seconds. Taking the lead ([`lead`]) rebuilds the view by replaying the
+//! registry and the two buckets, away from the actor; the view is then handed to the actor,
+//! which owns it and changes it only in its handlers: each batch its pumps deliver (created
+//! attempts, results, split plans, registry changes, the expiry tick) is decided on the view and
+//! carried out ([`execute`]) before the next one is handled. A source message is acknowledged
+//! only once everything it caused is stored; after a crash it is processed again, and every
+//! action is idempotent (message ids, compare-and-swap on records, create-if-absent).
 
 pub mod day_store;
+mod execute;
+mod lead;
 pub mod state;
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use async_nats::jetstream;
-use chrono::NaiveDate;
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 
-use ax_bus::client::kv_view::{FeedItem, KvFeed};
-use ax_bus::client::Updated;
+use ax_bus::client::kv_view::FeedItem;
 use ax_bus::error::During;
-use ax_bus::ids::{InstanceId, NodeId};
-use ax_bus::instance::{State, Tag, Trigger};
-use ax_bus::messages::{AlertKind, JobRecord, ResultMessage, SplitPlan, Waiting, WorkItem};
-use ax_bus::msg_id;
-use ax_bus::spec::JobSpec;
-use ax_bus::{codec, AxClient, InstanceRecord};
+use ax_bus::ids::NodeId;
+use ax_bus::messages::{AlertKind, JobRecord, ResultMessage, SplitPlan, WorkItem};
+use ax_bus::{codec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
-use crate::scheduler::creator::NewInstance;
-use state::{Action, DagState};
-
-use crate::jetstream::publish;
-use crate::jetstream::publish::AckWindow;
 use crate::node::lease::Lease;
-use crate::node::supervision::{note_restart, spawn_pump};
+use crate::node::progress::{self, Progressed};
+use crate::node::supervision::{note_restart, spawn_pump, spawn_task};
 use crate::ActorError;
-use ax_bus::time::start_of_day;
+use state::{Action, DagState};
 
 /// The actor's name in counters, logs and `ax nodes`.
 pub const ACTOR: &str = "dag";
-const LEASE: &str = "dag";
 const BATCH: usize = 256;
 /// Days of (job, date) history kept in memory and in the deps bucket.
 const KEEP_DAYS: i64 = 40;
-const RECORD_UPDATES_IN_FLIGHT: usize = 64;
-const CREATES_IN_FLIGHT: usize = 64;
-const ACK_WINDOW: usize = 1024;
+/// How often deps timeouts and stale history are looked at.
+const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 
-/// The DagCoordinator actor.
+/// The DagCoordinator actor: standing by, or leading with its view.
+#[derive(Debug)]
 pub struct DagCoordinator {
     client: AxClient,
     node: NodeId,
+    /// The view, while this coordinator leads.
+    state: Option<DagState>,
 }
 
 impl DagCoordinator {
     /// A coordinator on `client`, named `node` for its lease.
     pub fn new(client: AxClient, node: NodeId) -> Self {
-        Self { client, node }
+        Self {
+            client,
+            node,
+            state: None,
+        }
+    }
+
+    /// Decides with the view and carries the actions out; no other message is handled until
+    /// they are stored (the next decision must see what this one did).
+    fn decide(
+        &mut self,
+        decide: impl FnOnce(&mut DagState) -> Vec<Action>,
+    ) -> AtomicResponse<Self, Result<(), ActorError>> {
+        AtomicResponse::new(self.decision(decide))
+    }
+
+    /// The future of [`DagCoordinator::decide`]: the view travels with it and comes back
+    /// into the actor when the actions are stored.
+    fn decision(
+        &mut self,
+        decide: impl FnOnce(&mut DagState) -> Vec<Action>,
+    ) -> ResponseActFuture<Self, Result<(), ActorError>> {
+        let Some(mut state) = self.state.take() else {
+            let idle: Result<(), ActorError> = Err(ActorError::Stopped("the DAG view"));
+            return Box::pin(fut::ready(idle));
+        };
+        let actions = decide(&mut state);
+        let (client, node) = (self.client.clone(), self.node.clone());
+        Box::pin(
+            async move {
+                let done = execute::execute(&client, &node, &mut state, actions).await;
+                (state, done)
+            }
+            .into_actor(self)
+            .map(|(state, done), act, _| {
+                act.state = Some(state);
+                done
+            }),
+        )
     }
 }
 
@@ -76,12 +107,9 @@ impl Actor for DagCoordinator {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        spawn_pump(
-            ACTOR,
-            "lead",
-            ctx,
-            lead(self.client.clone(), self.node.clone()),
-        );
+        self.state = None;
+        let led = lead::lead(self.client.clone(), self.node.clone(), ctx.address());
+        spawn_task(ACTOR, "lead", ctx, led);
         tracing::info!(node = %self.node, "dag coordinator started");
     }
 }
@@ -94,348 +122,251 @@ impl Supervised for DagCoordinator {
     }
 }
 
-/// Waits for the lead, then coordinates until the lease or a subscription is lost.
-async fn lead(client: AxClient, node: NodeId) -> Result<(), ActorError> {
-    let lease = Lease::acquire(&client, LEASE, &node).await?;
-    let coordinator = Coordinator {
-        client,
-        node,
-        state: DagState::new(),
-    };
-    tokio::select! {
-        lost = lease.keep() => Err(lost),
-        ended = coordinator.run() => ended,
+/// The lead is taken: the view rebuilt from JetStream, what it decided on the way, the lease to
+/// keep and the registry to follow from where the replay stopped.
+#[derive(Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub(crate) struct Lead {
+    pub(crate) state: DagState,
+    pub(crate) actions: Vec<Action>,
+    pub(crate) lease: Lease,
+    pub(crate) registry: ax_bus::client::kv_view::KvFeed,
+}
+
+impl std::fmt::Debug for Lead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lead")
+            .field("held", &self.state.held_count())
+            .field("actions", &self.actions.len())
+            .finish_non_exhaustive()
     }
 }
 
-struct Coordinator {
-    client: AxClient,
-    node: NodeId,
-    state: DagState,
+impl Handler<Lead> for DagCoordinator {
+    type Result = AtomicResponse<Self, Result<(), ActorError>>;
+
+    fn handle(&mut self, msg: Lead, ctx: &mut Self::Context) -> Self::Result {
+        tracing::info!(node = %self.node, held = msg.state.held_count(), "leading the DAG");
+        self.state = Some(msg.state);
+        let addr = ctx.address();
+        spawn_pump(ACTOR, "lease", ctx, async move {
+            Err::<(), _>(msg.lease.keep().await)
+        });
+        spawn_pump(
+            ACTOR,
+            "registry",
+            ctx,
+            follow_registry(msg.registry, addr.clone()),
+        );
+        for source in Source::ALL {
+            let pump = follow(self.client.clone(), self.node.clone(), source, addr.clone());
+            spawn_pump(ACTOR, source.name(), ctx, pump);
+        }
+        ctx.run_interval(EXPIRE_EVERY, |_, ctx| ctx.notify(Expire));
+        let actions = msg.actions;
+        self.decide(move |_| actions)
+    }
 }
 
-/// A record update that may run alongside the others of its batch.
-type RecordJob = BoxFuture<'static, Result<(), ActorError>>;
+/// A batch from one of the coordinator's sources.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), ActorError>")]
+pub(crate) enum Batch {
+    /// New attempts.
+    Created(Vec<WorkItem>),
+    /// How attempts ended.
+    Results(Vec<ResultMessage>),
+    /// Instances split into shards.
+    Splits(Vec<SplitPlan>),
+}
 
-impl Coordinator {
-    async fn run(mut self) -> Result<(), ActorError> {
-        let client = self.client.clone();
-        let mut registry = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
-        while let Some(item) = registry.next().await {
-            if !self.registry_change(item?) {
-                break;
+impl Handler<Batch> for DagCoordinator {
+    type Result = AtomicResponse<Self, Result<(), ActorError>>;
+
+    fn handle(&mut self, msg: Batch, _: &mut Self::Context) -> Self::Result {
+        self.decide(move |state| {
+            let now = ax_bus::time::now();
+            match msg {
+                Batch::Created(works) => works
+                    .into_iter()
+                    .flat_map(|w| state.on_created(w, now))
+                    .collect(),
+                Batch::Results(results) => results
+                    .iter()
+                    .flat_map(|r| state.on_result(r, now))
+                    .collect(),
+                Batch::Splits(plans) => plans
+                    .into_iter()
+                    .flat_map(|p| state.on_split(p.parent, p.children))
+                    .collect(),
             }
+        })
+    }
+}
+
+/// The expiry tick: deps timeouts and history to forget.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct Expire;
+
+impl Handler<Expire> for DagCoordinator {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: Expire, _: &mut Self::Context) -> Self::Result {
+        let expired = self.decision(|state| state.expire(ax_bus::time::now(), KEEP_DAYS));
+        AtomicResponse::new(Box::pin(expired.map(|done, _, ctx| {
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "expiry not carried out; restarting the coordinator");
+                ctx.stop();
+            }
+        })))
+    }
+}
+
+/// A change of the job registry (live, after the replay).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct RegistryChange(FeedItem);
+
+impl Handler<RegistryChange> for DagCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: RegistryChange, _: &mut Self::Context) {
+        if let Some(state) = self.state.as_mut() {
+            lead::apply_registry_change(state, msg.0);
         }
-        self.restore().await?;
-        let created = ConsumerSpec {
-            ack_wait: Duration::from_secs(60),
-            max_ack_pending: 4 * BATCH as i64,
-            ..ConsumerSpec::new(
+    }
+}
+
+async fn follow_registry(
+    feed: ax_bus::client::kv_view::KvFeed,
+    addr: Addr<DagCoordinator>,
+) -> Result<(), ActorError> {
+    let pump = progress::register(ACTOR, "registry", None);
+    let mut feed = Progressed::new(feed.into_stream(), pump);
+    while let Some(item) = feed.next().await {
+        addr.send(RegistryChange(item?)).await?;
+    }
+    Ok(())
+}
+
+/// One of the streams the coordinator consumes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Created,
+    Results,
+    Splits,
+}
+
+impl Source {
+    const ALL: [Source; 3] = [Source::Created, Source::Results, Source::Splits];
+
+    fn name(self) -> &'static str {
+        match self {
+            Source::Created => "created",
+            Source::Results => "results",
+            Source::Splits => "splits",
+        }
+    }
+
+    fn consumer(self, client: &AxClient) -> ConsumerSpec {
+        let (stream, durable, filter) = match self {
+            Source::Created => (
                 client.layout.flow_stream(),
                 "dag-created",
                 client.subjects().created_all(),
-            )
-        };
-        let results = ConsumerSpec {
-            ack_wait: Duration::from_secs(60),
-            max_ack_pending: 4 * BATCH as i64,
-            ..ConsumerSpec::new(
+            ),
+            Source::Results => (
                 client.layout.results_stream(),
                 "dag-results",
                 client.subjects().result_all(),
-            )
-        };
-        let splits = ConsumerSpec {
-            ack_wait: Duration::from_secs(60),
-            max_ack_pending: 4 * BATCH as i64,
-            ..ConsumerSpec::new(
+            ),
+            Source::Splits => (
                 client.layout.flow_stream(),
                 "dag-split",
                 client.subjects().split_all(),
-            )
+            ),
         };
-        let mut splits = consume::messages(&client, &splits, BATCH)
-            .await?
-            .ready_chunks(BATCH);
-        let mut created = consume::messages(&client, &created, BATCH)
-            .await?
-            .ready_chunks(BATCH);
-        let mut results = consume::messages(&client, &results, BATCH)
-            .await?
-            .ready_chunks(BATCH);
-        let mut expiry = tokio::time::interval(Duration::from_secs(1));
-        tracing::info!(node = %self.node, held = self.state.held_count(), "leading the DAG");
-        loop {
-            tokio::select! {
-                item = registry.next() => match item {
-                    Some(item) => { self.registry_change(item?); }
-                    None => return Ok(()),
-                },
-                batch = created.next() => {
-                    let Some(batch) = batch else { return Ok(()) };
-                    let now = ax_bus::time::now();
-                    let mut actions = Vec::new();
-                    let mut sources = Vec::with_capacity(batch.len());
-                    for message in batch {
-                        let message = message.during(|| "created consumer")?;
-                        if let Some(work) = consume::decode_or_dead_letter::<WorkItem>(&client, &self.node, AlertKind::Flow, &message).await {
-                            actions.extend(self.state.on_created(work, now));
-                        }
-                        sources.push(message);
-                    }
-                    self.execute(actions).await?;
-                    ack_all(sources).await;
-                }
-                batch = splits.next() => {
-                    let Some(batch) = batch else { return Ok(()) };
-                    let mut actions = Vec::new();
-                    let mut sources = Vec::with_capacity(batch.len());
-                    for message in batch {
-                        let message = message.during(|| "split consumer")?;
-                        if let Some(plan) = consume::decode_or_dead_letter::<SplitPlan>(&client, &self.node, AlertKind::Flow, &message).await {
-                            actions.extend(self.state.on_split(plan.parent, plan.children));
-                        }
-                        sources.push(message);
-                    }
-                    self.execute(actions).await?;
-                    ack_all(sources).await;
-                }
-                batch = results.next() => {
-                    let Some(batch) = batch else { return Ok(()) };
-                    let mut actions = Vec::new();
-                    let mut sources = Vec::with_capacity(batch.len());
-                    for message in batch {
-                        let message = message.during(|| "results consumer")?;
-                        match codec::decode::<ResultMessage>(&message.payload) {
-                            Ok(result) => actions.extend(self.state.on_result(&result, ax_bus::time::now())),
-                            Err(e) => tracing::warn!(subject = %message.subject, error = %e, "undecodable result ignored"),
-                        }
-                        sources.push(message);
-                    }
-                    self.execute(actions).await?;
-                    ack_all(sources).await;
-                }
-                _ = expiry.tick() => {
-                    let actions = self.state.expire(ax_bus::time::now(), KEEP_DAYS);
-                    self.execute(actions).await?;
-                }
-            }
+        ConsumerSpec {
+            ack_wait: Duration::from_secs(60),
+            max_ack_pending: 4 * BATCH as i64,
+            ..ConsumerSpec::new(stream, durable, filter)
         }
     }
 
-    /// Applies a registry change; false once the initial values are all in.
-    fn registry_change(&mut self, item: FeedItem) -> bool {
-        match item {
-            FeedItem::Put { key, value, .. } => match codec::decode::<JobRecord>(&value) {
-                Ok(record) => self.state.upsert_job(record.spec),
-                Err(e) => tracing::error!(job = %key, error = %e, "registry value does not decode"),
-            },
-            FeedItem::Deleted { key } => self.state.remove_job(&key),
-            FeedItem::Current => return false,
-        }
-        true
-    }
-
-    /// Rebuilds the view from the deps and waiting buckets.
-    async fn restore(&mut self) -> Result<(), ActorError> {
-        let client = &self.client;
-        let days = day_store::restore(client).await?.into_iter().collect();
-        let waiting: Vec<Waiting> = KvFeed::open(&client.js, &client.layout.waiting_bucket(), ">")
-            .await?
-            .snapshot()
-            .await?
-            .into_iter()
-            .filter_map(|(key, value, _)| match codec::decode(&value) {
-                Ok(waiting) => Some(waiting),
-                Err(e) => {
-                    tracing::error!(instance = %key, error = %e, "undecodable waiting entry ignored");
-                    None
-                }
-            })
-            .collect();
-        let (splits, waiting): (Vec<Waiting>, Vec<Waiting>) =
-            waiting.into_iter().partition(|w| w.children.is_some());
-        let mut actions = self.state.restore(days, waiting, ax_bus::time::now());
-        for split in splits {
-            let mut children = Vec::new();
-            for child in split.children.unwrap_or_default() {
-                let state = client
-                    .instance(&child)
-                    .await?
-                    .map(|(r, _)| r.state)
-                    .filter(|s| s.is_final());
-                children.push((child, state));
-            }
-            actions.extend(self.state.restore_split(split.work, children));
-        }
-        self.execute(actions).await
-    }
-
-    /// Carries out actions: stores and hand-offs are pipelined and awaited together; record
-    /// updates run 64 at a time; instances of jobs without cron are created and fed back in.
-    async fn execute(&mut self, actions: Vec<Action>) -> Result<(), ActorError> {
-        let client = self.client.clone();
-        let layout = &client.layout;
-        let mut queue: VecDeque<Action> = actions.into();
-        let mut acks = AckWindow::new(ACK_WINDOW);
-        // One record update per instance: the last action decides it.
-        let mut records: BTreeMap<InstanceId, RecordJob> = BTreeMap::new();
-        let mut creates: Vec<(Arc<JobSpec>, NaiveDate)> = Vec::new();
-        let mut created_here: HashSet<InstanceId> = HashSet::new();
-        loop {
-            while let Some(action) = queue.pop_front() {
-                match action {
-                    Action::SaveEntry {
-                        job,
-                        date,
-                        instance_id,
-                        attempt,
-                        state,
-                    } => {
-                        acks.push(
-                            client
-                                .kv_put_pipelined(
-                                    &layout.deps_bucket(),
-                                    &ax_bus::client::deps::entry_key(&job, date, &instance_id),
-                                    ax_bus::client::deps::encode_entry(attempt, state)?,
-                                )
-                                .await?,
-                        )
-                        .await?
-                    }
-                    Action::Hold {
-                        work,
-                        since,
-                        reason,
-                    } => {
-                        let id = work.instance_id.clone();
-                        acks.push(
-                            client
-                                .kv_put_pipelined(
-                                    &layout.waiting_bucket(),
-                                    &id,
-                                    codec::encode(&Waiting {
-                                        work: work.clone(),
-                                        since,
-                                        children: None,
-                                    })?,
-                                )
-                                .await?,
-                        )
-                        .await?;
-                        // Instances created here are born tagged `waiting_deps`.
-                        if !created_here.contains(&id) {
-                            records.insert(id, tag_waiting(client.clone(), work, reason).boxed());
-                        }
-                    }
-                    Action::Release { work, held } => {
-                        acks.push(
-                            publish::to_stream(
-                                &client,
-                                client.subjects().ready(work.spec.priority),
-                                &msg_id::ready(&work.trace_id),
-                                &work,
-                            )
-                            .await?,
-                        )
-                        .await?;
-                        if held {
-                            acks.push(
-                                client
-                                    .kv_delete_pipelined(
-                                        &layout.waiting_bucket(),
-                                        &work.instance_id,
-                                    )
-                                    .await?,
-                            )
-                            .await?;
-                        }
-                        // The record keeps its tag until the worker tags it `executing`.
-                        records.remove(&work.instance_id);
-                    }
-                    Action::End {
-                        work,
-                        state,
-                        tag,
+    /// Decodes a batch; what does not decode is set aside (dead letter) or, for results,
+    /// logged and acknowledged with the rest.
+    async fn decode(
+        self,
+        client: &AxClient,
+        node: &NodeId,
+        messages: &[jetstream::Message],
+    ) -> Batch {
+        match self {
+            Source::Created => {
+                let mut works = Vec::with_capacity(messages.len());
+                for message in messages {
+                    let decoded = consume::decode_or_dead_letter::<WorkItem>(
+                        client,
+                        node,
+                        AlertKind::Flow,
                         message,
-                        held,
-                    } => {
-                        if held {
-                            acks.push(
-                                client
-                                    .kv_delete_pipelined(
-                                        &layout.waiting_bucket(),
-                                        &work.instance_id,
-                                    )
-                                    .await?,
-                            )
-                            .await?;
+                    );
+                    works.extend(decoded.await);
+                }
+                Batch::Created(works)
+            }
+            Source::Splits => {
+                let mut plans = Vec::with_capacity(messages.len());
+                for message in messages {
+                    let decoded = consume::decode_or_dead_letter::<SplitPlan>(
+                        client,
+                        node,
+                        AlertKind::Flow,
+                        message,
+                    );
+                    plans.extend(decoded.await);
+                }
+                Batch::Splits(plans)
+            }
+            Source::Results => Batch::Results(
+                messages
+                    .iter()
+                    .filter_map(|m| match codec::decode::<ResultMessage>(&m.payload) {
+                        Ok(result) => Some(result),
+                        Err(e) => {
+                            tracing::warn!(subject = %m.subject, error = %e, "undecodable result ignored");
+                            None
                         }
-                        records.insert(
-                            work.instance_id.clone(),
-                            end_instance(
-                                client.clone(),
-                                self.node.clone(),
-                                work,
-                                state,
-                                tag,
-                                message,
-                            )
-                            .boxed(),
-                        );
-                    }
-                    Action::Forget { instance_id } => {
-                        acks.push(
-                            client
-                                .kv_delete_pipelined(&layout.waiting_bucket(), &instance_id)
-                                .await?,
-                        )
-                        .await?
-                    }
-                    Action::HoldSplit { work, children } => {
-                        let id = work.instance_id.clone();
-                        acks.push(
-                            client
-                                .kv_put_pipelined(
-                                    &layout.waiting_bucket(),
-                                    &id,
-                                    codec::encode(&Waiting {
-                                        work,
-                                        since: ax_bus::time::now(),
-                                        children: Some(children),
-                                    })?,
-                                )
-                                .await?,
-                        )
-                        .await?;
-                    }
-                    Action::Create { spec, date } => creates.push((spec, date)),
-                }
-            }
-            if creates.is_empty() {
-                break;
-            }
-            let made: Vec<_> = futures::stream::iter(creates.drain(..))
-                .map(|(spec, date)| create_for_date(client.clone(), spec, date))
-                .buffered(CREATES_IN_FLIGHT)
-                .collect()
-                .await;
-            let now = ax_bus::time::now();
-            for work in made {
-                if let Some(work) = work? {
-                    created_here.insert(work.instance_id.clone());
-                    queue.extend(self.state.on_created(work, now));
-                }
-            }
+                    })
+                    .collect(),
+            ),
         }
-        acks.flush().await?;
-        let mut updates =
-            futures::stream::iter(records.into_values()).buffer_unordered(RECORD_UPDATES_IN_FLIGHT);
-        while let Some(done) = updates.next().await {
-            done?;
-        }
-        Ok(())
     }
+}
+
+/// Delivers one source's batches to the coordinator; each batch's messages are acknowledged
+/// once the coordinator has stored what they caused.
+async fn follow(
+    client: AxClient,
+    node: NodeId,
+    source: Source,
+    addr: Addr<DagCoordinator>,
+) -> Result<(), ActorError> {
+    let spec = source.consumer(&client);
+    let pump = progress::register(ACTOR, source.name(), Some(spec.source()));
+    let messages = consume::messages(&client, &spec, BATCH).await?;
+    let mut batches = Progressed::new(messages.ready_chunks(BATCH), pump);
+    while let Some(batch) = batches.next().await {
+        let messages: Vec<jetstream::Message> = batch
+            .into_iter()
+            .map(|m| m.during(|| format!("{} consumer", source.name())))
+            .collect::<Result<_, _>>()?;
+        let decoded = source.decode(&client, &node, &messages).await;
+        addr.send(decoded).await??;
+        ack_all(messages).await;
+    }
+    Ok(())
 }
 
 async fn ack_all(messages: Vec<jetstream::Message>) {
@@ -446,104 +377,13 @@ async fn ack_all(messages: Vec<jetstream::Message>) {
     }
 }
 
-/// Tags the record `waiting_deps` (informational: a refusal means it moved on).
-async fn tag_waiting(client: AxClient, work: WorkItem, reason: String) -> Result<(), ActorError> {
-    if let Updated::Written(record, _) = client
-        .update_instance(&work.instance_id, |r| r.waiting(&work.trace_id, &reason))
-        .await?
-    {
-        publish::event(&client, &record).await;
-    }
-    Ok(())
-}
-
-/// Ends an instance that will not run, and publishes its result (which cascades further).
-async fn end_instance(
-    client: AxClient,
-    node: NodeId,
-    work: WorkItem,
-    state: State,
-    tag: Tag,
-    message: String,
-) -> Result<(), ActorError> {
-    let updated = client
-        .update_instance(&work.instance_id, |r| {
-            r.ended_early(&work.trace_id, state, tag, &message)
-        })
-        .await?;
-    let record: InstanceRecord = match updated {
-        Updated::Written(record, _) => *record,
-        Updated::Refused(_) | Updated::Missing => return Ok(()),
-    };
-    publish::to_stream_acked(
-        &client,
-        client.subjects().result(&record.job),
-        &msg_id::result(&record.trace_id),
-        &ResultMessage::from_record(&record),
-    )
-    .await?;
-    if record.state == State::Failed && work.shard.is_none() {
-        publish::failed_for_good(&client, &node, &work, record.tag, &record.message).await?;
-    }
-    publish::event(&client, &record).await;
-    Ok(())
-}
-
-/// Creates the instance of a job without cron for `date`. When it exists already (a crash after
-/// creating it), its record tells whether it still waits.
-async fn create_for_date(
-    client: AxClient,
-    spec: Arc<JobSpec>,
-    date: NaiveDate,
-) -> Result<Option<WorkItem>, ActorError> {
-    let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
-    let expected = start_of_day(tz, date);
-    let mut instance = NewInstance::new(
-        &spec,
-        expected,
-        date.format("%Y-%m-%d").to_string(),
-        spec.params.clone(),
-        Trigger::Deps,
-        ax_bus::time::now(),
-    );
-    instance.record.tag = Tag::WaitingDeps;
-    let deps: Vec<String> = spec
-        .deps
-        .iter()
-        .filter_map(|d| {
-            let at = date + chrono::Duration::days(d.offset_days().ok()?);
-            Some(format!("`{}` for {at}", d.name))
-        })
-        .collect();
-    instance.record.message = format!("waiting for {}", deps.join(", "));
-    match client.create_instance(&instance.record).await? {
-        true => {
-            publish::event(&client, &instance.record).await;
-            Ok(Some(instance.work))
-        }
-        false => {
-            let existing = client.instance(&instance.record.instance_id).await?;
-            Ok(existing.and_then(|(record, _)| {
-                let waits = record.state == State::Running
-                    && matches!(record.tag, Tag::Queued | Tag::WaitingDeps);
-                waits.then(|| WorkItem {
-                    instance_id: record.instance_id,
-                    trace_id: record.trace_id,
-                    attempt: record.attempt,
-                    run_start: record.run_start,
-                    biz_date: record.biz_date,
-                    expected_time: record.expected_time,
-                    params: record.params,
-                    spec: (*spec).clone(),
-                    worker: None,
-                    gate: None,
-                    dispatch: None,
-                    router: None,
-                    shard: record.shard.clone(),
-                    pin: record.pin.clone(),
-                    stored: None,
-                })
-            }))
+/// The registry value of a job, decoded (an undecodable one is logged and skipped).
+fn decode_job(key: &str, value: &[u8]) -> Option<JobRecord> {
+    match codec::decode::<JobRecord>(value) {
+        Ok(record) => Some(record),
+        Err(e) => {
+            tracing::error!(job = %key, error = %e, "registry value does not decode");
+            None
         }
     }
 }

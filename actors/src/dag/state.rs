@@ -118,6 +118,7 @@ enum Verdict {
     Failed(String),
 }
 
+#[derive(Debug)]
 struct Held {
     work: WorkItem,
     conditions: Vec<Condition>,
@@ -125,13 +126,14 @@ struct Held {
 }
 
 /// A parent instance waiting for its shards; a child's state is known once it ended.
+#[derive(Debug)]
 struct Join {
     parent: WorkItem,
     children: HashMap<InstanceId, Option<State>>,
 }
 
 /// The coordinator's state.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct DagState {
     jobs: HashMap<JobName, Arc<JobSpec>>,
     dependents: HashMap<JobName, Vec<(JobName, i64)>>,

@@ -26,6 +26,7 @@ use ax_bus::{codec, dead_letter, AxClient};
 use crate::ActorError;
 
 use crate::jetstream::publish;
+use crate::node::progress::Source;
 
 /// How soon a message whose hand-off failed is delivered again.
 const REDELIVER_AFTER: Duration = Duration::from_millis(500);
@@ -58,6 +59,17 @@ impl ConsumerSpec {
             ack_wait: Duration::from_secs(30),
             max_ack_pending: 1024,
             max_deliver: -1,
+        }
+    }
+}
+
+impl ConsumerSpec {
+    /// The consumer as a pump's source, for the watchdog to ask whether it has messages
+    /// pending.
+    pub fn source(&self) -> Source {
+        Source {
+            stream: self.stream.clone(),
+            durable: self.durable.clone(),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod clock_guard;
 pub mod heartbeat;
 pub mod lease;
+pub mod progress;
 pub mod supervision;
 pub mod watchdog;
 
@@ -277,15 +278,16 @@ impl Node {
             name.clone(),
             config.roles.clone(),
         ));
+        let pending_of = consumer_backlog(client.clone());
         arbiter.spawn(watchdog::watch(
             actors.clone(),
             config.stall_after,
-            move |actor, silent| {
+            pending_of,
+            move |stall: watchdog::Stall| {
                 let (client, name) = (client.clone(), name.clone());
                 async move {
-                    let message = format!("actor {actor} left a ping unanswered for {silent:?}");
                     let raised =
-                        publish::alert(&client, &name, AlertKind::ActorStalled, message, None);
+                        publish::alert(&client, &name, AlertKind::ActorStalled, stall.reason, None);
                     let _ = tokio::time::timeout(ALERT_BEFORE_EXIT, raised).await;
                 }
             },
@@ -327,6 +329,18 @@ fn take_once<A>(slot: &Mutex<Option<A>>, actor: &str) -> A {
         Err(poisoned) => poisoned.into_inner().take(),
     };
     taken.unwrap_or_else(|| panic!("{actor} cannot be built twice in one process"))
+}
+
+/// How the watchdog asks JetStream whether a pump's source has messages waiting.
+fn consumer_backlog(client: AxClient) -> watchdog::PendingOf {
+    Arc::new(move |source: progress::Source| {
+        let client = client.clone();
+        Box::pin(async move {
+            let stream = client.js.get_stream(&source.stream).await.ok()?;
+            let info = stream.consumer_info(&source.durable).await.ok()?;
+            Some(info.num_pending)
+        })
+    })
 }
 
 /// How long a node that ends itself for a stall waits for its alert to be stored.

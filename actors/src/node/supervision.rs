@@ -131,6 +131,30 @@ where
     }));
 }
 
+/// Spawns a future in the actor's context that is meant to end: when it fails or panics, the
+/// actor stops and its supervisor restarts it; when it succeeds, nothing more happens.
+pub fn spawn_task<A, F, E>(actor: &'static str, task: &'static str, ctx: &mut Context<A>, fut: F)
+where
+    A: Actor<Context = Context<A>>,
+    F: Future<Output = Result<(), E>> + 'static,
+    E: std::fmt::Display,
+{
+    let guarded = AssertUnwindSafe(fut).catch_unwind();
+    ctx.spawn(actix::fut::wrap_future::<_, A>(guarded).map(move |result, _act, ctx| {
+        let counters = counters_of(actor);
+        match result {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => tracing::warn!(actor, task, error = %e, "task failed; restarting the actor"),
+            Err(payload) => {
+                counters.panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(actor, task, panic = %panic_text(&*payload), "task panicked; restarting the actor");
+            }
+        }
+        counters.pump_exits.fetch_add(1, Ordering::Relaxed);
+        ctx.run_later(RESTART_PAUSE, |_act, ctx| ctx.stop());
+    }));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

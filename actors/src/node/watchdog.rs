@@ -2,9 +2,17 @@
 //!
 //! [`crate::node::supervision`] turns panics and ended pumps into restarts, but an actor can also stop
 //! making progress without failing: a handler that blocks its thread (a deadlock, a blocking
-//! call) or an awaited future that never ends. actix notices neither. The watchdog sends every
-//! actor a [`Ping`] each second; one that has not answered within the stall limit is stalled:
-//! counted, logged as an error and raised as an `actor_stalled` alert, then recovered.
+//! call) or a pump whose awaited future never ends. actix notices neither. Every actor owns its
+//! state and changes it only in its handlers, so the watchdog measures progress in two places,
+//! each second:
+//! - it sends every actor a [`Ping`]; one that has not answered within the stall limit has a
+//!   handler running past its limit (or a blocked thread);
+//! - it reads every pump's [`progress`](crate::node::progress): a pump working on one message
+//!   for longer than the limit hangs, and so does one that has waited longer than the limit on a
+//!   source with messages pending (its consumer's `num_pending`).
+//!
+//! Either is a stall: counted, logged as an error and raised as an `actor_stalled` alert, then
+//! recovered.
 //!
 //! A stalled thread cannot be taken back in Rust, so recovery never waits for it:
 //! - the Scheduler, the DagCoordinator and the Router keep nothing that JetStream does not hold
@@ -26,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
+use crate::node::progress::{self, PumpState, Source};
 use crate::node::supervision::{counters_of, start_supervised};
 
 /// How often every actor is pinged.
@@ -139,6 +148,8 @@ where
     }
 
     fn replace(&mut self) {
+        // The fresh copy registers its own pumps; the stalled copy's are no longer watched.
+        progress::forget(self.actor);
         let (arbiter, address) = launch(&self.make);
         let stalled = std::mem::replace(&mut self.arbiter, arbiter);
         // Dropping the stalled copy's address ends its supervision too.
@@ -154,16 +165,70 @@ where
     }
 }
 
-/// Pings every actor of `watched` each [`PING_EVERY`] and recovers the stalled ones; runs until
-/// the list is empty (the node stopped). `alert` is awaited for each stall before its recovery
-/// ends; `end_process` is called for a stalled actor whose policy is [`OnStall::EndProcess`].
+/// Whether a source has messages waiting (`None` when it cannot be told).
+pub type PendingOf =
+    Arc<dyn Fn(Source) -> Pin<Box<dyn Future<Output = Option<u64>> + Send>> + Send + Sync>;
+
+/// A stall: which actor, and what showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// The actor.
+    pub actor: &'static str,
+    /// What was seen, for logs and the alert.
+    pub reason: String,
+}
+
+/// The stalled pumps of `actor`: one working on a message past `limit`, or waiting past `limit`
+/// on a source with messages pending.
+async fn stalled_pumps(
+    actor: &'static str,
+    limit: Duration,
+    pending_of: &PendingOf,
+) -> Option<String> {
+    for pump in progress::pumps_of(actor) {
+        let (state, for_how_long) = pump.state();
+        if for_how_long < limit {
+            continue;
+        }
+        match state {
+            PumpState::Working => {
+                return Some(format!(
+                    "pump {} of {actor} has worked on one message for {for_how_long:?}",
+                    pump.name()
+                ))
+            }
+            PumpState::Waiting => {
+                let Some(source) = pump.source().cloned() else {
+                    continue;
+                };
+                if let Some(waiting) = pending_of(source.clone()).await.filter(|n| *n > 0) {
+                    return Some(format!(
+                        "pump {} of {actor} has read nothing for {for_how_long:?} while {waiting} \
+                         messages wait in {}/{}",
+                        pump.name(),
+                        source.stream,
+                        source.durable
+                    ));
+                }
+            }
+            PumpState::Held => {}
+        }
+    }
+    None
+}
+
+/// Watches every actor of `watched` each [`PING_EVERY`] (its ping and its pumps, see the module
+/// docs) and recovers the stalled ones; runs until the list is empty (the node stopped). `alert`
+/// is awaited for each stall before its recovery ends; `end_process` is called for a stalled
+/// actor whose policy is [`OnStall::EndProcess`].
 pub async fn watch<F, Fut>(
     watched: Arc<std::sync::Mutex<Vec<Box<dyn Watched>>>>,
     stall_after: Duration,
+    pending_of: PendingOf,
     alert: F,
     end_process: impl Fn(&'static str),
 ) where
-    F: Fn(&'static str, Duration) -> Fut,
+    F: Fn(Stall) -> Fut,
     Fut: Future<Output = ()>,
 {
     let mut every = tokio::time::interval(PING_EVERY);
@@ -175,32 +240,49 @@ pub async fn watch<F, Fut>(
             if list.is_empty() {
                 return;
             }
-            list.iter().map(|w| w.ping(stall_after)).collect()
+            list.iter()
+                .map(|w| (w.actor(), w.ping(stall_after)))
+                .collect()
         };
         let asked = Instant::now();
-        let answers = futures::future::join_all(pings).await;
+        let mut verdicts = Vec::with_capacity(pings.len());
+        let answers = futures::future::join_all(pings.into_iter().map(|(_, p)| p)).await;
         let silent = asked.elapsed();
+        let actors: Vec<&'static str> = {
+            let Ok(list) = watched.lock() else { return };
+            list.iter().map(|w| w.actor()).collect()
+        };
+        for (actor, answered) in actors.iter().zip(answers) {
+            let reason = if answered {
+                stalled_pumps(actor, stall_after, &pending_of).await
+            } else {
+                Some(format!(
+                    "actor {actor} left a ping unanswered for {silent:?}"
+                ))
+            };
+            verdicts.push(reason);
+        }
         let mut stalled = Vec::new();
         {
             let Ok(mut list) = watched.lock() else { return };
             // Emptied meanwhile (the node is stopping): zip stops at once.
-            for (entry, answered) in list.iter_mut().zip(answers) {
-                if answered {
-                    continue;
-                }
+            for (entry, verdict) in list.iter_mut().zip(verdicts) {
+                let Some(reason) = verdict else { continue };
                 let actor = entry.actor();
                 counters_of(actor).stalls.fetch_add(1, Ordering::Relaxed);
                 if entry.on_stall() == OnStall::Replace {
-                    tracing::error!(actor, silent = ?silent, "actor stalled; replacing it with a fresh copy that rebuilds from JetStream");
+                    tracing::error!(actor, %reason, "actor stalled; replacing it with a fresh copy that rebuilds from JetStream");
                     entry.replace();
                 }
-                stalled.push((actor, entry.on_stall()));
+                stalled.push((Stall { actor, reason }, entry.on_stall()));
             }
         }
-        for (actor, on_stall) in stalled {
-            alert(actor, silent).await;
+        for (stall, on_stall) in stalled {
+            let actor = stall.actor;
+            let reason = stall.reason.clone();
+            alert(stall).await;
             if on_stall == OnStall::EndProcess {
-                tracing::error!(actor, silent = ?silent, "actor stalled; ending the process for its service manager to start it again");
+                tracing::error!(actor, %reason, "actor stalled; ending the process for its service manager to start it again");
                 end_process(actor);
             }
         }
@@ -248,12 +330,23 @@ mod tests {
         ended: Vec<&'static str>,
     }
 
-    /// Starts a watched `Sleepy` named `actor`, blocks its thread for `block`, and lets the
-    /// watchdog (stall limit 1 s) run for `run`.
+    /// Starts a watched `Sleepy` named `actor`, blocks its thread for `block` (or, with
+    /// `hang_pump`, leaves a pump of it working on one message), and lets the watchdog (stall
+    /// limit 1 s) run for `run`.
     fn watch_a_blocked_actor(
         actor: &'static str,
         on_stall: OnStall,
         block: Duration,
+        run: Duration,
+    ) -> Outcome {
+        watch_a_stuck_actor(actor, on_stall, block, false, run)
+    }
+
+    fn watch_a_stuck_actor(
+        actor: &'static str,
+        on_stall: OnStall,
+        block: Duration,
+        hang_pump: bool,
         run: Duration,
     ) -> Outcome {
         let starts = Arc::new(AtomicUsize::new(0));
@@ -265,13 +358,20 @@ mod tests {
                 starts: counted.clone(),
             });
             supervisee.address.do_send(Block(block));
+            if hang_pump {
+                // A pump that took a message and never comes back to its source, on the first
+                // copy only (the replacement registers its pumps afresh).
+                progress::register(actor, "stuck", None).working();
+            }
             let list: Arc<Mutex<Vec<Box<dyn Watched>>>> =
                 Arc::new(Mutex::new(vec![Box::new(supervisee)]));
+            let no_source: PendingOf = Arc::new(|_| Box::pin(std::future::ready(None)));
             let watchdog = actix::spawn(watch(
                 list.clone(),
                 Duration::from_secs(1),
-                move |actor, _| {
-                    alerted.lock().unwrap().push(actor);
+                no_source,
+                move |stall: Stall| {
+                    alerted.lock().unwrap().push(stall.actor);
                     std::future::ready(())
                 },
                 move |actor| ends.lock().unwrap().push(actor),
@@ -320,6 +420,43 @@ mod tests {
         assert_eq!(outcome.starts, 1, "never replaced");
         assert!(!outcome.ended.is_empty());
         assert_eq!(outcome.ended[0], "sleepy-ending");
+    }
+
+    #[test]
+    fn a_hung_pump_is_noticed_while_the_mailbox_answers() {
+        let outcome = watch_a_stuck_actor(
+            "sleepy-pump",
+            OnStall::Replace,
+            Duration::ZERO,
+            true,
+            Duration::from_secs(4),
+        );
+        assert_eq!(outcome.starts, 2, "the first start and one replacement");
+        assert_eq!(outcome.stalls_counted, 1);
+        assert_eq!(outcome.alerts, vec!["sleepy-pump"]);
+    }
+
+    #[test]
+    fn a_pump_waiting_on_a_source_with_nothing_pending_is_left_alone() {
+        let pump = progress::register("idle-pump", "empty", None);
+        pump.waiting();
+        let no_source: PendingOf = Arc::new(|_| Box::pin(std::future::ready(Some(0))));
+        let found =
+            futures::executor::block_on(stalled_pumps("idle-pump", Duration::ZERO, &no_source));
+        assert_eq!(found, None);
+        let backlog: PendingOf = Arc::new(|_| Box::pin(std::future::ready(Some(3))));
+        let sourced = progress::register(
+            "idle-pump",
+            "backlogged",
+            Some(Source {
+                stream: "S".into(),
+                durable: "d".into(),
+            }),
+        );
+        sourced.waiting();
+        let found =
+            futures::executor::block_on(stalled_pumps("idle-pump", Duration::ZERO, &backlog));
+        assert!(found.is_some_and(|r| r.contains("3 messages wait in S/d")));
     }
 
     #[test]

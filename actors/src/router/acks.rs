@@ -23,8 +23,19 @@ pub struct Pending {
     pub excluded: Vec<WorkerId>,
 }
 
+impl Pending {
+    /// `work` as dispatched to `worker`, which `excluded` failed to take before.
+    pub fn new(work: WorkItem, worker: WorkerId, excluded: Vec<WorkerId>) -> Self {
+        Self {
+            work,
+            worker,
+            excluded,
+        }
+    }
+}
+
 /// Unacknowledged dispatches.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct AckTracker {
     /// Boxed: a dispatch is about a kilobyte, and the map moves every entry when it grows or
     /// clears its deleted slots — inline, that was most of the Router's time under load.

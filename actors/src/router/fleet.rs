@@ -62,6 +62,7 @@ impl Ord for Score {
 
 type Rank = (Score, u64, WorkerId);
 
+#[derive(Debug)]
 struct Member {
     info: WorkerInfo,
     class: Class,
@@ -72,6 +73,7 @@ struct Member {
 }
 
 /// The workers as this Router sees them.
+#[derive(Debug)]
 pub struct Fleet {
     weights: Weights,
     ttl: Duration,

@@ -14,7 +14,7 @@
 //! Detection takes the TTL plus at most a second, so attempts are handed over within 15 s of
 //! the worker's last heartbeat with the default settings.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::connection::State as ConnectionState;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
@@ -30,7 +30,7 @@ use ax_bus::msg_id;
 use ax_bus::spec::Priority;
 use ax_bus::{codec, State};
 
-use super::{lock, Shared};
+use super::{Dispatcher, Forget, Silent};
 use crate::jetstream::publish;
 use crate::node::lease::Lease;
 use crate::ActorError;
@@ -40,7 +40,7 @@ const LEASE: &str = "router-janitor";
 pub const MAX_WORKER_LOSSES: u32 = 3;
 
 /// Holds the janitor lease and sweeps for dead workers while it does.
-pub async fn run(shared: Shared) -> Result<(), ActorError> {
+pub(crate) async fn run(shared: Dispatcher) -> Result<(), ActorError> {
     let lease = Lease::acquire(&shared.client, LEASE, &shared.node).await?;
     tokio::select! {
         lost = lease.keep() => Err(lost),
@@ -48,7 +48,7 @@ pub async fn run(shared: Shared) -> Result<(), ActorError> {
     }
 }
 
-async fn sweep(shared: Shared) -> Result<(), ActorError> {
+async fn sweep(shared: Dispatcher) -> Result<(), ActorError> {
     let mut every = tokio::time::interval(Duration::from_secs(1));
     // Silence heard before this janitor held the lease, or while its connection was down, is
     // not evidence: judging it would declare every worker dead after a NATS outage.
@@ -60,13 +60,11 @@ async fn sweep(shared: Shared) -> Result<(), ActorError> {
             deaf = true;
             continue;
         }
-        if std::mem::take(&mut deaf) {
-            lock(&shared.fleet).grant_grace(Instant::now());
-        }
-        let silent = lock(&shared.fleet).silent();
+        let grace = std::mem::take(&mut deaf);
+        let silent = shared.router.send(Silent { grace }).await?;
         for (id, info) in silent {
             handle_dead(&shared, &id, &info).await?;
-            lock(&shared.fleet).remove(&id);
+            shared.router.send(Forget(id.clone())).await?;
             if let Err(e) = shared.client.workers.delete(&id).await {
                 tracing::warn!(worker = %id, error = %e, "dead worker not removed from the registry");
             }
@@ -75,7 +73,7 @@ async fn sweep(shared: Shared) -> Result<(), ActorError> {
 }
 
 async fn handle_dead(
-    shared: &Shared,
+    shared: &Dispatcher,
     worker: &WorkerId,
     info: &WorkerInfo,
 ) -> Result<(), ActorError> {
@@ -103,7 +101,7 @@ async fn handle_dead(
 
 /// Everything in the worker's queue for `priority`, taken out of it.
 async fn drain(
-    shared: &Shared,
+    shared: &Dispatcher,
     worker: &WorkerId,
     priority: Priority,
 ) -> Result<Vec<WorkItem>, ActorError> {
@@ -157,7 +155,11 @@ async fn drain(
 }
 
 /// A dispatch the dead worker received or not: re-dispatched unless it was claimed.
-async fn lost_dispatch(shared: &Shared, work: WorkItem, dead: &WorkerId) -> Result<(), ActorError> {
+async fn lost_dispatch(
+    shared: &Dispatcher,
+    work: WorkItem,
+    dead: &WorkerId,
+) -> Result<(), ActorError> {
     match shared.client.claim_of(&work.trace_id).await? {
         Some((claim, _)) if claim.revoked => Ok(()),
         Some((claim, _)) if claim.worker.as_ref() == Some(dead) => {
@@ -170,7 +172,7 @@ async fn lost_dispatch(shared: &Shared, work: WorkItem, dead: &WorkerId) -> Resu
 
 /// An attempt the dead worker claimed: revoked, and the instance moves on.
 async fn lost_running(
-    shared: &Shared,
+    shared: &Dispatcher,
     instance_id: &InstanceId,
     trace: &TraceId,
     dead: &WorkerId,

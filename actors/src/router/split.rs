@@ -15,19 +15,25 @@ use ax_bus::messages::{ShardRef, SplitPlan, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::{InstanceRecord, State, Tag};
 
-use super::{lock, Shared};
+use super::{Dispatcher, Eligible};
 use crate::jetstream::publish;
 use crate::ActorError;
 
 /// Splits `parent`; the children to dispatch, or `None` when a broadcast finds no worker.
-pub async fn expand(
-    shared: &Shared,
+pub(crate) async fn expand(
+    dispatcher: &Dispatcher,
     parent: &WorkItem,
 ) -> Result<Option<Vec<WorkItem>>, ActorError> {
-    let client = &shared.client;
+    let client = &dispatcher.client;
     let spec = &parent.spec;
     let children: Vec<(InstanceId, Option<WorkerId>)> = if spec.broadcast {
-        let workers = lock(&shared.fleet).eligible_all(&spec.tags, &spec.exec.kind);
+        let workers = dispatcher
+            .router
+            .send(Eligible {
+                tags: spec.tags.clone(),
+                kind: spec.exec.kind.clone(),
+            })
+            .await?;
         if workers.is_empty() {
             return Ok(None);
         }

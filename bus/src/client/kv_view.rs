@@ -149,6 +149,15 @@ impl KvFeed {
         let _ = self.source.delete_consumer(&self.consumer_name).await;
     }
 
+    /// The feed as a stream (for consumers that wrap streams, like the actors' pumps).
+    pub fn into_stream(
+        self,
+    ) -> std::pin::Pin<Box<dyn futures::Stream<Item = Result<FeedItem, FeedError>> + Send>> {
+        Box::pin(futures::stream::unfold(self, |mut feed| async move {
+            feed.next().await.map(|item| (item, feed))
+        }))
+    }
+
     /// The next item; `None` when the feed ended (the connection closed for good).
     pub async fn next(&mut self) -> Option<Result<FeedItem, FeedError>> {
         if self.phase == Phase::MarkerDue {

@@ -307,6 +307,15 @@ pub struct AxClient {
     pub queues: kv::Store,
 }
 
+impl std::fmt::Debug for AxClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AxClient")
+            .field("prefix", &self.layout.subjects.prefix())
+            .field("replicas", &self.layout.replicas)
+            .finish_non_exhaustive()
+    }
+}
+
 const CAS_ATTEMPTS: usize = 16;
 
 impl AxClient {

@@ -1,0 +1,295 @@
+//! Carrying out the DagCoordinator's [`Action`]s: stores and hand-offs are pipelined and
+//! awaited together, record updates run 64 at a time, and the instances of jobs without cron
+//! are created and fed back into the view (which may decide more).
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use chrono::NaiveDate;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+
+use ax_bus::client::deps::{encode_entry, entry_key};
+use ax_bus::client::Updated;
+use ax_bus::ids::{InstanceId, NodeId};
+use ax_bus::instance::{State, Tag, Trigger};
+use ax_bus::messages::{ResultMessage, Waiting, WorkItem};
+use ax_bus::spec::JobSpec;
+use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
+
+use super::state::{Action, DagState};
+use crate::jetstream::publish::{self, AckWindow};
+use crate::ActorError;
+
+const RECORD_UPDATES_IN_FLIGHT: usize = 64;
+const CREATES_IN_FLIGHT: usize = 64;
+const ACK_WINDOW: usize = 1024;
+
+/// A record update that may run alongside the others of its batch.
+type RecordJob = BoxFuture<'static, Result<(), ActorError>>;
+
+/// One execution of a list of actions.
+struct Execution {
+    client: AxClient,
+    node: NodeId,
+    acks: AckWindow,
+    /// One record update per instance: the last action decides it.
+    records: BTreeMap<InstanceId, RecordJob>,
+    creates: Vec<(Arc<JobSpec>, NaiveDate)>,
+    /// Instances created here are born tagged `waiting_deps`.
+    created_here: HashSet<InstanceId>,
+}
+
+/// Carries out `actions` against JetStream; created instances are fed back into `state`. Once
+/// it returns Ok, everything the actions caused is stored.
+pub(super) async fn execute(
+    client: &AxClient,
+    node: &NodeId,
+    state: &mut DagState,
+    actions: Vec<Action>,
+) -> Result<(), ActorError> {
+    let mut run = Execution {
+        client: client.clone(),
+        node: node.clone(),
+        acks: AckWindow::new(ACK_WINDOW),
+        records: BTreeMap::new(),
+        creates: Vec::new(),
+        created_here: HashSet::new(),
+    };
+    let mut queue: VecDeque<Action> = actions.into();
+    loop {
+        while let Some(action) = queue.pop_front() {
+            run.apply(action).await?;
+        }
+        if run.creates.is_empty() {
+            break;
+        }
+        let now = ax_bus::time::now();
+        for work in run.create_pending().await? {
+            run.created_here.insert(work.instance_id.clone());
+            queue.extend(state.on_created(work, now));
+        }
+    }
+    run.acks.flush().await?;
+    let mut updates =
+        futures::stream::iter(run.records.into_values()).buffer_unordered(RECORD_UPDATES_IN_FLIGHT);
+    while let Some(done) = updates.next().await {
+        done?;
+    }
+    Ok(())
+}
+
+impl Execution {
+    async fn apply(&mut self, action: Action) -> Result<(), ActorError> {
+        match action {
+            Action::SaveEntry {
+                job,
+                date,
+                instance_id,
+                attempt,
+                state,
+            } => {
+                let bucket = self.client.layout.deps_bucket();
+                let key = entry_key(&job, date, &instance_id);
+                let put = self
+                    .client
+                    .kv_put_pipelined(&bucket, &key, encode_entry(attempt, state)?)
+                    .await?;
+                self.acks.push(put).await
+            }
+            Action::Hold {
+                work,
+                since,
+                reason,
+            } => self.hold(work, since, reason).await,
+            Action::Release { work, held } => self.release(work, held).await,
+            Action::End {
+                work,
+                state,
+                tag,
+                message,
+                held,
+            } => {
+                if held {
+                    self.forget(&work.instance_id).await?;
+                }
+                let job = end_instance(
+                    self.client.clone(),
+                    self.node.clone(),
+                    work.clone(),
+                    state,
+                    tag,
+                    message,
+                );
+                self.records.insert(work.instance_id, job.boxed());
+                Ok(())
+            }
+            Action::Forget { instance_id } => self.forget(&instance_id).await,
+            Action::HoldSplit { work, children } => {
+                let waiting = Waiting {
+                    work,
+                    since: ax_bus::time::now(),
+                    children: Some(children),
+                };
+                self.store_waiting(&waiting).await
+            }
+            Action::Create { spec, date } => {
+                self.creates.push((spec, date));
+                Ok(())
+            }
+        }
+    }
+
+    async fn store_waiting(&mut self, waiting: &Waiting) -> Result<(), ActorError> {
+        let bucket = self.client.layout.waiting_bucket();
+        let put = self
+            .client
+            .kv_put_pipelined(&bucket, &waiting.work.instance_id, codec::encode(waiting)?)
+            .await?;
+        self.acks.push(put).await
+    }
+
+    async fn forget(&mut self, instance_id: &InstanceId) -> Result<(), ActorError> {
+        let bucket = self.client.layout.waiting_bucket();
+        let delete = self
+            .client
+            .kv_delete_pipelined(&bucket, instance_id)
+            .await?;
+        self.acks.push(delete).await
+    }
+
+    async fn hold(
+        &mut self,
+        work: WorkItem,
+        since: chrono::DateTime<chrono::Utc>,
+        reason: String,
+    ) -> Result<(), ActorError> {
+        let id = work.instance_id.clone();
+        let waiting = Waiting {
+            work: work.clone(),
+            since,
+            children: None,
+        };
+        self.store_waiting(&waiting).await?;
+        if !self.created_here.contains(&id) {
+            self.records
+                .insert(id, tag_waiting(self.client.clone(), work, reason).boxed());
+        }
+        Ok(())
+    }
+
+    async fn release(&mut self, work: WorkItem, held: bool) -> Result<(), ActorError> {
+        let client = &self.client;
+        let ack = publish::to_stream(
+            client,
+            client.subjects().ready(work.spec.priority),
+            &msg_id::ready(&work.trace_id),
+            &work,
+        )
+        .await?;
+        self.acks.push(ack).await?;
+        if held {
+            self.forget(&work.instance_id).await?;
+        }
+        // The record keeps its tag until the worker tags it `executing`.
+        self.records.remove(&work.instance_id);
+        Ok(())
+    }
+
+    /// Creates the instances asked for so far; returns the attempts that wait.
+    async fn create_pending(&mut self) -> Result<Vec<WorkItem>, ActorError> {
+        let client = self.client.clone();
+        let made: Vec<_> = futures::stream::iter(self.creates.drain(..))
+            .map(|(spec, date)| create_for_date(client.clone(), spec, date))
+            .buffered(CREATES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut works = Vec::new();
+        for work in made {
+            works.extend(work?);
+        }
+        Ok(works)
+    }
+}
+
+/// Tags the record `waiting_deps` (informational: a refusal means it moved on).
+async fn tag_waiting(client: AxClient, work: WorkItem, reason: String) -> Result<(), ActorError> {
+    if let Updated::Written(record, _) = client
+        .update_instance(&work.instance_id, |r| r.waiting(&work.trace_id, &reason))
+        .await?
+    {
+        publish::event(&client, &record).await;
+    }
+    Ok(())
+}
+
+/// Ends an instance that will not run, and publishes its result (which cascades further).
+async fn end_instance(
+    client: AxClient,
+    node: NodeId,
+    work: WorkItem,
+    state: State,
+    tag: Tag,
+    message: String,
+) -> Result<(), ActorError> {
+    let updated = client
+        .update_instance(&work.instance_id, |r| {
+            r.ended_early(&work.trace_id, state, tag, &message)
+        })
+        .await?;
+    let record: InstanceRecord = match updated {
+        Updated::Written(record, _) => *record,
+        Updated::Refused(_) | Updated::Missing => return Ok(()),
+    };
+    publish::to_stream_acked(
+        &client,
+        client.subjects().result(&record.job),
+        &msg_id::result(&record.trace_id),
+        &ResultMessage::from_record(&record),
+    )
+    .await?;
+    if record.state == State::Failed && work.shard.is_none() {
+        publish::failed_for_good(&client, &node, &work, record.tag, &record.message).await?;
+    }
+    publish::event(&client, &record).await;
+    Ok(())
+}
+
+/// Creates the instance of a job without cron for `date`. When it exists already (a crash after
+/// creating it), its record tells whether it still waits.
+async fn create_for_date(
+    client: AxClient,
+    spec: Arc<JobSpec>,
+    date: NaiveDate,
+) -> Result<Option<WorkItem>, ActorError> {
+    let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
+    let expected = ax_bus::time::start_of_day(tz, date);
+    let mut record = InstanceRecord::first(
+        &spec,
+        expected,
+        date.format("%Y-%m-%d").to_string(),
+        spec.params.clone(),
+        Trigger::Deps,
+        ax_bus::time::now(),
+    );
+    record.tag = Tag::WaitingDeps;
+    let deps: Vec<String> = spec
+        .deps
+        .iter()
+        .filter_map(|d| {
+            let at = date + chrono::Duration::days(d.offset_days().ok()?);
+            Some(format!("`{}` for {at}", d.name))
+        })
+        .collect();
+    record.message = format!("waiting for {}", deps.join(", "));
+    if client.create_instance(&record).await? {
+        publish::event(&client, &record).await;
+        return Ok(Some(WorkItem::for_attempt(&record, (*spec).clone())));
+    }
+    let existing = client.instance(&record.instance_id).await?;
+    Ok(existing.and_then(|(record, _)| {
+        let waits =
+            record.state == State::Running && matches!(record.tag, Tag::Queued | Tag::WaitingDeps);
+        waits.then(|| WorkItem::for_attempt(&record, (*spec).clone()))
+    }))
+}

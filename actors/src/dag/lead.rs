@@ -1,0 +1,93 @@
+//! Taking the lead: the coordinator's lease, then its view rebuilt from JetStream — the job
+//! registry replayed, the days of the deps bucket and the waiting attempts restored — away
+//! from the actor (a large history takes seconds to read), then handed to it whole.
+
+use actix::Addr;
+
+use ax_bus::client::kv_view::{FeedItem, KvFeed};
+use ax_bus::ids::NodeId;
+use ax_bus::messages::Waiting;
+use ax_bus::{codec, AxClient};
+
+use super::state::{Action, DagState};
+use super::{day_store, decode_job, DagCoordinator, Lead};
+use crate::node::lease::Lease;
+use crate::ActorError;
+
+const LEASE: &str = "dag";
+
+/// Waits for the lease, rebuilds the view and hands it to the coordinator; returns once the
+/// coordinator has carried out what the restored view decided.
+pub(super) async fn lead(
+    client: AxClient,
+    node: NodeId,
+    coordinator: Addr<DagCoordinator>,
+) -> Result<(), ActorError> {
+    let lease = Lease::acquire(&client, LEASE, &node).await?;
+    let mut state = DagState::new();
+    let mut registry = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+    while let Some(item) = registry.next().await {
+        let item = item?;
+        if matches!(item, FeedItem::Current) {
+            break;
+        }
+        apply_registry_change(&mut state, item);
+    }
+    let actions = restore(&client, &mut state).await?;
+    coordinator
+        .send(Lead {
+            state,
+            actions,
+            lease,
+            registry,
+        })
+        .await?
+}
+
+/// Applies a registry change to the view.
+pub(super) fn apply_registry_change(state: &mut DagState, item: FeedItem) {
+    match item {
+        FeedItem::Put { key, value, .. } => {
+            if let Some(record) = decode_job(&key, &value) {
+                state.upsert_job(record.spec);
+            }
+        }
+        FeedItem::Deleted { key } => state.remove_job(&key),
+        FeedItem::Current => {}
+    }
+}
+
+/// Rebuilds the view from the deps and waiting buckets; returns what it decides at once (waits
+/// met or failed meanwhile).
+async fn restore(client: &AxClient, state: &mut DagState) -> Result<Vec<Action>, ActorError> {
+    let days = day_store::restore(client).await?.into_iter().collect();
+    let waiting: Vec<Waiting> = KvFeed::open(&client.js, &client.layout.waiting_bucket(), ">")
+        .await?
+        .snapshot()
+        .await?
+        .into_iter()
+        .filter_map(|(key, value, _)| match codec::decode(&value) {
+            Ok(waiting) => Some(waiting),
+            Err(e) => {
+                tracing::error!(instance = %key, error = %e, "undecodable waiting entry ignored");
+                None
+            }
+        })
+        .collect();
+    let (splits, waiting): (Vec<Waiting>, Vec<Waiting>) =
+        waiting.into_iter().partition(|w| w.children.is_some());
+    let mut actions = state.restore(days, waiting, ax_bus::time::now());
+    for split in splits {
+        let mut children = Vec::new();
+        for child in split.children.unwrap_or_default() {
+            let ended = client
+                .instance(&child)
+                .await?
+                .map(|(r, _)| r.state)
+                .filter(|s| s.is_final());
+            children.push((child, ended));
+        }
+        actions.extend(state.restore_split(split.work, children));
+    }
+    Ok(actions)
+}

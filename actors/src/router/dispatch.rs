@@ -1,0 +1,225 @@
+//! Sending attempts to workers: the I/O half of the Router. A [`Dispatcher`] holds no state of
+//! its own — the fleet and the unacknowledged dispatches belong to the [`Router`] actor — and
+//! asks the actor (by message) whenever a choice depends on them: which worker, whether a
+//! pinned worker is alive, what to track.
+
+use std::time::Duration;
+
+use actix::Addr;
+
+use ax_bus::client::claims::Reservation;
+use ax_bus::client::Updated;
+use ax_bus::error::During;
+use ax_bus::ids::{DispatchId, NodeId, WorkerId};
+use ax_bus::messages::{ResultMessage, WorkItem};
+use ax_bus::{msg_id, AxClient, State, Tag};
+
+use super::acks::Pending;
+use super::{Choose, Router, RouterConfig, Target, Track};
+use crate::jetstream::publish;
+use crate::ActorError;
+
+/// How soon an unacknowledged dispatch whose handling failed is looked at again.
+pub(super) const RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// What the Router's pumps and tasks use to dispatch; cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct Dispatcher {
+    pub(super) client: AxClient,
+    pub(super) node: NodeId,
+    pub(super) config: RouterConfig,
+    pub(super) router: Addr<Router>,
+}
+
+impl Dispatcher {
+    /// Where `work` goes now, as the Router's fleet sees it (one hand-off asks for a batch).
+    pub(super) async fn target(&self, work: &WorkItem, excluded: Vec<WorkerId>) -> Target {
+        let choice = Choose {
+            works: vec![(
+                work.pin.clone(),
+                work.spec.tags.clone(),
+                work.spec.exec.kind.clone(),
+            )],
+            excluded,
+        };
+        match self.router.send(choice).await {
+            Ok(mut targets) => targets.pop().unwrap_or(Target::NoWorker),
+            Err(_) => Target::NoWorker,
+        }
+    }
+
+    /// Tracks `pending` until its acknowledgement or its deadline, `after` from now.
+    pub(super) fn track(&self, pending: Vec<Pending>, after: Duration) {
+        self.router.do_send(Track { pending, after });
+    }
+
+    /// Publishes `work` to `worker`; an attempt without a dispatch id gets a fresh one (a
+    /// re-dispatched attempt keeps the one it was reserved for). The ack is the caller's to
+    /// await.
+    pub(super) async fn send(
+        &self,
+        mut work: WorkItem,
+        worker: &WorkerId,
+    ) -> Result<(WorkItem, async_nats::jetstream::context::PublishAckFuture), ActorError> {
+        let dispatch = work.dispatch.get_or_insert_with(DispatchId::random).clone();
+        work.worker = Some(worker.clone());
+        work.router = Some(self.node.clone());
+        let ack = publish::to_stream(
+            &self.client,
+            self.client.subjects().dispatch(worker, work.spec.priority),
+            &msg_id::dispatch(&work.trace_id, &dispatch),
+            &work,
+        )
+        .await?;
+        Ok((work, ack))
+    }
+
+    /// Dispatches `work` at once (a shard), or puts it back on the ready queue when nobody can
+    /// take it now.
+    pub(super) async fn dispatch_now(&self, work: WorkItem) -> Result<(), ActorError> {
+        match self.target(&work, Vec::new()).await {
+            Target::Worker(worker) => {
+                let (work, ack) = self.send(work, &worker).await?;
+                ack.await.during(|| "dispatch")?;
+                self.track(
+                    vec![Pending::new(work, worker, Vec::new())],
+                    self.config.ack_timeout,
+                );
+                Ok(())
+            }
+            Target::NoWorker => {
+                publish::to_stream_acked(
+                    &self.client,
+                    self.client.subjects().ready(work.spec.priority),
+                    &msg_id::ready(&work.trace_id),
+                    &work,
+                )
+                .await
+            }
+            Target::PinnedGone(worker) => self.fail_pinned(&work, &worker).await,
+        }
+    }
+
+    /// Fails an attempt pinned to a worker that is gone (one run of a broadcast).
+    pub(super) async fn fail_pinned(
+        &self,
+        work: &WorkItem,
+        worker: &WorkerId,
+    ) -> Result<(), ActorError> {
+        let message = format!("its worker {worker} is gone");
+        let updated = self
+            .client
+            .update_instance(&work.instance_id, |r| {
+                r.ended_early(&work.trace_id, State::Failed, Tag::WorkerLost, &message)
+            })
+            .await?;
+        if let Updated::Written(record, _) = updated {
+            publish::to_stream_acked(
+                &self.client,
+                self.client.subjects().result(&record.job),
+                &msg_id::result(&record.trace_id),
+                &ResultMessage::from_record(&record),
+            )
+            .await?;
+            publish::event(&self.client, &record).await;
+        }
+        Ok(())
+    }
+
+    /// Sends an attempt elsewhere under a new dispatch, unless a worker claimed it meanwhile.
+    /// `excluded` workers are passed over (they did not acknowledge, or they died) unless no
+    /// other can take it.
+    pub(crate) async fn redispatch(
+        &self,
+        mut work: WorkItem,
+        excluded: Vec<WorkerId>,
+    ) -> Result<(), ActorError> {
+        let target = self.target(&work, excluded.clone()).await;
+        if let Target::PinnedGone(pin) = &target {
+            // A pinned attempt has nowhere else to go.
+            return self.fail_pinned(&work, pin).await;
+        }
+        let dispatch = DispatchId::random();
+        match self
+            .client
+            .reserve_attempt(&work.trace_id, &dispatch)
+            .await?
+        {
+            Reservation::Held(claim) => {
+                tracing::debug!(trace = %work.trace_id, worker = ?claim.worker, "claimed meanwhile; not re-dispatched");
+                return Ok(());
+            }
+            Reservation::Reserved => {}
+        }
+        work.dispatch = Some(dispatch.clone());
+        match target {
+            Target::Worker(worker) => {
+                tracing::info!(trace = %work.trace_id, to = %worker, passed_over = ?excluded, "re-dispatching");
+                let (work, ack) = self.send(work, &worker).await?;
+                ack.await.during(|| "re-dispatch")?;
+                self.track(
+                    vec![Pending::new(work, worker, excluded)],
+                    self.config.ack_timeout,
+                );
+            }
+            Target::NoWorker | Target::PinnedGone(_) => {
+                // Nobody can take it now: back to the ready queue, with its reservation.
+                publish::to_stream_acked(
+                    &self.client,
+                    self.client.subjects().ready(work.spec.priority),
+                    &msg_id::ready_again(&work.trace_id, &dispatch),
+                    &work,
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-dispatches `pending` unless its claim shows that its worker received it.
+    pub(super) async fn recheck(&self, pending: Pending) -> Result<(), ActorError> {
+        let trace = pending.work.trace_id.clone();
+        match self.client.claim_of(&trace).await? {
+            Some((claim, _))
+                if claim.dispatch == pending.work.dispatch && claim.worker.is_some() =>
+            {
+                // Claimed: only its acknowledgement was lost or late.
+                return Ok(());
+            }
+            _ => {}
+        }
+        tracing::warn!(%trace, worker = %pending.worker, "dispatch not acknowledged in time");
+        let mut excluded = pending.excluded;
+        excluded.push(pending.worker);
+        self.redispatch(pending.work, excluded).await
+    }
+
+    /// Handles a dispatch whose deadline passed; one whose handling fails (NATS away) is
+    /// tracked again to be looked at a second later: the tracked dispatch is the only thing
+    /// that knows the attempt is in the air, so it is never dropped.
+    pub(super) fn recheck_in_background(&self, pending: Pending) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.recheck(pending.clone()).await {
+                tracing::warn!(trace = %pending.work.trace_id, error = %e, "unacknowledged dispatch not handled yet; trying again");
+                this.track(vec![pending], RECHECK_AFTER);
+            }
+        });
+    }
+
+    /// Tags the record `no_worker` and says so in an event (a refusal means the attempt moved
+    /// on).
+    pub(super) async fn note_no_worker(&self, work: &WorkItem) {
+        match self
+            .client
+            .update_instance(&work.instance_id, |r| r.no_worker(&work.trace_id))
+            .await
+        {
+            Ok(Updated::Written(record, _)) => publish::event(&self.client, &record).await,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(instance = %work.instance_id, error = %e, "no_worker tag not written")
+            }
+        }
+    }
+}

@@ -26,7 +26,7 @@ use ax_bus::{codec, dead_letter, AxClient};
 use crate::ActorError;
 
 use crate::jetstream::publish;
-use crate::node::progress::Source;
+use crate::node::progress::{self, Progressed, Source};
 
 /// How soon a message whose hand-off failed is delivered again.
 const REDELIVER_AFTER: Duration = Duration::from_millis(500);
@@ -121,6 +121,22 @@ pub async fn messages(
         .messages()
         .await
         .map_err(|e| err("pull from", e.into()))
+}
+
+/// [`messages`], reporting its progress to the watchdog as `actor`'s pump `pump` (see
+/// [`crate::node::progress`]).
+pub async fn watched(
+    actor: &'static str,
+    pump: &str,
+    client: &AxClient,
+    spec: &ConsumerSpec,
+    batch: usize,
+) -> Result<Progressed<pull::Stream>, ActorError> {
+    let handle = progress::register(actor, pump, Some(spec.source()));
+    Ok(Progressed::new(
+        messages(client, spec, batch).await?,
+        handle,
+    ))
 }
 
 /// Decodes a message's payload. One that does not decode would fail the same way on every

@@ -248,21 +248,22 @@ impl Node {
         }
         if config.roles.contains(&Role::Worker) {
             let outbox = config.worker.data_dir.join("outbox.log");
-            let (reporter, handle) = Reporter::open(client.clone(), name.clone(), &outbox)?;
+            let reporter = Reporter::open(client.clone(), name.clone(), &outbox)?;
             let executors = Registry::load(&config.worker.executors)?;
             // Built once: a stalled worker-side actor ends the process rather than being
-            // replaced (see the watchdog), so neither factory runs twice.
+            // replaced (see the watchdog), so neither factory runs twice, and the Reporter's
+            // address stays the worker's for the life of the process.
             let reporter = Mutex::new(Some(reporter));
-            actors.push(Box::new(Supervisee::start(
-                reporter::ACTOR,
-                OnStall::EndProcess,
-                move || take_once(&reporter, reporter::ACTOR),
-            )));
+            let reporter = Supervisee::start(reporter::ACTOR, OnStall::EndProcess, move || {
+                take_once(&reporter, reporter::ACTOR)
+            });
+            let reporter_address = reporter.address().clone();
+            actors.push(Box::new(reporter));
             let worker = Mutex::new(Some(WorkerSupervisor::new(
                 client.clone(),
                 config.worker.clone(),
                 executors,
-                handle,
+                reporter_address,
                 clock_guard,
             )));
             actors.push(Box::new(Supervisee::start(

@@ -120,6 +120,13 @@ where
     }
 }
 
+impl<A: Actor> Supervisee<A> {
+    /// The actor's address (for a worker-side actor, never replaced, its address for good).
+    pub fn address(&self) -> &Addr<A> {
+        &self.address
+    }
+}
+
 fn launch<A>(make: &Arc<dyn Fn() -> A + Send + Sync>) -> (Arbiter, Addr<A>)
 where
     A: Actor<Context = Context<A>> + Supervised + Handler<Ping>,

@@ -4,26 +4,30 @@
 //! `ax.event.<job>.<state>`.
 //!
 //! An outcome is fsync'd to the outbox before the dispatch that caused it is acknowledged
-//! (outcomes arriving together share one fsync), then reported: the instance record moves with a
-//! compare-and-swap (a stale attempt is refused and its result dropped, a repeat changes
-//! nothing), the result is published with the trace id as message id (JetStream drops a repeat),
-//! and only then is the outcome marked done. Until then it is retried with backoff — through a
-//! NATS outage and across restarts of the worker, since the outbox is replayed on start.
+//! ([`Record`] answers once it is): outcomes recorded together share one fsync — every
+//! [`Record`] waiting in the mailbox is queued before the queued ones are committed. Then it is
+//! reported ([`crate::outcome::report`]: the record moves with a compare-and-swap, the result is
+//! published under the trace id as message id), and only then is it marked done
+//! ([`Reported`]). Until then it is retried with backoff — through a NATS outage and across
+//! restarts of the worker, since the outbox is replayed on start.
+//!
+//! The outbox is the actor's and changes only in its handlers; reports run as tasks of their
+//! own (they outlive a restart of the actor) and tell the actor when they are done.
 
 pub mod outbox;
 
+use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Semaphore};
 
 use ax_bus::ids::{NodeId, TraceId};
 use ax_bus::AxClient;
 
-use crate::node::supervision::{note_restart, spawn_pump};
+use crate::node::supervision::note_restart;
 use crate::outcome::{report, Outcome};
 use crate::ActorError;
 use outbox::Outbox;
@@ -31,79 +35,65 @@ use outbox::Outbox;
 /// The actor's name in counters, logs and `ax nodes`.
 pub const ACTOR: &str = "reporter";
 const REPORTS_IN_FLIGHT: usize = 32;
-const COMMIT_BATCH: usize = 256;
 
-type Commit = (Outcome, oneshot::Sender<Result<(), String>>);
-type Shared<T> = Arc<tokio::sync::Mutex<T>>;
-
-/// How the WorkerSupervisor hands outcomes to its Reporter.
-#[derive(Clone)]
-pub struct ReporterHandle {
-    commits: mpsc::UnboundedSender<Commit>,
-    outbox: Arc<Mutex<Outbox>>,
+/// Why an outcome could not be made durable.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The outbox could not be written.
+    #[error("outbox: {0}")]
+    Outbox(String),
+    /// The Reporter is gone (the process is stopping).
+    #[error("the reporter stopped before the outcome was stored")]
+    Gone,
 }
 
-impl ReporterHandle {
-    /// Makes `outcome` durable; it is reported from then on, whatever happens to this process.
-    pub async fn record(&self, outcome: Outcome) -> Result<(), String> {
-        let (done, durable) = oneshot::channel();
-        self.commits
-            .send((outcome, done))
-            .map_err(|_| "the reporter is gone".to_string())?;
-        durable
-            .await
-            .map_err(|_| "the reporter stopped before the outcome was stored".to_string())?
-    }
-
-    /// Whether an outcome for `trace_id` is stored and not yet reported.
-    pub fn has_pending(&self, trace_id: &TraceId) -> bool {
-        self.outbox
-            .lock()
-            .map(|o| o.contains(trace_id))
-            .unwrap_or(false)
-    }
-}
+type Waiter = oneshot::Sender<Result<(), RecordError>>;
 
 /// The Reporter actor.
+#[derive(Debug)]
 pub struct Reporter {
     client: AxClient,
     node: NodeId,
-    outbox: Arc<Mutex<Outbox>>,
-    commits: Shared<mpsc::UnboundedReceiver<Commit>>,
-    reports_tx: mpsc::UnboundedSender<Outcome>,
-    reports: Shared<mpsc::UnboundedReceiver<Outcome>>,
+    outbox: Outbox,
+    /// Outcomes recorded and not yet committed, with who waits for them.
+    queued: Vec<(Outcome, Waiter)>,
+    commit_due: bool,
+    /// Outcomes being reported now (their tasks outlive restarts of the actor).
+    reporting: HashSet<TraceId>,
+    reports: Arc<Semaphore>,
 }
 
 impl Reporter {
-    /// Opens the outbox at `path` (reporting damage as alerts) and returns the actor and the
-    /// handle its worker uses.
-    pub fn open(
-        client: AxClient,
-        node: NodeId,
-        path: &Path,
-    ) -> Result<(Self, ReporterHandle), ActorError> {
+    /// Opens the outbox at `path`, logging any damage skipped.
+    pub fn open(client: AxClient, node: NodeId, path: &Path) -> Result<Self, ActorError> {
         let (outbox, damage) = Outbox::open(path)?;
         for d in &damage {
             tracing::warn!(offset = d.offset, reason = %d.reason, path = %path.display(), "outbox damage skipped");
         }
-        let outbox = Arc::new(Mutex::new(outbox));
-        let (commits_tx, commits) = mpsc::unbounded_channel();
-        let (reports_tx, reports) = mpsc::unbounded_channel();
-        let handle = ReporterHandle {
-            commits: commits_tx,
-            outbox: outbox.clone(),
-        };
-        Ok((
-            Self {
-                client,
-                node,
-                outbox,
-                commits: Arc::new(tokio::sync::Mutex::new(commits)),
-                reports_tx,
-                reports: Arc::new(tokio::sync::Mutex::new(reports)),
-            },
-            handle,
-        ))
+        Ok(Self {
+            client,
+            node,
+            outbox,
+            queued: Vec::new(),
+            commit_due: false,
+            reporting: HashSet::new(),
+            reports: Arc::new(Semaphore::new(REPORTS_IN_FLIGHT)),
+        })
+    }
+
+    /// Reports `outcome` on a task of its own, until done; then tells the actor.
+    fn start_report(&mut self, outcome: Outcome, ctx: &Context<Self>) {
+        if !self.reporting.insert(outcome.end.trace_id.clone()) {
+            return;
+        }
+        let (client, reports, me) = (self.client.clone(), self.reports.clone(), ctx.address());
+        tokio::spawn(async move {
+            let Ok(_permit) = reports.acquire_owned().await else {
+                return;
+            };
+            report_until_done(&client, &outcome).await;
+            me.do_send(Reported(outcome.end.trace_id));
+        });
     }
 }
 
@@ -111,26 +101,16 @@ impl Actor for Reporter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        spawn_pump(
-            ACTOR,
-            "commit",
-            ctx,
-            commit(
-                self.outbox.clone(),
-                self.commits.clone(),
-                self.reports_tx.clone(),
-            ),
-        );
-        spawn_pump(
-            ACTOR,
-            "report",
-            ctx,
-            report_all(
-                self.client.clone(),
-                self.outbox.clone(),
-                self.reports.clone(),
-            ),
-        );
+        let backlog = self.outbox.pending();
+        if !backlog.is_empty() {
+            tracing::info!(
+                outcomes = backlog.len(),
+                "reporting outcomes left in the outbox"
+            );
+        }
+        for outcome in backlog {
+            self.start_report(outcome, ctx);
+        }
         tracing::info!(node = %self.node, "reporter started");
     }
 }
@@ -143,69 +123,77 @@ impl Supervised for Reporter {
     }
 }
 
-/// Group commit: everything queued is appended with one fsync, then acknowledged and reported.
-async fn commit(
-    outbox: Arc<Mutex<Outbox>>,
-    commits: Shared<mpsc::UnboundedReceiver<Commit>>,
-    reports: mpsc::UnboundedSender<Outcome>,
-) -> Result<(), ActorError> {
-    let mut commits = commits.lock().await;
-    let mut batch = Vec::with_capacity(COMMIT_BATCH);
-    loop {
-        if commits.recv_many(&mut batch, COMMIT_BATCH).await == 0 {
-            return Ok(());
+/// Makes an outcome durable; answered once it is (it is reported from then on, whatever
+/// happens to this process).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), RecordError>")]
+pub struct Record(pub Outcome);
+
+impl Handler<Record> for Reporter {
+    type Result = ResponseFuture<Result<(), RecordError>>;
+
+    fn handle(&mut self, msg: Record, ctx: &mut Self::Context) -> Self::Result {
+        let (done, durable) = oneshot::channel();
+        self.queued.push((msg.0, done));
+        if !std::mem::replace(&mut self.commit_due, true) {
+            // Handled once the mailbox is empty: every outcome recorded meanwhile shares the
+            // fsync.
+            ctx.notify(Commit);
         }
-        let outcomes: Vec<Outcome> = batch.iter().map(|(o, _)| o.clone()).collect();
-        let outbox = outbox.clone();
-        let stored = tokio::task::spawn_blocking(move || {
-            outbox
-                .lock()
-                .map_err(|_| "outbox lock poisoned".to_string())?
-                .append(&outcomes)
-                .map_err(|e| e.to_string())
-        })
-        .await
-        .unwrap_or_else(|e| Err(format!("outbox writer failed: {e}")));
-        for (outcome, done) in batch.drain(..) {
+        Box::pin(async move { durable.await.unwrap_or(Err(RecordError::Gone)) })
+    }
+}
+
+/// Commits the queued outcomes with one fsync.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct Commit;
+
+impl Handler<Commit> for Reporter {
+    type Result = ();
+
+    fn handle(&mut self, _: Commit, ctx: &mut Self::Context) {
+        self.commit_due = false;
+        let queued = std::mem::take(&mut self.queued);
+        let outcomes: Vec<Outcome> = queued.iter().map(|(o, _)| o.clone()).collect();
+        let stored = self.outbox.append(&outcomes).map_err(|e| e.to_string());
+        for (outcome, done) in queued {
             if stored.is_ok() {
-                let _ = reports.send(outcome);
+                self.start_report(outcome, ctx);
             }
-            let _ = done.send(stored.clone());
+            let answer = stored.clone().map_err(RecordError::Outbox);
+            let _ = done.send(answer);
         }
     }
 }
 
-/// Reports what the outbox holds, then every new outcome, until the channel closes.
-async fn report_all(
-    client: AxClient,
-    outbox: Arc<Mutex<Outbox>>,
-    reports: Shared<mpsc::UnboundedReceiver<Outcome>>,
-) -> Result<(), ActorError> {
-    let backlog = outbox.lock().map(|o| o.pending()).unwrap_or_default();
-    if !backlog.is_empty() {
-        tracing::info!(
-            outcomes = backlog.len(),
-            "reporting outcomes left in the outbox"
-        );
+/// Whether an outcome for the attempt is stored (or being stored) and not yet reported.
+#[derive(Debug, Message)]
+#[rtype(result = "bool")]
+pub struct HasPending(pub TraceId);
+
+impl Handler<HasPending> for Reporter {
+    type Result = bool;
+
+    fn handle(&mut self, msg: HasPending, _: &mut Self::Context) -> bool {
+        self.outbox.contains(&msg.0) || self.queued.iter().any(|(o, _)| o.end.trace_id == msg.0)
     }
-    let mut reports = reports.lock().await;
-    let incoming = futures::stream::poll_fn(move |cx| reports.poll_recv(cx));
-    futures::stream::iter(backlog)
-        .chain(incoming)
-        .for_each_concurrent(REPORTS_IN_FLIGHT, |outcome| {
-            let client = client.clone();
-            let outbox = outbox.clone();
-            async move {
-                report_until_done(&client, &outcome).await;
-                if let Ok(mut outbox) = outbox.lock() {
-                    if let Err(e) = outbox.mark_done(&outcome.end.trace_id) {
-                        tracing::warn!(error = %e, "cannot mark outcome done; it will be reported again");
-                    }
-                }
-            }
-        })
-        .await;
-    Ok(())
+}
+
+/// An outcome was reported: marked done in the outbox.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct Reported(TraceId);
+
+impl Handler<Reported> for Reporter {
+    type Result = ();
+
+    fn handle(&mut self, msg: Reported, _: &mut Self::Context) {
+        self.reporting.remove(&msg.0);
+        if let Err(e) = self.outbox.mark_done(&msg.0) {
+            tracing::warn!(error = %e, "cannot mark outcome done; it will be reported again");
+        }
+    }
 }
 
 async fn report_until_done(client: &AxClient, outcome: &Outcome) {

@@ -31,6 +31,7 @@ enum Record {
 }
 
 /// The outbox file.
+#[derive(Debug)]
 pub struct Outbox {
     path: PathBuf,
     file: File,

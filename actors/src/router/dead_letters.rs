@@ -46,7 +46,8 @@ pub async fn keep(client: AxClient, node: NodeId) -> Result<(), ActorError> {
             String::new(),
         )
     };
-    let mut messages = consume::messages(&client, &spec, 16).await?;
+    let mut messages =
+        consume::watched(crate::router::ACTOR, "dead_letters", &client, &spec, 16).await?;
     while let Some(message) = messages.next().await {
         let message = message.during(|| "advisory consumer")?;
         match serde_json::from_slice::<MaxDeliveries>(&message.payload) {

@@ -44,6 +44,7 @@ use ax_bus::{codec, AxClient};
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::node::clock::Clock;
 use crate::node::clock_guard::ClockGuard;
+use crate::node::progress;
 use crate::node::supervision::{guard, note_restart, spawn_pump};
 use crate::ActorError;
 use creator::{Creator, NewInstance};
@@ -433,7 +434,9 @@ impl Handler<HoldRetry> for Scheduler {
 }
 
 async fn follow_registry(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
-    let mut feed = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+    let feed = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+    let pump = progress::register(ACTOR, "registry", None);
+    let mut feed = progress::Progressed::new(feed.into_stream(), pump);
     while let Some(item) = feed.next().await {
         addr.do_send(RegistryChange(item?));
     }
@@ -451,7 +454,7 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
             client.subjects().retry_all(),
         )
     };
-    let mut messages = consume::messages(&client, &spec, 256).await?;
+    let mut messages = consume::watched(ACTOR, "retries", &client, &spec, 256).await?;
     while let Some(message) = messages.next().await {
         let message = message.during(|| "results consumer")?;
         let result: ResultMessage = match codec::decode(&message.payload) {

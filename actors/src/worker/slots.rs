@@ -10,6 +10,7 @@ use ax_bus::messages::Reserved;
 use ax_bus::spec::Priority;
 
 /// The slots of one worker.
+#[derive(Debug)]
 pub struct Slots {
     total: u32,
     reserved: Reserved,
@@ -18,6 +19,7 @@ pub struct Slots {
 }
 
 /// One taken slot; released on drop.
+#[derive(Debug)]
 pub struct Permit {
     slots: Arc<Slots>,
 }

@@ -49,7 +49,8 @@ pub async fn serve(client: AxClient, creator: Creator, node: NodeId) -> Result<(
             client.subjects().control_all(),
         )
     };
-    let mut messages = consume::messages(&client, &spec, 16).await?;
+    let mut messages =
+        consume::watched(crate::scheduler::ACTOR, "control", &client, &spec, 16).await?;
     while let Some(message) = messages.next().await {
         let message = message.during(|| "control consumer")?;
         handle(&client, &creator, &node, &message).await;

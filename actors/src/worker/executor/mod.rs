@@ -174,6 +174,12 @@ pub struct Registry {
     executors: BTreeMap<String, Arc<dyn Executor>>,
 }
 
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.executors.keys()).finish()
+    }
+}
+
 impl Registry {
     /// The built-ins and the plugins found in `config.plugin_dir`, each initialised. A plugin
     /// that does not describe itself is left out with a warning; it does not stop the worker.

@@ -1,0 +1,380 @@
+//! One dispatch, from its delivery to its outcome: claim, acknowledge, start, run (renewing the
+//! claim and keeping the dispatch alive), record the outcome. Runs on a task of its own, not
+//! tied to the actor's context — a restart of the actor must not cut a running process off from
+//! its outcome — and tells the actor what runs ([`Running`], [`Ended`]).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Addr;
+use async_nats::jetstream::{self, AckKind};
+use tokio::sync::Notify;
+
+use ax_bus::client::claims::ClaimOutcome;
+use ax_bus::client::Updated;
+use ax_bus::ids::DispatchId;
+use ax_bus::instance::{AttemptEnd, Tag};
+use ax_bus::messages::{AlertKind, DispatchAck, StoredRecord, WorkItem};
+use ax_bus::{codec, AxClient};
+
+use super::executor::values::Values;
+use super::executor::{AttemptContext, ExecResult, Registry};
+use super::slots::Slots;
+use super::{Ended, IsRunning, Running, WorkerConfig, WorkerSupervisor, CLAIM_LEASE};
+use crate::jetstream::{consume, publish};
+use crate::node::clock_guard::ClockGuard;
+use crate::outcome::{report, Outcome};
+use crate::reporter::{HasPending, Record, Reporter};
+
+/// What every attempt of this worker needs; cheap to clone.
+#[derive(Clone, Debug)]
+pub(super) struct Attempts {
+    pub(super) client: AxClient,
+    pub(super) config: WorkerConfig,
+    pub(super) reporter: Addr<Reporter>,
+    pub(super) worker: Addr<WorkerSupervisor>,
+    pub(super) slots: Arc<Slots>,
+    pub(super) clock: Option<ClockGuard>,
+    pub(super) executors: Registry,
+}
+
+/// Why a dispatch is not run, and what becomes of its message.
+enum Skip {
+    /// Done with it: acknowledged.
+    Done,
+    /// Tried again later: redelivered with backoff.
+    Later,
+    /// Another delivery of it runs here: left alone.
+    Running,
+}
+
+impl Attempts {
+    /// Runs the attempt of `message` to its end.
+    pub(super) async fn run(&self, message: jetstream::Message, scratch: &Path) {
+        let me = &self.config.id;
+        let Some(mut work) = consume::decode_or_dead_letter::<WorkItem>(
+            &self.client,
+            me,
+            AlertKind::Dispatch,
+            &message,
+        )
+        .await
+        else {
+            return;
+        };
+        // Only for the first write; the outbox keeps the work item without it.
+        let stored = work.stored.take();
+        let started = match self.start(&work, stored).await {
+            Ok(started) => started,
+            Err(skip) => return settle(&message, skip).await,
+        };
+        let (dispatch, lease, written) = started;
+        let stop = Arc::new(Notify::new());
+        self.worker.do_send(Running {
+            trace: work.trace_id.clone(),
+            instance: work.instance_id.clone(),
+            dispatch: dispatch.clone(),
+            stop: stop.clone(),
+        });
+        let watched = self
+            .execute_watched(&work, &message, &dispatch, lease, scratch, &stop)
+            .await;
+        self.worker.do_send(Ended {
+            trace: work.trace_id.clone(),
+            end: watched.as_ref().ok().cloned(),
+        });
+        match watched {
+            // The attempt was taken away (this worker was declared dead): its outcome is moot.
+            Err(Revoked) => {}
+            Ok(end) => {
+                let outcome = Outcome {
+                    work,
+                    end,
+                    written: Some(written),
+                };
+                self.record(outcome).await;
+            }
+        }
+        let _ = message.ack().await;
+    }
+
+    /// Claims the attempt for this dispatch, acknowledges it to its Router and marks its
+    /// record `executing`; the dispatch, the claim's revision and the record written.
+    async fn start(
+        &self,
+        work: &WorkItem,
+        stored: Option<StoredRecord>,
+    ) -> Result<(DispatchId, u64, StoredRecord), Skip> {
+        let trace = &work.trace_id;
+        if self
+            .reporter
+            .send(HasPending(trace.clone()))
+            .await
+            .unwrap_or(false)
+        {
+            return Err(Skip::Done);
+        }
+        if self
+            .worker
+            .send(IsRunning(trace.clone()))
+            .await
+            .unwrap_or(false)
+        {
+            // A redelivery while the attempt runs here; the running one acknowledges it.
+            return Err(Skip::Running);
+        }
+        if let Some(stall) = self.config.test_stall {
+            tokio::time::sleep(stall).await;
+        }
+        let Some(dispatch) = work.dispatch.clone() else {
+            tracing::warn!(%trace, "a dispatch without a dispatch id is not ours to run; skipped");
+            return Err(Skip::Done);
+        };
+        let lease = self.claim(work, &dispatch).await?;
+        self.acknowledge(work, &dispatch).await;
+        if let Some(clock) = self.clock.as_ref().filter(|c| c.skewed()) {
+            self.refuse_for_clock(work.clone(), clock).await;
+            return Err(Skip::Done);
+        }
+        let written = self.mark_executing(work, stored).await?;
+        Ok((dispatch, lease, written))
+    }
+
+    /// The claim's revision, when this dispatch wins it.
+    async fn claim(&self, work: &WorkItem, dispatch: &DispatchId) -> Result<u64, Skip> {
+        let trace = &work.trace_id;
+        let me = &self.config.id;
+        match self
+            .client
+            .claim_attempt(trace, dispatch, me, CLAIM_LEASE)
+            .await
+        {
+            Ok(ClaimOutcome::Won { revision }) => Ok(revision),
+            Ok(ClaimOutcome::Lost(holder)) => {
+                tracing::info!(%trace, ?holder, "attempt not ours to run (claimed, reserved elsewhere or revoked); skipped");
+                Err(Skip::Done)
+            }
+            Err(e) => {
+                tracing::warn!(%trace, error = %e, "cannot claim; redelivering");
+                Err(Skip::Later)
+            }
+        }
+    }
+
+    /// The record as this worker wrote it, `executing`.
+    async fn mark_executing(
+        &self,
+        work: &WorkItem,
+        stored: Option<StoredRecord>,
+    ) -> Result<StoredRecord, Skip> {
+        let (trace, me) = (&work.trace_id, &self.config.id);
+        let now = ax_bus::time::now();
+        match self
+            .client
+            .update_instance_from(&work.instance_id, stored, |r| r.started(trace, me, now))
+            .await
+        {
+            Ok(Updated::Written(record, revision)) => {
+                publish::event(&self.client, &record).await;
+                Ok(StoredRecord { record, revision })
+            }
+            Ok(Updated::Refused(refused)) => {
+                tracing::info!(%trace, %refused, "attempt no longer current; skipped");
+                Err(Skip::Done)
+            }
+            Ok(Updated::Missing) => {
+                tracing::warn!(instance = %work.instance_id, "dispatch for an unknown instance; skipped");
+                Err(Skip::Done)
+            }
+            Err(e) => {
+                tracing::warn!(%trace, error = %e, "cannot mark executing; redelivering");
+                Err(Skip::Later)
+            }
+        }
+    }
+
+    /// Runs the attempt, keeping the dispatch alive with progress acks and renewing the claim;
+    /// a renewal that finds the claim revoked stops the process at once.
+    async fn execute_watched(
+        &self,
+        work: &WorkItem,
+        message: &jetstream::Message,
+        dispatch: &DispatchId,
+        mut revision: u64,
+        scratch: &Path,
+        stop: &Notify,
+    ) -> Result<AttemptEnd, Revoked> {
+        let (trace, me) = (&work.trace_id, &self.config.id);
+        let execution = execute(self, work, scratch, stop);
+        tokio::pin!(execution);
+        let mut progress = tokio::time::interval(self.config.dispatch_ack_wait / 3);
+        progress.tick().await;
+        let mut renewal = tokio::time::interval(CLAIM_LEASE / 3);
+        renewal.tick().await;
+        let mut revoked = false;
+        loop {
+            tokio::select! {
+                end = &mut execution => return if revoked { Err(Revoked) } else { Ok(end) },
+                _ = progress.tick() => {
+                    let _ = message.ack_with(AckKind::Progress).await;
+                }
+                _ = renewal.tick(), if !revoked => {
+                    match self.client.renew_claim(trace, revision, dispatch, me, CLAIM_LEASE).await {
+                        Ok(Some(next)) => revision = next,
+                        Ok(None) => {
+                            tracing::warn!(%trace, "claim revoked: stopping the attempt");
+                            revoked = true;
+                            stop.notify_one();
+                        }
+                        Err(e) => tracing::warn!(%trace, error = %e, "lease not renewed; trying again"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes the outcome durable in the outbox; if the outbox cannot take it, reports it
+    /// directly until NATS takes it (an alert says so).
+    async fn record(&self, outcome: Outcome) {
+        let durable = match self.reporter.send(Record(outcome.clone())).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        let trace = outcome.end.trace_id.clone();
+        publish::alert(
+            &self.client,
+            &self.config.id,
+            AlertKind::Outbox,
+            format!("outcome of {trace} not durable ({durable}); reporting it directly"),
+            None,
+        )
+        .await;
+        while let Err(e) = report(&self.client, &outcome).await {
+            tracing::warn!(%trace, error = %e, "direct report failed; retrying");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Ends a claimed attempt `failed` with tag `clock_skew` without running it: times this
+    /// node would write (start, end, lease expiries) cannot be trusted.
+    async fn refuse_for_clock(&self, work: WorkItem, clock: &ClockGuard) {
+        let message = format!(
+            "refused by worker {}: its clock is {} ms off the NATS server's (limit {} s)",
+            self.config.id,
+            clock.offset_ms(),
+            clock.limit().as_secs_f64()
+        );
+        let end = AttemptEnd {
+            trace_id: work.trace_id.clone(),
+            success: false,
+            tag: Tag::ClockSkew,
+            message,
+            output: serde_json::Value::Null,
+            worker: self.config.id.clone(),
+            started_at: None,
+            finished_at: ax_bus::time::now(),
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        };
+        self.record(Outcome {
+            work,
+            end,
+            written: None,
+        })
+        .await;
+    }
+
+    /// Tells the dispatching Router the attempt was received and is about to run (best
+    /// effort: a lost acknowledgement costs a look at the claim at the deadline).
+    async fn acknowledge(&self, work: &WorkItem, dispatch: &DispatchId) {
+        let Some(router) = &work.router else {
+            return;
+        };
+        let ack = DispatchAck {
+            trace_id: work.trace_id.clone(),
+            dispatch: dispatch.clone(),
+            worker: self.config.id.clone(),
+        };
+        if let Ok(payload) = codec::encode(&ack) {
+            if let Err(e) = self
+                .client
+                .nats
+                .publish(self.client.subjects().ack(router), payload)
+                .await
+            {
+                tracing::debug!(trace = %work.trace_id, error = %e, "acknowledgement not sent; the Router will find the claim");
+            }
+        }
+    }
+}
+
+/// The attempt's claim was revoked while it ran.
+struct Revoked;
+
+async fn settle(message: &jetstream::Message, skip: Skip) {
+    match skip {
+        Skip::Done => {
+            let _ = message.ack().await;
+        }
+        Skip::Later => {
+            let _ = message
+                .ack_with(AckKind::Nak(Some(consume::backoff(message))))
+                .await;
+        }
+        Skip::Running => {}
+    }
+}
+
+/// Runs an attempt with the executor of its type: reads the upstream outputs its templates
+/// use, lets the executor prepare, then runs it. Whatever fails ends the attempt with a reason.
+async fn execute(
+    attempts: &Attempts,
+    work: &WorkItem,
+    scratch: &Path,
+    stop: &Notify,
+) -> AttemptEnd {
+    let worker = &attempts.config.id;
+    let started_at = ax_bus::time::now();
+    let result = match attempts.executors.get(&work.spec.exec.kind) {
+        None => ExecResult::failed(
+            Tag::ExecutorError,
+            format!(
+                "worker {worker} has no executor `{}` (it offers: {})",
+                work.spec.exec.kind,
+                attempts.executors.names().join(", ")
+            ),
+        ),
+        Some(executor) => match Values::resolve(&attempts.client, work).await {
+            Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),
+            Ok(values) => {
+                let ctx = AttemptContext {
+                    work,
+                    worker,
+                    scratch,
+                    cancel: stop,
+                    values: &values,
+                };
+                match executor.prepare(&ctx).await {
+                    Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),
+                    Ok(()) => executor.run(&ctx).await,
+                }
+            }
+        },
+    };
+    AttemptEnd {
+        trace_id: work.trace_id.clone(),
+        success: result.success,
+        tag: result.tag,
+        message: result.message,
+        output: result.output,
+        worker: worker.clone(),
+        started_at: Some(started_at),
+        finished_at: ax_bus::time::now(),
+        exit_code: result.exit_code,
+        stdout_tail: result.stdout_tail,
+        stderr_tail: result.stderr_tail,
+    }
+}

@@ -1,0 +1,109 @@
+//! The worker's pumps: its dispatch queues (one consumer per priority, each waiting for a slot
+//! its priority may use before it takes the next dispatch) and its cancellations.
+
+use async_nats::jetstream::consumer::pull;
+use futures::StreamExt;
+
+use ax_bus::error::During;
+use ax_bus::ids::TraceId;
+use ax_bus::spec::Priority;
+use ax_bus::AxClient;
+
+use super::attempt::Attempts;
+use super::{Cancel, ACTOR};
+use crate::jetstream::consume::{self, ConsumerSpec};
+use crate::node::progress::{self, Progressed};
+use crate::ActorError;
+
+/// Stops attempts whose instance was cancelled (`ax.internal.cancel.<id>`, payload: trace id).
+pub(super) async fn cancels(attempts: Attempts) -> Result<(), ActorError> {
+    let client = &attempts.client;
+    let subscription = client
+        .nats
+        .subscribe(client.subjects().cancel(&attempts.config.id))
+        .await
+        .during(|| "subscribe to cancels")?;
+    let pump = progress::register(ACTOR, "cancel", None);
+    let mut cancels = Progressed::new(subscription, pump);
+    while let Some(message) = cancels.next().await {
+        let text = String::from_utf8_lossy(&message.payload);
+        match TraceId::parse(&text) {
+            Ok(trace) => attempts.worker.send(Cancel(trace)).await?,
+            Err(e) => tracing::warn!(error = %e, "a cancel that names no trace id ignored"),
+        }
+    }
+    Ok(())
+}
+
+/// Takes the dispatches of one priority. With `reclaim` (the first start of this worker
+/// process), the consumer is first deleted: dispatches a previous process of this worker
+/// received and never finished are then delivered again at once instead of after their ack
+/// wait. (One process per worker id.)
+pub(super) async fn dispatches(
+    attempts: Attempts,
+    priority: Priority,
+    reclaim: bool,
+) -> Result<(), ActorError> {
+    let client = &attempts.client;
+    let id = &attempts.config.id;
+    let spec = ConsumerSpec {
+        ack_wait: attempts.config.dispatch_ack_wait,
+        max_ack_pending: i64::from(attempts.slots.limit(priority)),
+        max_deliver: consume::POISON_DELIVERIES,
+        ..ConsumerSpec::new(
+            client.layout.dispatch_stream(),
+            format!("worker-{id}-{}", priority.as_str()),
+            client.subjects().dispatch(id, priority),
+        )
+    };
+    if reclaim {
+        reclaim_dispatches(client, &spec).await?;
+    }
+    let scratch = attempts.config.data_dir.join("scratch");
+    std::fs::create_dir_all(&scratch)?;
+    let batch = attempts.slots.limit(priority) as usize;
+    let pump = progress::register(
+        ACTOR,
+        format!("dispatch-{}", priority.as_str()),
+        Some(spec.source()),
+    );
+    let messages: pull::Stream = consume::messages(client, &spec, batch).await?;
+    let mut messages = Progressed::new(messages, pump.clone());
+    while let Some(message) = messages.next().await {
+        let message = message.during(|| "dispatch consumer")?;
+        // Waiting for a slot is waiting on purpose, however long the attempts take.
+        pump.held();
+        let permit = attempts.slots.acquire(priority).await;
+        pump.working();
+        let attempts = attempts.clone();
+        let scratch = scratch.clone();
+        // Attempts are not tied to the actor's context: a restart of the actor must not cut a
+        // running process off from its outcome.
+        tokio::spawn(async move {
+            attempts.run(message, &scratch).await;
+            drop(permit);
+        });
+    }
+    Ok(())
+}
+
+async fn reclaim_dispatches(client: &AxClient, spec: &ConsumerSpec) -> Result<(), ActorError> {
+    let stream = client
+        .js
+        .get_stream(&spec.stream)
+        .await
+        .during(|| format!("open stream {}", spec.stream))?;
+    let pending = match stream.consumer_info(&spec.durable).await {
+        Ok(info) => info.num_ack_pending,
+        Err(_) => return Ok(()),
+    };
+    if pending > 0 {
+        tracing::warn!(dispatches = pending, consumer = %spec.durable, "taking back dispatches a previous process of this worker left unfinished");
+    }
+    stream
+        .delete_consumer(&spec.durable)
+        .await
+        .map(|_| ())
+        .during(|| format!("reset consumer {}", spec.durable))
+        .map_err(ActorError::from)
+}

@@ -1,6 +1,6 @@
 //! NATS authorization: a node with wrong credentials fails at once with a clear message; with
 //! the right ones it works; a client whose permissions allow only reading results can neither
-//! trigger a job nor slip a dispatch onto an internal subject; and README's per-role
+//! trigger a job nor slip a dispatch onto an internal subject; and the per-role
 //! permission table, given to the server as it stands, is all each role needs.
 
 mod support;
@@ -105,82 +105,182 @@ async fn wrong_credentials_fail_at_once_and_readers_cannot_command() {
     assert!(!marker.exists(), "the reader's message ran a command");
 }
 
-/// The per-role split of README's permission table, as a server config: each kind of client
-/// gets exactly its row (plus what every ax process needs for JetStream).
-const ROLES_CONFIG: &str = r#"
-authorization {
-  users = [
-    {
-      user: core, password: "core-secret",
-      permissions: {
-        publish: { allow: [
-          "ax.internal.created.>", "ax.internal.ready.>", "ax.internal.retry.>",
-          "ax.internal.tick.>", "ax.internal.clock.>", "ax.internal.dispatch.>",
-          "ax.internal.split.>", "ax.internal.cancel.>", "ax.internal.dead.>",
-          "ax.event.>", "ax.alert.>", "ax.audit.>", "ax.result.>",
-          "$JS.API.>", "$KV.>", "$JS.ACK.>", "_INBOX.>"
-        ] },
-        subscribe: { allow: ["ax.internal.ack.>", "_INBOX.>"] }
-      }
-    }
-    {
-      user: worker, password: "worker-secret",
-      permissions: {
-        publish: { allow: [
-          "ax.internal.ack.>", "ax.internal.clock.>", "ax.internal.dead.>",
-          "ax.result.>", "ax.event.>", "ax.alert.>",
-          "$JS.API.>", "$KV.>", "$JS.ACK.>", "_INBOX.>"
-        ] },
-        subscribe: { allow: ["ax.internal.cancel.>", "_INBOX.>"] }
-      }
-    }
-    {
-      user: operator, password: "operator-secret",
-      permissions: {
-        publish: { allow: ["ax.control.>", "ax.audit.>", "$JS.API.>", "$KV.>", "$JS.ACK.>", "_INBOX.>"] },
-        subscribe: { allow: ["_INBOX.>"] }
-      }
-    }
-  ]
+/// The users of the permission table in docs/operations.md: (table row, NATS user).
+const ROWS: [(&str, &str); 5] = [
+    ("Scheduler", "scheduler"),
+    ("DagCoordinator", "dag"),
+    ("Router", "router"),
+    ("worker + Reporter", "worker"),
+    ("operators (`ax` CLI)", "operator"),
+];
+
+/// The subjects of one cell of the table: every backticked subject, its `<placeholder>`
+/// tokens widened to `>` (a placeholder is the last token wherever the table uses one).
+fn cell_subjects(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with("ax."))
+        .map(|s| match s.find(".<") {
+            Some(at) => format!("{}.>", &s[..at]),
+            None => s.to_string(),
+        })
+        .collect()
 }
-"#;
+
+/// The permission table of docs/operations.md as a server config: each user gets exactly its
+/// row, plus what every ax process needs for JetStream (the table says so above it).
+fn roles_config() -> String {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"),
+    )
+    .expect("docs/operations.md");
+    let mut users = Vec::new();
+    for (row, user) in ROWS {
+        let line = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| {row} |")))
+            .unwrap_or_else(|| panic!("docs/operations.md has no row `{row}`"));
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let quote = |subjects: Vec<String>| {
+            subjects
+                .iter()
+                .map(|s| format!("\"{s}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let publish = quote(cell_subjects(cells[1]));
+        let subscribe = quote(cell_subjects(cells[2]));
+        users.push(format!(
+            "{{ user: {user}, password: \"{user}-secret\", permissions: {{ \
+             publish: {{ allow: [{publish}, \"$JS.API.>\", \"$KV.>\", \"$JS.ACK.>\", \"_INBOX.>\"] }}, \
+             subscribe: {{ allow: [{subscribe}, \"_INBOX.>\"] }} }} }}"
+        ));
+    }
+    format!("authorization {{ users = [ {} ] }}", users.join("\n"))
+}
+
+const FLOW_JOBS: &str = "version: v1
+job:
+  name: ticking
+  cron: '* * * * * *'
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: up
+  exec: { type: shell, command: 'true' }
+---
+version: v1
+job:
+  name: down
+  deps: [ { name: up, biz_date: current } ]
+  exec: { type: shell, command: 'true' }
+---
+version: v1
+job:
+  name: flaky
+  retry: { times: 1, interval: 1 }
+  exec: { type: shell, command: 'test -f \"$AX_PARAM_mark\" || { touch \"$AX_PARAM_mark\"; exit 3; }' }
+---
+version: v1
+job:
+  name: doomed
+  exec: { type: shell, command: 'exit 4' }
+---
+version: v1
+job:
+  name: patient
+  deps: [ { name: never, biz_date: current } ]
+  deps_timeout: 2
+  exec: { type: shell, command: 'true' }
+---
+version: v1
+job:
+  name: never
+  exec: { type: shell, command: 'true' }
+---
+version: v1
+job:
+  name: newest
+  cron: '*/3 * * * * *'
+  overlap: cancel_previous
+  exec: { type: shell, command: 'sleep 30' }
+";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_role_runs_with_only_its_documented_permissions() {
-    // The CLI (apply, trigger) acts as the operator.
-    let nats = TestNats::start_with_config(Some(ROLES_CONFIG), Some("operator:operator-secret"));
+async fn each_role_runs_with_only_its_row_of_the_permission_table() {
+    // The CLI (apply, trigger, rerun) acts as the operator.
+    let config = roles_config();
+    let nats = TestNats::start_with_config(Some(&config), Some("operator:operator-secret"));
     let as_user = |user: &str| {
         nats.server
             .url
             .replacen("://", &format!("://{user}:{user}-secret@"), 1)
     };
-    let core = AxProcess::node_at(&as_user("core"), &nats, "core", "scheduler,dag,router", &[]);
-    let worker = AxProcess::node_at(&as_user("worker"), &nats, "w1", "worker", &[]);
+    let nodes = [
+        AxProcess::node_at(&as_user("scheduler"), &nats, "sched", "scheduler", &[]),
+        AxProcess::node_at(&as_user("dag"), &nats, "dag", "dag", &[]),
+        AxProcess::node_at(&as_user("router"), &nats, "router", "router", &[]),
+        AxProcess::node_at(&as_user("worker"), &nats, "w1", "worker", &[]),
+    ];
+    let logs: Vec<&AxProcess> = nodes.iter().collect();
     let client = nats.client().await;
-    apply_job(
-        &nats,
-        "chain",
-        "version: v1\njob:\n  name: up\n  exec: { type: shell, command: 'true' }\n---\nversion: v1\njob:\n  name: down\n  deps: [ { name: up, biz_date: current } ]\n  exec: { type: shell, command: 'true' }\n",
-    )
+    apply_job(&nats, "flow", FLOW_JOBS).await;
+    let mark = nats.path("marks").join("flaky");
+    let flaky = trigger(&nats, &["flaky", "--param", &format!("mark={}", mark.display())]);
+    let up = trigger(&nats, &["up"]);
+    let doomed = trigger(&nats, &["doomed"]);
+    let patient = trigger(&nats, &["patient"]);
+    let flaky = final_record(&client, &flaky, Duration::from_secs(60)).await;
+    assert_eq!((flaky.state, flaky.attempt), (State::Success, 2), "retried once");
+    let up = final_record(&client, &up, Duration::from_secs(30)).await;
+    assert_eq!(up.state, State::Success);
+    let doomed = final_record(&client, &doomed, Duration::from_secs(30)).await;
+    assert_eq!(doomed.state, State::Failed);
+    let patient = final_record(&client, &patient, Duration::from_secs(30)).await;
+    assert_eq!((patient.state, patient.tag), (State::Failed, Tag::DepsTimeout));
+    wait_for_logged(Duration::from_secs(30), "the downstream to succeed", &logs, || async {
+        instances(&client, "down")
+            .await
+            .into_iter()
+            .find(|r| r.state == State::Success && r.biz_date == up.biz_date)
+    })
     .await;
-    let id = trigger(&nats, &["up"]);
-    let up = final_record(&client, &id, Duration::from_secs(30)).await;
-    assert_eq!((up.state, up.tag), (State::Success, Tag::Completed));
-    // The downstream, created by the DagCoordinator and run by the worker.
-    let down = wait_for_logged(
-        Duration::from_secs(30),
-        "the downstream to succeed",
-        &[&core, &worker],
-        || async {
-            instances(&client, "down")
-                .await
-                .into_iter()
-                .find(|r| r.state == State::Success)
-        },
-    )
+    // A re-run of the chain's root, through the Scheduler and the DagCoordinator.
+    let out = ax(&nats.url(), &["rerun", "--instance", up.instance_id.as_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for_logged(Duration::from_secs(30), "the re-run to succeed", &logs, || async {
+        client
+            .instance(&up.instance_id)
+            .await
+            .ok()
+            .flatten()
+            .filter(|(r, _)| r.attempt == 2 && r.state == State::Success)
+    })
     .await;
-    assert_eq!(down.biz_date, up.biz_date);
-    for process in [&core, &worker] {
+    // A cron job firing every second, and one cancelling its previous run.
+    wait_for_logged(Duration::from_secs(30), "ticks and a superseded run", &logs, || async {
+        let ticked = instances(&client, "ticking")
+            .await
+            .iter()
+            .filter(|r| r.state == State::Success)
+            .count();
+        let superseded = instances(&client, "newest")
+            .await
+            .iter()
+            .any(|r| r.tag == Tag::Superseded);
+        (ticked >= 3 && superseded).then_some(())
+    })
+    .await;
+    let letters = client.dead_letters().await.unwrap();
+    assert!(
+        letters
+            .iter()
+            .any(|l| l.instance.as_deref() == Some(doomed.instance_id.as_str())),
+        "the failure for good is a dead letter: {letters:?}"
+    );
+    for process in &nodes {
         let log = process.log_text();
         assert!(
             !log.to_lowercase().contains("permissions violation"),

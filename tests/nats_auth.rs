@@ -142,19 +142,23 @@ fn roles_config() -> String {
             .find(|l| l.starts_with(&format!("| {row} |")))
             .unwrap_or_else(|| panic!("docs/operations.md has no row `{row}`"));
         let cells: Vec<&str> = line.split(" | ").collect();
-        let quote = |subjects: Vec<String>| {
+        let quote = |subjects: Vec<String>, always: &[&str]| {
             subjects
                 .iter()
+                .map(String::as_str)
+                .chain(always.iter().copied())
                 .map(|s| format!("\"{s}\""))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let publish = quote(cell_subjects(cells[1]));
-        let subscribe = quote(cell_subjects(cells[2]));
+        let publish = quote(
+            cell_subjects(cells[1]),
+            &["$JS.API.>", "$KV.>", "$JS.ACK.>", "_INBOX.>"],
+        );
+        let subscribe = quote(cell_subjects(cells[2]), &["_INBOX.>"]);
         users.push(format!(
             "{{ user: {user}, password: \"{user}-secret\", permissions: {{ \
-             publish: {{ allow: [{publish}, \"$JS.API.>\", \"$KV.>\", \"$JS.ACK.>\", \"_INBOX.>\"] }}, \
-             subscribe: {{ allow: [{subscribe}, \"_INBOX.>\"] }} }} }}"
+             publish: {{ allow: [{publish}] }}, subscribe: {{ allow: [{subscribe}] }} }} }}"
         ));
     }
     format!("authorization {{ users = [ {} ] }}", users.join("\n"))
@@ -228,50 +232,78 @@ async fn each_role_runs_with_only_its_row_of_the_permission_table() {
     let client = nats.client().await;
     apply_job(&nats, "flow", FLOW_JOBS).await;
     let mark = nats.path("marks").join("flaky");
-    let flaky = trigger(&nats, &["flaky", "--param", &format!("mark={}", mark.display())]);
+    let flaky = trigger(
+        &nats,
+        &["flaky", "--param", &format!("mark={}", mark.display())],
+    );
     let up = trigger(&nats, &["up"]);
     let doomed = trigger(&nats, &["doomed"]);
     let patient = trigger(&nats, &["patient"]);
     let flaky = final_record(&client, &flaky, Duration::from_secs(60)).await;
-    assert_eq!((flaky.state, flaky.attempt), (State::Success, 2), "retried once");
+    assert_eq!(
+        (flaky.state, flaky.attempt),
+        (State::Success, 2),
+        "retried once"
+    );
     let up = final_record(&client, &up, Duration::from_secs(30)).await;
     assert_eq!(up.state, State::Success);
     let doomed = final_record(&client, &doomed, Duration::from_secs(30)).await;
     assert_eq!(doomed.state, State::Failed);
     let patient = final_record(&client, &patient, Duration::from_secs(30)).await;
-    assert_eq!((patient.state, patient.tag), (State::Failed, Tag::DepsTimeout));
-    wait_for_logged(Duration::from_secs(30), "the downstream to succeed", &logs, || async {
-        instances(&client, "down")
-            .await
-            .into_iter()
-            .find(|r| r.state == State::Success && r.biz_date == up.biz_date)
-    })
+    assert_eq!(
+        (patient.state, patient.tag),
+        (State::Failed, Tag::DepsTimeout)
+    );
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the downstream to succeed",
+        &logs,
+        || async {
+            instances(&client, "down")
+                .await
+                .into_iter()
+                .find(|r| r.state == State::Success && r.biz_date == up.biz_date)
+        },
+    )
     .await;
     // A re-run of the chain's root, through the Scheduler and the DagCoordinator.
-    let out = ax(&nats.url(), &["rerun", "--instance", up.instance_id.as_str()]);
+    let out = ax(
+        &nats.url(),
+        &["rerun", "--instance", up.instance_id.as_str()],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
-    wait_for_logged(Duration::from_secs(30), "the re-run to succeed", &logs, || async {
-        client
-            .instance(&up.instance_id)
-            .await
-            .ok()
-            .flatten()
-            .filter(|(r, _)| r.attempt == 2 && r.state == State::Success)
-    })
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the re-run to succeed",
+        &logs,
+        || async {
+            client
+                .instance(&up.instance_id)
+                .await
+                .ok()
+                .flatten()
+                .filter(|(r, _)| r.attempt == 2 && r.state == State::Success)
+        },
+    )
     .await;
     // A cron job firing every second, and one cancelling its previous run.
-    wait_for_logged(Duration::from_secs(30), "ticks and a superseded run", &logs, || async {
-        let ticked = instances(&client, "ticking")
-            .await
-            .iter()
-            .filter(|r| r.state == State::Success)
-            .count();
-        let superseded = instances(&client, "newest")
-            .await
-            .iter()
-            .any(|r| r.tag == Tag::Superseded);
-        (ticked >= 3 && superseded).then_some(())
-    })
+    wait_for_logged(
+        Duration::from_secs(30),
+        "ticks and a superseded run",
+        &logs,
+        || async {
+            let ticked = instances(&client, "ticking")
+                .await
+                .iter()
+                .filter(|r| r.state == State::Success)
+                .count();
+            let superseded = instances(&client, "newest")
+                .await
+                .iter()
+                .any(|r| r.tag == Tag::Superseded);
+            (ticked >= 3 && superseded).then_some(())
+        },
+    )
     .await;
     let letters = client.dead_letters().await.unwrap();
     assert!(

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 /// ax: a distributed task scheduler on NATS JetStream.
 #[derive(Parser, Debug)]
 #[command(name = "ax", version, about)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// NATS server URL (default: the URL `ax up` recorded in ./.ax, else nats://127.0.0.1:4222).
     #[arg(long, global = true, env = "AX_NATS_URL")]
     pub nats: Option<String>,
@@ -22,7 +22,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run a local cluster: a nats-server child (or --nats URL), every actor and a worker.
     Up(UpArgs),
     /// Run the actors of some roles against a NATS server.
@@ -66,7 +66,7 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["instance", "biz_date"])))]
-pub struct RerunArgs {
+pub(crate) struct RerunArgs {
     /// One instance (a new attempt with its original params).
     #[arg(long)]
     pub instance: Option<String>,
@@ -88,7 +88,7 @@ pub struct RerunArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct BackfillArgs {
+pub(crate) struct BackfillArgs {
     /// The job.
     pub job: String,
     /// First business date (YYYY-MM-DD).
@@ -106,13 +106,13 @@ pub struct BackfillArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum WorkerCommand {
+pub(crate) enum WorkerCommand {
     /// Every worker with its heartbeat, load and score.
     List,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum DlqCommand {
+pub(crate) enum DlqCommand {
     /// Every dead letter kept, oldest first.
     List,
     /// Submit one again: a new attempt of its instance, or its message back on its subject.
@@ -123,7 +123,7 @@ pub enum DlqCommand {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum QueueCommand {
+pub(crate) enum QueueCommand {
     /// Stop dispatching from a priority's queue.
     Pause {
         /// high, normal or low.
@@ -139,7 +139,7 @@ pub enum QueueCommand {
 }
 
 #[derive(Args, Debug)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// Where the NATS store, the worker's outbox and the recorded URL live.
     #[arg(long, default_value = ".ax")]
     pub data_dir: PathBuf,
@@ -158,7 +158,7 @@ pub struct UpArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct NodeArgs {
+pub(crate) struct NodeArgs {
     /// Comma-separated roles: scheduler, dag, router, worker, reporter (or all).
     #[arg(long)]
     pub roles: Option<String>,
@@ -183,7 +183,7 @@ pub struct NodeArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum JobCommand {
+pub(crate) enum JobCommand {
     /// Validate job files and apply them.
     Apply {
         /// A YAML file or a directory of them (repeatable).
@@ -220,7 +220,7 @@ pub enum JobCommand {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum InstanceCommand {
+pub(crate) enum InstanceCommand {
     /// List instances, oldest first.
     List {
         #[arg(long)]
@@ -238,7 +238,7 @@ pub enum InstanceCommand {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum TailCommand {
+pub(crate) enum TailCommand {
     /// Results as they arrive, one JSON line each.
     Results {
         #[arg(long)]
@@ -248,7 +248,7 @@ pub enum TailCommand {
 
 /// Parses an identity given on the command line: a one-line error names the argument, the
 /// value and the rule it breaks, before anything is sent.
-pub fn parse_id<T>(argument: &str, text: &str) -> anyhow::Result<T>
+pub(crate) fn parse_id<T>(argument: &str, text: &str) -> anyhow::Result<T>
 where
     T: std::str::FromStr<Err = ax_bus::ids::IdError>,
 {

@@ -4,7 +4,7 @@ use anyhow::{anyhow, Result};
 
 use crate::table;
 
-pub async fn run(quick: bool, only: &[String], json: bool) -> Result<()> {
+pub(crate) async fn run(quick: bool, only: &[String], json: bool) -> Result<()> {
     let report = ax_bench::run(quick, only).await.map_err(|e| anyhow!(e))?;
     if json {
         return table::json(&report);

@@ -11,11 +11,11 @@ use anyhow::{Context, Result};
 use ax_bus::client::{redact, AxClient, ConnectConfig};
 
 /// The file in a data dir that records the cluster's URL.
-pub const URL_FILE: &str = "nats.url";
+pub(crate) const URL_FILE: &str = "nats.url";
 const DEFAULT_URL: &str = "nats://127.0.0.1:4222";
 
 /// The URL to use, and where it came from (for error messages).
-pub fn resolve_url(flag: Option<&str>) -> (String, String) {
+pub(crate) fn resolve_url(flag: Option<&str>) -> (String, String) {
     if let Some(url) = flag {
         return (url.to_string(), "--nats / AX_NATS_URL".to_string());
     }
@@ -33,7 +33,7 @@ pub fn resolve_url(flag: Option<&str>) -> (String, String) {
 }
 
 /// Connects a CLI command.
-pub async fn connect(flag: Option<&str>, prefix: &str) -> Result<AxClient> {
+pub(crate) async fn connect(flag: Option<&str>, prefix: &str) -> Result<AxClient> {
     let (url, origin) = resolve_url(flag);
     let mut config = ConnectConfig::new(&url, "ax-cli");
     config.prefix = prefix.to_string();

@@ -8,7 +8,7 @@ use ax_bus::AxClient;
 use crate::jobs::{print_plan, requested_by, PLANNED_TIMEOUT};
 use crate::table;
 
-pub async fn list(client: &AxClient, json: bool) -> Result<()> {
+pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
     let letters = client.dead_letters().await?;
     if json {
         return table::json(&letters);
@@ -34,7 +34,7 @@ pub async fn list(client: &AxClient, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub async fn replay(client: &AxClient, id: u64, json: bool) -> Result<()> {
+pub(crate) async fn replay(client: &AxClient, id: u64, json: bool) -> Result<()> {
     let replayed = client
         .replay_dead_letter(id, &requested_by(), PLANNED_TIMEOUT)
         .await?;

@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Result};
 
-use ax_actors::router::fleet::{score, Weights};
+use ax_actors::{score, Weights};
 use ax_bus::messages::{commands, QueueRequest};
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
@@ -15,7 +15,7 @@ const WORKER_TTL_SECS: i64 = 10;
 
 /// Every node that has written a heartbeat within the bucket's lifetime: its roles and what
 /// befell its actors (summed in the table, per actor in JSON and in the ACTORS column).
-pub async fn nodes(client: &AxClient, json: bool) -> Result<()> {
+pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
     let now = ax_bus::time::now();
     let mut nodes = client.nodes().await?;
     nodes.sort_by(|a, b| a.node.cmp(&b.node));
@@ -67,7 +67,7 @@ pub async fn nodes(client: &AxClient, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub async fn workers(client: &AxClient, json: bool) -> Result<()> {
+pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
     let weights = Weights::default();
     let now = ax_bus::time::now();
     let mut rows = Vec::new();
@@ -125,7 +125,7 @@ pub async fn workers(client: &AxClient, json: bool) -> Result<()> {
 }
 
 /// One row per (live worker, executor), from the workers' heartbeats.
-pub async fn executors(client: &AxClient, json: bool) -> Result<()> {
+pub(crate) async fn executors(client: &AxClient, json: bool) -> Result<()> {
     let now = ax_bus::time::now();
     let mut workers = client.workers().await?;
     workers.retain(|(_, at)| (now - *at).num_seconds() < WORKER_TTL_SECS);
@@ -165,7 +165,7 @@ fn priority(text: &str) -> Result<Priority> {
         .ok_or_else(|| anyhow!("unknown priority `{text}` (high, normal, low)"))
 }
 
-pub async fn queue(client: &AxClient, text: &str, paused: bool, json: bool) -> Result<()> {
+pub(crate) async fn queue(client: &AxClient, text: &str, paused: bool, json: bool) -> Result<()> {
     let request = QueueRequest {
         priority: priority(text)?,
         paused,
@@ -183,7 +183,7 @@ pub async fn queue(client: &AxClient, text: &str, paused: bool, json: bool) -> R
     Ok(())
 }
 
-pub async fn queues(client: &AxClient, json: bool) -> Result<()> {
+pub(crate) async fn queues(client: &AxClient, json: bool) -> Result<()> {
     let paused = client.paused_queues().await?;
     let states: Vec<(Priority, bool)> = Priority::ALL
         .into_iter()

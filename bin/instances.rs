@@ -10,7 +10,7 @@ use ax_bus::{codec, AxClient, InstanceRecord, State};
 use crate::args::parse_id;
 use crate::table;
 
-pub async fn list(
+pub(crate) async fn list(
     client: &AxClient,
     job: Option<&str>,
     biz_date: Option<&str>,
@@ -76,7 +76,7 @@ async fn fetch(client: &AxClient, id: &str) -> Result<InstanceRecord> {
         .ok_or_else(|| anyhow!("no instance `{id}`"))
 }
 
-pub async fn get(client: &AxClient, id: &str, json: bool) -> Result<()> {
+pub(crate) async fn get(client: &AxClient, id: &str, json: bool) -> Result<()> {
     let record = fetch(client, id).await?;
     if json {
         return table::json(&record);
@@ -115,7 +115,7 @@ pub async fn get(client: &AxClient, id: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub async fn logs(client: &AxClient, id: &str, json: bool) -> Result<()> {
+pub(crate) async fn logs(client: &AxClient, id: &str, json: bool) -> Result<()> {
     let record = fetch(client, id).await?;
     if json {
         return table::json(&serde_json::json!({
@@ -137,7 +137,7 @@ pub async fn logs(client: &AxClient, id: &str, json: bool) -> Result<()> {
 }
 
 /// Prints each result as one JSON line, as it arrives, until interrupted.
-pub async fn tail_results(client: &AxClient, job: Option<&str>) -> Result<()> {
+pub(crate) async fn tail_results(client: &AxClient, job: Option<&str>) -> Result<()> {
     let job: Option<JobName> = job.map(|job| parse_id("--job", job)).transpose()?;
     let subject = match &job {
         Some(job) => client.subjects().result(job),

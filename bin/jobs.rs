@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use ax_actors::scheduler::fire_schedule::FireSchedule;
+use ax_actors::FireSchedule;
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest,
@@ -21,9 +21,9 @@ use crate::args::{parse_id, BackfillArgs, RerunArgs};
 use crate::table;
 
 /// How long a command waits for a Scheduler's answer.
-pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn refused(reply: ControlReply) -> Result<ControlReply> {
+pub(crate) fn refused(reply: ControlReply) -> Result<ControlReply> {
     if reply.ok {
         return Ok(reply);
     }
@@ -36,8 +36,8 @@ pub fn refused(reply: ControlReply) -> Result<ControlReply> {
     )
 }
 
-/// [`load`], printing every problem on stderr: the error says how many, and nothing is applied.
-pub fn load_or_report(paths: &[PathBuf]) -> Result<Vec<LocatedJob>> {
+/// [`load_files`], printing every problem on stderr: the error says how many, and nothing is applied.
+pub(crate) fn load_or_report(paths: &[PathBuf]) -> Result<Vec<LocatedJob>> {
     load_files(paths).map_err(|errors| {
         for error in &errors {
             eprintln!("{error}");
@@ -97,7 +97,7 @@ async fn warn_unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) {
 }
 
 /// Publishes validated jobs and prints what changed.
-pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Result<()> {
+pub(crate) async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Result<()> {
     check_graph(client, &jobs).await?;
     for job in &jobs {
         for warning in spec::warnings(&job.doc) {
@@ -125,7 +125,7 @@ pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Resu
     Ok(())
 }
 
-pub async fn list(client: &AxClient, json: bool) -> Result<()> {
+pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
     let jobs = client.jobs().await?;
     if json {
         let docs: Vec<serde_json::Value> = jobs
@@ -171,7 +171,7 @@ fn next_fire(spec: &spec::JobSpec, paused: bool) -> Option<chrono::DateTime<chro
         .next_after(ax_bus::time::now())
 }
 
-pub async fn get(client: &AxClient, name: &str, json: bool) -> Result<()> {
+pub(crate) async fn get(client: &AxClient, name: &str, json: bool) -> Result<()> {
     let name: JobName = parse_id("job", name)?;
     let (record, _) = client
         .job(&name)
@@ -194,7 +194,12 @@ pub async fn get(client: &AxClient, name: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub async fn command(client: &AxClient, command: &str, name: &str, json: bool) -> Result<()> {
+pub(crate) async fn command(
+    client: &AxClient,
+    command: &str,
+    name: &str,
+    json: bool,
+) -> Result<()> {
     let name: JobName = parse_id("job", name)?;
     let reply = refused(
         client
@@ -212,7 +217,7 @@ pub async fn command(client: &AxClient, command: &str, name: &str, json: bool) -
     Ok(())
 }
 
-pub async fn trigger(
+pub(crate) async fn trigger(
     client: &AxClient,
     name: &str,
     biz_date: Option<String>,
@@ -250,7 +255,7 @@ pub async fn trigger(
     Ok(())
 }
 
-pub async fn history(client: &AxClient, name: &str, limit: usize, json: bool) -> Result<()> {
+pub(crate) async fn history(client: &AxClient, name: &str, limit: usize, json: bool) -> Result<()> {
     let name: JobName = parse_id("job", name)?;
     if client.job(&name).await?.is_none() && client.ticks(&name, 1).await?.is_empty() {
         bail!("no job named `{name}` and no recorded tick for it");
@@ -278,7 +283,7 @@ pub async fn history(client: &AxClient, name: &str, limit: usize, json: bool) ->
 }
 
 /// `user@host` of whoever runs the command, for the audit record.
-pub fn requested_by() -> String {
+pub(crate) fn requested_by() -> String {
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
@@ -287,9 +292,9 @@ pub fn requested_by() -> String {
 }
 
 /// How long a planned command may take on the Scheduler's side.
-pub const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
 
-pub fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
+pub(crate) fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
     if json {
         return table::json(&plan);
     }
@@ -315,7 +320,7 @@ pub fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
     Ok(())
 }
 
-pub async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Result<()> {
+pub(crate) async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Result<()> {
     let instance: Option<InstanceId> = args
         .instance
         .as_deref()
@@ -343,7 +348,7 @@ pub async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Result<()>
     print_plan(&reply.plan, json, args.dry_run)
 }
 
-pub async fn backfill(client: &AxClient, args: BackfillArgs, json: bool) -> Result<()> {
+pub(crate) async fn backfill(client: &AxClient, args: BackfillArgs, json: bool) -> Result<()> {
     let request = BackfillRequest {
         job: parse_id("job", &args.job)?,
         from: args.from,

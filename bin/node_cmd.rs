@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use ax_actors::node::clock::{Clock, ShiftedClock, SystemClock};
-use ax_actors::node::{parse_roles, Node, NodeConfig};
-use ax_actors::worker::executor::ExecutorsConfig;
-use ax_actors::worker::WorkerConfig;
+use ax_actors::ExecutorsConfig;
+use ax_actors::WorkerConfig;
+use ax_actors::{parse_roles, Node, NodeConfig};
+use ax_actors::{Clock, ShiftedClock, SystemClock};
 use ax_bus::client::{redact, AxClient, ConnectConfig};
 use ax_bus::ids::NodeId;
 
@@ -37,7 +37,7 @@ fn default_id() -> String {
     }
 }
 
-pub async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> Result<()> {
+pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> Result<()> {
     let file = match &args.config {
         Some(path) => node_config::read(path)?,
         None => node_config::FileConfig::default(),

@@ -47,17 +47,17 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-use ax_actors::node::alert_webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
-use ax_actors::node::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
-use ax_actors::router::RouterConfig;
-use ax_actors::worker::DEFAULT_DISPATCH_ACK_WAIT;
+use ax_actors::RouterConfig;
+use ax_actors::DEFAULT_DISPATCH_ACK_WAIT;
+use ax_actors::DEFAULT_MAX_CLOCK_SKEW;
+use ax_actors::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 use ax_bus::client::NatsAuth;
 use ax_bus::messages::Reserved;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileConfig {
+pub(crate) struct FileConfig {
     #[serde(default)]
     pub node: NodeSection,
     #[serde(default)]
@@ -76,7 +76,7 @@ pub struct FileConfig {
 /// `[nats]`: credentials and TLS (each overrides its `AX_NATS_*` variable).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NatsSection {
+pub(crate) struct NatsSection {
     pub user: Option<String>,
     pub password: Option<String>,
     pub token: Option<String>,
@@ -90,7 +90,7 @@ pub struct NatsSection {
 
 impl NatsSection {
     /// `base` (from the environment) with this section's settings on top.
-    pub fn over(&self, base: NatsAuth) -> NatsAuth {
+    pub(crate) fn over(&self, base: NatsAuth) -> NatsAuth {
         NatsAuth {
             user: self.user.clone().or(base.user),
             password: self.password.clone().or(base.password),
@@ -108,7 +108,7 @@ impl NatsSection {
 /// `[alerts]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AlertsSection {
+pub(crate) struct AlertsSection {
     /// URL that receives one JSON POST per alert.
     pub webhook: Option<String>,
     /// Seconds one POST may take (5).
@@ -117,7 +117,7 @@ pub struct AlertsSection {
 
 impl AlertsSection {
     /// The webhook, when one is configured; an error names the bad field.
-    pub fn webhook(&self) -> Result<Option<WebhookConfig>> {
+    pub(crate) fn webhook(&self) -> Result<Option<WebhookConfig>> {
         let Some(url) = &self.webhook else {
             return Ok(None);
         };
@@ -141,7 +141,7 @@ impl AlertsSection {
 /// `[node]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NodeSection {
+pub(crate) struct NodeSection {
     pub id: Option<String>,
     pub nats: Option<String>,
     pub roles: Option<Vec<String>>,
@@ -156,7 +156,7 @@ pub struct NodeSection {
 
 impl NodeSection {
     /// The clock guard's limit; `None` when turned off. An error names the field.
-    pub fn max_clock_skew(&self) -> Result<Option<Duration>> {
+    pub(crate) fn max_clock_skew(&self) -> Result<Option<Duration>> {
         match self.max_clock_skew {
             None => Ok(Some(DEFAULT_MAX_CLOCK_SKEW)),
             Some(0.0) => Ok(None),
@@ -168,9 +168,9 @@ impl NodeSection {
     }
 
     /// The watchdog's stall limit. An error names the field.
-    pub fn stall_after(&self) -> Result<Duration> {
+    pub(crate) fn stall_after(&self) -> Result<Duration> {
         match self.stall_after {
-            None => Ok(ax_actors::node::watchdog::DEFAULT_STALL_AFTER),
+            None => Ok(ax_actors::DEFAULT_STALL_AFTER),
             Some(v) if v.is_finite() && v >= 1.0 => Ok(Duration::from_secs_f64(v)),
             Some(v) => anyhow::bail!("[node] stall_after = {v}: must be a number of seconds >= 1"),
         }
@@ -180,7 +180,7 @@ impl NodeSection {
 /// `[worker]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WorkerSection {
+pub(crate) struct WorkerSection {
     pub slots: Option<u32>,
     pub tags: Option<Vec<String>>,
     /// Slots kept for higher priorities.
@@ -195,7 +195,7 @@ pub struct WorkerSection {
 
 impl WorkerSection {
     /// The dispatch ack wait, defaulted; an error names the field.
-    pub fn dispatch_ack_wait(&self) -> Result<Duration> {
+    pub(crate) fn dispatch_ack_wait(&self) -> Result<Duration> {
         match self.dispatch_ack_wait {
             None => Ok(DEFAULT_DISPATCH_ACK_WAIT),
             Some(v) if v.is_finite() && v >= 1.0 => Ok(Duration::from_secs_f64(v)),
@@ -207,7 +207,7 @@ impl WorkerSection {
 /// `[router]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RouterSection {
+pub(crate) struct RouterSection {
     /// Weight of running attempts per core in a worker's score (0.7).
     pub weight_running: Option<f64>,
     /// Weight of the average duration in seconds (0.3).
@@ -220,7 +220,7 @@ pub struct RouterSection {
 
 impl RouterSection {
     /// The Router's settings, defaults filled in; an error names the bad field.
-    pub fn config(&self) -> Result<RouterConfig> {
+    pub(crate) fn config(&self) -> Result<RouterConfig> {
         let mut config = RouterConfig::default();
         let seconds = |name: &str, value: Option<f64>, default: Duration| -> Result<Duration> {
             match value {
@@ -257,7 +257,7 @@ impl RouterSection {
 }
 
 /// Reads a config file; errors name the file, the line and the field.
-pub fn read(path: &Path) -> Result<FileConfig> {
+pub(crate) fn read(path: &Path) -> Result<FileConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config {}", path.display()))?;
     toml::from_str(&text).map_err(|e| {

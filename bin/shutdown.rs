@@ -3,7 +3,7 @@
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Returns on SIGINT or SIGTERM.
-pub async fn wait() {
+pub(crate) async fn wait() {
     let mut term = match signal(SignalKind::terminate()) {
         Ok(term) => term,
         Err(e) => {

@@ -4,7 +4,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 /// Prints rows under a header, columns padded to their widest cell.
-pub fn print(header: &[&str], rows: &[Vec<String>]) {
+pub(crate) fn print(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -34,18 +34,18 @@ pub fn print(header: &[&str], rows: &[Vec<String>]) {
 }
 
 /// Prints one JSON document.
-pub fn json<T: Serialize>(value: &T) -> Result<()> {
+pub(crate) fn json<T: Serialize>(value: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
 /// A cell for an optional time.
-pub fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+pub(crate) fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
     t.map(ax_bus::time::rfc3339).unwrap_or_else(|| "-".into())
 }
 
 /// A cell shortened to `max` characters.
-pub fn short(text: &str, max: usize) -> String {
+pub(crate) fn short(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or_default();
     if line.chars().count() <= max {
         line.to_string()

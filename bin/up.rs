@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use ax_actors::node::clock::SystemClock;
-use ax_actors::node::{parse_roles, Node, NodeConfig};
-use ax_actors::worker::executor::ExecutorsConfig;
-use ax_actors::worker::WorkerConfig;
+use ax_actors::ExecutorsConfig;
+use ax_actors::SystemClock;
+use ax_actors::WorkerConfig;
+use ax_actors::{parse_roles, Node, NodeConfig};
 use ax_bus::client::local_server::{self, LocalServer, ServerOptions};
 use ax_bus::client::{AxClient, ConnectConfig};
 use ax_bus::ids::NodeId;
@@ -22,7 +22,7 @@ use crate::{jobs, shutdown};
 
 const DEFAULT_PORT: u16 = 4222;
 
-pub async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<()> {
+pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<()> {
     // Job files are checked before anything starts.
     let job_files = if args.jobs.is_empty() {
         Vec::new()

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ax_actors::node::clock::ManualClock;
-use ax_actors::node::{parse_roles, Node, NodeConfig};
-use ax_actors::worker::WorkerConfig;
+use ax_actors::ManualClock;
+use ax_actors::WorkerConfig;
+use ax_actors::{parse_roles, Node, NodeConfig};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{JobRecord, TickOutcome};
 use ax_bus::spec::JobDocument;

@@ -310,7 +310,7 @@ job:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
     use ax_actors::jetstream::publish::{to_stream, AckWindow};
-    use ax_actors::scheduler::creator::NewInstance;
+    use ax_actors::NewInstance;
     use ax_bus::instance::Trigger;
 
     const INSTANCES: usize = 40_000;

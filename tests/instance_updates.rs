@@ -7,7 +7,7 @@ mod support;
 
 use std::sync::atomic::Ordering;
 
-use ax_actors::scheduler::creator::NewInstance;
+use ax_actors::NewInstance;
 use ax_bus::client::Updated;
 use ax_bus::instance::{TransitionRefused, Trigger};
 use ax_bus::messages::StoredRecord;

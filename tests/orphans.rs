@@ -17,7 +17,7 @@ use std::time::Duration;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::StreamExt;
 
-use ax_actors::scheduler::creator::NewInstance;
+use ax_actors::NewInstance;
 use ax_bus::ids::{InstanceId, TraceId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::Alert;

@@ -1,30 +1,45 @@
-//! ax-actors: the five actors and the mechanisms they are built from.
+//! ax-actors: the five actors and the node that runs them.
 //!
-//! The actors, each a supervised actix actor that talks to the others only through JetStream:
-//! - [`scheduler::Scheduler`]: job registry, time wheel, instance creation, retries;
-//! - [`dag::DagCoordinator`]: dependencies by business date;
-//! - [`router::Router`]: live workers, load, dispatch;
-//! - [`worker::WorkerSupervisor`]: slots, claims, child processes, timeouts;
-//! - [`reporter::Reporter`]: the durable outbox and results.
+//! The actors, each a supervised actix actor that owns its state, changes it only in its
+//! message handlers and talks to the others only through JetStream:
+//! - [`Scheduler`]: job registry, time wheel, instance creation, retries, control commands;
+//! - [`DagCoordinator`]: dependencies by business date;
+//! - [`Router`]: live workers, load, dispatch, the janitor of dead workers;
+//! - [`WorkerSupervisor`]: slots, claims, child processes, timeouts;
+//! - [`Reporter`]: the durable outbox and results.
 //!
-//! The mechanisms: [`time_wheel`], [`fire_schedule`] (cron + time zone + DST rule),
-//! [`planner`] (the Scheduler's pure view), [`creator`], [`control`], [`process`], [`shell`],
-//! [`outbox`], [`consume`], [`publish`], [`supervision`] and [`watchdog`] (panics, ended pumps
-//! and stalls), [`clock`]; [`node`] starts the actors of the roles a node runs, and
-//! [`node_status`] is its heartbeat.
+//! [`Node`] starts the actors of the roles a node runs, each on a thread of its own, under a
+//! supervisor and the watchdog; [`jetstream`] is the plumbing they share (durable consumers,
+//! publishes with message ids and acks in windows). Everything else — the time wheel, the
+//! fleet, the DAG view, the outbox — is the actors' own and not part of this crate's surface.
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
 #[cfg(feature = "bench")]
 pub mod bench;
-pub mod dag;
+mod dag;
 pub mod jetstream;
-pub mod node;
-pub mod outcome;
-pub mod reporter;
-pub mod router;
-pub mod scheduler;
-pub mod worker;
+mod node;
+mod outcome;
+mod reporter;
+mod router;
+mod scheduler;
+mod worker;
+
+pub use dag::DagCoordinator;
+pub use node::alert_webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
+pub use node::clock::{Clock, ManualClock, ShiftedClock, SystemClock};
+pub use node::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
+pub use node::watchdog::DEFAULT_STALL_AFTER;
+pub use node::{parse_roles, Node, NodeConfig, Role, RoleError};
+pub use reporter::Reporter;
+pub use router::fleet::{score, Weights};
+pub use router::{Router, RouterConfig};
+pub use scheduler::creator::NewInstance;
+pub use scheduler::fire_schedule::FireSchedule;
+pub use scheduler::Scheduler;
+pub use worker::executor::{ExecutorError, ExecutorsConfig};
+pub use worker::{WorkerConfig, WorkerSupervisor, DEFAULT_DISPATCH_ACK_WAIT};
 
 use ax_bus::client::kv_view::FeedError;
 use ax_bus::client::ClientError;

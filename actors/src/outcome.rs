@@ -34,7 +34,7 @@ pub struct Outcome {
 }
 
 /// Reports one outcome. Ok also when there is nothing left to do (stale or unknown attempt).
-pub async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), ActorError> {
+pub(crate) async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), ActorError> {
     let (work, end) = (&outcome.work, &outcome.end);
     let retry_at = if end.success {
         None

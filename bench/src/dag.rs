@@ -3,7 +3,7 @@
 //! no-op executor.
 //!
 //! Two figures per graph:
-//! - **decisions**: the coordinator's own logic ([`DagState`]) resolving the whole graph in
+//! - **decisions**: the coordinator's own logic (`DagState`, through `ax_actors::bench::dag_decisions`) resolving the whole graph in
 //!   process, every instance succeeding at once: its overhead beyond execution, without I/O;
 //! - **in the loop**: the real coordinator actor on NATS, with the benchmark standing in for
 //!   router, worker and executor (each released attempt is answered at once with a success
@@ -20,9 +20,9 @@ use futures::StreamExt;
 use rand::{seq::IndexedRandom, SeedableRng};
 
 use ax_actors::bench::{dag_decisions, success};
-use ax_actors::dag::DagCoordinator;
 use ax_actors::jetstream::consume::{self, ConsumerSpec};
 use ax_actors::jetstream::publish;
+use ax_actors::DagCoordinator;
 use ax_bus::client::provision::Layout;
 use ax_bus::instance::Trigger;
 use ax_bus::messages::WorkItem;
@@ -204,7 +204,7 @@ async fn in_the_loop(
     Ok((elapsed, released.len()))
 }
 
-pub async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
+pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for (i, graph) in graphs().into_iter().enumerate() {
         let size = format!("{} jobs, {} edges", graph.specs.len(), graph.edges);

@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::{bail, Result};
 use futures::StreamExt;
 
-use ax_actors::node::clock::SystemClock;
-use ax_actors::node::{parse_roles, Node, NodeConfig};
-use ax_actors::worker::WorkerConfig;
+use ax_actors::SystemClock;
+use ax_actors::WorkerConfig;
+use ax_actors::{parse_roles, Node, NodeConfig};
 use ax_bus::codec;
 use ax_bus::messages::WorkItem;
 
@@ -85,7 +85,7 @@ fn ahead(lead: i64) -> Result<chrono::DateTime<chrono::Utc>> {
     )?)
 }
 
-pub async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
+pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
     let bursts: &[usize] = if quick { &[10_000] } else { &[10_000, 100_000] };
     for (i, n) in bursts.iter().copied().enumerate() {

@@ -23,7 +23,7 @@ fn count(quick: bool) -> usize {
 }
 
 /// Publishes then consumes `count` messages; returns (publish/s, consume/s).
-pub async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64, f64)> {
+pub(crate) async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64, f64)> {
     let js = jetstream::new(nats.clone());
     let _ = js.delete_stream("BENCH_RAW").await;
     let stream = js
@@ -76,7 +76,7 @@ pub async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64, f64)>
     Ok((publish, consume))
 }
 
-pub async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
+pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
     let (publish, consume) = rates(nats, quick).await?;
     let n = count(quick);
     Ok(vec![

@@ -21,7 +21,7 @@ fn resident_bytes() -> u64 {
 /// A million timers, quick or not: the measure is cheap.
 const TIMERS: u64 = 1_000_000;
 
-pub fn measure() -> Vec<Figure> {
+pub(crate) fn measure() -> Vec<Figure> {
     let n = TIMERS;
     let before = resident_bytes();
     // Spread over a day, as cron fires of many jobs would be.

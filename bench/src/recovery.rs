@@ -10,15 +10,15 @@ use crate::{bail, Result};
 use actix::{Arbiter, Supervisor};
 use ax_bus::ids::NodeId;
 
-use ax_actors::node::clock::SystemClock;
-use ax_actors::scheduler::creator::NewInstance;
-use ax_actors::scheduler::Scheduler;
+use ax_actors::NewInstance;
+use ax_actors::Scheduler;
+use ax_actors::SystemClock;
 use ax_bus::codec;
 use ax_bus::instance::Trigger;
 
 use crate::{client_for, noop_job, store_jobs, Figure};
 
-pub async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
+pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let (jobs, records) = if quick {
         (10_000, 100_000)
     } else {

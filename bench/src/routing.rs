@@ -1,6 +1,6 @@
 //! Routing: what the Router's choice costs, with 50 simulated workers.
 //!
-//! - **the decision**: [`Fleet::pick`] (filter by tags and executor, lowest score, re-rank the
+//! - **the decision**: the Router's pick (`ax_actors::bench::routing_picks`) (filter by tags and executor, lowest score, re-rank the
 //!   chosen worker) over fleets of 50, 500 and 5,000 workers in ten tag classes, in nanoseconds
 //!   per pick. A scan would grow a hundredfold from 50 to 5,000; a pick from ordered sets grows
 //!   with log n.
@@ -23,10 +23,10 @@ use futures::{FutureExt, StreamExt};
 use ax_actors::bench::{routing_picks, simulated_worker};
 use ax_actors::jetstream::consume::{self, ConsumerSpec};
 use ax_actors::jetstream::publish;
-use ax_actors::node::clock::SystemClock;
-use ax_actors::node::{parse_roles, Node, NodeConfig};
-use ax_actors::router::RouterConfig;
-use ax_actors::worker::WorkerConfig;
+use ax_actors::RouterConfig;
+use ax_actors::SystemClock;
+use ax_actors::WorkerConfig;
+use ax_actors::{parse_roles, Node, NodeConfig};
 use ax_bus::messages::{DispatchAck, QueueState, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::spec::{JobSpec, Priority};
@@ -50,7 +50,7 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-pub async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
+pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let mut figures = decision_cost(quick)?;
     let n = if quick { 10_000 } else { 50_000 };
     // Alternating rounds, medians kept: one round on a loaded 2-core machine is noisy.

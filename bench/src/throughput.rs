@@ -12,15 +12,15 @@ use std::time::Duration;
 use crate::{bail, Result};
 use futures::StreamExt;
 
-use ax_actors::node::clock::SystemClock;
-use ax_actors::node::{parse_roles, Node, NodeConfig};
-use ax_actors::worker::WorkerConfig;
+use ax_actors::SystemClock;
+use ax_actors::WorkerConfig;
+use ax_actors::{parse_roles, Node, NodeConfig};
 use ax_bus::messages::ResultMessage;
 use ax_bus::{codec, State};
 
 use crate::{client_for, cron_at, noop_job, store_jobs, Figure};
 
-pub async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
+pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
     let n = if quick { 5_000 } else { 20_000 };
     let client = client_for(url, "tp").await?;
     let scratch = tempfile::tempdir()?;

@@ -1,14 +1,19 @@
 //! ax-bus: everything that crosses the wire between ax actors, the CLI and business services.
 //!
+//! The wire types, pure data:
+//! - [`ids`]: job names, instance, trace, dispatch and node ids, each checked where it enters;
+//! - [`spec`]: the job spec v1, parsed from YAML with line numbers and validated;
+//! - [`instance`]: instance records, the five states and their tags, the transition rules;
+//! - [`messages`]: the payloads each actor publishes; [`dead_letter`]: the dead letters' kinds
+//!   and headers;
 //! - [`subjects`]: the subject names, public (`ax.control.>`, `ax.result.<job>`,
-//!   `ax.event.<job>.<state>`) and internal (`ax.internal.>`).
-//! - [`codec`]: MessagePack with named fields (and JSON on the control subjects).
-//! - [`spec`]: the job spec v1, parsed from YAML with line numbers and validated.
-//! - [`instance`]: instance records, the five states and their tags, the transition rules.
-//! - [`messages`]: the payloads each actor publishes.
-//! - [`provision`]: the JetStream streams, buckets and consumers ax needs.
-//! - [`client`]: a connected handle with the operations the CLI and actors share.
-//! - [`local_server`]: a `nats-server` child process for `ax up` and the tests.
+//!   `ax.event.<job>.<state>`) and internal (`ax.internal.>`); [`msg_id`]: the message ids;
+//! - [`codec`]: MessagePack with named fields (and JSON on the control subjects); [`time`].
+//!
+//! The client's I/O, under [`client`]: the connected [`AxClient`] with the operations the CLI
+//! and the actors share, claims, KV views, the deps bucket, dead letters, provisioning
+//! ([`client::provision`]) and a local `nats-server` child ([`client::local_server`]);
+//! [`error`]: NATS errors with their source.
 //!
 //! The crate holds no actor logic: it defines what is said, not who decides it.
 #![warn(missing_docs)]

@@ -6,7 +6,7 @@
 //! - job registry values: [`JobRecord`];
 //! - the hand-offs created → ready → dispatch: [`WorkItem`];
 //! - results (`ax.result.<job>`): [`ResultMessage`];
-//! - events (`ax.event.<job>.<state>`): the [`InstanceRecord`](crate::InstanceRecord) itself.
+//! - events (`ax.event.<job>.<state>`): the [`InstanceRecord`] itself.
 
 use std::collections::BTreeMap;
 

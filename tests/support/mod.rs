@@ -17,7 +17,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// A nats-server of the test's own.
-pub struct TestNats {
+pub(crate) struct TestNats {
     pub server: LocalServer,
     pub dir: tempfile::TempDir,
     /// `user:password` that `url()` carries, for a server with authorization.
@@ -25,12 +25,12 @@ pub struct TestNats {
 }
 
 impl TestNats {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self::start_with_config(None, None)
     }
 
     /// A server with this config file text (`-c`), and the `user:password` its URL carries.
-    pub fn start_with_config(config: Option<&str>, userinfo: Option<&str>) -> Self {
+    pub(crate) fn start_with_config(config: Option<&str>, userinfo: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut extra_args = Vec::new();
         if let Some(text) = config {
@@ -53,7 +53,7 @@ impl TestNats {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         match &self.userinfo {
             Some(userinfo) => self
                 .server
@@ -63,14 +63,14 @@ impl TestNats {
         }
     }
 
-    pub async fn client(&self) -> AxClient {
+    pub(crate) async fn client(&self) -> AxClient {
         AxClient::connect(&ConnectConfig::new(self.url(), "ax-test"))
             .await
             .expect("connect to the test server")
     }
 
     /// A fresh directory inside the test's temp dir.
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         let path = self.dir.path().join(name);
         std::fs::create_dir_all(&path).expect("create test dir");
         path
@@ -78,13 +78,13 @@ impl TestNats {
 }
 
 /// Three clustered nats-servers on loopback, each with its own store.
-pub struct TestCluster {
+pub(crate) struct TestCluster {
     pub servers: Vec<LocalServer>,
     pub dir: tempfile::TempDir,
 }
 
 impl TestCluster {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let cluster_ports: Vec<u16> = (0..3)
             .map(|_| ax_bus::client::local_server::free_port().unwrap())
@@ -120,7 +120,7 @@ impl TestCluster {
         Self { servers, dir }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.servers
             .iter()
             .map(|s| s.url.clone())
@@ -130,7 +130,7 @@ impl TestCluster {
 
     /// A client with streams and buckets at 3 replicas, once the cluster has its JetStream
     /// leader (stream creation is refused until then).
-    pub async fn client(&self) -> AxClient {
+    pub(crate) async fn client(&self) -> AxClient {
         let mut config = ConnectConfig::new(self.url(), "ax-test");
         config.replicas = Some(3);
         wait_for(
@@ -144,7 +144,7 @@ impl TestCluster {
     /// Waits until every stream and every durable consumer has a leader and both other
     /// replicas current: a replica still catching up could not take over, so losing a node
     /// before then is two failures at once, not one.
-    pub async fn wait_replicated(&self, client: &AxClient) {
+    pub(crate) async fn wait_replicated(&self, client: &AxClient) {
         use futures::StreamExt;
         let healthy = |cluster: Option<async_nats::jetstream::stream::ClusterInfo>| {
             cluster.is_some_and(|c| {
@@ -184,17 +184,17 @@ impl TestCluster {
 }
 
 /// The `ax` binary under test.
-pub fn ax_binary() -> &'static str {
+pub(crate) fn ax_binary() -> &'static str {
     env!("CARGO_BIN_EXE_ax")
 }
 
 /// Runs an `ax` command to its end.
-pub fn ax(nats: &str, args: &[&str]) -> Output {
+pub(crate) fn ax(nats: &str, args: &[&str]) -> Output {
     ax_in(nats, args, None)
 }
 
 /// Runs an `ax` command in `dir`.
-pub fn ax_in(nats: &str, args: &[&str], dir: Option<&Path>) -> Output {
+pub(crate) fn ax_in(nats: &str, args: &[&str], dir: Option<&Path>) -> Output {
     let mut command = Command::new(ax_binary());
     command
         .args(args)
@@ -207,29 +207,29 @@ pub fn ax_in(nats: &str, args: &[&str], dir: Option<&Path>) -> Output {
 }
 
 /// Stdout as text.
-pub fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Stderr as text.
-pub fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// A long-running `ax` process (node, up, tail), killed when dropped.
-pub struct AxProcess {
+pub(crate) struct AxProcess {
     pub child: Child,
     pub log: PathBuf,
 }
 
 impl AxProcess {
     /// Starts `ax <args>` with `AX_NATS_URL` set (when given) and its stderr in `log`.
-    pub fn spawn(nats: Option<&str>, args: &[&str], dir: &Path, log: &Path) -> Self {
+    pub(crate) fn spawn(nats: Option<&str>, args: &[&str], dir: &Path, log: &Path) -> Self {
         Self::spawn_with_env(nats, args, dir, log, &[])
     }
 
     /// [`AxProcess::spawn`] with extra environment variables.
-    pub fn spawn_with_env(
+    pub(crate) fn spawn_with_env(
         nats: Option<&str>,
         args: &[&str],
         dir: &Path,
@@ -262,12 +262,18 @@ impl AxProcess {
     }
 
     /// `ax node` with the given roles and extra arguments.
-    pub fn node(nats: &TestNats, name: &str, roles: &str, extra: &[&str]) -> Self {
+    pub(crate) fn node(nats: &TestNats, name: &str, roles: &str, extra: &[&str]) -> Self {
         Self::node_at(&nats.url(), nats, name, roles, extra)
     }
 
     /// [`AxProcess::node`] reaching `nats` by `url` (another user's credentials, say).
-    pub fn node_at(url: &str, nats: &TestNats, name: &str, roles: &str, extra: &[&str]) -> Self {
+    pub(crate) fn node_at(
+        url: &str,
+        nats: &TestNats,
+        name: &str,
+        roles: &str,
+        extra: &[&str],
+    ) -> Self {
         let dir = nats.path(name);
         let data = dir.join("data");
         let mut args = vec![
@@ -283,18 +289,18 @@ impl AxProcess {
         Self::spawn(Some(url), &args, &dir, &dir.join("node.log"))
     }
 
-    pub fn pid(&self) -> Pid {
+    pub(crate) fn pid(&self) -> Pid {
         Pid::from_raw(self.child.id() as i32)
     }
 
     /// SIGKILL, as a crash.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// SIGTERM and wait (up to `timeout`) for the exit status.
-    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let _ = kill(self.pid(), Signal::SIGTERM);
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
@@ -307,12 +313,12 @@ impl AxProcess {
     }
 
     /// The process's log so far (for assertion messages).
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Lines of stdout, read on a thread and sent through a channel.
-    pub fn stdout_lines(&mut self) -> std::sync::mpsc::Receiver<String> {
+    pub(crate) fn stdout_lines(&mut self) -> std::sync::mpsc::Receiver<String> {
         let (tx, rx) = std::sync::mpsc::channel();
         let stdout = self.child.stdout.take().expect("piped stdout");
         std::thread::spawn(move || {
@@ -334,7 +340,7 @@ impl Drop for AxProcess {
 }
 
 /// Polls `check` until it returns `Some`, failing the test after `timeout` with `what`.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+pub(crate) async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -353,7 +359,7 @@ where
 }
 
 /// [`wait_for`], printing the logs of `processes` when it times out.
-pub async fn wait_for_logged<T, F, Fut>(
+pub(crate) async fn wait_for_logged<T, F, Fut>(
     timeout: Duration,
     what: &str,
     processes: &[&AxProcess],
@@ -383,20 +389,20 @@ where
 }
 
 /// The job's instance records.
-pub async fn instances(client: &AxClient, job: &str) -> Vec<InstanceRecord> {
+pub(crate) async fn instances(client: &AxClient, job: &str) -> Vec<InstanceRecord> {
     let job = job.parse().expect("a job name");
     client.instances(Some(&job)).await.expect("list instances")
 }
 
 /// Writes a job file in `dir` and returns its path.
-pub fn job_file(dir: &Path, name: &str, yaml: &str) -> PathBuf {
+pub(crate) fn job_file(dir: &Path, name: &str, yaml: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, yaml).expect("write job file");
     path
 }
 
 /// Whether a process runs (a zombie counts as gone).
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit_once(") ")
@@ -407,7 +413,7 @@ pub fn alive(pid: i32) -> bool {
 }
 
 /// Pids of processes whose command line contains `needle`.
-pub fn pids_with(needle: &str) -> Vec<i32> {
+pub(crate) fn pids_with(needle: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -424,7 +430,7 @@ pub fn pids_with(needle: &str) -> Vec<i32> {
 }
 
 /// Writes a job file and applies it with the CLI.
-pub async fn apply_job(nats: &TestNats, name: &str, yaml: &str) {
+pub(crate) async fn apply_job(nats: &TestNats, name: &str, yaml: &str) {
     let file = job_file(&nats.path("jobs"), &format!("{name}.yaml"), yaml);
     let out = ax(
         &nats.url(),
@@ -434,7 +440,7 @@ pub async fn apply_job(nats: &TestNats, name: &str, yaml: &str) {
 }
 
 /// Applies `up` and `down` (both no-ops; `down` depends on `up` of the same business date).
-pub async fn apply_noop_chain(nats: &TestNats) {
+pub(crate) async fn apply_noop_chain(nats: &TestNats) {
     apply_job(
         nats,
         "up",
@@ -450,7 +456,7 @@ pub async fn apply_noop_chain(nats: &TestNats) {
 }
 
 /// `ax job trigger <args>`; returns the instance id it printed.
-pub fn trigger(nats: &TestNats, args: &[&str]) -> String {
+pub(crate) fn trigger(nats: &TestNats, args: &[&str]) -> String {
     let mut full = vec!["job", "trigger"];
     full.extend_from_slice(args);
     let out = ax(&nats.url(), &full);
@@ -463,7 +469,7 @@ pub fn trigger(nats: &TestNats, args: &[&str]) -> String {
 }
 
 /// Waits for an instance to reach a final state and returns its record.
-pub async fn final_record(client: &AxClient, id: &str, within: Duration) -> InstanceRecord {
+pub(crate) async fn final_record(client: &AxClient, id: &str, within: Duration) -> InstanceRecord {
     let id: ax_bus::ids::InstanceId = id.parse().expect("an instance id");
     let id = &id;
     wait_for(within, &format!("{id} to end"), || async {
@@ -479,7 +485,7 @@ pub async fn final_record(client: &AxClient, id: &str, within: Duration) -> Inst
 
 /// Reads one HTTP/1.1 request with a content-length body from a test server's socket:
 /// (request line and headers, body).
-pub async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
+pub(crate) async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
     let mut data = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -510,16 +516,16 @@ pub async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String,
 }
 
 /// A job name the test writes as text.
-pub fn job(name: &str) -> ax_bus::ids::JobName {
+pub(crate) fn job(name: &str) -> ax_bus::ids::JobName {
     name.parse().expect("a job name")
 }
 
 /// An instance id the test has as text (from the CLI's output, say).
-pub fn id(text: &str) -> ax_bus::ids::InstanceId {
+pub(crate) fn id(text: &str) -> ax_bus::ids::InstanceId {
     text.parse().expect("an instance id")
 }
 
 /// A node (or worker) id the test writes as text.
-pub fn node(name: &str) -> ax_bus::ids::NodeId {
+pub(crate) fn node(name: &str) -> ax_bus::ids::NodeId {
     name.parse().expect("a node id")
 }

@@ -13,7 +13,7 @@ use crate::ActorError;
 /// Every stored day, for a coordinator taking the lead (one read of the bucket). Legacy day
 /// values found are rewritten as entries (pipelined; entries already there win, being newer)
 /// and deleted.
-pub async fn restore(client: &AxClient) -> Result<Days, ActorError> {
+pub(crate) async fn restore(client: &AxClient) -> Result<Days, ActorError> {
     let stored = client.deps_entries(">").await?;
     let legacy: Vec<(DayKey, String)> = stored
         .iter()

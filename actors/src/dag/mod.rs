@@ -17,10 +17,10 @@
 //! only once everything it caused is stored; after a crash it is processed again, and every
 //! action is idempotent (message ids, compare-and-swap on records, create-if-absent).
 
-pub mod day_store;
+pub(crate) mod day_store;
 mod execute;
 mod lead;
-pub mod state;
+pub(crate) mod state;
 
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ use crate::ActorError;
 use state::{Action, DagState};
 
 /// The actor's name in counters, logs and `ax nodes`.
-pub const ACTOR: &str = "dag";
+pub(crate) const ACTOR: &str = "dag";
 const BATCH: usize = 256;
 /// Days of (job, date) history kept in memory and in the deps bucket.
 const KEEP_DAYS: i64 = 40;
@@ -114,7 +114,7 @@ impl Actor for DagCoordinator {
     }
 }
 
-crate::answers_ping!(DagCoordinator);
+crate::node::watchdog::answers_ping!(DagCoordinator);
 
 impl Supervised for DagCoordinator {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

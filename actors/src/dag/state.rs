@@ -21,11 +21,11 @@ use ax_bus::instance::{State, Tag};
 use ax_bus::messages::{DateInstances, ResultMessage, Waiting, WorkItem};
 use ax_bus::spec::JobSpec;
 
-pub use ax_bus::client::deps::DayKey;
+pub(crate) use ax_bus::client::deps::DayKey;
 
 /// What the coordinator must do.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Store how an instance of a (job, date) stands (see [`ax_bus::client::deps`]).
     SaveEntry {
         /// The job.
@@ -134,7 +134,7 @@ struct Join {
 
 /// The coordinator's state.
 #[derive(Debug, Default)]
-pub struct DagState {
+pub(crate) struct DagState {
     jobs: HashMap<JobName, Arc<JobSpec>>,
     dependents: HashMap<JobName, Vec<(JobName, i64)>>,
     days: HashMap<DayKey, DateInstances>,
@@ -152,17 +152,17 @@ pub struct DagState {
 
 impl DagState {
     /// An empty view.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Instances waiting now.
-    pub fn held_count(&self) -> usize {
+    pub(crate) fn held_count(&self) -> usize {
         self.held.len()
     }
 
     /// Adds or replaces a job of the registry.
-    pub fn upsert_job(&mut self, spec: JobSpec) {
+    pub(crate) fn upsert_job(&mut self, spec: JobSpec) {
         self.remove_job(&spec.name.clone());
         for dep in &spec.deps {
             if let Ok(offset) = dep.offset_days() {
@@ -176,7 +176,7 @@ impl DagState {
     }
 
     /// Removes a job of the registry.
-    pub fn remove_job(&mut self, name: &str) {
+    pub(crate) fn remove_job(&mut self, name: &str) {
         if let Some(old) = self.jobs.remove(name) {
             for dep in &old.deps {
                 if let Some(list) = self.dependents.get_mut(&dep.name) {
@@ -187,7 +187,7 @@ impl DagState {
     }
 
     /// Loads stored state (after winning the lead) and decides what stored waits can end now.
-    pub fn restore(
+    pub(crate) fn restore(
         &mut self,
         days: Vec<(DayKey, DateInstances)>,
         waiting: Vec<Waiting>,
@@ -207,7 +207,7 @@ impl DagState {
     }
 
     /// A new attempt exists (first attempt, re-run, or an instance created here).
-    pub fn on_created(&mut self, work: WorkItem, now: DateTime<Utc>) -> Vec<Action> {
+    pub(crate) fn on_created(&mut self, work: WorkItem, now: DateTime<Utc>) -> Vec<Action> {
         let mut actions = Vec::new();
         let Some(date) = ax_bus::time::parse_biz_date(&work.biz_date) else {
             actions.push(Action::Release { work, held: false });
@@ -234,7 +234,7 @@ impl DagState {
     }
 
     /// The Router split `parent` into `children`: the parent ends once they all have.
-    pub fn on_split(&mut self, parent: WorkItem, children: Vec<InstanceId>) -> Vec<Action> {
+    pub(crate) fn on_split(&mut self, parent: WorkItem, children: Vec<InstanceId>) -> Vec<Action> {
         if self.joins.contains_key(&parent.instance_id) {
             return Vec::new();
         }
@@ -258,7 +258,7 @@ impl DagState {
     }
 
     /// A stored split, as restored after a restart, with what its children's records say.
-    pub fn restore_split(
+    pub(crate) fn restore_split(
         &mut self,
         parent: WorkItem,
         children: Vec<(InstanceId, Option<State>)>,
@@ -340,7 +340,7 @@ impl DagState {
     }
 
     /// An attempt ended (or moved to `waiting_retry`), as published on `ax.result.<job>`.
-    pub fn on_result(&mut self, result: &ResultMessage, now: DateTime<Utc>) -> Vec<Action> {
+    pub(crate) fn on_result(&mut self, result: &ResultMessage, now: DateTime<Utc>) -> Vec<Action> {
         let mut actions = Vec::new();
         if let Some(shard) = &result.shard {
             // A shard is not an instance of its job for dependencies: it only counts for its
@@ -379,7 +379,7 @@ impl DagState {
 
     /// Ends the waits that outlived their `deps_timeout`, and forgets (job, date) entries that
     /// nothing waits on and that have not changed for `keep_days`.
-    pub fn expire(&mut self, now: DateTime<Utc>, keep_days: i64) -> Vec<Action> {
+    pub(crate) fn expire(&mut self, now: DateTime<Utc>, keep_days: i64) -> Vec<Action> {
         let mut actions = Vec::new();
         let due: Vec<InstanceId> = self
             .held

@@ -123,8 +123,8 @@ pub async fn messages(
         .map_err(|e| err("pull from", e.into()))
 }
 
-/// [`messages`], reporting its progress to the watchdog as `actor`'s pump `pump` (see
-/// [`crate::node::progress`]).
+/// [`messages`], reporting its progress to the watchdog as `actor`'s pump `pump` (the
+/// watchdog judges a pump by what it does with the messages it reads).
 pub async fn watched(
     actor: &'static str,
     pump: &str,
@@ -137,6 +137,40 @@ pub async fn watched(
         messages(client, spec, batch).await?,
         handle,
     ))
+}
+
+/// Acknowledges a delivered message. A failed ack is logged and nothing more: the message is
+/// delivered again after its ack wait, and every consumer handles a redelivery idempotently
+/// (message ids, compare-and-swap, create-if-absent).
+pub async fn ack(message: &jetstream::Message) {
+    if let Err(e) = message.ack().await {
+        tracing::debug!(subject = %message.subject, error = %e, "ack not sent; the message comes again");
+    }
+}
+
+/// Asks for a message again after `delay`. A failed request is logged and nothing more: the
+/// message comes again after its ack wait anyway.
+pub async fn nak(message: &jetstream::Message, delay: Duration) {
+    if let Err(e) = message.ack_with(AckKind::Nak(Some(delay))).await {
+        tracing::debug!(subject = %message.subject, error = %e, "nak not sent; the message comes after its ack wait");
+    }
+}
+
+/// Stops the redelivery of a message set aside (kept as a dead letter). A failed request is
+/// logged and nothing more: the message comes again, and its dead letter is stored once (its
+/// message id is the source's sequence).
+pub async fn term(message: &jetstream::Message) {
+    if let Err(e) = message.ack_with(AckKind::Term).await {
+        tracing::debug!(subject = %message.subject, error = %e, "term not sent; the message comes again");
+    }
+}
+
+/// Tells JetStream a message is still being worked on. A failed one is logged and nothing
+/// more: the next one goes out a third of the ack wait later.
+pub async fn in_progress(message: &jetstream::Message) {
+    if let Err(e) = message.ack_with(AckKind::Progress).await {
+        tracing::debug!(subject = %message.subject, error = %e, "progress not sent");
+    }
 }
 
 /// Decodes a message's payload. One that does not decode would fail the same way on every
@@ -165,11 +199,11 @@ pub async fn decode_or_dead_letter<T: DeserializeOwned>(
                         Some(message.subject.to_string()),
                     )
                     .await;
-                    let _ = message.ack_with(AckKind::Term).await;
+                    term(message).await;
                 }
                 Err(store) => {
                     tracing::warn!(subject = %message.subject, error = %store, "undecodable message kept for later: dead letter not stored");
-                    let _ = message.ack_with(AckKind::Nak(Some(REDELIVER_AFTER))).await;
+                    nak(message, REDELIVER_AFTER).await;
                 }
             }
             None
@@ -181,7 +215,7 @@ pub async fn decode_or_dead_letter<T: DeserializeOwned>(
 /// source messages acknowledged) in a task of its own while the caller goes on with the next
 /// batch; one batch settles at a time. The task is not tied to an actor, so a restart does not
 /// cut a settling batch off from its acks.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct SettleBehind(Option<tokio::task::JoinHandle<()>>);
 
 impl SettleBehind {
@@ -203,15 +237,15 @@ impl SettleBehind {
 /// acknowledged, the others are redelivered shortly. Returns the items handed off.
 pub async fn settle<T>(pending: Vec<(jetstream::Message, PublishAckFuture, T)>) -> Vec<T> {
     let mut handed_off = Vec::with_capacity(pending.len());
-    for (message, ack, item) in pending {
-        match ack.await {
+    for (message, stored, item) in pending {
+        match stored.await {
             Ok(_) => {
-                let _ = message.ack().await;
+                ack(&message).await;
                 handed_off.push(item);
             }
             Err(e) => {
                 tracing::warn!(subject = %message.subject, error = %e, "hand-off not stored; redelivering");
-                let _ = message.ack_with(AckKind::Nak(Some(REDELIVER_AFTER))).await;
+                nak(&message, REDELIVER_AFTER).await;
             }
         }
     }

@@ -170,10 +170,14 @@ fn one_line(text: &str) -> String {
 pub async fn event(client: &AxClient, record: &InstanceRecord) {
     let subject = client.subjects().event(&record.job, record.state.as_str());
     if let Ok(payload) = codec::encode(record) {
-        let _ = client
+        // Events are for listeners; the record itself is what counts.
+        if let Err(e) = client
             .nats
             .publish_with_headers(subject, codec::msgpack_headers(), payload)
-            .await;
+            .await
+        {
+            tracing::debug!(instance = %record.instance_id, error = %e, "event not published");
+        }
     }
 }
 
@@ -231,14 +235,18 @@ async fn raise(client: &AxClient, alert: Alert) {
         alert.message
     );
     if let Ok(payload) = codec::encode(&alert) {
-        let _ = client
+        // Logged above whatever happens here.
+        if let Err(e) = client
             .nats
             .publish_with_headers(
                 client.subjects().alert(alert.kind.as_str()),
                 codec::msgpack_headers(),
                 payload,
             )
-            .await;
+            .await
+        {
+            tracing::debug!(kind = %alert.kind, error = %e, "alert not published");
+        }
     }
 }
 
@@ -247,6 +255,15 @@ async fn raise(client: &AxClient, alert: Alert) {
 pub struct AckWindow {
     pending: Vec<PublishAckFuture>,
     size: usize,
+}
+
+impl std::fmt::Debug for AckWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckWindow")
+            .field("pending", &self.pending.len())
+            .field("size", &self.size)
+            .finish()
+    }
 }
 
 impl AckWindow {

@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 
 use ax_bus::error::During;
@@ -34,7 +33,7 @@ pub struct WebhookConfig {
 pub const DEFAULT_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// POSTs alerts until the consumer ends or fails.
-pub async fn forward(
+pub(crate) async fn forward(
     client: AxClient,
     config: WebhookConfig,
     node: NodeId,
@@ -64,12 +63,12 @@ pub async fn forward(
         };
         match post(&http, &config.url, &alert).await {
             Ok(()) => {
-                let _ = message.ack().await;
+                consume::ack(&message).await;
             }
             Err(reason) => {
                 let wait = consume::backoff(&message);
                 tracing::warn!(url = %config.url, kind = %alert.kind, %reason, retry_in = ?wait, "alert not delivered to the webhook");
-                let _ = message.ack_with(AckKind::Nak(Some(wait))).await;
+                consume::nak(&message, wait).await;
             }
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 /// A source of the current instant.
-pub trait Clock: Send + Sync + 'static {
+pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
     /// Now, at millisecond precision.
     fn now(&self) -> DateTime<Utc>;
 }

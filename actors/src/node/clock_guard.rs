@@ -32,7 +32,7 @@ use crate::ActorError;
 /// The limit when the config sets none.
 pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(5);
 /// How often the offset is measured.
-pub const MEASURE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const MEASURE_EVERY: Duration = Duration::from_secs(5);
 /// Probes per measurement; the one with the shortest round trip counts.
 const PROBES: usize = 3;
 

@@ -14,17 +14,17 @@ use crate::node::supervision;
 use crate::node::Role;
 
 /// How often a node writes its heartbeat.
-pub const NODE_HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const NODE_HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 
 /// This machine's host name (empty when it cannot be read).
-pub fn host() -> String {
+pub(crate) fn host() -> String {
     nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default()
 }
 
 /// What `node` would write now.
-pub fn status(
+pub(crate) fn status(
     node: &NodeId,
     roles: &BTreeSet<Role>,
     started_at: chrono::DateTime<chrono::Utc>,
@@ -42,7 +42,7 @@ pub fn status(
 }
 
 /// Writes the heartbeat for ever; a failed write is logged and tried at the next beat.
-pub async fn beat(client: AxClient, node: NodeId, roles: BTreeSet<Role>) {
+pub(crate) async fn beat(client: AxClient, node: NodeId, roles: BTreeSet<Role>) {
     let started_at = ax_bus::time::now();
     let mut every = tokio::time::interval(NODE_HEARTBEAT_EVERY);
     loop {

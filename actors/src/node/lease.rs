@@ -23,7 +23,7 @@ const RENEW_EVERY: Duration = Duration::from_millis(1500);
 const TRY_EVERY: Duration = Duration::from_secs(1);
 
 /// A held lease.
-pub struct Lease {
+pub(crate) struct Lease {
     client: AxClient,
     key: String,
     node: NodeId,
@@ -33,7 +33,11 @@ pub struct Lease {
 impl Lease {
     /// Waits until `node` holds the lease `key`. A lease left by this same node (a restart of
     /// the actor or of the process) is taken over at once.
-    pub async fn acquire(client: &AxClient, key: &str, node: &NodeId) -> Result<Self, ActorError> {
+    pub(crate) async fn acquire(
+        client: &AxClient,
+        key: &str,
+        node: &NodeId,
+    ) -> Result<Self, ActorError> {
         let mut announced = false;
         loop {
             match client
@@ -80,7 +84,7 @@ impl Lease {
 
     /// Renews the lease until it is lost; returns why. A renewal that fails for a transient
     /// reason is retried while the lease cannot have expired yet.
-    pub async fn keep(mut self) -> ActorError {
+    pub(crate) async fn keep(mut self) -> ActorError {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(RENEW_EVERY).await;

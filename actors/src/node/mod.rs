@@ -4,14 +4,14 @@
 //! the reporter on the same node (its outbox is a local file), so `worker` brings `reporter`
 //! with it and `reporter` is refused without `worker`.
 
-pub mod alert_webhook;
-pub mod clock;
-pub mod clock_guard;
-pub mod heartbeat;
-pub mod lease;
-pub mod progress;
-pub mod supervision;
-pub mod watchdog;
+pub(crate) mod alert_webhook;
+pub(crate) mod clock;
+pub(crate) mod clock_guard;
+pub(crate) mod heartbeat;
+pub(crate) mod lease;
+pub(crate) mod progress;
+pub(crate) mod supervision;
+pub(crate) mod watchdog;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -177,6 +177,16 @@ pub struct Node {
     arbiters: Vec<Arbiter>,
     /// The actors, each on an arbiter of its own, under the watchdog.
     actors: Arc<Mutex<Vec<Box<dyn Watched>>>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let actors: Vec<&'static str> = match self.actors.lock() {
+            Ok(actors) => actors.iter().map(|a| a.actor()).collect(),
+            Err(_) => Vec::new(),
+        };
+        f.debug_struct("Node").field("actors", &actors).finish()
+    }
 }
 
 impl Node {

@@ -124,7 +124,11 @@ fn registry() -> &'static DashMap<Key, Arc<Pump>> {
 
 /// The handle of `actor`'s pump `name`, reading `source`; a pump started again (after a
 /// restart) replaces its old handle.
-pub fn register(actor: &'static str, name: impl Into<String>, source: Option<Source>) -> Arc<Pump> {
+pub(crate) fn register(
+    actor: &'static str,
+    name: impl Into<String>,
+    source: Option<Source>,
+) -> Arc<Pump> {
     let name = name.into();
     let pump = Arc::new(Pump {
         actor,
@@ -138,12 +142,12 @@ pub fn register(actor: &'static str, name: impl Into<String>, source: Option<Sou
 }
 
 /// Forgets `actor`'s pumps (its copy was replaced: the new one registers its own).
-pub fn forget(actor: &'static str) {
+pub(crate) fn forget(actor: &'static str) {
     registry().retain(|(owner, _), _| *owner != actor);
 }
 
 /// The pumps of `actor`.
-pub fn pumps_of(actor: &'static str) -> Vec<Arc<Pump>> {
+pub(crate) fn pumps_of(actor: &'static str) -> Vec<Arc<Pump>> {
     registry()
         .iter()
         .filter(|e| e.key().0 == actor)

@@ -27,11 +27,11 @@ use dashmap::DashMap;
 use futures::FutureExt;
 
 /// How long an actor whose pump ended waits before it restarts.
-pub const RESTART_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const RESTART_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Panics and restarts of one actor kind.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// Panics caught at the actor's boundaries.
     pub panics: AtomicU64,
     /// Times the actor was restarted by its supervisor.
@@ -48,12 +48,12 @@ fn registry() -> &'static DashMap<&'static str, Arc<Counters>> {
 }
 
 /// The counters of `actor`.
-pub fn counters_of(actor: &'static str) -> Arc<Counters> {
+pub(crate) fn counters_of(actor: &'static str) -> Arc<Counters> {
     registry().entry(actor).or_default().clone()
 }
 
 /// What befell each actor of this process.
-pub fn counters() -> BTreeMap<String, ActorHealth> {
+pub(crate) fn counters() -> BTreeMap<String, ActorHealth> {
     registry()
         .iter()
         .map(|e| {
@@ -70,7 +70,7 @@ pub fn counters() -> BTreeMap<String, ActorHealth> {
 }
 
 /// Records a restart (call from `Supervised::restarting`).
-pub fn note_restart(actor: &'static str) {
+pub(crate) fn note_restart(actor: &'static str) {
     counters_of(actor).restarts.fetch_add(1, Ordering::Relaxed);
     tracing::warn!(actor, "restarting");
 }
@@ -85,7 +85,7 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs a handler body, catching a panic: `None` means it panicked (logged and counted), and
 /// the caller must `ctx.stop()` so that the supervisor restarts the actor with a clean view.
-pub fn guard<R>(actor: &'static str, body: impl FnOnce() -> R) -> Option<R> {
+pub(crate) fn guard<R>(actor: &'static str, body: impl FnOnce() -> R) -> Option<R> {
     match std::panic::catch_unwind(AssertUnwindSafe(body)) {
         Ok(r) => Some(r),
         Err(payload) => {
@@ -98,7 +98,7 @@ pub fn guard<R>(actor: &'static str, body: impl FnOnce() -> R) -> Option<R> {
 
 /// Starts `make()`'s actor under a [`Supervisor`] on `arbiter`. Hold the returned address:
 /// when the last one is dropped, the next stop of the actor is its last.
-pub fn start_supervised<A, F>(arbiter: &ArbiterHandle, make: F) -> Addr<A>
+pub(crate) fn start_supervised<A, F>(arbiter: &ArbiterHandle, make: F) -> Addr<A>
 where
     A: Actor<Context = Context<A>> + Supervised,
     F: FnOnce() -> A + Send + 'static,
@@ -108,8 +108,12 @@ where
 
 /// Spawns a long-running future in the actor's context. When it ends — error, panic or plain
 /// return — the actor stops and its supervisor restarts it.
-pub fn spawn_pump<A, F, E>(actor: &'static str, pump: &'static str, ctx: &mut Context<A>, fut: F)
-where
+pub(crate) fn spawn_pump<A, F, E>(
+    actor: &'static str,
+    pump: &'static str,
+    ctx: &mut Context<A>,
+    fut: F,
+) where
     A: Actor<Context = Context<A>>,
     F: Future<Output = Result<(), E>> + 'static,
     E: std::fmt::Display,
@@ -133,8 +137,12 @@ where
 
 /// Spawns a future in the actor's context that is meant to end: when it fails or panics, the
 /// actor stops and its supervisor restarts it; when it succeeds, nothing more happens.
-pub fn spawn_task<A, F, E>(actor: &'static str, task: &'static str, ctx: &mut Context<A>, fut: F)
-where
+pub(crate) fn spawn_task<A, F, E>(
+    actor: &'static str,
+    task: &'static str,
+    ctx: &mut Context<A>,
+    fut: F,
+) where
     A: Actor<Context = Context<A>>,
     F: Future<Output = Result<(), E>> + 'static,
     E: std::fmt::Display,

@@ -7,7 +7,7 @@
 //! each second:
 //! - it sends every actor a [`Ping`]; one that has not answered within the stall limit has a
 //!   handler running past its limit (or a blocked thread);
-//! - it reads every pump's [`progress`](crate::node::progress): a pump working on one message
+//! - it reads every pump's [`crate::node::progress`] — a pump working on one message
 //!   for longer than the limit hangs, and so does one that has waited longer than the limit on a
 //!   source with messages pending (its consumer's `num_pending`).
 //!
@@ -38,19 +38,18 @@ use crate::node::progress::{self, PumpState, Source};
 use crate::node::supervision::{counters_of, start_supervised};
 
 /// How often every actor is pinged.
-pub const PING_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
 /// How long an actor may leave a ping unanswered before it counts as stalled.
 pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
 /// The exit code of a node that ends itself because a worker-side actor stalled (EX_SOFTWARE).
-pub const STALL_EXIT_CODE: i32 = 70;
+pub(crate) const STALL_EXIT_CODE: i32 = 70;
 
 /// Asks an actor to show that its mailbox moves; every watched actor answers it.
-#[derive(Message)]
+#[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Ping;
 
 /// Makes `$actor` answer [`Ping`].
-#[macro_export]
 macro_rules! answers_ping {
     ($actor:ty) => {
         impl actix::Handler<$crate::node::watchdog::Ping> for $actor {
@@ -60,10 +59,11 @@ macro_rules! answers_ping {
         }
     };
 }
+pub(crate) use answers_ping;
 
 /// What the watchdog does with a stalled actor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnStall {
+pub(crate) enum OnStall {
     /// Start a fresh copy on a fresh arbiter.
     Replace,
     /// End the process (see the module docs for which actors and why).
@@ -73,7 +73,7 @@ pub enum OnStall {
 type PingFuture = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// One actor under the watchdog: a way to ping it and a way to start it again.
-pub trait Watched: Send {
+pub(crate) trait Watched: Send {
     /// The actor's name (counters, logs).
     fn actor(&self) -> &'static str;
     /// What to do when it stalls.
@@ -87,7 +87,7 @@ pub trait Watched: Send {
 }
 
 /// A supervised actor on an arbiter of its own, restartable from its factory.
-pub struct Supervisee<A: Actor> {
+pub(crate) struct Supervisee<A: Actor> {
     actor: &'static str,
     on_stall: OnStall,
     make: Arc<dyn Fn() -> A + Send + Sync>,
@@ -101,7 +101,7 @@ where
     A: Actor<Context = Context<A>> + Supervised + Handler<Ping>,
 {
     /// Starts `make()`'s actor under a supervisor on a new arbiter.
-    pub fn start(
+    pub(crate) fn start(
         actor: &'static str,
         on_stall: OnStall,
         make: impl Fn() -> A + Send + Sync + 'static,
@@ -122,7 +122,7 @@ where
 
 impl<A: Actor> Supervisee<A> {
     /// The actor's address (for a worker-side actor, never replaced, its address for good).
-    pub fn address(&self) -> &Addr<A> {
+    pub(crate) fn address(&self) -> &Addr<A> {
         &self.address
     }
 }
@@ -173,12 +173,12 @@ where
 }
 
 /// Whether a source has messages waiting (`None` when it cannot be told).
-pub type PendingOf =
+pub(crate) type PendingOf =
     Arc<dyn Fn(Source) -> Pin<Box<dyn Future<Output = Option<u64>> + Send>> + Send + Sync>;
 
 /// A stall: which actor, and what showed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stall {
+pub(crate) struct Stall {
     /// The actor.
     pub actor: &'static str,
     /// What was seen, for logs and the alert.
@@ -228,7 +228,7 @@ async fn stalled_pumps(
 /// docs) and recovers the stalled ones; runs until the list is empty (the node stopped). `alert`
 /// is awaited for each stall before its recovery ends; `end_process` is called for a stalled
 /// actor whose policy is [`OnStall::EndProcess`].
-pub async fn watch<F, Fut>(
+pub(crate) async fn watch<F, Fut>(
     watched: Arc<std::sync::Mutex<Vec<Box<dyn Watched>>>>,
     stall_after: Duration,
     pending_of: PendingOf,
@@ -316,7 +316,7 @@ mod tests {
     }
 
     impl Supervised for Sleepy {}
-    answers_ping!(Sleepy);
+    crate::node::watchdog::answers_ping!(Sleepy);
 
     #[derive(Message)]
     #[rtype(result = "()")]

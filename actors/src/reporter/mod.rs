@@ -14,7 +14,7 @@
 //! The outbox is the actor's and changes only in its handlers; reports run as tasks of their
 //! own (they outlive a restart of the actor) and tell the actor when they are done.
 
-pub mod outbox;
+pub(crate) mod outbox;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -33,7 +33,7 @@ use crate::ActorError;
 use outbox::Outbox;
 
 /// The actor's name in counters, logs and `ax nodes`.
-pub const ACTOR: &str = "reporter";
+pub(crate) const ACTOR: &str = "reporter";
 const REPORTS_IN_FLIGHT: usize = 32;
 
 /// Why an outcome could not be made durable.
@@ -115,7 +115,7 @@ impl Actor for Reporter {
     }
 }
 
-crate::answers_ping!(Reporter);
+crate::node::watchdog::answers_ping!(Reporter);
 
 impl Supervised for Reporter {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

@@ -32,7 +32,7 @@ enum Record {
 
 /// The outbox file.
 #[derive(Debug)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     path: PathBuf,
     file: File,
     size: u64,
@@ -42,7 +42,7 @@ pub struct Outbox {
 
 /// Something skipped while reading the outbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Damage {
+pub(crate) struct Damage {
     /// Byte offset of the bad record.
     pub offset: u64,
     /// What was wrong.
@@ -80,7 +80,7 @@ fn record_at(data: &[u8], offset: usize) -> Result<(Record, usize), String> {
 
 impl Outbox {
     /// Opens (or creates) the outbox at `path`, returning what was skipped as damaged.
-    pub fn open(path: &Path) -> io::Result<(Self, Vec<Damage>)> {
+    pub(crate) fn open(path: &Path) -> io::Result<(Self, Vec<Damage>)> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -156,7 +156,7 @@ impl Outbox {
     }
 
     /// Appends outcomes and makes them durable with one fsync.
-    pub fn append(&mut self, outcomes: &[Outcome]) -> io::Result<()> {
+    pub(crate) fn append(&mut self, outcomes: &[Outcome]) -> io::Result<()> {
         let mut bytes = Vec::new();
         for outcome in outcomes {
             bytes.extend(encode(&Record::Outcome(Box::new(outcome.clone())))?);
@@ -176,7 +176,7 @@ impl Outbox {
 
     /// Records that an outcome was reported. Not fsync'd: losing it only means reporting again,
     /// which the result stream and the instance record both de-duplicate.
-    pub fn mark_done(&mut self, trace_id: &TraceId) -> io::Result<()> {
+    pub(crate) fn mark_done(&mut self, trace_id: &TraceId) -> io::Result<()> {
         if self.pending.remove(trace_id).is_none() {
             return Ok(());
         }
@@ -192,12 +192,12 @@ impl Outbox {
     }
 
     /// Whether an outcome for `trace_id` is waiting.
-    pub fn contains(&self, trace_id: &TraceId) -> bool {
+    pub(crate) fn contains(&self, trace_id: &TraceId) -> bool {
         self.pending.contains_key(trace_id)
     }
 
     /// Outcomes not yet reported, oldest first.
-    pub fn pending(&self) -> Vec<Outcome> {
+    pub(crate) fn pending(&self) -> Vec<Outcome> {
         let mut ordered: Vec<&(u64, Outcome)> = self.pending.values().collect();
         ordered.sort_by_key(|(order, _)| *order);
         ordered.into_iter().map(|(_, o)| o.clone()).collect()

@@ -14,7 +14,7 @@ use ax_bus::messages::WorkItem;
 
 /// An unacknowledged dispatch.
 #[derive(Clone, Debug)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// The attempt as dispatched.
     pub work: WorkItem,
     /// The worker it was sent to.
@@ -25,7 +25,7 @@ pub struct Pending {
 
 impl Pending {
     /// `work` as dispatched to `worker`, which `excluded` failed to take before.
-    pub fn new(work: WorkItem, worker: WorkerId, excluded: Vec<WorkerId>) -> Self {
+    pub(crate) fn new(work: WorkItem, worker: WorkerId, excluded: Vec<WorkerId>) -> Self {
         Self {
             work,
             worker,
@@ -36,7 +36,7 @@ impl Pending {
 
 /// Unacknowledged dispatches.
 #[derive(Debug, Default)]
-pub struct AckTracker {
+pub(crate) struct AckTracker {
     /// Boxed: a dispatch is about a kilobyte, and the map moves every entry when it grows or
     /// clears its deleted slots — inline, that was most of the Router's time under load.
     pending: HashMap<TraceId, (Box<Pending>, Instant)>,
@@ -45,7 +45,7 @@ pub struct AckTracker {
 
 impl AckTracker {
     /// Tracks a dispatch of `work` (keyed by its trace id) until `timeout` from now.
-    pub fn track(&mut self, pending: Pending, timeout: Duration) {
+    pub(crate) fn track(&mut self, pending: Pending, timeout: Duration) {
         let trace = pending.work.trace_id.clone();
         self.forget(&trace);
         let deadline = Instant::now() + timeout;
@@ -54,7 +54,7 @@ impl AckTracker {
     }
 
     /// An acknowledgement arrived: forgets the dispatch if it is the one tracked.
-    pub fn acknowledged(&mut self, trace: &TraceId, dispatch: &DispatchId) -> bool {
+    pub(crate) fn acknowledged(&mut self, trace: &TraceId, dispatch: &DispatchId) -> bool {
         let matches = self
             .pending
             .get(trace)
@@ -72,7 +72,7 @@ impl AckTracker {
     }
 
     /// The dispatches whose deadline has passed (no longer tracked).
-    pub fn expired(&mut self, now: Instant) -> Vec<Pending> {
+    pub(crate) fn expired(&mut self, now: Instant) -> Vec<Pending> {
         let mut out = Vec::new();
         while let Some((deadline, trace)) = self.deadlines.first().cloned() {
             if deadline > now {
@@ -87,12 +87,14 @@ impl AckTracker {
     }
 
     /// How many are waiting.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.pending.len()
     }
 
     /// Whether none is waiting.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
 }

@@ -9,7 +9,7 @@
 //! tag `dead_letter`, so the instance takes its retry (or fails for good) instead of waiting
 //! forever for a delivery that will not come.
 
-use async_nats::jetstream::{stream::LastRawMessageErrorKind, AckKind};
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::StreamExt;
 use serde::Deserialize;
 
@@ -37,7 +37,7 @@ struct MaxDeliveries {
 }
 
 /// Keeps dead letters until the consumer ends.
-pub async fn keep(client: AxClient, node: NodeId) -> Result<(), ActorError> {
+pub(crate) async fn keep(client: AxClient, node: NodeId) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
         max_ack_pending: 16,
         ..ConsumerSpec::new(
@@ -53,13 +53,11 @@ pub async fn keep(client: AxClient, node: NodeId) -> Result<(), ActorError> {
         match serde_json::from_slice::<MaxDeliveries>(&message.payload) {
             Ok(advisory) => match bury(&client, &node, &advisory).await {
                 Ok(()) => {
-                    let _ = message.ack().await;
+                    consume::ack(&message).await;
                 }
                 Err(e) => {
                     tracing::warn!(stream = %advisory.stream, seq = advisory.stream_seq, error = %e, "dead letter not kept yet; trying again");
-                    let _ = message
-                        .ack_with(AckKind::Nak(Some(consume::backoff(&message))))
-                        .await;
+                    consume::nak(&message, consume::backoff(&message)).await;
                 }
             },
             Err(e) => {
@@ -69,7 +67,7 @@ pub async fn keep(client: AxClient, node: NodeId) -> Result<(), ActorError> {
                     .await
                     .is_ok()
                 {
-                    let _ = message.ack_with(AckKind::Term).await;
+                    consume::term(&message).await;
                 }
             }
         }

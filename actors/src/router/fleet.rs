@@ -74,23 +74,12 @@ struct Member {
 
 /// The workers as this Router sees them.
 #[derive(Debug)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     weights: Weights,
     ttl: Duration,
     members: HashMap<WorkerId, Member>,
     classes: HashMap<Class, BTreeSet<Rank>>,
     eligible: HashMap<(Vec<String>, String), Vec<Class>>,
-}
-
-/// A worker's line in `ax worker list`.
-#[derive(Clone, Debug)]
-pub struct Standing {
-    /// Its heartbeat.
-    pub info: WorkerInfo,
-    /// Its current score.
-    pub score: f64,
-    /// Whether its heartbeat is recent enough.
-    pub alive: bool,
 }
 
 fn sorted(values: &[String]) -> Vec<String> {
@@ -108,7 +97,7 @@ pub fn score(weights: &Weights, info: &WorkerInfo, extra: u32) -> f64 {
 
 impl Fleet {
     /// An empty fleet; a worker without a heartbeat for `ttl` is dead.
-    pub fn new(weights: Weights, ttl: Duration) -> Self {
+    pub(crate) fn new(weights: Weights, ttl: Duration) -> Self {
         Self {
             weights,
             ttl,
@@ -127,7 +116,7 @@ impl Fleet {
     }
 
     /// A heartbeat arrived (`seen` is when, for a heartbeat replayed at start).
-    pub fn heartbeat(&mut self, info: WorkerInfo, seen: Instant) {
+    pub(crate) fn heartbeat(&mut self, info: WorkerInfo, seen: Instant) {
         self.remove(&info.id.clone());
         let class = Class {
             tags: sorted(&info.tags),
@@ -154,7 +143,7 @@ impl Fleet {
     }
 
     /// Forgets a worker (its heartbeat key was deleted, or it was declared dead).
-    pub fn remove(&mut self, id: &str) -> Option<WorkerInfo> {
+    pub(crate) fn remove(&mut self, id: &str) -> Option<WorkerInfo> {
         let member = self.members.remove(id)?;
         if let Some(set) = self.classes.get_mut(&member.class) {
             set.remove(&member.rank);
@@ -164,7 +153,12 @@ impl Fleet {
 
     /// The best live worker for a job with `tags` and executor `kind`, other than those in
     /// `exclude`; it is counted as one attempt busier.
-    pub fn pick(&mut self, tags: &[String], kind: &str, exclude: &[WorkerId]) -> Option<WorkerId> {
+    pub(crate) fn pick(
+        &mut self,
+        tags: &[String],
+        kind: &str,
+        exclude: &[WorkerId],
+    ) -> Option<WorkerId> {
         let key = (sorted(tags), kind.to_string());
         if !self.eligible.contains_key(&key) {
             let classes = self
@@ -204,14 +198,14 @@ impl Fleet {
     }
 
     /// Whether `id` is known and its heartbeat recent.
-    pub fn alive(&self, id: &str) -> bool {
+    pub(crate) fn alive(&self, id: &str) -> bool {
         self.members
             .get(id)
             .is_some_and(|m| m.last_seen.elapsed() < self.ttl)
     }
 
     /// Every live worker that can run a job with `tags` and executor `kind`, sorted by id.
-    pub fn eligible_all(&self, tags: &[String], kind: &str) -> Vec<WorkerId> {
+    pub(crate) fn eligible_all(&self, tags: &[String], kind: &str) -> Vec<WorkerId> {
         let mut ids: Vec<WorkerId> = self
             .members
             .iter()
@@ -228,7 +222,7 @@ impl Fleet {
 
     /// Counts one more attempt sent to `id` (re-ranks it); for dispatches not chosen by
     /// [`Fleet::pick`] (pinned ones).
-    pub fn charge(&mut self, id: &str) {
+    pub(crate) fn charge(&mut self, id: &str) {
         let Some(member) = self.members.get_mut(id) else {
             return;
         };
@@ -246,7 +240,7 @@ impl Fleet {
     }
 
     /// Workers whose heartbeat is older than the TTL.
-    pub fn silent(&self) -> Vec<(WorkerId, WorkerInfo)> {
+    pub(crate) fn silent(&self) -> Vec<(WorkerId, WorkerInfo)> {
         let now = Instant::now();
         self.members
             .iter()
@@ -258,33 +252,15 @@ impl Fleet {
     /// Counts every known worker as just seen: after this Router could not hear heartbeats
     /// (its own NATS connection was down, or it has just taken over the janitor lease), their
     /// absence proves nothing, and each gets a full TTL to be heard again.
-    pub fn grant_grace(&mut self, now: Instant) {
+    pub(crate) fn grant_grace(&mut self, now: Instant) {
         for member in self.members.values_mut() {
             member.last_seen = member.last_seen.max(now);
         }
     }
 
     /// Number of known workers.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.members.len()
-    }
-
-    /// Whether no worker is known.
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
-    /// Every worker with its score.
-    pub fn standings(&self) -> Vec<Standing> {
-        let now = Instant::now();
-        self.members
-            .values()
-            .map(|m| Standing {
-                info: m.info.clone(),
-                score: m.rank.0 .0,
-                alive: now.duration_since(m.last_seen) < self.ttl,
-            })
-            .collect()
     }
 }
 

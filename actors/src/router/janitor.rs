@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use async_nats::connection::State as ConnectionState;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
-use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 
 use ax_bus::client::Updated;
@@ -31,13 +30,13 @@ use ax_bus::spec::Priority;
 use ax_bus::{codec, State};
 
 use super::{Dispatcher, Forget, Silent};
-use crate::jetstream::publish;
+use crate::jetstream::{consume, publish};
 use crate::node::lease::Lease;
 use crate::ActorError;
 
 const LEASE: &str = "router-janitor";
 /// Attempts an instance may lose with their worker before it fails.
-pub const MAX_WORKER_LOSSES: u32 = 3;
+pub(crate) const MAX_WORKER_LOSSES: u32 = 3;
 
 /// Holds the janitor lease and sweeps for dead workers while it does.
 pub(crate) async fn run(shared: Dispatcher) -> Result<(), ActorError> {
@@ -115,7 +114,11 @@ async fn drain(
         .await
         .map_err(|e| failed("open the dispatch stream", e.into()))?;
     let durable = format!("worker-{worker}-{}", priority.as_str());
-    let _ = stream.delete_consumer(&durable).await;
+    // The dead worker's own consumer may be gone already (it never started one, or a janitor
+    // before this one deleted it): nothing to do then.
+    if let Err(e) = stream.delete_consumer(&durable).await {
+        tracing::debug!(consumer = %durable, error = %e, "worker consumer not deleted");
+    }
     let janitor = format!("janitor-{worker}-{}", priority.as_str());
     let consumer = stream
         .create_consumer(pull::Config {
@@ -144,13 +147,16 @@ async fn drain(
                 Ok(work) => drained.push(work),
                 Err(e) => tracing::warn!(error = %e, "undecodable dispatch dropped while draining"),
             }
-            let _ = message.ack_with(AckKind::Ack).await;
+            consume::ack(&message).await;
         }
         if got == 0 {
             break;
         }
     }
-    let _ = stream.delete_consumer(&janitor).await;
+    // A consumer left behind holds nothing: the queue is drained.
+    if let Err(e) = stream.delete_consumer(&janitor).await {
+        tracing::debug!(consumer = %janitor, error = %e, "drained consumer not deleted");
+    }
     Ok(drained)
 }
 

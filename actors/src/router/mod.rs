@@ -10,7 +10,7 @@
 //!
 //! The actor owns that state and changes it only in its message handlers; its pumps ([`pumps`])
 //! read the streams and deliver to it — a heartbeat, a paused queue, an acknowledgement, a
-//! batch of attempts to place — and its [`Dispatcher`](dispatch::Dispatcher) does the
+//! batch of attempts to place — and its [`Dispatcher`] does the
 //! publishing, asking the actor whenever a choice depends on its state.
 //!
 //! Each attempt goes to the eligible worker with the lowest score; a worker that does not
@@ -19,13 +19,13 @@
 //! `running` with tag `no_worker` and is looked at again every second. A paused priority's queue
 //! is not consumed: its messages wait in the stream.
 
-pub mod acks;
-pub mod dead_letters;
+pub(crate) mod acks;
+pub(crate) mod dead_letters;
 mod dispatch;
-pub mod fleet;
-pub mod janitor;
+pub(crate) mod fleet;
+pub(crate) mod janitor;
 mod pumps;
-pub mod split;
+pub(crate) mod split;
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,7 @@ pub(crate) use dispatch::Dispatcher;
 use fleet::{Fleet, Weights};
 
 /// The actor's name in counters, logs and `ax nodes`.
-pub const ACTOR: &str = "router";
+pub(crate) const ACTOR: &str = "router";
 /// How often acknowledgement deadlines are checked.
 const DEADLINE_CHECK: Duration = Duration::from_millis(100);
 
@@ -144,7 +144,7 @@ impl Actor for Router {
     }
 }
 
-crate::answers_ping!(Router);
+crate::node::watchdog::answers_ping!(Router);
 
 impl Supervised for Router {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 use tokio::sync::watch;
 
@@ -166,7 +165,7 @@ pub(super) async fn ready(
             };
             if !*open.borrow() {
                 // Paused while the batch was in hand: put it back for later.
-                let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
+                consume::nak(&message, NO_WORKER_RETRY).await;
                 continue;
             }
             if work.spec.splits() && work.shard.is_none() {
@@ -218,7 +217,7 @@ async fn place(
             Target::NoWorker => no_worker_yet(dispatcher, &work, &message).await,
             Target::PinnedGone(worker) => {
                 dispatcher.fail_pinned(&work, &worker).await?;
-                let _ = message.ack().await;
+                consume::ack(&message).await;
             }
         }
     }
@@ -235,7 +234,7 @@ async fn no_worker_yet(
     if first_time {
         dispatcher.note_no_worker(work).await;
     }
-    let _ = message.ack_with(AckKind::Nak(Some(NO_WORKER_RETRY))).await;
+    consume::nak(message, NO_WORKER_RETRY).await;
 }
 
 /// Splits an attempt into its shards or broadcast runs and dispatches them.
@@ -249,7 +248,7 @@ async fn split_one(
             for child in children {
                 dispatcher.dispatch_now(child).await?;
             }
-            let _ = message.ack().await;
+            consume::ack(&message).await;
         }
         None => no_worker_yet(dispatcher, &work, &message).await,
     }

@@ -45,7 +45,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// What happened to a creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Created {
+pub(crate) enum Created {
     /// This call created the instance.
     Fired,
     /// The instance already existed (another Scheduler, or an earlier call).
@@ -90,6 +90,7 @@ impl NewInstance {
     }
 }
 
+#[derive(Debug)]
 struct Request {
     instance: NewInstance,
     reply: Option<oneshot::Sender<Created>>,
@@ -98,14 +99,14 @@ struct Request {
 }
 
 /// Handle to the creation task.
-#[derive(Clone)]
-pub struct Creator {
+#[derive(Clone, Debug)]
+pub(crate) struct Creator {
     tx: mpsc::UnboundedSender<Request>,
 }
 
 impl Creator {
     /// Starts the creation task on the current runtime; `node` signs the tick records.
-    pub fn start(client: AxClient, node: NodeId) -> Self {
+    pub(crate) fn start(client: AxClient, node: NodeId) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
         let again = tx.clone();
         tokio::spawn(async move {
@@ -140,12 +141,12 @@ impl Creator {
     }
 
     /// Queues a creation without waiting.
-    pub fn submit(&self, instance: NewInstance) {
+    pub(crate) fn submit(&self, instance: NewInstance) {
         let _ = self.send(instance, None);
     }
 
     /// Creates and waits for the outcome.
-    pub async fn create(&self, instance: NewInstance) -> Result<Created, ActorError> {
+    pub(crate) async fn create(&self, instance: NewInstance) -> Result<Created, ActorError> {
         let (reply, outcome) = oneshot::channel();
         self.send(instance, Some(reply))?;
         outcome

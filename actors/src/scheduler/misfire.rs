@@ -14,13 +14,13 @@ use ax_bus::spec::Misfire;
 use crate::scheduler::fire_schedule::FireSchedule;
 
 /// Most missed ticks of one job recorded one by one; beyond, one summary record.
-pub const MAX_RECORDED: usize = 10_000;
+pub(crate) const MAX_RECORDED: usize = 10_000;
 /// Most ticks counted at all (an every-second job down for a long time).
 const MAX_COUNTED: usize = 1_000_000;
 
 /// The decision for one job's missed ticks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CatchUp {
+pub(crate) struct CatchUp {
     /// Ticks to run now, oldest first.
     pub fire: Vec<DateTime<Utc>>,
     /// Ticks skipped, with the reason.
@@ -30,7 +30,7 @@ pub struct CatchUp {
 }
 
 /// Decides what becomes of the ticks strictly after `last` and up to `until`.
-pub fn plan(
+pub(crate) fn plan(
     schedule: &FireSchedule,
     policy: Misfire,
     window_secs: u64,

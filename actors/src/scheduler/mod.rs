@@ -12,21 +12,20 @@
 //! retry message is negatively acknowledged with a delay just past its due time, so if this
 //! Scheduler dies the message comes back to another one, which runs the retry then.
 
-pub mod control;
-pub mod creator;
-pub mod fire_schedule;
-pub mod misfire;
-pub mod orphans;
-pub mod overlap;
-pub mod planner;
-pub mod ticks;
-pub mod time_wheel;
+pub(crate) mod control;
+pub(crate) mod creator;
+pub(crate) mod fire_schedule;
+pub(crate) mod misfire;
+pub(crate) mod orphans;
+pub(crate) mod overlap;
+pub(crate) mod planner;
+pub(crate) mod ticks;
+pub(crate) mod time_wheel;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 
 use ax_bus::client::Updated;
@@ -53,13 +52,14 @@ use planner::{DueRetry, Planner};
 use crate::jetstream::publish;
 
 /// The actor's name in counters, logs and `ax nodes`.
-pub const ACTOR: &str = "scheduler";
+pub(crate) const ACTOR: &str = "scheduler";
 /// The longest the wheel sleeps, so that a jump of the wall clock is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(500);
 /// How long after its due time a retry's result comes back to any Scheduler.
 const RETRY_BACKSTOP: chrono::Duration = chrono::Duration::seconds(3);
 
 /// The Scheduler actor.
+#[derive(Debug)]
 pub struct Scheduler {
     client: AxClient,
     clock: Arc<dyn Clock>,
@@ -255,7 +255,7 @@ impl Actor for Scheduler {
     }
 }
 
-crate::answers_ping!(Scheduler);
+crate::node::watchdog::answers_ping!(Scheduler);
 
 impl Supervised for Scheduler {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
@@ -461,14 +461,14 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
             Ok(result) => result,
             Err(e) => {
                 tracing::warn!(subject = %message.subject, error = %e, "undecodable result ignored");
-                let _ = message.ack().await;
+                consume::ack(&message).await;
                 continue;
             }
         };
         let due = match (result.state, result.next_attempt_at) {
             (State::WaitingRetry, Some(due)) => due,
             _ => {
-                let _ = message.ack().await;
+                consume::ack(&message).await;
                 continue;
             }
         };
@@ -476,13 +476,11 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
         if due <= now {
             match run_retry(&client, &result.instance_id, &result.trace_id).await {
                 Ok(()) => {
-                    let _ = message.ack().await;
+                    consume::ack(&message).await;
                 }
                 Err(e) => {
                     tracing::warn!(instance = %result.instance_id, error = %e, "retry not started; again in 1 s");
-                    let _ = message
-                        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                        .await;
+                    consume::nak(&message, Duration::from_secs(1)).await;
                 }
             }
             continue;
@@ -495,7 +493,7 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
         let backstop = (due - now + RETRY_BACKSTOP)
             .to_std()
             .unwrap_or(Duration::from_secs(1));
-        let _ = message.ack_with(AckKind::Nak(Some(backstop))).await;
+        consume::nak(&message, backstop).await;
     }
     Ok(())
 }
@@ -503,7 +501,7 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
 /// Moves an instance from `waiting_retry` (attempt `from_trace`) to its next attempt and sends
 /// that attempt to the Router. Idempotent: once done, the transition is refused and nothing
 /// is sent again.
-pub async fn run_retry(
+pub(crate) async fn run_retry(
     client: &AxClient,
     instance_id: &InstanceId,
     from_trace: &TraceId,

@@ -39,11 +39,11 @@ use crate::scheduler::creator::NewInstance;
 use crate::ActorError;
 
 /// How long an instance may stay untouched after its creation before it counts as an orphan.
-pub const ORPHAN_GRACE: Duration = Duration::from_secs(15);
+pub(crate) const ORPHAN_GRACE: Duration = Duration::from_secs(15);
 
 /// What became of a watched instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// It moved on (or is gone): not an orphan.
     Fine,
     /// The hand-off was there already (the copy was a duplicate).
@@ -55,7 +55,7 @@ pub enum Verdict {
 }
 
 /// Watches `instance`, found already created by someone else, on a task of its own.
-pub fn watch(client: AxClient, node: NodeId, instance: NewInstance) {
+pub(crate) fn watch(client: AxClient, node: NodeId, instance: NewInstance) {
     tokio::spawn(async move {
         tokio::time::sleep(ORPHAN_GRACE).await;
         for _ in 0..3 {
@@ -71,7 +71,7 @@ pub fn watch(client: AxClient, node: NodeId, instance: NewInstance) {
 }
 
 /// Looks at the instance once and adopts or flags it if it is an orphan.
-pub async fn check(
+pub(crate) async fn check(
     client: &AxClient,
     node: &NodeId,
     instance: &NewInstance,

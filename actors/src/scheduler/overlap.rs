@@ -24,7 +24,7 @@ use crate::jetstream::publish;
 
 /// What to do with a fire.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Create the instance as usual.
     Proceed,
     /// Create nothing; the reason goes into the tick record.
@@ -34,7 +34,7 @@ pub enum Decision {
 }
 
 /// Applies `policy` to the fire of `work`.
-pub async fn decide(
+pub(crate) async fn decide(
     client: &AxClient,
     work: &WorkItem,
     policy: Overlap,
@@ -102,13 +102,18 @@ async fn cancel(
         return Ok(());
     };
     if let (Tag::Executing, Some(worker)) = (previous.tag, &previous.worker) {
-        let _ = client
+        // Best effort: a process that is not stopped runs to its end, and its report is
+        // refused by the record, which has ended.
+        if let Err(e) = client
             .nats
             .publish(
                 client.subjects().cancel(worker),
                 Bytes::from(previous.trace_id.to_string()),
             )
-            .await;
+            .await
+        {
+            tracing::warn!(instance = %previous.instance_id, error = %e, "cancel not sent; the attempt runs to its end unreported");
+        }
     }
     publish::to_stream_acked(
         client,
@@ -122,7 +127,7 @@ async fn cancel(
 }
 
 /// Records `instance_id` as the job's latest instance, unless a later one is there already.
-pub async fn note_latest(
+pub(crate) async fn note_latest(
     client: &AxClient,
     job: &JobName,
     instance_id: &InstanceId,

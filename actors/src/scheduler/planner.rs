@@ -23,7 +23,7 @@ use crate::scheduler::time_wheel::TimeWheel;
 
 /// A due cron fire.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Fire {
+pub(crate) struct Fire {
     /// The job definition at fire time.
     pub spec: Arc<JobSpec>,
     /// The tick (the instance's expected time).
@@ -36,7 +36,7 @@ pub struct Fire {
 
 /// A job whose missed ticks the misfire policy may catch up.
 #[derive(Clone, Debug)]
-pub struct CatchUpCandidate {
+pub(crate) struct CatchUpCandidate {
     /// The job.
     pub spec: Arc<JobSpec>,
     /// Its schedule.
@@ -49,7 +49,7 @@ pub struct CatchUpCandidate {
 
 /// A due one-off timer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DueRetry {
+pub(crate) struct DueRetry {
     /// The instance waiting for its next attempt.
     pub instance_id: InstanceId,
     /// The attempt that failed.
@@ -60,7 +60,7 @@ pub struct DueRetry {
 
 /// What came due.
 #[derive(Debug, Default)]
-pub struct Due {
+pub(crate) struct Due {
     /// Cron fires, in time order per job.
     pub fires: Vec<Fire>,
     /// Retries.
@@ -73,6 +73,7 @@ enum Timer {
     OneOff(u32),
 }
 
+#[derive(Debug)]
 struct Planned {
     spec: Arc<JobSpec>,
     schedule: Option<FireSchedule>,
@@ -84,7 +85,8 @@ struct Planned {
 }
 
 /// Jobs and pending timers.
-pub struct Planner {
+#[derive(Debug)]
+pub(crate) struct Planner {
     /// How many jobs depend on each job.
     dependents: HashMap<JobName, usize>,
     jobs: Vec<Option<Planned>>,
@@ -101,7 +103,7 @@ fn ms(t: DateTime<Utc>) -> u64 {
 
 impl Planner {
     /// An empty planner whose time is `now`.
-    pub fn new(now: DateTime<Utc>) -> Self {
+    pub(crate) fn new(now: DateTime<Utc>) -> Self {
         Self {
             dependents: HashMap::new(),
             jobs: Vec::new(),
@@ -114,19 +116,14 @@ impl Planner {
     }
 
     /// Number of jobs.
-    pub fn job_count(&self) -> usize {
+    pub(crate) fn job_count(&self) -> usize {
         self.by_name.len()
-    }
-
-    /// Number of pending timers (live and stale).
-    pub fn pending_timers(&self) -> usize {
-        self.wheel.len()
     }
 
     /// Whether an instance of `spec` concerns the DagCoordinator: it has dependencies, some job
     /// depends on it, its instances queue behind each other (the coordinator must know each of
     /// them to hold the next), or it splits into shards (the coordinator joins them).
-    pub fn needs_coordinator(&self, spec: &JobSpec) -> bool {
+    pub(crate) fn needs_coordinator(&self, spec: &JobSpec) -> bool {
         !spec.deps.is_empty()
             || spec.overlap == Overlap::Queue
             || spec.splits()
@@ -143,16 +140,10 @@ impl Planner {
         }
     }
 
-    /// A job's definition.
-    pub fn spec(&self, name: &str) -> Option<Arc<JobSpec>> {
-        let slot = *self.by_name.get(name)?;
-        self.jobs[slot as usize].as_ref().map(|p| p.spec.clone())
-    }
-
     /// Adds or replaces a job. An unchanged schedule keeps its pending fire; a new or changed one
     /// fires next after `now`. A job whose cron does not parse keeps no timer (it was validated
     /// on apply, so this only happens with a registry written by something else).
-    pub fn upsert(&mut self, record: &JobRecord, now: DateTime<Utc>) -> Result<(), String> {
+    pub(crate) fn upsert(&mut self, record: &JobRecord, now: DateTime<Utc>) -> Result<(), String> {
         let spec = Arc::new(record.spec.clone());
         let schedule = match &spec.cron {
             Some(cron) => Some(FireSchedule::new(cron, &spec.timezone)?),
@@ -210,7 +201,7 @@ impl Planner {
 
     /// The cron jobs, with the instant from which this planner fires them: the misfire policy
     /// looks at the ticks between a job's last recorded tick and that instant.
-    pub fn catch_up_candidates(&self) -> Vec<CatchUpCandidate> {
+    pub(crate) fn catch_up_candidates(&self) -> Vec<CatchUpCandidate> {
         self.jobs
             .iter()
             .flatten()
@@ -226,7 +217,7 @@ impl Planner {
     }
 
     /// Removes a job; its pending timer turns stale.
-    pub fn remove(&mut self, name: &str) {
+    pub(crate) fn remove(&mut self, name: &str) {
         if let Some(slot) = self.by_name.remove(name) {
             if let Some(old) = self.jobs[slot as usize].take() {
                 self.count_dependents(&old.spec, -1);
@@ -236,7 +227,7 @@ impl Planner {
     }
 
     /// Schedules a retry.
-    pub fn add_retry(&mut self, retry: DueRetry) {
+    pub(crate) fn add_retry(&mut self, retry: DueRetry) {
         let at = ms(retry.due);
         let index = match self.free_one_offs.pop() {
             Some(i) => {
@@ -252,7 +243,7 @@ impl Planner {
     }
 
     /// When to look again: the earliest pending timer (or `None`).
-    pub fn next_wake(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_wake(&self) -> Option<DateTime<Utc>> {
         self.wheel
             .next_deadline()
             .map(|d| ax_bus::time::from_millis(d as i64))
@@ -260,7 +251,7 @@ impl Planner {
 
     /// Everything due by `now`; each fired job's next fire is scheduled after the fired tick, so
     /// ticks missed while this process lagged fire in order rather than being skipped.
-    pub fn advance(&mut self, now: DateTime<Utc>) -> Due {
+    pub(crate) fn advance(&mut self, now: DateTime<Utc>) -> Due {
         let mut due = Due::default();
         let mut expired = Vec::new();
         // A fire scheduled from an expired one may itself be due: loop until quiet.

@@ -15,7 +15,7 @@ use async_nats::jetstream::context::PublishAckFuture;
 use crate::ActorError;
 
 /// Records skipped ticks, acks awaited in windows of 256.
-pub async fn record_skipped(
+pub(crate) async fn record_skipped(
     client: &AxClient,
     node: &NodeId,
     job: &JobName,
@@ -51,7 +51,7 @@ pub async fn record_skipped(
 }
 
 /// Records one tick (the publish is awaited).
-pub async fn record(
+pub(crate) async fn record(
     client: &AxClient,
     node: &NodeId,
     job: &JobName,
@@ -69,7 +69,7 @@ pub async fn record(
 }
 
 /// Publishes one tick record; the returned future is the stream's ack.
-pub async fn publish(
+pub(crate) async fn publish(
     client: &AxClient,
     node: &NodeId,
     job: &JobName,

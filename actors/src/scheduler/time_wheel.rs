@@ -39,7 +39,7 @@ impl<T> Level<T> {
 
 /// Pending items keyed by a deadline in milliseconds.
 #[derive(Debug)]
-pub struct TimeWheel<T> {
+pub(crate) struct TimeWheel<T> {
     levels: Vec<Level<T>>,
     overflow: Vec<Entry<T>>,
     due: Vec<Entry<T>>,
@@ -59,7 +59,7 @@ fn slot_span(level: usize) -> u64 {
 
 impl<T> TimeWheel<T> {
     /// An empty wheel whose current time is `now_ms`.
-    pub fn new(now_ms: u64) -> Self {
+    pub(crate) fn new(now_ms: u64) -> Self {
         Self {
             levels: (0..LEVELS).map(|_| Level::new()).collect(),
             overflow: Vec::new(),
@@ -70,17 +70,19 @@ impl<T> TimeWheel<T> {
     }
 
     /// Number of pending items.
-    pub fn len(&self) -> usize {
+    #[cfg(any(test, feature = "bench"))]
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// Whether nothing is pending.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Adds `item` due at `deadline_ms`; a deadline already past is due at the next poll.
-    pub fn insert(&mut self, deadline_ms: u64, item: T) {
+    pub(crate) fn insert(&mut self, deadline_ms: u64, item: T) {
         self.len += 1;
         self.place(Entry {
             deadline: deadline_ms,
@@ -106,7 +108,7 @@ impl<T> TimeWheel<T> {
 
     /// The start of the earliest occupied slot: no item is due before it (an item at a higher
     /// level may be due later; polling at this time moves it down).
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
         if !self.due.is_empty() {
             return Some(self.elapsed);
         }
@@ -139,7 +141,7 @@ impl<T> TimeWheel<T> {
 
     /// Moves time to `now_ms` and appends every item due by then to `out` as
     /// `(deadline, item)`, in deadline order per slot.
-    pub fn poll(&mut self, now_ms: u64, out: &mut Vec<(u64, T)>) {
+    pub(crate) fn poll(&mut self, now_ms: u64, out: &mut Vec<(u64, T)>) {
         for entry in self.due.drain(..) {
             out.push((entry.deadline, entry.item));
             self.len -= 1;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
-use async_nats::jetstream::{self, AckKind};
+use async_nats::jetstream::{self};
 use tokio::sync::Notify;
 
 use ax_bus::client::claims::ClaimOutcome;
@@ -96,7 +96,7 @@ impl Attempts {
                 self.record(outcome).await;
             }
         }
-        let _ = message.ack().await;
+        consume::ack(&message).await;
     }
 
     /// Claims the attempt for this dispatch, acknowledges it to its Router and marks its
@@ -217,7 +217,7 @@ impl Attempts {
             tokio::select! {
                 end = &mut execution => return if revoked { Err(Revoked) } else { Ok(end) },
                 _ = progress.tick() => {
-                    let _ = message.ack_with(AckKind::Progress).await;
+                    consume::in_progress(message).await;
                 }
                 _ = renewal.tick(), if !revoked => {
                     match self.client.renew_claim(trace, revision, dispatch, me, CLAIM_LEASE).await {
@@ -317,12 +317,10 @@ struct Revoked;
 async fn settle(message: &jetstream::Message, skip: Skip) {
     match skip {
         Skip::Done => {
-            let _ = message.ack().await;
+            consume::ack(message).await;
         }
         Skip::Later => {
-            let _ = message
-                .ack_with(AckKind::Nak(Some(consume::backoff(message))))
-                .await;
+            consume::nak(message, consume::backoff(message)).await;
         }
         Skip::Running => {}
     }

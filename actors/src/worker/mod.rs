@@ -24,10 +24,10 @@
 //! and end; the slots are semaphores the dispatch pumps wait on.
 
 mod attempt;
-pub mod executor;
-pub mod process;
+pub(crate) mod executor;
+pub(crate) mod process;
 mod pumps;
-pub mod slots;
+pub(crate) mod slots;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -51,13 +51,13 @@ use executor::{ExecutorsConfig, Registry};
 use slots::Slots;
 
 /// The actor's name in counters, logs and `ax nodes`.
-pub const ACTOR: &str = "worker";
+pub(crate) const ACTOR: &str = "worker";
 /// How often a worker announces itself.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// Ack wait of dispatches when the config sets none.
 pub const DEFAULT_DISPATCH_ACK_WAIT: Duration = Duration::from_secs(30);
 /// A claim's lease, renewed three times per period while the attempt runs.
-pub const CLAIM_LEASE: Duration = Duration::from_secs(15);
+pub(crate) const CLAIM_LEASE: Duration = Duration::from_secs(15);
 /// The window of the average attempt duration.
 const DURATION_WINDOW: Duration = Duration::from_secs(300);
 
@@ -239,7 +239,7 @@ impl Actor for WorkerSupervisor {
     }
 }
 
-crate::answers_ping!(WorkerSupervisor);
+crate::node::watchdog::answers_ping!(WorkerSupervisor);
 
 impl Supervised for WorkerSupervisor {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -23,13 +22,13 @@ use tokio::process::Command;
 use tokio::sync::Notify;
 
 /// Bytes kept from the end of each of stdout and stderr.
-pub const TAIL_BYTES: usize = 8 * 1024;
+pub(crate) const TAIL_BYTES: usize = 8 * 1024;
 /// How long pipes are drained after the process group is gone.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What to run.
 #[derive(Clone, Debug)]
-pub struct ProcessSpec {
+pub(crate) struct ProcessSpec {
     /// The program.
     pub program: PathBuf,
     /// Its arguments.
@@ -51,7 +50,7 @@ pub struct ProcessSpec {
 
 /// The stack-dump step of a timeout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OnTimeout {
+pub(crate) struct OnTimeout {
     /// Sent to the group first; `None` kills at once.
     pub dump_signal: Option<Signal>,
     /// How long the dump may take before the group is killed.
@@ -69,7 +68,7 @@ impl Default for OnTimeout {
 
 /// How the process ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// It exited with this code.
     Code(i32),
     /// A signal it did not get from us killed it.
@@ -84,13 +83,9 @@ pub enum Exit {
 
 /// The end of a run.
 #[derive(Clone, Debug)]
-pub struct ProcessEnd {
+pub(crate) struct ProcessEnd {
     /// How it ended.
     pub exit: Exit,
-    /// When it was started.
-    pub started_at: DateTime<Utc>,
-    /// When it ended.
-    pub finished_at: DateTime<Utc>,
     /// Last [`TAIL_BYTES`] of stdout.
     pub stdout_tail: String,
     /// Last [`TAIL_BYTES`] of stderr.
@@ -98,8 +93,7 @@ pub struct ProcessEnd {
 }
 
 /// Runs `spec` to its end, its timeout, or until `cancel` is notified.
-pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
-    let started_at = ax_bus::time::now();
+pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -128,8 +122,6 @@ pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
         Err(e) => {
             return ProcessEnd {
                 exit: Exit::SpawnFailed(format!("cannot start {}: {e}", spec.program.display())),
-                started_at,
-                finished_at: ax_bus::time::now(),
                 stdout_tail: String::new(),
                 stderr_tail: String::new(),
             }
@@ -186,7 +178,6 @@ pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
     // Whatever the ending, nothing of the group may survive the attempt.
     drop(group);
     let _ = child.wait().await;
-    let finished_at = ax_bus::time::now();
     let drain = |task: tokio::task::JoinHandle<String>| async move {
         tokio::time::timeout(DRAIN_TIMEOUT, task)
             .await
@@ -196,8 +187,6 @@ pub async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
     };
     ProcessEnd {
         exit,
-        started_at,
-        finished_at,
         stdout_tail: drain(stdout).await,
         stderr_tail: drain(stderr).await,
     }

@@ -11,7 +11,7 @@ use ax_bus::spec::Priority;
 
 /// The slots of one worker.
 #[derive(Debug)]
-pub struct Slots {
+pub(crate) struct Slots {
     total: u32,
     reserved: Reserved,
     running: Mutex<u32>,
@@ -20,7 +20,7 @@ pub struct Slots {
 
 /// One taken slot; released on drop.
 #[derive(Debug)]
-pub struct Permit {
+pub(crate) struct Permit {
     slots: Arc<Slots>,
 }
 
@@ -35,7 +35,7 @@ impl Drop for Permit {
 
 impl Slots {
     /// `total` slots, `reserved` of them kept for higher priorities.
-    pub fn new(total: u32, reserved: Reserved) -> Arc<Self> {
+    pub(crate) fn new(total: u32, reserved: Reserved) -> Arc<Self> {
         Arc::new(Self {
             total: total.max(1),
             reserved,
@@ -45,7 +45,7 @@ impl Slots {
     }
 
     /// How many slots work of `priority` may occupy in all (at least one).
-    pub fn limit(&self, priority: Priority) -> u32 {
+    pub(crate) fn limit(&self, priority: Priority) -> u32 {
         let kept = match priority {
             Priority::High => 0,
             Priority::Normal => self.reserved.high,
@@ -55,12 +55,12 @@ impl Slots {
     }
 
     /// Attempts running now.
-    pub fn running(&self) -> u32 {
+    pub(crate) fn running(&self) -> u32 {
         self.running.lock().map(|r| *r).unwrap_or(0)
     }
 
     /// Waits for a slot that work of `priority` may take.
-    pub async fn acquire(self: &Arc<Self>, priority: Priority) -> Permit {
+    pub(crate) async fn acquire(self: &Arc<Self>, priority: Priority) -> Permit {
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);

@@ -71,6 +71,16 @@ pub struct FeedError {
 /// (expired or purged before delivery), so the snapshot is complete.
 const SNAPSHOT_IDLE: Duration = Duration::from_secs(2);
 
+impl std::fmt::Debug for KvFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvFeed")
+            .field("bucket", &self.bucket)
+            .field("consumer", &self.consumer_name)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
 impl KvFeed {
     /// Opens a feed over keys of `bucket` matching `pattern` (`>` for all).
     pub async fn open(

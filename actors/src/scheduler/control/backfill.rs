@@ -29,10 +29,10 @@ use ax_bus::time::parse_biz_date;
 use ax_bus::time::{biz_date_in, start_of_day};
 
 /// The longest backfill, in dates.
-pub const MAX_DATES: i64 = 366;
+pub(crate) const MAX_DATES: i64 = 366;
 
 /// Creates the backfill's instances; a refusal (bad request) or what was created.
-pub async fn backfill(
+pub(crate) async fn backfill(
     client: &AxClient,
     creator: &Creator,
     node: &NodeId,

@@ -10,12 +10,12 @@
 //! it changes nothing and never takes the Scheduler down. A NATS failure while carrying out a
 //! valid command is not the sender's fault: the message is redelivered a second later.
 
-pub mod backfill;
-pub mod rerun;
+pub(crate) mod backfill;
+pub(crate) mod rerun;
 
 use std::collections::BTreeMap;
 
-use async_nats::jetstream::{self, kv::CreateErrorKind, kv::UpdateErrorKind, AckKind};
+use async_nats::jetstream::{self, kv::CreateErrorKind, kv::UpdateErrorKind};
 use chrono::NaiveDate;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
@@ -39,7 +39,11 @@ use ax_bus::time::biz_date_in;
 use crate::jetstream::publish;
 
 /// Serves control commands until the subscription ends.
-pub async fn serve(client: AxClient, creator: Creator, node: NodeId) -> Result<(), ActorError> {
+pub(crate) async fn serve(
+    client: AxClient,
+    creator: Creator,
+    node: NodeId,
+) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
         max_ack_pending: 64,
         max_deliver: consume::POISON_DELIVERIES,
@@ -60,7 +64,7 @@ pub async fn serve(client: AxClient, creator: Creator, node: NodeId) -> Result<(
 
 /// Why a command was not carried out.
 #[derive(Debug)]
-pub enum CommandError {
+pub(crate) enum CommandError {
     /// The sender's fault (a bad request, an unknown job): answered with the reasons and
     /// acknowledged, never retried.
     Refused(Vec<String>),
@@ -70,7 +74,7 @@ pub enum CommandError {
 
 impl CommandError {
     /// A refusal for one reason.
-    pub fn refused(reason: impl Into<String>) -> Self {
+    pub(crate) fn refused(reason: impl Into<String>) -> Self {
         Self::Refused(vec![reason.into()])
     }
 }
@@ -131,9 +135,7 @@ async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &j
         Err(CommandError::Refused(errors)) => ControlReply::refused(errors),
         Err(CommandError::Transient(e)) => {
             tracing::warn!(command, error = %e, "control command failed; retrying later");
-            let _ = message
-                .ack_with(AckKind::Nak(Some(consume::backoff(message))))
-                .await;
+            consume::nak(message, consume::backoff(message)).await;
             return;
         }
     };
@@ -149,7 +151,11 @@ async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &j
     }
     if let Some(reply_to) = reply_to {
         if let Ok(payload) = codec::encode(&reply) {
-            let _ = client.nats.publish(reply_to, payload).await;
+            // The command is carried out either way; a sender that misses the answer sees a
+            // timeout and can read the outcome.
+            if let Err(e) = client.nats.publish(reply_to, payload).await {
+                tracing::debug!(error = %e, "control answer not sent");
+            }
         }
     }
     if let Err(e) = message.ack().await {

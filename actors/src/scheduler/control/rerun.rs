@@ -32,10 +32,10 @@ use ax_bus::msg_id;
 use ax_bus::time::parse_biz_date;
 
 /// upstream job → (downstream job, date offset).
-pub type Dependents = HashMap<JobName, Vec<(JobName, i64)>>;
+pub(crate) type Dependents = HashMap<JobName, Vec<(JobName, i64)>>;
 
 /// Plans and (unless a dry run) carries out a re-run.
-pub async fn rerun(
+pub(crate) async fn rerun(
     client: &AxClient,
     node: &NodeId,
     request: &RerunRequest,
@@ -184,7 +184,7 @@ fn dependents(registry: &BTreeMap<JobName, JobSpec>) -> Dependents {
 }
 
 /// The plan: every instance of `entries`, upstream before downstream, with its fate.
-pub fn decide(
+pub(crate) fn decide(
     request: &RerunRequest,
     dependents: &Dependents,
     entries: &BTreeMap<DayKey, DateInstances>,

@@ -18,7 +18,7 @@ use crate::worker::process::{self, Exit, OnTimeout, ProcessEnd, ProcessSpec, TAI
 const MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
 
 /// A process to run for an attempt.
-pub struct Child {
+pub(crate) struct Child {
     /// The program.
     pub program: PathBuf,
     /// Its arguments.
@@ -31,7 +31,7 @@ pub struct Child {
 
 impl Child {
     /// `program` with `args`, no stdin, the usual stdout tail.
-    pub fn new(program: impl Into<PathBuf>, args: Vec<String>) -> Self {
+    pub(crate) fn new(program: impl Into<PathBuf>, args: Vec<String>) -> Self {
         Self {
             program: program.into(),
             args,
@@ -43,7 +43,7 @@ impl Child {
     /// Runs it for the attempt: its environment, `exec.workdir`, the job's timeout and
     /// `on_timeout`. The result's output is what the process wrote to `AX_OUTPUT_FILE`;
     /// the [`ProcessEnd`] is returned too, for executors that read stdout.
-    pub async fn run(self, ctx: &AttemptContext<'_>) -> (ExecResult, ProcessEnd) {
+    pub(crate) async fn run(self, ctx: &AttemptContext<'_>) -> (ExecResult, ProcessEnd) {
         let work = ctx.work;
         let output_file = ctx.scratch.join(format!("{}.output.json", work.trace_id));
         let timeout = Duration::from_secs(work.spec.timeout_secs());
@@ -70,7 +70,7 @@ impl Child {
 }
 
 /// How a process's end reads as a result (output not yet read).
-pub fn result_of(ran: &ProcessEnd, timeout: Duration, spec: &OnTimeoutSpec) -> ExecResult {
+pub(crate) fn result_of(ran: &ProcessEnd, timeout: Duration, spec: &OnTimeoutSpec) -> ExecResult {
     let (success, tag, message) = match &ran.exit {
         Exit::Code(0) => (true, Tag::Completed, "exit 0".to_string()),
         Exit::Code(code) => (false, Tag::ExitCode, format!("exit code {code}")),

@@ -28,7 +28,7 @@ const QUOTED_BYTES: usize = 300;
 
 /// See the module.
 #[derive(Default)]
-pub struct Http {
+pub(crate) struct Http {
     client: Option<reqwest::Client>,
 }
 

@@ -12,14 +12,14 @@
 //! missing settings, a crashing plugin, a hanging endpoint — ends the attempt `failed` with a
 //! tag and a message that says why, and the worker goes on.
 
-pub mod child;
-pub mod http;
-pub mod noop;
-pub mod plugin;
-pub mod python;
-pub mod shell;
-pub mod sql;
-pub mod values;
+pub(crate) mod child;
+pub(crate) mod http;
+pub(crate) mod noop;
+pub(crate) mod plugin;
+pub(crate) mod python;
+pub(crate) mod shell;
+pub(crate) mod sql;
+pub(crate) mod values;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ use ax_bus::messages::{ExecutorInfo, WorkItem};
 use values::Values;
 
 /// The version every built-in executor reports.
-pub const BUILTIN_VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const BUILTIN_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What executors need from the worker's config.
 #[derive(Clone, Debug, Default)]
@@ -50,6 +50,7 @@ pub struct ExecutorsConfig {
 }
 
 /// Everything an executor sees of one attempt.
+#[derive(Debug)]
 pub struct AttemptContext<'a> {
     /// The attempt.
     pub work: &'a WorkItem,
@@ -142,7 +143,7 @@ pub trait Executor: Send + Sync {
 
 /// The attempt as external code sees it (the http executor's body, the plugin request):
 /// `instanceId`, `traceId`, `job`, `bizDate`, `params`, `attempt`, `expectedTime`.
-pub fn attempt_json(work: &WorkItem) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn attempt_json(work: &WorkItem) -> serde_json::Map<String, serde_json::Value> {
     let value = serde_json::json!({
         "instanceId": work.instance_id,
         "traceId": work.trace_id,
@@ -159,7 +160,7 @@ pub fn attempt_json(work: &WorkItem) -> serde_json::Map<String, serde_json::Valu
 }
 
 /// A built-in's self-description.
-pub fn builtin(name: &str, description: &str) -> ExecutorInfo {
+pub(crate) fn builtin(name: &str, description: &str) -> ExecutorInfo {
     ExecutorInfo {
         name: name.to_string(),
         kind: "builtin".to_string(),

@@ -8,7 +8,7 @@ use ax_bus::messages::ExecutorInfo;
 use super::{builtin, AttemptContext, ExecResult, Executor};
 
 /// See the module.
-pub struct Noop;
+pub(crate) struct Noop;
 
 impl Executor for Noop {
     fn describe(&self) -> ExecutorInfo {

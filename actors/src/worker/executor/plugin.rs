@@ -47,7 +47,7 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_REPLY_BYTES: usize = 1024 * 1024;
 
 /// A plugin found in the plugin directory.
-pub struct Plugin {
+pub(crate) struct Plugin {
     path: PathBuf,
     info: ExecutorInfo,
 }
@@ -80,7 +80,7 @@ struct Reply {
 /// Every executable file of `dir`, described (sorted by file name); an error for the
 /// directory itself when it cannot be read (a worker configured with plugins it cannot find
 /// must not start as if it had none).
-pub fn discover(dir: &Path) -> Result<Vec<Result<Plugin, ExecutorError>>, ExecutorError> {
+pub(crate) fn discover(dir: &Path) -> Result<Vec<Result<Plugin, ExecutorError>>, ExecutorError> {
     let entries = std::fs::read_dir(dir).map_err(|e| ExecutorError {
         executor: "plugins".into(),
         reason: format!("cannot read the plugin directory {}: {e}", dir.display()),
@@ -100,7 +100,7 @@ pub fn discover(dir: &Path) -> Result<Vec<Result<Plugin, ExecutorError>>, Execut
 
 impl Plugin {
     /// Asks the executable at `path` to describe itself.
-    pub fn load(path: &Path) -> Result<Self, ExecutorError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, ExecutorError> {
         let refuse = |reason: String| ExecutorError {
             executor: path.display().to_string(),
             reason,

@@ -32,7 +32,7 @@ const VENV_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// See the module.
 #[derive(Default)]
-pub struct Python {
+pub(crate) struct Python {
     interpreter: String,
     making: DashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>,
 }

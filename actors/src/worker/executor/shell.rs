@@ -16,7 +16,7 @@ use super::child::Child;
 use super::{builtin, AttemptContext, ExecResult, Executor};
 
 /// See the module.
-pub struct Shell;
+pub(crate) struct Shell;
 
 impl Executor for Shell {
     fn describe(&self) -> ExecutorInfo {

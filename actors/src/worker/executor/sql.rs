@@ -51,7 +51,7 @@ struct Database {
 
 /// See the module.
 #[derive(Default)]
-pub struct Sql {
+pub(crate) struct Sql {
     databases: BTreeMap<String, Database>,
 }
 

@@ -34,7 +34,10 @@ fn text_of(value: &serde_json::Value) -> String {
 
 /// The templates of a job's executor settings: the shell command, the python arguments, the
 /// SQL statement.
-pub fn templates(spec: &JobSpec, params: &BTreeMap<String, serde_json::Value>) -> Vec<Template> {
+pub(crate) fn templates(
+    spec: &JobSpec,
+    params: &BTreeMap<String, serde_json::Value>,
+) -> Vec<Template> {
     let upstream = readable_upstream(spec);
     let scope = Scope {
         params,

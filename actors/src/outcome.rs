@@ -36,40 +36,11 @@ pub struct Outcome {
 /// Reports one outcome. Ok also when there is nothing left to do (stale or unknown attempt).
 pub(crate) async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), ActorError> {
     let (work, end) = (&outcome.work, &outcome.end);
-    let retry_at = if end.success {
-        None
-    } else {
-        let attempt_of_run = work.attempt.saturating_sub(work.run_start) + 1;
-        work.spec
-            .retry
-            .as_ref()
-            .and_then(|r| r.next_attempt_at(attempt_of_run, &end.trace_id, end.finished_at))
+    let retry_at = retry_at(outcome);
+    let Some(state) = write_end(client, outcome, retry_at).await? else {
+        return Ok(());
     };
-    let state = match client
-        .update_instance_from(&work.instance_id, outcome.written.clone(), |r| {
-            r.ended(end, retry_at)
-        })
-        .await?
-    {
-        Updated::Written(record, _) => {
-            publish::event(client, &record).await;
-            record.state
-        }
-        Updated::Refused(TransitionRefused::AlreadyEnded(state)) => state,
-        Updated::Refused(refused) => {
-            tracing::warn!(trace = %end.trace_id, instance = %work.instance_id, %refused, "result of a superseded attempt dropped");
-            return Ok(());
-        }
-        Updated::Missing => {
-            tracing::warn!(instance = %work.instance_id, "result for an unknown instance dropped");
-            return Ok(());
-        }
-    };
-    let next_attempt_at = if state == State::WaitingRetry {
-        retry_at
-    } else {
-        None
-    };
+    let next_attempt_at = retry_at.filter(|_| state == State::WaitingRetry);
     let result = ResultMessage::new(work, end, state, next_attempt_at);
     publish::to_stream_acked(
         client,
@@ -79,47 +50,85 @@ pub(crate) async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), A
     )
     .await?;
     if end.tag == Tag::Timeout {
-        publish::instance_alert(
-            client,
-            &end.worker,
-            AlertKind::Timeout,
-            format!(
-                "attempt {} of instance {} timed out: {}",
-                work.attempt, work.instance_id, end.message
-            ),
-            work,
-        )
-        .await;
+        let message = format!(
+            "attempt {} of instance {} timed out: {}",
+            work.attempt, work.instance_id, end.message
+        );
+        publish::instance_alert(client, &end.worker, AlertKind::Timeout, message, work).await;
     }
-    if state == State::Failed {
-        publish::instance_alert(
-            client,
-            &end.worker,
-            AlertKind::Failure,
-            format!(
-                "instance {} failed for good after attempt {}: {}: {}",
-                work.instance_id,
-                work.attempt,
-                end.tag.as_str(),
-                end.message
-            ),
-            work,
-        )
-        .await;
-        if work.shard.is_none() {
-            // (A failed shard fails its parent, which becomes the dead letter.)
-            publish::failed_for_good(client, &end.worker, work, end.tag, &end.message).await?;
-        }
-    }
-    if state == State::WaitingRetry {
+    match state {
+        State::Failed => failed_for_good(client, outcome).await,
         // The Schedulers hear only of the attempts they must retry.
-        publish::to_stream_acked(
-            client,
-            client.subjects().retry(work.job()),
-            &msg_id::retry(&end.trace_id),
-            &result,
-        )
-        .await?;
+        State::WaitingRetry => {
+            publish::to_stream_acked(
+                client,
+                client.subjects().retry(work.job()),
+                &msg_id::retry(&end.trace_id),
+                &result,
+            )
+            .await
+        }
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// When the next attempt is due, if the attempt failed and the job has a retry left for it.
+fn retry_at(outcome: &Outcome) -> Option<chrono::DateTime<chrono::Utc>> {
+    let (work, end) = (&outcome.work, &outcome.end);
+    if end.success {
+        return None;
+    }
+    let attempt_of_run = work.attempt.saturating_sub(work.run_start) + 1;
+    work.spec
+        .retry
+        .as_ref()
+        .and_then(|r| r.next_attempt_at(attempt_of_run, &end.trace_id, end.finished_at))
+}
+
+/// Moves the record to the attempt's end: the instance's state after it, or `None` when the
+/// attempt is not the record's any more (stale) or the record is gone.
+async fn write_end(
+    client: &AxClient,
+    outcome: &Outcome,
+    retry_at: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<Option<State>, ActorError> {
+    let (work, end) = (&outcome.work, &outcome.end);
+    let updated = client
+        .update_instance_from(&work.instance_id, outcome.written.clone(), |r| {
+            r.ended(end, retry_at)
+        })
+        .await?;
+    Ok(match updated {
+        Updated::Written(record, _) => {
+            publish::event(client, &record).await;
+            Some(record.state)
+        }
+        Updated::Refused(TransitionRefused::AlreadyEnded(state)) => Some(state),
+        Updated::Refused(refused) => {
+            tracing::warn!(trace = %end.trace_id, instance = %work.instance_id, %refused, "result of a superseded attempt dropped");
+            None
+        }
+        Updated::Missing => {
+            tracing::warn!(instance = %work.instance_id, "result for an unknown instance dropped");
+            None
+        }
+    })
+}
+
+/// An instance failed for good: an alert, and (unless it is a shard, whose parent fails in
+/// its place) a dead letter.
+async fn failed_for_good(client: &AxClient, outcome: &Outcome) -> Result<(), ActorError> {
+    let (work, end) = (&outcome.work, &outcome.end);
+    let message = format!(
+        "instance {} failed for good after attempt {}: {}: {}",
+        work.instance_id,
+        work.attempt,
+        end.tag.as_str(),
+        end.message
+    );
+    publish::instance_alert(client, &end.worker, AlertKind::Failure, message, work).await;
+    if work.shard.is_some() {
+        return Ok(());
+    }
+    publish::failed_for_good(client, &end.worker, work, end.tag, &end.message).await
 }

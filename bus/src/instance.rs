@@ -238,13 +238,26 @@ pub struct InstanceRecord {
     pub stderr_tail: String,
     /// For a shard: its parent and place.
     #[serde(default)]
-    pub shard: Option<crate::messages::ShardRef>,
+    pub shard: Option<ShardRef>,
     /// How many attempts were lost with their worker.
     #[serde(default)]
     pub worker_losses: u32,
     /// The one worker this instance may run on (one run of a broadcast).
     #[serde(default)]
     pub pin: Option<WorkerId>,
+}
+
+/// A sub-instance of a sharded or broadcast instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRef {
+    /// The parent instance.
+    pub parent: InstanceId,
+    /// The parent's attempt that made this split (a re-run of the parent splits again).
+    pub parent_trace: TraceId,
+    /// 0-based index (`AX_SHARD_INDEX`).
+    pub index: u32,
+    /// How many (`AX_SHARD_TOTAL`).
+    pub total: u32,
 }
 
 /// Why a transition was not applied.

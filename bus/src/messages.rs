@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{DispatchId, InstanceId, JobName, NodeId, TraceId, WorkerId};
+pub use crate::instance::ShardRef;
 use crate::instance::{AttemptEnd, InstanceRecord, State, Tag};
 use crate::spec::{JobDocument, JobSpec};
 
@@ -223,19 +224,6 @@ pub struct SplitPlan {
     pub parent: WorkItem,
     /// The children's instance ids.
     pub children: Vec<InstanceId>,
-}
-
-/// A sub-instance of a sharded or broadcast instance.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardRef {
-    /// The parent instance.
-    pub parent: InstanceId,
-    /// The parent's attempt that made this split (a re-run of the parent splits again).
-    pub parent_trace: TraceId,
-    /// 0-based index (`AX_SHARD_INDEX`).
-    pub index: u32,
-    /// How many (`AX_SHARD_TOTAL`).
-    pub total: u32,
 }
 
 /// A worker's acknowledgement of a dispatch ("received, about to run"), on

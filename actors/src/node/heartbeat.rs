@@ -10,8 +10,8 @@ use ax_bus::ids::NodeId;
 use ax_bus::messages::NodeStatus;
 use ax_bus::{codec, AxClient};
 
+use crate::node::roles::Role;
 use crate::node::supervision;
-use crate::node::Role;
 
 /// How often a node writes its heartbeat.
 pub(crate) const NODE_HEARTBEAT_EVERY: Duration = Duration::from_secs(5);

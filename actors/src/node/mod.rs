@@ -1,8 +1,6 @@
-//! A node: the actors of the roles it runs, each on an arbiter (thread) of its own.
-//!
-//! Roles: `scheduler`, `dag`, `router`, `worker` and `reporter`. A worker's outcomes go through
-//! the reporter on the same node (its outbox is a local file), so `worker` brings `reporter`
-//! with it and `reporter` is refused without `worker`.
+//! A node: the actors of the roles it runs ([`Role`]), each on an arbiter (thread) of its own,
+//! under a supervisor and the watchdog, with the node's helpers beside them (clock guard,
+//! heartbeat, alert webhook).
 
 pub(crate) mod alert_webhook;
 pub(crate) mod clock;
@@ -10,13 +8,12 @@ pub(crate) mod clock_guard;
 pub(crate) mod heartbeat;
 pub(crate) mod lease;
 pub(crate) mod progress;
+mod roles;
 pub(crate) mod supervision;
 pub(crate) mod watchdog;
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,99 +34,10 @@ use crate::{dag, reporter, router, scheduler, worker};
 use alert_webhook::WebhookConfig;
 use clock::Clock;
 use clock_guard::ClockGuard;
+pub use roles::{parse_roles, Role, RoleError};
 use watchdog::{OnStall, Supervisee, Watched, STALL_EXIT_CODE};
 
 use crate::jetstream::publish;
-
-/// What a node runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Role {
-    /// Cron, time wheel, control commands, retries.
-    Scheduler,
-    /// Dependencies.
-    Dag,
-    /// Routing to workers.
-    Router,
-    /// Executing attempts.
-    Worker,
-    /// Reporting outcomes (beside a worker).
-    Reporter,
-}
-
-impl Role {
-    /// Every role.
-    pub const ALL: [Role; 5] = [
-        Role::Scheduler,
-        Role::Dag,
-        Role::Router,
-        Role::Worker,
-        Role::Reporter,
-    ];
-
-    /// The name on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Scheduler => "scheduler",
-            Role::Dag => "dag",
-            Role::Router => "router",
-            Role::Worker => "worker",
-            Role::Reporter => "reporter",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why a list of roles is refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RoleError {
-    /// A name that is no role.
-    #[error("unknown role `{0}` (scheduler, dag, router, worker, reporter)")]
-    Unknown(String),
-    /// An empty list.
-    #[error("no role given")]
-    None,
-    /// A reporter without its worker.
-    #[error("role `reporter` reports a worker's outcomes and needs `worker` on the same node")]
-    ReporterWithoutWorker,
-}
-
-impl FromStr for Role {
-    type Err = RoleError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Role::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| RoleError::Unknown(s.to_string()))
-    }
-}
-
-/// Parses `scheduler,dag,...` (or `all`), adding `reporter` to `worker`.
-pub fn parse_roles(text: &str) -> Result<BTreeSet<Role>, RoleError> {
-    let mut roles = BTreeSet::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        if part == "all" {
-            roles.extend(Role::ALL);
-        } else {
-            roles.insert(part.parse()?);
-        }
-    }
-    if roles.is_empty() {
-        return Err(RoleError::None);
-    }
-    if roles.contains(&Role::Reporter) && !roles.contains(&Role::Worker) {
-        return Err(RoleError::ReporterWithoutWorker);
-    }
-    if roles.contains(&Role::Worker) {
-        roles.insert(Role::Reporter);
-    }
-    Ok(roles)
-}
 
 /// A node's settings.
 #[derive(Clone, Debug)]
@@ -189,6 +97,153 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// What [`Node::start`] builds, piece by piece.
+struct Starting {
+    client: AxClient,
+    config: NodeConfig,
+    clock: Arc<dyn Clock>,
+    arbiters: Vec<Arbiter>,
+    actors: Vec<Box<dyn Watched>>,
+}
+
+impl Starting {
+    fn runs(&self, role: Role) -> bool {
+        self.config.roles.contains(&role)
+    }
+
+    /// The clock guard of a node whose roles act on time (Scheduler, worker), on a thread of
+    /// its own.
+    fn clock_guard(&mut self) -> Option<ClockGuard> {
+        let timed = self.runs(Role::Scheduler) || self.runs(Role::Worker);
+        let limit = self.config.max_clock_skew.filter(|_| timed)?;
+        let guard = ClockGuard::new(limit);
+        let arbiter = Arbiter::new();
+        let (client, clock, name) = (
+            self.client.clone(),
+            self.clock.clone(),
+            self.config.name.clone(),
+        );
+        arbiter.spawn(guard.clone().run(client, clock, name));
+        self.arbiters.push(arbiter);
+        Some(guard)
+    }
+
+    fn webhook(&mut self) {
+        if let Some(webhook) = self.config.alert_webhook.clone() {
+            let arbiter = Arbiter::new();
+            let (client, name) = (self.client.clone(), self.config.name.clone());
+            arbiter.spawn(forward_alerts(client, webhook, name));
+            self.arbiters.push(arbiter);
+        }
+    }
+
+    fn scheduler(&mut self, guard: Option<ClockGuard>) {
+        let (client, clock, name) = (
+            self.client.clone(),
+            self.clock.clone(),
+            self.config.name.clone(),
+        );
+        let loaded = self.config.scheduler_loaded.clone();
+        let make = move || {
+            let mut scheduler = Scheduler::new(client.clone(), clock.clone(), name.clone());
+            if let Some(guard) = guard.clone() {
+                scheduler = scheduler.guarded_by(guard);
+            }
+            match loaded.clone() {
+                Some(loaded) => scheduler.reporting_load(loaded),
+                None => scheduler,
+            }
+        };
+        let supervised = Supervisee::start(scheduler::ACTOR, OnStall::Replace, make);
+        self.actors.push(Box::new(supervised));
+    }
+
+    fn dag(&mut self) {
+        let (client, name) = (self.client.clone(), self.config.name.clone());
+        let make = move || DagCoordinator::new(client.clone(), name.clone());
+        self.actors.push(Box::new(Supervisee::start(
+            dag::ACTOR,
+            OnStall::Replace,
+            make,
+        )));
+    }
+
+    fn router(&mut self) {
+        let (client, name) = (self.client.clone(), self.config.name.clone());
+        let router = self.config.router.clone();
+        let make = move || Router::new(client.clone(), name.clone(), router.clone());
+        self.actors.push(Box::new(Supervisee::start(
+            router::ACTOR,
+            OnStall::Replace,
+            make,
+        )));
+    }
+
+    /// The worker and its Reporter. Built once: a stalled worker-side actor ends the process
+    /// rather than being replaced (see the watchdog), so neither factory runs twice, and the
+    /// Reporter's address stays the worker's for the life of the process.
+    fn worker(&mut self, guard: Option<ClockGuard>) -> Result<(), ActorError> {
+        let (client, name) = (self.client.clone(), self.config.name.clone());
+        let outbox = self.config.worker.data_dir.join("outbox.log");
+        let reporter = Mutex::new(Some(Reporter::open(client.clone(), name, &outbox)?));
+        let executors = Registry::load(&self.config.worker.executors)?;
+        let reporter = Supervisee::start(reporter::ACTOR, OnStall::EndProcess, move || {
+            take_once(&reporter, reporter::ACTOR)
+        });
+        let reporter_address = reporter.address().clone();
+        self.actors.push(Box::new(reporter));
+        let worker = WorkerSupervisor::new(
+            client,
+            self.config.worker.clone(),
+            executors,
+            reporter_address,
+            guard,
+        );
+        let worker = Mutex::new(Some(worker));
+        let make = move || take_once(&worker, worker::ACTOR);
+        self.actors.push(Box::new(Supervisee::start(
+            worker::ACTOR,
+            OnStall::EndProcess,
+            make,
+        )));
+        Ok(())
+    }
+
+    /// The heartbeat and the watchdog, on a thread of their own; the node is then running.
+    fn watched(mut self) -> Node {
+        let actors = Arc::new(Mutex::new(self.actors));
+        let (client, name) = (self.client.clone(), self.config.name.clone());
+        let arbiter = Arbiter::new();
+        arbiter.spawn(heartbeat::beat(
+            client.clone(),
+            name.clone(),
+            self.config.roles.clone(),
+        ));
+        let pending_of = consumer_backlog(client.clone());
+        let alert = move |stall: watchdog::Stall| {
+            let (client, name) = (client.clone(), name.clone());
+            async move {
+                let raised =
+                    publish::alert(&client, &name, AlertKind::ActorStalled, stall.reason, None);
+                // A node about to end itself waits this long for its alert, no longer.
+                let _ = tokio::time::timeout(ALERT_BEFORE_EXIT, raised).await;
+            }
+        };
+        arbiter.spawn(watchdog::watch(
+            actors.clone(),
+            self.config.stall_after,
+            pending_of,
+            alert,
+            |_actor| std::process::exit(STALL_EXIT_CODE),
+        ));
+        self.arbiters.push(arbiter);
+        Node {
+            arbiters: self.arbiters,
+            actors,
+        }
+    }
+}
+
 impl Node {
     /// Starts the actors of `config.roles`. Call inside an actix `System`.
     pub fn start(
@@ -196,116 +251,28 @@ impl Node {
         config: NodeConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ActorError> {
-        let mut arbiters = Vec::new();
-        let mut actors: Vec<Box<dyn Watched>> = Vec::new();
-        let name = config.name.clone();
-        let timed_roles =
-            config.roles.contains(&Role::Scheduler) || config.roles.contains(&Role::Worker);
-        let clock_guard = match config.max_clock_skew {
-            Some(limit) if timed_roles => {
-                let guard = ClockGuard::new(limit);
-                let arbiter = Arbiter::new();
-                arbiter.spawn(
-                    guard
-                        .clone()
-                        .run(client.clone(), clock.clone(), name.clone()),
-                );
-                arbiters.push(arbiter);
-                Some(guard)
-            }
-            _ => None,
+        let mut starting = Starting {
+            client,
+            config,
+            clock,
+            arbiters: Vec::new(),
+            actors: Vec::new(),
         };
-        if let Some(webhook) = config.alert_webhook.clone() {
-            let arbiter = Arbiter::new();
-            arbiter.spawn(forward_alerts(client.clone(), webhook, name.clone()));
-            arbiters.push(arbiter);
+        let guard = starting.clock_guard();
+        starting.webhook();
+        if starting.runs(Role::Scheduler) {
+            starting.scheduler(guard.clone());
         }
-        if config.roles.contains(&Role::Scheduler) {
-            let (client, clock, name) = (client.clone(), clock.clone(), name.clone());
-            let loaded = config.scheduler_loaded.clone();
-            let guard = clock_guard.clone();
-            actors.push(Box::new(Supervisee::start(
-                scheduler::ACTOR,
-                OnStall::Replace,
-                move || {
-                    let mut scheduler = Scheduler::new(client.clone(), clock.clone(), name.clone());
-                    if let Some(guard) = guard.clone() {
-                        scheduler = scheduler.guarded_by(guard);
-                    }
-                    match loaded.clone() {
-                        Some(loaded) => scheduler.reporting_load(loaded),
-                        None => scheduler,
-                    }
-                },
-            )));
+        if starting.runs(Role::Dag) {
+            starting.dag();
         }
-        if config.roles.contains(&Role::Dag) {
-            let (client, name) = (client.clone(), name.clone());
-            actors.push(Box::new(Supervisee::start(
-                dag::ACTOR,
-                OnStall::Replace,
-                move || DagCoordinator::new(client.clone(), name.clone()),
-            )));
+        if starting.runs(Role::Router) {
+            starting.router();
         }
-        if config.roles.contains(&Role::Router) {
-            let (client, name) = (client.clone(), name.clone());
-            let router = config.router.clone();
-            actors.push(Box::new(Supervisee::start(
-                router::ACTOR,
-                OnStall::Replace,
-                move || Router::new(client.clone(), name.clone(), router.clone()),
-            )));
+        if starting.runs(Role::Worker) {
+            starting.worker(guard)?;
         }
-        if config.roles.contains(&Role::Worker) {
-            let outbox = config.worker.data_dir.join("outbox.log");
-            let reporter = Reporter::open(client.clone(), name.clone(), &outbox)?;
-            let executors = Registry::load(&config.worker.executors)?;
-            // Built once: a stalled worker-side actor ends the process rather than being
-            // replaced (see the watchdog), so neither factory runs twice, and the Reporter's
-            // address stays the worker's for the life of the process.
-            let reporter = Mutex::new(Some(reporter));
-            let reporter = Supervisee::start(reporter::ACTOR, OnStall::EndProcess, move || {
-                take_once(&reporter, reporter::ACTOR)
-            });
-            let reporter_address = reporter.address().clone();
-            actors.push(Box::new(reporter));
-            let worker = Mutex::new(Some(WorkerSupervisor::new(
-                client.clone(),
-                config.worker.clone(),
-                executors,
-                reporter_address,
-                clock_guard,
-            )));
-            actors.push(Box::new(Supervisee::start(
-                worker::ACTOR,
-                OnStall::EndProcess,
-                move || take_once(&worker, worker::ACTOR),
-            )));
-        }
-        let actors = Arc::new(Mutex::new(actors));
-        let arbiter = Arbiter::new();
-        arbiter.spawn(heartbeat::beat(
-            client.clone(),
-            name.clone(),
-            config.roles.clone(),
-        ));
-        let pending_of = consumer_backlog(client.clone());
-        arbiter.spawn(watchdog::watch(
-            actors.clone(),
-            config.stall_after,
-            pending_of,
-            move |stall: watchdog::Stall| {
-                let (client, name) = (client.clone(), name.clone());
-                async move {
-                    let raised =
-                        publish::alert(&client, &name, AlertKind::ActorStalled, stall.reason, None);
-                    let _ = tokio::time::timeout(ALERT_BEFORE_EXIT, raised).await;
-                }
-            },
-            |_actor| std::process::exit(STALL_EXIT_CODE),
-        ));
-        arbiters.push(arbiter);
-        Ok(Self { arbiters, actors })
+        Ok(starting.watched())
     }
 
     /// Stops every actor and waits for their threads.
@@ -371,26 +338,5 @@ async fn forward_alerts(client: AxClient, webhook: WebhookConfig, node: NodeId) 
 impl Drop for Node {
     fn drop(&mut self) {
         self.stop_all();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roles_parse_and_worker_brings_its_reporter() {
-        assert_eq!(parse_roles("all").unwrap().len(), 5);
-        let roles = parse_roles("scheduler, worker").unwrap();
-        assert!(roles.contains(&Role::Reporter));
-        assert_eq!(
-            parse_roles("reporter"),
-            Err(RoleError::ReporterWithoutWorker)
-        );
-        assert!(parse_roles("scheduler,admin")
-            .unwrap_err()
-            .to_string()
-            .contains("unknown role `admin`"));
-        assert!(parse_roles("").is_err());
     }
 }

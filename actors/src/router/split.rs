@@ -13,7 +13,7 @@ use ax_bus::ids::{IdError, InstanceId, WorkerId};
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::{ShardRef, SplitPlan, WorkItem};
 use ax_bus::msg_id;
-use ax_bus::{InstanceRecord, State, Tag};
+use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
 use super::{Dispatcher, Eligible};
 use crate::jetstream::publish;
@@ -25,26 +25,8 @@ pub(crate) async fn expand(
     parent: &WorkItem,
 ) -> Result<Option<Vec<WorkItem>>, ActorError> {
     let client = &dispatcher.client;
-    let spec = &parent.spec;
-    let children: Vec<(InstanceId, Option<WorkerId>)> = if spec.broadcast {
-        let workers = dispatcher
-            .router
-            .send(Eligible {
-                tags: spec.tags.clone(),
-                kind: spec.exec.kind.clone(),
-            })
-            .await?;
-        if workers.is_empty() {
-            return Ok(None);
-        }
-        workers
-            .into_iter()
-            .map(|w| Ok((parent.instance_id.child(&format!("w-{w}"))?, Some(w))))
-            .collect::<Result<_, IdError>>()?
-    } else {
-        (0..spec.shards.unwrap_or(1))
-            .map(|i| Ok((parent.instance_id.child(&format!("s{i}"))?, None)))
-            .collect::<Result<_, IdError>>()?
+    let Some(children) = children_of(dispatcher, parent).await? else {
+        return Ok(None);
     };
     let Some((parent_record, _)) = client.instance(&parent.instance_id).await? else {
         return Ok(Some(Vec::new()));
@@ -53,60 +35,95 @@ pub(crate) async fn expand(
     let planned: Vec<InstanceId> = children.iter().map(|(id, _)| id.clone()).collect();
     let mut works = Vec::with_capacity(children.len());
     for (index, (id, pin)) in children.into_iter().enumerate() {
-        let index = index as u32;
-        let shard = ShardRef {
-            parent: parent.instance_id.clone(),
-            parent_trace: parent.trace_id.clone(),
-            index,
-            total,
-        };
-        let trace = parent.trace_id.child(index);
-        let record = InstanceRecord {
-            instance_id: id.clone(),
-            trace_id: trace.clone(),
-            attempt: 1,
-            run_start: 1,
-            state: State::Running,
-            tag: Tag::Queued,
-            created_at: ax_bus::time::now(),
-            started_at: None,
-            finished_at: None,
-            worker: None,
-            message: format!("{} of {total} of {}", index + 1, parent.instance_id),
-            output: serde_json::Value::Null,
-            next_attempt_at: None,
-            exit_code: None,
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
-            shard: Some(shard.clone()),
-            worker_losses: 0,
-            pin: pin.clone(),
-            ..parent_record.clone()
-        };
-        let Some(record) = place_child(client, record).await? else {
-            continue;
-        };
-        works.push(WorkItem {
-            instance_id: id,
-            trace_id: trace,
-            attempt: record.attempt,
-            run_start: record.run_start,
-            biz_date: parent.biz_date.clone(),
-            expected_time: parent.expected_time,
-            params: parent.params.clone(),
-            spec: spec.clone(),
-            worker: None,
-            gate: None,
-            dispatch: None,
-            router: None,
-            shard: Some(shard),
-            pin,
-            stored: None,
-        });
+        let record = child_record(&parent_record, parent, id, pin, index as u32, total);
+        if let Some(record) = place_child(client, record).await? {
+            works.push(WorkItem::for_attempt(&record, parent.spec.clone()));
+        }
     }
+    announce(client, parent, planned).await?;
+    Ok(Some(works))
+}
+
+/// The children's ids, each with the worker it is pinned to (one run of a broadcast per
+/// eligible worker; `None` when there is none), or the shards.
+async fn children_of(
+    dispatcher: &Dispatcher,
+    parent: &WorkItem,
+) -> Result<Option<Vec<(InstanceId, Option<WorkerId>)>>, ActorError> {
+    let spec = &parent.spec;
+    if !spec.broadcast {
+        return Ok(Some(
+            (0..spec.shards.unwrap_or(1))
+                .map(|i| Ok((parent.instance_id.child(&format!("s{i}"))?, None)))
+                .collect::<Result<_, IdError>>()?,
+        ));
+    }
+    let eligible = Eligible {
+        tags: spec.tags.clone(),
+        kind: spec.exec.kind.clone(),
+    };
+    let workers = dispatcher.router.send(eligible).await?;
+    if workers.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(
+        workers
+            .into_iter()
+            .map(|w| Ok((parent.instance_id.child(&format!("w-{w}"))?, Some(w))))
+            .collect::<Result<_, IdError>>()?,
+    ))
+}
+
+/// The record of child `index` of `total`: the parent's, as a fresh first attempt whose trace
+/// derives from the parent's.
+fn child_record(
+    parent_record: &InstanceRecord,
+    parent: &WorkItem,
+    id: InstanceId,
+    pin: Option<WorkerId>,
+    index: u32,
+    total: u32,
+) -> InstanceRecord {
+    let shard = ShardRef {
+        parent: parent.instance_id.clone(),
+        parent_trace: parent.trace_id.clone(),
+        index,
+        total,
+    };
+    InstanceRecord {
+        instance_id: id,
+        trace_id: parent.trace_id.child(index),
+        attempt: 1,
+        run_start: 1,
+        state: State::Running,
+        tag: Tag::Queued,
+        created_at: ax_bus::time::now(),
+        started_at: None,
+        finished_at: None,
+        worker: None,
+        message: format!("{} of {total} of {}", index + 1, parent.instance_id),
+        output: serde_json::Value::Null,
+        next_attempt_at: None,
+        exit_code: None,
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+        shard: Some(shard),
+        worker_losses: 0,
+        pin,
+        ..parent_record.clone()
+    }
+}
+
+/// Tells the DagCoordinator what the parent waits for, and tags the parent `sharded`.
+async fn announce(
+    client: &AxClient,
+    parent: &WorkItem,
+    children: Vec<InstanceId>,
+) -> Result<(), ActorError> {
+    let count = children.len();
     let plan = SplitPlan {
         parent: parent.clone(),
-        children: planned.clone(),
+        children,
     };
     publish::to_stream_acked(
         client,
@@ -116,14 +133,12 @@ pub(crate) async fn expand(
     )
     .await?;
     if let Updated::Written(record, _) = client
-        .update_instance(&parent.instance_id, |r| {
-            r.split(&parent.trace_id, planned.len())
-        })
+        .update_instance(&parent.instance_id, |r| r.split(&parent.trace_id, count))
         .await?
     {
         publish::event(client, &record).await;
     }
-    Ok(Some(works))
+    Ok(())
 }
 
 /// Creates the child's record, or finds it: `Some` with what to dispatch, `None` when there is

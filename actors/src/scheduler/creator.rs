@@ -16,23 +16,21 @@
 //! of the Scheduler actor. An instance found already created is watched for a while, in case
 //! its creator died before handing it on (see [`crate::scheduler::orphans`]).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
-use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
 use ax_bus::error::{During, NatsError};
 use ax_bus::ids::NodeId;
-use ax_bus::instance::Trigger;
-use ax_bus::messages::{StoredRecord, TickOutcome, WorkItem};
+use ax_bus::messages::{StoredRecord, TickOutcome};
 use ax_bus::msg_id;
-use ax_bus::spec::{JobSpec, Overlap};
+use ax_bus::spec::Overlap;
 use ax_bus::{codec, AxClient, InstanceRecord, State, Tag};
 
 use crate::jetstream::publish;
+use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::orphans;
 use crate::scheduler::overlap::{self, Decision};
 use crate::scheduler::ticks;
@@ -52,42 +50,6 @@ pub(crate) enum Created {
     Deduplicated,
     /// The overlap policy skipped it.
     Skipped,
-}
-
-/// A new instance and its first attempt.
-#[derive(Clone, Debug)]
-pub struct NewInstance {
-    /// The record to create.
-    pub record: InstanceRecord,
-    /// The first attempt.
-    pub work: WorkItem,
-    /// Whether the attempt goes straight to the Router: only when nothing in the DAG can
-    /// concern it (no dependencies, no gate, no job depending on it).
-    pub skip_coordinator: bool,
-    /// For a cron tick: how it is recorded when created (`fired` or `caught_up`); the overlap
-    /// policy applies to ticks only.
-    pub tick: Option<TickOutcome>,
-}
-
-impl NewInstance {
-    /// The first attempt of `spec`'s instance expected at `expected`.
-    pub fn new(
-        spec: &JobSpec,
-        expected: DateTime<Utc>,
-        biz_date: String,
-        params: BTreeMap<String, serde_json::Value>,
-        trigger: Trigger,
-        now: DateTime<Utc>,
-    ) -> Self {
-        let record = InstanceRecord::first(spec, expected, biz_date, params, trigger, now);
-        let work = WorkItem::for_attempt(&record, spec.clone());
-        Self {
-            record,
-            work,
-            skip_coordinator: false,
-            tick: None,
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -161,79 +123,119 @@ fn finish(request: Request, created: Created) {
     }
 }
 
+/// A publish whose ack is still to be awaited.
+type Pending = Result<PublishAckFuture, ActorError>;
+/// A hand-off sent: the request, what its creation came to, whether to watch it for an
+/// orphan, and the acks to await.
+type Sent = (
+    Request,
+    Created,
+    bool,
+    Result<Vec<PublishAckFuture>, ActorError>,
+);
+
+/// One batch of creations, phase by phase; what fails for a transient reason collects in
+/// `failed`, to be tried again.
+struct Batch<'a> {
+    client: &'a AxClient,
+    node: &'a NodeId,
+    failed: Vec<Request>,
+}
+
 /// Creates a batch; returns the requests that failed for a transient reason, to be tried again.
 async fn create_batch(
     client: &AxClient,
     node: &NodeId,
     requests: impl Iterator<Item = Request>,
 ) -> Vec<Request> {
-    let mut failed = Vec::new();
+    let mut batch = Batch {
+        client,
+        node,
+        failed: Vec::new(),
+    };
     // 1. Overlap policies (cron ticks of jobs whose policy is not `allow`; rare, one by one).
     let mut candidates = Vec::new();
-    for mut request in requests {
+    for request in requests {
+        candidates.extend(batch.apply_overlap(request).await);
+    }
+    // 2. The records, pipelined: create-if-absent on each instance id.
+    let mut pending = Vec::with_capacity(candidates.len());
+    for request in candidates {
+        let publish = batch.publish_record(&request).await;
+        pending.push((request, publish));
+    }
+    // 3. As each record is stored, its hand-off and tick record go out (pipelined).
+    let mut sent = Vec::with_capacity(pending.len());
+    for (request, publish) in pending {
+        sent.extend(batch.hand_on(request, publish).await);
+    }
+    // 4. Once the hand-offs are stored, the creation is done.
+    for sent in sent {
+        batch.settle(sent).await;
+    }
+    batch.failed
+}
+
+impl Batch<'_> {
+    fn fail(&mut self, request: Request, error: &ActorError) {
+        warn_transient(&request, error);
+        self.failed.push(request);
+    }
+
+    /// The request, if it goes on to be created (with its gate when it queues).
+    async fn apply_overlap(&mut self, mut request: Request) -> Option<Request> {
         let instance = &mut request.instance;
         let overlap = match instance.tick {
             Some(_) => instance.work.spec.overlap,
             None => Overlap::Allow,
         };
-        match overlap::decide(client, &instance.work, overlap).await {
-            Ok(Decision::Proceed) => candidates.push(request),
+        match overlap::decide(self.client, &instance.work, overlap).await {
+            Ok(Decision::Proceed) => Some(request),
             Ok(Decision::Queue(gate)) => {
                 instance.work.gate = Some(gate);
                 instance.skip_coordinator = false;
-                candidates.push(request);
+                Some(request)
             }
             Ok(Decision::Skip(reason)) => {
                 let job = instance.work.job().clone();
                 let tick = instance.record.expected_time;
-                match ticks::record(client, node, &job, tick, TickOutcome::Skipped, None, reason)
-                    .await
+                let skipped = TickOutcome::Skipped;
+                match ticks::record(self.client, self.node, &job, tick, skipped, None, reason).await
                 {
                     Ok(()) => finish(request, Created::Skipped),
-                    Err(e) => {
-                        warn_transient(&request, &e);
-                        failed.push(request);
-                    }
+                    Err(e) => self.fail(request, &e),
                 }
+                None
             }
             Err(e) => {
-                warn_transient(&request, &e);
-                failed.push(request);
+                self.fail(request, &e);
+                None
             }
         }
     }
-    // 2. The records, pipelined: create-if-absent on each instance id.
-    let bucket = client.layout.instances_bucket();
-    let mut pending = Vec::with_capacity(candidates.len());
-    for request in candidates {
-        let publish = match codec::encode(&request.instance.record) {
-            Ok(value) => {
-                let message = PublishMessage::build()
-                    .expected_last_subject_sequence(0)
-                    .payload(value);
-                client
-                    .js
-                    .send_publish(
-                        format!("$KV.{bucket}.{}", request.instance.record.instance_id),
-                        message,
-                    )
-                    .await
-                    .during(|| "create instance")
-                    .map_err(ActorError::from)
-            }
-            Err(e) => Err(e.into()),
-        };
-        pending.push((request, publish));
+
+    /// Publishes the record with `expected last subject sequence = 0`: a create-if-absent.
+    async fn publish_record(&self, request: &Request) -> Pending {
+        let record = &request.instance.record;
+        let bucket = self.client.layout.instances_bucket();
+        let message = PublishMessage::build()
+            .expected_last_subject_sequence(0)
+            .payload(codec::encode(record)?);
+        self.client
+            .js
+            .send_publish(format!("$KV.{bucket}.{}", record.instance_id), message)
+            .await
+            .during(|| "create instance")
+            .map_err(ActorError::from)
     }
-    // 3. As each record is stored, its hand-off and tick record go out (pipelined).
-    let mut acks = Vec::with_capacity(pending.len());
-    for (mut request, publish) in pending {
+
+    /// Awaits the record's ack and hands the instance on as what was found calls for.
+    async fn hand_on(&mut self, mut request: Request, publish: Pending) -> Option<Sent> {
         let stored = match publish {
             Ok(ack) => ack.await,
             Err(e) => {
-                warn_transient(&request, &e);
-                failed.push(request);
-                continue;
+                self.fail(request, &e);
+                return None;
             }
         };
         let found = match stored {
@@ -246,21 +248,30 @@ async fn create_batch(
                 });
                 Existing::Ours
             }
-            Err(e) if record_exists(&e) => match existing(client, &request.instance.record).await {
-                Ok(found) => found,
-                Err(e) => {
-                    warn_transient(&request, &e);
-                    failed.push(request);
-                    continue;
+            Err(e) if record_exists(&e) => {
+                match existing(self.client, &request.instance.record).await {
+                    Ok(found) => found,
+                    Err(e) => {
+                        self.fail(request, &e);
+                        return None;
+                    }
                 }
-            },
+            }
             Err(e) => {
-                warn_transient(&request, &NatsError::new("create instance", e).into());
-                failed.push(request);
-                continue;
+                self.fail(request, &NatsError::new("create instance", e).into());
+                return None;
             }
         };
-        let instance = &request.instance;
+        let (outcome, sent) = self.hand_off_found(&request.instance, found).await;
+        Some((request, outcome, found == Existing::Other, sent))
+    }
+
+    async fn hand_off_found(
+        &self,
+        instance: &NewInstance,
+        found: Existing,
+    ) -> (Created, Result<Vec<PublishAckFuture>, ActorError>) {
+        let (client, node) = (self.client, self.node);
         let deduplicated = || {
             ticks::publish(
                 client,
@@ -272,7 +283,7 @@ async fn create_batch(
                 "created by another Scheduler".to_string(),
             )
         };
-        let (outcome, sent) = match (found, instance.tick) {
+        match (found, instance.tick) {
             (Existing::Ours, _) => (Created::Fired, hand_off(client, node, instance).await),
             // Another creator wrote the same first attempt, and may have died before handing
             // it on: hand it on too (the message id makes a second hand-off a no-op).
@@ -293,11 +304,12 @@ async fn create_batch(
                 deduplicated().await.map(|ack| vec![ack]),
             ),
             (Existing::Other, None) => (Created::Deduplicated, Ok(Vec::new())),
-        };
-        let watch = found == Existing::Other;
-        acks.push((request, outcome, watch, sent));
+        }
     }
-    for (request, outcome, watch, sent) in acks {
+
+    /// Awaits a hand-off's acks; then the creation is done (and the instance, if another
+    /// attempt stood in its place, watched for an orphan).
+    async fn settle(&mut self, (request, outcome, watch, sent): Sent) {
         let stored = match sent {
             Ok(acks) => {
                 let mut result = Ok(());
@@ -310,33 +322,22 @@ async fn create_batch(
             }
             Err(e) => Err(e),
         };
-        match stored {
-            Ok(()) => {
-                let instance = &request.instance;
-                if outcome == Created::Fired && instance.work.spec.overlap != Overlap::Allow {
-                    if let Err(e) = overlap::note_latest(
-                        client,
-                        instance.work.job(),
-                        &instance.record.instance_id,
-                    )
-                    .await
-                    {
-                        tracing::warn!(instance = %instance.record.instance_id, error = %e, "latest instance not noted");
-                    }
-                }
-                if watch {
-                    // A different attempt, whose creator may have died before handing it on.
-                    orphans::watch(client.clone(), node.clone(), instance.clone());
-                }
-                finish(request, outcome);
-            }
-            Err(e) => {
-                warn_transient(&request, &e);
-                failed.push(request);
+        if let Err(e) = stored {
+            return self.fail(request, &e);
+        }
+        let instance = &request.instance;
+        if outcome == Created::Fired && instance.work.spec.overlap != Overlap::Allow {
+            let (job, id) = (instance.work.job(), &instance.record.instance_id);
+            if let Err(e) = overlap::note_latest(self.client, job, id).await {
+                tracing::warn!(instance = %id, error = %e, "latest instance not noted");
             }
         }
+        if watch {
+            // A different attempt, whose creator may have died before handing it on.
+            orphans::watch(self.client.clone(), self.node.clone(), instance.clone());
+        }
+        finish(request, outcome);
     }
-    failed
 }
 
 /// Publishes the hand-off of the first attempt: to the Router, or to the DagCoordinator when

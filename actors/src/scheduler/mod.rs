@@ -16,6 +16,7 @@ pub(crate) mod control;
 pub(crate) mod creator;
 pub(crate) mod fire_schedule;
 pub(crate) mod misfire;
+pub(crate) mod new_instance;
 pub(crate) mod orphans;
 pub(crate) mod overlap;
 pub(crate) mod planner;
@@ -46,7 +47,8 @@ use crate::node::clock_guard::ClockGuard;
 use crate::node::progress;
 use crate::node::supervision::{guard, note_restart, spawn_pump};
 use crate::ActorError;
-use creator::{Creator, NewInstance};
+use creator::Creator;
+use new_instance::NewInstance;
 use planner::{DueRetry, Planner};
 
 use crate::jetstream::publish;

@@ -35,7 +35,7 @@ use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, State, Tag};
 
 use crate::jetstream::publish;
-use crate::scheduler::creator::NewInstance;
+use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
 
 /// How long an instance may stay untouched after its creation before it counts as an orphan.

@@ -92,8 +92,8 @@ pub(crate) struct ProcessEnd {
     pub stderr_tail: String,
 }
 
-/// Runs `spec` to its end, its timeout, or until `cancel` is notified.
-pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
+/// The command of `spec`, in a process group of its own, dying with the worker.
+fn command(spec: &ProcessSpec) -> Command {
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -117,7 +117,12 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
     if let Some(dir) = &spec.workdir {
         command.current_dir(dir);
     }
-    let mut child = match command.spawn() {
+    command
+}
+
+/// Runs `spec` to its end, its timeout, or until `cancel` is notified.
+pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
+    let mut child = match command(spec).spawn() {
         Ok(child) => child,
         Err(e) => {
             return ProcessEnd {
@@ -146,30 +151,10 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
     };
     let exit = tokio::select! {
         waited = tokio::time::timeout(spec.timeout, child.wait()) => match waited {
-            Ok(Ok(status)) => {
-                use std::os::unix::process::ExitStatusExt;
-                match (status.code(), status.signal()) {
-                    (Some(code), _) => Exit::Code(code),
-                    (None, Some(signal)) => Exit::Signal(signal),
-                    (None, None) => Exit::Code(-1),
-                }
-            }
+            Ok(Ok(status)) => exit_of(status),
             Ok(Err(e)) => Exit::SpawnFailed(format!("cannot wait for the process: {e}")),
             Err(_) => {
-                if let (Some(signal), Some(pid)) = (spec.on_timeout.dump_signal, group.0) {
-                    // Ask for a stack dump, and give the whole group (not only the direct
-                    // child: `sh -c` may die first while its python still writes) the grace
-                    // period to write it and exit.
-                    if killpg(pid, signal).is_ok() {
-                        let group_gone = async {
-                            let _ = child.wait().await;
-                            while killpg(pid, None).is_ok() {
-                                tokio::time::sleep(GROUP_POLL).await;
-                            }
-                        };
-                        let _ = tokio::time::timeout(spec.on_timeout.grace, group_gone).await;
-                    }
-                }
+                dump_and_wait(spec, &group, &mut child).await;
                 Exit::TimedOut
             }
         },
@@ -177,6 +162,7 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
     };
     // Whatever the ending, nothing of the group may survive the attempt.
     drop(group);
+    // Reaped whatever it was doing: the group is killed.
     let _ = child.wait().await;
     let drain = |task: tokio::task::JoinHandle<String>| async move {
         tokio::time::timeout(DRAIN_TIMEOUT, task)
@@ -190,6 +176,35 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
         stdout_tail: drain(stdout).await,
         stderr_tail: drain(stderr).await,
     }
+}
+
+fn exit_of(status: std::process::ExitStatus) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(signal)) => Exit::Signal(signal),
+        (None, None) => Exit::Code(-1),
+    }
+}
+
+/// At a timeout: asks for a stack dump, and gives the whole group (not only the direct child:
+/// `sh -c` may die first while its python still writes) the grace period to write it and exit.
+async fn dump_and_wait(spec: &ProcessSpec, group: &GroupKiller, child: &mut tokio::process::Child) {
+    let (Some(signal), Some(pid)) = (spec.on_timeout.dump_signal, group.0) else {
+        return;
+    };
+    if killpg(pid, signal).is_err() {
+        return;
+    }
+    let group_gone = async {
+        // The direct child first, then until no process of the group is left.
+        let _ = child.wait().await;
+        while killpg(pid, None).is_ok() {
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+    };
+    // A group that outlives the grace is killed by the caller.
+    let _ = tokio::time::timeout(spec.on_timeout.grace, group_gone).await;
 }
 
 /// How often the grace period checks whether the group is gone.

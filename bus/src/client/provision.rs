@@ -206,78 +206,115 @@ impl Layout {
         self.bucket_name("queues")
     }
 
+    /// The streams ax needs, as JetStream configs (replicas are set when they are ensured).
+    fn streams(&self) -> Vec<stream::Config> {
+        use stream::RetentionPolicy::{Limits, WorkQueue};
+        let s = &self.subjects;
+        let plain = |name: String, subjects: Vec<String>, retention, max_age| stream::Config {
+            name,
+            subjects,
+            retention,
+            max_age,
+            storage: stream::StorageType::File,
+            duplicate_window: DUPLICATE_WINDOW,
+            allow_direct: true,
+            ..Default::default()
+        };
+        let history = |name: String, subject: String, max_age, per_subject| stream::Config {
+            max_messages_per_subject: per_subject,
+            ..plain(name, vec![subject], Limits, max_age)
+        };
+        vec![
+            plain(
+                self.control_stream(),
+                vec![s.control_all()],
+                WorkQueue,
+                Duration::from_secs(24 * 3600),
+            ),
+            plain(
+                self.flow_stream(),
+                vec![s.created_all(), s.ready_all(), s.retry_all(), s.split_all()],
+                WorkQueue,
+                Duration::ZERO,
+            ),
+            plain(
+                self.dispatch_stream(),
+                vec![s.dispatch_all()],
+                WorkQueue,
+                Duration::ZERO,
+            ),
+            plain(
+                self.results_stream(),
+                vec![s.result_all()],
+                Limits,
+                RESULTS_MAX_AGE,
+            ),
+            history(
+                self.ticks_stream(),
+                s.tick_all(),
+                HISTORY_MAX_AGE,
+                TICKS_PER_JOB,
+            ),
+            history(self.audit_stream(), s.audit_all(), AUDIT_MAX_AGE, -1),
+            plain(self.dead_stream(), vec![s.dead_all()], Limits, DEAD_MAX_AGE),
+            plain(
+                self.advisories_stream(),
+                self.max_deliveries_subjects(),
+                WorkQueue,
+                DEAD_MAX_AGE,
+            ),
+            plain(
+                self.alerts_stream(),
+                vec![s.alert_all()],
+                Limits,
+                ALERTS_MAX_AGE,
+            ),
+        ]
+    }
+
+    /// The buckets ax needs: (name, history, max age).
+    fn buckets(&self) -> Vec<(String, i64, Duration)> {
+        vec![
+            (self.jobs_bucket(), 10, Duration::ZERO),
+            (self.deps_bucket(), 1, HISTORY_MAX_AGE),
+            (self.waiting_bucket(), 1, Duration::ZERO),
+            (self.latest_bucket(), 1, Duration::ZERO),
+            (self.leases_bucket(), 1, LEASE_TTL),
+            (self.queues_bucket(), 1, Duration::ZERO),
+            (self.instances_bucket(), 1, Duration::ZERO),
+            (self.claims_bucket(), 1, CLAIMS_MAX_AGE),
+            (self.workers_bucket(), 1, WORKERS_MAX_AGE),
+            (self.nodes_bucket(), 1, NODES_MAX_AGE),
+        ]
+    }
+
     /// Creates or updates every stream and bucket.
     pub async fn ensure(&self, js: &jetstream::Context) -> Result<(), ProvisionError> {
-        let s = &self.subjects;
-        self.ensure_stream(
-            js,
-            self.control_stream(),
-            vec![s.control_all()],
-            stream::RetentionPolicy::WorkQueue,
-            Duration::from_secs(24 * 3600),
-        )
-        .await?;
-        self.ensure_stream(
-            js,
-            self.flow_stream(),
-            vec![s.created_all(), s.ready_all(), s.retry_all(), s.split_all()],
-            stream::RetentionPolicy::WorkQueue,
-            Duration::ZERO,
-        )
-        .await?;
-        self.ensure_stream(
-            js,
-            self.dispatch_stream(),
-            vec![s.dispatch_all()],
-            stream::RetentionPolicy::WorkQueue,
-            Duration::ZERO,
-        )
-        .await?;
-        self.ensure_stream(
-            js,
-            self.results_stream(),
-            vec![s.result_all()],
-            stream::RetentionPolicy::Limits,
-            RESULTS_MAX_AGE,
-        )
-        .await?;
-        self.ensure_history_stream(
-            js,
-            self.ticks_stream(),
-            s.tick_all(),
-            HISTORY_MAX_AGE,
-            TICKS_PER_JOB,
-        )
-        .await?;
-        self.ensure_history_stream(js, self.audit_stream(), s.audit_all(), AUDIT_MAX_AGE, -1)
-            .await?;
-        self.ensure_stream(
-            js,
-            self.dead_stream(),
-            vec![s.dead_all()],
-            stream::RetentionPolicy::Limits,
-            DEAD_MAX_AGE,
-        )
-        .await?;
-        self.ensure_stream(
-            js,
-            self.advisories_stream(),
-            self.max_deliveries_subjects(),
-            stream::RetentionPolicy::WorkQueue,
-            DEAD_MAX_AGE,
-        )
-        .await?;
-        self.ensure_stream(
-            js,
-            self.alerts_stream(),
-            vec![s.alert_all()],
-            stream::RetentionPolicy::Limits,
-            ALERTS_MAX_AGE,
-        )
-        .await?;
+        for mut config in self.streams() {
+            config.num_replicas = self.replicas_of(js, &config.name).await;
+            let name = config.name.clone();
+            js.create_or_update_stream(config)
+                .await
+                .map_err(|e| ProvisionError {
+                    object: format!("stream {name}"),
+                    source: e.into(),
+                })?;
+        }
+        self.ensure_clock_stream(js).await?;
+        for (bucket, history, max_age) in self.buckets() {
+            self.ensure_bucket(js, bucket, history, max_age).await?;
+        }
+        Ok(())
+    }
+
+    /// The clock probes' stream: one message per node, file storage (a memory stream is gone
+    /// after a server restart, and with it every clock measurement). The probes are
+    /// disposable, so a stream whose storage cannot be updated in place (a memory stream made
+    /// by an earlier version) is made again.
+    async fn ensure_clock_stream(&self, js: &jetstream::Context) -> Result<(), ProvisionError> {
         let clock = stream::Config {
             name: self.clock_stream(),
-            subjects: vec![s.clock_all()],
+            subjects: vec![self.subjects.clock_all()],
             max_messages_per_subject: 1,
             max_age: Duration::from_secs(3600),
             storage: stream::StorageType::File,
@@ -285,91 +322,17 @@ impl Layout {
             allow_direct: true,
             ..Default::default()
         };
-        // File storage: a memory stream is gone after a server restart, and with it every
-        // clock measurement. The probes are disposable, so a stream whose storage cannot be
-        // updated in place (a memory stream made by an earlier version) is made again.
-        if js.create_or_update_stream(clock.clone()).await.is_err() {
-            let _ = js.delete_stream(self.clock_stream()).await;
-            js.create_stream(clock).await.map_err(|e| ProvisionError {
-                object: format!("stream {}", self.clock_stream()),
-                source: e.into(),
-            })?;
+        if js.create_or_update_stream(clock.clone()).await.is_ok() {
+            return Ok(());
         }
-        self.ensure_bucket(js, self.jobs_bucket(), 10, Duration::ZERO)
-            .await?;
-        self.ensure_bucket(js, self.deps_bucket(), 1, HISTORY_MAX_AGE)
-            .await?;
-        self.ensure_bucket(js, self.waiting_bucket(), 1, Duration::ZERO)
-            .await?;
-        self.ensure_bucket(js, self.latest_bucket(), 1, Duration::ZERO)
-            .await?;
-        self.ensure_bucket(js, self.leases_bucket(), 1, LEASE_TTL)
-            .await?;
-        self.ensure_bucket(js, self.queues_bucket(), 1, Duration::ZERO)
-            .await?;
-        self.ensure_bucket(js, self.instances_bucket(), 1, Duration::ZERO)
-            .await?;
-        self.ensure_bucket(js, self.claims_bucket(), 1, CLAIMS_MAX_AGE)
-            .await?;
-        self.ensure_bucket(js, self.workers_bucket(), 1, WORKERS_MAX_AGE)
-            .await?;
-        self.ensure_bucket(js, self.nodes_bucket(), 1, NODES_MAX_AGE)
-            .await?;
-        Ok(())
-    }
-
-    async fn ensure_stream(
-        &self,
-        js: &jetstream::Context,
-        name: String,
-        subjects: Vec<String>,
-        retention: stream::RetentionPolicy,
-        max_age: Duration,
-    ) -> Result<(), ProvisionError> {
-        let config = stream::Config {
-            name: name.clone(),
-            subjects,
-            retention,
-            max_age,
-            storage: stream::StorageType::File,
-            num_replicas: self.replicas_of(js, &name).await,
-            duplicate_window: DUPLICATE_WINDOW,
-            allow_direct: true,
-            ..Default::default()
-        };
-        js.create_or_update_stream(config)
+        if let Err(e) = js.delete_stream(self.clock_stream()).await {
+            tracing::debug!(error = %e, "clock stream not deleted before being made again");
+        }
+        js.create_stream(clock)
             .await
             .map(|_| ())
             .map_err(|e| ProvisionError {
-                object: format!("stream {name}"),
-                source: e.into(),
-            })
-    }
-
-    async fn ensure_history_stream(
-        &self,
-        js: &jetstream::Context,
-        name: String,
-        subject: String,
-        max_age: Duration,
-        per_subject: i64,
-    ) -> Result<(), ProvisionError> {
-        let config = stream::Config {
-            name: name.clone(),
-            subjects: vec![subject],
-            max_age,
-            max_messages_per_subject: per_subject,
-            storage: stream::StorageType::File,
-            num_replicas: self.replicas_of(js, &name).await,
-            duplicate_window: DUPLICATE_WINDOW,
-            allow_direct: true,
-            ..Default::default()
-        };
-        js.create_or_update_stream(config)
-            .await
-            .map(|_| ())
-            .map_err(|e| ProvisionError {
-                object: format!("stream {name}"),
+                object: format!("stream {}", self.clock_stream()),
                 source: e.into(),
             })
     }

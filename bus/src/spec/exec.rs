@@ -202,7 +202,8 @@ fn required(value: Option<&String>, field: &str, what: &str, errors: &mut Vec<Sp
 }
 
 /// Checks `job.exec`: a known executor or a plugin name, the settings it needs, none it does
-/// not take, and valid templates.
+/// not take, and valid templates. Long on purpose: one independent rule after another, each
+/// naming its field, read top to bottom like the executors' table in docs/executors.md.
 pub(super) fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
     let exec = &job.exec;
     if !BUILTIN_EXECUTORS.contains(&exec.kind.as_str()) && !is_plugin_name(&exec.kind) {

@@ -489,6 +489,9 @@ pub fn validate(doc: &JobDocument) -> Vec<SpecError> {
     errors
 }
 
+/// Every rule of `job`, each naming its field. Long on purpose: one independent rule after
+/// another, in the order of the spec's fields (docs/job-spec.md), so that a reader checks the
+/// documentation against it line by line.
 fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if !is_valid_job_name(&job.name) {
         errors.push(SpecError::new(

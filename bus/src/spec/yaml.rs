@@ -211,6 +211,8 @@ pub fn parse_str(file: &str, text: &str) -> Result<Vec<LocatedJob>, LocatedError
         .collect())
 }
 
+/// A parsed document with the line of each field. Long on purpose: one line per field of the
+/// spec, which must stay in step with [`JobSpec`] field by field.
 fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
     let mut lines = Lines(HashMap::new());
     let version = lines.take("version", raw.version);

@@ -21,8 +21,9 @@ use ax_bus::{AxClient, State};
 
 use crate::jetstream::publish;
 use crate::scheduler::control::CommandError;
-use crate::scheduler::creator::{Created, Creator, NewInstance};
+use crate::scheduler::creator::{Created, Creator};
 use crate::scheduler::fire_schedule::FireSchedule;
+use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
 use ax_bus::msg_id;
 use ax_bus::time::parse_biz_date;
@@ -44,37 +45,7 @@ pub(crate) async fn backfill(
         .into_iter()
         .map(|r| (r.spec.name.clone(), r.spec))
         .collect();
-    let Some(spec) = registry.get(&request.job) else {
-        return Err(CommandError::refused(format!(
-            "no job named `{}`",
-            request.job
-        )));
-    };
-    let (from, to) = match (parse_biz_date(&request.from), parse_biz_date(&request.to)) {
-        (Some(from), Some(to)) => (from, to),
-        (None, _) => {
-            return Err(CommandError::refused(format!(
-                "--from `{}` is not a date (YYYY-MM-DD)",
-                request.from
-            )))
-        }
-        (_, None) => {
-            return Err(CommandError::refused(format!(
-                "--to `{}` is not a date (YYYY-MM-DD)",
-                request.to
-            )))
-        }
-    };
-    if from > to {
-        return Err(CommandError::refused(format!(
-            "--from {from} is after --to {to}"
-        )));
-    }
-    if (to - from).num_days() >= MAX_DATES {
-        return Err(CommandError::refused(format!(
-            "a backfill covers at most {MAX_DATES} dates"
-        )));
-    }
+    let (spec, from, to) = checked(&registry, request)?;
     let parallel = request.parallel.unwrap_or(1).max(1) as usize;
     let downstream = if request.with_downstream {
         cron_downstream(&registry, &spec.name)
@@ -124,6 +95,45 @@ pub(crate) async fn backfill(
     )
     .await?;
     Ok(steps)
+}
+
+/// The job and the dates of a backfill request, or why it is refused.
+fn checked<'a>(
+    registry: &'a BTreeMap<JobName, JobSpec>,
+    request: &BackfillRequest,
+) -> Result<(&'a JobSpec, NaiveDate, NaiveDate), CommandError> {
+    let Some(spec) = registry.get(&request.job) else {
+        return Err(CommandError::refused(format!(
+            "no job named `{}`",
+            request.job
+        )));
+    };
+    let (from, to) = match (parse_biz_date(&request.from), parse_biz_date(&request.to)) {
+        (Some(from), Some(to)) => (from, to),
+        (None, _) => {
+            return Err(CommandError::refused(format!(
+                "--from `{}` is not a date (YYYY-MM-DD)",
+                request.from
+            )))
+        }
+        (_, None) => {
+            return Err(CommandError::refused(format!(
+                "--to `{}` is not a date (YYYY-MM-DD)",
+                request.to
+            )))
+        }
+    };
+    if from > to {
+        return Err(CommandError::refused(format!(
+            "--from {from} is after --to {to}"
+        )));
+    }
+    if (to - from).num_days() >= MAX_DATES {
+        return Err(CommandError::refused(format!(
+            "a backfill covers at most {MAX_DATES} dates"
+        )));
+    }
+    Ok((spec, from, to))
 }
 
 /// The instance of `spec` for `date`: at the job's first cron fire of that date, or at the

@@ -32,7 +32,8 @@ use ax_bus::messages::{
 use ax_bus::{codec, spec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
-use crate::scheduler::creator::{Created, Creator, NewInstance};
+use crate::scheduler::creator::{Created, Creator};
+use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
 use ax_bus::time::biz_date_in;
 

@@ -351,6 +351,20 @@ impl InstanceRecord {
         }
     }
 
+    /// The record's next attempt under `new_trace`, queued, with nothing of the last one.
+    fn next_attempt(&self, new_trace: &TraceId) -> Self {
+        let mut next = self.clone();
+        next.trace_id = new_trace.clone();
+        next.attempt += 1;
+        next.state = State::Running;
+        next.tag = Tag::Queued;
+        next.next_attempt_at = None;
+        next.started_at = None;
+        next.finished_at = None;
+        next.worker = None;
+        next
+    }
+
     fn check_current(&self, trace_id: &TraceId) -> Result<(), TransitionRefused> {
         if self.trace_id != trace_id {
             return Err(TransitionRefused::StaleAttempt {
@@ -462,17 +476,12 @@ impl InstanceRecord {
             next.finished_at = Some(crate::time::now());
             return Ok(next);
         }
-        next.trace_id = new_trace.clone();
-        next.attempt += 1;
+        let mut next = next.next_attempt(new_trace);
         next.run_start += 1;
-        next.tag = Tag::Queued;
         next.message = format!(
             "worker {worker} died during attempt {}; attempt {} queued",
             self.attempt, next.attempt
         );
-        next.started_at = None;
-        next.finished_at = None;
-        next.worker = None;
         Ok(next)
     }
 
@@ -481,17 +490,9 @@ impl InstanceRecord {
         if !self.state.is_final() {
             return Err(TransitionRefused::NotEnded(self.state));
         }
-        let mut next = self.clone();
-        next.trace_id = new_trace.clone();
-        next.attempt += 1;
+        let mut next = self.next_attempt(new_trace);
         next.run_start = next.attempt;
-        next.state = State::Running;
-        next.tag = Tag::Queued;
         next.message = format!("re-run: attempt {} queued", next.attempt);
-        next.next_attempt_at = None;
-        next.started_at = None;
-        next.finished_at = None;
-        next.worker = None;
         Ok(next)
     }
 
@@ -538,16 +539,8 @@ impl InstanceRecord {
         if self.state != State::WaitingRetry {
             return Err(TransitionRefused::AlreadyEnded(self.state));
         }
-        let mut next = self.clone();
-        next.trace_id = new_trace.clone();
-        next.attempt += 1;
-        next.state = State::Running;
-        next.tag = Tag::Queued;
+        let mut next = self.next_attempt(new_trace);
         next.message = format!("attempt {} queued", next.attempt);
-        next.next_attempt_at = None;
-        next.started_at = None;
-        next.finished_at = None;
-        next.worker = None;
         Ok(next)
     }
 }

@@ -629,6 +629,21 @@ pub struct Alert {
     pub job: Option<JobName>,
 }
 
+impl Alert {
+    /// An alert of `kind` seen by `node` now, about a message on `subject` if there was one.
+    pub fn new(kind: AlertKind, message: String, node: NodeId, subject: Option<String>) -> Self {
+        Self {
+            kind,
+            message,
+            node,
+            at: crate::time::now(),
+            subject,
+            instance: None,
+            job: None,
+        }
+    }
+}
+
 /// A worker's heartbeat, the value under its id in the workers bucket.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {

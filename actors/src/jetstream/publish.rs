@@ -189,19 +189,7 @@ pub async fn alert(
     message: String,
     subject: Option<String>,
 ) {
-    raise(
-        client,
-        Alert {
-            kind,
-            message,
-            node: node.clone(),
-            at: ax_bus::time::now(),
-            subject,
-            instance: None,
-            job: None,
-        },
-    )
-    .await;
+    raise(client, Alert::new(kind, message, node.clone(), subject)).await;
 }
 
 /// `ax.alert.<kind>` about an attempt of an instance (best effort), also logged.
@@ -212,16 +200,13 @@ pub async fn instance_alert(
     message: String,
     work: &WorkItem,
 ) {
+    let subject = Some(client.subjects().result(work.job()));
     raise(
         client,
         Alert {
-            kind,
-            message,
-            node: node.clone(),
-            at: ax_bus::time::now(),
-            subject: Some(client.subjects().result(work.job())),
             instance: Some(work.instance_id.clone()),
             job: Some(work.job().clone()),
+            ..Alert::new(kind, message, node.clone(), subject)
         },
     )
     .await;

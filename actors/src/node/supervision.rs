@@ -118,21 +118,7 @@ pub(crate) fn spawn_pump<A, F, E>(
     F: Future<Output = Result<(), E>> + 'static,
     E: std::fmt::Display,
 {
-    let guarded = AssertUnwindSafe(fut).catch_unwind();
-    ctx.spawn(actix::fut::wrap_future::<_, A>(guarded).map(move |result, _act, ctx| {
-        let counters = counters_of(actor);
-        match result {
-            Ok(Ok(())) => tracing::warn!(actor, pump, "pump ended; restarting the actor"),
-            Ok(Err(e)) => tracing::warn!(actor, pump, error = %e, "pump failed; restarting the actor"),
-            Err(payload) => {
-                counters.panics.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(actor, pump, panic = %panic_text(&*payload), "pump panicked; restarting the actor");
-            }
-        }
-        counters.pump_exits.fetch_add(1, Ordering::Relaxed);
-        // A pause before the restart: when NATS is away, re-subscribing at once would spin.
-        ctx.run_later(RESTART_PAUSE, |_act, ctx| ctx.stop());
-    }));
+    spawn_watched(actor, pump, ctx, fut, true);
 }
 
 /// Spawns a future in the actor's context that is meant to end: when it fails or panics, the
@@ -147,18 +133,36 @@ pub(crate) fn spawn_task<A, F, E>(
     F: Future<Output = Result<(), E>> + 'static,
     E: std::fmt::Display,
 {
+    spawn_watched(actor, task, ctx, fut, false);
+}
+
+/// Spawns `fut`, catching a panic; its failure, its panic and (with `ends_in_restart`) its
+/// plain end are counted and stop the actor, a pause later.
+fn spawn_watched<A, F, E>(
+    actor: &'static str,
+    name: &'static str,
+    ctx: &mut Context<A>,
+    fut: F,
+    ends_in_restart: bool,
+) where
+    A: Actor<Context = Context<A>>,
+    F: Future<Output = Result<(), E>> + 'static,
+    E: std::fmt::Display,
+{
     let guarded = AssertUnwindSafe(fut).catch_unwind();
     ctx.spawn(actix::fut::wrap_future::<_, A>(guarded).map(move |result, _act, ctx| {
         let counters = counters_of(actor);
         match result {
-            Ok(Ok(())) => return,
-            Ok(Err(e)) => tracing::warn!(actor, task, error = %e, "task failed; restarting the actor"),
+            Ok(Ok(())) if !ends_in_restart => return,
+            Ok(Ok(())) => tracing::warn!(actor, name, "pump ended; restarting the actor"),
+            Ok(Err(e)) => tracing::warn!(actor, name, error = %e, "failed; restarting the actor"),
             Err(payload) => {
                 counters.panics.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(actor, task, panic = %panic_text(&*payload), "task panicked; restarting the actor");
+                tracing::error!(actor, name, panic = %panic_text(&*payload), "panicked; restarting the actor");
             }
         }
         counters.pump_exits.fetch_add(1, Ordering::Relaxed);
+        // A pause before the restart: when NATS is away, re-subscribing at once would spin.
         ctx.run_later(RESTART_PAUSE, |_act, ctx| ctx.stop());
     }));
 }

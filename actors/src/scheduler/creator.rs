@@ -25,7 +25,6 @@ use tokio::sync::{mpsc, oneshot};
 use ax_bus::error::{During, NatsError};
 use ax_bus::ids::NodeId;
 use ax_bus::messages::{StoredRecord, TickOutcome};
-use ax_bus::msg_id;
 use ax_bus::spec::Overlap;
 use ax_bus::{codec, AxClient, InstanceRecord, State, Tag};
 
@@ -348,17 +347,7 @@ async fn hand_off_work(
     instance: &NewInstance,
 ) -> Result<Vec<PublishAckFuture>, ActorError> {
     let work = &instance.work;
-    let (subject, msg_id) = if instance.skip_coordinator {
-        (
-            client.subjects().ready(work.spec.priority),
-            msg_id::ready(&work.trace_id),
-        )
-    } else {
-        (
-            client.subjects().created(work.job()),
-            msg_id::created(&work.trace_id),
-        )
-    };
+    let (subject, msg_id) = instance.hand_off_to(client.subjects());
     Ok(vec![
         publish::to_stream(client, subject, &msg_id, work).await?,
     ])

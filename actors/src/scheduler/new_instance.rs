@@ -45,4 +45,22 @@ impl NewInstance {
             tick: None,
         }
     }
+
+    /// Where the first attempt is handed on, and under which message id: to the Router, or to
+    /// the DagCoordinator when the DAG may concern it. The message id is the attempt's, so a
+    /// second hand-off of the same attempt within the de-duplication window is dropped.
+    pub(crate) fn hand_off_to(&self, subjects: &ax_bus::Subjects) -> (String, String) {
+        let work = &self.work;
+        if self.skip_coordinator {
+            (
+                subjects.ready(work.spec.priority),
+                ax_bus::msg_id::ready(&work.trace_id),
+            )
+        } else {
+            (
+                subjects.created(work.job()),
+                ax_bus::msg_id::created(&work.trace_id),
+            )
+        }
+    }
 }

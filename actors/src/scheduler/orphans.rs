@@ -30,7 +30,6 @@ use ax_bus::client::provision::DUPLICATE_WINDOW;
 use ax_bus::error::During;
 use ax_bus::ids::NodeId;
 use ax_bus::messages::{AlertKind, WorkItem};
-use ax_bus::msg_id;
 use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, State, Tag};
 
@@ -115,17 +114,7 @@ pub(crate) async fn check(
         publish::instance_alert(client, node, AlertKind::Orphan, message.clone(), &work).await;
         return Ok(Verdict::Flagged(message));
     }
-    let (subject, msg_id) = if instance.skip_coordinator {
-        (
-            client.subjects().ready(work.spec.priority),
-            msg_id::ready(&work.trace_id),
-        )
-    } else {
-        (
-            client.subjects().created(work.job()),
-            msg_id::created(&work.trace_id),
-        )
-    };
+    let (subject, msg_id) = instance.hand_off_to(client.subjects());
     let ack = publish::to_stream(client, subject, &msg_id, &work)
         .await?
         .await

@@ -24,24 +24,9 @@ pub(crate) async fn record_skipped(
     for chunk in skipped.chunks(256) {
         let mut acks = Vec::with_capacity(chunk.len());
         for (tick, reason) in chunk {
-            let record = TickRecord {
-                job: job.clone(),
-                tick: *tick,
-                outcome: TickOutcome::Skipped,
-                instance_id: None,
-                reason: reason.clone(),
-                node: node.clone(),
-                at: ax_bus::time::now(),
-            };
-            acks.push(
-                crate::jetstream::publish::to_stream(
-                    client,
-                    client.subjects().tick(job),
-                    &msg_id::tick(job, *tick, node, TickOutcome::Skipped.as_str()),
-                    &record,
-                )
-                .await?,
-            );
+            let skipped = TickOutcome::Skipped;
+            let ack = publish(client, node, job, *tick, skipped, None, reason.clone()).await?;
+            acks.push(ack);
         }
         for ack in acks {
             ack.await.during(|| format!("record tick of {job}"))?;

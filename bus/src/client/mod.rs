@@ -439,6 +439,18 @@ impl AxClient {
             .collect()
     }
 
+    /// Every job's definition, by name.
+    pub async fn job_specs(
+        &self,
+    ) -> Result<std::collections::BTreeMap<JobName, crate::spec::JobSpec>, ClientError> {
+        Ok(self
+            .jobs()
+            .await?
+            .into_iter()
+            .map(|r| (r.spec.name.clone(), r.spec))
+            .collect())
+    }
+
     /// The last `limit` tick records of `job`, oldest first.
     pub async fn ticks(&self, job: &JobName, limit: usize) -> Result<Vec<TickRecord>, ClientError> {
         let prefix = format!("{}.", self.subjects().tick_all().trim_end_matches(".>"));

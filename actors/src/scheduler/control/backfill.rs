@@ -39,12 +39,7 @@ pub(crate) async fn backfill(
     node: &NodeId,
     request: &BackfillRequest,
 ) -> Result<Vec<PlanStep>, CommandError> {
-    let registry: BTreeMap<JobName, JobSpec> = client
-        .jobs()
-        .await?
-        .into_iter()
-        .map(|r| (r.spec.name.clone(), r.spec))
-        .collect();
+    let registry = client.job_specs().await?;
     let (spec, from, to) = checked(&registry, request)?;
     let parallel = request.parallel.unwrap_or(1).max(1) as usize;
     let downstream = if request.with_downstream {

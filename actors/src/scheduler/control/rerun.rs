@@ -40,12 +40,7 @@ pub(crate) async fn rerun(
     node: &NodeId,
     request: &RerunRequest,
 ) -> Result<Vec<PlanStep>, CommandError> {
-    let registry: BTreeMap<JobName, JobSpec> = client
-        .jobs()
-        .await?
-        .into_iter()
-        .map(|r| (r.spec.name.clone(), r.spec))
-        .collect();
+    let registry = client.job_specs().await?;
     let (roots, mut entries) = find_roots(client, request, &registry).await?;
     let dependents = dependents(&registry);
     let mut queue: VecDeque<DayKey> = entries.keys().cloned().collect();

@@ -64,7 +64,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         .unwrap_or_else(|| prefix_flag.to_string());
     config.replicas = args.replicas.or(file.node.replicas);
     config.auth = file.nats.over(config.auth);
-    let client = AxClient::connect(&config)
+    let client = AxClient::connect_node(&config)
         .await
         .with_context(|| format!("NATS URL {} ({origin})", redact(&url)))?;
     let data_dir = args

@@ -60,12 +60,13 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
             url
         }
     };
+    let mut config = ConnectConfig::new(&url, "ax-up");
+    config.prefix = prefix.to_string();
+    let client = AxClient::connect_node(&config).await?;
+    // Recorded once JetStream is set up: a command that finds the URL finds ax's streams.
     let url_file = data_dir.join(URL_FILE);
     std::fs::write(&url_file, format!("{url}\n"))
         .with_context(|| format!("cannot record the URL in {}", url_file.display()))?;
-    let mut config = ConnectConfig::new(&url, "ax-up");
-    config.prefix = prefix.to_string();
-    let client = AxClient::connect(&config).await?;
     let local: NodeId = "local".parse()?;
     let node = Node::start(
         client.clone(),

@@ -221,6 +221,7 @@ async fn a_coordinator_killed_while_instances_wait_loses_nothing() {
 async fn graph_errors_are_refused_at_apply_time() {
     let nats = TestNats::start();
     let _node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    set_up(&nats.url()).await;
     let dir = nats.path("jobs");
     let cases = [
         (

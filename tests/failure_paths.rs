@@ -17,8 +17,13 @@ fn lines_with(path: &std::path::Path, needle: &str) -> usize {
         .count()
 }
 
+/// One trace, one execution: a worker killed while its command runs (here: restarted at once,
+/// before the janitor could notice) finds its own claim on the attempt when it comes back; the
+/// attempt may have had its effect, so it is lost (tag `worker_lost`) and the instance runs a
+/// new attempt under a new trace id — never the same trace twice. A business claim is per
+/// attempt: the dead attempt's stays taken, the new attempt claims afresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_mid_attempt_runs_it_again_when_it_restarts() {
+async fn a_worker_killed_mid_command_loses_the_attempt_and_a_new_trace_runs() {
     let nats = TestNats::start();
     let client = nats.client().await;
     let _control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
@@ -28,27 +33,58 @@ async fn a_worker_killed_mid_attempt_runs_it_again_when_it_restarts() {
         &nats,
         "slow",
         &format!(
-            "version: v1\njob:\n  name: slow\n  exec:\n    type: shell\n    command: 'echo start >> {l}; sleep 2; echo end >> {l}'\n",
+            "version: v1\njob:\n  name: slow\n  exec:\n    type: shell\n    command: 'echo start $AX_TRACE_ID >> {l}; sleep 2; echo end $AX_TRACE_ID >> {l}'\n",
             l = ledger.display()
         ),
     )
     .await;
     let id = trigger(&nats, &["slow"]);
-    wait_for(Duration::from_secs(15), "the attempt to start", || async {
-        (lines_with(&ledger, "start") == 1).then_some(())
+    let first = wait_for(Duration::from_secs(15), "the attempt to start", || async {
+        let text = std::fs::read_to_string(&ledger).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("start "))
+            .map(|t| t.parse::<ax_bus::ids::TraceId>().expect("a trace id"))
     })
     .await;
+    // Business code of the first attempt took its claim before the kill.
+    assert!(client.claim(&first, "billing").await.unwrap());
     worker.kill9();
     let _worker_again = AxProcess::node(&nats, "w1", "worker", &[]);
-    let record = final_record(&client, &id, Duration::from_secs(20)).await;
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
     assert_eq!(record.state, State::Success, "{}", record.message);
-    assert_eq!(record.attempt, 1, "the same attempt, run again");
-    assert_eq!(lines_with(&ledger, "start"), 2);
+    assert_eq!(record.attempt, 2, "a new attempt after the lost one");
+    assert_ne!(record.trace_id, first, "under a new trace id");
+    assert_eq!(record.worker_losses, 1);
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    let started: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("start "))
+        .collect();
+    assert_eq!(
+        started,
+        [first.as_str(), record.trace_id.as_str()],
+        "{text}"
+    );
     assert_eq!(
         lines_with(&ledger, "end"),
         1,
         "the killed run did not go on"
     );
+    // The lost attempt's result says so; the new attempt's claim is its own.
+    let lost = wait_for(
+        Duration::from_secs(10),
+        "the lost attempt's result",
+        || async {
+            results_of(&client, "slow")
+                .await
+                .into_iter()
+                .find(|r| r.trace_id == first)
+        },
+    )
+    .await;
+    assert_eq!(lost.tag, ax_bus::Tag::WorkerLost);
+    assert!(!client.claim(&first, "billing").await.unwrap());
+    assert!(client.claim(&record.trace_id, "billing").await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

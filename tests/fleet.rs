@@ -210,6 +210,146 @@ async fn an_unacknowledged_dispatch_goes_elsewhere_and_never_runs() {
     assert_eq!(ledger_lines(&ledger), ["fast"], "the first dispatch ran");
 }
 
+/// A core node armed to kill itself at `failpoint`, a worker that sits on its first dispatch
+/// past the acknowledgement deadline, and a second worker (killed at once when
+/// `kill_target`, while the Router still counts it alive): the core node re-dispatches the
+/// attempt to the second worker and dies at the failpoint. Returns the test's NATS, a client,
+/// the instance, the ledger, and the processes.
+async fn router_dies_re_dispatching(
+    failpoint: &str,
+    kill_target: bool,
+) -> (
+    TestNats,
+    AxClient,
+    String,
+    std::path::PathBuf,
+    Vec<AxProcess>,
+) {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let dir = nats.path("core-1");
+    let core = AxProcess::spawn_with_env(
+        Some(&nats.url()),
+        &[
+            "node",
+            "--roles",
+            "scheduler,dag,router",
+            "--id",
+            "core-1",
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+        ],
+        &dir,
+        &dir.join("node.log"),
+        &[("AX_FAILPOINT", failpoint)],
+    );
+    let dir = nats.path("slow");
+    let slow = AxProcess::spawn_with_env(
+        Some(&nats.url()),
+        &[
+            "node",
+            "--roles",
+            "worker",
+            "--id",
+            "slow",
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+        ],
+        &dir,
+        &dir.join("node.log"),
+        &[("AX_TEST_STALL_SECS", "8")],
+    );
+    wait_for(Duration::from_secs(15), "the slow worker", || async {
+        (client.workers().await.unwrap().len() == 1).then_some(())
+    })
+    .await;
+    let ledger = nats.path("jobs").join("ledger");
+    apply_job(
+        &nats,
+        "once",
+        &job(
+            "once",
+            "",
+            &format!("echo $AX_WORKER $AX_TRACE_ID >> {}", ledger.display()),
+        ),
+    )
+    .await;
+    let id = trigger(&nats, &["once"]);
+    let mut fast = AxProcess::node(&nats, "fast", "worker", &[]);
+    if kill_target {
+        wait_for(Duration::from_secs(15), "the second worker", || async {
+            (client.workers().await.unwrap().len() == 2).then_some(())
+        })
+        .await;
+        fast.kill9();
+    }
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the core node to die at its failpoint",
+        &[&core],
+        || async { (!alive(core.pid().as_raw())).then_some(()) },
+    )
+    .await;
+    assert!(
+        core.log_text()
+            .contains(&format!("failpoint {failpoint} reached")),
+        "{}",
+        core.log_text()
+    );
+    (nats, client, id, ledger, vec![core, slow, fast])
+}
+
+/// The instance ran once, on one trace, and the sweep said it found it stranded when it was.
+async fn ran_once_after_all(
+    client: &AxClient,
+    id: &str,
+    ledger: &std::path::Path,
+    processes: &[&AxProcess],
+) {
+    let record = wait_for_logged(
+        Duration::from_secs(90),
+        "the instance to succeed",
+        processes,
+        || async {
+            let record = client.instance(&support::id(id)).await.ok()??.0;
+            (record.state == State::Success).then_some(record)
+        },
+    )
+    .await;
+    assert_eq!(record.attempt, 1, "{record:?}");
+    let lines = ledger_lines(ledger);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with(record.trace_id.as_str()), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_killed_after_reserving_a_re_dispatch_leaves_nothing_stranded() {
+    // Killed with the attempt reserved for a dispatch it never sent: the first dispatch can
+    // no longer run, and only the in-flight entry knows the attempt is in the air.
+    let (nats, client, id, ledger, processes) =
+        router_dies_re_dispatching("redispatch.reserved", false).await;
+    let core = AxProcess::node(&nats, "core-2", "scheduler,dag,router", &[]);
+    let mut all: Vec<&AxProcess> = processes.iter().collect();
+    all.push(&core);
+    ran_once_after_all(&client, &id, &ledger, &all).await;
+    let stranded = alerts_of(&client, "stranded").await;
+    assert_eq!(stranded.len(), 1, "{stranded:?}");
+    assert_eq!(stranded[0].node.as_str(), "core-2");
+    assert!(processes[1].log_text().contains("not ours to run"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_killed_after_re_dispatching_to_a_restarting_worker_leaves_nothing_stranded() {
+    // Killed after sending the re-dispatch to a worker that is restarting meanwhile.
+    let (nats, client, id, ledger, processes) =
+        router_dies_re_dispatching("redispatch.sent", true).await;
+    let core = AxProcess::node(&nats, "core-2", "scheduler,dag,router", &[]);
+    let fast = AxProcess::node(&nats, "fast", "worker", &[]);
+    let mut all: Vec<&AxProcess> = processes.iter().collect();
+    all.extend([&core, &fast]);
+    ran_once_after_all(&client, &id, &ledger, &all).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_attempt_leads_to_exactly_one_success() {
     let nats = TestNats::start();

@@ -104,3 +104,90 @@ async fn losing_one_nats_node_does_not_stop_scheduling() {
         assert!(seen.insert(line.to_string()), "{line} ran twice");
     }
 }
+
+/// `ax node --roles all --id <name> --replicas 3` against `url`, its files in the cluster's dir.
+fn node_on(cluster: &TestCluster, url: &str, name: &str) -> AxProcess {
+    let dir = cluster.dir.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    AxProcess::spawn(
+        Some(url),
+        &[
+            "node",
+            "--roles",
+            "all",
+            "--id",
+            name,
+            "--replicas",
+            "3",
+            "--data-dir",
+            dir.join("data").to_str().unwrap(),
+        ],
+        &dir,
+        &dir.join("node.log"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_started_while_nats_nodes_are_down_wait_and_come_up() {
+    let mut cluster = TestCluster::start();
+    // The cluster is formed (it answers JetStream requests) before its nodes go.
+    let first = cluster.servers[0].url.clone();
+    wait_for(
+        Duration::from_secs(60),
+        "the cluster's JetStream",
+        || async {
+            let nats = async_nats::connect(first.as_str()).await.ok()?;
+            async_nats::jetstream::new(nats)
+                .query_account()
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    // Two of three down: JetStream has no quorum and answers nothing. The node waits, saying
+    // so, and does not exit.
+    cluster.servers[1].stop();
+    cluster.servers[2].stop();
+    let n1 = node_on(&cluster, &first, "n1");
+    wait_for_logged(
+        Duration::from_secs(60),
+        "the node to say it waits for JetStream",
+        &[&n1],
+        || async {
+            n1.log_text()
+                .contains("waiting for JetStream")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(alive(n1.pid().as_raw()), "{}", n1.log_text());
+
+    // One back: quorum with a node down. The first node comes up, and a second node started
+    // now comes up too.
+    cluster.servers[1].restart().unwrap();
+    let two = format!("{first},{}", cluster.servers[1].url);
+    let n2 = node_on(&cluster, &two, "n2");
+    // Read as a command does (it never sets anything up): what is there, the nodes made.
+    let config = ax_bus::client::ConnectConfig::new(two.clone(), "reader");
+    let client = wait_for_logged(
+        Duration::from_secs(90),
+        "both nodes' heartbeats with one NATS node down",
+        &[&n1, &n2],
+        || async {
+            let client = ax_bus::AxClient::connect(&config).await.ok()?;
+            let nodes = client.nodes().await.ok()?;
+            let up = |name: &str| nodes.iter().any(|n| n.node.as_str() == name);
+            (up("n1") && up("n2")).then_some(client)
+        },
+    )
+    .await;
+    let stream = client
+        .js
+        .get_stream(client.layout.control_stream())
+        .await
+        .unwrap();
+    assert_eq!(stream.cached_info().config.num_replicas, 3);
+    cluster.servers[2].restart().unwrap();
+    assert!(alive(n1.pid().as_raw()) && alive(n2.pid().as_raw()));
+}

@@ -1,13 +1,13 @@
 //! Two Schedulers on one NATS: both hold the same wheel and race for every tick; each instance is
-//! created once and runs once, and when one Scheduler is killed the other keeps firing with no
-//! gap.
+//! created once and runs once, each tick is recorded `fired` by one Scheduler only, and when one
+//! Scheduler is killed the other keeps firing with no gap.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ax_bus::messages::ResultMessage;
+use ax_bus::messages::{ResultMessage, TickOutcome};
 use ax_bus::{codec, State};
 use futures::StreamExt;
 use support::*;
@@ -119,4 +119,36 @@ async fn each_tick_is_created_and_run_once_and_a_killed_scheduler_leaves_no_gap(
             record.instance_id
         );
     }
+
+    // The tick records say the same: the winner of each tick recorded it `fired`, the other
+    // Scheduler (while it lived) `deduplicated` — never both `fired`. Only the tick the kill
+    // interrupted may lack its `fired` record (the winner died before writing it).
+    let ticks = client.ticks(&support::job("tick"), 1000).await.unwrap();
+    let mut unfired = Vec::new();
+    for record in &finished {
+        let of_tick = |outcome: TickOutcome| {
+            ticks
+                .iter()
+                .filter(|t| t.tick == record.expected_time && t.outcome == outcome)
+                .map(|t| t.node.to_string())
+                .collect::<Vec<_>>()
+        };
+        let fired = of_tick(TickOutcome::Fired);
+        assert!(
+            fired.len() <= 1,
+            "{} fired by {fired:?}",
+            record.expected_time
+        );
+        if fired.is_empty() {
+            unfired.push(record.expected_time);
+        }
+    }
+    assert!(
+        unfired.len() <= 1,
+        "ticks without a fired record: {unfired:?}"
+    );
+    assert!(
+        ticks.iter().any(|t| t.outcome == TickOutcome::Deduplicated),
+        "no Scheduler recorded a lost race: {ticks:?}"
+    );
 }

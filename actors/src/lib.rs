@@ -18,6 +18,7 @@
 #[cfg(feature = "bench")]
 pub mod bench;
 mod dag;
+mod failpoint;
 pub mod jetstream;
 mod node;
 mod outcome;

@@ -1,16 +1,19 @@
 //! An attempt's end, recorded: the one way an outcome becomes the instance's state, its
 //! result, its alerts, its dead letter and its retry hand-off. The Reporter runs it for every
 //! outcome of its outbox; the worker runs it directly when its outbox cannot take an outcome,
-//! and the dead-letter keeper for a dispatch that was never settled.
+//! and the dead-letter keeper for a dispatch that was never settled. An attempt lost with its
+//! worker ([`lost`]) — the janitor finds one of a dead worker, a restarted worker finds one its
+//! previous process started — ends the same way, and its instance moves to a new attempt.
 //!
-//! [`report`] is idempotent: the record moves with a compare-and-swap (a stale attempt is
-//! refused and its result dropped, a repeat changes nothing), and the result, dead letter and
-//! retry are published under message ids derived from the trace id, so JetStream drops a
-//! repeat. It may therefore be run again until it succeeds.
+//! Both are idempotent: the record moves with a compare-and-swap (a stale attempt is refused
+//! and its result dropped, a repeat changes nothing), and the result, dead letter, retry and
+//! hand-off are published under message ids derived from the trace id, so JetStream drops a
+//! repeat. They may therefore be run again until they succeed.
 
 use serde::{Deserialize, Serialize};
 
 use ax_bus::client::Updated;
+use ax_bus::ids::{InstanceId, NodeId, TraceId, WorkerId};
 use ax_bus::instance::{AttemptEnd, State, Tag, TransitionRefused};
 use ax_bus::messages::{AlertKind, ResultMessage, StoredRecord, WorkItem};
 use ax_bus::msg_id;
@@ -131,4 +134,93 @@ async fn failed_for_good(client: &AxClient, outcome: &Outcome) -> Result<(), Act
         return Ok(());
     }
     publish::failed_for_good(client, &end.worker, work, end.tag, &end.message).await
+}
+
+/// Attempts an instance may lose with their worker before it fails.
+pub(crate) const MAX_WORKER_LOSSES: u32 = 3;
+
+/// Attempt `trace` of `instance_id`, claimed by `worker`, was lost with it (the worker died, or
+/// a process of it was killed while the command ran): its claim is revoked — so that it can
+/// never run or report again — and the instance moves to a new attempt under a new trace id
+/// (tag `worker_lost`; after [`MAX_WORKER_LOSSES`] it fails), whose result says the attempt was
+/// lost. Resumable: run again after a failure halfway, it finishes what is left.
+pub(crate) async fn lost(
+    client: &AxClient,
+    node: &NodeId,
+    instance_id: &InstanceId,
+    trace: &TraceId,
+    worker: &WorkerId,
+) -> Result<(), ActorError> {
+    if !client.revoke_claim(trace, worker).await? {
+        return Ok(());
+    }
+    let new_trace = TraceId::random();
+    let record = match client
+        .update_instance(instance_id, |r| {
+            r.worker_lost(trace, &new_trace, worker, MAX_WORKER_LOSSES)
+        })
+        .await?
+    {
+        Updated::Written(record, _) => {
+            tracing::warn!(instance = %instance_id, %worker, state = %record.state, "attempt lost with its worker");
+            publish::event(client, &record).await;
+            *record
+        }
+        // Moved on already: by an earlier run of this that stopped halfway, the hand-off may
+        // be missing (sent again, it is dropped or fenced); or anew, and then it is not queued.
+        Updated::Refused(_) => {
+            return match client.instance(instance_id).await? {
+                Some((record, _)) => hand_on_after_loss(client, node, &record).await,
+                None => Ok(()),
+            };
+        }
+        Updated::Missing => return Ok(()),
+    };
+    // The lost attempt's result: its own trace and number, the instance's state after it.
+    let mut lost = record.clone();
+    lost.trace_id = trace.clone();
+    if record.state == State::Running {
+        lost.attempt = lost.attempt.saturating_sub(1);
+    }
+    lost.tag = Tag::WorkerLost;
+    publish::to_stream_acked(
+        client,
+        client.subjects().result(&record.job),
+        &msg_id::result(trace),
+        &ResultMessage::from_record(&lost),
+    )
+    .await?;
+    hand_on_after_loss(client, node, &record).await
+}
+
+/// After a loss: the new attempt goes to the Router (a second hand-off of it is dropped by its
+/// message id, and a second dispatch fenced by its claim), or the instance that failed for
+/// good becomes a dead letter.
+async fn hand_on_after_loss(
+    client: &AxClient,
+    node: &NodeId,
+    record: &ax_bus::InstanceRecord,
+) -> Result<(), ActorError> {
+    let queued = record.state == State::Running && record.tag == Tag::Queued;
+    let failed = record.state == State::Failed && record.tag == Tag::WorkerLost;
+    if !queued && !failed {
+        return Ok(());
+    }
+    let Some((job, _)) = client.job(&record.job).await? else {
+        return Ok(());
+    };
+    let work = WorkItem::for_attempt(record, job.spec);
+    if failed {
+        if work.shard.is_some() {
+            return Ok(());
+        }
+        return publish::failed_for_good(client, node, &work, record.tag, &record.message).await;
+    }
+    publish::to_stream_acked(
+        client,
+        client.subjects().ready(work.spec.priority),
+        &msg_id::ready(&work.trace_id),
+        &work,
+    )
+    .await
 }

@@ -135,7 +135,7 @@ async fn in_the_loop(
     prefix: &str,
 ) -> Result<(Duration, usize)> {
     let client =
-        AxClient::from_client(nats.clone(), Layout::new(Subjects::new(prefix), Some(1))).await?;
+        AxClient::provisioned(nats.clone(), Layout::new(Subjects::new(prefix), Some(1))).await?;
     crate::store_jobs(&client, &graph.specs).await?;
     let ready_spec = ConsumerSpec {
         ack_wait: Duration::from_secs(60),

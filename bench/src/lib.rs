@@ -149,7 +149,7 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
 async fn client_for(url: &str, prefix: &str) -> Result<AxClient> {
     let mut config = ConnectConfig::new(url, format!("ax-bench-{prefix}"));
     config.prefix = prefix.to_string();
-    Ok(AxClient::connect(&config).await?)
+    Ok(AxClient::connect_node(&config).await?)
 }
 
 /// Writes jobs into the registry, acks awaited in windows.

@@ -34,8 +34,8 @@ impl NatsError {
     pub fn server_code(&self) -> Option<ErrorCode> {
         let mut next: Option<&(dyn StdError + 'static)> = Some(self.source.as_ref());
         while let Some(error) = next {
-            if let Some(js) = error.downcast_ref::<async_nats::jetstream::Error>() {
-                return Some(js.error_code());
+            if let Some(code) = jetstream_code(error) {
+                return Some(code);
             }
             next = error.source();
         }
@@ -46,6 +46,34 @@ impl NatsError {
     pub fn source_ref<E: StdError + 'static>(&self) -> Option<&E> {
         self.source.downcast_ref::<E>()
     }
+}
+
+/// The server's JetStream error code in `error` itself: a JetStream error, or one that
+/// async-nats carries in its kind rather than as a source.
+fn jetstream_code(error: &(dyn StdError + 'static)) -> Option<ErrorCode> {
+    use async_nats::jetstream::context::{
+        CreateStreamError, CreateStreamErrorKind, GetStreamError, GetStreamErrorKind,
+    };
+    use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
+    if let Some(js) = error.downcast_ref::<async_nats::jetstream::Error>() {
+        return Some(js.error_code());
+    }
+    if let Some(GetStreamErrorKind::JetStream(js)) =
+        error.downcast_ref::<GetStreamError>().map(|e| e.kind())
+    {
+        return Some(js.error_code());
+    }
+    if let Some(CreateStreamErrorKind::JetStream(js)) =
+        error.downcast_ref::<CreateStreamError>().map(|e| e.kind())
+    {
+        return Some(js.error_code());
+    }
+    if let Some(ConsumerErrorKind::JetStream(js)) =
+        error.downcast_ref::<ConsumerError>().map(|e| e.kind())
+    {
+        return Some(js.error_code());
+    }
+    None
 }
 
 /// Names the operation of a failed NATS call: `result.during(|| format!("publish {subject}"))`

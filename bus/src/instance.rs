@@ -12,7 +12,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{InstanceId, JobName, TraceId, WorkerId};
+use crate::ids::{InstanceId, JobName, NodeId, TraceId, WorkerId};
 use crate::spec::Priority;
 
 /// The five states of an instance.
@@ -245,6 +245,11 @@ pub struct InstanceRecord {
     /// The one worker this instance may run on (one run of a broadcast).
     #[serde(default)]
     pub pin: Option<WorkerId>,
+    /// The Scheduler that wrote the record, when one did: with `created_at`, how a creator
+    /// tells its own record (an earlier try whose ack was lost) from one another Scheduler
+    /// wrote for the same fire at the same millisecond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<NodeId>,
 }
 
 /// A sub-instance of a sharded or broadcast instance.
@@ -348,6 +353,7 @@ impl InstanceRecord {
             shard: None,
             worker_losses: 0,
             pin: None,
+            created_by: None,
         }
     }
 
@@ -582,6 +588,7 @@ mod tests {
             shard: None,
             worker_losses: 0,
             pin: None,
+            created_by: None,
         }
     }
 

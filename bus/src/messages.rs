@@ -575,6 +575,8 @@ pub enum AlertKind {
     Worker,
     /// An actor or one of its pumps made no progress for the stall limit.
     ActorStalled,
+    /// An instance whose next step nobody owned (a dispatch or hand-off lost); it was resumed.
+    Stranded,
     /// A kind written by a newer ax.
     #[serde(other)]
     Other,
@@ -596,6 +598,7 @@ impl AlertKind {
             AlertKind::Orphan => "orphan",
             AlertKind::Worker => "worker",
             AlertKind::ActorStalled => "actor_stalled",
+            AlertKind::Stranded => "stranded",
             AlertKind::Other => "other",
         }
     }

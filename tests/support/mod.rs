@@ -3,6 +3,9 @@
 //! rather than bare sleeps.
 #![allow(dead_code)]
 
+pub(crate) mod ledger;
+pub(crate) mod netns;
+
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -64,7 +67,7 @@ impl TestNats {
     }
 
     pub(crate) async fn client(&self) -> AxClient {
-        AxClient::connect(&ConnectConfig::new(self.url(), "ax-test"))
+        AxClient::connect_node(&ConnectConfig::new(self.url(), "ax-test"))
             .await
             .expect("connect to the test server")
     }
@@ -136,7 +139,7 @@ impl TestCluster {
         wait_for(
             Duration::from_secs(60),
             "the cluster's JetStream",
-            || async { AxClient::connect(&config).await.ok() },
+            || async { AxClient::connect_node(&config).await.ok() },
         )
         .await
     }
@@ -236,7 +239,19 @@ impl AxProcess {
         log: &Path,
         env: &[(&str, &str)],
     ) -> Self {
-        let mut command = Command::new(ax_binary());
+        Self::spawn_command(Command::new(ax_binary()), nats, args, dir, log, env)
+    }
+
+    /// [`AxProcess::spawn_with_env`] with `command` as the start of the command line (`ax`
+    /// itself, or `ip netns exec <ns> ax`).
+    pub(crate) fn spawn_command(
+        mut command: Command,
+        nats: Option<&str>,
+        args: &[&str],
+        dir: &Path,
+        log: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         command.envs(env.iter().copied());
         command
             .args(args)
@@ -429,8 +444,21 @@ pub(crate) fn pids_with(needle: &str) -> Vec<i32> {
     pids
 }
 
-/// Writes a job file and applies it with the CLI.
+/// Waits until a node has set up ax's streams and buckets at `url` (a command only reads
+/// them: run before the first node has, it fails saying so).
+pub(crate) async fn set_up(url: &str) {
+    let config = ConnectConfig::new(url, "ax-test-probe");
+    wait_for(
+        Duration::from_secs(30),
+        "a node to set up JetStream",
+        || async { AxClient::connect(&config).await.ok().map(|_| ()) },
+    )
+    .await;
+}
+
+/// Writes a job file and applies it with the CLI, once a node has set JetStream up.
 pub(crate) async fn apply_job(nats: &TestNats, name: &str, yaml: &str) {
+    set_up(&nats.url()).await;
     let file = job_file(&nats.path("jobs"), &format!("{name}.yaml"), yaml);
     let out = ax(
         &nats.url(),
@@ -528,4 +556,45 @@ pub(crate) fn id(text: &str) -> ax_bus::ids::InstanceId {
 /// A node (or worker) id the test writes as text.
 pub(crate) fn node(name: &str) -> ax_bus::ids::NodeId {
     name.parse().expect("a node id")
+}
+
+/// Every result message in `AX_RESULTS`, oldest first.
+pub(crate) async fn all_results(client: &AxClient) -> Vec<ax_bus::messages::ResultMessage> {
+    let mut stream = client.js.get_stream("AX_RESULTS").await.unwrap();
+    let last = stream.info().await.unwrap().state.last_sequence;
+    let mut all = Vec::new();
+    for seq in 1..=last {
+        if let Ok(message) = stream.get_raw_message(seq).await {
+            all.push(ax_bus::codec::decode(&message.payload).unwrap());
+        }
+    }
+    all
+}
+
+/// The results of `job`'s attempts, oldest first.
+pub(crate) async fn results_of(
+    client: &AxClient,
+    job: &str,
+) -> Vec<ax_bus::messages::ResultMessage> {
+    all_results(client)
+        .await
+        .into_iter()
+        .filter(|r| r.job == job)
+        .collect()
+}
+
+/// Every alert of `kind` in `AX_ALERTS`, oldest first.
+pub(crate) async fn alerts_of(client: &AxClient, kind: &str) -> Vec<ax_bus::messages::Alert> {
+    let mut stream = client.js.get_stream("AX_ALERTS").await.unwrap();
+    let last = stream.info().await.unwrap().state.last_sequence;
+    let mut all = Vec::new();
+    for seq in 1..=last {
+        if let Ok(message) = stream.get_raw_message(seq).await {
+            let alert: ax_bus::messages::Alert = ax_bus::codec::decode(&message.payload).unwrap();
+            if alert.kind.as_str() == kind {
+                all.push(alert);
+            }
+        }
+    }
+    all
 }

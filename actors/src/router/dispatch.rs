@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix::Addr;
 
 use ax_bus::client::claims::Reservation;
+use ax_bus::client::in_flight::InFlight;
 use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::ids::{DispatchId, NodeId, WorkerId};
@@ -16,6 +17,7 @@ use ax_bus::{msg_id, AxClient, State, Tag};
 
 use super::acks::Pending;
 use super::{Choose, Router, RouterConfig, Target, Track};
+use crate::failpoint;
 use crate::jetstream::publish;
 use crate::ActorError;
 
@@ -129,17 +131,36 @@ impl Dispatcher {
     /// Sends an attempt elsewhere under a new dispatch, unless a worker claimed it meanwhile.
     /// `excluded` workers are passed over (they did not acknowledge, or they died) unless no
     /// other can take it.
+    ///
+    /// The intent is recorded in flight before anything else (see
+    /// [`ax_bus::client::in_flight`]): from then on, a Router killed at any point leaves an
+    /// entry that the janitor's sweep finishes.
     pub(crate) async fn redispatch(
         &self,
         mut work: WorkItem,
         excluded: Vec<WorkerId>,
     ) -> Result<(), ActorError> {
         let target = self.target(&work, excluded.clone()).await;
-        if let Target::PinnedGone(pin) = &target {
+        let to = match target {
+            Target::Worker(worker) => Some(worker),
+            Target::NoWorker => None,
             // A pinned attempt has nowhere else to go.
-            return self.fail_pinned(&work, pin).await;
-        }
+            Target::PinnedGone(pin) => return self.fail_pinned(&work, &pin).await,
+        };
         let dispatch = DispatchId::random();
+        work.dispatch = Some(dispatch.clone());
+        let ack_by = ax_bus::time::now()
+            + chrono::Duration::from_std(self.config.ack_timeout).unwrap_or_default();
+        self.client
+            .put_in_flight(&InFlight {
+                work: work.clone(),
+                to: to.clone(),
+                ack_by,
+                excluded: excluded.clone(),
+                by: self.node.clone(),
+            })
+            .await?;
+        failpoint::hit("redispatch.intent");
         match self
             .client
             .reserve_attempt(&work.trace_id, &dispatch)
@@ -147,23 +168,26 @@ impl Dispatcher {
         {
             Reservation::Held(claim) => {
                 tracing::debug!(trace = %work.trace_id, worker = ?claim.worker, "claimed meanwhile; not re-dispatched");
+                self.settle_in_flight(&work).await;
                 return Ok(());
             }
             Reservation::Reserved => {}
         }
-        work.dispatch = Some(dispatch.clone());
-        match target {
-            Target::Worker(worker) => {
+        failpoint::hit("redispatch.reserved");
+        match to {
+            Some(worker) => {
                 tracing::info!(trace = %work.trace_id, to = %worker, passed_over = ?excluded, "re-dispatching");
                 let (work, ack) = self.send(work, &worker).await?;
                 ack.await.during(|| "re-dispatch")?;
+                failpoint::hit("redispatch.sent");
                 self.track(
                     vec![Pending::new(work, worker, excluded)],
                     self.config.ack_timeout,
                 );
             }
-            Target::NoWorker | Target::PinnedGone(_) => {
-                // Nobody can take it now: back to the ready queue, with its reservation.
+            None => {
+                // Nobody can take it now: back to the ready queue, with its reservation; the
+                // queue holds it from there.
                 publish::to_stream_acked(
                     &self.client,
                     self.client.subjects().ready(work.spec.priority),
@@ -171,9 +195,18 @@ impl Dispatcher {
                     &work,
                 )
                 .await?;
+                self.settle_in_flight(&work).await;
             }
         }
         Ok(())
+    }
+
+    /// Removes the in-flight entry of `work`'s re-dispatch. Best effort: an entry left behind
+    /// is removed by the janitor's sweep, which finds the attempt claimed or queued.
+    async fn settle_in_flight(&self, work: &WorkItem) {
+        if let Err(e) = self.client.settle_in_flight(&work.trace_id).await {
+            tracing::debug!(trace = %work.trace_id, error = %e, "in-flight entry left for the sweep");
+        }
     }
 
     /// Re-dispatches `pending` unless its claim shows that its worker received it.

@@ -197,6 +197,11 @@ impl Fleet {
         Some(id)
     }
 
+    /// Whether `id` is in the registry as this Router sees it, alive or not yet judged dead.
+    pub(crate) fn knows(&self, id: &str) -> bool {
+        self.members.contains_key(id)
+    }
+
     /// Whether `id` is known and its heartbeat recent.
     pub(crate) fn alive(&self, id: &str) -> bool {
         self.members

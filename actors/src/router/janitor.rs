@@ -4,7 +4,8 @@
 //! older than the TTL (10 s by default) and, for each:
 //! - drains the worker's dispatch queues (its consumers are deleted; a temporary one reads
 //!   what was sent to it and never finished): an attempt nobody claimed is re-dispatched
-//!   elsewhere, under a reservation the dead worker could never claim;
+//!   elsewhere, under a reservation the dead worker could never claim — each message is
+//!   acknowledged only once its attempt is handed over, so a failure halfway loses nothing;
 //! - takes back every attempt the worker claimed (its last heartbeat lists them, and the
 //!   drained queue shows those claimed since): the claim is revoked — should the worker come
 //!   back, its next lease renewal fails and it stops the process — and the instance moves to a
@@ -12,7 +13,13 @@
 //! - removes the worker from the registry.
 //!
 //! Detection takes the TTL plus at most a second, so attempts are handed over within 15 s of
-//! the worker's last heartbeat with the default settings.
+//! the worker's last heartbeat with the default settings. A worker's registry entry outlives
+//! any outage of the Routers (it is removed here, once its work is handed over), so a worker
+//! that died while no Router ran is judged as soon as one runs again.
+//!
+//! Every second, too, the janitor finishes the re-dispatches that their Routers did not live
+//! to finish ([`in_flight`]), and it runs the [`consistency`] sweep: an open instance whose
+//! next step has no owner is alerted and resumed.
 
 use std::time::Duration;
 
@@ -20,29 +27,25 @@ use async_nats::connection::State as ConnectionState;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use futures::StreamExt;
 
-use ax_bus::client::Updated;
+use ax_bus::codec;
 use ax_bus::error::NatsError;
-use ax_bus::ids::{InstanceId, TraceId, WorkerId};
-use ax_bus::instance::Tag;
-use ax_bus::messages::{AlertKind, ResultMessage, WorkItem, WorkerInfo};
-use ax_bus::msg_id;
+use ax_bus::ids::WorkerId;
+use ax_bus::messages::{AlertKind, WorkItem, WorkerInfo};
 use ax_bus::spec::Priority;
-use ax_bus::{codec, State};
 
-use super::{Dispatcher, Forget, Silent};
+use super::{consistency, in_flight, Dispatcher, Forget, Silent};
 use crate::jetstream::{consume, publish};
 use crate::node::lease::Lease;
 use crate::ActorError;
 
 const LEASE: &str = "router-janitor";
-/// Attempts an instance may lose with their worker before it fails.
-pub(crate) const MAX_WORKER_LOSSES: u32 = 3;
 
 /// Holds the janitor lease and sweeps for dead workers while it does.
 pub(crate) async fn run(shared: Dispatcher) -> Result<(), ActorError> {
     let lease = Lease::acquire(&shared.client, LEASE, &shared.node).await?;
     tokio::select! {
         lost = lease.keep() => Err(lost),
+        ended = consistency::watch(shared.clone()) => ended,
         ended = sweep(shared) => ended,
     }
 }
@@ -68,6 +71,7 @@ async fn sweep(shared: Dispatcher) -> Result<(), ActorError> {
                 tracing::warn!(worker = %id, error = %e, "dead worker not removed from the registry");
             }
         }
+        in_flight::sweep(&shared).await?;
     }
 }
 
@@ -88,22 +92,23 @@ async fn handle_dead(
     )
     .await;
     for priority in Priority::ALL {
-        for work in drain(shared, worker, priority).await? {
-            lost_dispatch(shared, work, worker).await?;
-        }
+        drain(shared, worker, priority).await?;
     }
     for attempt in &info.attempts {
-        lost_running(shared, &attempt.instance_id, &attempt.trace_id, worker).await?;
+        let (instance, trace) = (&attempt.instance_id, &attempt.trace_id);
+        crate::outcome::lost(&shared.client, &shared.node, instance, trace, worker).await?;
     }
     Ok(())
 }
 
-/// Everything in the worker's queue for `priority`, taken out of it.
+/// Takes everything out of the worker's queue for `priority`, handing each dispatch over
+/// before its message is acknowledged: a failure halfway leaves the rest in the queue (the
+/// janitor's consumer is removed, so the next sweep reads them at once) and loses nothing.
 async fn drain(
     shared: &Dispatcher,
     worker: &WorkerId,
     priority: Priority,
-) -> Result<Vec<WorkItem>, ActorError> {
+) -> Result<(), ActorError> {
     let client = &shared.client;
     let failed = |what: &str, e: ax_bus::error::BoxError| {
         ActorError::from(NatsError::new(format!("{what} of {worker}"), e))
@@ -126,11 +131,32 @@ async fn drain(
             filter_subject: client.subjects().dispatch(worker, priority),
             ack_policy: AckPolicy::Explicit,
             deliver_policy: DeliverPolicy::All,
+            ack_wait: DRAIN_ACK_WAIT,
             ..Default::default()
         })
         .await
         .map_err(|e| failed("read the queue", e.into()))?;
-    let mut drained = Vec::new();
+    let drained = drain_into(shared, &consumer, worker).await;
+    // Drained, or stopped by a failure: either way a fresh consumer next time (whatever is
+    // left stays in the work-queue stream until a consumer acknowledges it).
+    if let Err(e) = stream.delete_consumer(&janitor).await {
+        tracing::debug!(consumer = %janitor, error = %e, "janitor consumer not deleted");
+    }
+    drained
+}
+
+/// How long a drained dispatch may be in hand before the server offers it again: only
+/// matters when the janitor's consumer could not be removed after a failure.
+const DRAIN_ACK_WAIT: Duration = Duration::from_secs(10);
+
+async fn drain_into(
+    shared: &Dispatcher,
+    consumer: &async_nats::jetstream::consumer::Consumer<pull::Config>,
+    worker: &WorkerId,
+) -> Result<(), ActorError> {
+    let failed = |e: ax_bus::error::BoxError| {
+        ActorError::from(NatsError::new(format!("read the queue of {worker}"), e))
+    };
     loop {
         let mut batch = consumer
             .fetch()
@@ -138,29 +164,26 @@ async fn drain(
             .expires(Duration::from_millis(500))
             .messages()
             .await
-            .map_err(|e| failed("read the queue", e.into()))?;
+            .map_err(|e| failed(e.into()))?;
         let mut got = 0;
         while let Some(message) = batch.next().await {
-            let message = message.map_err(|e| failed("read the queue", e))?;
+            let message = message.map_err(failed)?;
             got += 1;
             match codec::decode::<WorkItem>(&message.payload) {
-                Ok(work) => drained.push(work),
+                Ok(work) => lost_dispatch(shared, work, worker).await?,
                 Err(e) => tracing::warn!(error = %e, "undecodable dispatch dropped while draining"),
             }
             consume::ack(&message).await;
         }
         if got == 0 {
-            break;
+            return Ok(());
         }
     }
-    // A consumer left behind holds nothing: the queue is drained.
-    if let Err(e) = stream.delete_consumer(&janitor).await {
-        tracing::debug!(consumer = %janitor, error = %e, "drained consumer not deleted");
-    }
-    Ok(drained)
 }
 
-/// A dispatch the dead worker received or not: re-dispatched unless it was claimed.
+/// A dispatch the dead worker received or not: re-dispatched unless it was claimed, or
+/// unless it is stale (the attempt was reserved for a later dispatch, whose re-dispatch is in
+/// flight and owned by the sweep).
 async fn lost_dispatch(
     shared: &Dispatcher,
     work: WorkItem,
@@ -168,69 +191,18 @@ async fn lost_dispatch(
 ) -> Result<(), ActorError> {
     match shared.client.claim_of(&work.trace_id).await? {
         Some((claim, _)) if claim.revoked => Ok(()),
+        Some((claim, _)) if claim.worker.is_none() && claim.dispatch != work.dispatch => Ok(()),
         Some((claim, _)) if claim.worker.as_ref() == Some(dead) => {
-            lost_running(shared, &work.instance_id, &work.trace_id, dead).await
+            crate::outcome::lost(
+                &shared.client,
+                &shared.node,
+                &work.instance_id,
+                &work.trace_id,
+                dead,
+            )
+            .await
         }
         Some((claim, _)) if claim.worker.is_some() => Ok(()),
         _ => shared.redispatch(work, vec![dead.clone()]).await,
     }
-}
-
-/// An attempt the dead worker claimed: revoked, and the instance moves on.
-async fn lost_running(
-    shared: &Dispatcher,
-    instance_id: &InstanceId,
-    trace: &TraceId,
-    dead: &WorkerId,
-) -> Result<(), ActorError> {
-    let client = &shared.client;
-    if !client.revoke_claim(trace, dead).await? {
-        return Ok(());
-    }
-    let new_trace = TraceId::random();
-    let updated = client
-        .update_instance(instance_id, |r| {
-            r.worker_lost(trace, &new_trace, dead, MAX_WORKER_LOSSES)
-        })
-        .await?;
-    let Updated::Written(record, _) = updated else {
-        return Ok(());
-    };
-    tracing::warn!(instance = %instance_id, worker = %dead, state = %record.state, "attempt lost with its worker");
-    // The lost attempt's result: its own trace and number, the instance's state after it.
-    let mut lost = (*record).clone();
-    lost.trace_id = trace.clone();
-    if record.state == State::Running {
-        lost.attempt -= 1;
-    }
-    lost.tag = Tag::WorkerLost;
-    publish::to_stream_acked(
-        client,
-        client.subjects().result(&record.job),
-        &msg_id::result(trace),
-        &ResultMessage::from_record(&lost),
-    )
-    .await?;
-    publish::event(client, &record).await;
-    if record.state != State::Running && record.state != State::Failed {
-        return Ok(());
-    }
-    let Some((job, _)) = client.job(&record.job).await? else {
-        return Ok(());
-    };
-    let work = WorkItem::for_attempt(&record, job.spec);
-    if record.state == State::Failed {
-        if work.shard.is_none() {
-            publish::failed_for_good(client, &shared.node, &work, record.tag, &record.message)
-                .await?;
-        }
-        return Ok(());
-    }
-    publish::to_stream_acked(
-        client,
-        client.subjects().ready(work.spec.priority),
-        &msg_id::ready(&work.trace_id),
-        &work,
-    )
-    .await
 }

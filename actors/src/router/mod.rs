@@ -20,9 +20,11 @@
 //! is not consumed: its messages wait in the stream.
 
 pub(crate) mod acks;
+mod consistency;
 pub(crate) mod dead_letters;
 mod dispatch;
 pub(crate) mod fleet;
+mod in_flight;
 pub(crate) mod janitor;
 mod pumps;
 pub(crate) mod split;
@@ -331,5 +333,19 @@ impl Handler<Forget> for Router {
 
     fn handle(&mut self, msg: Forget, _: &mut Self::Context) {
         self.fleet.remove(&msg.0);
+    }
+}
+
+/// Whether the Router knows the worker (alive, or silent and not yet handed over by the
+/// janitor).
+#[derive(Debug, Message)]
+#[rtype(result = "bool")]
+pub(crate) struct Knows(pub(crate) WorkerId);
+
+impl Handler<Knows> for Router {
+    type Result = bool;
+
+    fn handle(&mut self, msg: Knows, _: &mut Self::Context) -> bool {
+        self.fleet.knows(&msg.0)
     }
 }

@@ -110,6 +110,7 @@ fn child_record(
         shard: Some(shard),
         worker_losses: 0,
         pin,
+        created_by: None,
         ..parent_record.clone()
     }
 }

@@ -39,6 +39,8 @@ use crate::ActorError;
 const BATCH: usize = 1024;
 /// Longest wait before a creation that failed for a transient reason is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How soon a hand-off refused as "being stored by another publisher" is published again.
+const IN_PROCESS_RETRY: Duration = Duration::from_millis(200);
 
 /// What happened to a creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,7 +161,8 @@ async fn create_batch(
     }
     // 2. The records, pipelined: create-if-absent on each instance id.
     let mut pending = Vec::with_capacity(candidates.len());
-    for request in candidates {
+    for mut request in candidates {
+        request.instance.record.created_by = Some(node.clone());
         let publish = batch.publish_record(&request).await;
         pending.push((request, publish));
     }
@@ -178,6 +181,16 @@ async fn create_batch(
 impl Batch<'_> {
     fn fail(&mut self, request: Request, error: &ActorError) {
         warn_transient(&request, error);
+        self.failed.push(request);
+    }
+
+    /// The same hand-off, published by another Scheduler that raced for this fire, is being
+    /// stored at this moment (error 10158): not a failure, and no reason to back off. Tried
+    /// again shortly, the publish finds that copy stored (and is acknowledged as a duplicate)
+    /// or, if the other one failed, stores its own.
+    fn again_soon(&mut self, mut request: Request) {
+        tracing::debug!(instance = %request.instance.record.instance_id, "hand-off being stored by another Scheduler; publishing again shortly");
+        request.backoff = IN_PROCESS_RETRY;
         self.failed.push(request);
     }
 
@@ -309,11 +322,13 @@ impl Batch<'_> {
     /// Awaits a hand-off's acks; then the creation is done (and the instance, if another
     /// attempt stood in its place, watched for an orphan).
     async fn settle(&mut self, (request, outcome, watch, sent): Sent) {
+        let mut in_process = false;
         let stored = match sent {
             Ok(acks) => {
                 let mut result = Ok(());
                 for ack in acks {
                     if let Err(e) = ack.await {
+                        in_process |= duplicate_in_process(&e);
                         result = Err(NatsError::new("hand off", e).into());
                     }
                 }
@@ -321,8 +336,10 @@ impl Batch<'_> {
             }
             Err(e) => Err(e),
         };
-        if let Err(e) = stored {
-            return self.fail(request, &e);
+        match stored {
+            Ok(()) => {}
+            Err(_) if in_process => return self.again_soon(request),
+            Err(e) => return self.fail(request, &e),
         }
         let instance = &request.instance;
         if outcome == Created::Fired && instance.work.spec.overlap != Overlap::Allow {
@@ -392,6 +409,16 @@ fn record_exists(error: &PublishError) -> bool {
             })
 }
 
+/// Whether a publish was refused because a message with the same id is being stored right
+/// now (a clustered stream, error 10158 "duplicate message id is in process").
+fn duplicate_in_process(error: &PublishError) -> bool {
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
+        .is_some_and(|e| {
+            e.error_code() == async_nats::jetstream::ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT
+        })
+}
+
 fn warn_transient(request: &Request, error: &ActorError) {
     tracing::warn!(
         instance = %request.instance.record.instance_id,
@@ -424,7 +451,9 @@ async fn existing(client: &AxClient, record: &InstanceRecord) -> Result<Existing
         && stored.run_start == 1;
     Ok(if stored.trace_id != record.trace_id {
         Existing::Other
-    } else if stored.created_at == record.created_at {
+    } else if stored.created_at == record.created_at && stored.created_by == record.created_by {
+        // Two Schedulers firing the same tick often write it at the same millisecond: only
+        // the writer's own id tells its record from the other's.
         Existing::Ours
     } else if untouched {
         Existing::SameAttempt

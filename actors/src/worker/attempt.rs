@@ -18,6 +18,7 @@ use ax_bus::instance::{AttemptEnd, Tag};
 use ax_bus::messages::{AlertKind, DispatchAck, StoredRecord, WorkItem};
 use ax_bus::{codec, AxClient};
 
+use super::contact::{Contact, FENCE_AFTER};
 use super::executor::values::Values;
 use super::executor::{AttemptContext, ExecResult, Registry};
 use super::slots::Slots;
@@ -37,6 +38,7 @@ pub(super) struct Attempts {
     pub(super) slots: Arc<Slots>,
     pub(super) clock: Option<ClockGuard>,
     pub(super) executors: Registry,
+    pub(super) contact: Contact,
 }
 
 /// Why a dispatch is not run, and what becomes of its message.
@@ -86,7 +88,9 @@ impl Attempts {
         });
         match watched {
             // The attempt was taken away (this worker was declared dead): its outcome is moot.
-            Err(Revoked) => {}
+            Err(Interrupted::Revoked) => {}
+            // This worker stopped it, cut off: lost, as the janitor would have it.
+            Err(Interrupted::Fenced) => self.lost_after_fence(&work).await,
             Ok(end) => {
                 let outcome = Outcome {
                     work,
@@ -131,7 +135,10 @@ impl Attempts {
             tracing::warn!(%trace, "a dispatch without a dispatch id is not ours to run; skipped");
             return Err(Skip::Done);
         };
-        let lease = self.claim(work, &dispatch).await?;
+        let (lease, resumed) = self.claim(work, &dispatch).await?;
+        if resumed {
+            self.lost_if_started(work).await?;
+        }
         self.acknowledge(work, &dispatch).await;
         if let Some(clock) = self.clock.as_ref().filter(|c| c.skewed()) {
             self.refuse_for_clock(work.clone(), clock).await;
@@ -141,8 +148,40 @@ impl Attempts {
         Ok((dispatch, lease, written))
     }
 
-    /// The claim's revision, when this dispatch wins it.
-    async fn claim(&self, work: &WorkItem, dispatch: &DispatchId) -> Result<u64, Skip> {
+    /// A claim this worker held already (a previous process of it claimed the attempt, then
+    /// was killed): if that process marked the record `executing`, its command may have run —
+    /// the attempt is lost, and the instance moves to a new attempt under a new trace id (one
+    /// trace, one execution). Only an attempt that provably did not start runs under its trace.
+    async fn lost_if_started(&self, work: &WorkItem) -> Result<(), Skip> {
+        let (trace, me) = (&work.trace_id, &self.config.id);
+        let record = match self.client.instance(&work.instance_id).await {
+            Ok(Some((record, _))) => record,
+            Ok(None) => return Err(Skip::Done),
+            Err(e) => {
+                tracing::warn!(%trace, error = %e, "cannot tell whether the attempt started; redelivering");
+                return Err(Skip::Later);
+            }
+        };
+        let started = record.trace_id == *trace
+            && record.state == ax_bus::State::Running
+            && record.tag == Tag::Executing
+            && record.worker.as_ref() == Some(me);
+        if !started {
+            return Ok(());
+        }
+        tracing::warn!(%trace, instance = %work.instance_id, "a previous process of this worker started this attempt: lost, not run again under its trace");
+        match crate::outcome::lost(&self.client, me, &work.instance_id, trace, me).await {
+            Ok(()) => Err(Skip::Done),
+            Err(e) => {
+                tracing::warn!(%trace, error = %e, "lost attempt not handed over yet; redelivering");
+                Err(Skip::Later)
+            }
+        }
+    }
+
+    /// The claim's revision, when this dispatch wins it, and whether this worker held it
+    /// already.
+    async fn claim(&self, work: &WorkItem, dispatch: &DispatchId) -> Result<(u64, bool), Skip> {
         let trace = &work.trace_id;
         let me = &self.config.id;
         match self
@@ -150,7 +189,7 @@ impl Attempts {
             .claim_attempt(trace, dispatch, me, CLAIM_LEASE)
             .await
         {
-            Ok(ClaimOutcome::Won { revision }) => Ok(revision),
+            Ok(ClaimOutcome::Won { revision, resumed }) => Ok((revision, resumed)),
             Ok(ClaimOutcome::Lost(holder)) => {
                 tracing::info!(%trace, ?holder, "attempt not ours to run (claimed, reserved elsewhere or revoked); skipped");
                 Err(Skip::Done)
@@ -204,7 +243,7 @@ impl Attempts {
         mut revision: u64,
         scratch: &Path,
         stop: &Notify,
-    ) -> Result<AttemptEnd, Revoked> {
+    ) -> Result<AttemptEnd, Interrupted> {
         let (trace, me) = (&work.trace_id, &self.config.id);
         let execution = execute(self, work, scratch, stop);
         tokio::pin!(execution);
@@ -212,25 +251,57 @@ impl Attempts {
         progress.tick().await;
         let mut renewal = tokio::time::interval(CLAIM_LEASE / 3);
         renewal.tick().await;
-        let mut revoked = false;
+        let mut fence = tokio::time::interval(FENCE_CHECK);
+        // A renewal in flight, so that a slow one never holds up the fence.
+        let mut renewing: Option<Renewal> = None;
+        let mut interrupted = None;
         loop {
             tokio::select! {
-                end = &mut execution => return if revoked { Err(Revoked) } else { Ok(end) },
+                end = &mut execution => return match interrupted {
+                    Some(why) => Err(why),
+                    None => Ok(end),
+                },
                 _ = progress.tick() => {
                     consume::in_progress(message).await;
                 }
-                _ = renewal.tick(), if !revoked => {
-                    match self.client.renew_claim(trace, revision, dispatch, me, CLAIM_LEASE).await {
+                _ = renewal.tick(), if interrupted.is_none() && renewing.is_none() => {
+                    let (client, trace, dispatch, me) =
+                        (self.client.clone(), trace.clone(), dispatch.clone(), me.clone());
+                    renewing = Some(Box::pin(async move {
+                        client.renew_claim(&trace, revision, &dispatch, &me, CLAIM_LEASE).await
+                    }));
+                }
+                renewed = async { renewing.as_mut().expect("guarded").await }, if renewing.is_some() => {
+                    renewing = None;
+                    match renewed {
                         Ok(Some(next)) => revision = next,
-                        Ok(None) => {
+                        Ok(None) if interrupted.is_none() => {
                             tracing::warn!(%trace, "claim revoked: stopping the attempt");
-                            revoked = true;
+                            interrupted = Some(Interrupted::Revoked);
                             stop.notify_one();
                         }
+                        Ok(None) => {}
                         Err(e) => tracing::warn!(%trace, error = %e, "lease not renewed; trying again"),
                     }
                 }
+                _ = fence.tick(), if interrupted.is_none() && self.contact.lost() => {
+                    tracing::error!(%trace, silent_for = ?self.contact.silent_for(), "no heartbeat stored for longer than {FENCE_AFTER:?}: stopping the attempt before the Routers hand it to another worker (self-fencing)");
+                    interrupted = Some(Interrupted::Fenced);
+                    stop.notify_one();
+                }
             }
+        }
+    }
+
+    /// After a self-fenced stop: once NATS answers again, the attempt is recorded lost — its
+    /// claim revoked, the instance moved to a new attempt — exactly as the janitor does for a
+    /// dead worker (whichever comes first, the other finds it done).
+    async fn lost_after_fence(&self, work: &WorkItem) {
+        let me = &self.config.id;
+        let (instance, trace) = (&work.instance_id, &work.trace_id);
+        while let Err(e) = crate::outcome::lost(&self.client, me, instance, trace, me).await {
+            tracing::warn!(%trace, error = %e, "fenced attempt not recorded lost yet; trying again");
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 
@@ -311,8 +382,22 @@ impl Attempts {
     }
 }
 
-/// The attempt's claim was revoked while it ran.
-struct Revoked;
+/// Why a running attempt was stopped before its end.
+#[derive(Clone, Copy, Debug)]
+enum Interrupted {
+    /// Its claim was revoked (this worker was declared dead): the outcome is moot.
+    Revoked,
+    /// This worker lost contact with NATS and stopped it itself.
+    Fenced,
+}
+
+/// How often a running attempt checks the worker's contact with NATS.
+const FENCE_CHECK: Duration = Duration::from_millis(250);
+
+/// A claim renewal in flight.
+type Renewal = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Option<u64>, ax_bus::ClientError>> + Send>,
+>;
 
 async fn settle(message: &jetstream::Message, skip: Skip) {
     match skip {

@@ -16,14 +16,19 @@
 //!
 //! A redelivered dispatch never runs twice: an outcome already in the outbox is acknowledged at
 //! once, an attempt claimed by another dispatch or already ended is skipped. This worker's own
-//! claim on an attempt not running here means the worker restarted mid-attempt; the attempt runs
-//! again (its instance id lets business code de-duplicate).
+//! claim on an attempt not running here means a previous process of the worker was killed
+//! with it: if that process had marked the record `executing` (its command may have run), the
+//! attempt is **lost** — it ends with tag `worker_lost` and the instance moves to a new attempt
+//! under a new trace id, as when the janitor finds a dead worker's attempts — so that one trace
+//! id is one execution at most; only an attempt that provably did not start runs under its
+//! trace.
 //!
 //! The actor owns what runs here (for its heartbeat, cancellations and average durations) and
 //! changes it in its handlers; the attempts run on tasks of their own and tell it when they start
 //! and end; the slots are semaphores the dispatch pumps wait on.
 
 mod attempt;
+mod contact;
 pub(crate) mod executor;
 pub(crate) mod process;
 mod pumps;
@@ -47,6 +52,7 @@ use crate::node::clock_guard::ClockGuard;
 use crate::node::supervision::{note_restart, spawn_pump};
 use crate::reporter::Reporter;
 use attempt::Attempts;
+use contact::Contact;
 use executor::{ExecutorsConfig, Registry};
 use slots::Slots;
 
@@ -125,6 +131,8 @@ pub struct WorkerSupervisor {
     started_at: chrono::DateTime<chrono::Utc>,
     /// True until the dispatch pumps first start in this process.
     first_start: bool,
+    /// The last confirmed heartbeat (the attempts fence themselves on it).
+    contact: Contact,
 }
 
 impl WorkerSupervisor {
@@ -148,6 +156,7 @@ impl WorkerSupervisor {
             durations: VecDeque::new(),
             started_at: ax_bus::time::now(),
             first_start: true,
+            contact: Contact::new(),
         }
     }
 
@@ -160,6 +169,7 @@ impl WorkerSupervisor {
             slots: self.slots.clone(),
             clock: self.clock.clone(),
             executors: self.executors.clone(),
+            contact: self.contact.clone(),
         }
     }
 
@@ -206,7 +216,7 @@ impl WorkerSupervisor {
             version: env!("CARGO_PKG_VERSION").to_string(),
             started_at: self.started_at,
         };
-        let client = self.client.clone();
+        let (client, contact) = (self.client.clone(), self.contact.clone());
         tokio::spawn(async move {
             let stored = match codec::encode(&info) {
                 Ok(value) => client.workers.put(&info.id, value).await.map(|_| ()),
@@ -215,8 +225,11 @@ impl WorkerSupervisor {
                     return;
                 }
             };
-            if let Err(e) = stored {
-                tracing::warn!(error = %e, "heartbeat not stored");
+            match stored {
+                Ok(()) => contact.heard(),
+                Err(e) => {
+                    tracing::warn!(error = %e, silent_for = ?contact.silent_for(), "heartbeat not stored")
+                }
             }
         });
     }

@@ -47,6 +47,9 @@ pub enum ClaimOutcome {
     Won {
         /// Revision of the claim key.
         revision: u64,
+        /// The claim was this worker's already, for this dispatch: a previous process of the
+        /// worker claimed it (and may have started it) before it restarted.
+        resumed: bool,
     },
     /// Someone else holds it, or it was revoked or reserved for another dispatch.
     Lost(Option<Claim>),
@@ -117,9 +120,14 @@ impl AxClient {
         // when one is there — one round trip on the common path instead of two.
         let mut current: Option<(Claim, u64)> = None;
         loop {
-            let written = match &current {
+            let (written, resumed) = match &current {
                 None => match self.claims.create(trace, codec::encode(&mine)?).await {
-                    Ok(revision) => return Ok(ClaimOutcome::Won { revision }),
+                    Ok(revision) => {
+                        return Ok(ClaimOutcome::Won {
+                            revision,
+                            resumed: false,
+                        })
+                    }
                     Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
                         current = self.read_claim(trace).await?;
                         continue;
@@ -133,13 +141,16 @@ impl AxClient {
                     if !reserved_for_me {
                         return Ok(ClaimOutcome::Lost(Some(claim.clone())));
                     }
-                    self.claims
+                    let resumed = claim.worker.as_ref() == Some(worker);
+                    let written = self
+                        .claims
                         .update(trace, codec::encode(&mine)?, *revision)
-                        .await
+                        .await;
+                    (written, resumed)
                 }
             };
             match written {
-                Ok(revision) => return Ok(ClaimOutcome::Won { revision }),
+                Ok(revision) => return Ok(ClaimOutcome::Won { revision, resumed }),
                 Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
                     current = self.read_claim(trace).await?;
                 }
@@ -212,7 +223,9 @@ impl AxClient {
     }
 
     /// Revokes the claim on `trace` held by `worker` (declared dead): nobody runs that attempt
-    /// any more, and the worker, should it come back, fails its next renewal.
+    /// any more, and the worker, should it come back, fails its next renewal. True when the
+    /// claim is revoked — now, or already, from `worker` (so that handling the loss can be run
+    /// again after a failure halfway); false when `worker` does not hold it.
     pub async fn revoke_claim(
         &self,
         trace: &TraceId,
@@ -222,8 +235,11 @@ impl AxClient {
             let Some((claim, revision)) = self.read_claim(trace).await? else {
                 return Ok(false);
             };
-            if claim.revoked || claim.worker.as_ref() != Some(worker) {
+            if claim.worker.as_ref() != Some(worker) {
                 return Ok(false);
+            }
+            if claim.revoked {
+                return Ok(true);
             }
             let revoked = Claim {
                 revoked: true,

@@ -5,6 +5,7 @@
 pub mod claims;
 pub mod dead_letters;
 pub mod deps;
+pub mod in_flight;
 pub mod kv_view;
 pub mod local_server;
 pub mod provision;
@@ -191,9 +192,27 @@ pub enum ClientError {
         #[source]
         source: BoxError,
     },
+    /// No server of the URL can be reached (yet): a node waits for one.
+    #[error("cannot reach NATS at {url}: {source}")]
+    Unreachable {
+        /// The URL (any password redacted).
+        url: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
     /// Streams or buckets could not be set up.
     #[error(transparent)]
     Provision(#[from] ProvisionError),
+    /// A stream or bucket of ax does not exist: no node has set up this NATS yet.
+    #[error(
+        "JetStream {object} does not exist: no ax node has run against this NATS yet (a node \
+         creates ax's streams and buckets; a command only reads them)"
+    )]
+    NotSetUp {
+        /// The stream or bucket.
+        object: String,
+    },
     /// A NATS or JetStream operation failed.
     #[error(transparent)]
     Nats(#[from] NatsError),
@@ -305,6 +324,8 @@ pub struct AxClient {
     pub leases: kv::Store,
     /// Paused queues.
     pub queues: kv::Store,
+    /// Re-dispatches in flight.
+    pub in_flight: kv::Store,
 }
 
 impl std::fmt::Debug for AxClient {
@@ -316,22 +337,94 @@ impl std::fmt::Debug for AxClient {
     }
 }
 
+/// Whether a connection failed because no server answered (yet) — refused, reset, timed out,
+/// not resolved — rather than because it refused us (credentials, TLS): only then is waiting
+/// worth it.
+fn unreachable(error: &async_nats::ConnectError) -> bool {
+    use async_nats::ConnectErrorKind::{Dns, Io, TimedOut};
+    use std::io::ErrorKind::{
+        AddrNotAvailable, BrokenPipe, ConnectionAborted, ConnectionRefused, ConnectionReset,
+        NotConnected, TimedOut as IoTimedOut, UnexpectedEof,
+    };
+    match error.kind() {
+        TimedOut | Dns => true,
+        Io => {
+            let mut cause = std::error::Error::source(error);
+            while let Some(e) = cause {
+                if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                    return matches!(
+                        io.kind(),
+                        ConnectionRefused
+                            | ConnectionReset
+                            | ConnectionAborted
+                            | NotConnected
+                            | AddrNotAvailable
+                            | BrokenPipe
+                            | IoTimedOut
+                            | UnexpectedEof
+                    );
+                }
+                cause = e.source();
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
 const CAS_ATTEMPTS: usize = 16;
+/// The longest wait between two tries to reach NATS or set up JetStream.
+const MAX_SETUP_BACKOFF: Duration = Duration::from_secs(10);
+/// How long one request of the set-up may take.
+const SETUP_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl AxClient {
-    /// Connects and makes sure every stream and bucket exists.
+    /// Connects a command (the CLI, a business service) and opens ax's streams and buckets,
+    /// which the nodes set up: a command never creates or changes them — not their replicas
+    /// either — and a missing one is an error that names it ([`ClientError::NotSetUp`]).
     pub async fn connect(config: &ConnectConfig) -> Result<Self, ClientError> {
-        let refused = |source: BoxError| ClientError::Connect {
-            url: redact(&config.url),
-            source,
+        let nats = Self::connect_nats(config).await?;
+        Self::from_client(nats, Self::layout_of(config)).await
+    }
+
+    /// Connects a node: waits for NATS while it cannot be reached (wrong credentials or TLS
+    /// settings fail at once), then creates or updates every stream and bucket, waiting and
+    /// trying again with backoff while JetStream cannot (a cluster that has lost a node, a
+    /// server starting), each wait said in the log.
+    pub async fn connect_node(config: &ConnectConfig) -> Result<Self, ClientError> {
+        let mut backoff = Duration::from_millis(500);
+        let nats = loop {
+            match Self::connect_nats(config).await {
+                Ok(nats) => break nats,
+                Err(ClientError::Unreachable { url, source }) => {
+                    tracing::warn!(%url, error = %source, retry_in = ?backoff, "waiting for NATS");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_SETUP_BACKOFF);
+                }
+                Err(e) => return Err(e),
+            }
         };
+        Self::provisioned(nats, Self::layout_of(config)).await
+    }
+
+    fn layout_of(config: &ConnectConfig) -> Layout {
+        Layout::new(Subjects::new(&config.prefix), config.replicas)
+    }
+
+    async fn connect_nats(config: &ConnectConfig) -> Result<async_nats::Client, ClientError> {
+        let url = redact(&config.url);
         let servers = server_list(&config.url);
         let name = config.name.clone();
-        let nats = config
-            .auth
-            .options(&config.url)
-            .await
-            .map_err(|reason| refused(Reason(reason).into()))?
+        let options =
+            config
+                .auth
+                .options(&config.url)
+                .await
+                .map_err(|reason| ClientError::Connect {
+                    url: url.clone(),
+                    source: Reason(reason).into(),
+                })?;
+        options
             .name(&config.name)
             .connection_timeout(Duration::from_secs(5))
             .event_callback(move |event| {
@@ -340,27 +433,41 @@ impl AxClient {
             })
             .connect(servers.as_slice())
             .await
-            .map_err(|e| refused(e.into()))?;
-        Self::from_client(
-            nats,
-            Layout::new(Subjects::new(&config.prefix), config.replicas),
-        )
-        .await
+            .map_err(|e| {
+                if unreachable(&e) {
+                    ClientError::Unreachable {
+                        url,
+                        source: e.into(),
+                    }
+                } else {
+                    ClientError::Connect {
+                        url,
+                        source: e.into(),
+                    }
+                }
+            })
     }
 
-    /// Uses an existing connection.
+    /// Uses an existing connection, opening the streams and buckets the nodes set up (see
+    /// [`AxClient::connect`]).
     pub async fn from_client(
         nats: async_nats::Client,
         layout: Layout,
     ) -> Result<Self, ClientError> {
         let js = jetstream::new(nats.clone());
-        layout.ensure(&js).await?;
         let bucket = |name: String| {
             let js = js.clone();
             async move {
-                js.get_key_value(&name)
-                    .await
-                    .during(|| format!("open bucket {name}"))
+                js.get_key_value(&name).await.map_err(|e| {
+                    let error = NatsError::new(format!("open bucket {name}"), e);
+                    if error.server_code() == Some(jetstream::ErrorCode::STREAM_NOT_FOUND) {
+                        ClientError::NotSetUp {
+                            object: format!("bucket {name}"),
+                        }
+                    } else {
+                        error.into()
+                    }
+                })
             }
         };
         Ok(Self {
@@ -368,6 +475,7 @@ impl AxClient {
             instances: bucket(layout.instances_bucket()).await?,
             claims: bucket(layout.claims_bucket()).await?,
             workers: bucket(layout.workers_bucket()).await?,
+            in_flight: bucket(layout.in_flight_bucket()).await?,
             nodes: bucket(layout.nodes_bucket()).await?,
             deps: bucket(layout.deps_bucket()).await?,
             waiting: bucket(layout.waiting_bucket()).await?,
@@ -378,6 +486,31 @@ impl AxClient {
             js,
             layout,
         })
+    }
+
+    /// Uses an existing connection as a node does: creates or updates every stream and
+    /// bucket, waiting and trying again with backoff while JetStream cannot, then opens them.
+    pub async fn provisioned(
+        nats: async_nats::Client,
+        layout: Layout,
+    ) -> Result<Self, ClientError> {
+        // A cluster that has just lost or regained a node can take longer than a request's
+        // usual 5 s to place a replicated stream; provisioning has time to wait.
+        let mut js = jetstream::new(nats.clone());
+        js.set_timeout(SETUP_REQUEST_TIMEOUT);
+        let mut backoff = Duration::from_millis(500);
+        let mut stuck_at = String::new();
+        while let Err(e) = layout.ensure(&js).await {
+            // Further than last time: the objects before it are done, try again at once.
+            if e.object != stuck_at {
+                backoff = Duration::from_millis(500);
+                stuck_at = e.object.clone();
+            }
+            tracing::warn!(error = %e, retry_in = ?backoff, "waiting for JetStream to set up ax's streams and buckets");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_SETUP_BACKOFF);
+        }
+        Self::from_client(nats, layout).await
     }
 
     /// Subject names.

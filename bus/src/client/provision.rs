@@ -1,5 +1,5 @@
 //! The JetStream objects ax needs, created (or brought up to date) idempotently by every node
-//! at start and by the CLI before it publishes.
+//! at start; commands only open them.
 //!
 //! - `<AX>_CONTROL` (work queue, `ax.control.>`): commands, each taken by one Scheduler;
 //! - `<AX>_FLOW` (work queue, `ax.internal.created.>`, `ax.internal.ready.>` and
@@ -24,8 +24,9 @@
 //!   attempt that ran), `<ax>_workers` (worker heartbeats), `<ax>_nodes` (node heartbeats:
 //!   roles, restarts, stalls), `<ax>_deps` (instances per business date and job, 40 days),
 //!   `<ax>_waiting` (instances held for their dependencies), `<ax>_latest` (each job's latest
-//!   instance), `<ax>_leases` (which node leads what; entries expire) and `<ax>_queues` (which
-//!   priority queues are paused).
+//!   instance), `<ax>_leases` (which node leads what; entries expire), `<ax>_queues` (which
+//!   priority queues are paused) and `<ax>_inflight` (re-dispatches not yet claimed, see
+//!   [`crate::client::in_flight`]).
 //!
 //! Message ids de-duplicate publishes within each stream's duplicate window; the buckets give
 //! create-if-absent and compare-and-swap, which is where uniqueness really comes from.
@@ -40,8 +41,11 @@ use crate::subjects::Subjects;
 pub const RESULTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a claim key lives: far longer than any redelivery of its dispatch.
 pub const CLAIMS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
-/// How long a worker heartbeat stays in the bucket (liveness itself is judged by the Router).
-pub const WORKERS_MAX_AGE: Duration = Duration::from_secs(120);
+/// How long a worker heartbeat stays in the bucket. Liveness is judged by the Routers, and
+/// the janitor removes a dead worker's entry once it has handed its attempts over; the entry
+/// must outlive any outage of every Router, or a worker that died meanwhile would be forgotten
+/// with its queue and claims.
+pub const WORKERS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a node heartbeat stays in the bucket: a node silent this long is gone from `ax nodes`.
 pub const NODES_MAX_AGE: Duration = Duration::from_secs(60);
 /// How long tick records and DAG history are kept.
@@ -90,17 +94,6 @@ impl Layout {
         }
     }
 
-    /// The replicas for the stream `name`: the configured number, or what it has now.
-    async fn replicas_of(&self, js: &jetstream::Context, name: &str) -> usize {
-        match self.replicas {
-            Some(n) => n,
-            None => match js.get_stream(name).await {
-                Ok(stream) => stream.cached_info().config.num_replicas.max(1),
-                Err(_) => 1,
-            },
-        }
-    }
-
     fn stream_name(&self, what: &str) -> String {
         format!(
             "{}_{what}",
@@ -139,6 +132,10 @@ impl Layout {
     /// `ax_claims`.
     pub fn claims_bucket(&self) -> String {
         self.bucket_name("claims")
+    }
+    /// `ax_inflight`.
+    pub fn in_flight_bucket(&self) -> String {
+        self.bucket_name("inflight")
     }
     /// `ax_workers`.
     pub fn workers_bucket(&self) -> String {
@@ -284,27 +281,88 @@ impl Layout {
             (self.instances_bucket(), 1, Duration::ZERO),
             (self.claims_bucket(), 1, CLAIMS_MAX_AGE),
             (self.workers_bucket(), 1, WORKERS_MAX_AGE),
+            (self.in_flight_bucket(), 1, CLAIMS_MAX_AGE),
             (self.nodes_bucket(), 1, NODES_MAX_AGE),
         ]
     }
 
-    /// Creates or updates every stream and bucket.
+    /// Creates what is missing and updates what differs, stream by stream and bucket by
+    /// bucket; what is already as it should be is only read. Reading first matters: on a
+    /// cluster, an update of a stream another node is creating at that moment goes unanswered
+    /// (and so does the creation) until the request times out, so nodes starting together must
+    /// write only what they have to.
     pub async fn ensure(&self, js: &jetstream::Context) -> Result<(), ProvisionError> {
-        for mut config in self.streams() {
-            config.num_replicas = self.replicas_of(js, &config.name).await;
-            let name = config.name.clone();
-            js.create_or_update_stream(config)
-                .await
-                .map_err(|e| ProvisionError {
-                    object: format!("stream {name}"),
-                    source: e.into(),
-                })?;
+        for config in self.streams() {
+            self.ensure_stream(js, config).await?;
         }
         self.ensure_clock_stream(js).await?;
         for (bucket, history, max_age) in self.buckets() {
-            self.ensure_bucket(js, bucket, history, max_age).await?;
+            let config = kv::Config {
+                bucket,
+                history,
+                max_age,
+                storage: stream::StorageType::File,
+                ..Default::default()
+            };
+            self.ensure_bucket(js, config).await?;
         }
         Ok(())
+    }
+
+    /// The stream `name` as it is, if it exists.
+    async fn existing(
+        js: &jetstream::Context,
+        name: &str,
+    ) -> Result<Option<stream::Config>, ProvisionError> {
+        use jetstream::context::GetStreamErrorKind;
+        match js.get_stream(name).await {
+            Ok(stream) => Ok(Some(stream.cached_info().config.clone())),
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    Ok(None)
+                }
+                _ => Err(ProvisionError {
+                    object: format!("stream {name}"),
+                    source: e.into(),
+                }),
+            },
+        }
+    }
+
+    /// The replicas a stream gets: the configured number, else what it has (1 when new).
+    fn replicas_for(&self, have: Option<&stream::Config>) -> usize {
+        self.replicas
+            .unwrap_or_else(|| have.map_or(1, |c| c.num_replicas.max(1)))
+    }
+
+    async fn ensure_stream(
+        &self,
+        js: &jetstream::Context,
+        mut config: stream::Config,
+    ) -> Result<(), ProvisionError> {
+        let name = config.name.clone();
+        let failed = |source: crate::error::BoxError| ProvisionError {
+            object: format!("stream {name}"),
+            source,
+        };
+        let have = Self::existing(js, &name).await?;
+        config.num_replicas = self.replicas_for(have.as_ref());
+        match have {
+            Some(have) if !differs(&config, &have) => Ok(()),
+            Some(_) => js
+                .update_stream(config)
+                .await
+                .map(drop)
+                .map_err(|e| failed(e.into())),
+            None => match js.create_stream(config).await {
+                Ok(_) => Ok(()),
+                // Another node made it meanwhile (with the same config: the same code).
+                Err(e) if created_meanwhile(&e) => Ok(()),
+                Err(e) => Err(failed(e.into())),
+            },
+        }
     }
 
     /// The clock probes' stream: one message per node, file storage (a memory stream is gone
@@ -318,45 +376,80 @@ impl Layout {
             max_messages_per_subject: 1,
             max_age: Duration::from_secs(3600),
             storage: stream::StorageType::File,
-            num_replicas: self.replicas_of(js, &self.clock_stream()).await,
             allow_direct: true,
             ..Default::default()
         };
-        if js.create_or_update_stream(clock.clone()).await.is_ok() {
-            return Ok(());
+        let have = Self::existing(js, &clock.name).await?;
+        if have.is_some_and(|c| c.storage != stream::StorageType::File) {
+            if let Err(e) = js.delete_stream(self.clock_stream()).await {
+                tracing::debug!(error = %e, "clock stream not deleted before being made again");
+            }
         }
-        if let Err(e) = js.delete_stream(self.clock_stream()).await {
-            tracing::debug!(error = %e, "clock stream not deleted before being made again");
-        }
-        js.create_stream(clock)
-            .await
-            .map(|_| ())
-            .map_err(|e| ProvisionError {
-                object: format!("stream {}", self.clock_stream()),
-                source: e.into(),
-            })
+        self.ensure_stream(js, clock).await
     }
 
     async fn ensure_bucket(
         &self,
         js: &jetstream::Context,
-        bucket: String,
-        history: i64,
-        max_age: Duration,
-    ) -> Result<kv::Store, ProvisionError> {
-        let config = kv::Config {
-            bucket: bucket.clone(),
-            history,
-            max_age,
-            storage: stream::StorageType::File,
-            num_replicas: self.replicas_of(js, &format!("KV_{bucket}")).await,
-            ..Default::default()
+        mut config: kv::Config,
+    ) -> Result<(), ProvisionError> {
+        let bucket = config.bucket.clone();
+        let failed = |source: crate::error::BoxError| ProvisionError {
+            object: format!("bucket {bucket}"),
+            source,
         };
-        js.create_or_update_key_value(config)
-            .await
-            .map_err(|e| ProvisionError {
-                object: format!("bucket {bucket}"),
-                source: e.into(),
-            })
+        let have = Self::existing(js, &format!("KV_{bucket}")).await?;
+        config.num_replicas = self.replicas_for(have.as_ref());
+        match have {
+            Some(have)
+                if have.max_messages_per_subject == config.history
+                    && have.max_age == config.max_age
+                    && have.storage == config.storage
+                    && have.num_replicas == config.num_replicas =>
+            {
+                Ok(())
+            }
+            Some(_) => js
+                .update_key_value(config)
+                .await
+                .map(drop)
+                .map_err(|e| failed(e.into())),
+            None => match js.create_key_value(config).await {
+                Ok(_) => Ok(()),
+                Err(e) if created_meanwhile(&e) => Ok(()),
+                Err(e) => Err(failed(e.into())),
+            },
+        }
     }
+}
+
+/// Whether the stream as it is (`have`) differs from `want` in what ax sets.
+fn differs(want: &stream::Config, have: &stream::Config) -> bool {
+    let per_subject = |n: i64| if n <= 0 { -1 } else { n };
+    want.subjects != have.subjects
+        || want.retention != have.retention
+        || want.max_age != have.max_age
+        || want.storage != have.storage
+        || want.num_replicas != have.num_replicas
+        || want.allow_direct != have.allow_direct
+        || per_subject(want.max_messages_per_subject) != per_subject(have.max_messages_per_subject)
+        || (!want.duplicate_window.is_zero() && want.duplicate_window != have.duplicate_window)
+}
+
+/// Whether a creation failed because the stream exists now (another node made it).
+fn created_meanwhile(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(js) = e.downcast_ref::<jetstream::Error>() {
+            return js.error_code() == jetstream::ErrorCode::STREAM_NAME_EXIST;
+        }
+        if let Some(jetstream::context::CreateStreamErrorKind::JetStream(js)) = e
+            .downcast_ref::<jetstream::context::CreateStreamError>()
+            .map(|e| e.kind())
+        {
+            return js.error_code() == jetstream::ErrorCode::STREAM_NAME_EXIST;
+        }
+        next = e.source();
+    }
+    false
 }

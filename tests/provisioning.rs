@@ -1,0 +1,130 @@
+//! Who sets up JetStream, and what waits for it: a node creates ax's streams and buckets,
+//! waiting with backoff for NATS and for JetStream rather than exiting; a command only reads
+//! them, says plainly when they are missing and never creates or changes one — so commands
+//! running while a node starts cannot make it fail.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_bus::client::local_server::{find_binary, free_port, LocalServer, ServerOptions};
+use futures::StreamExt;
+use support::*;
+
+/// The stream names on the server at `url`, read with a bare NATS client (an `AxClient` would
+/// set them up).
+async fn stream_names(url: &str) -> Vec<String> {
+    let nats = async_nats::connect(url).await.expect("connect");
+    let js = async_nats::jetstream::new(nats);
+    let mut names = js.stream_names();
+    let mut out = Vec::new();
+    while let Some(name) = names.next().await {
+        out.push(name.expect("a stream name"));
+    }
+    out
+}
+
+/// Whether `ax nodes --json` against `url` lists `node`.
+fn lists_node(url: &str, node: &str) -> bool {
+    let out = ax(url, &["nodes", "--json"]);
+    serde_json::from_slice::<Vec<ax_bus::messages::NodeStatus>>(&out.stdout)
+        .is_ok_and(|nodes| nodes.iter().any(|n| n.node.as_str() == node))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_before_any_node_says_so_and_creates_nothing() {
+    let nats = TestNats::start();
+    let url = nats.url();
+    for args in [&["nodes"][..], &["job", "list"], &["worker", "list"]] {
+        let out = ax(&url, args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = stderr(&out);
+        assert!(
+            err.contains("does not exist") && err.contains("no ax node has run"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(stream_names(&url).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_while_commands_run_comes_up() {
+    let nats = TestNats::start();
+    let url = nats.url();
+    // Commands in a loop from before the node starts until it is up: each one fails (nothing
+    // set up yet) or reads; none may get in the node's way.
+    let stop = Arc::new(AtomicBool::new(false));
+    let commands = {
+        let (url, stop) = (url.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut runs = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = ax(&url, &["nodes"]);
+                runs += 1;
+            }
+            runs
+        })
+    };
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    wait_for_logged(
+        Duration::from_secs(60),
+        "the node's heartbeat",
+        &[&node],
+        || async { lists_node(&url, "n1").then_some(()) },
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let runs = commands.join().expect("the command loop");
+    assert!(runs >= 2, "only {runs} commands ran");
+    assert!(support::alive(node.pid().as_raw()), "{}", node.log_text());
+    let log = node.log_text();
+    assert!(!log.contains("cannot set up"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_before_its_nats_waits_for_it_and_comes_up() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port().expect("a free port");
+    let url = format!("nats://127.0.0.1:{port}");
+    let node_dir = dir.path().join("n1");
+    std::fs::create_dir_all(&node_dir).expect("node dir");
+    let node = AxProcess::spawn(
+        Some(&url),
+        &[
+            "node",
+            "--roles",
+            "all",
+            "--id",
+            "n1",
+            "--data-dir",
+            node_dir.join("data").to_str().expect("utf-8 path"),
+        ],
+        &node_dir,
+        &node_dir.join("node.log"),
+    );
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the node to say it waits for NATS",
+        &[&node],
+        || async { node.log_text().contains("waiting for NATS").then_some(()) },
+    )
+    .await;
+    assert!(support::alive(node.pid().as_raw()));
+    let _server = LocalServer::start(ServerOptions {
+        binary: find_binary().expect("nats-server"),
+        port: Some(port),
+        store_dir: dir.path().join("store"),
+        log_file: None,
+        extra_args: Vec::new(),
+    })
+    .expect("nats-server starts");
+    wait_for_logged(
+        Duration::from_secs(60),
+        "the node's heartbeat once NATS is up",
+        &[&node],
+        || async { lists_node(&url, "n1").then_some(()) },
+    )
+    .await;
+}

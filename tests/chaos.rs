@@ -7,10 +7,11 @@
 //! - every expected fire produced exactly one instance (none lost; ids make a second one
 //!   impossible, and the ledger shows no second run of one attempt);
 //! - every instance reached a final state;
-//! - no attempt ran on two workers, and an attempt ran to its end twice only on a worker that
-//!   was killed and restarted in between (a crash after the command ended and before its
-//!   outcome was stored: the same worker runs it again, which the instance id lets business
-//!   code de-duplicate) — never more often than workers were killed;
+//! - no attempt (trace id) started twice — on two workers, or on one worker killed and
+//!   restarted in between: an attempt whose command may have run is lost with its worker and
+//!   its instance gets a new attempt under a new trace id, worker kills or not;
+//! - no two attempts of one instance ran at the same time (the wall-clock spans of their
+//!   ledger lines, see `support/ledger.rs`);
 //! - every result is recorded once, and every success has its result.
 //!
 //! `AX_CHAOS_MINUTES` sets the length of the chaos (1.5 by default: the short profile);
@@ -27,8 +28,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use ax_bus::messages::ResultMessage;
-use ax_bus::{codec, AxClient, InstanceRecord, State};
+use ax_bus::{InstanceRecord, State};
 use support::*;
 
 const CORES: [&str; 2] = ["core-1", "core-2"];
@@ -88,28 +88,6 @@ impl Fleet {
     }
 }
 
-/// One line of the ledger: `start|end <instance> <trace> <worker>`.
-struct Line {
-    kind: String,
-    trace: String,
-    worker: String,
-}
-
-fn ledger(path: &std::path::Path) -> Vec<Line> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut parts = l.split_whitespace();
-            Some(Line {
-                kind: parts.next()?.to_string(),
-                trace: parts.nth(1)?.to_string(),
-                worker: parts.next()?.to_string(),
-            })
-        })
-        .collect()
-}
-
 fn job(name: &str, cron: &str, deps: &str, ledger: &std::path::Path) -> String {
     format!(
         "version: v1
@@ -122,12 +100,9 @@ job:
   timeout: 20
   exec:
     type: shell
-    command: >-
-      echo \"start $AX_INSTANCE_ID $AX_TRACE_ID $AX_WORKER\" >> {l} &&
-      sleep 0.2 &&
-      echo \"end $AX_INSTANCE_ID $AX_TRACE_ID $AX_WORKER\" >> {l}
+    command: '{}'
 ",
-        l = ledger.display()
+        support::ledger::command(ledger, 1).replace('\'', "''")
     )
 }
 
@@ -149,19 +124,6 @@ fn print_log_lines(root: &std::path::Path, needle: &str) {
             println!("  {}: {line}", log.display());
         }
     }
-}
-
-/// Every result message in `AX_RESULTS`.
-async fn results(client: &AxClient) -> Vec<ResultMessage> {
-    let mut stream = client.js.get_stream("AX_RESULTS").await.unwrap();
-    let last = stream.info().await.unwrap().state.last_sequence;
-    let mut all = Vec::new();
-    for seq in 1..=last {
-        if let Ok(message) = stream.get_raw_message(seq).await {
-            all.push(codec::decode(&message.payload).unwrap());
-        }
-    }
-    all
 }
 
 /// The fires of a cron of period `every` seconds in [from, to].
@@ -327,25 +289,8 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
         );
     }
     let not_final = unfinished(&all);
-    let lines = ledger(&ledger_file);
-    let mut ends: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut workers_of: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for line in &lines {
-        workers_of
-            .entry(&line.trace)
-            .or_default()
-            .insert(&line.worker);
-        if line.kind == "end" {
-            *ends.entry(&line.trace).or_default() += 1;
-        }
-    }
-    let on_two_workers: Vec<&&str> = workers_of
-        .iter()
-        .filter(|(_, w)| w.len() > 1)
-        .map(|(t, _)| t)
-        .collect();
-    let reruns: Vec<(&&str, &usize)> = ends.iter().filter(|(_, n)| **n > 1).collect();
-    let results = results(&client).await;
+    let findings = support::ledger::examine(&support::ledger::read(&ledger_file));
+    let results = all_results(&client).await;
     let mut results_per_trace: BTreeMap<&str, usize> = BTreeMap::new();
     for result in &results {
         *results_per_trace.entry(&result.trace_id).or_default() += 1;
@@ -363,19 +308,20 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
         .collect();
     let success_without_run: Vec<&str> = successes
         .iter()
-        .filter(|r| !ends.contains_key(r.trace_id.as_str()))
+        .filter(|r| !findings.ended.contains(r.trace_id.as_str()))
         .map(|r| r.instance_id.as_str())
         .collect();
     println!(
         "chaos ledger: expected {expected_count}, created {created_count}, lost {}, \
-         duplicates {} (results) / {} (runs on two workers), unfinished {}, re-run after a \
-         worker crash {}; {} runs, {} results, {} successes",
+         duplicates {} (results) / {} (runs on two workers), unfinished {}, traces started \
+         twice {}, attempts of one instance overlapping {}; {} runs, {} results, {} successes",
         lost.len(),
         double_results.len(),
-        on_two_workers.len(),
+        findings.on_two_workers.len(),
         not_final.len(),
-        reruns.len(),
-        lines.iter().filter(|l| l.kind == "start").count(),
+        findings.started_twice.len(),
+        findings.overlapping.len(),
+        findings.starts,
         results.len(),
         successes.len(),
     );
@@ -422,17 +368,23 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
     assert!(lost.is_empty(), "fires without an instance: {lost:?}");
     assert!(not_final.is_empty(), "instances not final: {not_final:?}");
     assert!(
-        on_two_workers.is_empty(),
-        "attempts run on two workers: {on_two_workers:?}"
+        findings.on_two_workers.is_empty(),
+        "attempts run on two workers: {:?}",
+        findings.on_two_workers
+    );
+    assert!(
+        findings.overlapping.is_empty(),
+        "attempts of one instance running at once: {:?}",
+        findings.overlapping
     );
     assert!(
         double_results.is_empty(),
         "results recorded twice: {double_results:?}"
     );
     assert!(
-        reruns.len() <= worker_kills,
-        "{} attempts ran to their end twice with only {worker_kills} worker kills: {reruns:?}",
-        reruns.len()
+        findings.started_twice.is_empty(),
+        "attempts started twice under one trace id ({worker_kills} worker kills): {:?}",
+        findings.started_twice
     );
     assert!(
         success_without_result.is_empty(),

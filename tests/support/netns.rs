@@ -2,8 +2,8 @@
 //! namespace of its own, joined to a bridge in the test's namespace by a veth pair, with an
 //! address of its own on the bridge's subnet. Cutting a participant off sets its link down (it
 //! loses everyone, and everyone loses it, as with a pulled cable); separating two drops their
-//! packets to each other with `tc` filters in both namespaces, leaving every other path up.
-//! Needs root (or CAP_NET_ADMIN) and `ip`/`tc` (iproute2). Everything is removed on drop.
+//! packets to each other with blackhole routes in both namespaces, leaving every other path up.
+//! Needs root (or CAP_NET_ADMIN) and `ip` (iproute2). Everything is removed on drop.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 static NETS: AtomicU32 = AtomicU32::new(0);
 
-/// Runs `ip`/`tc` with `args`; panics with the command and its error if it fails.
+/// Runs `ip` with `args`; panics with the command and its error if it fails.
 fn run(program: &str, args: &[&str]) {
     let out = Command::new(program)
         .args(args)
@@ -143,56 +143,39 @@ impl Net {
         run("ip", &["link", "set", &self.members[name].host_veth, "up"]);
     }
 
-    /// Drops every packet between `a` and `b`, both ways; their other paths stay up.
+    /// Drops every packet between `a` and `b`, both ways (a blackhole route to the other in
+    /// each namespace); their other paths stay up.
     pub(crate) fn separate(&mut self, a: &str, b: &str) {
-        self.separated.insert(pair(a, b));
-        self.apply_filters(a);
-        self.apply_filters(b);
+        if self.separated.insert(pair(a, b)) {
+            self.blackhole("add", a, b);
+            self.blackhole("add", b, a);
+        }
     }
 
     /// Undoes [`Net::separate`].
     pub(crate) fn join(&mut self, a: &str, b: &str) {
-        self.separated.remove(&pair(a, b));
-        self.apply_filters(a);
-        self.apply_filters(b);
+        if self.separated.remove(&pair(a, b)) {
+            self.blackhole("del", a, b);
+            self.blackhole("del", b, a);
+        }
     }
 
-    /// Rebuilds `name`'s egress filters from the separations that concern it.
-    fn apply_filters(&self, name: &str) {
-        let ns = &self.members[name].ns;
-        run_quietly(
+    /// Adds or deletes, in `from`'s namespace, the blackhole route to `to`.
+    fn blackhole(&self, verb: &str, from: &str, to: &str) {
+        let dst = format!("{}/32", self.members[to].ip);
+        run(
             "ip",
             &[
-                "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root",
+                "netns",
+                "exec",
+                &self.members[from].ns,
+                "ip",
+                "route",
+                verb,
+                "blackhole",
+                &dst,
             ],
         );
-        let peers: Vec<&Member> = self
-            .separated
-            .iter()
-            .filter_map(|(a, b)| match (a == name, b == name) {
-                (true, _) => Some(&self.members[b]),
-                (_, true) => Some(&self.members[a]),
-                _ => None,
-            })
-            .collect();
-        if peers.is_empty() {
-            return;
-        }
-        let tc = |args: &[&str]| {
-            let mut full = vec!["netns", "exec", ns, "tc"];
-            full.extend_from_slice(args);
-            run("ip", &full);
-        };
-        tc(&[
-            "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "prio",
-        ]);
-        for peer in peers {
-            let dst = format!("{}/32", peer.ip);
-            tc(&[
-                "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
-                "u32", "match", "ip", "dst", &dst, "action", "drop",
-            ]);
-        }
     }
 }
 

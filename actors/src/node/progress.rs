@@ -17,7 +17,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
@@ -117,13 +117,17 @@ impl Pump {
 
 type Key = (&'static str, String);
 
-fn registry() -> &'static DashMap<Key, Arc<Pump>> {
-    static REGISTRY: OnceLock<DashMap<Key, Arc<Pump>>> = OnceLock::new();
+/// The pumps that run: held weakly, so that a pump that ended — its future finished, failed or
+/// was dropped with its actor's context — is no longer watched. (Held strongly, a pump that
+/// failed while working on a message would look stuck on it for ever, and its actor, standing
+/// by without that pump, would be replaced as stalled.)
+fn registry() -> &'static DashMap<Key, Weak<Pump>> {
+    static REGISTRY: OnceLock<DashMap<Key, Weak<Pump>>> = OnceLock::new();
     REGISTRY.get_or_init(DashMap::new)
 }
 
 /// The handle of `actor`'s pump `name`, reading `source`; a pump started again (after a
-/// restart) replaces its old handle.
+/// restart) replaces its old handle. The pump is watched while the handle lives.
 pub(crate) fn register(
     actor: &'static str,
     name: impl Into<String>,
@@ -137,7 +141,7 @@ pub(crate) fn register(
         state: AtomicU8::new(PumpState::Waiting as u8),
         since: AtomicU64::new(now_ms()),
     });
-    registry().insert((actor, name), pump.clone());
+    registry().insert((actor, name), Arc::downgrade(&pump));
     pump
 }
 
@@ -146,12 +150,13 @@ pub(crate) fn forget(actor: &'static str) {
     registry().retain(|(owner, _), _| *owner != actor);
 }
 
-/// The pumps of `actor`.
+/// The running pumps of `actor` (those that ended are forgotten on the way).
 pub(crate) fn pumps_of(actor: &'static str) -> Vec<Arc<Pump>> {
+    registry().retain(|_, pump| pump.strong_count() > 0);
     registry()
         .iter()
         .filter(|e| e.key().0 == actor)
-        .map(|e| e.value().clone())
+        .filter_map(|e| e.value().upgrade())
         .collect()
 }
 
@@ -206,5 +211,14 @@ mod tests {
         assert_eq!(pumps_of("progress-test").len(), 1);
         forget("progress-test");
         assert!(pumps_of("progress-test").is_empty());
+    }
+
+    #[test]
+    fn a_pump_that_ended_while_working_is_not_watched() {
+        let pump = register("progress-ended", "registry", None);
+        pump.working();
+        assert_eq!(pumps_of("progress-ended").len(), 1);
+        drop(pump);
+        assert!(pumps_of("progress-ended").is_empty());
     }
 }

@@ -365,11 +365,13 @@ mod tests {
                 starts: counted.clone(),
             });
             supervisee.address.do_send(Block(block));
-            if hang_pump {
-                // A pump that took a message and never comes back to its source, on the first
-                // copy only (the replacement registers its pumps afresh).
-                progress::register(actor, "stuck", None).working();
-            }
+            // A pump that took a message and never comes back to its source, on the first copy
+            // only (the replacement registers its pumps afresh, and forgets this one).
+            let _stuck = hang_pump.then(|| {
+                let pump = progress::register(actor, "stuck", None);
+                pump.working();
+                pump
+            });
             let list: Arc<Mutex<Vec<Box<dyn Watched>>>> =
                 Arc::new(Mutex::new(vec![Box::new(supervisee)]));
             let no_source: PendingOf = Arc::new(|_| Box::pin(std::future::ready(None)));

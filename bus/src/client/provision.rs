@@ -33,7 +33,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv, stream};
+use async_nats::jetstream::{self, stream};
 
 use crate::subjects::Subjects;
 
@@ -297,14 +297,8 @@ impl Layout {
         }
         self.ensure_clock_stream(js).await?;
         for (bucket, history, max_age) in self.buckets() {
-            let config = kv::Config {
-                bucket,
-                history,
-                max_age,
-                storage: stream::StorageType::File,
-                ..Default::default()
-            };
-            self.ensure_bucket(js, config).await?;
+            self.ensure_stream(js, bucket_stream(&bucket, history, max_age))
+                .await?;
         }
         Ok(())
     }
@@ -387,39 +381,25 @@ impl Layout {
         }
         self.ensure_stream(js, clock).await
     }
+}
 
-    async fn ensure_bucket(
-        &self,
-        js: &jetstream::Context,
-        mut config: kv::Config,
-    ) -> Result<(), ProvisionError> {
-        let bucket = config.bucket.clone();
-        let failed = |source: crate::error::BoxError| ProvisionError {
-            object: format!("bucket {bucket}"),
-            source,
-        };
-        let have = Self::existing(js, &format!("KV_{bucket}")).await?;
-        config.num_replicas = self.replicas_for(have.as_ref());
-        match have {
-            Some(have)
-                if have.max_messages_per_subject == config.history
-                    && have.max_age == config.max_age
-                    && have.storage == config.storage
-                    && have.num_replicas == config.num_replicas =>
-            {
-                Ok(())
-            }
-            Some(_) => js
-                .update_key_value(config)
-                .await
-                .map(drop)
-                .map_err(|e| failed(e.into())),
-            None => match js.create_key_value(config).await {
-                Ok(_) => Ok(()),
-                Err(e) if created_meanwhile(&e) => Ok(()),
-                Err(e) => Err(failed(e.into())),
-            },
-        }
+/// The stream behind bucket `bucket`: what `create_key_value` makes, except that reads go to
+/// the stream's leader (`allow_direct` off). With direct gets, any replica answers a read, and
+/// one that has just rejoined its cluster answers from behind: an instance created a moment
+/// ago reads as missing, a claim as free. Every decision ax takes on a read (a compare-and-swap,
+/// an "unknown instance", a free claim) needs the latest value, so no bucket allows them.
+fn bucket_stream(bucket: &str, history: i64, max_age: Duration) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{bucket}"),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: history,
+        max_age,
+        storage: stream::StorageType::File,
+        allow_rollup: true,
+        deny_delete: true,
+        discard: stream::DiscardPolicy::New,
+        allow_direct: false,
+        ..Default::default()
     }
 }
 

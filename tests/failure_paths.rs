@@ -229,6 +229,39 @@ async fn a_dispatch_delivered_twice_runs_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_consumer_left_by_a_dead_janitor_does_not_block_the_worker() {
+    // A janitor killed while draining a worker it judged dead leaves its consumer on the
+    // worker's queue; a work-queue stream allows one consumer per subject, so the worker, back
+    // by then, could never open its queue and its dispatches waited for ever.
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    set_up(&nats.url()).await;
+    let stream = client.js.get_stream("AX_DISPATCH").await.unwrap();
+    stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("janitor-n1-normal".into()),
+            filter_subject: "ax.internal.dispatch.n1.normal".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "after_drain",
+        "version: v1\njob:\n  name: after_drain\n  exec:\n    type: shell\n    command: 'true'\n",
+    )
+    .await;
+    let id = trigger(&nats, &["after_drain"]);
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(record.state, State::Success, "{record:?}\n{}", node.log_text());
+    assert!(
+        stream.consumer_info("janitor-n1-normal").await.is_err(),
+        "the drain consumer is still there"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_attempts_are_retried_with_doubling_backoff() {
     let nats = TestNats::start();
     let client = nats.client().await;

@@ -118,13 +118,13 @@ async fn drain(
         .get_stream(client.layout.dispatch_stream())
         .await
         .map_err(|e| failed("open the dispatch stream", e.into()))?;
-    let durable = format!("worker-{worker}-{}", priority.as_str());
+    let durable = client.layout.worker_consumer(worker, priority);
     // The dead worker's own consumer may be gone already (it never started one, or a janitor
     // before this one deleted it): nothing to do then.
     if let Err(e) = stream.delete_consumer(&durable).await {
         tracing::debug!(consumer = %durable, error = %e, "worker consumer not deleted");
     }
-    let janitor = format!("janitor-{worker}-{}", priority.as_str());
+    let janitor = client.layout.drain_consumer(worker, priority);
     let consumer = stream
         .create_consumer(pull::Config {
             durable_name: Some(janitor.clone()),
@@ -132,6 +132,9 @@ async fn drain(
             ack_policy: AckPolicy::Explicit,
             deliver_policy: DeliverPolicy::All,
             ack_wait: DRAIN_ACK_WAIT,
+            // Left behind when the janitor dies mid-drain, it would keep the worker, back by
+            // then, from opening its queue: the server removes it once idle that long.
+            inactive_threshold: DRAIN_IDLE,
             ..Default::default()
         })
         .await
@@ -144,6 +147,9 @@ async fn drain(
     }
     drained
 }
+
+/// How long a drain consumer nobody reads lives on.
+const DRAIN_IDLE: Duration = Duration::from_secs(30);
 
 /// How long a drained dispatch may be in hand before the server offers it again: only
 /// matters when the janitor's consumer could not be removed after a failure.

@@ -2,10 +2,11 @@
 //! its priority may use before it takes the next dispatch) and its cancellations.
 
 use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::ErrorCode;
 use futures::StreamExt;
 
-use ax_bus::error::During;
-use ax_bus::ids::TraceId;
+use ax_bus::error::{During, NatsError};
+use ax_bus::ids::{TraceId, WorkerId};
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
@@ -52,13 +53,14 @@ pub(super) async fn dispatches(
         max_deliver: consume::POISON_DELIVERIES,
         ..ConsumerSpec::new(
             client.layout.dispatch_stream(),
-            format!("worker-{id}-{}", priority.as_str()),
+            client.layout.worker_consumer(id, priority),
             client.subjects().dispatch(id, priority),
         )
     };
     if reclaim {
         reclaim_dispatches(client, &spec).await?;
     }
+    remove_drain_consumer(client, id, priority).await?;
     let scratch = attempts.config.data_dir.join("scratch");
     std::fs::create_dir_all(&scratch)?;
     let batch = attempts.slots.limit(priority) as usize;
@@ -85,6 +87,33 @@ pub(super) async fn dispatches(
         });
     }
     Ok(())
+}
+
+/// Removes the janitor's drain consumer of this queue, if one is left (see
+/// [`ax_bus::client::provision::Layout::drain_consumer`]): it was made when this worker was
+/// judged dead, and while it exists the worker cannot open its queue. Removing it under a
+/// janitor still draining is safe: each dispatch it re-sent elsewhere is reserved for that
+/// dispatch, so this worker's claim of the old copy is refused.
+async fn remove_drain_consumer(
+    client: &AxClient,
+    id: &WorkerId,
+    priority: Priority,
+) -> Result<(), ActorError> {
+    let stream = client
+        .js
+        .get_stream(client.layout.dispatch_stream())
+        .await
+        .during(|| "open the dispatch stream")?;
+    let drain = client.layout.drain_consumer(id, priority);
+    let Err(e) = stream.delete_consumer(&drain).await else {
+        tracing::warn!(consumer = %drain, "removed a drain consumer the janitor left on this worker's queue");
+        return Ok(());
+    };
+    let e = NatsError::new(format!("remove consumer {drain}"), e);
+    match e.server_code() {
+        Some(ErrorCode::CONSUMER_NOT_FOUND) => Ok(()),
+        _ => Err(e.into()),
+    }
 }
 
 async fn reclaim_dispatches(client: &AxClient, spec: &ConsumerSpec) -> Result<(), ActorError> {

@@ -35,6 +35,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 
+use crate::ids::WorkerId;
+use crate::spec::Priority;
 use crate::subjects::Subjects;
 
 /// How long results stay in `<AX>_RESULTS`.
@@ -116,6 +118,17 @@ impl Layout {
     /// `AX_DISPATCH`.
     pub fn dispatch_stream(&self) -> String {
         self.stream_name("DISPATCH")
+    }
+    /// The durable consumer worker `worker` reads its `priority` queue of `AX_DISPATCH` with.
+    pub fn worker_consumer(&self, worker: &WorkerId, priority: Priority) -> String {
+        format!("worker-{worker}-{}", priority.as_str())
+    }
+    /// The consumer the Routers' janitor drains that queue with when the worker is judged dead.
+    /// A work-queue stream allows one consumer per subject, so while it exists the worker
+    /// cannot open its own: the worker removes one it finds (see the worker's pumps), and the
+    /// server removes one left idle.
+    pub fn drain_consumer(&self, worker: &WorkerId, priority: Priority) -> String {
+        format!("janitor-{worker}-{}", priority.as_str())
     }
     /// `AX_RESULTS`.
     pub fn results_stream(&self) -> String {

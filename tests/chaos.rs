@@ -360,7 +360,32 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
          panics or stalls: {troubled:?}",
         nodes.len()
     );
-    if std::env::var_os("AX_CHAOS_KEEP").is_some() {
+    let failing = settled.is_err()
+        || !lost.is_empty()
+        || !not_final.is_empty()
+        || !findings.on_two_workers.is_empty()
+        || !findings.overlapping.is_empty()
+        || !double_results.is_empty()
+        || !findings.started_twice.is_empty()
+        || !success_without_result.is_empty()
+        || !success_without_run.is_empty()
+        || !troubled.is_empty();
+    if !lost.is_empty() {
+        // What each Scheduler recorded around the lost fires.
+        for name in expected.keys() {
+            let ticks = client
+                .ticks(&support::job(name), 1000)
+                .await
+                .unwrap_or_default();
+            for t in ticks.iter().filter(|t| {
+                lost.iter()
+                    .any(|l| l.starts_with(&format!("{name}@")) && l.ends_with(&t.tick.to_string()))
+            }) {
+                println!("chaos: tick record {t:?}");
+            }
+        }
+    }
+    if failing || std::env::var_os("AX_CHAOS_KEEP").is_some() {
         println!("chaos: keeping {}", cluster.dir.path().display());
         let _ = cluster.dir.keep();
     }

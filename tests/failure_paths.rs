@@ -254,7 +254,12 @@ async fn a_drain_consumer_left_by_a_dead_janitor_does_not_block_the_worker() {
     .await;
     let id = trigger(&nats, &["after_drain"]);
     let record = final_record(&client, &id, Duration::from_secs(30)).await;
-    assert_eq!(record.state, State::Success, "{record:?}\n{}", node.log_text());
+    assert_eq!(
+        record.state,
+        State::Success,
+        "{record:?}\n{}",
+        node.log_text()
+    );
     assert!(
         stream.consumer_info("janitor-n1-normal").await.is_err(),
         "the drain consumer is still there"

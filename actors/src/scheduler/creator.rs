@@ -22,7 +22,7 @@ use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErro
 use async_nats::jetstream::message::PublishMessage;
 use tokio::sync::{mpsc, oneshot};
 
-use ax_bus::error::{During, NatsError};
+use ax_bus::error::{During, NatsError, Reason};
 use ax_bus::ids::NodeId;
 use ax_bus::messages::{StoredRecord, TickOutcome};
 use ax_bus::spec::Overlap;
@@ -442,8 +442,17 @@ enum Existing {
 /// Reads the record that stood in the way of creating `record`.
 async fn existing(client: &AxClient, record: &InstanceRecord) -> Result<Existing, ActorError> {
     let Some((stored, _)) = client.instance(&record.instance_id).await? else {
-        // Deleted in between (a job deletion): nothing to hand on.
-        return Ok(Existing::Other);
+        // Refused as existing, yet not there: deleted with its job in between (nothing to
+        // hand on), or — the job still there — a refusal that must not be taken for another
+        // Scheduler's record, or the fire is lost: the creation is tried again.
+        if client.job(&record.job).await?.is_none() {
+            return Ok(Existing::Other);
+        }
+        return Err(NatsError::new(
+            format!("create instance {}", record.instance_id),
+            Reason("refused as existing, but no record is there".into()),
+        )
+        .into());
     };
     let untouched = stored.state == State::Running
         && stored.tag == Tag::Queued

@@ -155,3 +155,29 @@ async fn an_instance_waiting_in_its_queue_is_not_stranded() {
     let (record, _) = client.instance(&support::id(&id)).await.unwrap().unwrap();
     assert_eq!((record.state, record.tag), (State::Running, Tag::NoWorker));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranded_instance_of_a_deleted_job_is_cancelled() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "router,worker", &[]);
+    let record = record_of(&nats, &client, "deleted-job").await;
+    assert!(client.create_instance(&record).await.unwrap());
+    client.jobs.delete("deleted-job").await.unwrap();
+    let id = record.instance_id.clone();
+    let done = wait_for_logged(
+        Duration::from_secs(90),
+        "the stranded instance of a deleted job to be cancelled",
+        &[&node],
+        || async {
+            let (record, _) = client.instance(&id).await.ok()??;
+            record.state.is_final().then_some(record)
+        },
+    )
+    .await;
+    assert_eq!((done.state, done.tag), (State::Cancelled, Tag::JobDeleted));
+    assert!(
+        alerts_of(&client, "stranded").await.is_empty(),
+        "nothing was resumed"
+    );
+}

@@ -224,3 +224,22 @@ async fn hand_on_after_loss(
     )
     .await
 }
+
+/// Ends attempt `trace` of `instance_id` `cancelled` (tag `job_deleted`) because its job is
+/// gone: nothing could run it. Its event goes out; a repeat finds it ended and does nothing.
+pub(crate) async fn cancel_for_deleted_job(
+    client: &AxClient,
+    instance_id: &InstanceId,
+    trace: &TraceId,
+    why: &str,
+) -> Result<(), ActorError> {
+    let cancelled = client
+        .update_instance(instance_id, |r| {
+            r.ended_early(trace, State::Cancelled, Tag::JobDeleted, why)
+        })
+        .await?;
+    if let Updated::Written(record, _) = cancelled {
+        publish::event(client, &record).await;
+    }
+    Ok(())
+}

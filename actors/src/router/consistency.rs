@@ -36,7 +36,6 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
-use ax_bus::client::Updated;
 use ax_bus::error::NatsError;
 use ax_bus::ids::{InstanceId, WorkerId};
 use ax_bus::messages::{AlertKind, WorkItem};
@@ -218,11 +217,13 @@ async fn owned(
     now: DateTime<Utc>,
 ) -> Result<bool, ActorError> {
     let trace = &record.trace_id;
-    if *step != Step::Queued && *step != Step::Retry {
-        // Executing: its dispatch waits unacknowledged in the queue as long as it runs, so
-        // only its claim says whether someone runs it.
-    } else if waiting.contains(trace.as_str()) {
-        return Ok(true);
+    // An executing attempt's dispatch waits unacknowledged in its queue for as long as it
+    // runs, so only its claim says whether someone runs it.
+    let message_waits = waiting.contains(trace.as_str());
+    match step {
+        Step::Retry => return Ok(message_waits),
+        Step::Queued if message_waits => return Ok(true),
+        _ => {}
     }
     let claim = shared.client.claim_of(trace).await?.map(|(claim, _)| claim);
     let holder = claim
@@ -230,11 +231,10 @@ async fn owned(
         .filter(|c| !c.revoked)
         .and_then(|c| c.worker.clone().map(|w| (w, c.lease_until)));
     match (step, holder) {
-        (Step::Retry, _) => Ok(false),
         (Step::Executing(worker), Some((holder, lease))) if holder == *worker => {
             Ok(lease.is_some_and(|l| l > now) || shared.router.send(Knows(holder)).await?)
         }
-        (Step::Executing(_), _) => Ok(false),
+        (Step::Retry | Step::Executing(_), _) => Ok(false),
         (Step::Queued, Some((holder, lease))) => {
             Ok(lease.is_some_and(|l| l > now) || shared.router.send(Knows(holder)).await?)
         }
@@ -290,7 +290,9 @@ async fn resume(
         Step::Retry => "waiting for a retry past its due time, with no retry message",
     };
     let Some((job, _)) = client.job(&record.job).await? else {
-        return cancel_for_deleted_job(shared, record).await;
+        let why = "the job was deleted while the instance was stranded";
+        let (id, trace) = (&record.instance_id, &record.trace_id);
+        return crate::outcome::cancel_for_deleted_job(client, id, trace, why).await;
     };
     let work = WorkItem::for_attempt(record, job.spec);
     publish::instance_alert(
@@ -313,25 +315,4 @@ async fn resume(
             crate::scheduler::run_retry(client, &record.instance_id, &record.trace_id).await
         }
     }
-}
-
-async fn cancel_for_deleted_job(
-    shared: &Dispatcher,
-    record: &InstanceRecord,
-) -> Result<(), ActorError> {
-    let client = &shared.client;
-    let cancelled = client
-        .update_instance(&record.instance_id, |r| {
-            r.ended_early(
-                &record.trace_id,
-                State::Cancelled,
-                Tag::JobDeleted,
-                "the job was deleted while the instance was stranded",
-            )
-        })
-        .await?;
-    if let Updated::Written(record, _) = cancelled {
-        publish::event(client, &record).await;
-    }
-    Ok(())
 }

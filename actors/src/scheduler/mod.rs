@@ -36,7 +36,7 @@ use ax_bus::msg_id;
 use std::collections::HashMap;
 
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
-use ax_bus::instance::{State, Tag, Trigger};
+use ax_bus::instance::{State, Trigger};
 use ax_bus::messages::{JobRecord, ResultMessage, TickOutcome, TickRecord, WorkItem};
 use ax_bus::spec::Misfire;
 use ax_bus::{codec, AxClient};
@@ -517,20 +517,8 @@ pub(crate) async fn run_retry(
         Updated::Refused(_) | Updated::Missing => return Ok(()),
     };
     let Some((job, _)) = client.job(&record.job).await? else {
-        let cancelled = client
-            .update_instance(instance_id, |r| {
-                r.ended_early(
-                    &new_trace,
-                    State::Cancelled,
-                    Tag::JobDeleted,
-                    "the job was deleted before its retry",
-                )
-            })
-            .await?;
-        if let Updated::Written(record, _) = cancelled {
-            publish::event(client, &record).await;
-        }
-        return Ok(());
+        let why = "the job was deleted before its retry";
+        return crate::outcome::cancel_for_deleted_job(client, instance_id, &new_trace, why).await;
     };
     let work = WorkItem::for_attempt(&record, job.spec);
     publish::to_stream_acked(

@@ -162,7 +162,11 @@ impl Handler<Lead> for DagCoordinator {
             let pump = follow(self.client.clone(), self.node.clone(), source, addr.clone());
             spawn_pump(ACTOR, source.name(), ctx, pump);
         }
-        ctx.run_interval(EXPIRE_EVERY, |_, ctx| ctx.notify(Expire));
+        // Through the mailbox, not `ctx.notify`: actix polls one item of the context (a notified
+        // message is one) right after a mailbox message has started an atomic decision and
+        // before it merges that decision's wait, so a notified expiry could find the view away
+        // in the decision; the mailbox is read only while no decision is under way.
+        ctx.run_interval(EXPIRE_EVERY, |_, ctx| ctx.address().do_send(Expire));
         let actions = msg.actions;
         self.decide(move |_| actions)
     }
@@ -385,5 +389,105 @@ fn decode_job(key: &str, value: &[u8]) -> Option<JobRecord> {
             tracing::error!(job = %key, error = %e, "registry value does not decode");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Why the expiry tick goes through the mailbox: the actix behaviour it steps around.
+
+    use std::time::{Duration, Instant};
+
+    use actix::prelude::*;
+
+    /// A view taken away by an atomic decision, like the coordinator's; each look records
+    /// whether it found the view away.
+    #[derive(Default)]
+    struct Toy {
+        view: Option<()>,
+        looks: Vec<(&'static str, bool)>,
+    }
+
+    impl Actor for Toy {
+        type Context = Context<Self>;
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Decide;
+
+    impl Handler<Decide> for Toy {
+        type Result = AtomicResponse<Self, ()>;
+
+        fn handle(&mut self, _: Decide, _: &mut Self::Context) -> Self::Result {
+            let view = self.view.take();
+            AtomicResponse::new(Box::pin(
+                tokio::time::sleep(Duration::from_millis(20))
+                    .into_actor(self)
+                    .map(move |_, act, _| act.view = view),
+            ))
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Look(&'static str);
+
+    impl Handler<Look> for Toy {
+        type Result = ();
+
+        fn handle(&mut self, msg: Look, _: &mut Self::Context) {
+            self.looks.push((msg.0, self.view.is_none()));
+        }
+    }
+
+    /// What the coordinator's interval meets: a tick (here a timer of the context) that asks
+    /// for a look while a batch (the decision) reaches the mailbox.
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Tick;
+
+    impl Handler<Tick> for Toy {
+        type Result = ();
+
+        fn handle(&mut self, _: Tick, ctx: &mut Self::Context) {
+            ctx.run_later(Duration::ZERO, |_, ctx| {
+                ctx.notify(Look("notified"));
+                ctx.address().do_send(Decide);
+                ctx.address().do_send(Look("mailbox"));
+            });
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "Vec<(&'static str, bool)>")]
+    struct Looks;
+
+    impl Handler<Looks> for Toy {
+        type Result = MessageResult<Looks>;
+
+        fn handle(&mut self, _: Looks, _: &mut Self::Context) -> Self::Result {
+            MessageResult(self.looks.clone())
+        }
+    }
+
+    #[actix::test]
+    async fn a_notified_message_can_run_inside_an_atomic_decision_a_mailbox_one_cannot() {
+        let toy = Toy {
+            view: Some(()),
+            ..Toy::default()
+        }
+        .start();
+        toy.send(Tick).await.expect("ticked");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let looks = loop {
+            let looks = toy.send(Looks).await.expect("answered");
+            if looks.len() == 2 || Instant::now() > deadline {
+                break looks;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        // The notified look ran while the decision held the view; the mailbox one after it.
+        assert_eq!(looks, vec![("notified", true), ("mailbox", false)]);
     }
 }

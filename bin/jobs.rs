@@ -177,9 +177,10 @@ pub(crate) async fn get(client: &AxClient, name: &str, json: bool) -> Result<()>
         .job(&name)
         .await?
         .ok_or_else(|| anyhow!("no job named `{name}`"))?;
+    // Shown with its secrets redacted: what `get` prints ends up in terminals, tickets, chats.
     let doc = JobDocument {
         version: spec::VERSION.into(),
-        job: record.spec,
+        job: spec::redact::spec(&record.spec),
     };
     if json {
         return table::json(&doc);

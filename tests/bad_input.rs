@@ -49,6 +49,20 @@ fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
             "61",
         ),
         (
+            "cron that never fires",
+            GOOD.replace("0 2 * * *", "0 0 30 2 *"),
+            4,
+            "job.cron",
+            "never fires",
+        ),
+        (
+            "cron second out of range, on one line",
+            GOOD.replace("0 2 * * *", "61 * * * * *"),
+            4,
+            "job.cron",
+            "61 is out of 0–59",
+        ),
+        (
             "unknown time zone",
             GOOD.replace("Asia/Shanghai", "Mars/Olympus"),
             5,
@@ -246,6 +260,49 @@ fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
             9,
             "",
             "urgent",
+        ),
+        (
+            "retry interval past a day (the Reporter's crash loop)",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  retry: { times: 3, interval: 1000000000000000000 }\n",
+            ),
+            9,
+            "job.retry.interval",
+            "more than 86400 s (1 day)",
+        ),
+        (
+            "timeout of 10^12 s",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  timeout: 1000000000000\n",
+            ),
+            9,
+            "job.timeout",
+            "more than 604800 s (7 days)",
+        ),
+        (
+            "catch-up window past 31 days",
+            GOOD.replace(
+                "    command: echo ok\n",
+                "    command: echo ok\n  catchup_window: 99999999\n",
+            ),
+            9,
+            "job.catchup_window",
+            "more than 2678400 s (31 days)",
+        ),
+        (
+            "params past 64 KiB",
+            GOOD.replace(
+                "    command: echo ok\n",
+                &format!(
+                    "    command: echo ok\n  params: {{ blob: {} }}\n",
+                    "x".repeat(70_000)
+                ),
+            ),
+            9,
+            "job.params",
+            "more than 65536",
         ),
         (
             "wrong version",

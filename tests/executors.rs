@@ -51,6 +51,14 @@ impl Endpoint {
                     let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
                     let json = serde_json::from_slice(&body).unwrap_or_default();
                     kept.lock().unwrap().push((path.clone(), head, json));
+                    if let Some(to) = path.strip_prefix("/to/") {
+                        // `/to/<host:port>/<path>`: a 307 (the POST is repeated) to there.
+                        let answer = format!(
+                            "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://{to}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        );
+                        let _ = socket.write_all(answer.as_bytes()).await;
+                        return;
+                    }
                     let (status, reply) = match path.as_str() {
                         "/ok" => ("200 OK", r#"{"status": "ok", "rows": 3}"#),
                         "/nope" => ("200 OK", r#"{"status": "failed"}"#),
@@ -80,6 +88,107 @@ impl Endpoint {
             .map(|(_, head, body)| (head.clone(), body.clone()))
             .collect()
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_secrets_stay_with_their_origin_and_out_of_messages() {
+    let nats = TestNats::start();
+    let dir = nats.path("n1");
+    let data = dir.join("data");
+    let _node = AxProcess::spawn_with_env(
+        Some(&nats.url()),
+        &[
+            "node",
+            "--roles",
+            "all",
+            "--id",
+            "n1",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &dir,
+        &dir.join("node.log"),
+        &[("AX_TEST_API_KEY", "k-123")],
+    );
+    let (home, elsewhere) = (Endpoint::start().await, Endpoint::start().await);
+    let host = |e: &Endpoint| e.base.trim_start_matches("http://").to_string();
+    let keyed = "    header_env: { X-Api-Key: AX_TEST_API_KEY }\n";
+
+    // Within the origin a redirect is followed, with the headers; the key comes from the
+    // worker's environment.
+    let same = format!("{}/to/{}/ok", home.base, host(&home));
+    let followed = run_job(&nats, "h-same", &http_job("h-same", &same, keyed)).await;
+    assert_eq!(followed.state, State::Success, "{}", followed.message);
+    let (head, _) = home
+        .requests("/ok")
+        .pop()
+        .expect("the redirect was followed");
+    assert!(head.to_lowercase().contains("x-api-key: k-123"), "{head}");
+
+    // To another origin it is not followed: nothing (no header, no key) reaches it.
+    let away = format!("{}/to/{}/ok", home.base, host(&elsewhere));
+    let stopped = run_job(&nats, "h-away", &http_job("h-away", &away, keyed)).await;
+    assert_eq!(
+        (stopped.state, stopped.tag),
+        (State::Failed, Tag::Rejected),
+        "{}",
+        stopped.message
+    );
+    assert!(
+        stopped.message.contains("another origin: not followed"),
+        "{}",
+        stopped.message
+    );
+    assert!(elsewhere.requests("/ok").is_empty());
+
+    // A password in the URL is never shown: not in the failure, not by `ax job get`.
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let secret_url = format!("http://etl:s3cret@127.0.0.1:{port}/x");
+    let failed = run_job(
+        &nats,
+        "h-secret",
+        &http_job(
+            "h-secret",
+            &secret_url,
+            "    header_env: { Authorization: AX_TEST_API_KEY }\n",
+        ),
+    )
+    .await;
+    assert_eq!(failed.state, State::Failed);
+    assert!(
+        failed.message.contains("etl:***@") && !failed.message.contains("s3cret"),
+        "{}",
+        failed.message
+    );
+    let shown = ax(&nats.url(), &["job", "get", "h-secret"]);
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(
+        shown.contains("etl:***@") && !shown.contains("s3cret"),
+        "{shown}"
+    );
+
+    // A variable the worker does not have: a clear failure naming it.
+    let missing = run_job(
+        &nats,
+        "h-nokey",
+        &http_job(
+            "h-nokey",
+            &format!("{}/ok", home.base),
+            "    header_env: { X-Api-Key: AX_NOT_SET_ANYWHERE }\n",
+        ),
+    )
+    .await;
+    assert_eq!(
+        (missing.state, missing.tag),
+        (State::Failed, Tag::ExecutorError)
+    );
+    assert!(
+        missing.message.contains("AX_NOT_SET_ANYWHERE"),
+        "{}",
+        missing.message
+    );
 }
 
 fn http_job(name: &str, url: &str, extra: &str) -> String {
@@ -237,6 +346,44 @@ with open(os.environ["AX_OUTPUT_FILE"], "w") as f:
         venv.as_path()
     );
     assert!(venv.join(".ax-ready").exists());
+
+    // A making that was interrupted (no ready mark) is cleared and made again: ax made it.
+    std::fs::remove_file(venv.join(".ax-ready")).unwrap();
+    std::fs::write(venv.join("leftover"), "half made").unwrap();
+    let again = run_job(
+        &nats,
+        "py-venv-again",
+        &job("py-venv-again", &format!("    venv: {}\n", venv.display())),
+    )
+    .await;
+    assert_eq!(again.state, State::Success, "{}", again.message);
+    assert!(!venv.join("leftover").exists() && venv.join(".ax-ready").exists());
+
+    // A directory ax did not make is never cleared, even named as a virtualenv.
+    let precious = dir.join("precious");
+    std::fs::create_dir_all(&precious).unwrap();
+    std::fs::write(precious.join("data.csv"), "a,b\n").unwrap();
+    let taken = run_job(
+        &nats,
+        "py-taken",
+        &job("py-taken", &format!("    venv: {}\n", precious.display())),
+    )
+    .await;
+    assert_eq!(
+        (taken.state, taken.tag),
+        (State::Failed, Tag::ExecutorError),
+        "{}",
+        taken.message
+    );
+    assert!(
+        taken.message.contains("not made by ax"),
+        "{}",
+        taken.message
+    );
+    assert_eq!(
+        std::fs::read_to_string(precious.join("data.csv")).unwrap(),
+        "a,b\n"
+    );
 
     let missing = run_job(
         &nats,

@@ -27,6 +27,7 @@ pub mod ids;
 pub mod instance;
 pub mod messages;
 pub mod msg_id;
+pub mod reply_to;
 pub mod spec;
 pub mod subjects;
 pub mod time;

@@ -136,6 +136,38 @@ pub struct JobRecord {
     pub updated_at: DateTime<Utc>,
 }
 
+impl JobRecord {
+    /// A registry value, decoded and checked by the rules of apply. Only the Schedulers write
+    /// the registry, after those checks; but whoever may write its bucket could put anything
+    /// there, and what the actors read from it is executed — so each reader checks again.
+    pub fn from_registry(value: &[u8]) -> Result<Self, RegistryValueError> {
+        let record: Self = crate::codec::decode(value)?;
+        let errors = crate::spec::validate_spec(&record.spec);
+        if errors.is_empty() {
+            Ok(record)
+        } else {
+            Err(RegistryValueError::Invalid(
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ))
+        }
+    }
+}
+
+/// Why a registry value is not taken as a job.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryValueError {
+    /// Not a job record.
+    #[error("does not decode as a job: {0}")]
+    Decode(#[from] crate::codec::CodecError),
+    /// A job that breaks the spec's rules (each `field: reason`).
+    #[error("is not a valid job: {0}")]
+    Invalid(String),
+}
+
 /// One attempt of one instance on its way to a worker: what the Scheduler creates, the
 /// DagCoordinator releases and the Router dispatches. It carries the job definition as it was
 /// when the attempt was created, so a later edit never changes work already in flight.
@@ -577,6 +609,8 @@ pub enum AlertKind {
     ActorStalled,
     /// An instance whose next step nobody owned (a dispatch or hand-off lost); it was resumed.
     Stranded,
+    /// A job registry entry that does not decode or breaks a rule of the spec: ignored.
+    Registry,
     /// A kind written by a newer ax.
     #[serde(other)]
     Other,
@@ -599,6 +633,7 @@ impl AlertKind {
             AlertKind::Worker => "worker",
             AlertKind::ActorStalled => "actor_stalled",
             AlertKind::Stranded => "stranded",
+            AlertKind::Registry => "registry",
             AlertKind::Other => "other",
         }
     }

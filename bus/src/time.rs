@@ -30,9 +30,18 @@ pub fn from_server(t: time::OffsetDateTime) -> DateTime<Utc> {
     from_millis((t.unix_timestamp_nanos() / 1_000_000) as i64)
 }
 
-/// Parses a business date written `YYYY-MM-DD`.
+/// Parses a business date written exactly `YYYY-MM-DD` (four, two and two digits): a date is a
+/// key (instance ids, dependencies by date), so `2026-2-3` or `+2026-02-03`, which chrono would
+/// take, are refused rather than stored as written.
 pub fn parse_biz_date(text: &str) -> Option<NaiveDate> {
-    NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()
+    let canonical = text.len() == 10
+        && text.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    canonical
+        .then(|| NaiveDate::parse_from_str(text, "%Y-%m-%d").ok())
+        .flatten()
 }
 
 /// The local date of `at` in `tz`, as YYYY-MM-DD.
@@ -54,4 +63,28 @@ pub fn start_of_day(tz: Tz, date: NaiveDate) -> DateTime<Utc> {
         }
     }
     local.and_utc()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn business_dates_are_exactly_yyyy_mm_dd() {
+        assert_eq!(
+            parse_biz_date("2026-02-03"),
+            NaiveDate::from_ymd_opt(2026, 2, 3)
+        );
+        for bad in [
+            "2026-2-3",
+            "+2026-02-03",
+            "2026-02-30",
+            "2026-02-03 ",
+            "20260203",
+            "2026/02/03",
+            "",
+        ] {
+            assert_eq!(parse_biz_date(bad), None, "{bad:?}");
+        }
+    }
 }

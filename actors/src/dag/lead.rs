@@ -48,8 +48,10 @@ pub(super) async fn lead(
 pub(super) fn apply_registry_change(state: &mut DagState, item: FeedItem) {
     match item {
         FeedItem::Put { key, value, .. } => {
-            if let Some(record) = decode_job(&key, &value) {
-                state.upsert_job(record.spec);
+            match decode_job(&key, &value) {
+                Some(record) => state.upsert_job(record.spec),
+                // What was there before is not what the registry says any more.
+                None => state.remove_job(&key),
             }
         }
         FeedItem::Deleted { key } => state.remove_job(&key),

@@ -381,12 +381,13 @@ async fn ack_all(messages: Vec<jetstream::Message>) {
     }
 }
 
-/// The registry value of a job, decoded (an undecodable one is logged and skipped).
+/// The registry value of a job, decoded and checked (an invalid one is logged and skipped; the
+/// Schedulers raise the alert).
 fn decode_job(key: &str, value: &[u8]) -> Option<JobRecord> {
-    match codec::decode::<JobRecord>(value) {
+    match JobRecord::from_registry(value) {
         Ok(record) => Some(record),
         Err(e) => {
-            tracing::error!(job = %key, error = %e, "registry value does not decode");
+            tracing::error!(job = %key, error = %e, "registry entry ignored");
             None
         }
     }

@@ -521,7 +521,13 @@ impl DagState {
             .spec
             .deps_timeout
             .filter(|_| !work.spec.deps.is_empty())
-            .map(|s| since + Duration::seconds(s as i64));
+            .map(|s| {
+                // Bounded at apply; a record from before the bound still cannot overflow.
+                let wait = s.min(ax_bus::spec::MAX_DEPS_TIMEOUT_SECS) as i64;
+                since
+                    .checked_add_signed(Duration::seconds(wait))
+                    .unwrap_or(DateTime::<Utc>::MAX_UTC)
+            });
         let mut held = Held {
             work,
             conditions,

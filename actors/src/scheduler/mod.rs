@@ -37,7 +37,7 @@ use std::collections::HashMap;
 
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::instance::{State, Trigger};
-use ax_bus::messages::{JobRecord, ResultMessage, TickOutcome, TickRecord, WorkItem};
+use ax_bus::messages::{AlertKind, JobRecord, ResultMessage, TickOutcome, TickRecord, WorkItem};
 use ax_bus::spec::Misfire;
 use ax_bus::{codec, AxClient};
 
@@ -282,7 +282,7 @@ impl Handler<RegistryChange> for Scheduler {
         let now = self.replay_from.unwrap_or_else(|| self.clock.now());
         let loaded = matches!(msg.0, FeedItem::Current);
         let changed = guard(ACTOR, || match msg.0 {
-            FeedItem::Put { key, value, .. } => match codec::decode::<JobRecord>(&value) {
+            FeedItem::Put { key, value, .. } => match JobRecord::from_registry(&value) {
                 Ok(record) => {
                     if let Err(e) = self.planner.upsert(&record, now) {
                         tracing::error!(job = %key, error = %e, "registry holds an invalid job; not scheduled");
@@ -290,8 +290,15 @@ impl Handler<RegistryChange> for Scheduler {
                     true
                 }
                 Err(e) => {
-                    tracing::error!(job = %key, error = %e, "registry value does not decode; ignored");
-                    false
+                    // Never executed, and what it replaced is not what the registry says now.
+                    tracing::error!(job = %key, error = %e, "registry entry ignored");
+                    self.planner.remove(&key);
+                    let (client, node) = (self.client.clone(), self.node.clone());
+                    let message = format!("job registry entry `{key}` ignored: it {e}");
+                    actix::spawn(async move {
+                        publish::alert(&client, &node, AlertKind::Registry, message, None).await;
+                    });
+                    true
                 }
             },
             FeedItem::Deleted { key } => {

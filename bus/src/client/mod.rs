@@ -562,14 +562,33 @@ impl AxClient {
         }
     }
 
-    /// Every job, by name.
+    /// Whether the registry has an entry named `name`, valid or not (what `delete` removes).
+    pub async fn job_exists(&self, name: &JobName) -> Result<bool, ClientError> {
+        let entry = self
+            .jobs
+            .entry(name)
+            .await
+            .during(|| format!("read job {name}"))?;
+        Ok(entry.is_some_and(|e| e.operation == kv::Operation::Put))
+    }
+
+    /// Every valid job, by name. An entry that does not decode or breaks the spec's rules is
+    /// left out (and logged): it is ignored everywhere (the Schedulers raise an alert about it),
+    /// and one bad entry must not stop every listing, apply or delete.
     pub async fn jobs(&self) -> Result<Vec<JobRecord>, ClientError> {
         let feed = KvFeed::open(&self.js, &self.layout.jobs_bucket(), ">").await?;
-        feed.snapshot()
+        Ok(feed
+            .snapshot()
             .await?
             .into_iter()
-            .map(|(_, value, _)| codec::decode(&value).map_err(ClientError::from))
-            .collect()
+            .filter_map(|(key, value, _)| match JobRecord::from_registry(&value) {
+                Ok(record) => Some(record),
+                Err(e) => {
+                    tracing::warn!(job = %key, error = %e, "registry entry left out");
+                    None
+                }
+            })
+            .collect())
     }
 
     /// Every job's definition, by name.

@@ -41,11 +41,29 @@ impl CronExpr {
             }
         };
         let [sec, min, hour, dom, month, dow] = [0, 1, 2, 3, 4, 5].map(|i| fields[i]);
+        for (name, field, low, high) in [
+            ("seconds", sec, 0, 59),
+            ("minute", min, 0, 59),
+            ("hour", hour, 0, 23),
+            ("day-of-month", dom, 1, 31),
+            ("month", month, 1, 12),
+        ] {
+            check_bounds(field, low, high).map_err(|e| format!("`{text}`: {name}: {e}"))?;
+        }
         let days = parse_day_of_week(dow).map_err(|e| format!("`{text}`: day-of-week: {e}"))?;
         let dom_restricted = !matches!(dom, "*" | "?");
         let build = |dom: &str, dow: &str| {
             cron::Schedule::from_str(&format!("{sec} {min} {hour} {dom} {month} {dow}"))
-                .map_err(|e| format!("`{text}`: {e}"))
+                // The crate's errors span lines; one line here, like every spec error.
+                .map_err(|e| {
+                    let flat: Vec<String> = e
+                        .to_string()
+                        .lines()
+                        .map(|l| l.trim().to_string())
+                        .filter(|l| !l.is_empty())
+                        .collect();
+                    format!("`{text}`: {}", flat.join(" "))
+                })
         };
         let schedules = match days {
             None => vec![build(dom, "*")?],
@@ -73,6 +91,30 @@ impl CronExpr {
             .min()
             .map(|t| t.naive_utc())
     }
+}
+
+/// Where to look from for a first fire, to tell an expression that never fires: any that fires
+/// at all does so within the following leap-year cycle.
+pub fn never_fires_probe() -> NaiveDateTime {
+    chrono::NaiveDate::from_ymd_opt(2024, 1, 1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .unwrap_or_default()
+}
+
+/// Every number of a field (in lists, ranges and range starts; not steps) is within
+/// `low..=high`.
+fn check_bounds(field: &str, low: u32, high: u32) -> Result<(), String> {
+    for item in field.split(',') {
+        let range = item.split('/').next().unwrap_or(item);
+        for number in range.split('-') {
+            if let Ok(n) = number.parse::<u64>() {
+                if n < u64::from(low) || n > u64::from(high) {
+                    return Err(format!("{n} is out of {low}–{high}"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn expand_macro(text: &str) -> Result<String, String> {
@@ -173,6 +215,28 @@ mod tests {
             out.push(t);
         }
         out
+    }
+
+    #[test]
+    fn out_of_range_fields_are_one_line_with_the_real_bounds() {
+        let e = CronExpr::parse("61 * * * * *").unwrap_err();
+        assert_eq!(e, "`61 * * * * *`: seconds: 61 is out of 0–59");
+        let e = CronExpr::parse("0 24 * * *").unwrap_err();
+        assert_eq!(e, "`0 24 * * *`: hour: 24 is out of 0–23");
+        let e = CronExpr::parse("0 0 0 * *").unwrap_err();
+        assert!(e.contains("day-of-month: 0 is out of 1–31"), "{e}");
+        let e = CronExpr::parse("0 0 * 1-13 *").unwrap_err();
+        assert!(e.contains("month: 13 is out of 1–12"), "{e}");
+        let e = CronExpr::parse("0 0 * * * x").unwrap_err();
+        assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn a_schedule_on_a_day_that_never_comes_never_fires() {
+        let expr = CronExpr::parse("0 0 30 2 *").expect("parses");
+        assert_eq!(expr.next_after(never_fires_probe()), None);
+        let leap = CronExpr::parse("0 0 29 2 *").expect("parses");
+        assert!(leap.next_after(never_fires_probe()).is_some());
     }
 
     #[test]

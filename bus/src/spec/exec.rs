@@ -20,6 +20,11 @@ use crate::ids::JobName;
 /// statement against a database named in the worker's config.
 pub const BUILTIN_EXECUTORS: &[&str] = &["http", "noop", "python", "shell", "sql"];
 
+/// Whether `name` can name an HTTP header: `[A-Za-z0-9-]+`.
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
 /// Whether `name` can name a plugin executor: `[a-z][a-z0-9_-]{0,63}`, not a built-in.
 pub fn is_plugin_name(name: &str) -> bool {
     let mut bytes = name.bytes();
@@ -51,6 +56,10 @@ pub struct ExecSpec {
     /// http: request headers.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// http: request headers whose values the worker takes from its own environment (header
+    /// name → variable name), so that a secret never sits in the spec.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub header_env: BTreeMap<String, String>,
     /// http: a condition on the JSON response that must hold, besides a 2xx status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub success_when: Option<SuccessWhen>,
@@ -111,6 +120,7 @@ const SETTINGS: &[(&str, &[&str])] = &[
     ("env", &["shell", "python", "plugin"]),
     ("url", &["http"]),
     ("headers", &["http"]),
+    ("header_env", &["http"]),
     ("success_when", &["http"]),
     ("script", &["python"]),
     ("module", &["python"]),
@@ -132,6 +142,7 @@ impl ExecSpec {
             "env" => !self.env.is_empty(),
             "url" => self.url.is_some(),
             "headers" => !self.headers.is_empty(),
+            "header_env" => !self.header_env.is_empty(),
             "success_when" => self.success_when.is_some(),
             "script" => self.script.is_some(),
             "module" => self.module.is_some(),
@@ -263,11 +274,31 @@ pub(super) fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
                 }
             }
             for name in exec.headers.keys() {
-                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                {
+                if !is_header_name(name) {
                     errors.push(SpecError::new(
                         format!("job.exec.headers.{name}"),
                         "a header name must match [A-Za-z0-9-]+",
+                    ));
+                }
+            }
+            for (name, variable) in &exec.header_env {
+                let field = format!("job.exec.header_env.{name}");
+                if !is_header_name(name) {
+                    errors.push(SpecError::new(
+                        field.clone(),
+                        "a header name must match [A-Za-z0-9-]+",
+                    ));
+                }
+                if exec.headers.keys().any(|h| h.eq_ignore_ascii_case(name)) {
+                    errors.push(SpecError::new(
+                        field.clone(),
+                        "the header is also in `headers`: give it one way",
+                    ));
+                }
+                if !super::is_valid_param_name(variable) {
+                    errors.push(SpecError::new(
+                        field,
+                        format!("`{variable}` is not an environment variable name ([A-Za-z_][A-Za-z0-9_]{{0,63}})"),
                     ));
                 }
             }

@@ -16,6 +16,7 @@ pub mod cron_expr;
 mod exec;
 pub mod files;
 pub mod graph;
+pub mod redact;
 pub mod template;
 pub mod yaml;
 
@@ -40,6 +41,20 @@ pub const DEFAULT_CATCHUP_WINDOW_SECS: u64 = 3600;
 /// The furthest a dependency may look back (the DagCoordinator keeps 40 days of history).
 pub const MAX_DEP_OFFSET_DAYS: i64 = 31;
 const MAX_RETRY_TIMES: u32 = 100;
+/// The longest `timeout` (seconds): a week.
+pub const MAX_TIMEOUT_SECS: u64 = 7 * 86_400;
+/// The longest `retry.interval` and `retry.max_interval`, and the longest wait between two
+/// attempts however many doublings (seconds): a day.
+pub const MAX_RETRY_WAIT_SECS: u64 = 86_400;
+/// The longest `deps_timeout` (seconds): a week.
+pub const MAX_DEPS_TIMEOUT_SECS: u64 = 7 * 86_400;
+/// The longest `catchup_window` (seconds): 31 days.
+pub const MAX_CATCHUP_WINDOW_SECS: u64 = 31 * 86_400;
+/// The most bytes of params, as JSON: a job's own, and a trigger's merged with them. (Params
+/// travel in every hand-off of an attempt, whose messages NATS caps at 1 MiB.)
+pub const MAX_PARAMS_BYTES: usize = 64 * 1024;
+/// The most bytes of one job's spec, as JSON (its params included).
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 
 /// One YAML document: `version` and `job`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -315,8 +330,8 @@ pub struct RetrySpec {
 impl RetrySpec {
     /// When the next attempt is due after the `attempt`-th attempt of a run (1-based), whose
     /// trace id is `trace`, failed at `finished` — if one is left: `interval * 2^(attempt-1)`
-    /// seconds later, at most `max_interval`, less the jitter share drawn from `trace` (the same
-    /// every time the outcome is reported again).
+    /// seconds later, at most `max_interval` and at most [`MAX_RETRY_WAIT_SECS`], less the
+    /// jitter share drawn from `trace` (the same every time the outcome is reported again).
     pub fn next_attempt_at(
         &self,
         attempt: u32,
@@ -327,14 +342,19 @@ impl RetrySpec {
             return None;
         }
         let factor = 1u64 << attempt.saturating_sub(1).min(20);
+        // Bounded whatever the spec says (a record written before the bounds, or by hand):
+        // the arithmetic below can then never overflow.
         let seconds = self
             .interval
             .saturating_mul(factor)
             .min(self.max_interval.unwrap_or(u64::MAX))
-            .min(i64::MAX as u64 / 1_000_000);
+            .min(MAX_RETRY_WAIT_SECS);
         let taken_off = self.jitter.clamp(0.0, 1.0) * share_of(trace);
         let millis = (seconds as f64 * 1000.0 * (1.0 - taken_off)).round() as i64;
-        Some(finished + chrono::Duration::milliseconds(millis))
+        let due = finished
+            .checked_add_signed(chrono::Duration::milliseconds(millis))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+        Some(due)
     }
 }
 
@@ -489,10 +509,24 @@ pub fn validate(doc: &JobDocument) -> Vec<SpecError> {
     errors
 }
 
+/// Every rule of a job's spec (those of [`validate`] but the document's version).
+pub fn validate_spec(job: &JobSpec) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    validate_job(job, &mut errors);
+    errors
+}
+
 /// Every rule of `job`, each naming its field. Long on purpose: one independent rule after
 /// another, in the order of the spec's fields (docs/job-spec.md), so that a reader checks the
 /// documentation against it line by line.
 fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
+    let size = serde_json::to_vec(job).map_or(usize::MAX, |v| v.len());
+    if size > MAX_SPEC_BYTES {
+        errors.push(SpecError::new(
+            "job",
+            format!("{size} bytes as JSON is more than {MAX_SPEC_BYTES}"),
+        ));
+    }
     if !is_valid_job_name(&job.name) {
         errors.push(SpecError::new(
             "job.name",
@@ -500,8 +534,16 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         ));
     }
     if let Some(cron) = &job.cron {
-        if let Err(reason) = cron_expr::CronExpr::parse(cron) {
-            errors.push(SpecError::new("job.cron", reason));
+        match cron_expr::CronExpr::parse(cron) {
+            Err(reason) => errors.push(SpecError::new("job.cron", reason)),
+            // Every expression that fires at all fires within a leap-year cycle.
+            Ok(expr) if expr.next_after(cron_expr::never_fires_probe()).is_none() => {
+                errors.push(SpecError::new(
+                    "job.cron",
+                    format!("`{cron}` never fires: no date has that day (such as 30 February)"),
+                ));
+            }
+            Ok(_) => {}
         }
     }
     if job.timezone.parse::<chrono_tz::Tz>().is_err() {
@@ -536,6 +578,18 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
                 "must be at least 1 second",
             ));
         }
+        at_most(
+            errors,
+            "job.retry.interval",
+            Some(retry.interval),
+            MAX_RETRY_WAIT_SECS,
+        );
+        at_most(
+            errors,
+            "job.retry.max_interval",
+            retry.max_interval,
+            MAX_RETRY_WAIT_SECS,
+        );
         if retry.max_interval.is_some_and(|max| max < retry.interval) {
             errors.push(SpecError::new(
                 "job.retry.max_interval",
@@ -552,6 +606,7 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if job.timeout == Some(0) {
         errors.push(SpecError::new("job.timeout", "must be at least 1 second"));
     }
+    at_most(errors, "job.timeout", job.timeout, MAX_TIMEOUT_SECS);
     if let Some(grace) = job.on_timeout.grace {
         if grace > MAX_TIMEOUT_GRACE_SECS {
             errors.push(SpecError::new(
@@ -584,6 +639,24 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             "must be at least 1 second",
         ));
     }
+    at_most(
+        errors,
+        "job.deps_timeout",
+        job.deps_timeout,
+        MAX_DEPS_TIMEOUT_SECS,
+    );
+    at_most(
+        errors,
+        "job.catchup_window",
+        job.catchup_window,
+        MAX_CATCHUP_WINDOW_SECS,
+    );
+    if let Err(size) = params_fit(&job.params) {
+        errors.push(SpecError::new(
+            "job.params",
+            format!("{size} bytes as JSON is more than {MAX_PARAMS_BYTES}"),
+        ));
+    }
     if job.catchup_window.is_some() && job.cron.is_none() {
         errors.push(SpecError::new(
             "job.catchup_window",
@@ -597,6 +670,36 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
                 format!("`{tag}` must match [A-Za-z0-9_-]{{1,64}}"),
             ));
         }
+    }
+}
+
+/// An error on `field` when `value` is more than `max` seconds.
+fn at_most(errors: &mut Vec<SpecError>, field: &str, value: Option<u64>, max: u64) {
+    if let Some(value) = value.filter(|v| *v > max) {
+        errors.push(SpecError::new(
+            field,
+            format!("{value} s is more than {max} s ({})", readable_secs(max)),
+        ));
+    }
+}
+
+/// `86400` → `1 day`, `604800` → `7 days`.
+fn readable_secs(secs: u64) -> String {
+    match secs / 86_400 {
+        1 => "1 day".to_string(),
+        days => format!("{days} days"),
+    }
+}
+
+/// `Err(size)` when `params`, as JSON, are more than [`MAX_PARAMS_BYTES`].
+pub fn params_fit(params: &BTreeMap<String, serde_json::Value>) -> Result<(), usize> {
+    let size = serde_json::to_vec(params)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size > MAX_PARAMS_BYTES {
+        Err(size)
+    } else {
+        Ok(())
     }
 }
 
@@ -884,6 +987,25 @@ mod tests {
         assert_eq!(
             waits(&retry(3, 30, None, 0.0), "abc"),
             [Some(30_000), Some(60_000), Some(120_000), None]
+        );
+    }
+
+    #[test]
+    fn no_wait_is_longer_than_a_day_and_extreme_values_never_overflow() {
+        // Values the bounds refuse at apply, as a record written before them could hold.
+        assert_eq!(
+            waits(&retry(3, 1_000_000_000_000_000_000, None, 0.0), "abc"),
+            [Some(86_400_000), Some(86_400_000), Some(86_400_000), None]
+        );
+        assert_eq!(
+            waits(&retry(100, 40_000, None, 0.0), "abc")[2],
+            Some(86_400_000)
+        );
+        let policy = retry(1, u64::MAX, Some(u64::MAX), 1.0);
+        let end_of_time = chrono::DateTime::<chrono::Utc>::MAX_UTC;
+        assert_eq!(
+            policy.next_attempt_at(1, "abc", end_of_time),
+            Some(end_of_time)
         );
     }
 

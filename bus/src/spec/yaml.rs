@@ -141,6 +141,8 @@ struct RawExec {
     #[serde(default)]
     headers: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(default)]
+    header_env: Option<Spanned<BTreeMap<String, String>>>,
+    #[serde(default)]
     success_when: Option<Spanned<SuccessWhen>>,
     #[serde(default)]
     script: Option<Spanned<String>>,
@@ -228,6 +230,9 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         url: lines.take_opt("job.exec.url", exec.url),
         headers: lines
             .take_opt("job.exec.headers", exec.headers)
+            .unwrap_or_default(),
+        header_env: lines
+            .take_opt("job.exec.header_env", exec.header_env)
             .unwrap_or_default(),
         success_when: lines.take_opt("job.exec.success_when", exec.success_when),
         script: lines.take_opt("job.exec.script", exec.script),

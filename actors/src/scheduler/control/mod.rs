@@ -3,7 +3,8 @@
 //! Commands arrive through a work-queue stream with one durable consumer shared by all
 //! Scheduler copies, so each is carried out once even with many Schedulers, and a command sent
 //! while none runs waits for the first to start. The answer goes to the core subject named by
-//! the `Ax-Reply-To` header.
+//! the `Ax-Reply-To` header, which must be an inbox ([`ax_bus::reply_to`]): a command asking
+//! for its answer anywhere else is refused before it is carried out.
 //!
 //! Input is never trusted: a payload that does not decode, an unknown command or an invalid job
 //! is answered with the reasons, published as an alert on `ax.alert.control`, and acknowledged —
@@ -16,7 +17,6 @@ pub(crate) mod rerun;
 use std::collections::BTreeMap;
 
 use async_nats::jetstream::{self, kv::CreateErrorKind, kv::UpdateErrorKind};
-use chrono::NaiveDate;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
@@ -29,7 +29,7 @@ use ax_bus::messages::{
     JobNameRequest, JobRecord, PlanStep, QueueRequest, QueueState, RerunRequest, TriggerRequest,
     REPLY_TO_HEADER,
 };
-use ax_bus::{codec, spec, AxClient};
+use ax_bus::{codec, reply_to, spec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::scheduler::creator::{Created, Creator};
@@ -92,12 +92,64 @@ async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &j
         .headers
         .as_ref()
         .and_then(|h| h.get(REPLY_TO_HEADER))
-        .map(|v| v.as_str().to_string());
+        .map(|v| reply_to::reply_subject(v.as_str()).map(str::to_string))
+        .transpose();
     let published = message
         .info()
         .map(|i| ax_bus::time::from_server(i.published))
         .unwrap_or_else(|_| ax_bus::time::now());
-    let outcome = match command {
+    let (reply_to, outcome) = match reply_to {
+        Ok(reply_to) => (
+            reply_to,
+            carry_out(client, creator, node, message, command, published).await,
+        ),
+        // Refused before anything is carried out: whoever sent it meant the answer to land
+        // where answers do not belong.
+        Err(refusal) => (None, Err(CommandError::refused(refusal.to_string()))),
+    };
+    let reply = match outcome {
+        Ok(reply) => reply,
+        Err(CommandError::Refused(errors)) => ControlReply::refused(errors),
+        Err(CommandError::Transient(e)) => {
+            tracing::warn!(command, error = %e, "control command failed; retrying later");
+            consume::nak(message, consume::backoff(message)).await;
+            return;
+        }
+    };
+    if !reply.ok {
+        publish::alert(
+            client,
+            node,
+            AlertKind::Control,
+            format!("refused control message: {}", reply.errors.join("; ")),
+            Some(message.subject.to_string()),
+        )
+        .await;
+    }
+    if let Some(reply_to) = reply_to {
+        if let Ok(payload) = codec::encode(&reply) {
+            // The command is carried out either way; a sender that misses the answer sees a
+            // timeout and can read the outcome.
+            if let Err(e) = client.nats.publish(reply_to, payload).await {
+                tracing::debug!(error = %e, "control answer not sent");
+            }
+        }
+    }
+    if let Err(e) = message.ack().await {
+        tracing::warn!(error = %e, "cannot ack control message");
+    }
+}
+
+/// Carries out `command`, decoded from `message`.
+async fn carry_out(
+    client: &AxClient,
+    creator: &Creator,
+    node: &NodeId,
+    message: &jetstream::Message,
+    command: &str,
+    published: chrono::DateTime<chrono::Utc>,
+) -> Result<ControlReply, CommandError> {
+    match command {
         commands::APPLY => match decode::<ApplyRequest>(message) {
             Ok(request) => apply(client, request).await,
             Err(refusal) => Err(refusal),
@@ -130,37 +182,6 @@ async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &j
             "unknown control command `{other}` (apply, delete, pause, resume, trigger, rerun, \
              backfill, queue)"
         ))),
-    };
-    let reply = match outcome {
-        Ok(reply) => reply,
-        Err(CommandError::Refused(errors)) => ControlReply::refused(errors),
-        Err(CommandError::Transient(e)) => {
-            tracing::warn!(command, error = %e, "control command failed; retrying later");
-            consume::nak(message, consume::backoff(message)).await;
-            return;
-        }
-    };
-    if !reply.ok {
-        publish::alert(
-            client,
-            node,
-            AlertKind::Control,
-            format!("refused control message: {}", reply.errors.join("; ")),
-            Some(message.subject.to_string()),
-        )
-        .await;
-    }
-    if let Some(reply_to) = reply_to {
-        if let Ok(payload) = codec::encode(&reply) {
-            // The command is carried out either way; a sender that misses the answer sees a
-            // timeout and can read the outcome.
-            if let Err(e) = client.nats.publish(reply_to, payload).await {
-                tracing::debug!(error = %e, "control answer not sent");
-            }
-        }
-    }
-    if let Err(e) = message.ack().await {
-        tracing::warn!(error = %e, "cannot ack control message");
     }
 }
 
@@ -288,7 +309,9 @@ fn no_such_job(name: &JobName) -> CommandError {
 }
 
 async fn delete(client: &AxClient, name: &JobName) -> Result<ControlReply, CommandError> {
-    if client.job(name).await?.is_none() {
+    // Existence of the entry, not of a valid job: an entry written past the Schedulers' checks
+    // is deleted like any other.
+    if !client.job_exists(name).await? {
         return Err(no_such_job(name));
     }
     let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
@@ -364,9 +387,19 @@ async fn trigger(
     let Some((job, _)) = client.job(&request.name).await? else {
         return Err(no_such_job(&request.name));
     };
+    let invalid = spec::validate_spec(&job.spec);
+    if !invalid.is_empty() {
+        // Written past the Schedulers' checks: never run.
+        return Err(CommandError::Refused(
+            invalid
+                .iter()
+                .map(|e| format!("the registry's `{}` is not a valid job: {e}", request.name))
+                .collect(),
+        ));
+    }
     let mut errors = Vec::new();
     if let Some(date) = &request.biz_date {
-        if NaiveDate::parse_from_str(date, "%Y-%m-%d").is_err() {
+        if ax_bus::time::parse_biz_date(date).is_none() {
             errors.push(format!("biz_date: `{date}` is not a date (YYYY-MM-DD)"));
         }
     }
@@ -386,6 +419,13 @@ async fn trigger(
         .unwrap_or_else(|| biz_date_in(tz, published));
     let mut params: BTreeMap<String, serde_json::Value> = job.spec.params.clone();
     params.extend(request.params);
+    if let Err(size) = spec::params_fit(&params) {
+        // Refused here, before a record exists: every hand-off of the attempt carries them.
+        return Err(CommandError::refused(format!(
+            "params: {size} bytes as JSON (the job's merged with the trigger's) is more than {}",
+            spec::MAX_PARAMS_BYTES
+        )));
+    }
     let instance = NewInstance::new(
         &job.spec,
         published,

@@ -7,6 +7,12 @@
 //! answer becomes the output. The job's `timeout` bounds the whole exchange, so an endpoint
 //! that hangs ends the attempt with tag `timeout`; a status outside 2xx or a failed condition
 //! ends it `rejected`, with the start of the body in the message.
+//!
+//! Secrets stay where they belong: `exec.header_env` takes a header's value from the worker's
+//! environment (never from the spec); a redirect is followed only within the URL's own origin
+//! (scheme, host and port), so the headers never reach another host — a redirect elsewhere ends
+//! the attempt `rejected`, naming where it pointed; and a URL's password is shown as `***` in
+//! every message.
 
 use std::time::Duration;
 
@@ -15,7 +21,7 @@ use futures::StreamExt;
 
 use ax_bus::instance::Tag;
 use ax_bus::messages::ExecutorInfo;
-use ax_bus::spec::SuccessWhen;
+use ax_bus::spec::{redact, SuccessWhen};
 
 use super::{
     attempt_json, builtin, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig,
@@ -25,6 +31,8 @@ use super::{
 const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Bytes of the body quoted in a message.
 const QUOTED_BYTES: usize = 300;
+/// Redirects followed within one origin.
+const MAX_REDIRECTS: usize = 10;
 
 /// See the module.
 #[derive(Default)]
@@ -62,6 +70,39 @@ fn check(when: &SuccessWhen, json: Option<&serde_json::Value>) -> Result<(), Str
     }
 }
 
+/// Follows a redirect only within the origin of the first URL, up to [`MAX_REDIRECTS`].
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !same {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
+/// The headers of `exec.header_env`, read from the worker's environment; `Err` names the one
+/// missing.
+fn headers_from_env(
+    header_env: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<(&str, String)>, String> {
+    header_env
+        .iter()
+        .map(|(name, variable)| match std::env::var(variable) {
+            Ok(value) => Ok((name.as_str(), value)),
+            Err(_) => Err(format!(
+                "exec.header_env.{name}: the worker has no {variable} in its environment"
+            )),
+        })
+        .collect()
+}
+
 async fn read_body(response: reqwest::Response) -> Result<String, String> {
     let mut body = Vec::new();
     let mut chunks = response.bytes_stream();
@@ -85,6 +126,11 @@ impl Http {
                 "exec.url: the http executor needs a url",
             );
         };
+        let shown = redact::url(url);
+        let from_env = match headers_from_env(&exec.header_env) {
+            Ok(headers) => headers,
+            Err(reason) => return ExecResult::failed(Tag::ExecutorError, reason),
+        };
         let body = attempt_json(work);
         let mut request = client
             .post(url)
@@ -94,19 +140,38 @@ impl Http {
         for (name, value) in &exec.headers {
             request = request.header(name, value);
         }
+        for (name, value) in from_env {
+            request = request.header(name, value);
+        }
         let response = match request.send().await {
             Ok(response) => response,
             Err(e) => {
-                return ExecResult::failed(Tag::SpawnFailed, format!("POST {url}: {e}"));
+                let e = e.without_url();
+                return ExecResult::failed(Tag::SpawnFailed, format!("POST {shown}: {e}"));
             }
         };
         let status = response.status();
+        if status.is_redirection() {
+            let to = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .map(redact::url)
+                .unwrap_or_else(|| "nowhere".to_string());
+            return ExecResult::failed(
+                Tag::Rejected,
+                format!(
+                    "POST {shown}: HTTP {status} to {to}, another origin: not followed (the \
+                     job's headers go only to its own origin)"
+                ),
+            );
+        }
         let text = match read_body(response).await {
             Ok(text) => text,
             Err(reason) => {
                 return ExecResult::failed(
                     Tag::Rejected,
-                    format!("POST {url}: HTTP {status}, {reason}"),
+                    format!("POST {shown}: HTTP {status}, {reason}"),
                 )
             }
         };
@@ -114,7 +179,7 @@ impl Http {
         let mut result = if !status.is_success() {
             ExecResult::failed(
                 Tag::Rejected,
-                format!("POST {url}: HTTP {status}: {}", quote(&text)),
+                format!("POST {shown}: HTTP {status}: {}", quote(&text)),
             )
         } else {
             match exec.success_when.as_ref().map(|w| check(w, json.as_ref())) {
@@ -132,6 +197,7 @@ impl Executor for Http {
     fn init(&mut self, _config: &ExecutorsConfig) -> Result<(), ExecutorError> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("ax/", env!("CARGO_PKG_VERSION")))
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| ExecutorError {
                 executor: "http".into(),

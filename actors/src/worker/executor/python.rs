@@ -6,8 +6,9 @@
 //! makes it first (`python3 -m venv`, then `pip install` of `exec.requirements`) — the
 //! article's per-plugin environments, so that two jobs needing different library versions
 //! never share one. A finished virtualenv is marked with the requirements it holds; one whose
-//! making was interrupted, or whose requirements changed, is made again. Attempts of the same
-//! virtualenv wait for each other while it is made.
+//! making was interrupted, or whose requirements changed, is made again — only when ax made
+//! the directory: an existing directory ax did not make is never cleared (the attempt fails
+//! saying so). Attempts of the same virtualenv wait for each other while it is made.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +28,10 @@ use ax_bus::instance::Tag;
 
 /// The file that marks a finished virtualenv; it holds the requirements installed.
 const READY_MARK: &str = ".ax-ready";
+/// The file that marks a directory ax made for a virtualenv, written before anything else goes
+/// in: only such a directory is ever cleared and made again. A directory without it (a user's
+/// data, a virtualenv made by hand) is never touched, and the attempt fails saying so.
+const MADE_MARK: &str = ".ax-made";
 /// How long making a virtualenv (with its requirements) may take.
 const VENV_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -57,7 +62,7 @@ impl Python {
         if ready() {
             return Ok(());
         }
-        let _ = std::fs::remove_dir_all(venv);
+        make_dir(venv)?;
         step(
             &self.interpreter,
             &["-m", "venv", &venv.display().to_string()],
@@ -78,6 +83,37 @@ impl Python {
         std::fs::write(venv.join(READY_MARK), mark)
             .map_err(|e| format!("cannot mark the virtualenv ready: {e}"))
     }
+}
+
+/// Makes `venv` an empty directory marked as ax's, clearing what a previous making left there
+/// — only when ax made it ([`MADE_MARK`]); anything else at that path stays as it is.
+fn make_dir(venv: &Path) -> Result<(), String> {
+    if venv.exists() {
+        if !venv.join(MADE_MARK).is_file() {
+            return Err(format!(
+                "{} exists and was not made by ax (no {MADE_MARK} in it): not touching it; \
+                 name a new directory, or remove this one yourself",
+                venv.display()
+            ));
+        }
+        // Moved aside first, in one step, so that a crash while clearing never leaves the
+        // path holding a directory without the mark.
+        let aside = venv.with_file_name(format!(
+            ".{}.ax-clearing-{}",
+            venv.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
+        std::fs::rename(venv, &aside)
+            .map_err(|e| format!("cannot move the old virtualenv aside: {e}"))?;
+        if let Err(e) = std::fs::remove_dir_all(&aside) {
+            tracing::warn!(dir = %aside.display(), error = %e, "old virtualenv not removed");
+        }
+    }
+    std::fs::create_dir_all(venv).map_err(|e| format!("cannot make {}: {e}", venv.display()))?;
+    std::fs::write(venv.join(MADE_MARK), "made by ax for a virtualenv\n")
+        .map_err(|e| format!("cannot mark {} as ax's: {e}", venv.display()))
 }
 
 /// Runs one step of making a virtualenv.

@@ -1,0 +1,89 @@
+//! What of a spec may be shown: secrets in URLs and headers redacted.
+//!
+//! A job's URL may carry `user:password@`, and its headers an API key; both reach logs,
+//! failure messages and `ax job get` unless taken out. Shown, a URL's password becomes `***`,
+//! and so does the value of a header whose name says it holds a secret (`Authorization`,
+//! `Cookie`, anything with `token`, `key`, `secret`, `password` or `auth`). Better still, a job
+//! takes such a header from the worker's environment (`exec.header_env`) and the spec never
+//! holds it.
+
+use super::JobSpec;
+
+/// What a redacted value shows.
+pub const REDACTED: &str = "***";
+
+/// `url` with its password, if any, as `***`.
+pub fn url(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let authority_end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
+        return url.to_string();
+    };
+    match url[start..at].find(':').map(|i| start + i) {
+        Some(colon) => format!("{}:{REDACTED}{}", &url[..colon], &url[at..]),
+        None => url.to_string(),
+    }
+}
+
+/// Whether a header of that name holds a secret.
+pub fn is_secret_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "cookie"
+        || ["auth", "token", "key", "secret", "password", "session"]
+            .iter()
+            .any(|word| name.contains(word))
+}
+
+/// `spec` as it may be shown.
+pub fn spec(spec: &JobSpec) -> JobSpec {
+    let mut shown = spec.clone();
+    if let Some(u) = &mut shown.exec.url {
+        *u = url(u);
+    }
+    for (name, value) in shown.exec.headers.iter_mut() {
+        if is_secret_header(name) {
+            *value = REDACTED.to_string();
+        }
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_in_urls_are_never_shown() {
+        assert_eq!(
+            url("https://etl:s3cret@api.example.com/run?x=1"),
+            "https://etl:***@api.example.com/run?x=1"
+        );
+        assert_eq!(
+            url("https://api.example.com/run?to=a@b"),
+            "https://api.example.com/run?to=a@b"
+        );
+        assert_eq!(
+            url("https://etl@api.example.com/"),
+            "https://etl@api.example.com/"
+        );
+        assert_eq!(url("postgres://u:p@w:d@db/x"), "postgres://u:***@db/x");
+    }
+
+    #[test]
+    fn secret_headers_are_told_by_their_names() {
+        for name in [
+            "Authorization",
+            "X-Api-Key",
+            "Cookie",
+            "X-Auth-Token",
+            "Client-Secret",
+        ] {
+            assert!(is_secret_header(name), "{name}");
+        }
+        for name in ["X-Team", "Accept", "Content-Type"] {
+            assert!(!is_secret_header(name), "{name}");
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Hostile input: what an attacker or a careless user sends is refused where it arrives, with
+//! the place and the reason, and never crashes, wedges, escalates or destroys (the spec bounds
+//! are in `bad_input.rs`, the executors' file and network rules in `executors.rs`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ax_bus::messages::{
+    commands, Alert, ControlReply, JobNameRequest, TriggerRequest, REPLY_TO_HEADER,
+};
+use ax_bus::{codec, codec::JSON};
+use futures::StreamExt;
+use support::*;
+
+const JOB: &str = "version: v1\njob:\n  name: target\n  exec: { type: noop }\n";
+
+/// Publishes a JSON trigger of `target` whose answer is asked for on `reply_to`.
+async fn trigger_replying_to(client: &ax_bus::AxClient, reply_to: &str) {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(codec::CONTENT_TYPE, JSON);
+    headers.insert(REPLY_TO_HEADER, reply_to);
+    client
+        .js
+        .publish_with_headers(
+            "ax.control.trigger",
+            headers,
+            br#"{"name": "target"}"#.to_vec().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_go_only_to_inboxes() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    apply_job(&nats, "target", JOB).await;
+    let (before, revision) = client.job(&job("target")).await.unwrap().unwrap();
+    let mut alerts = client.nats.subscribe("ax.alert.control").await.unwrap();
+    let mut elsewhere = client.nats.subscribe("billing.>").await.unwrap();
+
+    for steered in [
+        "$KV.ax_jobs.target",
+        "$KV.ax_jobs.x",
+        "billing.charge",
+        "ax.internal.dispatch.w1",
+        "_INBOX.>",
+    ] {
+        trigger_replying_to(&client, steered).await;
+        let message = tokio::time::timeout(Duration::from_secs(10), alerts.next())
+            .await
+            .unwrap_or_else(|_| panic!("no alert for Ax-Reply-To {steered}\n{}", node.log_text()))
+            .unwrap();
+        let alert: Alert = codec::decode(&message.payload).unwrap();
+        assert!(
+            alert.message.contains("Ax-Reply-To") && alert.message.contains(steered),
+            "{steered}: {}",
+            alert.message
+        );
+    }
+    // Nothing was written where the answers were steered, and nothing was carried out.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), elsewhere.next())
+            .await
+            .is_err(),
+        "an answer reached billing.>"
+    );
+    let (after, now) = client.job(&job("target")).await.unwrap().unwrap();
+    assert_eq!((after, now), (before, revision));
+    assert_eq!(client.jobs().await.unwrap().len(), 1);
+    assert!(client.instances(None).await.unwrap().is_empty());
+
+    // An inbox gets its answer, and the command is carried out.
+    let inbox = client.nats.new_inbox();
+    let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
+    trigger_replying_to(&client, &inbox).await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), answers.next())
+        .await
+        .expect("an answer in the inbox")
+        .unwrap();
+    let reply: ControlReply = codec::decode(&answer.payload).unwrap();
+    assert!(reply.ok, "{:?}", reply.errors);
+    assert_eq!(client.instances(None).await.unwrap().len(), 1);
+    assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_too_big_to_hand_on_is_refused_and_later_commands_go_on() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    apply_job(&nats, "target", JOB).await;
+
+    let big = TriggerRequest {
+        name: job("target"),
+        biz_date: None,
+        params: BTreeMap::from([("blob".to_string(), serde_json::json!("x".repeat(700_000)))]),
+    };
+    let reply = client
+        .control(commands::TRIGGER, &big, Duration::from_secs(10))
+        .await
+        .expect("an answer");
+    assert!(!reply.ok);
+    assert!(
+        reply
+            .errors
+            .iter()
+            .any(|e| e.starts_with("params:") && e.contains("65536")),
+        "{:?}",
+        reply.errors
+    );
+    assert!(client.instances(None).await.unwrap().is_empty());
+
+    // The commands behind it are answered at once.
+    let pause = JobNameRequest {
+        name: job("target"),
+    };
+    let reply = client
+        .control(commands::PAUSE, &pause, Duration::from_secs(10))
+        .await
+        .expect("the pause is answered");
+    assert!(reply.ok, "{:?}", reply.errors);
+    for date in ["2026-2-3", "+2026-02-03", "2026-02-30"] {
+        let dated = TriggerRequest {
+            name: job("target"),
+            biz_date: Some(date.to_string()),
+            params: BTreeMap::new(),
+        };
+        let reply = client
+            .control(commands::TRIGGER, &dated, Duration::from_secs(10))
+            .await
+            .expect("an answer");
+        assert!(
+            !reply.ok && reply.errors.iter().any(|e| e.contains("YYYY-MM-DD")),
+            "{date}: {:?}",
+            reply.errors
+        );
+    }
+    assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_entries_written_past_the_checks_are_never_run() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut alerts = client.nats.subscribe("ax.alert.registry").await.unwrap();
+    let marker = nats.path("rogue").join("ran");
+    // What a stolen credential with write access to the bucket could put there: a job that
+    // breaks the bounds (the Reporter's old crash loop), and bytes that are no job at all.
+    let rogue: ax_bus::spec::JobDocument = serde_json::from_value(serde_json::json!({
+        "version": "v1",
+        "job": {
+            "name": "rogue",
+            "cron": "* * * * * *",
+            "exec": {"type": "shell", "command": format!("touch {}", marker.display())},
+            "retry": {"times": 3, "interval": 1_000_000_000_000_000_000u64}
+        }
+    }))
+    .unwrap();
+    let record = ax_bus::messages::JobRecord {
+        spec: rogue.job,
+        paused: false,
+        updated_at: ax_bus::time::now(),
+    };
+    client
+        .jobs
+        .put("rogue", codec::encode(&record).unwrap())
+        .await
+        .unwrap();
+    client
+        .jobs
+        .put("junk", b"garbage".to_vec().into())
+        .await
+        .unwrap();
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "honest",
+        "version: v1\njob:\n  name: honest\n  cron: \"* * * * * *\"\n  exec: { type: noop }\n",
+    )
+    .await;
+
+    let mut told = std::collections::BTreeSet::new();
+    while told.len() < 2 {
+        let message = tokio::time::timeout(Duration::from_secs(20), alerts.next())
+            .await
+            .unwrap_or_else(|_| panic!("registry alerts: {told:?}\n{}", node.log_text()))
+            .unwrap();
+        let alert: Alert = codec::decode(&message.payload).unwrap();
+        for key in ["rogue", "junk"] {
+            if alert.message.contains(&format!("`{key}` ignored")) {
+                told.insert(key);
+            }
+        }
+        if alert.message.contains("rogue") {
+            assert!(
+                alert.message.contains("job.retry.interval"),
+                "{}",
+                alert.message
+            );
+        }
+    }
+    // The honest every-second job fires; the rogue one, on the same cron, never does.
+    wait_for(Duration::from_secs(30), "three fires of honest", || async {
+        let fired = client.instances(Some(&job("honest"))).await.ok()?;
+        (fired.len() >= 3).then_some(())
+    })
+    .await;
+    assert!(client
+        .instances(Some(&job("rogue")))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(!marker.exists());
+
+    // Listing goes on past them, a trigger refuses to run one, and both can be deleted.
+    let listed = ax(&nats.url(), &["job", "list"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let refused = client
+        .control(
+            commands::TRIGGER,
+            &TriggerRequest {
+                name: job("rogue"),
+                biz_date: None,
+                params: BTreeMap::new(),
+            },
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !refused.ok && refused.errors.iter().any(|e| e.contains("not a valid job")),
+        "{:?}",
+        refused.errors
+    );
+    for key in ["rogue", "junk"] {
+        let deleted = ax(&nats.url(), &["job", "delete", key]);
+        assert!(deleted.status.success(), "{key}: {}", stderr(&deleted));
+    }
+    assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
+}

@@ -105,9 +105,21 @@ pub(crate) async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) 
         }
     }
     warn_unoffered_executors(client, &jobs).await;
+    let files: std::collections::BTreeSet<String> = jobs.iter().map(|j| j.file.clone()).collect();
     let request = ApplyRequest {
         jobs: jobs.into_iter().map(|j| j.doc).collect(),
     };
+    // One apply is one message: said here, naming the files, rather than by the server.
+    let size = ax_bus::codec::encode(&request)?.len();
+    let limit = client.nats.server_info().max_payload;
+    if size > limit {
+        bail!(
+            "{}: the {} jobs are {size} bytes together, more than the NATS server's max_payload \
+             ({limit} bytes); apply them in smaller groups, upstream jobs first; nothing applied",
+            files.into_iter().collect::<Vec<_>>().join(", "),
+            request.jobs.len()
+        );
+    }
     let reply = refused(
         client
             .control(commands::APPLY, &request, CONTROL_TIMEOUT)

@@ -394,6 +394,38 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
     );
     assert!(!out.status.success());
 
+    // A spec of 5 MB is refused at its line; jobs each within bounds but past the server's
+    // max_payload together are refused naming their files.
+    let huge = job_file(
+        &dir,
+        "huge.yaml",
+        &GOOD.replace("echo ok", &format!("echo {}", "x".repeat(5_000_000))),
+    );
+    let out = ax(&nats.url(), &["job", "apply", "-f", huge.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(
+        !out.status.success() && err.starts_with(&format!("{}:3: job: ", huge.display())),
+        "{}",
+        err.chars().take(300).collect::<String>()
+    );
+    let many = nats.path("many");
+    for i in 0..6 {
+        job_file(
+            &many,
+            &format!("{i}.yaml"),
+            &GOOD
+                .replace("name: good", &format!("name: big-{i}"))
+                .replace("echo ok", &format!("echo {}", "x".repeat(200_000))),
+        );
+    }
+    let out = ax(&nats.url(), &["job", "apply", "-f", many.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("0.yaml") && err.contains("max_payload") && err.contains("nothing applied"),
+        "{err}"
+    );
+
     // Nothing reached the control stream or the registry.
     let mut control = client.js.get_stream("AX_CONTROL").await.unwrap();
     assert_eq!(control.info().await.unwrap().state.messages, 0);

@@ -6,7 +6,13 @@
 //! - it always wants a seconds field (a 5-field spec gets `0` seconds);
 //! - it numbers Sunday 1, so day-of-week is expanded to an explicit list of day names;
 //! - it ANDs day-of-month and day-of-week, while classic cron fires when *either* matches if
-//!   both are restricted: such a spec becomes two schedules whose fires are merged.
+//!   both are restricted: such a spec becomes two schedules whose fires are merged. "Restricted"
+//!   is Vixie cron's rule, to the letter: a field that starts with `*` (`*`, `*/2`) is not, so
+//!   `0 0 */2 * 1` fires on odd days that are Mondays (AND), while `0 0 1-31/2 * 1` fires on
+//!   odd days and on Mondays (OR).
+//!
+//! The `cron` crate evaluates years up to 2100: a schedule finds no fire after that (a
+//! `0 0 29 2 *` fires last in 2096). Documented, not bridged.
 //!
 //! Evaluation here is on naive local times; mapping them to instants (time zones, DST) is the
 //! Scheduler's job.
@@ -51,7 +57,9 @@ impl CronExpr {
             check_bounds(field, low, high).map_err(|e| format!("`{text}`: {name}: {e}"))?;
         }
         let days = parse_day_of_week(dow).map_err(|e| format!("`{text}`: day-of-week: {e}"))?;
-        let dom_restricted = !matches!(dom, "*" | "?");
+        // Vixie cron's DOM_STAR / DOW_STAR: a field starting with `*` is not a restriction.
+        let dom_restricted = !(dom.starts_with('*') || dom == "?");
+        let dow_restricted = !(dow.starts_with('*') || dow == "?");
         let build = |dom: &str, dow: &str| {
             cron::Schedule::from_str(&format!("{sec} {min} {hour} {dom} {month} {dow}"))
                 // The crate's errors span lines; one line here, like every spec error.
@@ -67,7 +75,8 @@ impl CronExpr {
         };
         let schedules = match days {
             None => vec![build(dom, "*")?],
-            Some(list) if !dom_restricted => vec![build("*", &list)?],
+            // One of them unrestricted: both must match (the crate's AND).
+            Some(list) if !dom_restricted || !dow_restricted => vec![build(dom, &list)?],
             Some(list) => vec![build(dom, "*")?, build("*", &list)?],
         };
         Ok(Self {
@@ -277,6 +286,38 @@ mod tests {
                 at(2026, 12, 1, 0, 0, 0),
                 at(2026, 12, 7, 0, 0, 0)
             ]
+        );
+    }
+
+    #[test]
+    fn a_field_starting_with_a_star_is_unrestricted_as_in_vixie_cron() {
+        // */2 in day-of-month: odd days that are Mondays (AND).
+        let and = fires("0 0 */2 * 1", at(2026, 11, 1, 0, 0, 0), 3);
+        assert!(
+            and.iter()
+                .all(|d| d.day() % 2 == 1 && d.weekday() == Weekday::Mon),
+            "{and:?}"
+        );
+        assert_eq!(and[0], at(2026, 11, 9, 0, 0, 0));
+        // The same days written without the star: odd days or Mondays (OR).
+        let or = fires("0 0 1-31/2 * 1", at(2026, 11, 1, 0, 0, 0), 3);
+        assert_eq!(
+            or,
+            [
+                at(2026, 11, 2, 0, 0, 0),
+                at(2026, 11, 3, 0, 0, 0),
+                at(2026, 11, 5, 0, 0, 0)
+            ]
+        );
+        // */2 in day-of-week with a day-of-month: AND too.
+        let and = fires("0 0 1-7 * */2", at(2026, 11, 1, 0, 0, 0), 4);
+        assert!(
+            and.iter().all(|d| d.day() <= 7
+                && matches!(
+                    d.weekday(),
+                    Weekday::Sun | Weekday::Tue | Weekday::Thu | Weekday::Sat
+                )),
+            "{and:?}"
         );
     }
 

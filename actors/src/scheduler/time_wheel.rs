@@ -176,7 +176,9 @@ impl<T> TimeWheel<T> {
             let elapsed = self.elapsed;
             let (near, far): (Vec<_>, Vec<_>) = std::mem::take(&mut self.overflow)
                 .into_iter()
-                .partition(|e| level_for(elapsed, e.deadline) < LEVELS);
+                // Past due counts as near: a jump of time beyond a deadline in the overflow
+                // (its level taken from the XOR would be past the levels) makes it due now.
+                .partition(|e| e.deadline <= elapsed || level_for(elapsed, e.deadline) < LEVELS);
             self.overflow = far;
             for entry in near {
                 self.place(entry);
@@ -272,6 +274,73 @@ mod tests {
                 expected.sort();
                 assert_eq!(out, expected, "seed {seed} at {now}");
                 assert_eq!(wheel.len(), reference.len());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    //! The wheel against the simplest model that could be right: a list of (deadline, id),
+    //! from which a poll at `now` takes everything due by then.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// An item due `offset` ms from the wheel's time (negative: already past).
+        Insert(i64),
+        /// Time moves on by this many ms.
+        Advance(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            // Near, far (every level), past the levels' range (the overflow), and past due.
+            3 => (0i64..200).prop_map(Op::Insert),
+            2 => (0i64..(1 << 30)).prop_map(Op::Insert),
+            1 => ((RANGE as i64)..(RANGE as i64 * 3)).prop_map(Op::Insert),
+            1 => (-5_000i64..0).prop_map(Op::Insert),
+            4 => prop_oneof![0u64..50, 0u64..100_000, 0u64..(RANGE * 2)].prop_map(Op::Advance),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn polls_give_exactly_what_is_due(start in 0u64..(1 << 40), ops in prop::collection::vec(op(), 1..200)) {
+            let mut wheel = TimeWheel::new(start);
+            let mut model: Vec<(u64, usize)> = Vec::new();
+            let mut now = start;
+            for (id, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Insert(offset) => {
+                        let deadline = now.saturating_add_signed(offset);
+                        wheel.insert(deadline, id);
+                        model.push((deadline, id));
+                    }
+                    Op::Advance(by) => {
+                        now += by;
+                        let mut out = Vec::new();
+                        wheel.poll(now, &mut out);
+                        let mut got: Vec<(u64, usize)> = out;
+                        got.sort_unstable();
+                        let mut due: Vec<(u64, usize)> =
+                            model.iter().copied().filter(|(d, _)| *d <= now).collect();
+                        due.sort_unstable();
+                        model.retain(|(d, _)| *d > now);
+                        prop_assert_eq!(got, due, "poll at {}", now);
+                    }
+                }
+                prop_assert_eq!(wheel.len(), model.len());
+                if let (Some(next), Some(earliest)) =
+                    (wheel.next_deadline(), model.iter().map(|(d, _)| *d).min())
+                {
+                    // Nothing is due before the wheel says to look again.
+                    prop_assert!(next <= earliest.max(now), "next {} > earliest {}", next, earliest);
+                }
             }
         }
     }

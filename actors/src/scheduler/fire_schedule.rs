@@ -327,3 +327,117 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! The fire schedule against a brute-force reading of the DST rule, minute by minute in UTC,
+    //! across DST changes in zones of both hemispheres, with half-hour and midnight changes.
+
+    use super::*;
+    use chrono::Timelike;
+    use proptest::prelude::*;
+
+    const ZONES: &[&str] = &[
+        "America/New_York",
+        "Europe/London",
+        "Europe/Berlin",
+        "Australia/Sydney",
+        "Australia/Lord_Howe",
+        "America/Santiago",
+        "America/Havana",
+        "Asia/Kolkata",
+        "UTC",
+    ];
+    /// (field, the minutes or hours it matches)
+    const MINUTES: &[(&str, &[u32])] = &[
+        ("0", &[0]),
+        ("30", &[30]),
+        ("*/15", &[0, 15, 30, 45]),
+        ("5,35", &[5, 35]),
+    ];
+    const HOURS: &[(&str, &[u32])] = &[
+        ("*", &[]),
+        ("0", &[0]),
+        ("1", &[1]),
+        ("2", &[2]),
+        ("1-3", &[1, 2, 3]),
+        ("*/2", &[0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22]),
+        ("0,23", &[0, 23]),
+    ];
+
+    /// The fires in (from, to] by the rule read literally, minute by minute in UTC: an interval
+    /// job (hour `*`) fires at every instant whose local time matches; a fixed-time job fires at
+    /// the first instant of each matching local time, and a matching local time skipped by a
+    /// jump forward fires at the first instant after the jump.
+    fn brute_force(
+        tz: Tz,
+        minutes: &[u32],
+        hours: &[u32],
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Vec<DateTime<Utc>> {
+        let interval = hours.is_empty();
+        let matches = |l: NaiveDateTime| {
+            minutes.contains(&l.minute()) && (interval || hours.contains(&l.hour()))
+        };
+        let local = |u: DateTime<Utc>| u.with_timezone(&tz).naive_local();
+        // Seen local times start a day early, so that a repeat in the window is known as one.
+        let mut u = from - Duration::days(1);
+        let mut latest_local = local(u);
+        let mut fires = Vec::new();
+        while u < to {
+            u += Duration::minutes(1);
+            let (prev, cur) = (local(u - Duration::minutes(1)), local(u));
+            let fires_here = if interval {
+                matches(cur)
+            } else {
+                let first_time = cur > latest_local;
+                let mut skipped = prev + Duration::minutes(1);
+                let mut in_gap = false;
+                while skipped < cur {
+                    in_gap |= matches(skipped);
+                    skipped += Duration::minutes(1);
+                }
+                (first_time && matches(cur)) || in_gap
+            };
+            latest_local = latest_local.max(cur);
+            if fires_here && u > from {
+                fires.push(u);
+            }
+        }
+        fires
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn fires_follow_the_dst_rule_minute_by_minute(
+            zone in 0..ZONES.len(),
+            minute in 0..MINUTES.len(),
+            hour in 0..HOURS.len(),
+            year in 2024i32..=2027,
+            month in prop::sample::select(vec![3u32, 4, 9, 10, 11]),
+            day in 1u32..=28,
+            at_hour in 0u32..24,
+        ) {
+            let tz: Tz = ZONES[zone].parse().expect("a zone");
+            let (m, minutes) = MINUTES[minute];
+            let (h, hours) = HOURS[hour];
+            let schedule = FireSchedule::new(&format!("{m} {h} * * *"), ZONES[zone]).expect("parses");
+            let from = chrono::NaiveDate::from_ymd_opt(year, month, day)
+                .and_then(|d| d.and_hms_opt(at_hour, 0, 0))
+                .expect("a time")
+                .and_utc();
+            let to = from + Duration::hours(48);
+            let mut fires = Vec::new();
+            let mut cursor = from;
+            while let Some(next) = schedule.next_after(cursor).filter(|n| *n <= to) {
+                fires.push(next);
+                cursor = next;
+            }
+            let expected = brute_force(tz, minutes, hours, from, to);
+            prop_assert_eq!(fires, expected, "`{} {} * * *` in {} from {}", m, h, ZONES[zone], from);
+        }
+    }
+}

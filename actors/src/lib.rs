@@ -19,6 +19,8 @@
 pub mod bench;
 mod dag;
 mod failpoint;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 pub mod jetstream;
 mod node;
 mod outcome;

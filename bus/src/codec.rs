@@ -52,9 +52,11 @@ pub fn decode_by_header<T: DeserializeOwned>(
     headers: Option<&HeaderMap>,
     payload: &[u8],
 ) -> Result<T, CodecError> {
-    let content_type = headers
-        .and_then(|h| h.get(CONTENT_TYPE))
-        .map(|v| v.as_str().trim().to_ascii_lowercase());
+    // Compared by media type: parameters such as `; charset=utf-8` do not change the codec.
+    let content_type = headers.and_then(|h| h.get(CONTENT_TYPE)).map(|v| {
+        let media = v.as_str().split(';').next().unwrap_or_default();
+        media.trim().to_ascii_lowercase()
+    });
     match content_type.as_deref() {
         None | Some(MSGPACK) | Some("application/x-msgpack") => decode(payload),
         Some(JSON) => Ok(serde_json::from_slice(payload)?),
@@ -99,6 +101,20 @@ pub mod empty_as_none {
 mod tests {
     use super::*;
     use serde::Deserialize;
+
+    #[test]
+    fn content_types_compare_by_media_type() {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, "Application/JSON; charset=utf-8");
+        let value: serde_json::Value =
+            decode_by_header(Some(&headers), br#"{"a": 1}"#).expect("JSON with a charset");
+        assert_eq!(value["a"], 1);
+        headers.insert(CONTENT_TYPE, "text/plain; charset=utf-8");
+        assert!(matches!(
+            decode_by_header::<serde_json::Value>(Some(&headers), b"{}"),
+            Err(CodecError::UnsupportedContentType(t)) if t == "text/plain"
+        ));
+    }
 
     #[derive(Serialize, Deserialize, Debug, PartialEq)]
     struct Probe {

@@ -57,6 +57,11 @@ use crate::jetstream::publish;
 pub(crate) const ACTOR: &str = "scheduler";
 /// The longest the wheel sleeps, so that a jump of the wall clock is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(500);
+/// How far before the last completed tick a restart replays the jobs defined or changed since:
+/// longer than a registry watch can stay silent before it is found dead (two missed idle
+/// heartbeats of 5 s, plus a request timeout). The fires it repeats are de-duplicated by their
+/// instance ids.
+const REPLAY_MARGIN: chrono::Duration = chrono::Duration::seconds(30);
 /// How long after its due time a retry's result comes back to any Scheduler.
 const RETRY_BACKSTOP: chrono::Duration = chrono::Duration::seconds(3);
 
@@ -181,7 +186,11 @@ impl Scheduler {
             ctx.stop();
             return;
         };
-        self.last_tick = now;
+        if self.replay_from.is_none() {
+            // Only a tick made with the whole registry loaded covers every job: a restart
+            // replays from it.
+            self.last_tick = now;
+        }
         for fire in due.fires {
             if fire.paused {
                 self.record_skipped(&fire.spec.name, vec![(fire.expected, "paused".to_string())]);
@@ -279,12 +288,21 @@ impl Handler<RegistryChange> for Scheduler {
     type Result = ();
 
     fn handle(&mut self, msg: RegistryChange, ctx: &mut Self::Context) {
-        let now = self.replay_from.unwrap_or_else(|| self.clock.now());
+        let now = self.clock.now();
         let loaded = matches!(msg.0, FeedItem::Current);
         let changed = guard(ACTOR, || match msg.0 {
             FeedItem::Put { key, value, .. } => match JobRecord::from_registry(&value) {
                 Ok(record) => {
-                    if let Err(e) = self.planner.upsert(&record, now) {
+                    let from = match self.replay_from {
+                        // A job defined or changed shortly before the last completed tick may
+                        // not have been in the view that tick saw (a registry watch goes silent
+                        // for seconds before it is found dead): it fires every tick after its
+                        // definition; the others from the last completed tick.
+                        Some(base) if record.updated_at > base - REPLAY_MARGIN => record.updated_at,
+                        Some(base) => base,
+                        None => now,
+                    };
+                    if let Err(e) = self.planner.upsert(&record, from) {
                         tracing::error!(job = %key, error = %e, "registry holds an invalid job; not scheduled");
                     }
                     true

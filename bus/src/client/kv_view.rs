@@ -67,8 +67,18 @@ pub struct FeedError {
     pub source: crate::error::BoxError,
 }
 
-/// When the snapshot phase sees nothing for this long, the rest was removed meanwhile
-/// (expired or purged before delivery), so the snapshot is complete.
+/// Whether the server says messages wait for the consumer `name` of `source` (false when it
+/// cannot tell: the consumer was made again under another name, or the server does not answer).
+async fn server_has_pending(source: jetstream::stream::Stream, name: &str) -> bool {
+    match source.consumer_info(name).await {
+        Ok(info) => info.num_pending > 0,
+        Err(_) => false,
+    }
+}
+
+/// When the snapshot phase sees nothing for this long and the server has nothing pending for
+/// it, the rest was removed meanwhile (expired or purged before delivery): the snapshot is
+/// complete.
 const SNAPSHOT_IDLE: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for KvFeed {
@@ -175,11 +185,21 @@ impl KvFeed {
             return Some(Ok(FeedItem::Current));
         }
         let message = if self.phase == Phase::Snapshot {
-            match tokio::time::timeout(SNAPSHOT_IDLE, self.messages.next()).await {
-                Ok(message) => message,
-                Err(_) => {
-                    self.phase = Phase::Live;
-                    return Some(Ok(FeedItem::Current));
+            loop {
+                match tokio::time::timeout(SNAPSHOT_IDLE, self.messages.next()).await {
+                    Ok(message) => break message,
+                    // Idle is not the end while the server still has messages for this
+                    // consumer (a leader change or a loaded server pauses delivery): ended
+                    // there, the snapshot would leave values out and hand them on as changes.
+                    Err(_)
+                        if server_has_pending(self.source.clone(), &self.consumer_name).await =>
+                    {
+                        continue
+                    }
+                    Err(_) => {
+                        self.phase = Phase::Live;
+                        return Some(Ok(FeedItem::Current));
+                    }
                 }
             }
         } else {

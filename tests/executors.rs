@@ -93,21 +93,12 @@ impl Endpoint {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_secrets_stay_with_their_origin_and_out_of_messages() {
     let nats = TestNats::start();
-    let dir = nats.path("n1");
-    let data = dir.join("data");
-    let _node = AxProcess::spawn_with_env(
-        Some(&nats.url()),
-        &[
-            "node",
-            "--roles",
-            "all",
-            "--id",
-            "n1",
-            "--data-dir",
-            data.to_str().unwrap(),
-        ],
-        &dir,
-        &dir.join("node.log"),
+    let _node = AxProcess::node_with_env(
+        &nats.url(),
+        &nats,
+        "n1",
+        "all",
+        &[],
         &[("AX_TEST_API_KEY", "k-123")],
     );
     let (home, elsewhere) = (Endpoint::start().await, Endpoint::start().await);

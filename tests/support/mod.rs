@@ -289,6 +289,18 @@ impl AxProcess {
         roles: &str,
         extra: &[&str],
     ) -> Self {
+        Self::node_with_env(url, nats, name, roles, extra, &[])
+    }
+
+    /// [`AxProcess::node_at`] with extra environment variables.
+    pub(crate) fn node_with_env(
+        url: &str,
+        nats: &TestNats,
+        name: &str,
+        roles: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = nats.path(name);
         let data = dir.join("data");
         let mut args = vec![
@@ -301,7 +313,7 @@ impl AxProcess {
             data.to_str().expect("utf-8 path"),
         ];
         args.extend_from_slice(extra);
-        Self::spawn(Some(url), &args, &dir, &dir.join("node.log"))
+        Self::spawn_with_env(Some(url), &args, &dir, &dir.join("node.log"), env)
     }
 
     pub(crate) fn pid(&self) -> Pid {

@@ -279,6 +279,22 @@ impl Supervised for Scheduler {
     }
 }
 
+/// The instant after which a job read from the registry fires: now for a live change; after a
+/// restart, the last completed tick — unless the job was defined or changed shortly before it,
+/// when that tick may not have seen it (a registry watch goes silent for seconds before it is
+/// found dead): then every tick after its definition.
+fn fires_from(
+    replay_from: Option<chrono::DateTime<chrono::Utc>>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> chrono::DateTime<chrono::Utc> {
+    match replay_from {
+        Some(base) if updated_at > base - REPLAY_MARGIN => updated_at,
+        Some(base) => base,
+        None => now,
+    }
+}
+
 /// A change of the job registry.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -293,15 +309,7 @@ impl Handler<RegistryChange> for Scheduler {
         let changed = guard(ACTOR, || match msg.0 {
             FeedItem::Put { key, value, .. } => match JobRecord::from_registry(&value) {
                 Ok(record) => {
-                    let from = match self.replay_from {
-                        // A job defined or changed shortly before the last completed tick may
-                        // not have been in the view that tick saw (a registry watch goes silent
-                        // for seconds before it is found dead): it fires every tick after its
-                        // definition; the others from the last completed tick.
-                        Some(base) if record.updated_at > base - REPLAY_MARGIN => record.updated_at,
-                        Some(base) => base,
-                        None => now,
-                    };
+                    let from = fires_from(self.replay_from, record.updated_at, now);
                     if let Err(e) = self.planner.upsert(&record, from) {
                         tracing::error!(job = %key, error = %e, "registry holds an invalid job; not scheduled");
                     }
@@ -555,4 +563,27 @@ pub(crate) async fn run_retry(
     .await?;
     publish::event(client, &record).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+    use chrono::{Duration, TimeZone, Utc};
+
+    #[test]
+    fn a_restart_replays_a_recent_job_from_its_definition_and_the_others_from_the_last_tick() {
+        let base = Utc.with_ymd_and_hms(2026, 12, 1, 17, 55, 40).unwrap();
+        let now = base + Duration::seconds(16);
+        // Applied while the registry watch was silent, before the last completed tick.
+        let recent = base - Duration::seconds(8);
+        assert_eq!(fires_from(Some(base), recent, now), recent);
+        // Applied after it.
+        let after = base + Duration::seconds(3);
+        assert_eq!(fires_from(Some(base), after, now), after);
+        // Unchanged for long: from the last completed tick, as before.
+        let old = base - Duration::days(3);
+        assert_eq!(fires_from(Some(base), old, now), base);
+        // A live change: from now.
+        assert_eq!(fires_from(None, recent, now), now);
+    }
 }

@@ -8,6 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ax_bus::{State, Tag};
+use futures::StreamExt;
 use support::*;
 
 const SERVER_CONFIG: &str = r#"
@@ -106,20 +107,19 @@ async fn wrong_credentials_fail_at_once_and_readers_cannot_command() {
 }
 
 /// The users of the permission table in docs/operations.md: (table row, NATS user).
-const ROWS: [(&str, &str); 5] = [
+const ROWS: [(&str, &str); 6] = [
     ("Scheduler", "scheduler"),
     ("DagCoordinator", "dag"),
     ("Router", "router"),
     ("worker + Reporter", "worker"),
     ("operators (`ax` CLI)", "operator"),
+    ("business services", "app"),
 ];
 
 /// The subjects of one cell of the table: every backticked subject, its `<placeholder>`
 /// tokens widened to `>` (a placeholder is the last token wherever the table uses one).
 fn cell_subjects(cell: &str) -> Vec<String> {
-    cell.split('`')
-        .skip(1)
-        .step_by(2)
+    backticked(cell)
         .filter(|s| s.starts_with("ax."))
         .map(|s| match s.find(".<") {
             Some(at) => format!("{}.>", &s[..at]),
@@ -128,13 +128,54 @@ fn cell_subjects(cell: &str) -> Vec<String> {
         .collect()
 }
 
+/// The streams of a reads or writes cell: `AX_…` names as they are, buckets `ax_b` as
+/// their streams `KV_ax_b`.
+fn cell_streams(cell: &str) -> Vec<String> {
+    backticked(cell)
+        .filter_map(|s| {
+            if s.starts_with("AX_") {
+                Some(s.to_string())
+            } else if s.starts_with("ax_") {
+                Some(format!("KV_{s}"))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn backticked(cell: &str) -> impl Iterator<Item = &str> {
+    cell.split('`').skip(1).step_by(2)
+}
+
+/// What reading stream `s` takes, by the rule above the table.
+fn reads(s: &str) -> Vec<String> {
+    [
+        format!("$JS.API.STREAM.MSG.GET.{s}"),
+        format!("$JS.API.DIRECT.GET.{s}"),
+        format!("$JS.API.DIRECT.GET.{s}.>"),
+        format!("$JS.API.CONSUMER.CREATE.{s}"),
+        format!("$JS.API.CONSUMER.CREATE.{s}.>"),
+        format!("$JS.API.CONSUMER.DURABLE.CREATE.{s}.>"),
+        format!("$JS.API.CONSUMER.INFO.{s}.>"),
+        format!("$JS.API.CONSUMER.DELETE.{s}.>"),
+        format!("$JS.API.CONSUMER.MSG.NEXT.{s}.>"),
+        format!("$JS.ACK.{s}.>"),
+        format!("$JS.FC.{s}.>"),
+    ]
+    .into()
+}
+
 /// The permission table of docs/operations.md as a server config: each user gets exactly its
-/// row, plus what every ax process needs for JetStream (the table says so above it).
+/// row, expanded into subjects by the rules the docs give above it.
 fn roles_config() -> String {
     let doc = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"),
     )
     .expect("docs/operations.md");
+    let streams =
+        ax_bus::client::provision::Layout::new(ax_bus::subjects::Subjects::new("ax"), None)
+            .stream_names();
     let mut users = Vec::new();
     for (row, user) in ROWS {
         let line = doc
@@ -142,23 +183,47 @@ fn roles_config() -> String {
             .find(|l| l.starts_with(&format!("| {row} |")))
             .unwrap_or_else(|| panic!("docs/operations.md has no row `{row}`"));
         let cells: Vec<&str> = line.split(" | ").collect();
-        let quote = |subjects: Vec<String>, always: &[&str]| {
+        assert_eq!(cells.len(), 5, "row `{row}` has five columns");
+        let mut publish = cell_subjects(cells[1]);
+        let mut subscribe = cell_subjects(cells[2]);
+        subscribe.push("_INBOX.>".into());
+        publish.push("_INBOX.>".into());
+        let mut read = cell_streams(cells[3]);
+        let ax_process = user != "app";
+        if ax_process {
+            publish.push("$JS.API.INFO".into());
+            publish.push("$KV.ax_nodes.>".into());
+            publish.extend(streams.iter().map(|s| format!("$JS.API.STREAM.INFO.{s}")));
+            read.push("AX_ALERTS".into());
+        }
+        if cells[3].contains("`$JS.API.>`") {
+            publish.extend(["$JS.API.>".into(), "$JS.ACK.>".into(), "$JS.FC.>".into()]);
+        }
+        if cells[3].contains("sets up") {
+            for s in &streams {
+                publish.push(format!("$JS.API.STREAM.CREATE.{s}"));
+                publish.push(format!("$JS.API.STREAM.UPDATE.{s}"));
+            }
+            publish.push("$JS.API.STREAM.DELETE.AX_CLOCK".into());
+        }
+        publish.extend(read.iter().flat_map(|s| reads(s)));
+        publish.extend(
+            cell_streams(cells[4].trim_end_matches(" |"))
+                .iter()
+                .map(|s| format!("${}.>", s.replacen("KV_", "KV.", 1))),
+        );
+        let quote = |subjects: &[String]| {
             subjects
                 .iter()
-                .map(String::as_str)
-                .chain(always.iter().copied())
                 .map(|s| format!("\"{s}\""))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let publish = quote(
-            cell_subjects(cells[1]),
-            &["$JS.API.>", "$KV.>", "$JS.ACK.>", "_INBOX.>"],
-        );
-        let subscribe = quote(cell_subjects(cells[2]), &["_INBOX.>"]);
         users.push(format!(
             "{{ user: {user}, password: \"{user}-secret\", permissions: {{ \
-             publish: {{ allow: [{publish}] }}, subscribe: {{ allow: [{subscribe}] }} }} }}"
+             publish: {{ allow: [{}] }}, subscribe: {{ allow: [{}] }} }} }}",
+            quote(&publish),
+            quote(&subscribe)
         ));
     }
     format!("authorization {{ users = [ {} ] }}", users.join("\n"))
@@ -186,6 +251,12 @@ job:
   name: flaky
   retry: { times: 1, interval: 1 }
   exec: { type: shell, command: 'test -f \"$AX_PARAM_mark\" || { touch \"$AX_PARAM_mark\"; exit 3; }' }
+---
+version: v1
+job:
+  name: slow
+  retry: { times: 1, interval: 1 }
+  exec: { type: shell, command: 'test -f \"$AX_PARAM_mark\" || { touch \"$AX_PARAM_mark\"; sleep 120; }' }
 ---
 version: v1
 job:
@@ -222,14 +293,15 @@ async fn each_role_runs_with_only_its_row_of_the_permission_table() {
             .url
             .replacen("://", &format!("://{user}:{user}-secret@"), 1)
     };
-    let nodes = [
+    // The operator sets the streams up (nodes of the other roles may only wait for them).
+    let client = nats.client().await;
+    let nodes: [AxProcess; 4] = [
         AxProcess::node_at(&as_user("scheduler"), &nats, "sched", "scheduler", &[]),
         AxProcess::node_at(&as_user("dag"), &nats, "dag", "dag", &[]),
         AxProcess::node_at(&as_user("router"), &nats, "router", "router", &[]),
         AxProcess::node_at(&as_user("worker"), &nats, "w1", "worker", &[]),
     ];
     let logs: Vec<&AxProcess> = nodes.iter().collect();
-    let client = nats.client().await;
     apply_job(&nats, "flow", FLOW_JOBS).await;
     let mark = nats.path("marks").join("flaky");
     let flaky = trigger(
@@ -312,7 +384,43 @@ async fn each_role_runs_with_only_its_row_of_the_permission_table() {
             .any(|l| l.instance.as_deref() == Some(doomed.instance_id.as_str())),
         "the failure for good is a dead letter: {letters:?}"
     );
-    for process in &nodes {
+    // A worker killed mid-attempt: the Router's janitor hands its attempt on (claims revoked,
+    // the record marked, the queue drained, the entry removed) and the retry runs elsewhere.
+    let mark = nats.path("marks").join("slow");
+    let slow = trigger(
+        &nats,
+        &["slow", "--param", &format!("mark={}", mark.display())],
+    );
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the slow attempt to start",
+        &logs,
+        || async { mark.exists().then_some(()) },
+    )
+    .await;
+    drop(logs);
+    let [scheduler, dag, router, mut w1] = nodes;
+    w1.kill9();
+    let w2 = AxProcess::node_at(&as_user("worker"), &nats, "w2", "worker", &[]);
+    let nodes = [scheduler, dag, router, w2];
+    let logs: Vec<&AxProcess> = nodes.iter().collect();
+    let slow = wait_for_logged(
+        Duration::from_secs(90),
+        "the retry on w2",
+        &logs,
+        || async {
+            client
+                .instance(&ax_bus::ids::InstanceId::parse(&slow).unwrap())
+                .await
+                .ok()
+                .flatten()
+                .filter(|(r, _)| r.state == State::Success)
+                .map(|(r, _)| r)
+        },
+    )
+    .await;
+    assert_eq!(slow.attempt, 2, "{slow:?}");
+    for process in nodes.iter().chain([&w1]) {
         let log = process.log_text();
         assert!(
             !log.to_lowercase().contains("permissions violation"),
@@ -320,6 +428,162 @@ async fn each_role_runs_with_only_its_row_of_the_permission_table() {
             log
         );
     }
+}
+
+/// A connection as `user` of the roles config, and the server's errors to it (lower case).
+async fn connect_as(
+    nats: &TestNats,
+    user: &str,
+) -> (
+    async_nats::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let client =
+        async_nats::ConnectOptions::with_user_and_password(user.into(), format!("{user}-secret"))
+            .event_callback(move |event| {
+                let tx = tx.clone();
+                async move {
+                    if let async_nats::Event::ServerError(e) = event {
+                        let _ = tx.send(e.to_string().to_lowercase());
+                    }
+                }
+            })
+            .connect(nats.server.url.as_str())
+            .await
+            .expect("connect with a role's credentials");
+    (client, rx)
+}
+
+/// Publishes `payload` on `subject` as whoever `client` is, and waits for the server to refuse
+/// it by name (a publish the server accepts draws no error, so the wait ends at its deadline
+/// and fails the test).
+async fn refused(
+    client: &async_nats::Client,
+    errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    subject: &str,
+    payload: &[u8],
+) {
+    client
+        .publish_with_reply(
+            subject.to_string(),
+            client.new_inbox(),
+            payload.to_vec().into(),
+        )
+        .await
+        .expect("publish");
+    client.flush().await.expect("flush");
+    let wanted = format!(
+        "permissions violation for publish to \"{}\"",
+        subject.to_lowercase()
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, errors.recv()).await {
+            Ok(Some(error)) if error.contains(&wanted) => return,
+            Ok(Some(_)) => continue,
+            _ => panic!("the server did not refuse a publish to {subject}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stolen_worker_or_app_credential_cannot_define_start_or_destroy_work() {
+    let nats = TestNats::start_with_config(Some(&roles_config()), Some("operator:operator-secret"));
+    let client = nats.client().await;
+    let scheduler_url = nats
+        .server
+        .url
+        .replacen("://", "://scheduler:scheduler-secret@", 1);
+    let _scheduler = AxProcess::node_at(&scheduler_url, &nats, "sched", "scheduler", &[]);
+    let marker = nats.path("files").join("pwned");
+    let evil = format!(
+        r#"{{"spec": {{"version": "v1", "job": {{"name": "evil", "exec": {{"type": "shell", "command": "touch {}"}}}}}}}}"#,
+        marker.display()
+    );
+    apply_job(
+        &nats,
+        "kept",
+        "version: v1\njob:\n  name: kept\n  exec: { type: shell, command: 'true' }\n",
+    )
+    .await;
+
+    let (worker, mut errors) = connect_as(&nats, "worker").await;
+    // Its row: a heartbeat in ax_workers is allowed (no error comes back for it below).
+    for (subject, payload) in [
+        // Define a job, in the registry or through the control subject.
+        ("$KV.ax_jobs.evil", evil.as_bytes()),
+        ("ax.control.apply", evil.as_bytes()),
+        ("ax.control.trigger", br#"{"name": "kept"}"#.as_slice()),
+        // Run a command on another worker, or stop one there.
+        ("ax.internal.dispatch.w2.normal", evil.as_bytes()),
+        ("ax.internal.cancel.w2", b"{}".as_slice()),
+        // Destroy or steal: purge the registry, delete a stream, read the commands.
+        ("$JS.API.STREAM.PURGE.KV_ax_jobs", b"{}".as_slice()),
+        ("$JS.API.STREAM.DELETE.AX_CONTROL", b"".as_slice()),
+        ("$JS.API.STREAM.UPDATE.KV_ax_jobs", b"{}".as_slice()),
+        (
+            "$JS.API.CONSUMER.CREATE.AX_CONTROL",
+            br#"{"stream_name": "AX_CONTROL", "config": {"ack_policy": "explicit"}}"#.as_slice(),
+        ),
+        ("$KV.ax_queues.low", b"{}".as_slice()),
+        ("$KV.ax_leases.dag", b"{}".as_slice()),
+    ] {
+        refused(&worker, &mut errors, subject, payload).await;
+    }
+
+    let (app, mut errors) = connect_as(&nats, "app").await;
+    for (subject, payload) in [
+        ("ax.control.apply", evil.as_bytes()),
+        ("ax.control.delete", br#"{"name": "kept"}"#.as_slice()),
+        ("$KV.ax_jobs.evil", evil.as_bytes()),
+        ("$KV.ax_instances.x", b"{}".as_slice()),
+        ("$JS.API.STREAM.PURGE.AX_RESULTS", b"{}".as_slice()),
+    ] {
+        refused(&app, &mut errors, subject, payload).await;
+    }
+    // What the app's row is for still works: a trigger, answered on its inbox.
+    let inbox = app.new_inbox();
+    let mut answers = app.subscribe(inbox.clone()).await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox.as_str());
+    app.publish_with_headers(
+        "ax.control.trigger",
+        headers,
+        ax_bus::codec::encode(&ax_bus::messages::TriggerRequest {
+            name: ax_bus::ids::JobName::parse("kept").unwrap(),
+            biz_date: None,
+            params: Default::default(),
+        })
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(30), answers.next())
+        .await
+        .expect("the app's trigger is answered")
+        .unwrap();
+    let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+    assert!(reply.ok, "{reply:?}");
+
+    // Nothing of it landed: the registry holds only the operator's job, the streams are whole.
+    let jobs: Vec<String> = client
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.spec.name.to_string())
+        .collect();
+    assert_eq!(jobs, ["kept"]);
+    let (operator, _) = connect_as(&nats, "operator").await;
+    let js = async_nats::jetstream::new(operator);
+    js.get_stream("AX_CONTROL")
+        .await
+        .expect("AX_CONTROL is still there");
+    js.get_stream("KV_ax_jobs")
+        .await
+        .expect("the registry is still there");
+    assert!(!marker.exists());
 }
 
 /// Runs `ax nodes --json` with `env` (how the CLI reaches a secured server) and returns the

@@ -216,6 +216,21 @@ impl Layout {
         self.bucket_name("queues")
     }
 
+    /// The names of every stream ax needs, the buckets' (`KV_<bucket>`) included: what a
+    /// permission that names streams one by one must list.
+    pub fn stream_names(&self) -> Vec<String> {
+        self.streams()
+            .into_iter()
+            .map(|c| c.name)
+            .chain([self.clock_stream()])
+            .chain(
+                self.buckets()
+                    .into_iter()
+                    .map(|(bucket, ..)| format!("KV_{bucket}")),
+            )
+            .collect()
+    }
+
     /// The streams ax needs, as JetStream configs (replicas are set when they are ensured).
     fn streams(&self) -> Vec<stream::Config> {
         use stream::RetentionPolicy::{Limits, WorkQueue};

@@ -244,3 +244,134 @@ async fn registry_entries_written_past_the_checks_are_never_run() {
     }
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
 }
+
+const HELD: &str = "version: v1
+job:
+  name: held
+  deps: [ { name: never, biz_date: current } ]
+  exec: { type: shell, command: 'true' }
+---
+version: v1
+job:
+  name: never
+  exec: { type: noop }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_run() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "held", HELD).await;
+    let mut alerts = client.nats.subscribe("ax.alert.dispatch").await.unwrap();
+    // A real instance, waiting for its dependency: nothing legitimate dispatches it yet.
+    let id = trigger(&nats, &["held"]);
+    let instance = ax_bus::ids::InstanceId::parse(&id).unwrap();
+    let record = wait_for(Duration::from_secs(30), "held to wait", || async {
+        client
+            .instance(&instance)
+            .await
+            .ok()
+            .flatten()
+            .map(|(r, _)| r)
+            .filter(|r| r.tag == ax_bus::Tag::WaitingDeps)
+    })
+    .await;
+    // What a stolen Router credential could send: the job's name, a command of its own and a
+    // retry rule, straight into the worker's queue.
+    let marker = nats.path("forged").join("ran");
+    let (registered, _) = client.job(&job("held")).await.unwrap().unwrap();
+    let mut forged = registered.spec.clone();
+    forged.exec = serde_json::from_value(serde_json::json!(
+        {"type": "shell", "command": format!("touch {}", marker.display())}
+    ))
+    .unwrap();
+    forged.retry = serde_json::from_value(serde_json::json!({"times": 3, "interval": 1})).unwrap();
+    let mut work = ax_bus::messages::WorkItem::for_attempt(&record, forged);
+    work.dispatch = Some(ax_bus::ids::DispatchId::random());
+    work.worker = Some(ax_bus::ids::WorkerId::parse("n1").unwrap());
+    client
+        .js
+        .publish(
+            client
+                .subjects()
+                .dispatch("n1", ax_bus::spec::Priority::Normal),
+            codec::encode(&work).unwrap(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let ended = wait_for_logged(
+        Duration::from_secs(30),
+        "the forged attempt to end",
+        &[&node],
+        || async {
+            client
+                .instance(&instance)
+                .await
+                .ok()
+                .flatten()
+                .map(|(r, _)| r)
+                .filter(|r| r.state != ax_bus::State::Running)
+        },
+    )
+    .await;
+    assert_eq!(
+        (ended.state, ended.tag),
+        (ax_bus::State::Failed, ax_bus::Tag::Unregistered),
+        "{ended:?}"
+    );
+    let message = tokio::time::timeout(Duration::from_secs(10), alerts.next())
+        .await
+        .expect("an alert about the dispatch")
+        .unwrap();
+    let alert: Alert = codec::decode(&message.payload).unwrap();
+    assert!(
+        alert.message.contains("none the job registry holds") && alert.message.contains("held"),
+        "{}",
+        alert.message
+    );
+    assert!(!marker.exists(), "the forged command ran");
+    // Not retried by the forged rule: it stays failed.
+    let (after, _) = client.instance(&instance).await.unwrap().unwrap();
+    assert_eq!(
+        (after.state, after.attempt),
+        (ax_bus::State::Failed, record.attempt)
+    );
+    assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_created_before_an_edit_runs_as_it_was_defined() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    // No worker yet: the attempt waits with the first definition while the job is edited.
+    let core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let out = nats.path("out");
+    let version = |v: u32| {
+        format!(
+            "version: v1\njob:\n  name: edited\n  exec: {{ type: shell, command: 'echo {v} >> {}/ran' }}\n",
+            out.display()
+        )
+    };
+    apply_job(&nats, "edited", &version(1)).await;
+    let id = trigger(&nats, &["edited"]);
+    for v in 2..=4 {
+        apply_job(&nats, "edited", &version(v)).await;
+    }
+    let _worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    let record = final_record(&client, &id, Duration::from_secs(60)).await;
+    assert_eq!(
+        record.state,
+        ax_bus::State::Success,
+        "{record:?}\n{}",
+        core.log_text()
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("ran")).unwrap().trim(),
+        "1",
+        "the attempt ran as defined when it was created"
+    );
+}

@@ -78,7 +78,9 @@ pub(crate) async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), A
 /// When the next attempt is due, if the attempt failed and the job has a retry left for it.
 fn retry_at(outcome: &Outcome) -> Option<chrono::DateTime<chrono::Utc>> {
     let (work, end) = (&outcome.work, &outcome.end);
-    if end.success {
+    // A definition the registry does not hold is not retried either: its retry rule is part
+    // of what could not be trusted.
+    if end.success || end.tag == Tag::Unregistered {
         return None;
     }
     let attempt_of_run = work.attempt.saturating_sub(work.run_start) + 1;

@@ -118,6 +118,9 @@ pub enum Tag {
     DeadLetter,
     /// Its worker's clock was off the NATS server's by more than `max_clock_skew`.
     ClockSkew,
+    /// Its dispatch carried a definition the job registry does not hold (forged, or of a job
+    /// deleted or edited more than the registry remembers since): not run, not retried.
+    Unregistered,
     /// The counterpart said no: an HTTP status or condition, a SQL error, a plugin's failure.
     Rejected,
     /// The executor could not do its part: not offered by the worker, misconfigured (a
@@ -150,6 +153,7 @@ impl Tag {
             Tag::ShardsFailed => "shards_failed",
             Tag::DeadLetter => "dead_letter",
             Tag::ClockSkew => "clock_skew",
+            Tag::Unregistered => "unregistered",
             Tag::Rejected => "rejected",
             Tag::ExecutorError => "executor_error",
             Tag::Other => "other",

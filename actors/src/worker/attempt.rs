@@ -144,6 +144,17 @@ impl Attempts {
             self.refuse_for_clock(work.clone(), clock).await;
             return Err(Skip::Done);
         }
+        match self.client.is_registered(&work.spec).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.refuse_unregistered(work.clone()).await;
+                return Err(Skip::Done);
+            }
+            Err(e) => {
+                tracing::warn!(%trace, error = %e, "the dispatch's definition could not be checked against the registry; again later");
+                return Err(Skip::Later);
+            }
+        }
         let written = self.mark_executing(work, stored).await?;
         Ok((dispatch, lease, written))
     }
@@ -337,10 +348,48 @@ impl Attempts {
             clock.offset_ms(),
             clock.limit().as_secs_f64()
         );
-        let end = AttemptEnd {
+        let end = self.refusal(&work, Tag::ClockSkew, message);
+        self.record(Outcome {
+            work,
+            end,
+            written: None,
+        })
+        .await;
+    }
+
+    /// Ends a claimed attempt `failed` with tag `unregistered` without running it: its
+    /// definition is none the registry holds, so whoever sent it could have put anything in it.
+    async fn refuse_unregistered(&self, work: WorkItem) {
+        let message = format!(
+            "refused by worker {}: the definition of job `{}` in this dispatch is none the job \
+             registry holds (never applied, the job deleted, or edited too often since); not run",
+            self.config.id,
+            work.job()
+        );
+        tracing::warn!(trace = %work.trace_id, job = %work.job(), "{message}");
+        publish::instance_alert(
+            &self.client,
+            &self.config.id,
+            AlertKind::Dispatch,
+            message.clone(),
+            &work,
+        )
+        .await;
+        let end = self.refusal(&work, Tag::Unregistered, message);
+        self.record(Outcome {
+            work,
+            end,
+            written: None,
+        })
+        .await;
+    }
+
+    /// The end of an attempt refused before it ran.
+    fn refusal(&self, work: &WorkItem, tag: Tag, message: String) -> AttemptEnd {
+        AttemptEnd {
             trace_id: work.trace_id.clone(),
             success: false,
-            tag: Tag::ClockSkew,
+            tag,
             message,
             output: serde_json::Value::Null,
             worker: self.config.id.clone(),
@@ -349,13 +398,7 @@ impl Attempts {
             exit_code: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
-        };
-        self.record(Outcome {
-            work,
-            end,
-            written: None,
-        })
-        .await;
+        }
     }
 
     /// Tells the dispatching Router the attempt was received and is about to run (best

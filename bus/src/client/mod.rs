@@ -9,6 +9,7 @@ pub mod in_flight;
 pub mod kv_view;
 pub mod local_server;
 pub mod provision;
+pub mod registered;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -305,6 +305,13 @@ fn cases() -> Vec<(&'static str, String, u32, &'static str, &'static str)> {
             "more than 65536",
         ),
         (
+            "a command Linux cannot pass to the shell",
+            GOOD.replace("echo ok", &format!("echo {}", "x".repeat(140_000))),
+            8,
+            "job.exec.command",
+            "more than 131071",
+        ),
+        (
             "wrong version",
             GOOD.replace("version: v1", "version: v2"),
             1,
@@ -409,13 +416,13 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
         err.chars().take(300).collect::<String>()
     );
     let many = nats.path("many");
-    for i in 0..6 {
+    for i in 0..10 {
         job_file(
             &many,
             &format!("{i}.yaml"),
             &GOOD
                 .replace("name: good", &format!("name: big-{i}"))
-                .replace("echo ok", &format!("echo {}", "x".repeat(200_000))),
+                .replace("echo ok", &format!("echo {}", "x".repeat(120_000))),
         );
     }
     let out = ax(&nats.url(), &["job", "apply", "-f", many.to_str().unwrap()]);

@@ -375,3 +375,91 @@ async fn an_attempt_created_before_an_edit_runs_as_it_was_defined() {
         "the attempt ran as defined when it was created"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_too_big_for_the_server_is_set_aside_and_the_rest_goes_on() {
+    let mut nats = TestNats::start_with_config(Some("max_payload: 1048576\n"), None);
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    // Params of 60 KB, carried three times by a hand-off (the definition, the attempt and
+    // its record): it fits the default 1 MiB, not the 128 KiB set below.
+    let big = |name: &str, cron: &str| {
+        format!(
+            "version: v1\njob:\n  name: {name}\n{cron}  params: {{ blob: {} }}\n  exec: {{ type: noop }}\n",
+            "x".repeat(60_000)
+        )
+    };
+    apply_job(&nats, "big", &big("big", "  cron: '* * * * * *'\n")).await;
+    apply_job(
+        &nats,
+        "small",
+        "version: v1\njob:\n  name: small\n  cron: '* * * * * *'\n  exec: { type: noop }\n",
+    )
+    .await;
+    wait_for_logged(Duration::from_secs(30), "big to run", &[&node], || async {
+        let runs = client.instances(Some(&job("big"))).await.ok()?;
+        runs.iter()
+            .any(|r| r.state == ax_bus::State::Success)
+            .then_some(())
+    })
+    .await;
+
+    // The server's limit is lowered under the running cluster: every fire of `big` now fails
+    // to be handed on, for good.
+    std::fs::write(
+        nats.dir.path().join("nats-server.conf"),
+        "max_payload: 131072\n",
+    )
+    .unwrap();
+    nats.server.restart().unwrap();
+    let restarted = ax_bus::time::now();
+    let set_aside = wait_for_logged(
+        Duration::from_secs(60),
+        "a fire of big to be set aside",
+        &[&node],
+        || async {
+            let runs = client.instances(Some(&job("big"))).await.ok()?;
+            runs.into_iter()
+                .find(|r| r.state == ax_bus::State::Failed && r.tag == ax_bus::Tag::Rejected)
+        },
+    )
+    .await;
+    assert!(
+        set_aside.message.contains("set aside") && set_aside.message.contains("max payload"),
+        "{}",
+        set_aside.message
+    );
+    // Nothing waits behind it: the small job keeps firing and finishing.
+    wait_for_logged(
+        Duration::from_secs(30),
+        "small to go on",
+        &[&node],
+        || async {
+            let runs = client.instances(Some(&job("small"))).await.ok()?;
+            let after = runs
+                .iter()
+                .filter(|r| r.state == ax_bus::State::Success && r.expected_time > restarted)
+                .count();
+            (after >= 3).then_some(())
+        },
+    )
+    .await;
+    // And what would be too big is refused when asked for, naming the limit.
+    let trigger = ax(&nats.url(), &["job", "trigger", "big"]);
+    assert!(!trigger.status.success());
+    assert!(
+        stderr(&trigger).contains("max_payload of 131072"),
+        "{}",
+        stderr(&trigger)
+    );
+    let file = nats.path("specs").join("bigger.yaml");
+    std::fs::write(&file, big("bigger", "")).unwrap();
+    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(!applied.status.success());
+    assert!(
+        stderr(&applied).contains("max_payload"),
+        "{}",
+        stderr(&applied)
+    );
+    assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
+}

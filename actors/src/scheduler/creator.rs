@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use ax_bus::error::{During, NatsError, Reason};
 use ax_bus::ids::NodeId;
-use ax_bus::messages::{StoredRecord, TickOutcome};
+use ax_bus::messages::{AlertKind, StoredRecord, TickOutcome};
 use ax_bus::spec::Overlap;
 use ax_bus::{codec, AxClient, InstanceRecord, State, Tag};
 
@@ -51,6 +51,9 @@ pub(crate) enum Created {
     Deduplicated,
     /// The overlap policy skipped it.
     Skipped,
+    /// It cannot be created or handed on for a reason no retry changes (it is larger than the
+    /// server takes); set aside: its record, if written, ended `failed`, and an alert raised.
+    SetAside,
 }
 
 #[derive(Debug)]
@@ -141,6 +144,8 @@ struct Batch<'a> {
     client: &'a AxClient,
     node: &'a NodeId,
     failed: Vec<Request>,
+    /// Failed for a permanent reason, with it.
+    set_aside: Vec<(Request, String)>,
 }
 
 /// Creates a batch; returns the requests that failed for a transient reason, to be tried again.
@@ -153,6 +158,7 @@ async fn create_batch(
         client,
         node,
         failed: Vec::new(),
+        set_aside: Vec::new(),
     };
     // 1. Overlap policies (cron ticks of jobs whose policy is not `allow`; rare, one by one).
     let mut candidates = Vec::new();
@@ -175,13 +181,43 @@ async fn create_batch(
     for sent in sent {
         batch.settle(sent).await;
     }
+    batch.set_aside().await;
     batch.failed
 }
 
 impl Batch<'_> {
     fn fail(&mut self, request: Request, error: &ActorError) {
+        if permanent(error) {
+            self.set_aside.push((request, error.to_string()));
+            return;
+        }
         warn_transient(&request, error);
         self.failed.push(request);
+    }
+
+    /// Ends what failed for good: the record (if it was written) `failed` with the reason, an
+    /// alert, and the answer to whoever waits. Never tried again, so it holds nothing up.
+    async fn set_aside(&mut self) {
+        for (request, reason) in std::mem::take(&mut self.set_aside) {
+            let (record, work) = (&request.instance.record, &request.instance.work);
+            let message = format!(
+                "instance {} of job {} cannot be handed on and is set aside: {reason}",
+                record.instance_id,
+                work.job()
+            );
+            tracing::error!(instance = %record.instance_id, "{message}");
+            let ended = self
+                .client
+                .update_instance(&record.instance_id, |r| {
+                    r.ended_early(&record.trace_id, State::Failed, Tag::Rejected, &message)
+                })
+                .await;
+            if let Err(e) = ended {
+                tracing::warn!(instance = %record.instance_id, error = %e, "set-aside instance not marked failed");
+            }
+            publish::instance_alert(self.client, self.node, AlertKind::Flow, message, work).await;
+            finish(request, Created::SetAside);
+        }
     }
 
     /// The same hand-off, published by another Scheduler that raced for this fire, is being
@@ -417,6 +453,26 @@ fn duplicate_in_process(error: &PublishError) -> bool {
         .is_some_and(|e| {
             e.error_code() == async_nats::jetstream::ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT
         })
+}
+
+/// Whether a creation or hand-off failed for a reason no retry changes: the message is larger
+/// than the server's `max_payload`, or the value does not encode.
+fn permanent(error: &ActorError) -> bool {
+    use async_nats::client::PublishErrorKind as Core;
+    if matches!(error, ActorError::Codec(_)) {
+        return true;
+    }
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        if let Some(e) = e.downcast_ref::<PublishError>() {
+            return e.kind() == PublishErrorKind::MaxPayloadExceeded;
+        }
+        if let Some(e) = e.downcast_ref::<async_nats::client::PublishError>() {
+            return e.kind() == Core::MaxPayloadExceeded;
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn warn_transient(request: &Request, error: &ActorError) {

@@ -46,6 +46,26 @@ impl NewInstance {
         }
     }
 
+    /// The refusal, naming the limit, when the hand-off of this attempt (the work item with the
+    /// record it carries) would be larger than the server's `max_payload`: it could never be
+    /// sent, so a command that would create it is refused before anything is written.
+    pub(crate) fn too_big_for(&self, max_payload: usize) -> Result<(), String> {
+        // Headers (content type, message id) and the revision, generously.
+        const OVERHEAD: usize = 512;
+        let work = ax_bus::codec::encode(&self.work).map_or(usize::MAX, |b| b.len());
+        let record = ax_bus::codec::encode(&self.record).map_or(usize::MAX, |b| b.len());
+        let bytes = work.saturating_add(record).saturating_add(OVERHEAD);
+        if bytes > max_payload {
+            Err(format!(
+                "an instance of job {} would be handed on in about {bytes} bytes (its definition \
+                 and params), more than the NATS server's max_payload of {max_payload}",
+                self.work.job()
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Where the first attempt is handed on, and under which message id: to the Router, or to
     /// the DagCoordinator when the DAG may concern it. The message id is the attempt's, so a
     /// second hand-off of the same attempt within the de-duplication window is dropped.

@@ -21,6 +21,7 @@ use ax_bus::{codec, AxClient};
 use super::contact::{Contact, FENCE_AFTER};
 use super::executor::values::Values;
 use super::executor::{AttemptContext, ExecResult, Registry};
+use super::registered::Registered;
 use super::slots::Slots;
 use super::{Ended, IsRunning, Running, WorkerConfig, WorkerSupervisor, CLAIM_LEASE};
 use crate::jetstream::{consume, publish};
@@ -39,6 +40,7 @@ pub(super) struct Attempts {
     pub(super) clock: Option<ClockGuard>,
     pub(super) executors: Registry,
     pub(super) contact: Contact,
+    pub(super) registered: Registered,
 }
 
 /// Why a dispatch is not run, and what becomes of its message.
@@ -144,7 +146,7 @@ impl Attempts {
             self.refuse_for_clock(work.clone(), clock).await;
             return Err(Skip::Done);
         }
-        match self.client.is_registered(&work.spec).await {
+        match self.registered.check(&self.client, &work.spec).await {
             Ok(true) => {}
             Ok(false) => {
                 self.refuse_unregistered(work.clone()).await;

@@ -32,6 +32,7 @@ mod contact;
 pub(crate) mod executor;
 pub(crate) mod process;
 mod pumps;
+mod registered;
 pub(crate) mod slots;
 
 use std::collections::{HashMap, VecDeque};
@@ -133,6 +134,8 @@ pub struct WorkerSupervisor {
     first_start: bool,
     /// The last confirmed heartbeat (the attempts fence themselves on it).
     contact: Contact,
+    /// Definitions found in the registry a moment ago.
+    registered: registered::Registered,
 }
 
 impl WorkerSupervisor {
@@ -157,6 +160,7 @@ impl WorkerSupervisor {
             started_at: ax_bus::time::now(),
             first_start: true,
             contact: Contact::new(),
+            registered: registered::Registered::default(),
         }
     }
 
@@ -170,6 +174,7 @@ impl WorkerSupervisor {
             clock: self.clock.clone(),
             executors: self.executors.clone(),
             contact: self.contact.clone(),
+            registered: self.registered.clone(),
         }
     }
 

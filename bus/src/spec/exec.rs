@@ -215,6 +215,10 @@ fn required(value: Option<&String>, field: &str, what: &str, errors: &mut Vec<Sp
 /// Checks `job.exec`: a known executor or a plugin name, the settings it needs, none it does
 /// not take, and valid templates. Long on purpose: one independent rule after another, each
 /// naming its field, read top to bottom like the executors' table in docs/executors.md.
+/// The longest shell command: Linux refuses a single argument of 128 KiB or more
+/// (`MAX_ARG_STRLEN`, the terminating NUL included), so a longer one could never start.
+pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
+
 pub(super) fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
     let exec = &job.exec;
     if !BUILTIN_EXECUTORS.contains(&exec.kind.as_str()) && !is_plugin_name(&exec.kind) {
@@ -250,6 +254,16 @@ pub(super) fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
             required(exec.command.as_ref(), "command", "shell", errors);
             if let Some(command) = exec.command.as_deref().filter(|c| !c.trim().is_empty()) {
                 check_template(command, job, "job.exec.command", errors);
+                if command.len() > MAX_COMMAND_BYTES {
+                    errors.push(SpecError::new(
+                        "job.exec.command",
+                        format!(
+                            "{} bytes is more than {MAX_COMMAND_BYTES}, the longest argument \
+                             Linux passes to `/bin/sh -c` (put a longer script in a file)",
+                            command.len()
+                        ),
+                    ));
+                }
             }
         }
         "http" => {

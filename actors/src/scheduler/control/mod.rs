@@ -237,6 +237,25 @@ async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply,
     if !errors.is_empty() {
         return Err(CommandError::Refused(errors));
     }
+    // A job whose every fire would be too big to hand on is refused now, not fire by fire.
+    let max_payload = client.nats.server_info().max_payload;
+    for doc in &request.jobs {
+        let now = ax_bus::time::now();
+        let fire = NewInstance::new(
+            &doc.job,
+            now,
+            now.format("%Y-%m-%d").to_string(),
+            doc.job.params.clone(),
+            Trigger::Cron,
+            now,
+        );
+        if let Err(e) = fire.too_big_for(max_payload) {
+            errors.push(format!("{}: {e}", doc.job.name));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(CommandError::Refused(errors));
+    }
     let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
     let applied: Vec<&spec::JobSpec> = request.jobs.iter().map(|d| &d.job).collect();
     for (job, e) in spec::graph::validate_graph(&applied, &registered) {
@@ -434,8 +453,17 @@ async fn trigger(
         Trigger::Manual,
         ax_bus::time::now(),
     );
+    instance
+        .too_big_for(client.nats.server_info().max_payload)
+        .map_err(CommandError::refused)?;
     let id = instance.record.instance_id.clone();
     let created = creator.create(instance).await?;
+    if created == Created::SetAside {
+        return Err(CommandError::refused(format!(
+            "instance {id} was set aside: it cannot be handed on (see its record and \
+             ax.alert.flow)"
+        )));
+    }
     Ok(ControlReply {
         ok: true,
         instance_id: Some(id),
@@ -443,6 +471,7 @@ async fn trigger(
             Created::Fired => "triggered".into(),
             Created::Deduplicated => "already triggered".into(),
             Created::Skipped => "skipped".into(),
+            Created::SetAside => "set aside".into(),
         },
         ..ControlReply::default()
     })

@@ -217,7 +217,7 @@ fn required(value: Option<&String>, field: &str, what: &str, errors: &mut Vec<Sp
 /// naming its field, read top to bottom like the executors' table in docs/executors.md.
 /// The longest shell command: Linux refuses a single argument of 128 KiB or more
 /// (`MAX_ARG_STRLEN`, the terminating NUL included), so a longer one could never start.
-pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
+pub(super) const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
 
 pub(super) fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
     let exec = &job.exec;

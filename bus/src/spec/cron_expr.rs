@@ -241,6 +241,24 @@ mod tests {
     }
 
     #[test]
+    fn schedules_are_evaluated_up_to_the_year_2100_as_documented() {
+        // The documented ceiling, held: the leap-day schedule's last fire is 2096's, and a
+        // yearly one fires in 2100 and then finds nothing.
+        let leap = CronExpr::parse("0 0 29 2 *").unwrap();
+        assert_eq!(
+            leap.next_after(at(2095, 1, 1, 0, 0, 0)),
+            Some(at(2096, 2, 29, 0, 0, 0))
+        );
+        assert_eq!(leap.next_after(at(2096, 2, 29, 0, 0, 0)), None);
+        let yearly = CronExpr::parse("@yearly").unwrap();
+        assert_eq!(
+            yearly.next_after(at(2099, 6, 1, 0, 0, 0)),
+            Some(at(2100, 1, 1, 0, 0, 0))
+        );
+        assert_eq!(yearly.next_after(at(2100, 1, 1, 0, 0, 0)), None);
+    }
+
+    #[test]
     fn a_schedule_on_a_day_that_never_comes_never_fires() {
         let expr = CronExpr::parse("0 0 30 2 *").expect("parses");
         assert_eq!(expr.next_after(never_fires_probe()), None);

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use ax_bus::ids::{InstanceId, JobName};
 use clap::{Args, Parser, Subcommand};
 
 /// ax: a distributed task scheduler on NATS JetStream.
@@ -69,13 +70,13 @@ pub(crate) enum Command {
 pub(crate) struct RerunArgs {
     /// One instance (a new attempt with its original params).
     #[arg(long)]
-    pub instance: Option<String>,
+    pub instance: Option<InstanceId>,
     /// Every instance of a business date (YYYY-MM-DD)…
     #[arg(long)]
     pub biz_date: Option<String>,
     /// …from this job and its downstream only.
     #[arg(long, requires = "biz_date")]
-    pub root: Option<String>,
+    pub root: Option<JobName>,
     /// Re-run only failed and cancelled instances.
     #[arg(long)]
     pub failed_only: bool,
@@ -90,7 +91,7 @@ pub(crate) struct RerunArgs {
 #[derive(Args, Debug)]
 pub(crate) struct BackfillArgs {
     /// The job.
-    pub job: String,
+    pub job: JobName,
     /// First business date (YYYY-MM-DD).
     #[arg(long)]
     pub from: String,
@@ -193,23 +194,23 @@ pub(crate) enum JobCommand {
     /// List jobs.
     List,
     /// Print a job's definition (YAML; JSON with --json).
-    Get { name: String },
+    Get { name: JobName },
     /// Delete a job.
-    Delete { name: String },
+    Delete { name: JobName },
     /// Stop firing a job on its cron.
-    Pause { name: String },
+    Pause { name: JobName },
     /// Fire a paused job again.
-    Resume { name: String },
+    Resume { name: JobName },
     /// Every recorded tick of a job: fired, caught_up, skipped or deduplicated.
     History {
-        name: String,
+        name: JobName,
         /// How many of the latest ticks.
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
     /// Run one instance now.
     Trigger {
-        name: String,
+        name: JobName,
         /// Business date, YYYY-MM-DD (today in the job's zone by default).
         #[arg(long)]
         biz_date: Option<String>,
@@ -224,7 +225,7 @@ pub(crate) enum InstanceCommand {
     /// List instances, oldest first.
     List {
         #[arg(long)]
-        job: Option<String>,
+        job: Option<JobName>,
         #[arg(long)]
         biz_date: Option<String>,
         /// running, success, failed, waiting_retry or cancelled.
@@ -232,9 +233,9 @@ pub(crate) enum InstanceCommand {
         state: Option<String>,
     },
     /// Print one instance.
-    Get { id: String },
+    Get { id: InstanceId },
     /// Print the stdout and stderr tails of an instance's last attempt.
-    Logs { id: String },
+    Logs { id: InstanceId },
 }
 
 #[derive(Subcommand, Debug)]
@@ -242,7 +243,7 @@ pub(crate) enum TailCommand {
     /// Results as they arrive, one JSON line each.
     Results {
         #[arg(long)]
-        job: Option<String>,
+        job: Option<JobName>,
     },
 }
 

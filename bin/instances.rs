@@ -7,12 +7,11 @@ use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::ResultMessage;
 use ax_bus::{codec, AxClient, InstanceRecord, State};
 
-use crate::args::parse_id;
 use crate::table;
 
 pub(crate) async fn list(
     client: &AxClient,
-    job: Option<&str>,
+    job: Option<&JobName>,
     biz_date: Option<&str>,
     state: Option<&str>,
     json: bool,
@@ -21,9 +20,8 @@ pub(crate) async fn list(
         .map(str::parse)
         .transpose()
         .map_err(|e: String| anyhow!(e))?;
-    let job: Option<JobName> = job.map(|job| parse_id("--job", job)).transpose()?;
     let records: Vec<InstanceRecord> = client
-        .instances(job.as_ref())
+        .instances(job)
         .await?
         .into_iter()
         .filter(|r| biz_date.is_none_or(|d| r.biz_date == d))
@@ -67,16 +65,15 @@ pub(crate) async fn list(
     Ok(())
 }
 
-async fn fetch(client: &AxClient, id: &str) -> Result<InstanceRecord> {
-    let id: InstanceId = parse_id("instance", id)?;
+async fn fetch(client: &AxClient, id: &InstanceId) -> Result<InstanceRecord> {
     client
-        .instance(&id)
+        .instance(id)
         .await?
         .map(|(r, _)| r)
         .ok_or_else(|| anyhow!("no instance `{id}`"))
 }
 
-pub(crate) async fn get(client: &AxClient, id: &str, json: bool) -> Result<()> {
+pub(crate) async fn get(client: &AxClient, id: &InstanceId, json: bool) -> Result<()> {
     let record = fetch(client, id).await?;
     if json {
         return table::json(&record);
@@ -115,7 +112,7 @@ pub(crate) async fn get(client: &AxClient, id: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub(crate) async fn logs(client: &AxClient, id: &str, json: bool) -> Result<()> {
+pub(crate) async fn logs(client: &AxClient, id: &InstanceId, json: bool) -> Result<()> {
     let record = fetch(client, id).await?;
     if json {
         return table::json(&serde_json::json!({
@@ -137,9 +134,8 @@ pub(crate) async fn logs(client: &AxClient, id: &str, json: bool) -> Result<()> 
 }
 
 /// Prints each result as one JSON line, as it arrives, until interrupted.
-pub(crate) async fn tail_results(client: &AxClient, job: Option<&str>) -> Result<()> {
-    let job: Option<JobName> = job.map(|job| parse_id("--job", job)).transpose()?;
-    let subject = match &job {
+pub(crate) async fn tail_results(client: &AxClient, job: Option<&JobName>) -> Result<()> {
+    let subject = match job {
         Some(job) => client.subjects().result(job),
         None => client.subjects().result_all(),
     };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 
 use ax_actors::FireSchedule;
-use ax_bus::ids::{InstanceId, JobName};
+use ax_bus::ids::JobName;
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest,
     TriggerRequest,
@@ -17,7 +17,7 @@ use ax_bus::spec::yaml::{LocatedError, LocatedJob};
 use ax_bus::spec::{self, JobDocument};
 use ax_bus::AxClient;
 
-use crate::args::{parse_id, BackfillArgs, RerunArgs};
+use crate::args::{BackfillArgs, RerunArgs};
 use crate::table;
 
 /// How long a command waits for a Scheduler's answer.
@@ -183,10 +183,9 @@ fn next_fire(spec: &spec::JobSpec, paused: bool) -> Option<chrono::DateTime<chro
         .next_after(ax_bus::time::now())
 }
 
-pub(crate) async fn get(client: &AxClient, name: &str, json: bool) -> Result<()> {
-    let name: JobName = parse_id("job", name)?;
+pub(crate) async fn get(client: &AxClient, name: &JobName, json: bool) -> Result<()> {
     let (record, _) = client
-        .job(&name)
+        .job(name)
         .await?
         .ok_or_else(|| anyhow!("no job named `{name}`"))?;
     // Shown with its secrets redacted: what `get` prints ends up in terminals, tickets, chats.
@@ -210,10 +209,9 @@ pub(crate) async fn get(client: &AxClient, name: &str, json: bool) -> Result<()>
 pub(crate) async fn command(
     client: &AxClient,
     command: &str,
-    name: &str,
+    name: &JobName,
     json: bool,
 ) -> Result<()> {
-    let name: JobName = parse_id("job", name)?;
     let reply = refused(
         client
             .control(
@@ -232,7 +230,7 @@ pub(crate) async fn command(
 
 pub(crate) async fn trigger(
     client: &AxClient,
-    name: &str,
+    name: &JobName,
     biz_date: Option<String>,
     params: &[String],
     json: bool,
@@ -248,7 +246,7 @@ pub(crate) async fn trigger(
         );
     }
     let request = TriggerRequest {
-        name: parse_id("job", name)?,
+        name: name.clone(),
         biz_date,
         params: parsed,
     };
@@ -268,12 +266,16 @@ pub(crate) async fn trigger(
     Ok(())
 }
 
-pub(crate) async fn history(client: &AxClient, name: &str, limit: usize, json: bool) -> Result<()> {
-    let name: JobName = parse_id("job", name)?;
-    if client.job(&name).await?.is_none() && client.ticks(&name, 1).await?.is_empty() {
+pub(crate) async fn history(
+    client: &AxClient,
+    name: &JobName,
+    limit: usize,
+    json: bool,
+) -> Result<()> {
+    if client.job(name).await?.is_none() && client.ticks(name, 1).await?.is_empty() {
         bail!("no job named `{name}` and no recorded tick for it");
     }
-    let ticks = client.ticks(&name, limit).await?;
+    let ticks = client.ticks(name, limit).await?;
     if json {
         return table::json(&ticks);
     }
@@ -334,20 +336,10 @@ pub(crate) fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result
 }
 
 pub(crate) async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Result<()> {
-    let instance: Option<InstanceId> = args
-        .instance
-        .as_deref()
-        .map(|id| parse_id("--instance", id))
-        .transpose()?;
-    let root: Option<JobName> = args
-        .root
-        .as_deref()
-        .map(|job| parse_id("--root", job))
-        .transpose()?;
     let request = RerunRequest {
-        instance,
+        instance: args.instance,
         biz_date: args.biz_date,
-        root,
+        root: args.root,
         failed_only: args.failed_only,
         force_downstream: args.force_downstream,
         dry_run: args.dry_run,
@@ -363,7 +355,7 @@ pub(crate) async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Res
 
 pub(crate) async fn backfill(client: &AxClient, args: BackfillArgs, json: bool) -> Result<()> {
     let request = BackfillRequest {
-        job: parse_id("job", &args.job)?,
+        job: args.job,
         from: args.from,
         to: args.to,
         with_downstream: args.with_downstream,

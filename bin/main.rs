@@ -94,7 +94,7 @@ async fn run(cli: Cli) -> Result<()> {
         }) => {
             instances::list(
                 &client().await?,
-                job.as_deref(),
+                job.as_ref(),
                 biz_date.as_deref(),
                 state.as_deref(),
                 json,
@@ -123,7 +123,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
         Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
         Command::Tail(TailCommand::Results { job }) => {
-            instances::tail_results(&client().await?, job.as_deref()).await
+            instances::tail_results(&client().await?, job.as_ref()).await
         }
     }
 }

@@ -682,3 +682,42 @@ fn a_worker_with_a_bad_executor_config_refuses_to_start_saying_why() {
         assert!(stderr(&out).contains(expected), "{}", stderr(&out));
     }
 }
+
+#[test]
+fn ids_on_the_command_line_are_checked_before_any_nats_call() {
+    // Nothing listens there: an answer about the id proves nothing was sent.
+    let nowhere = "nats://127.0.0.1:1";
+    let long = "a".repeat(10_000);
+    for (args, reason) in [
+        (
+            vec!["instance", "get", long.as_str()],
+            "not a valid instance id",
+        ),
+        (vec!["instance", "logs", "x>"], "not a valid instance id"),
+        (vec!["job", "get", "a b*"], "not a valid job name"),
+        (vec!["job", "trigger", "UPPER"], "not a valid job name"),
+        (
+            vec!["rerun", "--instance", "a*b"],
+            "not a valid instance id",
+        ),
+        (
+            vec![
+                "backfill",
+                "x y",
+                "--from",
+                "2026-01-01",
+                "--to",
+                "2026-01-02",
+            ],
+            "not a valid job name",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let out = ax(nowhere, &args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+        assert!(!err.contains("NATS"), "{args:?} reached for NATS: {err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use ax_bus::ids::{InstanceId, JobName};
+use ax_bus::ids::{InstanceId, JobName, TriggerKey};
 use clap::{Args, Parser, Subcommand};
 
 /// ax: a distributed task scheduler on NATS JetStream.
@@ -214,6 +214,15 @@ pub(crate) enum JobCommand {
         /// Business date, YYYY-MM-DD (today in the job's zone by default).
         #[arg(long)]
         biz_date: Option<String>,
+        /// An idempotency key: the same key makes one instance, however often it is sent.
+        #[arg(long)]
+        key: Option<TriggerKey>,
+        /// Run at this instant (RFC 3339, e.g. 2026-12-01T14:03:05.250Z) instead of now.
+        #[arg(long, value_parser = checked_instant, conflicts_with = "delay")]
+        at: Option<String>,
+        /// Run after this long (250ms, 30s, 5m, 2h, 1d) instead of now.
+        #[arg(long = "in", value_name = "DURATION", value_parser = checked_delay, allow_hyphen_values = true)]
+        delay: Option<String>,
         /// A param, `key=value` (repeatable; overrides the job's).
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
@@ -255,4 +264,14 @@ where
 {
     text.parse()
         .map_err(|e: ax_bus::ids::IdError| anyhow::anyhow!("{argument}: {e}"))
+}
+
+/// `--at` as given, once it reads as an instant (the Scheduler reads it again).
+fn checked_instant(text: &str) -> Result<String, String> {
+    ax_bus::time::parse_instant(text).map(|_| text.to_string())
+}
+
+/// `--in` as given, once it reads as a delay.
+fn checked_delay(text: &str) -> Result<String, String> {
+    ax_bus::time::parse_delay(text).map(|_| text.to_string())
 }

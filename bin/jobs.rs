@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 
 use ax_actors::FireSchedule;
-use ax_bus::ids::JobName;
+use ax_bus::ids::{JobName, TriggerKey};
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest,
     TriggerRequest,
@@ -228,10 +228,18 @@ pub(crate) async fn command(
     Ok(())
 }
 
+/// When a trigger runs: now, at an instant (`--at`) or after a delay (`--in`), as given.
+pub(crate) struct When {
+    pub(crate) at: Option<String>,
+    pub(crate) delay: Option<String>,
+}
+
 pub(crate) async fn trigger(
     client: &AxClient,
     name: &JobName,
     biz_date: Option<String>,
+    key: Option<&TriggerKey>,
+    when: When,
     params: &[String],
     json: bool,
 ) -> Result<()> {
@@ -249,6 +257,9 @@ pub(crate) async fn trigger(
         name: name.clone(),
         biz_date,
         params: parsed,
+        key: key.cloned(),
+        at: when.at,
+        delay: when.delay,
     };
     let reply = refused(
         client

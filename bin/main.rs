@@ -85,8 +85,23 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Job(JobCommand::Trigger {
             name,
             biz_date,
+            key,
+            at,
+            delay,
             params,
-        }) => jobs::trigger(&client().await?, &name, biz_date, &params, json).await,
+        }) => {
+            let when = jobs::When { at, delay };
+            jobs::trigger(
+                &client().await?,
+                &name,
+                biz_date,
+                key.as_ref(),
+                when,
+                &params,
+                json,
+            )
+            .await
+        }
         Command::Instance(InstanceCommand::List {
             job,
             biz_date,

@@ -199,6 +199,9 @@ async fn a_dead_command_is_put_back_on_its_subject() {
         name: support::job("hello"),
         biz_date: Some("2026-01-02".into()),
         params: Default::default(),
+        key: None,
+        at: None,
+        delay: None,
     };
     client
         .js

@@ -100,6 +100,9 @@ async fn a_trigger_too_big_to_hand_on_is_refused_and_later_commands_go_on() {
         name: job("target"),
         biz_date: None,
         params: BTreeMap::from([("blob".to_string(), serde_json::json!("x".repeat(700_000)))]),
+        key: None,
+        at: None,
+        delay: None,
     };
     let reply = client
         .control(commands::TRIGGER, &big, Duration::from_secs(10))
@@ -130,6 +133,9 @@ async fn a_trigger_too_big_to_hand_on_is_refused_and_later_commands_go_on() {
             name: job("target"),
             biz_date: Some(date.to_string()),
             params: BTreeMap::new(),
+            key: None,
+            at: None,
+            delay: None,
         };
         let reply = client
             .control(commands::TRIGGER, &dated, Duration::from_secs(10))
@@ -228,6 +234,9 @@ async fn registry_entries_written_past_the_checks_are_never_run() {
                 name: job("rogue"),
                 biz_date: None,
                 params: BTreeMap::new(),
+                key: None,
+                at: None,
+                delay: None,
             },
             Duration::from_secs(10),
         )

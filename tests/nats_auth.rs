@@ -260,6 +260,11 @@ job:
 ---
 version: v1
 job:
+  name: later
+  exec: { type: noop }
+---
+version: v1
+job:
   name: doomed
   exec: { type: shell, command: 'exit 4' }
 ---
@@ -311,11 +316,18 @@ async fn each_role_runs_with_only_its_row_of_the_permission_table() {
     let up = trigger(&nats, &["up"]);
     let doomed = trigger(&nats, &["doomed"]);
     let patient = trigger(&nats, &["patient"]);
+    let later = trigger(&nats, &["later", "--in", "1500ms", "--key", "once"]);
     let flaky = final_record(&client, &flaky, Duration::from_secs(60)).await;
     assert_eq!(
         (flaky.state, flaky.attempt),
         (State::Success, 2),
         "retried once"
+    );
+    let later = final_record(&client, &later, Duration::from_secs(30)).await;
+    assert_eq!(
+        later.state,
+        State::Success,
+        "a delayed trigger, under the Scheduler's row"
     );
     let up = final_record(&client, &up, Duration::from_secs(30)).await;
     assert_eq!(up.state, State::Success);
@@ -554,6 +566,9 @@ async fn a_stolen_worker_or_app_credential_cannot_define_start_or_destroy_work()
             name: ax_bus::ids::JobName::parse("kept").unwrap(),
             biz_date: None,
             params: Default::default(),
+            key: None,
+            at: None,
+            delay: None,
         })
         .unwrap(),
     )

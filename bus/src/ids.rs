@@ -9,6 +9,9 @@
 //!   report and log line of that attempt; random, except for a first attempt (derived from the
 //!   instance id, see [`TraceId::first_of`]).
 //! - [`DispatchId`]: one dispatch of an attempt to a worker (the one allowed to claim it).
+//! - [`TriggerKey`]: a business's idempotency key for a trigger, `[A-Za-z0-9_.:-]{1,128}`
+//!   without empty dot-separated parts; the instance of a keyed trigger is `<job>.key-<key>`,
+//!   so the same trigger sent twice (or retried after a lost reply) creates one instance.
 //! - [`NodeId`]: a node's `--id`, `[A-Za-z0-9_-]{1,64}`; a worker is named by its node's id
 //!   ([`WorkerId`]), which names its dispatch queue.
 //!
@@ -42,6 +45,8 @@ pub enum IdKind {
     Dispatch,
     /// A node (or worker) id.
     Node,
+    /// A trigger's idempotency key.
+    Key,
 }
 
 impl IdKind {
@@ -52,6 +57,7 @@ impl IdKind {
             IdKind::Trace => "trace id",
             IdKind::Dispatch => "dispatch id",
             IdKind::Node => "node id",
+            IdKind::Key => "trigger key",
         }
     }
 }
@@ -107,6 +113,14 @@ fn check_instance(text: &str) -> Result<(), &'static str> {
         return Err("must not start or end with `.` nor hold `..`");
     }
     Ok(())
+}
+
+fn check_key(text: &str) -> Result<(), &'static str> {
+    let ok = (1..=128).contains(&text.len())
+        && token_chars(text, b".:")
+        && !text.split('.').any(str::is_empty);
+    ok.then_some(())
+        .ok_or("must match [A-Za-z0-9_.:-]{1,128} and not start or end with `.` nor hold `..`")
 }
 
 fn check_hex32(text: &str) -> Result<(), &'static str> {
@@ -268,6 +282,13 @@ string_id!(
 );
 
 string_id!(
+    /// A trigger's idempotency key (see the module docs).
+    TriggerKey,
+    IdKind::Key,
+    check_key
+);
+
+string_id!(
     /// A node's id: `[A-Za-z0-9_-]{1,64}`.
     NodeId,
     IdKind::Node,
@@ -295,6 +316,11 @@ impl InstanceId {
     /// The instance of `job` expected at `expected`.
     pub fn for_fire(job: &JobName, expected: DateTime<Utc>) -> Self {
         Self(format!("{job}.{}", expected.format(INSTANCE_TIME_FORMAT)))
+    }
+
+    /// The one instance of `job` triggered with idempotency key `key`.
+    pub fn for_key(job: &JobName, key: &TriggerKey) -> Self {
+        Self(format!("{job}.key-{key}"))
     }
 
     /// A sub-instance of this one (`suffix` is a token such as `s3` or `w-<worker>`).
@@ -413,5 +439,25 @@ mod tests {
         assert_eq!(serde_json::from_str::<InstanceId>(&json).unwrap(), id);
         let refused = serde_json::from_str::<InstanceId>("\"a b\"").unwrap_err();
         assert!(refused.to_string().contains("not a valid instance id"));
+    }
+
+    #[test]
+    fn a_keyed_instance_is_one_valid_id_per_job_and_key() {
+        let job = JobName::parse("send_reminder").unwrap();
+        let key = TriggerKey::parse("order-42:v1.2").unwrap();
+        let id = InstanceId::for_key(&job, &key);
+        assert_eq!(id, "send_reminder.key-order-42:v1.2");
+        assert!(InstanceId::parse(&id).is_ok());
+        assert_eq!(id.fire(), None, "not taken for a fire");
+        let longest = TriggerKey::parse(&"k".repeat(128)).unwrap();
+        let long_job = JobName::parse(&"j".repeat(64)).unwrap();
+        assert!(InstanceId::parse(&InstanceId::for_key(&long_job, &longest)).is_ok());
+        for bad in ["", "a..b", ".a", "a.", "a b", "a*", "a>", &"k".repeat(129)] {
+            let e = TriggerKey::parse(bad).unwrap_err();
+            assert!(
+                e.to_string().contains("not a valid trigger key"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -83,6 +83,8 @@ impl std::str::FromStr for State {
 pub enum Tag {
     /// Created, waiting to be routed.
     Queued,
+    /// A delayed trigger's instance, waiting for its due time (its `expected_time`).
+    Scheduled,
     /// No live worker can take it; it is dispatched as soon as one appears.
     NoWorker,
     /// A worker claimed the attempt and runs it.
@@ -136,6 +138,7 @@ impl Tag {
     pub fn as_str(self) -> &'static str {
         match self {
             Tag::Queued => "queued",
+            Tag::Scheduled => "scheduled",
             Tag::NoWorker => "no_worker",
             Tag::Executing => "executing",
             Tag::Completed => "completed",
@@ -289,6 +292,9 @@ pub enum TransitionRefused {
     /// A re-run needs an instance that has ended.
     #[error("the instance is still {0}; only an ended instance can be re-run")]
     NotEnded(State),
+    /// A delayed instance already released (or never delayed).
+    #[error("the instance is {0}, not scheduled")]
+    NotScheduled(Tag),
 }
 
 /// How an attempt ended, as its worker saw it.
@@ -531,6 +537,23 @@ impl InstanceRecord {
         next.message = message.to_string();
         next.next_attempt_at = None;
         next.finished_at = Some(crate::time::now());
+        Ok(next)
+    }
+
+    /// A delayed instance's first attempt, due now: queued for routing. `late_ms` is how long
+    /// after its due time it was released (recorded when it is more than a second).
+    pub fn released(&self, trace_id: &TraceId, late_ms: i64) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        if self.tag != Tag::Scheduled {
+            return Err(TransitionRefused::NotScheduled(self.tag));
+        }
+        let mut next = self.clone();
+        next.tag = Tag::Queued;
+        next.message = if late_ms > 1000 {
+            format!("queued, released {late_ms} ms after its due time")
+        } else {
+            "queued".to_string()
+        };
         Ok(next)
     }
 

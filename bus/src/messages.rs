@@ -69,6 +69,16 @@ pub struct TriggerRequest {
     /// Params overriding the job's.
     #[serde(default)]
     pub params: BTreeMap<String, serde_json::Value>,
+    /// The business's idempotency key: the instance is `<job>.key-<key>`, created once however
+    /// often the trigger is sent.
+    #[serde(default)]
+    pub key: Option<crate::ids::TriggerKey>,
+    /// Run at this instant (RFC 3339) instead of now.
+    #[serde(default)]
+    pub at: Option<String>,
+    /// Run after this long (`250ms`, `30s`, `5m`, `2h`, `1d`) instead of now.
+    #[serde(default, rename = "in")]
+    pub delay: Option<String>,
 }
 
 /// What apply did to one job.
@@ -246,6 +256,16 @@ impl WorkItem {
             stored: None,
         }
     }
+}
+
+/// A delayed trigger's first attempt waiting for its due time (its `expected_time`) in
+/// `<AX>_DELAYED`: what the Scheduler releases then.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DelayedWork {
+    /// The attempt.
+    pub work: WorkItem,
+    /// Whether it goes straight to the Router when released (nothing in the DAG concerns it).
+    pub skip_coordinator: bool,
 }
 
 /// An instance split into sub-instances by the Router, on `ax.internal.split.<job>`: the

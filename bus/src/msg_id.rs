@@ -18,6 +18,11 @@ pub fn ready_again(trace: &TraceId, dispatch: &DispatchId) -> String {
     format!("ready:{trace}:{dispatch}")
 }
 
+/// The schedule (or the due message) of a delayed first attempt.
+pub fn delayed(trace: &TraceId) -> String {
+    format!("delayed:{trace}")
+}
+
 /// The hand-off of an attempt to the DagCoordinator (`ax.internal.created.<job>`).
 pub fn created(trace: &TraceId) -> String {
     format!("created:{trace}")

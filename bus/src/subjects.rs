@@ -162,6 +162,27 @@ impl Subjects {
         format!("{}.internal.dispatch.>", self.prefix)
     }
 
+    /// `ax.internal.delayed.<instance>`: the server-side schedule of a delayed trigger's
+    /// instance (JetStream publishes its body on [`Subjects::due`] at its time).
+    pub fn delayed(&self, instance: &str) -> String {
+        format!("{}.internal.delayed.{instance}", self.prefix)
+    }
+
+    /// `ax.internal.delayed.>`.
+    pub fn delayed_all(&self) -> String {
+        format!("{}.internal.delayed.>", self.prefix)
+    }
+
+    /// `ax.internal.due.<job>`: a delayed instance about to be due (to the Schedulers).
+    pub fn due(&self, job: &str) -> String {
+        format!("{}.internal.due.{job}", self.prefix)
+    }
+
+    /// `ax.internal.due.>`.
+    pub fn due_all(&self) -> String {
+        format!("{}.internal.due.>", self.prefix)
+    }
+
     /// `ax.internal.clock.<node>`: a node's clock probes (see the clock guard).
     pub fn clock(&self, node: &str) -> String {
         format!("{}.internal.clock.{node}", self.prefix)

@@ -65,8 +65,67 @@ pub fn start_of_day(tz: Tz, date: NaiveDate) -> DateTime<Utc> {
     local.and_utc()
 }
 
+/// A delay as written after `--in` or in a trigger's `in`: a whole positive number and one
+/// unit of `ms`, `s`, `m`, `h` or `d` (`250ms`, `30s`, `5m`, `2h`, `1d`).
+pub fn parse_delay(text: &str) -> Result<std::time::Duration, String> {
+    let refused = || format!("`{text}` is not a delay such as 250ms, 30s, 5m, 2h or 1d");
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(refused)?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| refused())?;
+    let ms_per = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(refused()),
+    };
+    n.checked_mul(ms_per)
+        .filter(|&ms| ms > 0)
+        .map(std::time::Duration::from_millis)
+        .ok_or_else(refused)
+}
+
+/// An instant as written after `--at` or in a trigger's `at`: RFC 3339 with its offset.
+pub fn parse_instant(text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| {
+            format!("`{text}` is not an RFC 3339 instant such as 2026-12-01T14:03:05.250Z")
+        })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn delays_and_instants_are_read_as_written_or_refused_saying_why() {
+        use std::time::Duration;
+        assert_eq!(super::parse_delay("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(super::parse_delay("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(super::parse_delay("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(super::parse_delay("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(super::parse_delay("1d"), Ok(Duration::from_secs(86_400)));
+        for bad in [
+            "-5s",
+            "0s",
+            "5",
+            "s",
+            "1.5s",
+            "5 s",
+            "5sec",
+            "",
+            "99999999999999999999d",
+        ] {
+            let e = super::parse_delay(bad).unwrap_err();
+            assert!(e.contains("is not a delay"), "{bad}: {e}");
+        }
+        let t = super::parse_instant("2026-12-01T15:03:05.250+01:00").unwrap();
+        assert_eq!(super::rfc3339(t), "2026-12-01T14:03:05.250Z");
+        assert!(super::parse_instant("2026-12-01 14:03").is_err());
+    }
+
     use super::*;
 
     #[test]

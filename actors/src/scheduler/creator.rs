@@ -29,6 +29,7 @@ use ax_bus::spec::Overlap;
 use ax_bus::{codec, AxClient, InstanceRecord, State, Tag};
 
 use crate::jetstream::publish;
+use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::orphans;
 use crate::scheduler::overlap::{self, Decision};
@@ -399,6 +400,9 @@ async fn hand_off_work(
     client: &AxClient,
     instance: &NewInstance,
 ) -> Result<Vec<PublishAckFuture>, ActorError> {
+    if instance.delayed {
+        return Ok(vec![delayed::schedule(client, instance).await?]);
+    }
     let work = &instance.work;
     let (subject, msg_id) = instance.hand_off_to(client.subjects());
     Ok(vec![
@@ -511,7 +515,7 @@ async fn existing(client: &AxClient, record: &InstanceRecord) -> Result<Existing
         .into());
     };
     let untouched = stored.state == State::Running
-        && stored.tag == Tag::Queued
+        && matches!(stored.tag, Tag::Queued | Tag::Scheduled)
         && stored.attempt == 1
         && stored.run_start == 1;
     Ok(if stored.trace_id != record.trace_id {

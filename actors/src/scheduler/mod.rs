@@ -14,6 +14,7 @@
 
 pub(crate) mod control;
 pub(crate) mod creator;
+pub(crate) mod delayed;
 pub(crate) mod fire_schedule;
 pub(crate) mod misfire;
 pub(crate) mod new_instance;
@@ -260,6 +261,12 @@ impl Actor for Scheduler {
             "retries",
             ctx,
             follow_retries(self.client.clone(), addr),
+        );
+        spawn_pump(
+            ACTOR,
+            "due",
+            ctx,
+            delayed::follow(self.client.clone(), self.node.clone()),
         );
         self.arm(ctx);
         tracing::info!(node = %self.node, "scheduler started");

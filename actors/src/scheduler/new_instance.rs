@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use ax_bus::ids::{InstanceId, TraceId, TriggerKey};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{TickOutcome, WorkItem};
 use ax_bus::spec::JobSpec;
-use ax_bus::InstanceRecord;
+use ax_bus::{InstanceRecord, Tag};
 
 /// A new instance and its first attempt.
 #[derive(Clone, Debug)]
@@ -24,6 +25,9 @@ pub struct NewInstance {
     /// For a cron tick: how it is recorded when created (`fired` or `caught_up`); the overlap
     /// policy applies to ticks only.
     pub tick: Option<TickOutcome>,
+    /// A delayed trigger's: its attempt waits for its due time (`expected_time`) in JetStream
+    /// instead of being handed on (see [`crate::scheduler::delayed`]).
+    pub delayed: bool,
 }
 
 impl NewInstance {
@@ -43,7 +47,30 @@ impl NewInstance {
             work,
             skip_coordinator: false,
             tick: None,
+            delayed: false,
         }
+    }
+
+    /// The same instance, due at `due` rather than now: `scheduled` until then.
+    pub(crate) fn delayed_until(mut self, due: DateTime<Utc>) -> Self {
+        self.record.expected_time = due;
+        self.work.expected_time = due;
+        self.record.tag = Tag::Scheduled;
+        self.record.message = format!("scheduled for {}", ax_bus::time::rfc3339(due));
+        self.delayed = true;
+        self
+    }
+
+    /// The same instance under the id of idempotency key `key` (its first attempt's trace id
+    /// derived from it, as for a fire): a second trigger with the key finds it created.
+    pub(crate) fn under_key(mut self, key: &TriggerKey) -> Self {
+        let id = InstanceId::for_key(&self.record.job, key);
+        let trace = TraceId::first_of(&id);
+        self.record.instance_id = id.clone();
+        self.record.trace_id = trace.clone();
+        self.work.instance_id = id;
+        self.work.trace_id = trace;
+        self
     }
 
     /// The refusal, naming the limit, when the hand-off of this attempt (the work item with the

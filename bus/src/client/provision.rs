@@ -6,6 +6,9 @@
 //!   `ax.internal.retry.>`): instances on their way from the Scheduler through the
 //!   DagCoordinator to the Router, and failed attempts with a retry left back to the Schedulers;
 //! - `<AX>_DISPATCH` (work queue, `ax.internal.dispatch.>`): one consumer per worker;
+//! - `<AX>_DELAYED` (work queue with message schedules, `ax.internal.delayed.>` and
+//!   `ax.internal.due.>`): delayed triggers' attempts until they are due (see the Scheduler's
+//!   `delayed` module);
 //! - `<AX>_RESULTS` (limits, `ax.result.>`): every finished attempt, kept for a week, open to
 //!   business services' own consumers;
 //! - `<AX>_TICKS` (limits, `ax.internal.tick.>`, the last 1000 per job): what became of each
@@ -129,6 +132,10 @@ impl Layout {
     /// server removes one left idle.
     pub fn drain_consumer(&self, worker: &WorkerId, priority: Priority) -> String {
         format!("janitor-{worker}-{}", priority.as_str())
+    }
+    /// `AX_DELAYED`.
+    pub fn delayed_stream(&self) -> String {
+        self.stream_name("DELAYED")
     }
     /// `AX_RESULTS`.
     pub fn results_stream(&self) -> String {
@@ -268,6 +275,18 @@ impl Layout {
                 WorkQueue,
                 Duration::ZERO,
             ),
+            // Schedules of delayed instances and what the server publishes at their time; a
+            // work queue, so a fired schedule (which the server removes) and a released due
+            // message leave nothing behind.
+            stream::Config {
+                allow_message_schedules: true,
+                ..plain(
+                    self.delayed_stream(),
+                    vec![s.delayed_all(), s.due_all()],
+                    WorkQueue,
+                    Duration::ZERO,
+                )
+            },
             plain(
                 self.results_stream(),
                 vec![s.result_all()],
@@ -440,6 +459,7 @@ fn differs(want: &stream::Config, have: &stream::Config) -> bool {
         || want.storage != have.storage
         || want.num_replicas != have.num_replicas
         || want.allow_direct != have.allow_direct
+        || want.allow_message_schedules != have.allow_message_schedules
         || per_subject(want.max_messages_per_subject) != per_subject(have.max_messages_per_subject)
         || (!want.duplicate_window.is_zero() && want.duplicate_window != have.duplicate_window)
 }

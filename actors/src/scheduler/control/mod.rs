@@ -33,6 +33,7 @@ use ax_bus::{codec, reply_to, spec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::scheduler::creator::{Created, Creator};
+use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
 use ax_bus::time::biz_date_in;
@@ -429,13 +430,17 @@ async fn trigger(
             ));
         }
     }
+    let due = due_of(&request, published).unwrap_or_else(|e| {
+        errors.push(e);
+        None
+    });
     if !errors.is_empty() {
         return Err(CommandError::Refused(errors));
     }
     let tz: chrono_tz::Tz = job.spec.timezone.parse().unwrap_or(chrono_tz::UTC);
     let biz_date = request
         .biz_date
-        .unwrap_or_else(|| biz_date_in(tz, published));
+        .unwrap_or_else(|| biz_date_in(tz, due.unwrap_or(published)));
     let mut params: BTreeMap<String, serde_json::Value> = job.spec.params.clone();
     params.extend(request.params);
     if let Err(size) = spec::params_fit(&params) {
@@ -445,7 +450,7 @@ async fn trigger(
             spec::MAX_PARAMS_BYTES
         )));
     }
-    let instance = NewInstance::new(
+    let mut instance = NewInstance::new(
         &job.spec,
         published,
         biz_date,
@@ -453,6 +458,12 @@ async fn trigger(
         Trigger::Manual,
         ax_bus::time::now(),
     );
+    if let Some(key) = &request.key {
+        instance = instance.under_key(key);
+    }
+    if let Some(due) = due {
+        instance = instance.delayed_until(due);
+    }
     instance
         .too_big_for(client.nats.server_info().max_payload)
         .map_err(CommandError::refused)?;
@@ -468,11 +479,49 @@ async fn trigger(
         ok: true,
         instance_id: Some(id),
         message: match created {
-            Created::Fired => "triggered".into(),
+            Created::Fired => match due {
+                Some(due) => format!("scheduled for {}", ax_bus::time::rfc3339(due)),
+                None => "triggered".into(),
+            },
             Created::Deduplicated => "already triggered".into(),
             Created::Skipped => "skipped".into(),
             Created::SetAside => "set aside".into(),
         },
         ..ControlReply::default()
     })
+}
+
+/// When a delayed trigger is due (`at` or `in`, counted from the command's publication so a
+/// redelivered command means the same instant); `None` for one that runs now.
+fn due_of(
+    request: &TriggerRequest,
+    published: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, String> {
+    let due = match (&request.at, &request.delay) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => return Err("at and in: give one of them, not both".into()),
+        (Some(at), None) => ax_bus::time::parse_instant(at).map_err(|e| format!("at: {e}"))?,
+        (None, Some(delay)) => {
+            let delay = ax_bus::time::parse_delay(delay).map_err(|e| format!("in: {e}"))?;
+            chrono::Duration::from_std(delay)
+                .ok()
+                .and_then(|d| published.checked_add_signed(d))
+                .ok_or_else(|| {
+                    format!(
+                        "in: `{}` is too far ahead",
+                        request.delay.as_deref().unwrap_or_default()
+                    )
+                })?
+        }
+    };
+    let limit = chrono::Duration::from_std(delayed::MAX_DELAY).unwrap_or_default();
+    if due > published + limit {
+        return Err(format!(
+            "{}: {} is more than {} days ahead",
+            if request.at.is_some() { "at" } else { "in" },
+            ax_bus::time::rfc3339(due),
+            limit.num_days()
+        ));
+    }
+    Ok(Some(due))
 }

@@ -1,0 +1,165 @@
+//! Delayed triggers (`--at`, `--in`): an instance created now that runs at its due time.
+//!
+//! The record is created at once (`running`, tag `scheduled`, its due time as `expected_time`),
+//! so a delayed instance is visible, listed and durable from the moment it is accepted. The
+//! wait itself is kept by JetStream, not by a Scheduler's memory: the attempt goes into
+//! `<AX>_DELAYED` as a message schedule (`Nats-Schedule: @at …`), and the server publishes it
+//! on `ax.internal.due.<job>` when its time comes, whether or not a Scheduler runs then. A
+//! million pending delayed instances cost the Schedulers nothing.
+//!
+//! The server's schedules fire within about a quarter of a second; ax promises milliseconds.
+//! So a schedule fires [`LEAD`] before the due time, and the Scheduler that receives it holds
+//! it to the millisecond and then releases it: the record moves to `queued` (a
+//! compare-and-swap: one cancelled meanwhile stays cancelled) and the attempt is handed on as
+//! any other. A due time closer than the lead skips the schedule and goes to the Schedulers at
+//! once. A Scheduler killed while holding one leaves it unacknowledged; it comes again after
+//! [`ACK_WAIT`] to another Scheduler, which releases it at once with its lateness recorded. One
+//! found past due (every Scheduler was down) is released at once the same way, never dropped
+//! by a misfire policy.
+
+use std::time::Duration;
+
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::message::PublishMessage;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+use ax_bus::client::Updated;
+use ax_bus::error::During;
+use ax_bus::ids::NodeId;
+use ax_bus::messages::{AlertKind, DelayedWork, StoredRecord};
+use ax_bus::{codec, msg_id, AxClient};
+
+use crate::jetstream::consume::{self, ConsumerSpec};
+use crate::jetstream::publish;
+use crate::scheduler::new_instance::NewInstance;
+use crate::ActorError;
+
+/// How long before its due time a schedule fires (the server's schedules fire within about
+/// 250 ms; the rest of the wait is held by the Scheduler that receives it).
+pub(crate) const LEAD: Duration = Duration::from_secs(1);
+/// How long a Scheduler may hold a due attempt before JetStream gives it to another.
+const ACK_WAIT: Duration = Duration::from_secs(10);
+/// The farthest ahead a delayed trigger may be due.
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// Publishes the wait of a delayed instance's first attempt: a schedule in `<AX>_DELAYED`, or,
+/// when it is due within [`LEAD`], the due message itself.
+pub(crate) async fn schedule(
+    client: &AxClient,
+    instance: &NewInstance,
+) -> Result<PublishAckFuture, ActorError> {
+    let work = &instance.work;
+    let delayed = DelayedWork {
+        work: work.clone(),
+        skip_coordinator: instance.skip_coordinator,
+    };
+    let subjects = client.subjects();
+    let mut headers = codec::msgpack_headers();
+    let fire_at = work.expected_time - chrono::Duration::from_std(LEAD).unwrap_or_default();
+    let subject = if fire_at > ax_bus::time::now() {
+        headers.insert(
+            "Nats-Schedule",
+            format!("@at {}", ax_bus::time::rfc3339(fire_at)).as_str(),
+        );
+        headers.insert("Nats-Schedule-Target", subjects.due(work.job()).as_str());
+        subjects.delayed(&work.instance_id)
+    } else {
+        subjects.due(work.job())
+    };
+    let publish = PublishMessage::build()
+        .headers(headers)
+        .message_id(msg_id::delayed(&work.trace_id))
+        .payload(codec::encode(&delayed)?);
+    client
+        .js
+        .send_publish(subject.clone(), publish)
+        .await
+        .during(|| format!("publish {subject}"))
+        .map_err(ActorError::from)
+}
+
+/// Reads the attempts that are about to be due (`ax.internal.due.>`), holds each until its
+/// time and releases it.
+pub(crate) async fn follow(client: AxClient, node: NodeId) -> Result<(), ActorError> {
+    let spec = ConsumerSpec {
+        ack_wait: ACK_WAIT,
+        max_ack_pending: 20_000,
+        ..ConsumerSpec::new(
+            client.layout.delayed_stream(),
+            "scheduler-due",
+            client.subjects().due_all(),
+        )
+    };
+    let mut messages = consume::watched(super::ACTOR, "due", &client, &spec, 256).await?;
+    while let Some(message) = messages.next().await {
+        let message = message.during(|| "due consumer")?;
+        let Some(delayed) = consume::decode_or_dead_letter::<DelayedWork>(
+            &client,
+            &node,
+            AlertKind::Flow,
+            &message,
+        )
+        .await
+        else {
+            continue;
+        };
+        // Held on a task of its own: a restart of the Scheduler does not cut the wait short,
+        // and one slow release never holds up the next.
+        let client = client.clone();
+        tokio::spawn(async move {
+            let due = delayed.work.expected_time;
+            if let Ok(wait) = (due - ax_bus::time::now()).to_std() {
+                tokio::time::sleep(wait).await;
+            }
+            match release(&client, delayed, due).await {
+                Ok(()) => consume::ack(&message).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "delayed instance not released; again in 1 s");
+                    consume::nak(&message, Duration::from_secs(1)).await;
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Moves the record from `scheduled` to `queued` and hands the attempt on. A record that is
+/// gone, cancelled or released already is left as it is.
+async fn release(
+    client: &AxClient,
+    delayed: DelayedWork,
+    due: DateTime<Utc>,
+) -> Result<(), ActorError> {
+    let DelayedWork {
+        mut work,
+        skip_coordinator,
+    } = delayed;
+    let late_ms = (ax_bus::time::now() - due).num_milliseconds().max(0);
+    let (record, revision) = match client
+        .update_instance(&work.instance_id, |r| r.released(&work.trace_id, late_ms))
+        .await?
+    {
+        Updated::Written(record, revision) => (record, revision),
+        Updated::Refused(refused) => {
+            tracing::debug!(instance = %work.instance_id, %refused, "delayed instance not released");
+            return Ok(());
+        }
+        Updated::Missing => return Ok(()),
+    };
+    publish::event(client, &record).await;
+    work.stored = Some(StoredRecord { record, revision });
+    let subjects = client.subjects();
+    let (subject, id) = if skip_coordinator {
+        (
+            subjects.ready(work.spec.priority),
+            msg_id::ready(&work.trace_id),
+        )
+    } else {
+        (
+            subjects.created(work.job()),
+            msg_id::created(&work.trace_id),
+        )
+    };
+    publish::to_stream_acked(client, subject, &id, &work).await
+}

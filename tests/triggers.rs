@@ -1,0 +1,321 @@
+//! Triggers from business services: idempotent submission by key, and delayed work (`--in`,
+//! `--at`) kept by JetStream until it is due.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use support::*;
+
+const ONCE: &str = "version: v1
+job:
+  name: once
+  exec: { type: shell, command: 'echo \"$AX_INSTANCE_ID\" >> \"$AX_PARAM_out\"' }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_makes_one_instance_however_often_it_is_sent() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "once", ONCE).await;
+    let out = nats.path("out").join("ran");
+    let param = format!("out={}", out.display());
+    let first = ax(
+        &nats.url(),
+        &[
+            "job", "trigger", "once", "--key", "order-42", "--param", &param,
+        ],
+    );
+    assert!(first.status.success(), "{}", stderr(&first));
+    let id = stdout(&first);
+    assert!(id.starts_with("once.key-order-42 (triggered)"), "{id}");
+    final_record(&client, "once.key-order-42", Duration::from_secs(30)).await;
+    // Sent again (a retry after a lost reply), from the CLI and as JSON on the control
+    // subject: the same instance, said to exist already, and nothing runs again.
+    let again = ax(
+        &nats.url(),
+        &[
+            "job", "trigger", "once", "--key", "order-42", "--param", &param,
+        ],
+    );
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stdout(&again).starts_with("once.key-order-42 (already triggered)"),
+        "{}",
+        stdout(&again)
+    );
+    let inbox = client.nats.new_inbox();
+    let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
+    headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox.as_str());
+    client
+        .js
+        .publish_with_headers(
+            "ax.control.trigger",
+            headers,
+            br#"{"name": "once", "key": "order-42"}"#.to_vec().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), answers.next())
+        .await
+        .expect("an answer")
+        .unwrap();
+    let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+    assert!(reply.ok, "{:?}", reply.errors);
+    assert_eq!(
+        reply.instance_id.as_deref(),
+        Some("once.key-order-42"),
+        "{reply:?}"
+    );
+    assert_eq!(reply.message, "already triggered");
+    // Another key is another instance.
+    let other = trigger(&nats, &["once", "--key", "order-43", "--param", &param]);
+    assert_eq!(other, "once.key-order-43");
+    final_record(&client, &other, Duration::from_secs(30)).await;
+    let ran = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        ran.lines().collect::<Vec<_>>(),
+        ["once.key-order-42", "once.key-order-43"],
+        "{}",
+        node.log_text()
+    );
+    assert_eq!(instances(&client, "once").await.len(), 2);
+
+    // A key that breaks the rule is refused before anything is sent.
+    let bad = ax(&nats.url(), &["job", "trigger", "once", "--key", "a..b"]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("not a valid trigger key"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+const NOOP: &str = "version: v1
+job:
+  name: later
+  exec: { type: noop }
+";
+
+/// The records of `job` that are out of `scheduled`, by instance id.
+async fn released(client: &ax_bus::AxClient, job: &str) -> Vec<ax_bus::InstanceRecord> {
+    instances(client, job)
+        .await
+        .into_iter()
+        .filter(|r| r.tag != ax_bus::Tag::Scheduled)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_trigger_is_scheduled_at_once_and_released_at_its_time_not_before() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "later", NOOP).await;
+    let mut events = client.nats.subscribe("ax.event.later.>").await.unwrap();
+    let out = ax(&nats.url(), &["job", "trigger", "later", "--in", "2s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = stdout(&out);
+    assert!(printed.contains("(scheduled for "), "{printed}");
+    let id: ax_bus::ids::InstanceId = printed.split_whitespace().next().unwrap().parse().unwrap();
+    // Created when accepted: running, tag scheduled, due in two seconds.
+    let (record, _) = client.instance(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (record.state, record.tag),
+        (ax_bus::State::Running, ax_bus::Tag::Scheduled)
+    );
+    let due = record.expected_time;
+    let lead = due - record.created_at;
+    assert!(
+        lead > chrono::Duration::milliseconds(1_500) && lead <= chrono::Duration::seconds(2),
+        "due {lead:?} after its creation"
+    );
+    let listed = ax(&nats.url(), &["instance", "list", "--state", "running"]);
+    assert!(stdout(&listed).contains("scheduled"), "{}", stdout(&listed));
+    // Released (queued, handed on) at its due time: not before, and within the budget.
+    let queued_at = loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .unwrap_or_else(|_| panic!("no release\n{}", node.log_text()))
+            .unwrap();
+        let event: ax_bus::InstanceRecord = ax_bus::codec::decode(&message.payload).unwrap();
+        if event.instance_id == id && event.tag == ax_bus::Tag::Queued {
+            break ax_bus::time::now();
+        }
+    };
+    let late = (queued_at - due).num_milliseconds();
+    println!("released {late} ms after its due time");
+    assert!(late >= 0, "released {late} ms early");
+    assert!(late <= 250, "released {late} ms late");
+    let record = final_record(&client, id.as_str(), Duration::from_secs(30)).await;
+    assert_eq!(record.state, ax_bus::State::Success);
+    assert!(record.started_at.unwrap() >= due);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_instances_survive_a_kill_of_the_only_scheduler_and_run_once() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let _worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    apply_job(&nats, "later", NOOP).await;
+    // 200 delayed triggers, due from 3 s on (some of them past the Scheduler's death).
+    let inbox = client.nats.new_inbox();
+    let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
+    for i in 0..200 {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
+        headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox.as_str());
+        let body = format!(
+            r#"{{"name": "later", "key": "k{i}", "in": "{}ms"}}"#,
+            3_000 + i * 10
+        );
+        client
+            .js
+            .publish_with_headers("ax.control.trigger", headers, body.into_bytes().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    for _ in 0..200 {
+        let answer = tokio::time::timeout(Duration::from_secs(30), answers.next())
+            .await
+            .expect("every trigger answered")
+            .unwrap();
+        let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+        assert!(reply.ok, "{:?}", reply.errors);
+    }
+    assert_eq!(instances(&client, "later").await.len(), 200);
+    core.kill9();
+    // Every Scheduler is down while they fall due.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        released(&client, "later").await.is_empty(),
+        "released with no Scheduler"
+    );
+    let core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    wait_for_logged(
+        Duration::from_secs(60),
+        "all 200 to run",
+        &[&core],
+        || async {
+            let runs = instances(&client, "later").await;
+            (runs.len() == 200 && runs.iter().all(|r| r.state == ax_bus::State::Success))
+                .then_some(())
+        },
+    )
+    .await;
+    // Once each: one attempt, and one result per instance.
+    for record in instances(&client, "later").await {
+        assert_eq!(record.attempt, 1, "{record:?}");
+        assert!(record.message.is_empty() || !record.message.contains("attempt 2"));
+    }
+    let results = client
+        .js
+        .get_stream("AX_RESULTS")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    assert_eq!(results, 200);
+}
+
+#[test]
+fn bad_delays_are_refused_before_anything_is_sent() {
+    let nowhere = "nats://127.0.0.1:1";
+    for (args, reason) in [
+        (vec!["--in", "-5s"], "is not a delay"),
+        (vec!["--in", "5"], "is not a delay"),
+        (vec!["--at", "tomorrow"], "is not an RFC 3339 instant"),
+        (
+            vec!["--at", "2026-12-01T14:03:05Z", "--in", "5s"],
+            "cannot be used with",
+        ),
+    ] {
+        let mut full = vec!["job", "trigger", "later"];
+        full.extend(args.iter().copied());
+        let out = ax(nowhere, &full);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(reason), "{args:?}: {}", stderr(&out));
+        let reached = ["NATS URL", "cannot reach", "cannot connect"];
+        assert!(
+            !reached.iter().any(|r| stderr(&out).contains(r)),
+            "{args:?} reached for NATS: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_triggers_with_bad_times_are_refused_naming_the_field() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    apply_job(&nats, "later", NOOP).await;
+    let far = ax_bus::time::rfc3339(ax_bus::time::now() + chrono::Duration::days(400));
+    for (body, reason) in [
+        (
+            r#"{"name": "later", "in": "-5s"}"#.to_string(),
+            "in: `-5s` is not a delay",
+        ),
+        (
+            r#"{"name": "later", "in": "5"}"#.to_string(),
+            "in: `5` is not a delay",
+        ),
+        (
+            r#"{"name": "later", "at": "soon"}"#.to_string(),
+            "at: `soon` is not an RFC 3339",
+        ),
+        (
+            r#"{"name": "later", "at": "2026-12-01T14:03:05Z", "in": "5s"}"#.to_string(),
+            "at and in: give one of them, not both",
+        ),
+        (
+            format!(r#"{{"name": "later", "at": "{far}"}}"#),
+            "more than 366 days ahead",
+        ),
+        (
+            r#"{"name": "later", "key": "a..b"}"#.to_string(),
+            "not a valid trigger key",
+        ),
+    ] {
+        let inbox = client.nats.new_inbox();
+        let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
+        headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox.as_str());
+        client
+            .js
+            .publish_with_headers(
+                "ax.control.trigger",
+                headers,
+                body.clone().into_bytes().into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(10), answers.next())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {body}"))
+            .unwrap();
+        let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+        assert!(!reply.ok, "{body}");
+        assert!(
+            reply.errors.iter().any(|e| e.contains(reason)),
+            "{body}: {:?}",
+            reply.errors
+        );
+    }
+    assert!(instances(&client, "later").await.is_empty());
+}

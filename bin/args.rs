@@ -245,6 +245,22 @@ pub(crate) enum InstanceCommand {
     Get { id: InstanceId },
     /// Print the stdout and stderr tails of an instance's last attempt.
     Logs { id: InstanceId },
+    /// End a waiting instance (scheduled, waiting_deps, queued, no_worker, waiting_retry)
+    /// `cancelled`; its waiting downstream of the same date is cancelled too.
+    Cancel {
+        id: InstanceId,
+        /// Why (kept in the record and the audit).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Stop an executing attempt (dump signal, grace, SIGKILL to its process group); the
+    /// instance ends `failed`, tag `killed`, without a retry.
+    Kill {
+        id: InstanceId,
+        /// Why (kept in the record and the audit).
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

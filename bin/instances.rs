@@ -4,7 +4,7 @@ use anyhow::{anyhow, Result};
 use futures::StreamExt;
 
 use ax_bus::ids::{InstanceId, JobName};
-use ax_bus::messages::ResultMessage;
+use ax_bus::messages::{InstanceRequest, ResultMessage};
 use ax_bus::{codec, AxClient, InstanceRecord, State};
 
 use crate::table;
@@ -146,5 +146,37 @@ pub(crate) async fn tail_results(client: &AxClient, job: Option<&JobName>) -> Re
             Err(e) => eprintln!("{}: undecodable result: {e}", message.subject),
         }
     }
+    Ok(())
+}
+
+/// Cancels or kills one instance (`command` is `cancel` or `kill`) and prints what became of it.
+pub(crate) async fn act(
+    client: &AxClient,
+    command: &str,
+    id: InstanceId,
+    reason: Option<String>,
+    json: bool,
+) -> Result<()> {
+    let request = InstanceRequest {
+        instance: id,
+        reason,
+        requested_by: crate::jobs::requested_by(),
+    };
+    let reply = crate::jobs::refused(
+        client
+            .control(command, &request, crate::jobs::CONTROL_TIMEOUT)
+            .await?,
+    )?;
+    if json {
+        return table::json(&serde_json::json!({
+            "instance_id": reply.instance_id,
+            "message": reply.message,
+        }));
+    }
+    println!(
+        "{} ({})",
+        reply.instance_id.map(|i| i.to_string()).unwrap_or_default(),
+        reply.message
+    );
     Ok(())
 }

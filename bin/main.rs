@@ -122,6 +122,12 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::Logs { id }) => {
             instances::logs(&client().await?, &id, json).await
         }
+        Command::Instance(InstanceCommand::Cancel { id, reason }) => {
+            instances::act(&client().await?, commands::CANCEL, id, reason, json).await
+        }
+        Command::Instance(InstanceCommand::Kill { id, reason }) => {
+            instances::act(&client().await?, commands::KILL, id, reason, json).await
+        }
         Command::Bench { quick, only } => bench::run(quick, &only, json).await,
         Command::Nodes => fleet::nodes(&client().await?, json).await,
         Command::Worker(WorkerCommand::List) => fleet::workers(&client().await?, json).await,

@@ -85,6 +85,8 @@ pub enum Tag {
     Queued,
     /// A delayed trigger's instance, waiting for its due time (its `expected_time`).
     Scheduled,
+    /// An operator cancelled it (`ax instance cancel`).
+    Operator,
     /// No live worker can take it; it is dispatched as soon as one appears.
     NoWorker,
     /// A worker claimed the attempt and runs it.
@@ -139,6 +141,7 @@ impl Tag {
         match self {
             Tag::Queued => "queued",
             Tag::Scheduled => "scheduled",
+            Tag::Operator => "operator",
             Tag::NoWorker => "no_worker",
             Tag::Executing => "executing",
             Tag::Completed => "completed",

@@ -39,6 +39,39 @@ pub mod commands {
     pub const BACKFILL: &str = "backfill";
     /// Pause or resume a priority's queue.
     pub const QUEUE: &str = "queue";
+    /// End a waiting instance `cancelled`.
+    pub const CANCEL: &str = "cancel";
+    /// Stop a running attempt; the instance ends `failed`.
+    pub const KILL: &str = "kill";
+}
+
+/// `ax.control.cancel` and `ax.control.kill`: an operator acting on one instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceRequest {
+    /// The instance.
+    pub instance: InstanceId,
+    /// Why (kept in the record and the audit).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Who asked (the CLI sends `user@host`).
+    #[serde(default)]
+    pub requested_by: String,
+}
+
+/// An operator's action on an instance, as recorded on `ax.audit.<action>`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperatorAudit {
+    /// `cancel` or `kill`.
+    pub action: String,
+    /// What was asked.
+    pub request: InstanceRequest,
+    /// The instance's state and tag before.
+    pub before: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The Scheduler that carried it out.
+    pub node: NodeId,
 }
 
 /// `ax.control.apply`: create or update jobs, all or nothing.

@@ -120,7 +120,8 @@ fn command(spec: &ProcessSpec) -> Command {
     command
 }
 
-/// Runs `spec` to its end, its timeout, or until `cancel` is notified.
+/// Runs `spec` to its end, its timeout, or until `cancel` is notified (at a timeout or a
+/// cancel: the dump signal, its grace, then SIGKILL to the whole group).
 pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
     let mut child = match command(spec).spawn() {
         Ok(child) => child,
@@ -158,7 +159,12 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
                 Exit::TimedOut
             }
         },
-        _ = cancelled => Exit::Cancelled,
+        // Stopped from outside (a kill, a superseding fire): the same dump and grace as a
+        // timeout, so a stuck process leaves its stack behind.
+        _ = cancelled => {
+            dump_and_wait(spec, &group, &mut child).await;
+            Exit::Cancelled
+        }
     };
     // Whatever the ending, nothing of the group may survive the attempt.
     drop(group);

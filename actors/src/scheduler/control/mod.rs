@@ -12,6 +12,7 @@
 //! valid command is not the sender's fault: the message is redelivered a second later.
 
 pub(crate) mod backfill;
+mod operator;
 pub(crate) mod rerun;
 
 use std::collections::BTreeMap;
@@ -25,9 +26,9 @@ use ax_bus::error::NatsError;
 use ax_bus::ids::{JobName, NodeId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{
-    commands, AlertKind, ApplyRequest, BackfillRequest, Change, ControlReply, JobChange,
-    JobNameRequest, JobRecord, PlanStep, QueueRequest, QueueState, RerunRequest, TriggerRequest,
-    REPLY_TO_HEADER,
+    commands, AlertKind, ApplyRequest, BackfillRequest, Change, ControlReply, InstanceRequest,
+    JobChange, JobNameRequest, JobRecord, PlanStep, QueueRequest, QueueState, RerunRequest,
+    TriggerRequest, REPLY_TO_HEADER,
 };
 use ax_bus::{codec, reply_to, spec, AxClient};
 
@@ -179,9 +180,17 @@ async fn carry_out(
             Ok(request) => planned(backfill::backfill(client, creator, node, &request).await),
             Err(refusal) => Err(refusal),
         },
+        commands::CANCEL => match decode::<InstanceRequest>(message) {
+            Ok(request) => operator::cancel(client, node, request).await,
+            Err(refusal) => Err(refusal),
+        },
+        commands::KILL => match decode::<InstanceRequest>(message) {
+            Ok(request) => operator::kill(client, node, request).await,
+            Err(refusal) => Err(refusal),
+        },
         other => Err(CommandError::refused(format!(
             "unknown control command `{other}` (apply, delete, pause, resume, trigger, rerun, \
-             backfill, queue)"
+             backfill, queue, cancel, kill)"
         ))),
     }
 }

@@ -1,0 +1,161 @@
+//! An operator's hand on one instance: `cancel` a waiting one, `kill` a running one.
+//!
+//! Both end the record with a compare-and-swap that checks, at the moment of writing, that the
+//! instance is still in a state the action applies to: a cancel that races a worker starting the
+//! attempt is refused ("kill it instead"), never written over an executing record. The end is
+//! then told as any other (a result on `ax.result.<job>`, so the DagCoordinator cancels waiting
+//! downstream instances of the same date as for a failed upstream; an event), and the action
+//! goes to the audit stream with who asked, when and why. What was waiting elsewhere for the
+//! instance (a delayed release, a retry, a queued dispatch) finds the record ended and drops it.
+
+use bytes::Bytes;
+
+use ax_bus::client::Updated;
+use ax_bus::ids::NodeId;
+use ax_bus::instance::TransitionRefused;
+use ax_bus::messages::{commands, InstanceRequest, OperatorAudit, ResultMessage};
+use ax_bus::{msg_id, AxClient, InstanceRecord, State, Tag};
+
+use super::{CommandError, ControlReply};
+use crate::jetstream::publish;
+
+/// Cancels a waiting instance (scheduled, waiting for dependencies, queued, without a worker,
+/// waiting for a retry): it ends `cancelled` with tag `operator`.
+pub(super) async fn cancel(
+    client: &AxClient,
+    node: &NodeId,
+    request: InstanceRequest,
+) -> Result<ControlReply, CommandError> {
+    act(client, node, request, commands::CANCEL).await
+}
+
+/// Kills a running attempt: its worker stops the process group, and the instance ends `failed`
+/// with tag `killed`, without a retry.
+pub(super) async fn kill(
+    client: &AxClient,
+    node: &NodeId,
+    request: InstanceRequest,
+) -> Result<ControlReply, CommandError> {
+    act(client, node, request, commands::KILL).await
+}
+
+/// Why `action` does not apply to `record`, if it does not.
+fn refusal(action: &str, record: &InstanceRecord) -> Option<String> {
+    let id = &record.instance_id;
+    if record.state.is_final() {
+        return Some(format!(
+            "instance {id} has ended ({}); there is nothing to {action}",
+            record.state
+        ));
+    }
+    let executing = record.state == State::Running && record.tag == Tag::Executing;
+    match (action, executing) {
+        (commands::CANCEL, true) => Some(format!(
+            "instance {id} is executing on {}; kill it instead (ax instance kill)",
+            record.worker.as_deref().unwrap_or("a worker")
+        )),
+        (commands::KILL, false) => Some(format!(
+            "instance {id} is not executing ({} {}); cancel it instead (ax instance cancel)",
+            record.state, record.tag
+        )),
+        _ => None,
+    }
+}
+
+async fn act(
+    client: &AxClient,
+    node: &NodeId,
+    request: InstanceRequest,
+    action: &str,
+) -> Result<ControlReply, CommandError> {
+    let id = &request.instance;
+    let Some((before, _)) = client.instance(id).await? else {
+        return Err(CommandError::refused(format!("no instance `{id}`")));
+    };
+    if let Some(why) = refusal(action, &before) {
+        return Err(CommandError::refused(why));
+    }
+    let who = if request.requested_by.is_empty() {
+        "an operator"
+    } else {
+        request.requested_by.as_str()
+    };
+    let verb = if action == commands::KILL {
+        "killed"
+    } else {
+        "cancelled"
+    };
+    let message = match request.reason.as_deref().filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{verb} by {who}: {reason}"),
+        None => format!("{verb} by {who}"),
+    };
+    let (state, tag) = if action == commands::KILL {
+        (State::Failed, Tag::Killed)
+    } else {
+        (State::Cancelled, Tag::Operator)
+    };
+    // Checked again at the moment of writing: the record may have moved since it was read.
+    let updated = client
+        .update_instance(id, |r| match refusal(action, r) {
+            Some(_) if r.state.is_final() => Err(TransitionRefused::AlreadyEnded(r.state)),
+            Some(_) => Err(TransitionRefused::AlreadyStarted),
+            None => r.ended_early(&r.trace_id, state, tag, &message),
+        })
+        .await?;
+    let record = match updated {
+        Updated::Written(record, _) => record,
+        Updated::Refused(_) => {
+            let now = client.instance(id).await?.map(|(r, _)| r);
+            let why = now
+                .as_ref()
+                .and_then(|r| refusal(action, r))
+                .unwrap_or_else(|| format!("instance {id} changed meanwhile; try again"));
+            return Err(CommandError::refused(why));
+        }
+        Updated::Missing => return Err(CommandError::refused(format!("no instance `{id}`"))),
+    };
+    if action == commands::KILL {
+        if let Some(worker) = &before.worker {
+            // The worker stops the attempt's process group; its report is then refused by the
+            // record, which has ended.
+            if let Err(e) = client
+                .nats
+                .publish(
+                    client.subjects().cancel(worker),
+                    Bytes::from(before.trace_id.to_string()),
+                )
+                .await
+            {
+                tracing::warn!(instance = %id, error = %e, "kill not sent to the worker");
+            }
+        }
+    }
+    publish::to_stream_acked(
+        client,
+        client.subjects().result(&record.job),
+        &msg_id::result(&record.trace_id),
+        &ResultMessage::from_record(&record),
+    )
+    .await?;
+    publish::event(client, &record).await;
+    let audit = OperatorAudit {
+        action: action.to_string(),
+        before: format!("{} {}", before.state, before.tag),
+        request,
+        at: ax_bus::time::now(),
+        node: node.clone(),
+    };
+    publish::to_stream_acked(
+        client,
+        client.subjects().audit(action),
+        &msg_id::audit(action),
+        &audit,
+    )
+    .await?;
+    Ok(ControlReply {
+        ok: true,
+        instance_id: Some(record.instance_id.clone()),
+        message: record.message.clone(),
+        ..ControlReply::default()
+    })
+}

@@ -1,0 +1,210 @@
+//! An operator's hand on one instance: cancel a waiting one (and so its waiting downstream),
+//! kill an executing one (its whole process group), each refused with the reason where it does
+//! not apply, and each in the audit stream.
+
+mod support;
+
+use std::time::Duration;
+
+use ax_bus::{State, Tag};
+use futures::StreamExt;
+use support::*;
+
+const JOBS: &str = "version: v1
+job:
+  name: later
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: never
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: upstream
+  deps: [ { name: never, biz_date: current } ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: downstream
+  deps: [ { name: upstream, biz_date: current } ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: hang
+  retry: { times: 2, interval: 1 }
+  exec: { type: shell, command: 'echo $$ > \"$AX_PARAM_dir/sh\"; sleep 600 & echo $! > \"$AX_PARAM_dir/sleep\"; wait' }
+";
+
+async fn record(client: &ax_bus::AxClient, id: &str) -> ax_bus::InstanceRecord {
+    client
+        .instance(&id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+        .0
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_kill_end_what_they_apply_to_and_refuse_the_rest() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "ops", JOBS).await;
+    let mut audit = client.nats.subscribe("ax.audit.>").await.unwrap();
+
+    // A delayed instance, cancelled before it is due: it never runs.
+    let scheduled = trigger(&nats, &["later", "--in", "2s"]);
+    let out = ax(
+        &nats.url(),
+        &["instance", "cancel", &scheduled, "--reason", "not needed"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("cancelled by"), "{}", stdout(&out));
+    let cancelled = record(&client, &scheduled).await;
+    assert_eq!(
+        (cancelled.state, cancelled.tag),
+        (State::Cancelled, Tag::Operator)
+    );
+    assert!(
+        cancelled.message.ends_with(": not needed"),
+        "{}",
+        cancelled.message
+    );
+
+    // A waiting upstream, cancelled: its waiting downstream of the same date goes with it.
+    let up = trigger(&nats, &["upstream", "--biz-date", "2026-11-01"]);
+    let down = trigger(&nats, &["downstream", "--biz-date", "2026-11-01"]);
+    for id in [&up, &down] {
+        wait_for_logged(
+            Duration::from_secs(30),
+            "waiting for deps",
+            &[&node],
+            || async {
+                let r = record(&client, id).await;
+                (r.tag == Tag::WaitingDeps).then_some(())
+            },
+        )
+        .await;
+    }
+    let out = ax(&nats.url(), &["instance", "cancel", &up]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let down = final_record(&client, &down, Duration::from_secs(30)).await;
+    assert_eq!(
+        (down.state, down.tag),
+        (State::Cancelled, Tag::UpstreamFailed)
+    );
+
+    // An executing shell: cancel is refused (kill it instead); kill stops the whole group
+    // and the instance fails for good, its retries left unused.
+    let dir = nats.path("hang");
+    let hang = trigger(
+        &nats,
+        &["hang", "--param", &format!("dir={}", dir.display())],
+    );
+    let pids = wait_for_logged(
+        Duration::from_secs(30),
+        "the shell to start",
+        &[&node],
+        || async {
+            let read = |name: &str| {
+                std::fs::read_to_string(dir.join(name))
+                    .ok()?
+                    .trim()
+                    .parse::<i32>()
+                    .ok()
+            };
+            let r = record(&client, &hang).await;
+            (r.tag == Tag::Executing).then_some(())?;
+            Some((read("sh")?, read("sleep")?))
+        },
+    )
+    .await;
+    let out = ax(&nats.url(), &["instance", "cancel", &hang]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("kill it instead"), "{}", stderr(&out));
+    let out = ax(
+        &nats.url(),
+        &["instance", "kill", &hang, "--reason", "hung"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let killed = final_record(&client, &hang, Duration::from_secs(10)).await;
+    assert_eq!(
+        (killed.state, killed.tag, killed.attempt),
+        (State::Failed, Tag::Killed, 1)
+    );
+    wait_for(
+        Duration::from_secs(15),
+        "no process of the attempt left",
+        || async { (!alive(pids.0) && !alive(pids.1)).then_some(()) },
+    )
+    .await;
+    // Still failed, not retried, once its worker has reported.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = record(&client, &hang).await;
+    assert_eq!(
+        (after.state, after.attempt),
+        (State::Failed, 1),
+        "{after:?}"
+    );
+
+    // Refusals, one line each, nothing changed.
+    for (args, reason) in [
+        (
+            vec!["instance", "kill", hang.as_str()],
+            "has ended (failed)",
+        ),
+        (
+            vec!["instance", "cancel", scheduled.as_str()],
+            "has ended (cancelled)",
+        ),
+        (
+            vec!["instance", "cancel", "later.20200101T000000000Z"],
+            "no instance",
+        ),
+    ] {
+        let out = ax(&nats.url(), &args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(reason), "{args:?}: {}", stderr(&out));
+    }
+
+    // Each action in the audit stream, with who and why.
+    let mut actions = Vec::new();
+    while actions.len() < 3 {
+        let message = tokio::time::timeout(Duration::from_secs(10), audit.next())
+            .await
+            .expect("an audit record")
+            .unwrap();
+        let entry: ax_bus::messages::OperatorAudit =
+            ax_bus::codec::decode(&message.payload).unwrap();
+        assert!(entry.request.requested_by.contains('@'), "{entry:?}");
+        actions.push((
+            entry.action,
+            entry.request.instance.to_string(),
+            entry.request.reason,
+        ));
+    }
+    assert_eq!(
+        actions,
+        [
+            (
+                "cancel".to_string(),
+                scheduled.clone(),
+                Some("not needed".to_string())
+            ),
+            ("cancel".to_string(), up.clone(), None),
+            ("kill".to_string(), hang.clone(), Some("hung".to_string())),
+        ]
+    );
+    // The delayed one stayed cancelled past its due time.
+    let still = record(&client, &scheduled).await;
+    assert_eq!(still.state, State::Cancelled);
+    assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
+}

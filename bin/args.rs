@@ -253,6 +253,21 @@ pub(crate) enum InstanceCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// An operator's verdict on an ended or waiting instance: it ends success or failed (tag
+    /// marked); a marked success releases the downstream waiting on it.
+    #[command(group(clap::ArgGroup::new("verdict").required(true).args(["success", "failed"])))]
+    Mark {
+        id: InstanceId,
+        /// Mark it succeeded.
+        #[arg(long)]
+        success: bool,
+        /// Mark it failed.
+        #[arg(long)]
+        failed: bool,
+        /// Why (required; kept in the record and the audit).
+        #[arg(long)]
+        reason: String,
+    },
     /// Stop an executing attempt (dump signal, grace, SIGKILL to its process group); the
     /// instance ends `failed`, tag `killed`, without a retry.
     Kill {

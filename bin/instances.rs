@@ -4,7 +4,7 @@ use anyhow::{anyhow, Result};
 use futures::StreamExt;
 
 use ax_bus::ids::{InstanceId, JobName};
-use ax_bus::messages::{InstanceRequest, ResultMessage};
+use ax_bus::messages::{commands, InstanceRequest, MarkRequest, ResultMessage};
 use ax_bus::{codec, AxClient, InstanceRecord, State};
 
 use crate::table;
@@ -149,6 +149,47 @@ pub(crate) async fn tail_results(client: &AxClient, job: Option<&JobName>) -> Re
     Ok(())
 }
 
+/// Gives an operator's verdict on one instance: success, or failed.
+pub(crate) async fn mark(
+    client: &AxClient,
+    id: InstanceId,
+    success: bool,
+    reason: String,
+    json: bool,
+) -> Result<()> {
+    let request = MarkRequest {
+        instance: id,
+        state: if success {
+            State::Success
+        } else {
+            State::Failed
+        },
+        reason,
+        requested_by: crate::jobs::requested_by(),
+    };
+    let reply = crate::jobs::refused(
+        client
+            .control(commands::MARK, &request, crate::jobs::CONTROL_TIMEOUT)
+            .await?,
+    )?;
+    print_acted(reply, json)
+}
+
+fn print_acted(reply: ax_bus::messages::ControlReply, json: bool) -> Result<()> {
+    if json {
+        return table::json(&serde_json::json!({
+            "instance_id": reply.instance_id,
+            "message": reply.message,
+        }));
+    }
+    println!(
+        "{} ({})",
+        reply.instance_id.map(|i| i.to_string()).unwrap_or_default(),
+        reply.message
+    );
+    Ok(())
+}
+
 /// Cancels or kills one instance (`command` is `cancel` or `kill`) and prints what became of it.
 pub(crate) async fn act(
     client: &AxClient,
@@ -167,16 +208,5 @@ pub(crate) async fn act(
             .control(command, &request, crate::jobs::CONTROL_TIMEOUT)
             .await?,
     )?;
-    if json {
-        return table::json(&serde_json::json!({
-            "instance_id": reply.instance_id,
-            "message": reply.message,
-        }));
-    }
-    println!(
-        "{} ({})",
-        reply.instance_id.map(|i| i.to_string()).unwrap_or_default(),
-        reply.message
-    );
-    Ok(())
+    print_acted(reply, json)
 }

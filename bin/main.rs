@@ -61,9 +61,11 @@ async fn run(cli: Cli) -> Result<()> {
     let json = cli.json;
     let prefix = cli.prefix.as_str();
     let client = || connect::connect(nats, prefix);
+    // The long-running commands' futures are boxed: inline beside every other command's, they
+    // made this future's poll frame large enough to overflow the main thread's stack (debug).
     match cli.command {
-        Command::Up(args) => up::run(args, nats, prefix).await,
-        Command::Node(args) => node_cmd::run(args, nats, prefix).await,
+        Command::Up(args) => Box::pin(up::run(args, nats, prefix)).await,
+        Command::Node(args) => Box::pin(node_cmd::run(args, nats, prefix)).await,
         Command::Job(JobCommand::Apply { files }) => {
             let found = jobs::load_or_report(&files)?;
             jobs::apply(&client().await?, found, json).await
@@ -125,10 +127,16 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::Cancel { id, reason }) => {
             instances::act(&client().await?, commands::CANCEL, id, reason, json).await
         }
+        Command::Instance(InstanceCommand::Mark {
+            id,
+            success,
+            failed: _,
+            reason,
+        }) => instances::mark(&client().await?, id, success, reason, json).await,
         Command::Instance(InstanceCommand::Kill { id, reason }) => {
             instances::act(&client().await?, commands::KILL, id, reason, json).await
         }
-        Command::Bench { quick, only } => bench::run(quick, &only, json).await,
+        Command::Bench { quick, only } => Box::pin(bench::run(quick, &only, json)).await,
         Command::Nodes => fleet::nodes(&client().await?, json).await,
         Command::Worker(WorkerCommand::List) => fleet::workers(&client().await?, json).await,
         Command::Executors => fleet::executors(&client().await?, json).await,

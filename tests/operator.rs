@@ -208,3 +208,128 @@ async fn cancel_and_kill_end_what_they_apply_to_and_refuse_the_rest() {
     assert_eq!(still.state, State::Cancelled);
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
 }
+
+const MARKED: &str = "version: v1
+job:
+  name: never
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: upstream
+  deps: [ { name: never, biz_date: current } ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: downstream
+  deps: [ { name: upstream, biz_date: current } ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: doomed
+  exec: { type: shell, command: 'exit 4' }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_success_releases_the_downstream_and_a_verdict_needs_a_reason() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "marked", MARKED).await;
+    let mut audit = client.nats.subscribe("ax.audit.mark").await.unwrap();
+
+    // The upstream waits for a job that will never run; the operator vouches for it.
+    let up = trigger(&nats, &["upstream", "--biz-date", "2026-11-02"]);
+    let down = trigger(&nats, &["downstream", "--biz-date", "2026-11-02"]);
+    for id in [&up, &down] {
+        wait_for_logged(
+            Duration::from_secs(30),
+            "waiting for deps",
+            &[&node],
+            || async {
+                let r = record(&client, id).await;
+                (r.tag == Tag::WaitingDeps).then_some(())
+            },
+        )
+        .await;
+    }
+    let out = ax(
+        &nats.url(),
+        &[
+            "instance",
+            "mark",
+            &up,
+            "--success",
+            "--reason",
+            "loaded by hand",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let marked = record(&client, &up).await;
+    assert_eq!((marked.state, marked.tag), (State::Success, Tag::Marked));
+    assert!(
+        marked.message.ends_with(": loaded by hand"),
+        "{}",
+        marked.message
+    );
+    let down = final_record(&client, &down, Duration::from_secs(30)).await;
+    assert_eq!(
+        (down.state, down.tag),
+        (State::Success, Tag::Completed),
+        "{down:?}"
+    );
+
+    // A failed one marked success, then failed again; the same verdict twice is refused.
+    let doomed = trigger(&nats, &["doomed"]);
+    let failed = final_record(&client, &doomed, Duration::from_secs(30)).await;
+    assert_eq!(failed.state, State::Failed);
+    let out = ax(
+        &nats.url(),
+        &["instance", "mark", &doomed, "--success", "--reason", "ok"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(record(&client, &doomed).await.state, State::Success);
+    let out = ax(
+        &nats.url(),
+        &["instance", "mark", &doomed, "--success", "--reason", "ok"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is success already"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Without a reason, or without a verdict: refused before anything is sent.
+    for args in [
+        vec!["instance", "mark", doomed.as_str(), "--success"],
+        vec!["instance", "mark", doomed.as_str(), "--reason", "x"],
+        vec![
+            "instance",
+            "mark",
+            doomed.as_str(),
+            "--success",
+            "--failed",
+            "--reason",
+            "x",
+        ],
+    ] {
+        let out = ax(&nats.url(), &args);
+        assert!(!out.status.success(), "{args:?}");
+    }
+    let entry = tokio::time::timeout(Duration::from_secs(10), audit.next())
+        .await
+        .expect("an audit record")
+        .unwrap();
+    let entry: ax_bus::messages::OperatorAudit = ax_bus::codec::decode(&entry.payload).unwrap();
+    assert_eq!(
+        (
+            entry.action.as_str(),
+            entry.before.as_str(),
+            entry.after.as_str()
+        ),
+        ("mark", "running waiting_deps", "success marked")
+    );
+}

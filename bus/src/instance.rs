@@ -87,6 +87,8 @@ pub enum Tag {
     Scheduled,
     /// An operator cancelled it (`ax instance cancel`).
     Operator,
+    /// An operator gave its verdict (`ax instance mark`).
+    Marked,
     /// No live worker can take it; it is dispatched as soon as one appears.
     NoWorker,
     /// A worker claimed the attempt and runs it.
@@ -142,6 +144,7 @@ impl Tag {
             Tag::Queued => "queued",
             Tag::Scheduled => "scheduled",
             Tag::Operator => "operator",
+            Tag::Marked => "marked",
             Tag::NoWorker => "no_worker",
             Tag::Executing => "executing",
             Tag::Completed => "completed",
@@ -537,6 +540,24 @@ impl InstanceRecord {
         let mut next = self.clone();
         next.state = state;
         next.tag = tag;
+        next.message = message.to_string();
+        next.next_attempt_at = None;
+        next.finished_at = Some(crate::time::now());
+        Ok(next)
+    }
+
+    /// An operator's verdict (`success` or `failed`) on an ended or waiting instance: not on an
+    /// executing one, nor one already in that state.
+    pub fn marked(&self, state: State, message: &str) -> Result<Self, TransitionRefused> {
+        if self.state == State::Running && self.tag == Tag::Executing {
+            return Err(TransitionRefused::AlreadyStarted);
+        }
+        if self.state == state {
+            return Err(TransitionRefused::AlreadyEnded(state));
+        }
+        let mut next = self.clone();
+        next.state = state;
+        next.tag = Tag::Marked;
         next.message = message.to_string();
         next.next_attempt_at = None;
         next.finished_at = Some(crate::time::now());

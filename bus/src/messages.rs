@@ -43,6 +43,23 @@ pub mod commands {
     pub const CANCEL: &str = "cancel";
     /// Stop a running attempt; the instance ends `failed`.
     pub const KILL: &str = "kill";
+    /// An operator's verdict: the instance ends `success` or `failed`.
+    pub const MARK: &str = "mark";
+}
+
+/// `ax.control.mark`: an operator's verdict on an ended or waiting instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MarkRequest {
+    /// The instance.
+    pub instance: InstanceId,
+    /// `success` or `failed`.
+    pub state: State,
+    /// Why (required: a verdict without one is refused).
+    pub reason: String,
+    /// Who asked (the CLI sends `user@host`).
+    #[serde(default)]
+    pub requested_by: String,
 }
 
 /// `ax.control.cancel` and `ax.control.kill`: an operator acting on one instance.
@@ -62,10 +79,13 @@ pub struct InstanceRequest {
 /// An operator's action on an instance, as recorded on `ax.audit.<action>`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OperatorAudit {
-    /// `cancel` or `kill`.
+    /// `cancel`, `kill` or `mark`.
     pub action: String,
-    /// What was asked.
+    /// What was asked (for a mark, its reason; the verdict is in `after`).
     pub request: InstanceRequest,
+    /// The instance's state and tag after.
+    #[serde(default)]
+    pub after: String,
     /// The instance's state and tag before.
     pub before: String,
     /// When.

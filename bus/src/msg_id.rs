@@ -18,6 +18,12 @@ pub fn ready_again(trace: &TraceId, dispatch: &DispatchId) -> String {
     format!("ready:{trace}:{dispatch}")
 }
 
+/// The result an operator's verdict publishes (the attempt's own result may be in the
+/// de-duplication window still).
+pub fn marked(trace: &TraceId, state: &str) -> String {
+    format!("marked:{trace}:{state}")
+}
+
 /// The schedule (or the due message) of a delayed first attempt.
 pub fn delayed(trace: &TraceId) -> String {
     format!("delayed:{trace}")

@@ -27,8 +27,8 @@ use ax_bus::ids::{JobName, NodeId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{
     commands, AlertKind, ApplyRequest, BackfillRequest, Change, ControlReply, InstanceRequest,
-    JobChange, JobNameRequest, JobRecord, PlanStep, QueueRequest, QueueState, RerunRequest,
-    TriggerRequest, REPLY_TO_HEADER,
+    JobChange, JobNameRequest, JobRecord, MarkRequest, PlanStep, QueueRequest, QueueState,
+    RerunRequest, TriggerRequest, REPLY_TO_HEADER,
 };
 use ax_bus::{codec, reply_to, spec, AxClient};
 
@@ -151,46 +151,61 @@ async fn carry_out(
     command: &str,
     published: chrono::DateTime<chrono::Utc>,
 ) -> Result<ControlReply, CommandError> {
+    // Each command's future is boxed, so the control pump's future (and its poll frame) holds
+    // a pointer per command rather than every command's state side by side.
     match command {
         commands::APPLY => match decode::<ApplyRequest>(message) {
-            Ok(request) => apply(client, request).await,
+            Ok(request) => Box::pin(apply(client, request)).await,
             Err(refusal) => Err(refusal),
         },
         commands::DELETE => match decode::<JobNameRequest>(message) {
-            Ok(request) => delete(client, &request.name).await,
+            Ok(request) => Box::pin(delete(client, &request.name)).await,
             Err(refusal) => Err(refusal),
         },
         commands::PAUSE | commands::RESUME => match decode::<JobNameRequest>(message) {
-            Ok(request) => set_paused(client, &request.name, command == commands::PAUSE).await,
+            Ok(request) => {
+                Box::pin(set_paused(
+                    client,
+                    &request.name,
+                    command == commands::PAUSE,
+                ))
+                .await
+            }
             Err(refusal) => Err(refusal),
         },
         commands::TRIGGER => match decode::<TriggerRequest>(message) {
-            Ok(request) => trigger(client, creator, request, published).await,
+            Ok(request) => Box::pin(trigger(client, creator, request, published)).await,
             Err(refusal) => Err(refusal),
         },
         commands::RERUN => match decode::<RerunRequest>(message) {
-            Ok(request) => planned(rerun::rerun(client, node, &request).await),
+            Ok(request) => planned(Box::pin(rerun::rerun(client, node, &request)).await),
             Err(refusal) => Err(refusal),
         },
         commands::QUEUE => match decode::<QueueRequest>(message) {
-            Ok(request) => set_queue(client, &request).await,
+            Ok(request) => Box::pin(set_queue(client, &request)).await,
             Err(refusal) => Err(refusal),
         },
         commands::BACKFILL => match decode::<BackfillRequest>(message) {
-            Ok(request) => planned(backfill::backfill(client, creator, node, &request).await),
+            Ok(request) => {
+                planned(Box::pin(backfill::backfill(client, creator, node, &request)).await)
+            }
             Err(refusal) => Err(refusal),
         },
         commands::CANCEL => match decode::<InstanceRequest>(message) {
-            Ok(request) => operator::cancel(client, node, request).await,
+            Ok(request) => Box::pin(operator::cancel(client, node, request)).await,
             Err(refusal) => Err(refusal),
         },
         commands::KILL => match decode::<InstanceRequest>(message) {
-            Ok(request) => operator::kill(client, node, request).await,
+            Ok(request) => Box::pin(operator::kill(client, node, request)).await,
+            Err(refusal) => Err(refusal),
+        },
+        commands::MARK => match decode::<MarkRequest>(message) {
+            Ok(request) => Box::pin(operator::mark(client, node, request)).await,
             Err(refusal) => Err(refusal),
         },
         other => Err(CommandError::refused(format!(
             "unknown control command `{other}` (apply, delete, pause, resume, trigger, rerun, \
-             backfill, queue, cancel, kill)"
+             backfill, queue, cancel, kill, mark)"
         ))),
     }
 }

@@ -1,4 +1,5 @@
-//! An operator's hand on one instance: `cancel` a waiting one, `kill` a running one.
+//! An operator's hand on one instance: `cancel` a waiting one, `kill` a running one, `mark`
+//! an ended or waiting one `success` or `failed` (a marked success releases its downstream).
 //!
 //! Both end the record with a compare-and-swap that checks, at the moment of writing, that the
 //! instance is still in a state the action applies to: a cancel that races a worker starting the
@@ -13,7 +14,7 @@ use bytes::Bytes;
 use ax_bus::client::Updated;
 use ax_bus::ids::NodeId;
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{commands, InstanceRequest, OperatorAudit, ResultMessage};
+use ax_bus::messages::{commands, InstanceRequest, MarkRequest, OperatorAudit, ResultMessage};
 use ax_bus::{msg_id, AxClient, InstanceRecord, State, Tag};
 
 use super::{CommandError, ControlReply};
@@ -37,6 +38,92 @@ pub(super) async fn kill(
     request: InstanceRequest,
 ) -> Result<ControlReply, CommandError> {
     act(client, node, request, commands::KILL).await
+}
+
+/// Gives an operator's verdict: the instance ends `success` or `failed` with tag `marked`, and
+/// the verdict is told as a result (a success releases the downstream waiting on it).
+pub(super) async fn mark(
+    client: &AxClient,
+    node: &NodeId,
+    request: MarkRequest,
+) -> Result<ControlReply, CommandError> {
+    let id = &request.instance;
+    if !matches!(request.state, State::Success | State::Failed) {
+        return Err(CommandError::refused(format!(
+            "state: an instance is marked success or failed, not {}",
+            request.state
+        )));
+    }
+    if request.reason.trim().is_empty() {
+        return Err(CommandError::refused(
+            "reason: a verdict needs one (it is kept in the record and the audit)",
+        ));
+    }
+    let Some((before, _)) = client.instance(id).await? else {
+        return Err(CommandError::refused(format!("no instance `{id}`")));
+    };
+    let who = who(&request.requested_by);
+    let message = format!("marked {} by {who}: {}", request.state, request.reason);
+    let record = match client
+        .update_instance(id, |r| r.marked(request.state, &message))
+        .await?
+    {
+        Updated::Written(record, _) => record,
+        Updated::Refused(TransitionRefused::AlreadyStarted) => {
+            return Err(CommandError::refused(format!(
+                "instance {id} is executing; kill it first (ax instance kill)"
+            )))
+        }
+        Updated::Refused(_) => {
+            return Err(CommandError::refused(format!(
+                "instance {id} is {} already",
+                request.state
+            )))
+        }
+        Updated::Missing => return Err(CommandError::refused(format!("no instance `{id}`"))),
+    };
+    publish::to_stream_acked(
+        client,
+        client.subjects().result(&record.job),
+        &msg_id::marked(&record.trace_id, record.state.as_str()),
+        &ResultMessage::from_record(&record),
+    )
+    .await?;
+    publish::event(client, &record).await;
+    let audit = OperatorAudit {
+        action: commands::MARK.to_string(),
+        request: InstanceRequest {
+            instance: request.instance.clone(),
+            reason: Some(request.reason.clone()),
+            requested_by: request.requested_by.clone(),
+        },
+        after: format!("{} {}", record.state, record.tag),
+        before: format!("{} {}", before.state, before.tag),
+        at: ax_bus::time::now(),
+        node: node.clone(),
+    };
+    publish::to_stream_acked(
+        client,
+        client.subjects().audit(commands::MARK),
+        &msg_id::audit(commands::MARK),
+        &audit,
+    )
+    .await?;
+    Ok(ControlReply {
+        ok: true,
+        instance_id: Some(record.instance_id.clone()),
+        message: record.message.clone(),
+        ..ControlReply::default()
+    })
+}
+
+/// Who asked, as the record says it.
+fn who(requested_by: &str) -> &str {
+    if requested_by.is_empty() {
+        "an operator"
+    } else {
+        requested_by
+    }
 }
 
 /// Why `action` does not apply to `record`, if it does not.
@@ -75,11 +162,7 @@ async fn act(
     if let Some(why) = refusal(action, &before) {
         return Err(CommandError::refused(why));
     }
-    let who = if request.requested_by.is_empty() {
-        "an operator"
-    } else {
-        request.requested_by.as_str()
-    };
+    let who = who(&request.requested_by);
     let verb = if action == commands::KILL {
         "killed"
     } else {
@@ -140,6 +223,7 @@ async fn act(
     publish::event(client, &record).await;
     let audit = OperatorAudit {
         action: action.to_string(),
+        after: format!("{} {}", record.state, record.tag),
         before: format!("{} {}", before.state, before.tag),
         request,
         at: ax_bus::time::now(),

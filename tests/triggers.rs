@@ -319,3 +319,94 @@ async fn control_triggers_with_bad_times_are_refused_naming_the_field() {
     }
     assert!(instances(&client, "later").await.is_empty());
 }
+
+fn one_off(at: chrono::DateTime<chrono::Utc>) -> String {
+    format!(
+        "version: v1\njob:\n  name: oneoff\n  at: '{}'\n  exec: {{ type: noop }}\n",
+        ax_bus::time::rfc3339(at)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_at_fires_once_then_and_stays_defined() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    let at = ax_bus::time::now() + chrono::Duration::seconds(3);
+    apply_job(&nats, "oneoff", &one_off(at)).await;
+    let id = ax_bus::ids::InstanceId::for_fire(&job("oneoff"), at);
+    let (record, _) = client
+        .instance(&id)
+        .await
+        .unwrap()
+        .expect("created when applied");
+    assert_eq!(record.tag, ax_bus::Tag::Scheduled);
+    let done = final_record(&client, id.as_str(), Duration::from_secs(30)).await;
+    assert_eq!(done.state, ax_bus::State::Success, "{}", node.log_text());
+    assert!(done.started_at.unwrap() >= at);
+    // Applied again: unchanged, and it does not fire again.
+    apply_job(&nats, "oneoff", &one_off(at)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(instances(&client, "oneoff").await.len(), 1);
+
+    // Moved before it fires: the old instant's instance is cancelled; deleted before the new
+    // one is due: that one is cancelled when it falls due.
+    let second = ax_bus::time::now() + chrono::Duration::seconds(4);
+    apply_job(&nats, "oneoff", &one_off(second)).await;
+    let third = ax_bus::time::now() + chrono::Duration::seconds(5);
+    apply_job(&nats, "oneoff", &one_off(third)).await;
+    let moved = client
+        .instance(&ax_bus::ids::InstanceId::for_fire(&job("oneoff"), second))
+        .await
+        .unwrap()
+        .unwrap()
+        .0;
+    assert_eq!(
+        (moved.state, moved.tag),
+        (ax_bus::State::Cancelled, ax_bus::Tag::Superseded),
+        "{moved:?}"
+    );
+    let deleted = ax(&nats.url(), &["job", "delete", "oneoff"]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    let last = final_record(
+        &client,
+        ax_bus::ids::InstanceId::for_fire(&job("oneoff"), third).as_str(),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        (last.state, last.tag),
+        (ax_bus::State::Cancelled, ax_bus::Tag::JobDeleted)
+    );
+
+    // Refused with cron; warned (and not fired) when already past.
+    let dir = nats.path("specs");
+    let both = dir.join("both.yaml");
+    std::fs::write(
+        &both,
+        one_off(at + chrono::Duration::days(1)).replace("  at:", "  cron: '0 * * * *'\n  at:"),
+    )
+    .unwrap();
+    let out = ax(&nats.url(), &["job", "apply", "-f", both.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("job.at: a job fires on its cron or once at `at`, not both"),
+        "{}",
+        stderr(&out)
+    );
+    let past = dir.join("past.yaml");
+    std::fs::write(
+        &past,
+        one_off(ax_bus::time::now() - chrono::Duration::hours(1)),
+    )
+    .unwrap();
+    let out = ax(&nats.url(), &["job", "apply", "-f", past.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("has passed"), "{}", stderr(&out));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        instances(&client, "oneoff").await.len(),
+        3,
+        "a past `at` fired when applied"
+    );
+}

@@ -40,8 +40,9 @@ use crate::ActorError;
 pub(crate) const LEAD: Duration = Duration::from_secs(1);
 /// How long a Scheduler may hold a due attempt before JetStream gives it to another.
 const ACK_WAIT: Duration = Duration::from_secs(10);
-/// The farthest ahead a delayed trigger may be due.
-pub(crate) const MAX_DELAY: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The farthest ahead a delayed trigger may be due (as far as a job's `at`).
+pub(crate) const MAX_DELAY: Duration =
+    Duration::from_secs(ax_bus::spec::MAX_AT_DAYS as u64 * 24 * 3600);
 
 /// Publishes the wait of a delayed instance's first attempt: a schedule in `<AX>_DELAYED`, or,
 /// when it is due within [`LEAD`], the due message itself.
@@ -135,6 +136,16 @@ async fn release(
         mut work,
         skip_coordinator,
     } = delayed;
+    if !client.job_exists(work.job()).await? {
+        let why = "the job was deleted before the instance was due";
+        return crate::outcome::cancel_for_deleted_job(
+            client,
+            &work.instance_id,
+            &work.trace_id,
+            why,
+        )
+        .await;
+    }
     let late_ms = (ax_bus::time::now() - due).num_milliseconds().max(0);
     let (record, revision) = match client
         .update_instance(&work.instance_id, |r| r.released(&work.trace_id, late_ms))

@@ -18,6 +18,7 @@ pub(crate) mod delayed;
 pub(crate) mod fire_schedule;
 pub(crate) mod misfire;
 pub(crate) mod new_instance;
+pub(crate) mod one_off;
 pub(crate) mod orphans;
 pub(crate) mod overlap;
 pub(crate) mod planner;

@@ -77,6 +77,10 @@ pub struct JobSpec {
     /// 5 fields (from minutes) or 6 (from seconds); a job without cron runs when triggered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
+    /// An instant (RFC 3339): the job fires once then (its business date in `timezone`), and
+    /// stays defined without firing again. Not together with `cron`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
     /// IANA time zone of the cron expression and of the business date.
     #[serde(default = "default_timezone")]
     pub timezone: String,
@@ -126,6 +130,8 @@ pub struct JobSpec {
 
 /// The most shards an instance may have.
 pub const MAX_SHARDS: u32 = 1000;
+/// The farthest ahead a job's `at` may be (as a delayed trigger's).
+pub const MAX_AT_DAYS: i64 = 366;
 
 impl JobSpec {
     /// Whether instances of this job split into sub-instances (shards or a broadcast).
@@ -479,6 +485,18 @@ pub fn check_documents(
 /// What is allowed but probably a mistake: said at apply time, applied anyway.
 pub fn warnings(doc: &JobDocument) -> Vec<SpecError> {
     let mut warnings = Vec::new();
+    let at = doc.job.at.as_deref();
+    if let Some(instant) = at.and_then(|at| crate::time::parse_instant(at).ok()) {
+        if instant <= crate::time::now() {
+            warnings.push(SpecError::new(
+                "job.at",
+                format!(
+                    "`{}` has passed: the job fires only if it was applied before then",
+                    at.unwrap_or_default()
+                ),
+            ));
+        }
+    }
     if let Some(retry) = &doc.job.retry {
         if retry.times > RETRIES_WORTH_A_WARNING {
             warnings.push(SpecError::new(
@@ -532,6 +550,22 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             "job.name",
             format!("`{}` must match [a-z0-9_-]{{1,64}}", job.name),
         ));
+    }
+    if let Some(at) = &job.at {
+        match crate::time::parse_instant(at) {
+            Err(reason) => errors.push(SpecError::new("job.at", reason)),
+            Ok(_) if job.cron.is_some() => errors.push(SpecError::new(
+                "job.at",
+                "a job fires on its cron or once at `at`, not both",
+            )),
+            Ok(instant) if instant > crate::time::now() + chrono::Duration::days(MAX_AT_DAYS) => {
+                errors.push(SpecError::new(
+                    "job.at",
+                    format!("`{at}` is more than {MAX_AT_DAYS} days ahead"),
+                ))
+            }
+            Ok(_) => {}
+        }
     }
     if let Some(cron) = &job.cron {
         match cron_expr::CronExpr::parse(cron) {
@@ -768,6 +802,7 @@ mod tests {
         JobSpec {
             name: JobName::unchecked(name.to_string()),
             cron: Some("*/5 * * * *".into()),
+            at: None,
             timezone: "UTC".into(),
             deps: vec![],
             exec: ExecSpec {

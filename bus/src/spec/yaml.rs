@@ -95,6 +95,8 @@ struct RawJob {
     #[serde(default)]
     cron: Option<Spanned<String>>,
     #[serde(default)]
+    at: Option<Spanned<String>>,
+    #[serde(default)]
     timezone: Option<Spanned<String>>,
     #[serde(default)]
     deps: Option<Spanned<Vec<Spanned<DepSpec>>>>,
@@ -271,6 +273,7 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
     let spec = JobSpec {
         name: JobName::unchecked(name),
         cron: lines.take_opt("job.cron", job.cron),
+        at: lines.take_opt("job.at", job.at),
         timezone: lines
             .take_opt("job.timezone", job.timezone)
             .unwrap_or_else(super::default_timezone),

@@ -36,6 +36,7 @@ use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::scheduler::creator::{Created, Creator};
 use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
+use crate::scheduler::one_off;
 use crate::ActorError;
 use ax_bus::time::biz_date_in;
 
@@ -155,7 +156,7 @@ async fn carry_out(
     // a pointer per command rather than every command's state side by side.
     match command {
         commands::APPLY => match decode::<ApplyRequest>(message) {
-            Ok(request) => Box::pin(apply(client, request)).await,
+            Ok(request) => Box::pin(apply(client, creator, request)).await,
             Err(refusal) => Err(refusal),
         },
         commands::DELETE => match decode::<JobNameRequest>(message) {
@@ -249,7 +250,11 @@ fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, Comman
         .map_err(|e| CommandError::refused(e.to_string()))
 }
 
-async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply, CommandError> {
+async fn apply(
+    client: &AxClient,
+    creator: &Creator,
+    request: ApplyRequest,
+) -> Result<ControlReply, CommandError> {
     let docs: Vec<&spec::JobDocument> = request.jobs.iter().collect();
     let mut errors: Vec<String> =
         spec::check_documents(&docs, |i| format!("first as document {}", i + 1))
@@ -291,7 +296,12 @@ async fn apply(client: &AxClient, request: ApplyRequest) -> Result<ControlReply,
     }
     let mut changes = Vec::new();
     for doc in request.jobs {
-        let change = store_job(client, doc.job).await?;
+        let previous_at = match client.job(&doc.job.name).await? {
+            Some((record, _)) => record.spec.at,
+            None => None,
+        };
+        let change = store_job(client, doc.job.clone()).await?;
+        one_off::on_apply(client, creator, &doc.job, previous_at.as_deref()).await?;
         changes.push(change);
     }
     Ok(ControlReply {

@@ -311,6 +311,7 @@ mod tests {
             spec: JobSpec {
                 name: JobName::parse(name).unwrap(),
                 cron: Some(cron.into()),
+                at: None,
                 timezone: "UTC".into(),
                 deps: vec![],
                 exec: ExecSpec {

@@ -26,7 +26,7 @@ pub struct NewInstance {
     /// policy applies to ticks only.
     pub tick: Option<TickOutcome>,
     /// A delayed trigger's: its attempt waits for its due time (`expected_time`) in JetStream
-    /// instead of being handed on (see [`crate::scheduler::delayed`]).
+    /// instead of being handed on (see the Scheduler's `delayed` module).
     pub delayed: bool,
 }
 

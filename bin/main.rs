@@ -32,6 +32,9 @@ use ax_bus::messages::commands;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The stack of the thread the command runs on.
+const STACK_BYTES: usize = 64 * 1024 * 1024;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_level = match cli.command {
@@ -45,8 +48,19 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let system = actix::System::new();
-    match system.block_on(run(cli)) {
+    // On a thread of its own with a large stack: a debug build polls the deeply nested futures
+    // of a node or a benchmark in frames that overflowed the main thread's 8 MiB.
+    let outcome = std::thread::Builder::new()
+        .name("ax".into())
+        .stack_size(STACK_BYTES)
+        .spawn(move || actix::System::new().block_on(run(cli)))
+        .map_err(anyhow::Error::from)
+        .and_then(|thread| {
+            thread
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the ax thread panicked")))
+        });
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let reason = format!("{e:#}").replace('\n', " ");

@@ -410,3 +410,35 @@ async fn a_job_with_at_fires_once_then_and_stays_defined() {
         "a past `at` fired when applied"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_without_a_key_published_within_one_millisecond_are_each_an_instance() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    apply_job(&nats, "later", NOOP).await;
+    // Pipelined: many of them reach the server within the same millisecond.
+    let mut acks = Vec::new();
+    for _ in 0..100 {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
+        acks.push(
+            client
+                .js
+                .publish_with_headers(
+                    "ax.control.trigger",
+                    headers,
+                    br#"{"name": "later"}"#.to_vec().into(),
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    for ack in acks {
+        ack.await.unwrap();
+    }
+    wait_for(Duration::from_secs(30), "100 instances", || async {
+        (instances(&client, "later").await.len() == 100).then_some(())
+    })
+    .await;
+}

@@ -1,7 +1,8 @@
 //! Identities, each a type of its own, checked where it enters (spec, command line, wire).
 //!
 //! - [`JobName`]: `[a-z0-9_-]{1,64}`, one subject token (`ax.result.<job>`).
-//! - [`InstanceId`]: job name + expected fire time (`hello.20261129T183700123Z`), or a
+//! - [`InstanceId`]: job name + expected fire time (`hello.20261129T183700123Z`; a manual
+//!   trigger's: its command's publication time and sequence, `hello.20261129T183700123Z-42`), or a
 //!   sub-instance of one (`<parent>.s3`, `<parent>.w-<worker>`): stable across retries and
 //!   re-runs, the idempotency key business code de-duplicates on, and the key under which the
 //!   instance record is created exactly once. KV-key characters only, at most 320 bytes.
@@ -316,6 +317,16 @@ impl InstanceId {
     /// The instance of `job` expected at `expected`.
     pub fn for_fire(job: &JobName, expected: DateTime<Utc>) -> Self {
         Self(format!("{job}.{}", expected.format(INSTANCE_TIME_FORMAT)))
+    }
+
+    /// The instance of a manual trigger of `job`: its command's publication time and stream
+    /// sequence, so a redelivered command means the same instance and two commands published
+    /// within one millisecond mean two.
+    pub fn for_command(job: &JobName, published: DateTime<Utc>, sequence: u64) -> Self {
+        Self(format!(
+            "{job}.{}-{sequence}",
+            published.format(INSTANCE_TIME_FORMAT)
+        ))
     }
 
     /// The one instance of `job` triggered with idempotency key `key`.

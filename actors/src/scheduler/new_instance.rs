@@ -61,10 +61,21 @@ impl NewInstance {
         self
     }
 
+    /// The same instance under the id of the trigger command it comes from (its publication
+    /// time and stream sequence): one instance per command, however close two commands are.
+    pub(crate) fn under_command(self, published: DateTime<Utc>, sequence: u64) -> Self {
+        let id = InstanceId::for_command(&self.record.job, published, sequence);
+        self.under_id(id)
+    }
+
     /// The same instance under the id of idempotency key `key` (its first attempt's trace id
     /// derived from it, as for a fire): a second trigger with the key finds it created.
-    pub(crate) fn under_key(mut self, key: &TriggerKey) -> Self {
+    pub(crate) fn under_key(self, key: &TriggerKey) -> Self {
         let id = InstanceId::for_key(&self.record.job, key);
+        self.under_id(id)
+    }
+
+    fn under_id(mut self, id: InstanceId) -> Self {
         let trace = TraceId::first_of(&id);
         self.record.instance_id = id.clone();
         self.record.trace_id = trace.clone();

@@ -97,14 +97,22 @@ async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &j
         .and_then(|h| h.get(REPLY_TO_HEADER))
         .map(|v| reply_to::reply_subject(v.as_str()).map(str::to_string))
         .transpose();
-    let published = message
-        .info()
-        .map(|i| ax_bus::time::from_server(i.published))
-        .unwrap_or_else(|_| ax_bus::time::now());
+    let (published, sequence) = message.info().map_or_else(
+        |_| (ax_bus::time::now(), 0),
+        |i| (ax_bus::time::from_server(i.published), i.stream_sequence),
+    );
     let (reply_to, outcome) = match reply_to {
         Ok(reply_to) => (
             reply_to,
-            carry_out(client, creator, node, message, command, published).await,
+            carry_out(
+                client,
+                creator,
+                node,
+                message,
+                command,
+                (published, sequence),
+            )
+            .await,
         ),
         // Refused before anything is carried out: whoever sent it meant the answer to land
         // where answers do not belong.
@@ -150,7 +158,7 @@ async fn carry_out(
     node: &NodeId,
     message: &jetstream::Message,
     command: &str,
-    published: chrono::DateTime<chrono::Utc>,
+    published: (chrono::DateTime<chrono::Utc>, u64),
 ) -> Result<ControlReply, CommandError> {
     // Each command's future is boxed, so the control pump's future (and its poll frame) holds
     // a pointer per command rather than every command's state side by side.
@@ -431,12 +439,13 @@ async fn set_paused(
 }
 
 /// A manual run. Its expected time is when the command reached the server (the JetStream
-/// timestamp, identical on every redelivery), so a redelivered trigger never runs twice.
+/// timestamp, identical on every redelivery) and its id adds the command's stream sequence, so
+/// a redelivered trigger never runs twice and two triggers within a millisecond both run.
 async fn trigger(
     client: &AxClient,
     creator: &Creator,
     request: TriggerRequest,
-    published: chrono::DateTime<chrono::Utc>,
+    (published, sequence): (chrono::DateTime<chrono::Utc>, u64),
 ) -> Result<ControlReply, CommandError> {
     let Some((job, _)) = client.job(&request.name).await? else {
         return Err(no_such_job(&request.name));
@@ -492,9 +501,10 @@ async fn trigger(
         Trigger::Manual,
         ax_bus::time::now(),
     );
-    if let Some(key) = &request.key {
-        instance = instance.under_key(key);
-    }
+    instance = match &request.key {
+        Some(key) => instance.under_key(key),
+        None => instance.under_command(published, sequence),
+    };
     if let Some(due) = due {
         instance = instance.delayed_until(due);
     }

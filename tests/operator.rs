@@ -34,6 +34,11 @@ job:
 ---
 version: v1
 job:
+  name: doomed
+  exec: { type: shell, command: 'exit 4' }
+---
+version: v1
+job:
   name: hang
   retry: { times: 2, interval: 1 }
   exec: { type: shell, command: 'echo $$ > \"$AX_PARAM_dir/sh\"; sleep 600 & echo $! > \"$AX_PARAM_dir/sleep\"; wait' }
@@ -209,35 +214,12 @@ async fn cancel_and_kill_end_what_they_apply_to_and_refuse_the_rest() {
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
 }
 
-const MARKED: &str = "version: v1
-job:
-  name: never
-  exec: { type: noop }
----
-version: v1
-job:
-  name: upstream
-  deps: [ { name: never, biz_date: current } ]
-  exec: { type: noop }
----
-version: v1
-job:
-  name: downstream
-  deps: [ { name: upstream, biz_date: current } ]
-  exec: { type: noop }
----
-version: v1
-job:
-  name: doomed
-  exec: { type: shell, command: 'exit 4' }
-";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_marked_success_releases_the_downstream_and_a_verdict_needs_a_reason() {
     let nats = TestNats::start();
     let client = nats.client().await;
     let node = AxProcess::node(&nats, "n1", "all", &[]);
-    apply_job(&nats, "marked", MARKED).await;
+    apply_job(&nats, "ops", JOBS).await;
     let mut audit = client.nats.subscribe("ax.audit.mark").await.unwrap();
 
     // The upstream waits for a job that will never run; the operator vouches for it.

@@ -8,6 +8,40 @@ use std::time::Duration;
 use futures::StreamExt;
 use support::*;
 
+/// Publishes a JSON trigger command whose answer goes to `inbox`.
+async fn publish_json(client: &ax_bus::AxClient, body: &str, inbox: &str) {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
+    headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox);
+    client
+        .js
+        .publish_with_headers("ax.control.trigger", headers, body.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+/// The next answer on `answers`.
+async fn answer(
+    answers: &mut async_nats::Subscriber,
+    what: &str,
+) -> ax_bus::messages::ControlReply {
+    let message = tokio::time::timeout(Duration::from_secs(30), answers.next())
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {what}"))
+        .unwrap();
+    ax_bus::codec::decode(&message.payload).unwrap()
+}
+
+/// Sends a JSON trigger command and returns the Scheduler's answer.
+async fn ask_json(client: &ax_bus::AxClient, body: &str) -> ax_bus::messages::ControlReply {
+    let inbox = client.nats.new_inbox();
+    let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
+    publish_json(client, body, &inbox).await;
+    answer(&mut answers, body).await
+}
+
 const ONCE: &str = "version: v1
 job:
   name: once
@@ -46,27 +80,7 @@ async fn the_same_key_makes_one_instance_however_often_it_is_sent() {
         "{}",
         stdout(&again)
     );
-    let inbox = client.nats.new_inbox();
-    let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
-    headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox.as_str());
-    client
-        .js
-        .publish_with_headers(
-            "ax.control.trigger",
-            headers,
-            br#"{"name": "once", "key": "order-42"}"#.to_vec().into(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    let answer = tokio::time::timeout(Duration::from_secs(10), answers.next())
-        .await
-        .expect("an answer")
-        .unwrap();
-    let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+    let reply = ask_json(&client, r#"{"name": "once", "key": "order-42"}"#).await;
     assert!(reply.ok, "{:?}", reply.errors);
     assert_eq!(
         reply.instance_id.as_deref(),
@@ -169,27 +183,14 @@ async fn delayed_instances_survive_a_kill_of_the_only_scheduler_and_run_once() {
     let inbox = client.nats.new_inbox();
     let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
     for i in 0..200 {
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
-        headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox.as_str());
         let body = format!(
             r#"{{"name": "later", "key": "k{i}", "in": "{}ms"}}"#,
             3_000 + i * 10
         );
-        client
-            .js
-            .publish_with_headers("ax.control.trigger", headers, body.into_bytes().into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        publish_json(&client, &body, &inbox).await;
     }
     for _ in 0..200 {
-        let answer = tokio::time::timeout(Duration::from_secs(30), answers.next())
-            .await
-            .expect("every trigger answered")
-            .unwrap();
-        let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+        let reply = answer(&mut answers, "every trigger").await;
         assert!(reply.ok, "{:?}", reply.errors);
     }
     assert_eq!(instances(&client, "later").await.len(), 200);
@@ -289,27 +290,7 @@ async fn control_triggers_with_bad_times_are_refused_naming_the_field() {
             "not a valid trigger key",
         ),
     ] {
-        let inbox = client.nats.new_inbox();
-        let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
-        headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox.as_str());
-        client
-            .js
-            .publish_with_headers(
-                "ax.control.trigger",
-                headers,
-                body.clone().into_bytes().into(),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(10), answers.next())
-            .await
-            .unwrap_or_else(|_| panic!("no answer to {body}"))
-            .unwrap();
-        let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+        let reply = ask_json(&client, &body).await;
         assert!(!reply.ok, "{body}");
         assert!(
             reply.errors.iter().any(|e| e.contains(reason)),

@@ -166,6 +166,37 @@ fn one_line(text: &str) -> String {
     text.split(['\r', '\n']).collect::<Vec<_>>().join(" ")
 }
 
+/// Tells that `record` ended outside its worker (cancelled, killed, marked, superseded): its
+/// result on `ax.result.<job>` under `msg_id` (the DagCoordinator acts on it), then its event.
+pub async fn ended(
+    client: &AxClient,
+    record: &InstanceRecord,
+    msg_id: &str,
+) -> Result<(), ActorError> {
+    to_stream_acked(
+        client,
+        client.subjects().result(&record.job),
+        msg_id,
+        &ax_bus::messages::ResultMessage::from_record(record),
+    )
+    .await?;
+    event(client, record).await;
+    Ok(())
+}
+
+/// Asks `worker` to stop the attempt `trace` (core NATS, best effort: a process not stopped
+/// runs to its end, and its report is refused by the record, which has ended).
+pub async fn stop_attempt(client: &AxClient, worker: &str, trace: &TraceId) {
+    let payload = bytes::Bytes::from(trace.to_string());
+    if let Err(e) = client
+        .nats
+        .publish(client.subjects().cancel(worker), payload)
+        .await
+    {
+        tracing::warn!(%trace, %worker, error = %e, "stop not sent; the attempt runs to its end unreported");
+    }
+}
+
 /// `ax.event.<job>.<state>` with the record (best effort).
 pub async fn event(client: &AxClient, record: &InstanceRecord) {
     let subject = client.subjects().event(&record.job, record.state.as_str());

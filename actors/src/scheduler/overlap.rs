@@ -13,7 +13,7 @@ use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::error::NatsError;
 use ax_bus::ids::{InstanceId, JobName};
-use ax_bus::messages::{Gate, ResultMessage, WorkItem};
+use ax_bus::messages::{Gate, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, InstanceRecord, State, Tag};
@@ -102,28 +102,9 @@ async fn cancel(
         return Ok(());
     };
     if let (Tag::Executing, Some(worker)) = (previous.tag, &previous.worker) {
-        // Best effort: a process that is not stopped runs to its end, and its report is
-        // refused by the record, which has ended.
-        if let Err(e) = client
-            .nats
-            .publish(
-                client.subjects().cancel(worker),
-                Bytes::from(previous.trace_id.to_string()),
-            )
-            .await
-        {
-            tracing::warn!(instance = %previous.instance_id, error = %e, "cancel not sent; the attempt runs to its end unreported");
-        }
+        publish::stop_attempt(client, worker, &previous.trace_id).await;
     }
-    publish::to_stream_acked(
-        client,
-        client.subjects().result(&record.job),
-        &msg_id::result(&record.trace_id),
-        &ResultMessage::from_record(&record),
-    )
-    .await?;
-    publish::event(client, &record).await;
-    Ok(())
+    publish::ended(client, &record, &msg_id::result(&record.trace_id)).await
 }
 
 /// Records `instance_id` as the job's latest instance, unless a later one is there already.

@@ -201,11 +201,11 @@ async fn carry_out(
             Err(refusal) => Err(refusal),
         },
         commands::CANCEL => match decode::<InstanceRequest>(message) {
-            Ok(request) => Box::pin(operator::cancel(client, node, request)).await,
+            Ok(request) => Box::pin(operator::act(client, node, request, command)).await,
             Err(refusal) => Err(refusal),
         },
         commands::KILL => match decode::<InstanceRequest>(message) {
-            Ok(request) => Box::pin(operator::kill(client, node, request)).await,
+            Ok(request) => Box::pin(operator::act(client, node, request, command)).await,
             Err(refusal) => Err(refusal),
         },
         commands::MARK => match decode::<MarkRequest>(message) {

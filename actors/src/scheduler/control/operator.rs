@@ -9,36 +9,14 @@
 //! goes to the audit stream with who asked, when and why. What was waiting elsewhere for the
 //! instance (a delayed release, a retry, a queued dispatch) finds the record ended and drops it.
 
-use bytes::Bytes;
-
 use ax_bus::client::Updated;
 use ax_bus::ids::NodeId;
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{commands, InstanceRequest, MarkRequest, OperatorAudit, ResultMessage};
+use ax_bus::messages::{commands, InstanceRequest, MarkRequest, OperatorAudit};
 use ax_bus::{msg_id, AxClient, InstanceRecord, State, Tag};
 
 use super::{CommandError, ControlReply};
 use crate::jetstream::publish;
-
-/// Cancels a waiting instance (scheduled, waiting for dependencies, queued, without a worker,
-/// waiting for a retry): it ends `cancelled` with tag `operator`.
-pub(super) async fn cancel(
-    client: &AxClient,
-    node: &NodeId,
-    request: InstanceRequest,
-) -> Result<ControlReply, CommandError> {
-    act(client, node, request, commands::CANCEL).await
-}
-
-/// Kills a running attempt: its worker stops the process group, and the instance ends `failed`
-/// with tag `killed`, without a retry.
-pub(super) async fn kill(
-    client: &AxClient,
-    node: &NodeId,
-    request: InstanceRequest,
-) -> Result<ControlReply, CommandError> {
-    act(client, node, request, commands::KILL).await
-}
 
 /// Gives an operator's verdict: the instance ends `success` or `failed` with tag `marked`, and
 /// the verdict is told as a result (a success releases the downstream waiting on it).
@@ -82,39 +60,14 @@ pub(super) async fn mark(
         }
         Updated::Missing => return Err(CommandError::refused(format!("no instance `{id}`"))),
     };
-    publish::to_stream_acked(
-        client,
-        client.subjects().result(&record.job),
-        &msg_id::marked(&record.trace_id, record.state.as_str()),
-        &ResultMessage::from_record(&record),
-    )
-    .await?;
-    publish::event(client, &record).await;
-    let audit = OperatorAudit {
-        action: commands::MARK.to_string(),
-        request: InstanceRequest {
-            instance: request.instance.clone(),
-            reason: Some(request.reason.clone()),
-            requested_by: request.requested_by.clone(),
-        },
-        after: format!("{} {}", record.state, record.tag),
-        before: format!("{} {}", before.state, before.tag),
-        at: ax_bus::time::now(),
-        node: node.clone(),
+    let marked = msg_id::marked(&record.trace_id, record.state.as_str());
+    publish::ended(client, &record, &marked).await?;
+    let asked = InstanceRequest {
+        instance: request.instance,
+        reason: Some(request.reason),
+        requested_by: request.requested_by,
     };
-    publish::to_stream_acked(
-        client,
-        client.subjects().audit(commands::MARK),
-        &msg_id::audit(commands::MARK),
-        &audit,
-    )
-    .await?;
-    Ok(ControlReply {
-        ok: true,
-        instance_id: Some(record.instance_id.clone()),
-        message: record.message.clone(),
-        ..ControlReply::default()
-    })
+    audited(client, node, commands::MARK, asked, &before, &record).await
 }
 
 /// Who asked, as the record says it.
@@ -149,7 +102,10 @@ fn refusal(action: &str, record: &InstanceRecord) -> Option<String> {
     }
 }
 
-async fn act(
+/// Cancels a waiting instance (`cancel`: it ends `cancelled`, tag `operator`) or kills an
+/// executing one (`kill`: its process group is stopped; it ends `failed`, tag `killed`, with no
+/// retry).
+pub(super) async fn act(
     client: &AxClient,
     node: &NodeId,
     request: InstanceRequest,
@@ -197,30 +153,23 @@ async fn act(
         }
         Updated::Missing => return Err(CommandError::refused(format!("no instance `{id}`"))),
     };
-    if action == commands::KILL {
-        if let Some(worker) = &before.worker {
-            // The worker stops the attempt's process group; its report is then refused by the
-            // record, which has ended.
-            if let Err(e) = client
-                .nats
-                .publish(
-                    client.subjects().cancel(worker),
-                    Bytes::from(before.trace_id.to_string()),
-                )
-                .await
-            {
-                tracing::warn!(instance = %id, error = %e, "kill not sent to the worker");
-            }
-        }
+    if let (commands::KILL, Some(worker)) = (action, &before.worker) {
+        // The worker stops the attempt's process group (dump signal, grace, SIGKILL).
+        publish::stop_attempt(client, worker, &before.trace_id).await;
     }
-    publish::to_stream_acked(
-        client,
-        client.subjects().result(&record.job),
-        &msg_id::result(&record.trace_id),
-        &ResultMessage::from_record(&record),
-    )
-    .await?;
-    publish::event(client, &record).await;
+    publish::ended(client, &record, &msg_id::result(&record.trace_id)).await?;
+    audited(client, node, action, request, &before, &record).await
+}
+
+/// Records the action on `ax.audit.<action>` and answers with what became of the instance.
+async fn audited(
+    client: &AxClient,
+    node: &NodeId,
+    action: &str,
+    request: InstanceRequest,
+    before: &InstanceRecord,
+    record: &InstanceRecord,
+) -> Result<ControlReply, CommandError> {
     let audit = OperatorAudit {
         action: action.to_string(),
         after: format!("{} {}", record.state, record.tag),

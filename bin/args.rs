@@ -245,6 +245,10 @@ pub(crate) enum InstanceCommand {
     Get { id: InstanceId },
     /// Print the stdout and stderr tails of an instance's last attempt.
     Logs { id: InstanceId },
+    /// Every step of every attempt, in order, each with its time and node: created,
+    /// released, dispatched (to which worker, which delivery), claimed, started, ended,
+    /// reported, retried, lost, cancelled, killed, marked.
+    History { id: InstanceId },
     /// End a waiting instance (scheduled, waiting_deps, queued, no_worker, waiting_retry)
     /// `cancelled`; its waiting downstream of the same date is cancelled too.
     Cancel {

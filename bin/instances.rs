@@ -133,6 +133,41 @@ pub(crate) async fn logs(client: &AxClient, id: &InstanceId, json: bool) -> Resu
     Ok(())
 }
 
+/// `ax instance history`: one row per step, oldest first.
+pub(crate) async fn history(client: &AxClient, id: &InstanceId, json: bool) -> Result<()> {
+    let history = client
+        .instance_history(id)
+        .await?
+        .ok_or_else(|| anyhow!("no instance `{id}`"))?;
+    if json {
+        return table::json(&history);
+    }
+    if history.truncated {
+        println!("(older steps are gone: the bucket keeps the last writes of a record)");
+    }
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let rows: Vec<Vec<String>> = history
+        .steps
+        .iter()
+        .map(|s| {
+            vec![
+                table::time(Some(s.at)),
+                s.attempt.to_string(),
+                s.step.as_str().to_string(),
+                dash(s.node.as_ref().map(|n| n.to_string())),
+                dash(s.worker.as_ref().map(|w| w.to_string())),
+                format!("{} {}", s.state, s.tag),
+                s.detail.clone(),
+            ]
+        })
+        .collect();
+    table::print(
+        &["AT", "ATTEMPT", "STEP", "NODE", "WORKER", "STATE", "DETAIL"],
+        &rows,
+    );
+    Ok(())
+}
+
 /// Prints each result as one JSON line, as it arrives, until interrupted.
 pub(crate) async fn tail_results(client: &AxClient, job: Option<&JobName>) -> Result<()> {
     let subject = match job {

@@ -138,6 +138,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::Logs { id }) => {
             instances::logs(&client().await?, &id, json).await
         }
+        Command::Instance(InstanceCommand::History { id }) => {
+            instances::history(&client().await?, &id, json).await
+        }
         Command::Instance(InstanceCommand::Cancel { id, reason }) => {
             instances::act(&client().await?, commands::CANCEL, id, reason, json).await
         }

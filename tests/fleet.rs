@@ -6,6 +6,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use ax_bus::history::StepKind;
 use ax_bus::{AxClient, State, Tag};
 use support::*;
 
@@ -208,6 +209,27 @@ async fn an_unacknowledged_dispatch_goes_elsewhere_and_never_runs() {
     )
     .await;
     assert_eq!(ledger_lines(&ledger), ["fast"], "the first dispatch ran");
+    // The history tells the re-dispatch: one attempt, dispatched to the fast worker after the
+    // slow one was passed over.
+    let history = client
+        .instance_history(&support::id(&id))
+        .await
+        .unwrap()
+        .expect("a history");
+    let dispatched: Vec<&ax_bus::history::Step> = history
+        .steps
+        .iter()
+        .filter(|s| s.step == StepKind::Dispatched)
+        .collect();
+    assert_eq!(dispatched.len(), 1, "{history:#?}");
+    assert_eq!(dispatched[0].worker.as_deref(), Some("fast"));
+    assert_eq!(dispatched[0].node.as_deref(), Some("core"));
+    assert!(
+        dispatched[0]
+            .detail
+            .ends_with("re-dispatched, passed over slow"),
+        "{history:#?}"
+    );
 }
 
 /// A core node armed to kill itself at `failpoint`, a worker that sits on its first dispatch
@@ -385,6 +407,38 @@ async fn a_worker_killed_mid_attempt_leads_to_exactly_one_success() {
     assert_eq!(record.attempt, 2);
     assert_eq!(record.worker_losses, 1);
     assert_eq!(ledger_lines(&ledger), ["survivor"]);
+    // The history shows both attempts, both workers, and who found the first one lost.
+    let history = client
+        .instance_history(&support::id(&id))
+        .await
+        .unwrap()
+        .expect("a history");
+    let steps: Vec<(u32, StepKind, Option<&str>)> = history
+        .steps
+        .iter()
+        .map(|s| (s.attempt, s.step, s.worker.as_deref()))
+        .collect();
+    use StepKind::*;
+    assert_eq!(
+        steps,
+        [
+            (1, Created, None),
+            (1, Dispatched, Some("doomed")),
+            (1, Claimed, Some("doomed")),
+            (1, Started, Some("doomed")),
+            (2, Lost, Some("doomed")),
+            (2, Dispatched, Some("survivor")),
+            (2, Claimed, Some("survivor")),
+            (2, Started, Some("survivor")),
+            (2, Ended, Some("survivor")),
+            (2, Reported, Some("survivor")),
+        ],
+        "{history:#?}"
+    );
+    let lost = &history.steps[4];
+    assert_eq!(lost.node.as_deref(), Some("core"), "the janitor's node");
+    assert_ne!(lost.trace_id, history.steps[1].trace_id, "a new trace");
+    assert!(history.steps[0].detail.starts_with("manual by core"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

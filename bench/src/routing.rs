@@ -135,6 +135,7 @@ async fn publish_ready(client: &AxClient, n: usize) -> Result<()> {
             shard: None,
             pin: None,
             stored: None,
+            passed_over: Vec::new(),
         };
         acks.push(
             publish::to_stream(

@@ -263,6 +263,35 @@ pub struct InstanceRecord {
     /// wrote for the same fire at the same millisecond.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<NodeId>,
+    /// How the current attempt reached the worker running it, written with `executing`: the
+    /// instance history's dispatch step, folded into a write that happens anyway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<DispatchNote>,
+    /// The node that wrote this revision of the record (stamped by the client of a node): with
+    /// the revision's server time, who did each step of the instance history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<NodeId>,
+}
+
+/// How an attempt reached its worker, as the worker saw its dispatch when it claimed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchNote {
+    /// The Router that dispatched it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<NodeId>,
+    /// When the dispatch was stored (the server's timestamp of the dispatch message).
+    pub at: DateTime<Utc>,
+    /// Which delivery of the dispatch message the worker claimed (1 = the first; more: it was
+    /// redelivered).
+    pub delivery: u64,
+    /// The claim's revision: the fence a stale holder of the attempt cannot pass.
+    pub fence: u64,
+    /// When the worker acknowledged the dispatch to its Router.
+    pub acknowledged_at: DateTime<Utc>,
+    /// Workers this attempt was dispatched to before, which did not acknowledge it in time or
+    /// died: the Router passed them over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passed_over: Vec<WorkerId>,
 }
 
 /// A sub-instance of a sharded or broadcast instance.
@@ -370,6 +399,8 @@ impl InstanceRecord {
             worker_losses: 0,
             pin: None,
             created_by: None,
+            dispatch: None,
+            written_by: None,
         }
     }
 
@@ -384,6 +415,7 @@ impl InstanceRecord {
         next.started_at = None;
         next.finished_at = None;
         next.worker = None;
+        next.dispatch = None;
         next
     }
 
@@ -412,18 +444,21 @@ impl InstanceRecord {
         Ok(next)
     }
 
-    /// A worker claimed the current attempt and started it.
+    /// A worker claimed the current attempt, which reached it as `dispatch` says, and
+    /// started it.
     pub fn started(
         &self,
         trace_id: &TraceId,
         worker: &WorkerId,
         at: DateTime<Utc>,
+        dispatch: &DispatchNote,
     ) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
         let mut next = self.clone();
         next.tag = Tag::Executing;
         next.worker = Some(worker.clone());
         next.started_at = Some(at);
+        next.dispatch = Some(dispatch.clone());
         next.message = format!("executing on {worker}");
         Ok(next)
     }
@@ -640,6 +675,8 @@ mod tests {
             worker_losses: 0,
             pin: None,
             created_by: None,
+            dispatch: None,
+            written_by: None,
         }
     }
 

@@ -8,6 +8,7 @@
 //!   and headers;
 //! - [`subjects`]: the subject names, public (`ax.control.>`, `ax.result.<job>`,
 //!   `ax.event.<job>.<state>`) and internal (`ax.internal.>`); [`msg_id`]: the message ids;
+//! - [`history`]: an instance's history, told from the revisions of its record;
 //! - [`codec`]: MessagePack with named fields (and JSON on the control subjects); [`time`].
 //!
 //! The client's I/O, under [`client`]: the connected [`AxClient`] with the operations the CLI
@@ -23,6 +24,7 @@ pub mod client;
 pub mod codec;
 pub mod dead_letter;
 pub mod error;
+pub mod history;
 pub mod ids;
 pub mod instance;
 pub mod messages;

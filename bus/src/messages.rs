@@ -276,6 +276,11 @@ pub struct WorkItem {
     /// write is refused and the worker reads it). Dropped where the record changes on the way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored: Option<StoredRecord>,
+    /// Workers this attempt went to before without being acknowledged in time (or that died
+    /// with it queued): set by the Router that re-dispatches it, written into the record by
+    /// the worker that claims it (the instance history's re-dispatch step).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passed_over: Vec<WorkerId>,
 }
 
 /// An instance record and the revision it was stored under.
@@ -307,6 +312,7 @@ impl WorkItem {
             shard: record.shard.clone(),
             pin: record.pin.clone(),
             stored: None,
+            passed_over: Vec::new(),
         }
     }
 }

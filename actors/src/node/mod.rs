@@ -252,7 +252,7 @@ impl Node {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ActorError> {
         let mut starting = Starting {
-            client,
+            client: client.writing_as(config.name.clone()),
             config,
             clock,
             arbiters: Vec::new(),

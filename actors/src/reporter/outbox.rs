@@ -239,6 +239,7 @@ mod tests {
                 shard: None,
                 pin: None,
                 stored: None,
+                passed_over: Vec::new(),
             },
             end: AttemptEnd {
                 trace_id: trace,

@@ -133,6 +133,7 @@ mod tests {
             shard: None,
             pin: None,
             stored: None,
+            passed_over: Vec::new(),
         }
     }
 

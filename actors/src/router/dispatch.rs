@@ -149,6 +149,7 @@ impl Dispatcher {
         };
         let dispatch = DispatchId::random();
         work.dispatch = Some(dispatch.clone());
+        work.passed_over = excluded.clone();
         let ack_by = ax_bus::time::now()
             + chrono::Duration::from_std(self.config.ack_timeout).unwrap_or_default();
         self.client

@@ -111,6 +111,8 @@ fn child_record(
         worker_losses: 0,
         pin,
         created_by: None,
+        dispatch: None,
+        written_by: None,
         ..parent_record.clone()
     }
 }

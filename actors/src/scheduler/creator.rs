@@ -170,6 +170,7 @@ async fn create_batch(
     let mut pending = Vec::with_capacity(candidates.len());
     for mut request in candidates {
         request.instance.record.created_by = Some(node.clone());
+        request.instance.record.written_by = Some(node.clone());
         let publish = batch.publish_record(&request).await;
         pending.push((request, publish));
     }

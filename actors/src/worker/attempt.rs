@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use ax_bus::client::claims::ClaimOutcome;
 use ax_bus::client::Updated;
 use ax_bus::ids::DispatchId;
-use ax_bus::instance::{AttemptEnd, Tag};
+use ax_bus::instance::{AttemptEnd, DispatchNote, Tag};
 use ax_bus::messages::{AlertKind, DispatchAck, StoredRecord, WorkItem};
 use ax_bus::{codec, AxClient};
 
@@ -69,7 +69,7 @@ impl Attempts {
         };
         // Only for the first write; the outbox keeps the work item without it.
         let stored = work.stored.take();
-        let started = match self.start(&work, stored).await {
+        let started = match self.start(&work, stored, &message).await {
             Ok(started) => started,
             Err(skip) => return settle(&message, skip).await,
         };
@@ -111,6 +111,7 @@ impl Attempts {
         &self,
         work: &WorkItem,
         stored: Option<StoredRecord>,
+        message: &jetstream::Message,
     ) -> Result<(DispatchId, u64, StoredRecord), Skip> {
         let trace = &work.trace_id;
         if self
@@ -142,6 +143,7 @@ impl Attempts {
             self.lost_if_started(work).await?;
         }
         self.acknowledge(work, &dispatch).await;
+        let note = dispatch_note(work, message, lease);
         if let Some(clock) = self.clock.as_ref().filter(|c| c.skewed()) {
             self.refuse_for_clock(work.clone(), clock).await;
             return Err(Skip::Done);
@@ -157,7 +159,7 @@ impl Attempts {
                 return Err(Skip::Later);
             }
         }
-        let written = self.mark_executing(work, stored).await?;
+        let written = self.mark_executing(work, stored, &note).await?;
         Ok((dispatch, lease, written))
     }
 
@@ -219,12 +221,15 @@ impl Attempts {
         &self,
         work: &WorkItem,
         stored: Option<StoredRecord>,
+        note: &DispatchNote,
     ) -> Result<StoredRecord, Skip> {
         let (trace, me) = (&work.trace_id, &self.config.id);
         let now = ax_bus::time::now();
         match self
             .client
-            .update_instance_from(&work.instance_id, stored, |r| r.started(trace, me, now))
+            .update_instance_from(&work.instance_id, stored, |r| {
+                r.started(trace, me, now, note)
+            })
             .await
         {
             Ok(Updated::Written(record, revision)) => {
@@ -424,6 +429,28 @@ impl Attempts {
                 tracing::debug!(trace = %work.trace_id, error = %e, "acknowledgement not sent; the Router will find the claim");
             }
         }
+    }
+}
+
+/// How `work` reached this worker, for the record's `executing` write (the instance history's
+/// dispatch step): the dispatch message's server timestamp and delivery count, the claim's
+/// fence, the Router, the workers passed over before. Acknowledged just now.
+fn dispatch_note(work: &WorkItem, message: &jetstream::Message, fence: u64) -> DispatchNote {
+    let now = ax_bus::time::now();
+    let (at, delivery) = match message.info() {
+        Ok(info) => (
+            ax_bus::time::from_server(info.published),
+            u64::try_from(info.delivered).unwrap_or(1),
+        ),
+        Err(_) => (now, 1),
+    };
+    DispatchNote {
+        router: work.router.clone(),
+        at,
+        delivery,
+        fence,
+        acknowledged_at: now,
+        passed_over: work.passed_over.clone(),
     }
 }
 

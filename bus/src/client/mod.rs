@@ -5,6 +5,7 @@
 pub mod claims;
 pub mod dead_letters;
 pub mod deps;
+pub mod history;
 pub mod in_flight;
 pub mod kv_view;
 pub mod local_server;
@@ -21,7 +22,7 @@ use serde::Serialize;
 use crate::client::kv_view::{FeedError, KvFeed};
 use crate::codec::{self, CodecError};
 use crate::error::{BoxError, During, NatsError, Reason};
-use crate::ids::{IdError, InstanceId, JobName};
+use crate::ids::{IdError, InstanceId, JobName, NodeId};
 use crate::instance::{InstanceRecord, TransitionRefused};
 use chrono::{DateTime, Utc};
 
@@ -327,6 +328,9 @@ pub struct AxClient {
     pub queues: kv::Store,
     /// Re-dispatches in flight.
     pub in_flight: kv::Store,
+    /// The node this client writes instance records for (stamped on each record it writes as
+    /// `written_by`); none for a command.
+    writer: Option<NodeId>,
 }
 
 impl std::fmt::Debug for AxClient {
@@ -486,7 +490,14 @@ impl AxClient {
             nats,
             js,
             layout,
+            writer: None,
         })
+    }
+
+    /// This client as node `node`'s: the instance records it writes say so (`written_by`).
+    pub fn writing_as(mut self, node: NodeId) -> Self {
+        self.writer = Some(node);
+        self
     }
 
     /// Uses an existing connection as a node does: creates or updates every stream and
@@ -724,7 +735,9 @@ impl AxClient {
     /// earlier write (its ack was lost): true too.
     pub async fn create_instance(&self, record: &InstanceRecord) -> Result<bool, ClientError> {
         let id = &record.instance_id;
-        match self.instances.create(id, codec::encode(record)?).await {
+        let mut stamped = record.clone();
+        stamped.written_by = self.writer.clone();
+        match self.instances.create(id, codec::encode(&stamped)?).await {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
                 let ours = self
@@ -805,11 +818,12 @@ impl AxClient {
                     None => return Ok(Updated::Missing),
                 },
             };
-            let next = match transition(&record) {
+            let mut next = match transition(&record) {
                 Ok(next) => next,
                 Err(_) if unverified => continue,
                 Err(refused) => return Ok(Updated::Refused(refused)),
             };
+            next.written_by = self.writer.clone();
             match self
                 .instances
                 .update(id, codec::encode(&next)?, revision)

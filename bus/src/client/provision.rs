@@ -23,7 +23,8 @@
 //!   for whoever wants to read them later;
 //! - `<AX>_CLOCK` (file, `ax.internal.clock.>`, the last probe per node): where nodes read
 //!   the server's clock (see the clock guard);
-//! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records), `<ax>_claims` (one key per
+//! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records, their last 64 revisions: the
+//!   instance history), `<ax>_claims` (one key per
 //!   attempt that ran), `<ax>_workers` (worker heartbeats), `<ax>_nodes` (node heartbeats:
 //!   roles, restarts, stalls), `<ax>_deps` (instances per business date and job, 40 days),
 //!   `<ax>_waiting` (instances held for their dependencies), `<ax>_latest` (each job's latest
@@ -57,6 +58,10 @@ pub const NODES_MAX_AGE: Duration = Duration::from_secs(60);
 pub const HISTORY_MAX_AGE: Duration = Duration::from_secs(40 * 24 * 3600);
 /// Tick records kept per job.
 pub const TICKS_PER_JOB: i64 = 1000;
+/// Revisions kept of each instance record: the instance history (`ax instance history`) is
+/// read from them, so every step that writes the record is kept with the record — the most a
+/// key-value bucket keeps.
+pub const RECORD_REVISIONS: i64 = 64;
 /// How long audit records are kept.
 pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
 /// How long dead letters are kept.
@@ -325,7 +330,7 @@ impl Layout {
             (self.latest_bucket(), 1, Duration::ZERO),
             (self.leases_bucket(), 1, LEASE_TTL),
             (self.queues_bucket(), 1, Duration::ZERO),
-            (self.instances_bucket(), 1, Duration::ZERO),
+            (self.instances_bucket(), RECORD_REVISIONS, Duration::ZERO),
             (self.claims_bucket(), 1, CLAIMS_MAX_AGE),
             (self.workers_bucket(), 1, WORKERS_MAX_AGE),
             (self.in_flight_bucket(), 1, CLAIMS_MAX_AGE),

@@ -1,0 +1,568 @@
+//! The instance history (`ax instance history`): every step of every attempt, in order, each
+//! with its time and node — the article's first troubleshooting question (how many times was
+//! this attempt dispatched, to which workers, at what intervals).
+//!
+//! - [`Revision`]: one stored version of an instance record, with the server's time of it;
+//! - [`History::of`]: the steps the revisions tell, in order;
+//! - [`Step`], [`StepKind`]: one step.
+//!
+//! Nothing is written for the history: it is read from what is written anyway. The instances
+//! bucket keeps the last [`crate::client::provision::RECORD_REVISIONS`] revisions of each
+//! record, every writer stamps the revision with its node (`written_by`), and the one step
+//! that has no write of its own — the dispatch, its deliveries and the workers passed over —
+//! is folded into the worker's `executing` write ([`DispatchNote`]). So the history costs no
+//! message on the hot path, and lasts as long as the record does. Times are the server's
+//! (the revision's timestamp) except where only a node knew the moment (the end of the
+//! attempt on its worker, the acknowledgement).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{InstanceId, NodeId, TraceId, WorkerId};
+use crate::instance::{DispatchNote, InstanceRecord, State, Tag};
+
+/// One stored version of an instance record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Revision {
+    /// Its revision in the instances bucket.
+    pub revision: u64,
+    /// When the server stored it.
+    pub at: DateTime<Utc>,
+    /// The record as written.
+    pub record: InstanceRecord,
+}
+
+/// What happened at a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// The instance was created (which node, which trigger).
+    Created,
+    /// A delayed instance fell due, or the DagCoordinator released a waiting one.
+    Released,
+    /// It waits for its dependencies (or the instance it is queued behind).
+    WaitingDeps,
+    /// No live worker could take it.
+    NoWorker,
+    /// A Router sent the attempt to a worker (the delivery the worker claimed).
+    Dispatched,
+    /// The worker claimed the attempt (its fence) and acknowledged the dispatch.
+    Claimed,
+    /// The worker started the attempt.
+    Started,
+    /// The attempt was split into shards (or broadcast runs).
+    Split,
+    /// The attempt ended on its worker (outcome, exit code).
+    Ended,
+    /// The outcome was recorded (the worker's report reached the record).
+    Reported,
+    /// A failed attempt's retry was scheduled (its due time).
+    RetryScheduled,
+    /// A retry's attempt was queued, under a new trace.
+    Retried,
+    /// The attempt was lost with its worker; a new one was queued (or the instance failed).
+    Lost,
+    /// A manual re-run queued a new attempt.
+    Rerun,
+    /// Cancelled (an operator, an upstream that failed, its job deleted, superseded).
+    Cancelled,
+    /// Killed (by an operator, or by a signal on its worker).
+    Killed,
+    /// An operator's verdict (`ax instance mark`).
+    Marked,
+    /// Any other change of the record.
+    Updated,
+}
+
+impl StepKind {
+    /// The step as written (`created`, `dispatched`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Created => "created",
+            StepKind::Released => "released",
+            StepKind::WaitingDeps => "waiting_deps",
+            StepKind::NoWorker => "no_worker",
+            StepKind::Dispatched => "dispatched",
+            StepKind::Claimed => "claimed",
+            StepKind::Started => "started",
+            StepKind::Split => "split",
+            StepKind::Ended => "ended",
+            StepKind::Reported => "reported",
+            StepKind::RetryScheduled => "retry_scheduled",
+            StepKind::Retried => "retried",
+            StepKind::Lost => "lost",
+            StepKind::Rerun => "rerun",
+            StepKind::Cancelled => "cancelled",
+            StepKind::Killed => "killed",
+            StepKind::Marked => "marked",
+            StepKind::Updated => "updated",
+        }
+    }
+}
+
+/// One step of an instance's history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// When it happened.
+    pub at: DateTime<Utc>,
+    /// What happened.
+    pub step: StepKind,
+    /// The node that did it, when known.
+    pub node: Option<NodeId>,
+    /// The attempt it belongs to (1-based).
+    pub attempt: u32,
+    /// That attempt's trace id.
+    pub trace_id: TraceId,
+    /// The worker concerned, if any.
+    pub worker: Option<WorkerId>,
+    /// The record's state after the step.
+    pub state: State,
+    /// The record's tag after the step.
+    pub tag: Tag,
+    /// What there is to say about it, on one line.
+    pub detail: String,
+    /// The record's revision that tells it (a dispatch and a claim are told by the worker's
+    /// `executing` revision).
+    pub revision: u64,
+}
+
+/// An instance's history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct History {
+    /// The instance.
+    pub instance_id: InstanceId,
+    /// Whether the oldest steps are gone: the record was written more often than the bucket
+    /// keeps revisions, and the history starts at the oldest one kept.
+    pub truncated: bool,
+    /// The steps, oldest first.
+    pub steps: Vec<Step>,
+}
+
+impl History {
+    /// The history the revisions of one record tell (oldest first); `kept` is how many
+    /// revisions the bucket keeps of a record, so that a full set says older ones are gone.
+    pub fn of(instance_id: InstanceId, revisions: &[Revision], kept: usize) -> Self {
+        let mut steps = Vec::new();
+        let mut previous: Option<&Revision> = None;
+        for revision in revisions {
+            steps.extend(steps_of(previous.map(|p| &p.record), revision));
+            previous = Some(revision);
+        }
+        Self {
+            instance_id,
+            truncated: revisions.len() >= kept,
+            steps,
+        }
+    }
+}
+
+/// The steps one revision tells, after `before` (none for the oldest one).
+fn steps_of(before: Option<&InstanceRecord>, now: &Revision) -> Vec<Step> {
+    let record = &now.record;
+    let step = |step: StepKind, detail: String| Step {
+        at: now.at,
+        step,
+        node: record.written_by.clone().or(record.created_by.clone()),
+        attempt: record.attempt,
+        trace_id: record.trace_id.clone(),
+        worker: record.worker.clone(),
+        state: record.state,
+        tag: record.tag,
+        detail,
+        revision: now.revision,
+    };
+    let Some(before) = before else {
+        return vec![step(StepKind::Created, created(record))];
+    };
+    if before.trace_id != record.trace_id {
+        let kind = if record.worker_losses > before.worker_losses {
+            StepKind::Lost
+        } else if before.state == State::WaitingRetry {
+            StepKind::Retried
+        } else {
+            StepKind::Rerun
+        };
+        let mut lost = step(kind, record.message.clone());
+        if kind == StepKind::Lost {
+            lost.worker = before.worker.clone();
+        }
+        return vec![lost];
+    }
+    if record.tag == Tag::Executing && before.tag != Tag::Executing {
+        return executing(record, now, step(StepKind::Started, String::new()));
+    }
+    if record.worker_losses > before.worker_losses {
+        // The last loss allowed: no new attempt, the instance failed.
+        return vec![step(StepKind::Lost, record.message.clone())];
+    }
+    if record.state == before.state && record.tag == before.tag {
+        return vec![step(StepKind::Updated, record.message.clone())];
+    }
+    let ended_now = record.state.is_final() || record.state == State::WaitingRetry;
+    if !ended_now {
+        let kind = match record.tag {
+            Tag::WaitingDeps => StepKind::WaitingDeps,
+            Tag::NoWorker => StepKind::NoWorker,
+            Tag::Sharded => StepKind::Split,
+            Tag::Queued if matches!(before.tag, Tag::Scheduled | Tag::WaitingDeps) => {
+                StepKind::Released
+            }
+            _ => StepKind::Updated,
+        };
+        return vec![step(kind, record.message.clone())];
+    }
+    match record.tag {
+        Tag::Operator => vec![step(StepKind::Cancelled, record.message.clone())],
+        Tag::Marked => vec![step(StepKind::Marked, record.message.clone())],
+        // An operator's kill is written by the node that carried it out, not the worker.
+        Tag::Killed if record.written_by != record.worker => {
+            vec![step(StepKind::Killed, record.message.clone())]
+        }
+        _ if before.tag == Tag::Executing => ended(record, now, step),
+        _ if record.state == State::Cancelled => {
+            vec![step(
+                StepKind::Cancelled,
+                format!("{}: {}", record.tag, record.message),
+            )]
+        }
+        _ => vec![step(
+            StepKind::Ended,
+            format!("{}: {}", record.tag, record.message),
+        )],
+    }
+}
+
+/// What the creation says: the trigger, who, and what it waits for.
+fn created(record: &InstanceRecord) -> String {
+    let trigger = serde_json::to_value(record.trigger)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let by = record
+        .created_by
+        .as_ref()
+        .map(|n| format!(" by {n}"))
+        .unwrap_or_default();
+    let waits = match record.tag {
+        Tag::Scheduled => format!(
+            "; scheduled for {}",
+            crate::time::rfc3339(record.expected_time)
+        ),
+        Tag::WaitingDeps => "; waiting for its dependencies".to_string(),
+        _ => String::new(),
+    };
+    format!("{trigger}{by}, attempt {}{waits}", record.attempt)
+}
+
+/// The worker's `executing` write: dispatched, claimed, started.
+fn executing(record: &InstanceRecord, now: &Revision, started: Step) -> Vec<Step> {
+    let worker = record.worker.as_ref().map(|w| w.as_str()).unwrap_or("?");
+    let mut steps = Vec::with_capacity(3);
+    if let Some(note) = &record.dispatch {
+        steps.push(Step {
+            at: note.at,
+            step: StepKind::Dispatched,
+            node: note.router.clone(),
+            detail: dispatched(worker, note),
+            ..started.clone()
+        });
+        steps.push(Step {
+            at: note.acknowledged_at,
+            step: StepKind::Claimed,
+            node: record.worker.clone(),
+            detail: format!(
+                "fence {}; acknowledged to {}",
+                note.fence,
+                note.router
+                    .as_ref()
+                    .map(|r| r.as_str())
+                    .unwrap_or("no router")
+            ),
+            ..started.clone()
+        });
+    }
+    steps.push(Step {
+        at: record.started_at.unwrap_or(now.at),
+        detail: format!("on {worker}"),
+        ..started
+    });
+    steps
+}
+
+fn dispatched(worker: &str, note: &DispatchNote) -> String {
+    let mut detail = format!("to {worker}, delivery {}", note.delivery);
+    if note.delivery > 1 {
+        detail.push_str(" (redelivered)");
+    }
+    if !note.passed_over.is_empty() {
+        let passed: Vec<&str> = note.passed_over.iter().map(|w| w.as_str()).collect();
+        detail.push_str(&format!(
+            "; re-dispatched, passed over {}",
+            passed.join(", ")
+        ));
+    }
+    detail
+}
+
+/// An attempt that ended on its worker: ended (the worker's time), reported (the record's),
+/// and the retry when one is due.
+fn ended(
+    record: &InstanceRecord,
+    now: &Revision,
+    step: impl Fn(StepKind, String) -> Step,
+) -> Vec<Step> {
+    // The attempt's outcome (the instance may still be waiting for a retry).
+    let verdict = if record.state == State::Success {
+        "success"
+    } else {
+        "failed"
+    };
+    let mut outcome = format!("{verdict} {}", record.tag);
+    if let Some(code) = record.exit_code {
+        outcome.push_str(&format!(", exit code {code}"));
+    }
+    if !record.message.is_empty() {
+        outcome.push_str(&format!(": {}", record.message));
+    }
+    let finished = record.finished_at.unwrap_or(now.at);
+    let mut steps = vec![
+        Step {
+            at: finished,
+            node: record.worker.clone(),
+            ..step(StepKind::Ended, outcome)
+        },
+        step(
+            StepKind::Reported,
+            format!(
+                "recorded {} ms after the end",
+                (now.at - finished).num_milliseconds().max(0)
+            ),
+        ),
+    ];
+    if let (State::WaitingRetry, Some(due)) = (record.state, record.next_attempt_at) {
+        steps.push(step(
+            StepKind::RetryScheduled,
+            format!(
+                "attempt {} due {}",
+                record.attempt + 1,
+                crate::time::rfc3339(due)
+            ),
+        ));
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::instance::{AttemptEnd, Trigger};
+    use crate::spec::Priority;
+
+    fn tr(n: u8) -> TraceId {
+        TraceId::parse(&format!("{n:032x}")).unwrap()
+    }
+
+    fn node(name: &str) -> NodeId {
+        NodeId::parse(name).unwrap()
+    }
+
+    fn at(second: u32) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(&format!("2026-12-02T10:00:{second:02}Z"))
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn created_record() -> InstanceRecord {
+        InstanceRecord {
+            instance_id: InstanceId::parse("j.20261202T100000000Z").unwrap(),
+            trace_id: tr(1),
+            job: crate::ids::JobName::parse("j").unwrap(),
+            biz_date: "2026-12-02".into(),
+            attempt: 1,
+            run_start: 1,
+            state: State::Running,
+            tag: Tag::Queued,
+            expected_time: at(0),
+            created_at: at(0),
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            message: "queued".into(),
+            output: serde_json::Value::Null,
+            trigger: Trigger::Cron,
+            params: BTreeMap::new(),
+            priority: Priority::Normal,
+            next_attempt_at: None,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            shard: None,
+            worker_losses: 0,
+            pin: None,
+            created_by: Some(node("s1")),
+            dispatch: None,
+            written_by: Some(node("s1")),
+        }
+    }
+
+    fn note(router: &str, second: u32, delivery: u64, passed_over: &[&str]) -> DispatchNote {
+        DispatchNote {
+            router: Some(node(router)),
+            at: at(second),
+            delivery,
+            fence: 7,
+            acknowledged_at: at(second),
+            passed_over: passed_over.iter().map(|w| node(w)).collect(),
+        }
+    }
+
+    fn end(trace: TraceId, worker: &str, second: u32, success: bool) -> AttemptEnd {
+        AttemptEnd {
+            trace_id: trace,
+            success,
+            tag: if success {
+                Tag::Completed
+            } else {
+                Tag::ExitCode
+            },
+            message: String::new(),
+            output: serde_json::Value::Null,
+            worker: node(worker),
+            started_at: None,
+            finished_at: at(second),
+            exit_code: Some(i32::from(!success)),
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+
+    /// Revisions numbered from 1, each stored at its second, written by `by`.
+    fn revisions(records: Vec<(u32, &str, InstanceRecord)>) -> Vec<Revision> {
+        records
+            .into_iter()
+            .enumerate()
+            .map(|(i, (second, by, mut record))| {
+                record.written_by = Some(node(by));
+                Revision {
+                    revision: i as u64 + 1,
+                    at: at(second),
+                    record,
+                }
+            })
+            .collect()
+    }
+
+    fn kinds(history: &History) -> Vec<&'static str> {
+        history.steps.iter().map(|s| s.step.as_str()).collect()
+    }
+
+    #[test]
+    fn a_failed_attempt_retried_elsewhere_tells_both_workers_and_the_redelivery() {
+        let r0 = created_record();
+        let r1 = r0
+            .started(&tr(1), &node("w1"), at(2), &note("r1", 1, 1, &[]))
+            .unwrap();
+        let r2 = r1.ended(&end(tr(1), "w1", 3, false), Some(at(6))).unwrap();
+        let r3 = r2.retried(&tr(1), &tr(2)).unwrap();
+        let r4 = r3
+            .started(&tr(2), &node("w2"), at(8), &note("r1", 7, 2, &["w1"]))
+            .unwrap();
+        let r5 = r4.ended(&end(tr(2), "w2", 9, true), None).unwrap();
+        let history = History::of(
+            r0.instance_id.clone(),
+            &revisions(vec![
+                (0, "s1", r0),
+                (2, "w1", r1),
+                (4, "w1", r2),
+                (6, "s1", r3),
+                (8, "w2", r4),
+                (10, "w2", r5),
+            ]),
+            64,
+        );
+        assert_eq!(
+            kinds(&history),
+            [
+                "created",
+                "dispatched",
+                "claimed",
+                "started",
+                "ended",
+                "reported",
+                "retry_scheduled",
+                "retried",
+                "dispatched",
+                "claimed",
+                "started",
+                "ended",
+                "reported"
+            ]
+        );
+        let s = &history.steps;
+        assert_eq!(s[0].node, Some(node("s1")));
+        assert_eq!(s[1].node, Some(node("r1")));
+        assert_eq!(s[1].worker, Some(node("w1")));
+        assert_eq!(s[1].detail, "to w1, delivery 1");
+        assert_eq!(s[4].detail, "failed exit_code, exit code 1");
+        assert_eq!(s[5].detail, "recorded 1000 ms after the end");
+        assert_eq!(s[6].detail, "attempt 2 due 2026-12-02T10:00:06.000Z");
+        assert_eq!((s[7].attempt, &s[7].trace_id), (2, &tr(2)));
+        assert_eq!(s[8].worker, Some(node("w2")));
+        assert_eq!(
+            s[8].detail,
+            "to w2, delivery 2 (redelivered); re-dispatched, passed over w1"
+        );
+        assert!(!history.truncated);
+    }
+
+    #[test]
+    fn a_lost_attempt_names_the_dead_worker_and_the_node_that_found_it() {
+        let r0 = created_record();
+        let r1 = r0
+            .started(&tr(1), &node("w1"), at(1), &note("r1", 1, 1, &[]))
+            .unwrap();
+        let r2 = r1.worker_lost(&tr(1), &tr(2), &node("w1"), 3).unwrap();
+        let history = History::of(
+            r0.instance_id.clone(),
+            &revisions(vec![(0, "s1", r0), (1, "w1", r1), (20, "janitor", r2)]),
+            64,
+        );
+        let lost = history.steps.last().unwrap();
+        assert_eq!(lost.step, StepKind::Lost);
+        assert_eq!(lost.worker, Some(node("w1")));
+        assert_eq!(lost.node, Some(node("janitor")));
+        assert_eq!((lost.attempt, lost.tag), (2, Tag::Queued));
+    }
+
+    #[test]
+    fn operator_steps_and_releases_are_named() {
+        let mut r0 = created_record();
+        r0.tag = Tag::Scheduled;
+        let r1 = r0.released(&tr(1), 0).unwrap();
+        let r2 = r1
+            .ended_early(&tr(1), State::Cancelled, Tag::Operator, "cancelled by ann")
+            .unwrap();
+        let r3 = r2
+            .marked(State::Success, "marked success by ann: done")
+            .unwrap();
+        let history = History::of(
+            r0.instance_id.clone(),
+            &revisions(vec![
+                (0, "s1", r0),
+                (5, "s1", r1),
+                (6, "s2", r2),
+                (7, "s2", r3),
+            ]),
+            4,
+        );
+        assert_eq!(
+            kinds(&history),
+            ["created", "released", "cancelled", "marked"]
+        );
+        assert!(history.steps[0].detail.contains("scheduled for"));
+        assert_eq!(history.steps[2].detail, "cancelled by ann");
+        assert!(history.truncated, "as many revisions as the bucket keeps");
+    }
+}

@@ -1,21 +1,22 @@
 //! Fire lateness: from an instance's expected time to its hand-off published by the Scheduler
-//! (the message the Router consumes), measured by a subscriber on the same machine. Three cases:
-//! 10,000 (and, in a full run, 100,000) jobs due at the same instant, and a steady 1,000 fires
-//! per second. Only Schedulers run, so nothing else competes.
+//! (the message the Router consumes), measured by a subscriber on the same machine. Four cases:
+//! 10,000 (and, in a full run, 100,000) jobs due at the same instant, a steady 1,000 fires
+//! per second at each whole second, and 1,000 one-offs per second spread over the second
+//! (delayed triggers, each due at its own millisecond). Only Schedulers run, so nothing else
+//! competes.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{bail, Result};
 use futures::StreamExt;
 
-use ax_actors::SystemClock;
-use ax_actors::WorkerConfig;
-use ax_actors::{parse_roles, Node, NodeConfig};
 use ax_bus::codec;
 use ax_bus::messages::WorkItem;
 
-use crate::{client_for, cron_at, noop_job, percentiles, store_jobs, Figure};
+use crate::{
+    client_for, commands_done, cron_at, keyed_trigger, manual_job, noop_job, percentiles,
+    send_triggers, start_node, store_jobs, Figure,
+};
 
 /// Runs a Scheduler over `specs` and collects the lateness (ms) of `expected` hand-offs.
 async fn lateness(
@@ -28,21 +29,14 @@ async fn lateness(
     store_jobs(&client, &specs).await?;
     let mut ready = client.nats.subscribe(client.subjects().ready_all()).await?;
     let scratch = tempfile::tempdir()?;
-    let node = Node::start(
-        client.clone(),
-        NodeConfig {
-            worker: WorkerConfig {
-                slots: 1,
-                ..WorkerConfig::new("bench".parse()?, scratch.path().to_path_buf())
-            },
-            ..NodeConfig::new(
-                "bench".parse()?,
-                parse_roles("scheduler")?,
-                scratch.path().to_path_buf(),
-            )
-        },
-        Arc::new(SystemClock),
-    )?;
+    let node = start_node(&client, "scheduler", 1, scratch.path()).await?;
+    let late = collect(&mut ready, expected).await;
+    node.stop();
+    late
+}
+
+/// The lateness (ms) of the next `expected` hand-offs on `ready`.
+async fn collect(ready: &mut async_nats::Subscriber, expected: usize) -> Result<Vec<f64>> {
     let mut late = Vec::with_capacity(expected);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
     while late.len() < expected {
@@ -61,8 +55,43 @@ async fn lateness(
                 / 1000.0,
         );
     }
-    node.stop();
     Ok(late)
+}
+
+/// One-offs spread over `seconds` seconds, 1,000 a second, each due at its own millisecond:
+/// sent as keyed delayed triggers on the control subject, all of them carried out before the
+/// first is due (or the measure is refused), then their hand-offs timed.
+async fn spread(url: &str, seconds: i64) -> Result<Vec<f64>> {
+    let n = 1000 * seconds;
+    let client = client_for(url, "lsp").await?;
+    store_jobs(&client, &[manual_job("sp")]).await?;
+    // A manual trigger's instance is handed to the DagCoordinator (`created`), whatever its job.
+    let mut ready = client
+        .nats
+        .subscribe(client.subjects().created_all())
+        .await?;
+    let scratch = tempfile::tempdir()?;
+    let node = start_node(&client, "scheduler", 1, scratch.path()).await?;
+    let first = ahead(4 + seconds)?;
+    let triggers = (0..n)
+        .map(|i| {
+            keyed_trigger(
+                "sp",
+                &format!("s{i}"),
+                Some(first + chrono::Duration::milliseconds(i)),
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    send_triggers(&client, triggers.into_iter()).await?;
+    // The schedules fire a second before their due time: every trigger must be in by then.
+    let margin = first - ax_bus::time::now() - chrono::Duration::milliseconds(1500);
+    let Ok(margin) = margin.to_std() else {
+        bail!("lateness: sending {n} delayed triggers took past their due time");
+    };
+    commands_done(&client, margin).await?;
+    let late = collect(&mut ready, n as usize).await;
+    node.stop();
+    late
 }
 
 fn figure(name: String, mut late: Vec<f64>, what: &str) -> Figure {
@@ -108,6 +137,12 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         "steady 1,000 fires per second".into(),
         late,
         &format!("{seconds} s of 1,000 jobs firing every second"),
+    ));
+    let late = spread(url, seconds as i64).await?;
+    figures.push(figure(
+        "steady 1,000 one-offs per second, spread".into(),
+        late,
+        &format!("{seconds} s of delayed triggers, one due every millisecond"),
     ));
     Ok(figures)
 }

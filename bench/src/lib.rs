@@ -3,7 +3,8 @@
 //! It starts its own nats-server (the pinned one, file storage, default sync settings) in a
 //! temporary directory and runs each section against it; every figure is printed with the raw
 //! limit beside it. Sections: `memory` (pending timers), `limit` (raw JetStream), `throughput`
-//! (no-op instances end to end), `routing` (the Router's decision and its cost to dispatch),
+//! (no-op instances end to end), `triggers` (keyed triggers from a service end to end, pending
+//! delayed instances), `routing` (the Router's decision and its cost to dispatch),
 //! `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
 //! graphs) and `recovery` (a restarted Scheduler). `--quick` keeps the whole run under two
 //! minutes.
@@ -15,15 +16,18 @@ mod memory;
 mod recovery;
 mod routing;
 mod throughput;
+mod triggers;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use ax_actors::{parse_roles, Node, NodeConfig, SystemClock, WorkerConfig};
 use ax_bus::client::local_server::{find_binary, LocalServer, ServerOptions};
 use ax_bus::client::{AxClient, ConnectConfig};
 use ax_bus::codec;
-use ax_bus::messages::JobRecord;
+use ax_bus::messages::{commands, JobRecord, TriggerRequest};
 use ax_bus::spec::JobSpec;
 
 /// Why a benchmark could not run: the error it met, with its source.
@@ -70,9 +74,10 @@ pub struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "memory",
     "throughput",
+    "triggers",
     "routing",
     "lateness",
     "dag",
@@ -119,6 +124,10 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     if wanted("throughput") {
         eprintln!("throughput: no-op instances end to end…");
         figures.extend(throughput::measure(&server.url, quick, raw).await?);
+    }
+    if wanted("triggers") {
+        eprintln!("triggers: keyed triggers end to end, pending delayed instances…");
+        figures.extend(triggers::measure(&server.url, quick, raw).await?);
     }
     if wanted("routing") {
         eprintln!("routing: decision cost and dispatch with 50 simulated workers…");
@@ -180,6 +189,118 @@ async fn store_jobs(client: &AxClient, specs: &[JobSpec]) -> Result<()> {
         ack.await?;
     }
     Ok(())
+}
+
+/// A node named `bench` running `roles`, its worker (if any) with `slots` slots, its files in
+/// `scratch`; when it runs a Scheduler, returned once that has loaded the registry.
+async fn start_node(
+    client: &AxClient,
+    roles: &str,
+    slots: u32,
+    scratch: &std::path::Path,
+) -> Result<Node> {
+    let (loaded_tx, mut loaded) = tokio::sync::watch::channel(None);
+    let roles = parse_roles(roles)?;
+    let scheduler = roles.contains(&ax_actors::Role::Scheduler);
+    let node = Node::start(
+        client.clone(),
+        NodeConfig {
+            worker: WorkerConfig {
+                slots,
+                ..WorkerConfig::new("bench".parse()?, scratch.to_path_buf())
+            },
+            scheduler_loaded: Some(loaded_tx),
+            ..NodeConfig::new("bench".parse()?, roles, scratch.to_path_buf())
+        },
+        Arc::new(SystemClock),
+    )?;
+    if scheduler {
+        tokio::time::timeout(Duration::from_secs(60), loaded.wait_for(|l| l.is_some()))
+            .await
+            .map_err(|_| "the bench node's Scheduler did not load the registry in 60 s")??;
+    }
+    Ok(node)
+}
+
+/// Messages sent and received on `client`'s connection so far.
+fn messages_so_far(client: &AxClient) -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let stats = client.nats.statistics();
+    (
+        stats.out_messages.load(Relaxed),
+        stats.in_messages.load(Relaxed),
+    )
+}
+
+/// Sends `requests` on the control subject as a business service would (MessagePack, no
+/// answer asked for), the publish acks awaited in windows.
+async fn send_triggers(
+    client: &AxClient,
+    requests: impl Iterator<Item = TriggerRequest>,
+) -> Result<()> {
+    let subject = client.subjects().control(commands::TRIGGER);
+    let mut acks = Vec::with_capacity(1024);
+    for request in requests {
+        acks.push(
+            client
+                .js
+                .publish_with_headers(
+                    subject.clone(),
+                    codec::msgpack_headers(),
+                    codec::encode(&request)?,
+                )
+                .await?,
+        );
+        if acks.len() == 1024 {
+            for ack in acks.drain(..) {
+                ack.await?;
+            }
+        }
+    }
+    for ack in acks {
+        ack.await?;
+    }
+    Ok(())
+}
+
+/// A keyed trigger of `job`, run at `at` when given.
+fn keyed_trigger(
+    job: &str,
+    key: &str,
+    at: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<TriggerRequest> {
+    Ok(TriggerRequest {
+        name: job.parse()?,
+        biz_date: None,
+        params: Default::default(),
+        key: Some(key.parse()?),
+        at: at.map(ax_bus::time::rfc3339),
+        delay: None,
+    })
+}
+
+/// Waits until the Schedulers have carried out every control command sent so far.
+async fn commands_done(client: &AxClient, within: Duration) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut stream = client.js.get_stream(client.layout.control_stream()).await?;
+    loop {
+        if stream.info().await?.state.messages == 0 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the Schedulers did not carry out the commands within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A no-op job named `name` that runs only when triggered.
+fn manual_job(name: &str) -> JobSpec {
+    serde_json::from_value(serde_json::json!({
+        "name": name,
+        "exec": {"type": "noop"},
+    }))
+    .expect("a valid generated job")
 }
 
 /// A no-op job named `name` firing on `cron`.

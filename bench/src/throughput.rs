@@ -6,19 +6,15 @@
 //! success result. One node runs every actor, on a connection of its own whose message counts
 //! are read before and after.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{bail, Result};
 use futures::StreamExt;
 
-use ax_actors::SystemClock;
-use ax_actors::WorkerConfig;
-use ax_actors::{parse_roles, Node, NodeConfig};
 use ax_bus::messages::ResultMessage;
 use ax_bus::{codec, State};
 
-use crate::{client_for, cron_at, noop_job, store_jobs, Figure};
+use crate::{client_for, cron_at, messages_so_far, noop_job, start_node, store_jobs, Figure};
 
 pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
     let n = if quick { 5_000 } else { 20_000 };
@@ -33,30 +29,8 @@ pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figu
         .nats
         .subscribe(client.subjects().result_all())
         .await?;
-    let before = client.nats.statistics();
-    let (sent_before, received_before) = (
-        before
-            .out_messages
-            .load(std::sync::atomic::Ordering::Relaxed),
-        before
-            .in_messages
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
-    let node = Node::start(
-        client.clone(),
-        NodeConfig {
-            worker: WorkerConfig {
-                slots: 512,
-                ..WorkerConfig::new("bench".parse()?, scratch.path().to_path_buf())
-            },
-            ..NodeConfig::new(
-                "bench".parse()?,
-                parse_roles("all")?,
-                scratch.path().to_path_buf(),
-            )
-        },
-        Arc::new(SystemClock),
-    )?;
+    let (sent_before, received_before) = messages_so_far(&client);
+    let node = start_node(&client, "all", 512, scratch.path()).await?;
     let mut done = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     let mut last = fire_at;
@@ -70,12 +44,8 @@ pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figu
             last = ax_bus::time::now();
         }
     }
-    let stats = client.nats.statistics();
-    let sent = stats
-        .out_messages
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - sent_before;
-    let received = stats.in_messages.load(std::sync::atomic::Ordering::Relaxed) - received_before;
+    let (sent, received) = messages_so_far(&client);
+    let (sent, received) = (sent - sent_before, received - received_before);
     node.stop();
     let seconds = (last - fire_at).num_milliseconds().max(1) as f64 / 1000.0;
     let rate = n as f64 / seconds;

@@ -27,8 +27,8 @@ use futures::StreamExt;
 use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::ids::NodeId;
-use ax_bus::messages::{AlertKind, DelayedWork, StoredRecord};
-use ax_bus::{codec, msg_id, AxClient};
+use ax_bus::messages::{AlertKind, DelayedWork, StoredRecord, WorkItem};
+use ax_bus::{codec, msg_id, AxClient, State, Tag};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::jetstream::publish;
@@ -38,6 +38,8 @@ use crate::ActorError;
 /// How long before its due time a schedule fires (the server's schedules fire within about
 /// 250 ms; the rest of the wait is held by the Scheduler that receives it).
 pub(crate) const LEAD: Duration = Duration::from_secs(1);
+/// How long before its due time a held attempt's record is read.
+const READ_AHEAD: Duration = Duration::from_millis(50);
 /// How long a Scheduler may hold a due attempt before JetStream gives it to another.
 const ACK_WAIT: Duration = Duration::from_secs(10);
 /// The farthest ahead a delayed trigger may be due (as far as a job's `at`).
@@ -110,10 +112,25 @@ pub(crate) async fn follow(client: AxClient, node: NodeId) -> Result<(), ActorEr
         let client = client.clone();
         tokio::spawn(async move {
             let due = delayed.work.expected_time;
+            // Read shortly before the due time, so that then only the write and the hand-off
+            // remain (a stale read costs a refused write and a read then); not at once, or the
+            // reads of a whole second's schedules, which the server fires together, would
+            // crowd the releases under way.
+            let read_at = due - chrono::Duration::from_std(READ_AHEAD).unwrap_or_default();
+            if let Ok(wait) = (read_at - ax_bus::time::now()).to_std() {
+                tokio::time::sleep(wait).await;
+            }
+            let known = match client.instance(&delayed.work.instance_id).await {
+                Ok(found) => found.map(|(record, revision)| StoredRecord {
+                    record: Box::new(record),
+                    revision,
+                }),
+                Err(_) => None,
+            };
             if let Ok(wait) = (due - ax_bus::time::now()).to_std() {
                 tokio::time::sleep(wait).await;
             }
-            match release(&client, delayed, due).await {
+            match release(&client, delayed, due, known).await {
                 Ok(()) => consume::ack(&message).await,
                 Err(e) => {
                     tracing::warn!(error = %e, "delayed instance not released; again in 1 s");
@@ -125,18 +142,54 @@ pub(crate) async fn follow(client: AxClient, node: NodeId) -> Result<(), ActorEr
     Ok(())
 }
 
-/// Moves the record from `scheduled` to `queued` and hands the attempt on. A record that is
-/// gone, cancelled or released already is left as it is.
+/// Whether the record shows `work` released (queued) and not yet taken further.
+async fn released_unhanded(client: &AxClient, work: &WorkItem) -> Result<bool, ActorError> {
+    Ok(client
+        .instance(&work.instance_id)
+        .await?
+        .is_some_and(|(r, _)| {
+            r.trace_id == work.trace_id && r.state == State::Running && r.tag == Tag::Queued
+        }))
+}
+
+/// Moves the record from `scheduled` to `queued` (from `known`, the record as read during the
+/// wait) and hands the attempt on, unless its job is gone — asked at the same time as the
+/// write, so the check adds no round trip to the lateness: the instance released for a job
+/// deleted meanwhile is cancelled instead of handed on. A record that is gone, cancelled or
+/// released already is left as it is.
 async fn release(
     client: &AxClient,
     delayed: DelayedWork,
     due: DateTime<Utc>,
+    known: Option<StoredRecord>,
 ) -> Result<(), ActorError> {
     let DelayedWork {
         mut work,
         skip_coordinator,
     } = delayed;
-    if !client.job_exists(work.job()).await? {
+    let late_ms = (ax_bus::time::now() - due).num_milliseconds().max(0);
+    let (exists, released) = tokio::join!(
+        client.job_exists(work.job()),
+        client.update_instance_from(&work.instance_id, known, |r| {
+            r.released(&work.trace_id, late_ms)
+        })
+    );
+    match released? {
+        Updated::Written(record, revision) => {
+            publish::event(client, &record).await;
+            work.stored = Some(StoredRecord { record, revision });
+        }
+        // Released by an earlier delivery that may have stopped before handing it on: handed
+        // on again, under the same message id (JetStream keeps one; a second dispatch would be
+        // fenced by the claim).
+        Updated::Refused(_) if released_unhanded(client, &work).await? => {}
+        Updated::Refused(refused) => {
+            tracing::debug!(instance = %work.instance_id, %refused, "delayed instance not released");
+            return Ok(());
+        }
+        Updated::Missing => return Ok(()),
+    }
+    if !exists? {
         let why = "the job was deleted before the instance was due";
         return crate::outcome::cancel_for_deleted_job(
             client,
@@ -146,20 +199,6 @@ async fn release(
         )
         .await;
     }
-    let late_ms = (ax_bus::time::now() - due).num_milliseconds().max(0);
-    let (record, revision) = match client
-        .update_instance(&work.instance_id, |r| r.released(&work.trace_id, late_ms))
-        .await?
-    {
-        Updated::Written(record, revision) => (record, revision),
-        Updated::Refused(refused) => {
-            tracing::debug!(instance = %work.instance_id, %refused, "delayed instance not released");
-            return Ok(());
-        }
-        Updated::Missing => return Ok(()),
-    };
-    publish::event(client, &record).await;
-    work.stored = Some(StoredRecord { record, revision });
     let subjects = client.subjects();
     let (subject, id) = if skip_coordinator {
         (

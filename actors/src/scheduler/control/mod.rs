@@ -49,7 +49,7 @@ pub(crate) async fn serve(
     node: NodeId,
 ) -> Result<(), ActorError> {
     let spec = ConsumerSpec {
-        max_ack_pending: 64,
+        max_ack_pending: TRIGGERS_AT_ONCE as i64,
         max_deliver: consume::POISON_DELIVERIES,
         ..ConsumerSpec::new(
             client.layout.control_stream(),
@@ -57,13 +57,68 @@ pub(crate) async fn serve(
             client.subjects().control_all(),
         )
     };
-    let mut messages =
-        consume::watched(crate::scheduler::ACTOR, "control", &client, &spec, 16).await?;
-    while let Some(message) = messages.next().await {
-        let message = message.during(|| "control consumer")?;
-        handle(&client, &creator, &node, &message).await;
+    let mut batches = consume::watched(crate::scheduler::ACTOR, "control", &client, &spec, 64)
+        .await?
+        .ready_chunks(TRIGGERS_AT_ONCE);
+    let mut triggers = Vec::with_capacity(TRIGGERS_AT_ONCE);
+    while let Some(batch) = batches.next().await {
+        for message in batch {
+            let message = message.during(|| "control consumer")?;
+            if command_of(&message) == commands::TRIGGER {
+                triggers.push(message);
+                continue;
+            }
+            // Any other command waits for the triggers sent before it, and holds back those
+            // sent after it.
+            handle_all(&client, &creator, &node, &mut triggers).await;
+            handle(&client, &creator, &node, &message).await;
+        }
+        handle_all(&client, &creator, &node, &mut triggers).await;
     }
     Ok(())
+}
+
+/// How many triggers that arrived together are carried out at once: each waits for a registry
+/// read and its creation, which the creator pipelines with the others' (a client that sends
+/// thousands gets them created at the pace of cron fires, not one round trip after another).
+/// The consumer's `max_ack_pending` bounds it too.
+const TRIGGERS_AT_ONCE: usize = 256;
+
+/// The command a control message names (the last token of its subject).
+fn command_of(message: &jetstream::Message) -> &str {
+    message.subject.rsplit('.').next().unwrap_or_default()
+}
+
+/// Carries out `triggers` side by side and empties the list. Triggers do not depend on each
+/// other, except two with the same job and key: the second must find the first's instance
+/// (and answer `already triggered`), so it waits for a later round.
+async fn handle_all(
+    client: &AxClient,
+    creator: &Creator,
+    node: &NodeId,
+    triggers: &mut Vec<jetstream::Message>,
+) {
+    while !triggers.is_empty() {
+        let mut keys = std::collections::HashSet::new();
+        let (round, later): (Vec<_>, Vec<_>) =
+            triggers
+                .drain(..)
+                .partition(|message| match decode::<TriggerRequest>(message) {
+                    Ok(TriggerRequest {
+                        name,
+                        key: Some(key),
+                        ..
+                    }) => keys.insert((name, key)),
+                    _ => true,
+                });
+        futures::future::join_all(
+            round
+                .iter()
+                .map(|message| handle(client, creator, node, message)),
+        )
+        .await;
+        *triggers = later;
+    }
 }
 
 /// Why a command was not carried out.
@@ -90,7 +145,7 @@ impl<E: Into<ActorError>> From<E> for CommandError {
 }
 
 async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &jetstream::Message) {
-    let command = message.subject.rsplit('.').next().unwrap_or_default();
+    let command = command_of(message);
     let reply_to = message
         .headers
         .as_ref()

@@ -1,0 +1,134 @@
+//! Triggers from business services, on the control subject:
+//!
+//! - keyed no-op triggers sent by a client, pipelined, run end to end — from the first publish
+//!   to the last success result — in instances per second, beside the raw JetStream limit and
+//!   the cron path's figure (section `throughput`);
+//! - pending delayed instances (due in a day): what they cost the Scheduler's memory, and how
+//!   long a Scheduler takes to be ready again with them pending. The wait lives in JetStream
+//!   (a message schedule each), so neither should grow with their number.
+
+use std::time::{Duration, Instant};
+
+use crate::{bail, Result};
+use futures::StreamExt;
+
+use ax_bus::messages::ResultMessage;
+use ax_bus::{codec, State};
+
+use crate::{
+    client_for, commands_done, keyed_trigger, manual_job, memory::resident_bytes, messages_so_far,
+    send_triggers, start_node, store_jobs, Figure,
+};
+
+pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
+    let mut figures = keyed(url, quick, raw).await?;
+    figures.extend(pending(url, quick).await?);
+    Ok(figures)
+}
+
+async fn keyed(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
+    let n = if quick { 5_000 } else { 20_000 };
+    let client = client_for(url, "kt").await?;
+    // The business service's own connection.
+    let service = client_for(url, "kt").await?;
+    store_jobs(&client, &[manual_job("kt")]).await?;
+    let scratch = tempfile::tempdir()?;
+    let node = start_node(&client, "all", 512, scratch.path()).await?;
+    let mut results = client
+        .nats
+        .subscribe(client.subjects().result_all())
+        .await?;
+    let (sent_before, received_before) = messages_so_far(&client);
+    let triggers = (0..n)
+        .map(|i| keyed_trigger("kt", &format!("order-{i}"), None))
+        .collect::<Result<Vec<_>>>()?;
+    let started = Instant::now();
+    send_triggers(&service, triggers.into_iter()).await?;
+    let mut done = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    while done < n {
+        let Ok(Some(message)) = tokio::time::timeout_at(deadline, results.next()).await else {
+            bail!("triggers: {done} of {n} results before the deadline");
+        };
+        let result: ResultMessage = codec::decode(&message.payload)?;
+        if result.state == State::Success {
+            done += 1;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let (sent, received) = messages_so_far(&client);
+    let (sent, received) = (sent - sent_before, received - received_before);
+    node.stop();
+    let rate = n as f64 / seconds;
+    Ok(vec![
+        Figure {
+            section: "triggers",
+            name: "keyed triggers end to end".into(),
+            value: rate,
+            unit: "inst/s",
+            note: format!(
+                "{n} keyed no-op triggers sent pipelined on the control subject, all final in \
+                 {seconds:.2} s; {:.1}% of the raw limit",
+                100.0 * rate / raw
+            ),
+        },
+        Figure {
+            section: "triggers",
+            name: "messages per keyed instance".into(),
+            value: (sent + received) as f64 / n as f64,
+            unit: "msg",
+            note: format!(
+                "the nodes' side: {:.1} sent + {:.1} received (the service's publishes apart)",
+                sent as f64 / n as f64,
+                received as f64 / n as f64
+            ),
+        },
+    ])
+}
+
+async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
+    let n: usize = if quick { 20_000 } else { 1_000_000 };
+    let client = client_for(url, "pd").await?;
+    store_jobs(&client, &[manual_job("pd")]).await?;
+    let scratch = tempfile::tempdir()?;
+    let node = start_node(&client, "scheduler", 1, scratch.path()).await?;
+    let before = resident_bytes();
+    let due = ax_bus::time::now() + chrono::Duration::days(1);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let triggers = chunk
+            .iter()
+            .map(|i| keyed_trigger("pd", &format!("p{i}"), Some(due)))
+            .collect::<Result<Vec<_>>>()?;
+        send_triggers(&client, triggers.into_iter()).await?;
+        // The control stream holds a day of commands at most; keep it short.
+        commands_done(&client, Duration::from_secs(600)).await?;
+    }
+    let after = resident_bytes();
+    node.stop();
+    let restarted = Instant::now();
+    let node = start_node(&client, "scheduler", 1, scratch.path()).await?;
+    let ready = restarted.elapsed();
+    node.stop();
+    let per_instance = after.saturating_sub(before) as f64 / n as f64;
+    Ok(vec![
+        Figure {
+            section: "triggers",
+            name: "memory per pending delayed instance".into(),
+            value: per_instance,
+            unit: "B",
+            note: format!(
+                "{n} delayed triggers due in a day, RSS of the bench process (Scheduler and \
+                 sender) before and after: {} -> {} MiB",
+                before / (1 << 20),
+                after / (1 << 20)
+            ),
+        },
+        Figure {
+            section: "triggers",
+            name: "Scheduler ready with them pending".into(),
+            value: ready.as_secs_f64() * 1000.0,
+            unit: "ms",
+            note: format!("a Scheduler started again with {n} delayed instances pending"),
+        },
+    ])
+}

@@ -231,6 +231,67 @@ async fn delayed_instances_survive_a_kill_of_the_only_scheduler_and_run_once() {
     assert_eq!(results, 200);
 }
 
+/// The only Scheduler is killed (a failpoint: SIGKILL) at `point` while releasing a delayed
+/// instance; once another runs, the due attempt comes to it again after its ack wait and the
+/// instance runs once, under its first attempt.
+async fn a_scheduler_killed_releasing_leaves_the_instance_to_the_next(point: &str) {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let doomed = AxProcess::node_with_env(
+        &nats.url(),
+        &nats,
+        "core-1",
+        "scheduler,dag,router",
+        &[],
+        &[("AX_FAILPOINT", point)],
+    );
+    let _worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    apply_job(&nats, "later", NOOP).await;
+    let reply = ask_json(
+        &client,
+        r#"{"name": "later", "key": "once", "in": "1500ms"}"#,
+    )
+    .await;
+    assert!(reply.ok, "{:?}", reply.errors);
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the Scheduler to die at its failpoint",
+        &[&doomed],
+        || async { (!alive(doomed.pid().as_raw())).then_some(()) },
+    )
+    .await;
+    assert!(doomed
+        .log_text()
+        .contains(&format!("failpoint {point} reached")));
+    let core = AxProcess::node(&nats, "core-2", "scheduler,dag,router", &[]);
+    let record = wait_for_logged(
+        Duration::from_secs(60),
+        "the instance to succeed",
+        &[&core],
+        || async {
+            let record = client.instance(&id("later.key-once")).await.ok()??.0;
+            (record.state == ax_bus::State::Success).then_some(record)
+        },
+    )
+    .await;
+    assert_eq!(record.attempt, 1, "{record:?}");
+    let results = results_of(&client, "later").await;
+    assert_eq!(results.len(), 1, "{results:?}");
+    // Released by the redelivery itself, not found stranded by the janitor's sweep.
+    let stranded = alerts_of(&client, "stranded").await;
+    assert!(stranded.is_empty(), "{stranded:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_killed_holding_a_due_attempt_leaves_it_to_the_next() {
+    a_scheduler_killed_releasing_leaves_the_instance_to_the_next("delayed.due").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_killed_between_release_and_hand_off_leaves_it_to_the_next() {
+    a_scheduler_killed_releasing_leaves_the_instance_to_the_next("delayed.released").await;
+}
+
 #[test]
 fn bad_delays_are_refused_before_anything_is_sent() {
     let nowhere = "nats://127.0.0.1:1";

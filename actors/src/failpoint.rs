@@ -5,7 +5,9 @@
 //! the variable (always, outside tests) a point costs one load of a cached value.
 //!
 //! The points: `redispatch.intent` (a re-dispatch recorded in flight, not yet reserved),
-//! `redispatch.reserved` (reserved, not yet sent), `redispatch.sent` (sent, not yet tracked).
+//! `redispatch.reserved` (reserved, not yet sent), `redispatch.sent` (sent, not yet tracked),
+//! `delayed.due` (a Scheduler holding a delayed attempt at its due time, not yet released),
+//! `delayed.released` (its record released, the attempt not yet handed on).
 
 use std::sync::OnceLock;
 

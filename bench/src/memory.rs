@@ -6,8 +6,7 @@ use ax_actors::bench::LoadedWheel;
 
 use crate::Figure;
 
-/// The resident memory of this process (from /proc/self/statm).
-pub(crate) fn resident_bytes() -> u64 {
+fn resident_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| {

@@ -3,21 +3,22 @@
 //! - keyed no-op triggers sent by a client, pipelined, run end to end — from the first publish
 //!   to the last success result — in instances per second, beside the raw JetStream limit and
 //!   the cron path's figure (section `throughput`);
-//! - pending delayed instances (due in a day): what they cost the Scheduler's memory, and how
-//!   long a Scheduler takes to be ready again with them pending. The wait lives in JetStream
-//!   (a message schedule each), so neither should grow with their number.
+//! - pending delayed instances (due in a day), accepted by a Scheduler process of its own: what
+//!   they cost its memory, and how long a new Scheduler process takes to answer commands after
+//!   a kill -9 with them pending. The wait lives in JetStream (a message schedule each), so
+//!   neither should grow with their number.
 
 use std::time::{Duration, Instant};
 
 use crate::{bail, Result};
 use futures::StreamExt;
 
-use ax_bus::messages::ResultMessage;
-use ax_bus::{codec, State};
+use ax_bus::messages::{commands, ResultMessage, TriggerRequest};
+use ax_bus::{codec, AxClient, State};
 
 use crate::{
-    client_for, commands_done, keyed_trigger, manual_job, memory::resident_bytes, messages_so_far,
-    send_triggers, start_node, store_jobs, Figure,
+    client_for, commands_done, keyed_trigger, manual_job, messages_so_far, send_triggers,
+    start_node, store_jobs, Figure,
 };
 
 pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
@@ -91,8 +92,9 @@ async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let client = client_for(url, "pd").await?;
     store_jobs(&client, &[manual_job("pd")]).await?;
     let scratch = tempfile::tempdir()?;
-    let node = start_node(&client, "scheduler", 1, scratch.path()).await?;
-    let before = resident_bytes();
+    let scheduler = SchedulerProcess::start(url, scratch.path())?;
+    answers(&client, &scheduler).await?;
+    let before = scheduler.resident_bytes()?;
     let due = ax_bus::time::now() + chrono::Duration::days(1);
     for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
         let triggers = chunk
@@ -103,13 +105,16 @@ async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
         // The control stream holds a day of commands at most; keep it short.
         commands_done(&client, Duration::from_secs(600)).await?;
     }
-    let after = resident_bytes();
-    node.stop();
+    let after = scheduler.resident_bytes()?;
+    drop(scheduler);
     let restarted = Instant::now();
-    let node = start_node(&client, "scheduler", 1, scratch.path()).await?;
+    let scheduler = SchedulerProcess::start(url, scratch.path())?;
+    answers(&client, &scheduler).await?;
     let ready = restarted.elapsed();
-    node.stop();
-    let per_instance = after.saturating_sub(before) as f64 / n as f64;
+    let idle = scheduler.resident_bytes()?;
+    // What they cost a Scheduler that holds them pending: a fresh process's memory beside the
+    // first one's before any was sent (the growth while accepting them is working memory).
+    let per_instance = idle.saturating_sub(before) as f64 / n as f64;
     Ok(vec![
         Figure {
             section: "triggers",
@@ -117,10 +122,11 @@ async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
             value: per_instance,
             unit: "B",
             note: format!(
-                "{n} delayed triggers due in a day, RSS of the bench process (Scheduler and \
-                 sender) before and after: {} -> {} MiB",
-                before / (1 << 20),
-                after / (1 << 20)
+                "{n} delayed triggers due in a day: a Scheduler process's RSS {} MiB before \
+                 them, {} MiB once restarted with them pending ({} MiB while accepting them)",
+                before >> 20,
+                idle >> 20,
+                after >> 20
             ),
         },
         Figure {
@@ -128,7 +134,88 @@ async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
             name: "Scheduler ready with them pending".into(),
             value: ready.as_secs_f64() * 1000.0,
             unit: "ms",
-            note: format!("a Scheduler started again with {n} delayed instances pending"),
+            note: format!(
+                "kill -9, then a new Scheduler process answering commands, {n} delayed \
+                 instances pending"
+            ),
         },
     ])
+}
+
+/// Waits until `scheduler` answers a command (a trigger of a job that does not exist).
+async fn answers(client: &AxClient, scheduler: &SchedulerProcess) -> Result<()> {
+    let probe = TriggerRequest {
+        name: "no-such-job".parse()?,
+        biz_date: None,
+        params: Default::default(),
+        key: None,
+        at: None,
+        delay: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if client
+            .control(commands::TRIGGER, &probe, Duration::from_millis(500))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "triggers: the Scheduler process (pid {}) did not answer in 120 s",
+                scheduler.pid()
+            );
+        }
+    }
+}
+
+/// An `ax node --roles scheduler` process of the bench's own, killed (-9) on drop.
+struct SchedulerProcess(std::process::Child);
+
+impl SchedulerProcess {
+    fn start(url: &str, dir: &std::path::Path) -> Result<Self> {
+        let log = std::fs::File::create(dir.join("scheduler.log"))?;
+        let child = std::process::Command::new(std::env::current_exe()?)
+            .args([
+                "--prefix",
+                "pd",
+                "node",
+                "--nats",
+                url,
+                "--roles",
+                "scheduler",
+            ])
+            .args(["--id", "pd-scheduler", "--data-dir"])
+            .arg(dir.join("data"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        Ok(Self(child))
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Its resident memory (`VmRSS`).
+    fn resident_bytes(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+        match kib {
+            Some(kib) => Ok(kib * 1024),
+            None => bail!("triggers: no VmRSS for pid {}", self.pid()),
+        }
+    }
+}
+
+impl Drop for SchedulerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

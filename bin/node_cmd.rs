@@ -120,6 +120,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
             alert_webhook: file.alerts.webhook()?,
             stall_after: file.node.stall_after()?,
             router: file.router.config()?,
+            max_delay: file.scheduler.max_delay()?,
         },
         node_clock(),
     )?;

@@ -66,6 +66,8 @@ pub(crate) struct FileConfig {
     pub router: RouterSection,
     #[serde(default)]
     pub alerts: AlertsSection,
+    #[serde(default)]
+    pub scheduler: SchedulerSection,
     /// Databases of the sql executor: name → URL.
     #[serde(default)]
     pub databases: BTreeMap<String, String>,
@@ -135,6 +137,30 @@ impl AlertsSection {
             url: url.clone(),
             timeout,
         }))
+    }
+}
+
+/// `[scheduler]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SchedulerSection {
+    /// Days ahead a delayed trigger or a job's `at` may be due (366).
+    pub max_delay_days: Option<u32>,
+}
+
+impl SchedulerSection {
+    /// The Scheduler's limit on delays. An error names the field.
+    pub(crate) fn max_delay(&self) -> Result<Duration> {
+        match self.max_delay_days {
+            None => Ok(ax_actors::DEFAULT_MAX_DELAY),
+            Some(days) if days >= 1 && i64::from(days) <= ax_bus::spec::MAX_AT_DAYS => {
+                Ok(Duration::from_secs(u64::from(days) * 24 * 3600))
+            }
+            Some(days) => anyhow::bail!(
+                "[scheduler] max_delay_days = {days}: must be from 1 to {}",
+                ax_bus::spec::MAX_AT_DAYS
+            ),
+        }
     }
 }
 

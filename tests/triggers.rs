@@ -322,9 +322,36 @@ fn bad_delays_are_refused_before_anything_is_sent() {
 async fn control_triggers_with_bad_times_are_refused_naming_the_field() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let _node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    // This cluster's Schedulers take delays of 30 days at most.
+    let config = nats.path("n1").join("node.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "[scheduler]\nmax_delay_days = 30\n").unwrap();
+    let _node = AxProcess::node(
+        &nats,
+        "n1",
+        "scheduler",
+        &["--config", config.to_str().unwrap()],
+    );
     apply_job(&nats, "later", NOOP).await;
-    let far = ax_bus::time::rfc3339(ax_bus::time::now() + chrono::Duration::days(400));
+    let far = ax_bus::time::rfc3339(ax_bus::time::now() + chrono::Duration::days(40));
+    // A one-off job as far ahead is refused by the same limit, naming the field.
+    let at_far =
+        format!("version: v1\njob:\n  name: far_off\n  at: \"{far}\"\n  exec: {{ type: noop }}\n");
+    let file = nats.path("jobs").join("far_off.yaml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, at_far).unwrap();
+    let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("far_off: job.at:")
+            && stderr(&out).contains("more than 30 days ahead"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!client
+        .job_exists(&"far_off".parse().unwrap())
+        .await
+        .unwrap());
     for (body, reason) in [
         (
             r#"{"name": "later", "in": "-5s"}"#.to_string(),
@@ -342,9 +369,15 @@ async fn control_triggers_with_bad_times_are_refused_naming_the_field() {
             r#"{"name": "later", "at": "2026-12-01T14:03:05Z", "in": "5s"}"#.to_string(),
             "at and in: give one of them, not both",
         ),
+        (format!(r#"{{"name": "later", "at": "{far}"}}"#), "at: "),
         (
             format!(r#"{{"name": "later", "at": "{far}"}}"#),
-            "more than 366 days ahead",
+            "more than 30 days ahead",
+        ),
+        (r#"{"name": "later", "in": "31d"}"#.to_string(), "in: "),
+        (
+            r#"{"name": "later", "in": "31d"}"#.to_string(),
+            "more than 30 days ahead",
         ),
         (
             r#"{"name": "later", "key": "a..b"}"#.to_string(),

@@ -38,6 +38,7 @@ pub use node::{parse_roles, Node, NodeConfig, Role, RoleError};
 pub use reporter::Reporter;
 pub use router::fleet::{score, Weights};
 pub use router::{Router, RouterConfig};
+pub use scheduler::delayed::DEFAULT_MAX_DELAY;
 pub use scheduler::fire_schedule::FireSchedule;
 pub use scheduler::new_instance::NewInstance;
 pub use scheduler::Scheduler;

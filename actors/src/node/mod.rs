@@ -59,6 +59,8 @@ pub struct NodeConfig {
     pub alert_webhook: Option<WebhookConfig>,
     /// How long an actor may leave the watchdog's ping unanswered before it counts as stalled.
     pub stall_after: Duration,
+    /// How far ahead the Scheduler lets a delayed trigger or a job's `at` be due.
+    pub max_delay: Duration,
 }
 
 impl NodeConfig {
@@ -75,6 +77,7 @@ impl NodeConfig {
             max_clock_skew: Some(clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             alert_webhook: None,
             stall_after: watchdog::DEFAULT_STALL_AFTER,
+            max_delay: crate::scheduler::delayed::DEFAULT_MAX_DELAY,
         }
     }
 }
@@ -144,8 +147,10 @@ impl Starting {
             self.config.name.clone(),
         );
         let loaded = self.config.scheduler_loaded.clone();
+        let max_delay = self.config.max_delay;
         let make = move || {
-            let mut scheduler = Scheduler::new(client.clone(), clock.clone(), name.clone());
+            let mut scheduler = Scheduler::new(client.clone(), clock.clone(), name.clone())
+                .limiting_delays_to(max_delay);
             if let Some(guard) = guard.clone() {
                 scheduler = scheduler.guarded_by(guard);
             }

@@ -42,9 +42,9 @@ pub(crate) const LEAD: Duration = Duration::from_secs(1);
 const READ_AHEAD: Duration = Duration::from_millis(50);
 /// How long a Scheduler may hold a due attempt before JetStream gives it to another.
 const ACK_WAIT: Duration = Duration::from_secs(10);
-/// The farthest ahead a delayed trigger may be due (as far as a job's `at`).
-pub(crate) const MAX_DELAY: Duration =
-    Duration::from_secs(ax_bus::spec::MAX_AT_DAYS as u64 * 24 * 3600);
+/// The farthest ahead a delayed trigger or a job's `at` may be due unless the node's config
+/// says otherwise (`[scheduler] max_delay_days`): a year.
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// Publishes the wait of a delayed instance's first attempt: a schedule in `<AX>_DELAYED`, or,
 /// when it is due within [`LEAD`], the due message itself.

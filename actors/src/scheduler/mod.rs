@@ -88,6 +88,8 @@ pub struct Scheduler {
     clock_guard: Option<ClockGuard>,
     /// Whether fires were held for the clock since the last tick.
     held_for_clock: bool,
+    /// How far ahead a delayed trigger or a job's `at` may be due.
+    max_delay: std::time::Duration,
 }
 
 impl Scheduler {
@@ -109,7 +111,15 @@ impl Scheduler {
             loaded: None,
             clock_guard: None,
             held_for_clock: false,
+            max_delay: delayed::DEFAULT_MAX_DELAY,
         }
+    }
+
+    /// Refuses delayed triggers and one-off jobs due more than `max_delay` ahead (a year
+    /// unless said otherwise).
+    pub fn limiting_delays_to(mut self, max_delay: std::time::Duration) -> Self {
+        self.max_delay = max_delay;
+        self
     }
 
     /// Holds every fire and retry while `guard` says the node's clock is off: they stay in the
@@ -255,7 +265,12 @@ impl Actor for Scheduler {
             ACTOR,
             "control",
             ctx,
-            control::serve(self.client.clone(), self.creator.clone(), self.node.clone()),
+            control::serve(control::Desk {
+                client: self.client.clone(),
+                creator: self.creator.clone(),
+                node: self.node.clone(),
+                max_delay: self.max_delay,
+            }),
         );
         spawn_pump(
             ACTOR,

@@ -130,8 +130,10 @@ pub struct JobSpec {
 
 /// The most shards an instance may have.
 pub const MAX_SHARDS: u32 = 1000;
-/// The farthest ahead a job's `at` may be (as a delayed trigger's).
-pub const MAX_AT_DAYS: i64 = 366;
+/// The farthest ahead a job's `at` may ever be (ten years). The Schedulers hold both a job's
+/// `at` and a delayed trigger to their own, shorter limit (`[scheduler] max_delay_days`, a
+/// year by default).
+pub const MAX_AT_DAYS: i64 = 3660;
 
 impl JobSpec {
     /// Whether instances of this job split into sub-instances (shards or a broadcast).

@@ -34,7 +34,6 @@ use ax_bus::{codec, reply_to, spec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::scheduler::creator::{Created, Creator};
-use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::one_off;
 use crate::ActorError;
@@ -42,12 +41,19 @@ use ax_bus::time::biz_date_in;
 
 use crate::jetstream::publish;
 
+/// What serving the control subjects needs: the connection, the creator of instances, the
+/// node, and how far ahead a delayed trigger or a one-off job may be due.
+#[derive(Clone, Debug)]
+pub(crate) struct Desk {
+    pub(crate) client: AxClient,
+    pub(crate) creator: Creator,
+    pub(crate) node: NodeId,
+    pub(crate) max_delay: std::time::Duration,
+}
+
 /// Serves control commands until the subscription ends.
-pub(crate) async fn serve(
-    client: AxClient,
-    creator: Creator,
-    node: NodeId,
-) -> Result<(), ActorError> {
+pub(crate) async fn serve(desk: Desk) -> Result<(), ActorError> {
+    let client = &desk.client;
     let spec = ConsumerSpec {
         max_ack_pending: TRIGGERS_AT_ONCE as i64,
         max_deliver: consume::POISON_DELIVERIES,
@@ -57,7 +63,7 @@ pub(crate) async fn serve(
             client.subjects().control_all(),
         )
     };
-    let mut batches = consume::watched(crate::scheduler::ACTOR, "control", &client, &spec, 64)
+    let mut batches = consume::watched(crate::scheduler::ACTOR, "control", client, &spec, 64)
         .await?
         .ready_chunks(TRIGGERS_AT_ONCE);
     let mut triggers = Vec::with_capacity(TRIGGERS_AT_ONCE);
@@ -70,10 +76,10 @@ pub(crate) async fn serve(
             }
             // Any other command waits for the triggers sent before it, and holds back those
             // sent after it.
-            handle_all(&client, &creator, &node, &mut triggers).await;
-            handle(&client, &creator, &node, &message).await;
+            handle_all(&desk, &mut triggers).await;
+            handle(&desk, &message).await;
         }
-        handle_all(&client, &creator, &node, &mut triggers).await;
+        handle_all(&desk, &mut triggers).await;
     }
     Ok(())
 }
@@ -92,12 +98,7 @@ fn command_of(message: &jetstream::Message) -> &str {
 /// Carries out `triggers` side by side and empties the list. Triggers do not depend on each
 /// other, except two with the same job and key: the second must find the first's instance
 /// (and answer `already triggered`), so it waits for a later round.
-async fn handle_all(
-    client: &AxClient,
-    creator: &Creator,
-    node: &NodeId,
-    triggers: &mut Vec<jetstream::Message>,
-) {
+async fn handle_all(desk: &Desk, triggers: &mut Vec<jetstream::Message>) {
     while !triggers.is_empty() {
         let mut keys = std::collections::HashSet::new();
         let (round, later): (Vec<_>, Vec<_>) =
@@ -111,12 +112,7 @@ async fn handle_all(
                     }) => keys.insert((name, key)),
                     _ => true,
                 });
-        futures::future::join_all(
-            round
-                .iter()
-                .map(|message| handle(client, creator, node, message)),
-        )
-        .await;
+        futures::future::join_all(round.iter().map(|message| handle(desk, message))).await;
         *triggers = later;
     }
 }
@@ -144,7 +140,8 @@ impl<E: Into<ActorError>> From<E> for CommandError {
     }
 }
 
-async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &jetstream::Message) {
+async fn handle(desk: &Desk, message: &jetstream::Message) {
+    let (client, node) = (&desk.client, &desk.node);
     let command = command_of(message);
     let reply_to = message
         .headers
@@ -159,15 +156,7 @@ async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &j
     let (reply_to, outcome) = match reply_to {
         Ok(reply_to) => (
             reply_to,
-            carry_out(
-                client,
-                creator,
-                node,
-                message,
-                command,
-                (published, sequence),
-            )
-            .await,
+            carry_out(desk, message, command, (published, sequence)).await,
         ),
         // Refused before anything is carried out: whoever sent it meant the answer to land
         // where answers do not belong.
@@ -208,18 +197,22 @@ async fn handle(client: &AxClient, creator: &Creator, node: &NodeId, message: &j
 
 /// Carries out `command`, decoded from `message`.
 async fn carry_out(
-    client: &AxClient,
-    creator: &Creator,
-    node: &NodeId,
+    desk: &Desk,
     message: &jetstream::Message,
     command: &str,
     published: (chrono::DateTime<chrono::Utc>, u64),
 ) -> Result<ControlReply, CommandError> {
+    let Desk {
+        client,
+        creator,
+        node,
+        max_delay,
+    } = desk;
     // Each command's future is boxed, so the control pump's future (and its poll frame) holds
     // a pointer per command rather than every command's state side by side.
     match command {
         commands::APPLY => match decode::<ApplyRequest>(message) {
-            Ok(request) => Box::pin(apply(client, creator, request)).await,
+            Ok(request) => Box::pin(apply(client, creator, request, *max_delay)).await,
             Err(refusal) => Err(refusal),
         },
         commands::DELETE => match decode::<JobNameRequest>(message) {
@@ -238,7 +231,7 @@ async fn carry_out(
             Err(refusal) => Err(refusal),
         },
         commands::TRIGGER => match decode::<TriggerRequest>(message) {
-            Ok(request) => Box::pin(trigger(client, creator, request, published)).await,
+            Ok(request) => Box::pin(trigger(client, creator, request, published, *max_delay)).await,
             Err(refusal) => Err(refusal),
         },
         commands::RERUN => match decode::<RerunRequest>(message) {
@@ -317,6 +310,7 @@ async fn apply(
     client: &AxClient,
     creator: &Creator,
     request: ApplyRequest,
+    max_delay: std::time::Duration,
 ) -> Result<ControlReply, CommandError> {
     let docs: Vec<&spec::JobDocument> = request.jobs.iter().collect();
     let mut errors: Vec<String> =
@@ -324,6 +318,15 @@ async fn apply(
             .into_iter()
             .map(|(i, e)| format!("{}: {e}", docs[i].job.name))
             .collect();
+    let now = ax_bus::time::now();
+    for doc in &request.jobs {
+        let at = doc.job.at.as_deref().map(ax_bus::time::parse_instant);
+        if let Some(Ok(at)) = at {
+            if let Err(e) = within(at, now, max_delay) {
+                errors.push(format!("{}: job.at: {e}", doc.job.name));
+            }
+        }
+    }
     if request.jobs.is_empty() {
         errors.push("the apply holds no job".to_string());
     }
@@ -501,6 +504,7 @@ async fn trigger(
     creator: &Creator,
     request: TriggerRequest,
     (published, sequence): (chrono::DateTime<chrono::Utc>, u64),
+    max_delay: std::time::Duration,
 ) -> Result<ControlReply, CommandError> {
     let Some((job, _)) = client.job(&request.name).await? else {
         return Err(no_such_job(&request.name));
@@ -528,7 +532,7 @@ async fn trigger(
             ));
         }
     }
-    let due = due_of(&request, published).unwrap_or_else(|e| {
+    let due = due_of(&request, published, max_delay).unwrap_or_else(|e| {
         errors.push(e);
         None
     });
@@ -595,6 +599,7 @@ async fn trigger(
 fn due_of(
     request: &TriggerRequest,
     published: chrono::DateTime<chrono::Utc>,
+    max_delay: std::time::Duration,
 ) -> Result<Option<chrono::DateTime<chrono::Utc>>, String> {
     let due = match (&request.at, &request.delay) {
         (None, None) => return Ok(None),
@@ -613,14 +618,24 @@ fn due_of(
                 })?
         }
     };
-    let limit = chrono::Duration::from_std(delayed::MAX_DELAY).unwrap_or_default();
-    if due > published + limit {
-        return Err(format!(
-            "{}: {} is more than {} days ahead",
-            if request.at.is_some() { "at" } else { "in" },
+    within(due, published, max_delay)
+        .map_err(|e| format!("{}: {e}", if request.at.is_some() { "at" } else { "in" }))?;
+    Ok(Some(due))
+}
+
+/// Whether `due` is at most `max_delay` after `from` (the node's `[scheduler] max_delay_days`).
+fn within(
+    due: chrono::DateTime<chrono::Utc>,
+    from: chrono::DateTime<chrono::Utc>,
+    max_delay: std::time::Duration,
+) -> Result<(), String> {
+    let limit = chrono::Duration::from_std(max_delay).unwrap_or(chrono::Duration::MAX);
+    match from.checked_add_signed(limit) {
+        Some(last) if due > last => Err(format!(
+            "{} is more than {} days ahead (the Schedulers' max_delay_days)",
             ax_bus::time::rfc3339(due),
             limit.num_days()
-        ));
+        )),
+        _ => Ok(()),
     }
-    Ok(Some(due))
 }

@@ -156,6 +156,10 @@ pub(crate) struct UpArgs {
     /// Plugin executors of the local worker.
     #[arg(long, value_name = "DIR")]
     pub plugin_dir: Option<PathBuf>,
+    /// Port of the HTTP server on 127.0.0.1 (/metrics): 8080, or a free port when 8080 is
+    /// taken.
+    #[arg(long)]
+    pub http_port: Option<u16>,
 }
 
 #[derive(Args, Debug)]
@@ -181,6 +185,9 @@ pub(crate) struct NodeArgs {
     /// Replicas of streams and buckets (3 on a NATS cluster).
     #[arg(long)]
     pub replicas: Option<usize>,
+    /// Serve HTTP (/metrics) on HOST:PORT (`[metrics] listen` in the config); none without it.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

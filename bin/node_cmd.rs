@@ -109,6 +109,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
             worker.slots
         );
     }
+    let node_client = client.clone();
     let node = Node::start(
         client,
         NodeConfig {
@@ -124,13 +125,26 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         },
         node_clock(),
     )?;
+    let http = match args.http.as_ref().or(file.metrics.listen.as_ref()) {
+        Some(listen) => Some(
+            ax_console::server::start(listen, Some(node_client))
+                .with_context(|| "--http (or [metrics] listen)")?,
+        ),
+        None => None,
+    };
     let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     eprintln!(
         "ax node {id} running {} on {}",
         names.join(","),
         redact(&url)
     );
+    if let Some(http) = &http {
+        eprintln!("metrics: http://{}/metrics", http.addr);
+    }
     shutdown::wait().await;
+    if let Some(http) = &http {
+        http.stop().await;
+    }
     node.stop();
     Ok(())
 }

@@ -68,6 +68,8 @@ pub(crate) struct FileConfig {
     pub alerts: AlertsSection,
     #[serde(default)]
     pub scheduler: SchedulerSection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
     /// Databases of the sql executor: name → URL.
     #[serde(default)]
     pub databases: BTreeMap<String, String>,
@@ -138,6 +140,14 @@ impl AlertsSection {
             timeout,
         }))
     }
+}
+
+/// `[metrics]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MetricsSection {
+    /// Where the node serves HTTP (`/metrics`), `HOST:PORT`.
+    pub listen: Option<String>,
 }
 
 /// `[scheduler]`.

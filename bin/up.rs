@@ -21,6 +21,8 @@ use crate::connect::URL_FILE;
 use crate::{jobs, shutdown};
 
 const DEFAULT_PORT: u16 = 4222;
+/// The HTTP server's port, unless taken.
+const DEFAULT_HTTP_PORT: u16 = 8080;
 
 pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> Result<()> {
     // Job files are checked before anything starts.
@@ -89,12 +91,24 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
         },
         Arc::new(SystemClock),
     )?;
+    let serve =
+        |port: u16| ax_console::server::start(&format!("127.0.0.1:{port}"), Some(client.clone()));
+    let http = match args.http_port {
+        Some(port) => serve(port).context("--http-port")?,
+        // 8080 may be taken, or taken between a look and the bind: then any free port.
+        None => match serve(DEFAULT_HTTP_PORT) {
+            Ok(http) => http,
+            Err(_) => serve(0).context("HTTP server")?,
+        },
+    };
     eprintln!("ax is up: NATS {url} (recorded in {})", url_file.display());
+    eprintln!("metrics: http://{}/metrics", http.addr);
     if !job_files.is_empty() {
         jobs::apply(&client, job_files, false).await?;
     }
     eprintln!("Ctrl-C stops everything");
     shutdown::wait().await;
+    http.stop().await;
     node.stop();
     drop(server);
     let _ = std::fs::remove_file(&url_file);

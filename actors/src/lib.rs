@@ -10,7 +10,8 @@
 //!
 //! [`Node`] starts the actors of the roles a node runs, each on a thread of its own, under a
 //! supervisor and the watchdog; [`jetstream`] is the plumbing they share (durable consumers,
-//! publishes with message ids and acks in windows). Everything else — the time wheel, the
+//! publishes with message ids and acks in windows); [`metrics`] is what they count for
+//! Prometheus. Everything else — the time wheel, the
 //! fleet, the DAG view, the outbox — is the actors' own and not part of this crate's surface.
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
@@ -22,6 +23,7 @@ mod failpoint;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 pub mod jetstream;
+pub mod metrics;
 mod node;
 mod outcome;
 mod reporter;

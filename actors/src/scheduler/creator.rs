@@ -380,6 +380,9 @@ impl Batch<'_> {
             Err(e) => return self.fail(request, &e),
         }
         let instance = &request.instance;
+        if outcome == Created::Fired && !instance.delayed {
+            crate::metrics::fire_handed_on(instance.record.expected_time);
+        }
         if outcome == Created::Fired && instance.work.spec.overlap != Overlap::Allow {
             let (job, id) = (instance.work.job(), &instance.record.instance_id);
             if let Err(e) = overlap::note_latest(self.client, job, id).await {

@@ -213,5 +213,7 @@ async fn release(
             msg_id::created(&work.trace_id),
         )
     };
-    publish::to_stream_acked(client, subject, &id, &work).await
+    publish::to_stream_acked(client, subject, &id, &work).await?;
+    crate::metrics::fire_handed_on(due);
+    Ok(())
 }

@@ -326,6 +326,11 @@ impl Attempts {
     /// Makes the outcome durable in the outbox; if the outbox cannot take it, reports it
     /// directly until NATS takes it (an alert says so).
     async fn record(&self, outcome: Outcome) {
+        let end = &outcome.end;
+        let ran = end
+            .started_at
+            .map(|started| (end.finished_at - started).num_milliseconds() as f64 / 1000.0);
+        crate::metrics::metrics().attempt_finished(end.success, end.tag, ran);
         let durable = match self.reporter.send(Record(outcome.clone())).await {
             Ok(Ok(())) => return,
             Ok(Err(e)) => e.to_string(),

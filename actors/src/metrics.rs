@@ -1,0 +1,398 @@
+//! This process's metrics, for Prometheus: the article's four kinds (latency, errors, backlog,
+//! resources), served as Prometheus text by every node's `/metrics`.
+//!
+//! - [`Metrics`]: the families the actors record into, and [`Metrics::encode`] (the
+//!   Prometheus text format, [`CONTENT_TYPE`]);
+//! - [`metrics`]: this process's instance (a node is a process, as its actor counters are);
+//! - the collectors read at each scrape: the process (`/proc/self`: CPU seconds, resident
+//!   memory, open descriptors, start time) and the actors' restarts, panics, stalls and ended
+//!   pumps (the counters `ax nodes` shows);
+//! - [`Backlog`]: queue depths a node reads from JetStream when it is scraped.
+//!
+//! Names and units follow Prometheus's conventions (`ax_` prefix, base units, `_seconds`,
+//! `_total`). No label is unbounded: never an instance or trace id; outcomes, tags, actors and
+//! queues are small closed sets. Recording is an atomic add, nothing on the hot path waits.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::node::supervision;
+
+/// The content type of [`Metrics::encode`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// An attempt's end, as counted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Finished {
+    /// `success` or `failure`.
+    pub outcome: &'static str,
+    /// The tag it ended with (`completed`, `exit_code`, `timeout`, ...).
+    pub tag: &'static str,
+}
+
+/// A queue's depth, as JetStream counts it for the queue's consumer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// The queue (`ready_high`, `ready_normal`, `ready_low`).
+    pub queue: String,
+    /// Messages not yet delivered.
+    pub pending: u64,
+    /// Messages delivered and not yet acknowledged.
+    pub ack_pending: u64,
+}
+
+/// The queue depths last read from JetStream (a node refreshes them before each scrape).
+#[derive(Debug, Default)]
+pub struct Backlog(Mutex<Vec<QueueDepth>>);
+
+impl Backlog {
+    /// Replaces the depths.
+    pub fn set(&self, depths: Vec<QueueDepth>) {
+        if let Ok(mut held) = self.0.lock() {
+            *held = depths;
+        }
+    }
+
+    fn get(&self) -> Vec<QueueDepth> {
+        self.0.lock().map(|held| held.clone()).unwrap_or_default()
+    }
+}
+
+/// The families the actors record into.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// From an instance's expected time to its hand-off by the Scheduler.
+    pub fire_lateness: Histogram,
+    /// How long attempts ran on this worker.
+    pub execution_duration: Histogram,
+    /// Attempts that ended on this worker, by outcome and tag.
+    pub attempts_finished: Family<Finished, Counter>,
+    /// Queue depths, read from JetStream when scraped.
+    pub backlog: Arc<Backlog>,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut root = Registry::default();
+        // The process's resources under the names every exporter gives them (`process_*`).
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("ax");
+        registry.register(
+            "build",
+            "ax's version",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        let fire_lateness = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register_with_unit(
+            "fire_lateness",
+            "From an instance's expected time to its hand-off by the Scheduler",
+            Unit::Seconds,
+            fire_lateness.clone(),
+        );
+        let execution_duration = Histogram::new(exponential_buckets(0.01, 4.0, 12));
+        registry.register_with_unit(
+            "execution_duration",
+            "How long attempts ran on this worker, from start to end",
+            Unit::Seconds,
+            execution_duration.clone(),
+        );
+        let attempts_finished = Family::<Finished, Counter>::default();
+        registry.register(
+            "attempts_finished",
+            "Attempts that ended on this worker, by outcome and tag",
+            attempts_finished.clone(),
+        );
+        let backlog = Arc::new(Backlog::default());
+        registry.register_collector(Box::new(BacklogCollector(backlog.clone())));
+        registry.register_collector(Box::new(ActorCollector));
+        Self {
+            registry: root,
+            fire_lateness,
+            execution_duration,
+            attempts_finished,
+            backlog,
+        }
+    }
+
+    /// Everything, in the Prometheus text format (0.0.4: what every scraper reads, and what
+    /// `promtool check metrics` checks).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+
+    /// Counts an attempt that ended after `seconds` of running.
+    pub fn attempt_finished(&self, success: bool, tag: ax_bus::Tag, seconds: Option<f64>) {
+        let outcome = if success { "success" } else { "failure" };
+        self.attempts_finished
+            .get_or_create(&Finished {
+                outcome,
+                tag: tag.as_str(),
+            })
+            .inc();
+        if let Some(seconds) = seconds {
+            self.execution_duration.observe(seconds.max(0.0));
+        }
+    }
+}
+
+/// Counts a fire expected at `expected` as handed on now (its lateness).
+pub(crate) fn fire_handed_on(expected: chrono::DateTime<chrono::Utc>) {
+    let late = (chrono::Utc::now() - expected)
+        .num_microseconds()
+        .unwrap_or(0) as f64
+        / 1e6;
+    metrics().fire_lateness.observe(late.max(0.0));
+}
+
+/// This process's metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
+
+/// A family a collector writes: its name, its help, and its value in what is read.
+type Described<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// Queue depths, as last read.
+#[derive(Debug)]
+struct BacklogCollector(Arc<Backlog>);
+
+impl Collector for BacklogCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let depths = self.0.get();
+        let families: [Described<QueueDepth>; 2] = [
+            (
+                "queue_pending",
+                "Messages waiting in a queue, not yet delivered to a consumer",
+                |d| d.pending,
+            ),
+            (
+                "queue_ack_pending",
+                "Messages of a queue delivered and not yet acknowledged",
+                |d| d.ack_pending,
+            ),
+        ];
+        for (name, help, value) in families {
+            let gauge = ConstGauge::new(0i64);
+            let mut family = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            for depth in &depths {
+                let labels = [("queue", depth.queue.as_str())];
+                let gauge = ConstGauge::new(i64::try_from(value(depth)).unwrap_or(i64::MAX));
+                gauge.encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The actors' restarts, panics, stalls and ended pumps since the process started.
+#[derive(Debug)]
+struct ActorCollector;
+
+impl Collector for ActorCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let counters = supervision::counters();
+        let families: [Described<ax_bus::messages::ActorHealth>; 4] = [
+            (
+                "actor_restarts",
+                "Restarts of an actor by its supervisor",
+                |h| h.restarts,
+            ),
+            (
+                "actor_panics",
+                "Panics caught at an actor's boundaries",
+                |h| h.panics,
+            ),
+            (
+                "actor_stalls",
+                "Times an actor or one of its pumps stalled past the watchdog's limit",
+                |h| h.stalls,
+            ),
+            (
+                "actor_pump_exits",
+                "Pumps of an actor that ended and stopped it for a restart",
+                |h| h.pump_exits,
+            ),
+        ];
+        for (name, help, value) in families {
+            let counter = ConstCounter::new(0u64);
+            let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            for (actor, health) in &counters {
+                let labels = [("actor", actor.as_str())];
+                ConstCounter::new(value(health)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The process's resources, read from `/proc/self` at each scrape (Linux).
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(process) = read_process() else {
+            return Ok(());
+        };
+        let cpu = ConstCounter::new(process.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu",
+            "CPU time the process used, user and system",
+            Some(&Unit::Seconds),
+            cpu.metric_type(),
+        )?)?;
+        let gauges: [(&str, &str, Option<Unit>, f64); 3] = [
+            (
+                "process_resident_memory",
+                "Resident memory of the process",
+                Some(Unit::Bytes),
+                process.resident_bytes,
+            ),
+            (
+                "process_open_fds",
+                "Open file descriptors of the process",
+                None,
+                process.open_fds,
+            ),
+            (
+                "process_start_time",
+                "When the process started, since the Unix epoch",
+                Some(Unit::Seconds),
+                process.start_time_seconds,
+            ),
+        ];
+        for (name, help, unit, value) in gauges {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(
+                name,
+                help,
+                unit.as_ref(),
+                gauge.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}
+
+/// What `/proc/self` says of this process.
+#[derive(Debug, PartialEq)]
+struct Process {
+    cpu_seconds: f64,
+    resident_bytes: f64,
+    open_fds: f64,
+    start_time_seconds: f64,
+}
+
+fn read_process() -> Option<Process> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()? as f64;
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()? as f64;
+    let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as f64;
+    parse_process(&stat, &uptime, &statm, ticks, page, open_fds, now_seconds())
+}
+
+fn now_seconds() -> f64 {
+    ax_bus::time::to_millis(ax_bus::time::now()) as f64 / 1000.0
+}
+
+/// The figures of `/proc/self/stat` (utime, stime and starttime in clock ticks, fields 14, 15
+/// and 22 — counted after the command name, which may hold spaces), `/proc/uptime` and
+/// `/proc/self/statm` (resident pages, field 2).
+fn parse_process(
+    stat: &str,
+    uptime: &str,
+    statm: &str,
+    ticks: f64,
+    page: f64,
+    open_fds: f64,
+    now: f64,
+) -> Option<Process> {
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Field 3 (state) is the first after the name.
+    let field = |n: usize| fields.get(n - 3)?.parse::<f64>().ok();
+    let cpu_seconds = (field(14)? + field(15)?) / ticks;
+    let started_after_boot = field(22)? / ticks;
+    let up = uptime.split_whitespace().next()?.parse::<f64>().ok()?;
+    let resident_pages = statm.split_whitespace().nth(1)?.parse::<f64>().ok()?;
+    Some(Process {
+        cpu_seconds,
+        resident_bytes: resident_pages * page,
+        open_fds,
+        start_time_seconds: now - up + started_after_boot,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_figures_are_read_past_a_command_name_with_spaces() {
+        let stat = "4242 (ax (node) x) S 1 4242 4242 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 \
+                    8 0 1000 123456 300 0 0";
+        let process = parse_process(
+            stat,
+            "5000.00 9000.00",
+            "30000 300 100 1 0 0 0",
+            100.0,
+            4096.0,
+            12.0,
+            1_000_000.0,
+        )
+        .unwrap();
+        assert_eq!(
+            process,
+            Process {
+                cpu_seconds: 3.0,
+                resident_bytes: 300.0 * 4096.0,
+                open_fds: 12.0,
+                start_time_seconds: 1_000_000.0 - 5000.0 + 10.0,
+            }
+        );
+    }
+
+    #[test]
+    fn the_text_names_every_family_with_its_unit_and_no_id_labels() {
+        let m = metrics();
+        m.attempt_finished(true, ax_bus::Tag::Completed, Some(0.5));
+        m.attempt_finished(false, ax_bus::Tag::Timeout, Some(2.0));
+        m.fire_lateness.observe(0.003);
+        m.backlog.set(vec![QueueDepth {
+            queue: "ready_low".into(),
+            pending: 150,
+            ack_pending: 2,
+        }]);
+        let text = m.encode().unwrap();
+        for needle in [
+            "ax_build_info{version=",
+            "ax_fire_lateness_seconds_bucket{le=",
+            "ax_execution_duration_seconds_count",
+            "ax_attempts_finished_total{outcome=\"failure\",tag=\"timeout\"}",
+            "ax_queue_pending{queue=\"ready_low\"} 150",
+            "ax_queue_ack_pending{queue=\"ready_low\"} 2",
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+        ] {
+            assert!(text.contains(needle), "{needle} not in:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The HTTP server of a node: `/metrics` for Prometheus, every request through
+//! [`crate::access::check`].
+
+use std::net::SocketAddr;
+
+use actix_web::body::{BoxBody, EitherBody};
+use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{from_fn, Next};
+use actix_web::{web, App, HttpResponse, HttpServer};
+
+use ax_bus::AxClient;
+
+use crate::access;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The address could not be bound (taken, not ours, not an address).
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running server: where it listens, and how to stop it.
+#[derive(Debug)]
+pub struct Running {
+    /// The address it listens on (the port chosen when 0 was asked for).
+    pub addr: SocketAddr,
+    handle: ServerHandle,
+}
+
+impl Running {
+    /// Stops accepting and ends the server.
+    pub async fn stop(&self) {
+        self.handle.stop(true).await;
+    }
+}
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+struct State {
+    /// Where queue depths are read (a node's connection).
+    client: Option<AxClient>,
+}
+
+/// Starts the server on `listen` (`HOST:PORT`; port 0 picks a free one) on the current actix
+/// system. `client` lets `/metrics` read the queues' depths from JetStream.
+pub fn start(listen: &str, client: Option<AxClient>) -> Result<Running, ServerError> {
+    let state = web::Data::new(State { client });
+    let bind_error = |source| ServerError::Bind {
+        addr: listen.to_string(),
+        source,
+    };
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(web::PayloadConfig::new(64 * 1024))
+            .wrap(from_fn(checked))
+            .route("/metrics", web::get().to(metrics))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(listen)
+    .map_err(bind_error)?;
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .ok_or_else(|| bind_error(std::io::Error::other("no address bound")))?;
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(async move {
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "the HTTP server stopped");
+        }
+    });
+    tracing::info!(%addr, "serving HTTP (/metrics)");
+    Ok(Running { addr, handle })
+}
+
+/// The access check, around every route.
+async fn checked(
+    request: ServiceRequest,
+    next: Next<BoxBody>,
+) -> Result<ServiceResponse<EitherBody<BoxBody>>, actix_web::Error> {
+    match access::check(request.method().as_str(), request.path()) {
+        Ok(_) => Ok(next.call(request).await?.map_into_left_body()),
+        Err(denied) => {
+            let response = HttpResponse::Forbidden().json(error_body(&denied.to_string()));
+            Ok(request.into_response(response).map_into_right_body())
+        }
+    }
+}
+
+fn error_body(reason: &str) -> std::collections::BTreeMap<&'static str, String> {
+    std::collections::BTreeMap::from([("error", reason.to_string())])
+}
+
+/// `GET /metrics`: this process's metrics, with the queues' depths read just now.
+async fn metrics(state: web::Data<State>) -> HttpResponse {
+    let metrics = ax_actors::metrics::metrics();
+    if let Some(client) = &state.client {
+        if let Some(depths) = crate::backlog::read(client).await {
+            metrics.backlog.set(depths);
+        }
+    }
+    match metrics.encode() {
+        Ok(text) => HttpResponse::Ok()
+            .content_type(ax_actors::metrics::CONTENT_TYPE)
+            .body(text),
+        Err(e) => HttpResponse::InternalServerError().body(format!("metrics not encoded: {e}")),
+    }
+}

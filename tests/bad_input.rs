@@ -661,6 +661,14 @@ fn a_worker_with_a_bad_executor_config_refuses_to_start_saying_why() {
             "[databases]\nlegacy = \"oracle://db.example.com/x\"\n",
             "database `legacy`: the URL must start with postgres://",
         ),
+        (
+            "[scheduler]\nmax_delay_days = 0\n",
+            "[scheduler] max_delay_days = 0: must be from 1 to 3660",
+        ),
+        (
+            "[metrics]\nlisten = \"127.0.0.1:not-a-port\"\n",
+            "--http (or [metrics] listen): cannot listen on 127.0.0.1:not-a-port",
+        ),
     ] {
         let file = dir.join("node.toml");
         std::fs::write(&file, config).unwrap();

@@ -1,0 +1,181 @@
+//! Metrics as an operator gets them: a real Prometheus (Debian's `prometheus`, installed by
+//! `.ci/run`) scrapes an `ax up`, and its query API returns the counts of what ran; `promtool
+//! check metrics` accepts the text.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ax_bus::client::local_server::{find_binary, free_port, BINARY_ENV};
+use support::*;
+
+/// A `prometheus` server of the test's own, killed on drop.
+struct Prometheus {
+    child: Child,
+    port: u16,
+}
+
+impl Prometheus {
+    /// Scrapes `target` (`host:port`) every second, keeping its data in `dir`.
+    fn start(dir: &Path, target: &str) -> Self {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+                 - job_name: ax\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port().unwrap();
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("prometheus (Debian's package `prometheus`; .ci/run installs it)");
+        Self { child, port }
+    }
+
+    /// The value of an instant `query` (a single number), if it has one yet.
+    async fn value(&self, query: &str) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/api/v1/query", self.port);
+        let answer: serde_json::Value = reqwest::Client::new()
+            .get(url)
+            .query(&[("query", query)])
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        answer["data"]["result"][0]["value"][1]
+            .as_str()?
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_the_counts_of_what_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nats_port, http_port) = (free_port().unwrap(), free_port().unwrap());
+    let binary = find_binary().expect("pinned nats-server");
+    let up = AxProcess::spawn_with_env(
+        None,
+        &[
+            "up",
+            "--nats-port",
+            &nats_port.to_string(),
+            "--http-port",
+            &http_port.to_string(),
+        ],
+        dir.path(),
+        &dir.path().join("up.log"),
+        &[(BINARY_ENV, binary.to_str().expect("utf-8 path"))],
+    );
+    let url = format!("nats://127.0.0.1:{nats_port}");
+    wait_for_logged(Duration::from_secs(60), "ax up", &[&up], || async {
+        std::fs::read_to_string(dir.path().join(".ax/nats.url"))
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+    })
+    .await;
+    assert!(
+        up.log_text()
+            .contains(&format!("metrics: http://127.0.0.1:{http_port}/metrics")),
+        "{}",
+        up.log_text()
+    );
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    for (name, rest) in [
+        ("fine", "  exec: { type: shell, command: 'true' }\n"),
+        ("broken", "  exec: { type: shell, command: 'exit 3' }\n"),
+        (
+            "stuck",
+            "  timeout: 1\n  on_timeout: { grace: 1 }\n  exec: { type: shell, command: 'sleep 60' }\n",
+        ),
+    ] {
+        std::fs::write(
+            jobs.join(format!("{name}.yaml")),
+            format!("version: v1\njob:\n  name: {name}\n{rest}"),
+        )
+        .unwrap();
+    }
+    let out = ax(&url, &["job", "apply", "-f", jobs.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let client = ax_bus::AxClient::connect(&ax_bus::client::ConnectConfig::new(&url, "ax-test"))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for job in ["fine", "fine", "fine", "broken", "broken", "stuck"] {
+        let out = ax(&url, &["job", "trigger", job]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        ids.push(stdout(&out).split_whitespace().next().unwrap().to_string());
+    }
+    for id in &ids {
+        final_record(&client, id, Duration::from_secs(60)).await;
+    }
+    // What the node serves is valid Prometheus text.
+    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's package `prometheus`)");
+    std::io::Write::write_all(promtool.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    // A real Prometheus scrapes it and counts what ran.
+    let prometheus = Prometheus::start(dir.path(), &format!("127.0.0.1:{http_port}"));
+    for (query, expected) in [
+        (r#"sum(ax_attempts_finished_total{outcome="success"})"#, 3.0),
+        (r#"sum(ax_attempts_finished_total{outcome="failure"})"#, 3.0),
+        (r#"sum(ax_attempts_finished_total{tag="exit_code"})"#, 2.0),
+        (r#"sum(ax_attempts_finished_total{tag="timeout"})"#, 1.0),
+        ("ax_execution_duration_seconds_count", 6.0),
+        (r#"ax_build_info{version!=""}"#, 1.0),
+        (r#"ax_actor_panics_total{actor="scheduler"}"#, 0.0),
+    ] {
+        wait_for(
+            Duration::from_secs(60),
+            &format!("Prometheus to answer {query} = {expected}"),
+            || async { (prometheus.value(query).await == Some(expected)).then_some(()) },
+        )
+        .await;
+    }
+    let fires = prometheus
+        .value("ax_fire_lateness_seconds_count")
+        .await
+        .unwrap_or(0.0);
+    assert!(fires >= 6.0, "every trigger's creation counted: {fires}");
+}

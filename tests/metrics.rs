@@ -163,6 +163,10 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         (r#"sum(ax_attempts_finished_total{tag="exit_code"})"#, 2.0),
         (r#"sum(ax_attempts_finished_total{tag="timeout"})"#, 1.0),
         ("ax_execution_duration_seconds_count", 6.0),
+        ("ax_schedule_to_start_seconds_count", 6.0),
+        ("ax_dispatch_to_ack_seconds_count", 6.0),
+        (r#"ax_queue_pending{queue="delayed"}"#, 0.0),
+        ("ax_outbox_unreported", 0.0),
         (r#"ax_build_info{version!=""}"#, 1.0),
         (r#"ax_actor_panics_total{actor="scheduler"}"#, 0.0),
     ] {

@@ -13,13 +13,14 @@
 //! `_total`). No label is unbounded: never an instance or trace id; outcomes, tags, actors and
 //! queues are small closed sets. Recording is an atomic add, nothing on the hot path waits.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
@@ -76,8 +77,31 @@ pub struct Metrics {
     pub execution_duration: Histogram,
     /// Attempts that ended on this worker, by outcome and tag.
     pub attempts_finished: Family<Finished, Counter>,
+    /// From when a first attempt could start (created, or due if later) to its start.
+    pub schedule_to_start: Histogram,
+    /// From a dispatch's storing to its worker's acknowledgement.
+    pub dispatch_to_ack: Histogram,
+    /// Retries started by this node's Scheduler.
+    pub retries: Counter,
+    /// Dead letters this node stored, by kind.
+    pub dead_letters: Family<Kind, Counter>,
+    /// Timers pending in this node's Scheduler's wheel.
+    pub wheel_timers: Gauge,
+    /// Instances this node's DagCoordinator holds for their dependencies.
+    pub deps_waiting: Gauge,
+    /// Outcomes this worker's outbox holds that are not reported yet.
+    pub outbox_unreported: Gauge,
+    /// This node's clock minus the NATS server's, as last measured.
+    pub clock_offset: Gauge<f64, AtomicU64>,
     /// Queue depths, read from JetStream when scraped.
     pub backlog: Arc<Backlog>,
+}
+
+/// A kind, as a label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Kind {
+    /// The kind (`exhausted`, `max_deliveries`, `undecodable`).
+    pub kind: String,
 }
 
 impl Metrics {
@@ -111,6 +135,59 @@ impl Metrics {
             "Attempts that ended on this worker, by outcome and tag",
             attempts_finished.clone(),
         );
+        let schedule_to_start = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register_with_unit(
+            "schedule_to_start",
+            "From when a first attempt could start (created, or due if later) to its start",
+            Unit::Seconds,
+            schedule_to_start.clone(),
+        );
+        let dispatch_to_ack = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register_with_unit(
+            "dispatch_to_ack",
+            "From a dispatch's storing to its worker's acknowledgement",
+            Unit::Seconds,
+            dispatch_to_ack.clone(),
+        );
+        let retries = Counter::default();
+        registry.register(
+            "retries",
+            "Retries started by this node's Scheduler",
+            retries.clone(),
+        );
+        let dead_letters = Family::<Kind, Counter>::default();
+        registry.register(
+            "dead_letters",
+            "Dead letters this node stored, by kind",
+            dead_letters.clone(),
+        );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let wheel_timers = gauge(
+            registry,
+            "wheel_timers",
+            "Timers pending in this node's Scheduler's wheel",
+        );
+        let deps_waiting = gauge(
+            registry,
+            "deps_waiting",
+            "Instances this node's DagCoordinator holds for their dependencies",
+        );
+        let outbox_unreported = gauge(
+            registry,
+            "outbox_unreported",
+            "Outcomes this worker's outbox holds that are not reported yet",
+        );
+        let clock_offset = Gauge::<f64, AtomicU64>::default();
+        registry.register_with_unit(
+            "clock_offset",
+            "This node's clock minus the NATS server's, as last measured",
+            Unit::Seconds,
+            clock_offset.clone(),
+        );
         let backlog = Arc::new(Backlog::default());
         registry.register_collector(Box::new(BacklogCollector(backlog.clone())));
         registry.register_collector(Box::new(ActorCollector));
@@ -119,6 +196,14 @@ impl Metrics {
             fire_lateness,
             execution_duration,
             attempts_finished,
+            schedule_to_start,
+            dispatch_to_ack,
+            retries,
+            dead_letters,
+            wheel_timers,
+            deps_waiting,
+            outbox_unreported,
+            clock_offset,
             backlog,
         }
     }

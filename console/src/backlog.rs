@@ -1,6 +1,6 @@
 //! Queue depths for `/metrics`, read from JetStream when the node is scraped: each priority's
 //! ready queue, as its Routers' durable consumer counts it (pending: not yet delivered;
-//! ack pending: delivered, not settled).
+//! ack pending: delivered, not settled), and the delayed instances waiting for their time.
 
 use std::time::Duration;
 
@@ -28,6 +28,16 @@ pub(crate) async fn read(client: &AxClient) -> Option<Vec<QueueDepth>> {
                     queue: format!("ready_{}", priority.as_str()),
                     pending: info.num_pending,
                     ack_pending: u64::try_from(info.num_ack_pending).unwrap_or(0),
+                });
+            }
+        }
+        // Delayed instances waiting for their time: a schedule each in the delayed stream.
+        if let Ok(mut delayed) = client.js.get_stream(client.layout.delayed_stream()).await {
+            if let Ok(info) = delayed.info().await {
+                depths.push(QueueDepth {
+                    queue: "delayed".into(),
+                    pending: info.state.messages,
+                    ack_pending: 0,
                 });
             }
         }

@@ -217,6 +217,11 @@ impl Handler<Expire> for DagCoordinator {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Expire, _: &mut Self::Context) -> Self::Result {
+        if let Some(state) = &self.state {
+            crate::metrics::metrics()
+                .deps_waiting
+                .set(i64::try_from(state.held_count()).unwrap_or(i64::MAX));
+        }
         let expired = self.decision(|state| state.expire(ax_bus::time::now(), KEEP_DAYS));
         AtomicResponse::new(Box::pin(expired.map(|done, _, ctx| {
             if let Err(e) = done {

@@ -156,9 +156,14 @@ pub async fn store_dead(
         .await
         .during(|| format!("publish {subject}"))?
         .await
-        .map(|_| ())
-        .during(|| format!("publish {subject}"))
-        .map_err(ActorError::from)
+        .during(|| format!("publish {subject}"))?;
+    crate::metrics::metrics()
+        .dead_letters
+        .get_or_create(&crate::metrics::Kind {
+            kind: kind.to_string(),
+        })
+        .inc();
+    Ok(())
 }
 
 /// A header value on one line (NATS headers cannot hold line breaks).

@@ -107,6 +107,9 @@ impl ClockGuard {
     /// Takes a measurement into account; returns whether the verdict changed.
     pub fn judge(&self, offset: Offset) -> bool {
         self.inner.offset_ms.store(offset.millis, Ordering::Relaxed);
+        crate::metrics::metrics()
+            .clock_offset
+            .set(offset.millis as f64 / 1000.0);
         let skewed = offset.beyond(self.inner.limit);
         self.inner.skewed.swap(skewed, Ordering::Relaxed) != skewed
     }

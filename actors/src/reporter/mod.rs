@@ -157,6 +157,7 @@ impl Handler<Commit> for Reporter {
         let queued = std::mem::take(&mut self.queued);
         let outcomes: Vec<Outcome> = queued.iter().map(|(o, _)| o.clone()).collect();
         let stored = self.outbox.append(&outcomes).map_err(|e| e.to_string());
+        self.count_unreported();
         for (outcome, done) in queued {
             if stored.is_ok() {
                 self.start_report(outcome, ctx);
@@ -193,6 +194,16 @@ impl Handler<Reported> for Reporter {
         if let Err(e) = self.outbox.mark_done(&msg.0) {
             tracing::warn!(error = %e, "cannot mark outcome done; it will be reported again");
         }
+        self.count_unreported();
+    }
+}
+
+impl Reporter {
+    /// The outbox's unreported outcomes, for `/metrics`.
+    fn count_unreported(&self) {
+        crate::metrics::metrics()
+            .outbox_unreported
+            .set(i64::try_from(self.outbox.len()).unwrap_or(i64::MAX));
     }
 }
 

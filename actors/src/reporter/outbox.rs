@@ -191,6 +191,11 @@ impl Outbox {
         Ok(())
     }
 
+    /// How many outcomes are waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Whether an outcome for `trace_id` is waiting.
     pub(crate) fn contains(&self, trace_id: &TraceId) -> bool {
         self.pending.contains_key(trace_id)

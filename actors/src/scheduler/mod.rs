@@ -198,6 +198,9 @@ impl Scheduler {
             ctx.stop();
             return;
         };
+        crate::metrics::metrics()
+            .wheel_timers
+            .set(i64::try_from(self.planner.timers()).unwrap_or(i64::MAX));
         if self.replay_from.is_none() {
             // Only a tick made with the whole registry loaded covers every job: a restart
             // replays from it.
@@ -572,6 +575,7 @@ pub(crate) async fn run_retry(
         Updated::Written(record, _) => *record,
         Updated::Refused(_) | Updated::Missing => return Ok(()),
     };
+    crate::metrics::metrics().retries.inc();
     let Some((job, _)) = client.job(&record.job).await? else {
         let why = "the job was deleted before its retry";
         return crate::outcome::cancel_for_deleted_job(client, instance_id, &new_trace, why).await;

@@ -115,6 +115,11 @@ impl Planner {
         }
     }
 
+    /// Timers pending in the wheel.
+    pub(crate) fn timers(&self) -> usize {
+        self.wheel.len()
+    }
+
     /// Number of jobs.
     pub(crate) fn job_count(&self) -> usize {
         self.by_name.len()

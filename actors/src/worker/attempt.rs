@@ -233,6 +233,7 @@ impl Attempts {
             .await
         {
             Ok(Updated::Written(record, revision)) => {
+                started_metrics(&record, note, now);
                 publish::event(&self.client, &record).await;
                 Ok(StoredRecord { record, revision })
             }
@@ -435,6 +436,26 @@ impl Attempts {
             }
         }
     }
+}
+
+/// Counts an attempt that starts now: its wait since it could start (a first attempt's) and
+/// its dispatch's acknowledgement time.
+fn started_metrics(
+    record: &ax_bus::InstanceRecord,
+    note: &DispatchNote,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let seconds = |d: chrono::TimeDelta| d.num_milliseconds().max(0) as f64 / 1000.0;
+    let metrics = crate::metrics::metrics();
+    if record.attempt == 1 {
+        let could_start = record.created_at.max(record.expected_time);
+        metrics
+            .schedule_to_start
+            .observe(seconds(now - could_start));
+    }
+    metrics
+        .dispatch_to_ack
+        .observe(seconds(note.acknowledged_at - note.at));
 }
 
 /// How `work` reached this worker, for the record's `executing` write (the instance history's

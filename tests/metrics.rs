@@ -65,6 +65,53 @@ impl Prometheus {
     }
 }
 
+/// The metric names (`ax_…`, `process_…`) an expression text uses.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (start, _) in text
+        .match_indices("ax_")
+        .chain(text.match_indices("process_"))
+    {
+        let before = text[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let name: String = text[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let name = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(&name)
+            .to_string();
+        names.insert(name);
+    }
+    names
+}
+
+/// `promtool check rules` and the rules' unit tests (`promtool test rules`) on what ships.
+#[test]
+fn the_shipped_alert_rules_are_valid_and_fire_when_they_should() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prometheus");
+    for args in [
+        ["check", "rules", "ax-rules.yml"],
+        ["test", "rules", "ax-rules.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("promtool (Debian's package `prometheus`)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -155,6 +202,17 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
     );
+    // The shipped alert rules and dashboard ask only for what a node serves.
+    for file in ["config/prometheus/ax-rules.yml", "config/grafana/ax.json"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let shipped = std::fs::read_to_string(&path).unwrap();
+        for name in metric_names(&shipped) {
+            let served = ["", "_bucket", "_count", "_sum"]
+                .iter()
+                .any(|suffix| text.contains(&format!("\n{name}{suffix}")));
+            assert!(served, "{file} uses {name}, which no node serves");
+        }
+    }
     // A real Prometheus scrapes it and counts what ran.
     let prometheus = Prometheus::start(dir.path(), &format!("127.0.0.1:{http_port}"));
     for (query, expected) in [
@@ -167,6 +225,7 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         ("ax_dispatch_to_ack_seconds_count", 6.0),
         (r#"ax_queue_pending{queue="delayed"}"#, 0.0),
         ("ax_outbox_unreported", 0.0),
+        ("ax_workers_live", 1.0),
         (r#"ax_build_info{version!=""}"#, 1.0),
         (r#"ax_actor_panics_total{actor="scheduler"}"#, 0.0),
     ] {

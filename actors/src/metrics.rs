@@ -91,6 +91,8 @@ pub struct Metrics {
     pub deps_waiting: Gauge,
     /// Outcomes this worker's outbox holds that are not reported yet.
     pub outbox_unreported: Gauge,
+    /// Workers with a recent heartbeat, as this node's Router sees them.
+    pub workers_live: Gauge,
     /// This node's clock minus the NATS server's, as last measured.
     pub clock_offset: Gauge<f64, AtomicU64>,
     /// Queue depths, read from JetStream when scraped.
@@ -181,6 +183,11 @@ impl Metrics {
             "outbox_unreported",
             "Outcomes this worker's outbox holds that are not reported yet",
         );
+        let workers_live = gauge(
+            registry,
+            "workers_live",
+            "Workers with a recent heartbeat, as this node's Router sees them",
+        );
         let clock_offset = Gauge::<f64, AtomicU64>::default();
         registry.register_with_unit(
             "clock_offset",
@@ -203,6 +210,7 @@ impl Metrics {
             wheel_timers,
             deps_waiting,
             outbox_unreported,
+            workers_live,
             clock_offset,
             backlog,
         }

@@ -267,6 +267,14 @@ impl Fleet {
     pub(crate) fn len(&self) -> usize {
         self.members.len()
     }
+
+    /// Number of workers whose heartbeat is recent.
+    pub(crate) fn live(&self) -> usize {
+        self.members
+            .values()
+            .filter(|m| m.last_seen.elapsed() < self.ttl)
+            .count()
+    }
 }
 
 #[cfg(test)]

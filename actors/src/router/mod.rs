@@ -279,6 +279,9 @@ impl Handler<WorkerNews> for Router {
                 tracing::info!(workers = self.fleet.len(), "worker registry loaded")
             }
         }
+        crate::metrics::metrics()
+            .workers_live
+            .set(i64::try_from(self.fleet.live()).unwrap_or(i64::MAX));
     }
 }
 

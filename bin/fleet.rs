@@ -184,27 +184,31 @@ pub(crate) async fn queue(client: &AxClient, text: &str, paused: bool, json: boo
 }
 
 pub(crate) async fn queues(client: &AxClient, json: bool) -> Result<()> {
-    let paused = client.paused_queues().await?;
-    let states: Vec<(Priority, bool)> = Priority::ALL
-        .into_iter()
-        .map(|p| (p, paused.contains(&p)))
-        .collect();
+    let states = client.queue_states().await?;
     if json {
         let docs: Vec<_> = states
             .iter()
-            .map(|(p, paused)| serde_json::json!({ "priority": p.as_str(), "paused": paused }))
+            .map(|(p, s)| {
+                serde_json::json!({ "priority": p.as_str(), "paused": s.paused, "by": s.by })
+            })
             .collect();
         return table::json(&docs);
     }
     let rows: Vec<Vec<String>> = states
         .iter()
-        .map(|(p, paused)| {
+        .map(|(p, s)| {
+            let by = match (s.paused, s.by.as_str()) {
+                (false, _) => "-",
+                (true, "") => "operator",
+                (true, by) => by,
+            };
             vec![
                 p.as_str().to_string(),
-                if *paused { "paused" } else { "running" }.to_string(),
+                if s.paused { "paused" } else { "running" }.to_string(),
+                by.to_string(),
             ]
         })
         .collect();
-    table::print(&["QUEUE", "STATE"], &rows);
+    table::print(&["QUEUE", "STATE", "PAUSED BY"], &rows);
     Ok(())
 }

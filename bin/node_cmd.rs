@@ -120,7 +120,10 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
             max_clock_skew: file.node.max_clock_skew()?,
             alert_webhook: file.alerts.webhook()?,
             stall_after: file.node.stall_after()?,
-            router: file.router.config()?,
+            router: ax_actors::RouterConfig {
+                backlog: file.backlog.config()?,
+                ..file.router.config()?
+            },
             max_delay: file.scheduler.max_delay()?,
         },
         node_clock(),

@@ -70,6 +70,8 @@ pub(crate) struct FileConfig {
     pub scheduler: SchedulerSection,
     #[serde(default)]
     pub metrics: MetricsSection,
+    #[serde(default)]
+    pub backlog: BacklogSection,
     /// Databases of the sql executor: name → URL.
     #[serde(default)]
     pub databases: BTreeMap<String, String>,
@@ -139,6 +141,47 @@ impl AlertsSection {
             url: url.clone(),
             timeout,
         }))
+    }
+}
+
+/// `[backlog]`: the Routers' backlog control.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BacklogSection {
+    /// Work waiting per worker above which a priority is backlogged (100).
+    pub factor: Option<u64>,
+    /// Seconds it must stay above before the alert (120).
+    #[serde(rename = "for")]
+    pub hold: Option<f64>,
+    /// Whether the low-priority queue is paused then (false).
+    pub auto_pause_low: Option<bool>,
+    /// Seconds every priority must stay below half before the queue is resumed (600).
+    pub resume_after: Option<f64>,
+}
+
+impl BacklogSection {
+    /// The control's settings, defaults filled in; an error names the bad field.
+    pub(crate) fn config(&self) -> Result<ax_actors::BacklogConfig> {
+        let mut config = ax_actors::BacklogConfig::default();
+        match self.factor {
+            Some(0) => anyhow::bail!("[backlog] factor = 0: must be at least 1"),
+            Some(factor) => config.factor = factor,
+            None => {}
+        }
+        for (name, value, slot) in [
+            ("for", self.hold, &mut config.hold),
+            ("resume_after", self.resume_after, &mut config.resume_after),
+        ] {
+            match value {
+                Some(v) if v.is_finite() && v >= 0.0 => *slot = Duration::from_secs_f64(v),
+                Some(v) => {
+                    anyhow::bail!("[backlog] {name} = {v}: must be a number of seconds >= 0")
+                }
+                None => {}
+            }
+        }
+        config.auto_pause_low = self.auto_pause_low.unwrap_or(false);
+        Ok(config)
     }
 }
 

@@ -545,3 +545,127 @@ async fn a_paused_queue_loses_nothing() {
         stderr(&out)
     );
 }
+
+/// Backlog control: one worker with one slot for low work, 160 low triggers at once — more
+/// than 100 waiting per worker — raise `ax.alert.backlog` and pause the low queue (audited,
+/// shown by `ax queue list`); a high job still runs meanwhile; once the backlog is below half
+/// the limit the control resumes the queue, and every low instance runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlogged_low_queue_is_paused_and_resumed_while_high_work_runs() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let config = nats.path("config").join("core.toml");
+    std::fs::write(
+        &config,
+        "[backlog]\nfactor = 100\nfor = 2\nauto_pause_low = true\nresume_after = 2\n",
+    )
+    .unwrap();
+    let _core = AxProcess::node(
+        &nats,
+        "core",
+        "scheduler,dag,router",
+        &["--config", config.to_str().unwrap()],
+    );
+    let worker_config = nats.path("config").join("worker.toml");
+    std::fs::write(
+        &worker_config,
+        "[worker]\nslots = 2\nreserved = { high = 1 }\n",
+    )
+    .unwrap();
+    let _worker = AxProcess::node(
+        &nats,
+        "w",
+        "worker",
+        &["--config", worker_config.to_str().unwrap()],
+    );
+    apply_job(
+        &nats,
+        "prio",
+        &[
+            job("bulk", "  priority: low\n", "sleep 0.1"),
+            job("urgent", "  priority: high\n", "true"),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    for i in 0..160 {
+        let request = ax_bus::messages::TriggerRequest {
+            name: "bulk".parse().unwrap(),
+            biz_date: None,
+            params: Default::default(),
+            key: Some(format!("b{i}").parse().unwrap()),
+            at: None,
+            delay: None,
+        };
+        client
+            .js
+            .publish_with_headers(
+                "ax.control.trigger",
+                ax_bus::codec::msgpack_headers(),
+                ax_bus::codec::encode(&request).unwrap(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let paused = |by: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .queue_states()
+                .await
+                .unwrap()
+                .into_iter()
+                .any(|(p, s)| p == ax_bus::spec::Priority::Low && s.paused && s.by == by)
+        }
+    };
+    wait_for(
+        Duration::from_secs(60),
+        "the low queue to be paused",
+        || async { paused("backlog control").await.then_some(()) },
+    )
+    .await;
+    let alerts = alerts_of(&client, "backlog").await;
+    assert!(!alerts.is_empty());
+    assert!(
+        alerts[0].message.starts_with("low work waiting:"),
+        "{alerts:?}"
+    );
+    let out = ax(&nats.url(), &["queue", "list"]);
+    assert!(stdout(&out).contains("backlog control"), "{}", stdout(&out));
+    // High work runs while low is paused.
+    let urgent = trigger(&nats, &["urgent"]);
+    let record = final_record(&client, &urgent, Duration::from_secs(20)).await;
+    assert_eq!(record.state, State::Success);
+    // Drained below half the limit: resumed by the control, recorded on the audit.
+    wait_for(
+        Duration::from_secs(90),
+        "the low queue to be resumed",
+        || async { (!paused("backlog control").await).then_some(()) },
+    )
+    .await;
+    let audit = client.js.get_stream("AX_AUDIT").await.unwrap();
+    let last = audit
+        .get_last_raw_message_by_subject("ax.audit.queue")
+        .await
+        .unwrap();
+    let record: serde_json::Value = ax_bus::codec::decode(&last.payload).unwrap();
+    assert_eq!(
+        (record["action"].as_str(), record["requested_by"].as_str()),
+        (Some("resume"), Some("backlog control"))
+    );
+    wait_for(
+        Duration::from_secs(90),
+        "every low instance to run",
+        || async {
+            let done = instances(&client, "bulk")
+                .await
+                .iter()
+                .filter(|r| r.state == State::Success)
+                .count();
+            (done == 160).then_some(())
+        },
+    )
+    .await;
+}

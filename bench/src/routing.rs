@@ -273,7 +273,10 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
                 .queues
                 .put(
                     Priority::Normal.as_str(),
-                    codec::encode(&QueueState { paused })?,
+                    codec::encode(&QueueState {
+                        paused,
+                        by: String::new(),
+                    })?,
                 )
                 .await
                 .map_err(|e| format!("pause the ready queue: {e}"))?;

@@ -354,6 +354,15 @@ pub struct DispatchAck {
 pub struct QueueState {
     /// Paused queues keep their messages; nothing is dispatched from them.
     pub paused: bool,
+    /// Who paused it: empty for an operator (`ax queue pause`), `backlog control` when the
+    /// Routers' backlog control did, which alone resumes it by itself.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+}
+
+impl QueueState {
+    /// Who pauses a queue when the backlog control does.
+    pub const BY_BACKLOG: &'static str = "backlog control";
 }
 
 /// `ax.control.queue`: pause or resume one priority's queue.
@@ -690,6 +699,8 @@ pub enum AlertKind {
     Stranded,
     /// A job registry entry that does not decode or breaks a rule of the spec: ignored.
     Registry,
+    /// A queue's backlog stayed above its limit (work waiting per worker).
+    Backlog,
     /// A kind written by a newer ax.
     #[serde(other)]
     Other,
@@ -713,6 +724,7 @@ impl AlertKind {
             AlertKind::ActorStalled => "actor_stalled",
             AlertKind::Stranded => "stranded",
             AlertKind::Registry => "registry",
+            AlertKind::Backlog => "backlog",
             AlertKind::Other => "other",
         }
     }

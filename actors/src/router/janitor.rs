@@ -43,10 +43,13 @@ const LEASE: &str = "router-janitor";
 /// Holds the janitor lease and sweeps for dead workers while it does.
 pub(crate) async fn run(shared: Dispatcher) -> Result<(), ActorError> {
     let lease = Lease::acquire(&shared.client, LEASE, &shared.node).await?;
+    // Boxed: side by side in this future, the three loops' states overflowed an arbiter
+    // thread's stack in a debug build.
     tokio::select! {
         lost = lease.keep() => Err(lost),
-        ended = consistency::watch(shared.clone()) => ended,
-        ended = sweep(shared) => ended,
+        ended = Box::pin(consistency::watch(shared.clone())) => ended,
+        ended = Box::pin(super::backlog::watch(shared.clone())) => ended,
+        ended = Box::pin(sweep(shared)) => ended,
     }
 }
 

@@ -20,6 +20,7 @@
 //! is not consumed: its messages wait in the stream.
 
 pub(crate) mod acks;
+pub(crate) mod backlog;
 mod consistency;
 pub(crate) mod dead_letters;
 mod dispatch;
@@ -58,6 +59,8 @@ pub struct RouterConfig {
     pub worker_ttl: Duration,
     /// How long a worker has to acknowledge a dispatch.
     pub ack_timeout: Duration,
+    /// The backlog control (run where the janitor runs).
+    pub backlog: backlog::BacklogConfig,
 }
 
 impl Default for RouterConfig {
@@ -66,6 +69,7 @@ impl Default for RouterConfig {
             weights: Weights::default(),
             worker_ttl: Duration::from_secs(10),
             ack_timeout: Duration::from_secs(5),
+            backlog: backlog::BacklogConfig::default(),
         }
     }
 }

@@ -672,22 +672,28 @@ impl AxClient {
             .collect()
     }
 
-    /// Which priority queues are paused.
-    pub async fn paused_queues(&self) -> Result<Vec<crate::spec::Priority>, ClientError> {
+    /// Each priority queue's state (paused or not, and by whom), highest priority first.
+    pub async fn queue_states(
+        &self,
+    ) -> Result<Vec<(crate::spec::Priority, QueueState)>, ClientError> {
         let feed = KvFeed::open(&self.js, &self.layout.queues_bucket(), ">").await?;
-        let mut paused = Vec::new();
+        let mut states: Vec<(crate::spec::Priority, QueueState)> = crate::spec::Priority::ALL
+            .into_iter()
+            .map(|p| {
+                let running = QueueState {
+                    paused: false,
+                    by: String::new(),
+                };
+                (p, running)
+            })
+            .collect();
         for (key, value, _) in feed.snapshot().await? {
             let state: QueueState = codec::decode(&value)?;
-            if state.paused {
-                if let Some(p) = crate::spec::Priority::ALL
-                    .into_iter()
-                    .find(|p| p.as_str() == key)
-                {
-                    paused.push(p);
-                }
+            if let Some(slot) = states.iter_mut().find(|(p, _)| p.as_str() == key) {
+                slot.1 = state;
             }
         }
-        Ok(paused)
+        Ok(states)
     }
 
     /// One instance's record and revision.

@@ -378,7 +378,9 @@ fn share_of(text: &str) -> f64 {
 pub const RETRIES_WORTH_A_WARNING: u32 = 3;
 
 /// The queue an instance goes through.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     /// Served first.

@@ -275,6 +275,7 @@ async fn set_queue(
 ) -> Result<ControlReply, CommandError> {
     let state = QueueState {
         paused: request.paused,
+        by: String::new(),
     };
     client
         .queues

@@ -1,0 +1,406 @@
+//! Backlog control (the article's 5.5): work waiting per worker, watched on the janitor's node.
+//!
+//! Every [`CHECK_EVERY`] it reads, per priority, what waits — the ready queue's undelivered
+//! messages plus what the Routers dispatched to the workers' queues and the workers have not
+//! taken yet — and the number of workers consuming that priority. When what waits stays above
+//! `factor` times the workers for `hold`, `ax.alert.backlog` is raised and, with
+//! `auto_pause_low`, the low-priority queue is paused (recorded on `ax.audit.queue`, shown by
+//! `ax queue list` as paused by the backlog control): the workers' slots go to normal and high
+//! work. Once every priority stays below half the limit for `resume_after`, the queue is
+//! resumed — only a pause of its own: an operator's pause is the operator's to lift. High and
+//! normal queues are never paused by it.
+//!
+//! [`Control`] decides from the depths alone (a pure state machine, unit-tested); [`watch`]
+//! reads JetStream and carries out what it decides.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use ax_bus::codec;
+use ax_bus::error::During;
+use ax_bus::messages::{AlertKind, QueueState};
+use ax_bus::spec::Priority;
+use ax_bus::AxClient;
+
+use super::Dispatcher;
+use crate::jetstream::publish;
+use crate::ActorError;
+
+/// How often the depths are read.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// The backlog control's settings (`[backlog]` in the node config).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BacklogConfig {
+    /// Work waiting per worker above which a priority is backlogged (100).
+    pub factor: u64,
+    /// How long it must stay above before the alert (2 minutes).
+    pub hold: Duration,
+    /// Whether the low-priority queue is paused then.
+    pub auto_pause_low: bool,
+    /// How long every priority must stay below half the limit before the queue is resumed
+    /// (10 minutes).
+    pub resume_after: Duration,
+}
+
+impl Default for BacklogConfig {
+    fn default() -> Self {
+        Self {
+            factor: 100,
+            hold: Duration::from_secs(120),
+            auto_pause_low: false,
+            resume_after: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What waits in one priority, and who consumes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Depth {
+    /// Messages not yet taken: the ready queue's and the workers' queues'.
+    pub(crate) waiting: u64,
+    /// Workers consuming the priority.
+    pub(crate) workers: u64,
+}
+
+/// What the control decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Raise the alert for a backlogged priority.
+    Alert(Priority, Depth),
+    /// Pause the low queue.
+    PauseLow,
+    /// Resume the low queue (it was paused by the control).
+    ResumeLow,
+}
+
+/// The control's memory between readings.
+#[derive(Debug)]
+pub(crate) struct Control {
+    config: BacklogConfig,
+    above_since: BTreeMap<Priority, Instant>,
+    alerted: BTreeMap<Priority, bool>,
+    calm_since: Option<Instant>,
+}
+
+impl Control {
+    pub(crate) fn new(config: BacklogConfig) -> Self {
+        Self {
+            config,
+            above_since: BTreeMap::new(),
+            alerted: BTreeMap::new(),
+            calm_since: None,
+        }
+    }
+
+    /// What to do after reading `depths` at `now`; `paused_by_control` says whether the low
+    /// queue is paused by the control now.
+    pub(crate) fn observe(
+        &mut self,
+        depths: &BTreeMap<Priority, Depth>,
+        paused_by_control: bool,
+        now: Instant,
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let limit = |d: &Depth| self.config.factor.saturating_mul(d.workers.max(1));
+        for (priority, depth) in depths {
+            if depth.waiting > limit(depth) {
+                let since = *self.above_since.entry(*priority).or_insert(now);
+                let alerted = self.alerted.entry(*priority).or_insert(false);
+                if now.duration_since(since) >= self.config.hold && !*alerted {
+                    *alerted = true;
+                    actions.push(Action::Alert(*priority, *depth));
+                    if self.config.auto_pause_low && !paused_by_control {
+                        actions.push(Action::PauseLow);
+                    }
+                }
+            } else {
+                self.above_since.remove(priority);
+                if depth.waiting.saturating_mul(2) < limit(depth) {
+                    self.alerted.insert(*priority, false);
+                }
+            }
+        }
+        let calm = depths
+            .values()
+            .all(|d| d.waiting.saturating_mul(2) < limit(d));
+        if !calm {
+            self.calm_since = None;
+            return actions;
+        }
+        let since = *self.calm_since.get_or_insert(now);
+        if paused_by_control && now.duration_since(since) >= self.config.resume_after {
+            actions.push(Action::ResumeLow);
+        }
+        actions
+    }
+}
+
+/// Watches the depths for ever (on the janitor's node), carrying out what [`Control`] decides.
+pub(crate) async fn watch(shared: Dispatcher) -> Result<(), ActorError> {
+    let mut control = Control::new(shared.config.backlog);
+    let mut every = tokio::time::interval(CHECK_EVERY);
+    loop {
+        every.tick().await;
+        let client = &shared.client;
+        let (depths, paused) = match (depths(client).await, low_state(client).await) {
+            (Ok(depths), Ok(paused)) => (depths, paused),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::debug!(error = %e, "backlog not read; again at the next check");
+                continue;
+            }
+        };
+        let paused_by_control = paused
+            .as_ref()
+            .is_some_and(|s| s.by == QueueState::BY_BACKLOG);
+        for action in control.observe(&depths, paused_by_control, Instant::now()) {
+            carry_out(&shared, action, paused.as_ref()).await?;
+        }
+    }
+}
+
+async fn carry_out(
+    shared: &Dispatcher,
+    action: Action,
+    low: Option<&QueueState>,
+) -> Result<(), ActorError> {
+    let (client, node) = (&shared.client, &shared.node);
+    let factor = shared.config.backlog.factor;
+    match action {
+        Action::Alert(priority, depth) => {
+            let message = format!(
+                "{} work waiting: {} for {} worker(s), more than {factor} per worker for {:?}",
+                priority.as_str(),
+                depth.waiting,
+                depth.workers,
+                shared.config.backlog.hold
+            );
+            publish::alert(client, node, AlertKind::Backlog, message, None).await;
+        }
+        Action::PauseLow if low.is_some_and(|s| s.paused) => {
+            // Paused by an operator already: theirs to resume.
+        }
+        Action::PauseLow => {
+            set_low(shared, true, "a queue's backlog stayed above its limit").await?
+        }
+        Action::ResumeLow => {
+            set_low(
+                shared,
+                false,
+                "every queue's backlog stayed below half its limit",
+            )
+            .await?
+        }
+    }
+    Ok(())
+}
+
+/// Pauses or resumes the low queue as the control, and records it on `ax.audit.queue`.
+async fn set_low(shared: &Dispatcher, paused: bool, why: &str) -> Result<(), ActorError> {
+    let client = &shared.client;
+    let state = QueueState {
+        paused,
+        by: if paused {
+            QueueState::BY_BACKLOG.to_string()
+        } else {
+            String::new()
+        },
+    };
+    client
+        .queues
+        .put(Priority::Low.as_str(), codec::encode(&state)?)
+        .await
+        .during(|| "set the low queue")?;
+    let action = if paused { "pause" } else { "resume" };
+    tracing::warn!(queue = "low", action, why, "backlog control");
+    let record = serde_json::json!({
+        "action": action,
+        "queue": Priority::Low.as_str(),
+        "requested_by": QueueState::BY_BACKLOG,
+        "why": why,
+        "at": ax_bus::time::rfc3339(ax_bus::time::now()),
+        "node": shared.node,
+    });
+    let msg_id = format!(
+        "queue:{action}:{}",
+        ax_bus::time::to_millis(ax_bus::time::now())
+    );
+    publish::to_stream_acked(client, client.subjects().audit("queue"), &msg_id, &record).await
+}
+
+/// The low queue's state, if one was ever set.
+async fn low_state(client: &AxClient) -> Result<Option<QueueState>, ActorError> {
+    match client
+        .queues
+        .get(Priority::Low.as_str())
+        .await
+        .during(|| "read the low queue's state")?
+    {
+        Some(value) => Ok(Some(codec::decode(&value)?)),
+        None => Ok(None),
+    }
+}
+
+/// What waits in each priority: its ready queue's consumer's undelivered messages, and the
+/// workers' queues of that priority (their consumers' undelivered messages), with how many
+/// workers consume it.
+async fn depths(client: &AxClient) -> Result<BTreeMap<Priority, Depth>, ActorError> {
+    let mut depths: BTreeMap<Priority, Depth> = Priority::ALL
+        .into_iter()
+        .map(|p| (p, Depth::default()))
+        .collect();
+    let flow = client
+        .js
+        .get_stream(client.layout.flow_stream())
+        .await
+        .during(|| "open the flow stream")?;
+    for (priority, depth) in depths.iter_mut() {
+        let name = format!("router-ready-{}", priority.as_str());
+        if let Ok(info) = flow.consumer_info(&name).await {
+            depth.waiting += info.num_pending;
+        }
+    }
+    let dispatch = client
+        .js
+        .get_stream(client.layout.dispatch_stream())
+        .await
+        .during(|| "open the dispatch stream")?;
+    let mut consumers = dispatch.consumers();
+    while let Some(info) = consumers.next().await {
+        let info = info.during(|| "list the workers' consumers")?;
+        // A worker's own consumer, `worker-<id>-<priority>` (not a janitor's drain).
+        let Some(rest) = info.name.strip_prefix("worker-") else {
+            continue;
+        };
+        if let Some(priority) = Priority::ALL
+            .into_iter()
+            .find(|p| rest.ends_with(&format!("-{}", p.as_str())))
+        {
+            if let Some(depth) = depths.get_mut(&priority) {
+                depth.waiting += info.num_pending;
+                depth.workers += 1;
+            }
+        }
+    }
+    Ok(depths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BacklogConfig {
+        BacklogConfig {
+            factor: 100,
+            hold: Duration::from_secs(120),
+            auto_pause_low: true,
+            resume_after: Duration::from_secs(600),
+        }
+    }
+
+    fn depths(low: u64, high: u64) -> BTreeMap<Priority, Depth> {
+        BTreeMap::from([
+            (
+                Priority::Low,
+                Depth {
+                    waiting: low,
+                    workers: 1,
+                },
+            ),
+            (
+                Priority::High,
+                Depth {
+                    waiting: high,
+                    workers: 1,
+                },
+            ),
+        ])
+    }
+
+    #[test]
+    fn a_backlog_held_past_the_hold_alerts_once_pauses_low_and_resumes_when_calm() {
+        let mut control = Control::new(config());
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert!(control.observe(&depths(150, 0), false, at(0)).is_empty());
+        assert!(control.observe(&depths(150, 0), false, at(119)).is_empty());
+        assert_eq!(
+            control.observe(&depths(150, 0), false, at(120)),
+            [
+                Action::Alert(
+                    Priority::Low,
+                    Depth {
+                        waiting: 150,
+                        workers: 1
+                    }
+                ),
+                Action::PauseLow
+            ]
+        );
+        // Once: still above, paused, nothing more.
+        assert!(control.observe(&depths(150, 0), true, at(200)).is_empty());
+        // Below the limit but not below half: not calm.
+        assert!(control.observe(&depths(60, 0), true, at(300)).is_empty());
+        assert!(control.observe(&depths(40, 0), true, at(301)).is_empty());
+        assert!(control.observe(&depths(40, 0), true, at(900)).is_empty());
+        assert_eq!(
+            control.observe(&depths(40, 0), true, at(901)),
+            [Action::ResumeLow]
+        );
+    }
+
+    #[test]
+    fn a_dip_restarts_the_hold_and_an_operators_pause_is_not_resumed() {
+        let mut control = Control::new(config());
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        control.observe(&depths(0, 150), false, at(0));
+        control.observe(&depths(0, 90), false, at(60));
+        assert!(control.observe(&depths(0, 150), false, at(150)).is_empty());
+        assert_eq!(control.observe(&depths(0, 150), false, at(270)).len(), 2);
+        // Calm for long, but the low queue is not paused by the control (an operator's, or
+        // none): nothing to resume.
+        control.observe(&depths(0, 0), false, at(300));
+        assert!(control.observe(&depths(0, 0), false, at(2000)).is_empty());
+    }
+
+    #[test]
+    fn without_auto_pause_it_only_alerts_and_more_workers_take_more() {
+        let mut control = Control::new(BacklogConfig {
+            auto_pause_low: false,
+            ..config()
+        });
+        let t0 = Instant::now();
+        let busy = BTreeMap::from([(
+            Priority::Normal,
+            Depth {
+                waiting: 250,
+                workers: 3,
+            },
+        )]);
+        control.observe(&busy, false, t0);
+        assert!(control
+            .observe(&busy, false, t0 + Duration::from_secs(500))
+            .is_empty());
+        let busier = BTreeMap::from([(
+            Priority::Normal,
+            Depth {
+                waiting: 301,
+                workers: 3,
+            },
+        )]);
+        control.observe(&busier, false, t0 + Duration::from_secs(501));
+        assert_eq!(
+            control.observe(&busier, false, t0 + Duration::from_secs(621)),
+            [Action::Alert(
+                Priority::Normal,
+                Depth {
+                    waiting: 301,
+                    workers: 3
+                }
+            )]
+        );
+    }
+}

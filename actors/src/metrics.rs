@@ -13,7 +13,7 @@
 //! `_total`). No label is unbounded: never an instance or trace id; outcomes, tags, actors and
 //! queues are small closed sets. Recording is an atomic add, nothing on the hot path waits.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus_client::collector::Collector;
@@ -241,17 +241,33 @@ impl Metrics {
 
 /// Counts a fire expected at `expected` as handed on now (its lateness).
 pub(crate) fn fire_handed_on(expected: chrono::DateTime<chrono::Utc>) {
-    let late = (chrono::Utc::now() - expected)
-        .num_microseconds()
-        .unwrap_or(0) as f64
-        / 1e6;
-    metrics().fire_lateness.observe(late.max(0.0));
+    if let Some(metrics) = recording() {
+        let late = (chrono::Utc::now() - expected)
+            .num_microseconds()
+            .unwrap_or(0) as f64
+            / 1e6;
+        metrics.fire_lateness.observe(late.max(0.0));
+    }
 }
 
 /// This process's metrics.
 pub fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(Metrics::new)
+}
+
+/// Whether the actors record (on unless [`set_recording`] said otherwise).
+static RECORDING: AtomicBool = AtomicBool::new(true);
+
+/// The metrics to record into, unless recording is off.
+pub fn recording() -> Option<&'static Metrics> {
+    RECORDING.load(Ordering::Relaxed).then(metrics)
+}
+
+/// Turns recording on or off for the whole process: how `ax bench` measures what metrics cost
+/// the hot path (with them and without them in the same run).
+pub fn set_recording(on: bool) {
+    RECORDING.store(on, Ordering::Relaxed);
 }
 
 /// A family a collector writes: its name, its help, and its value in what is read.

@@ -18,7 +18,77 @@ use crate::{client_for, cron_at, messages_so_far, noop_job, start_node, store_jo
 
 pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
     let n = if quick { 5_000 } else { 20_000 };
-    let client = client_for(url, "tp").await?;
+    let first = run(url, "tp", n, quick).await?;
+    // What the metrics cost the hot path: the same run without recording them, then (in a
+    // full run) both once more, alternating, so that neither side gets the warmer machine.
+    let mut on = vec![first.rate];
+    let mut off = Vec::new();
+    let pairs = if quick { 1 } else { 2 };
+    for pair in 0..pairs {
+        ax_actors::metrics::set_recording(false);
+        let without = run(url, &format!("tpoff{pair}"), n, quick).await;
+        ax_actors::metrics::set_recording(true);
+        off.push(without?.rate);
+        if pair + 1 < pairs {
+            on.push(run(url, &format!("tpon{pair}"), n, quick).await?.rate);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (with, without) = (mean(&on), mean(&off));
+    let Run {
+        rate,
+        seconds,
+        sent,
+        received,
+    } = first;
+    Ok(vec![
+        Figure {
+            section: "throughput",
+            name: "no-op instances end to end".into(),
+            value: rate,
+            unit: "inst/s",
+            note: format!(
+                "{n} fired at one second, all final in {seconds:.2} s; {:.1}% of the raw limit",
+                100.0 * rate / raw
+            ),
+        },
+        Figure {
+            section: "throughput",
+            name: "cost of metrics".into(),
+            // Negative when the runs with metrics happened to be faster (noise).
+            value: 100.0 * (without - with) / without,
+            unit: "%",
+            note: format!(
+                "{with:.0} inst/s recording them, {without:.0} without (means of {} and {} runs)",
+                on.len(),
+                off.len()
+            ),
+        },
+        Figure {
+            section: "throughput",
+            name: "messages per instance".into(),
+            value: (sent + received) as f64 / n as f64,
+            unit: "msg",
+            note: format!(
+                "{:.1} sent + {:.1} received (publishes, KV operations, acks, events)",
+                sent as f64 / n as f64,
+                received as f64 / n as f64
+            ),
+        },
+    ])
+}
+
+/// One run's figures.
+struct Run {
+    rate: f64,
+    seconds: f64,
+    sent: u64,
+    received: u64,
+}
+
+/// N no-op jobs under `prefix` fired at one second, run to their results.
+async fn run(url: &str, prefix: &str, n: usize, quick: bool) -> Result<Run> {
+    let client = client_for(url, prefix).await?;
     let scratch = tempfile::tempdir()?;
     let fire_at = ax_bus::time::now() + chrono::Duration::seconds(if quick { 4 } else { 8 });
     let fire_at = chrono::DurationRound::duration_trunc(fire_at, chrono::Duration::seconds(1))?;
@@ -45,31 +115,12 @@ pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figu
         }
     }
     let (sent, received) = messages_so_far(&client);
-    let (sent, received) = (sent - sent_before, received - received_before);
     node.stop();
     let seconds = (last - fire_at).num_milliseconds().max(1) as f64 / 1000.0;
-    let rate = n as f64 / seconds;
-    Ok(vec![
-        Figure {
-            section: "throughput",
-            name: "no-op instances end to end".into(),
-            value: rate,
-            unit: "inst/s",
-            note: format!(
-                "{n} fired at one second, all final in {seconds:.2} s; {:.1}% of the raw limit",
-                100.0 * rate / raw
-            ),
-        },
-        Figure {
-            section: "throughput",
-            name: "messages per instance".into(),
-            value: (sent + received) as f64 / n as f64,
-            unit: "msg",
-            note: format!(
-                "{:.1} sent + {:.1} received (publishes, KV operations, acks, events)",
-                sent as f64 / n as f64,
-                received as f64 / n as f64
-            ),
-        },
-    ])
+    Ok(Run {
+        rate: n as f64 / seconds,
+        seconds,
+        sent: sent - sent_before,
+        received: received - received_before,
+    })
 }

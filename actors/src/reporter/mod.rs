@@ -201,9 +201,11 @@ impl Handler<Reported> for Reporter {
 impl Reporter {
     /// The outbox's unreported outcomes, for `/metrics`.
     fn count_unreported(&self) {
-        crate::metrics::metrics()
-            .outbox_unreported
-            .set(i64::try_from(self.outbox.len()).unwrap_or(i64::MAX));
+        if let Some(metrics) = crate::metrics::recording() {
+            metrics
+                .outbox_unreported
+                .set(i64::try_from(self.outbox.len()).unwrap_or(i64::MAX));
+        }
     }
 }
 

@@ -198,9 +198,11 @@ impl Scheduler {
             ctx.stop();
             return;
         };
-        crate::metrics::metrics()
-            .wheel_timers
-            .set(i64::try_from(self.planner.timers()).unwrap_or(i64::MAX));
+        if let Some(metrics) = crate::metrics::recording() {
+            metrics
+                .wheel_timers
+                .set(i64::try_from(self.planner.timers()).unwrap_or(i64::MAX));
+        }
         if self.replay_from.is_none() {
             // Only a tick made with the whole registry loaded covers every job: a restart
             // replays from it.

@@ -331,7 +331,9 @@ impl Attempts {
         let ran = end
             .started_at
             .map(|started| (end.finished_at - started).num_milliseconds() as f64 / 1000.0);
-        crate::metrics::metrics().attempt_finished(end.success, end.tag, ran);
+        if let Some(metrics) = crate::metrics::recording() {
+            metrics.attempt_finished(end.success, end.tag, ran);
+        }
         let durable = match self.reporter.send(Record(outcome.clone())).await {
             Ok(Ok(())) => return,
             Ok(Err(e)) => e.to_string(),
@@ -446,7 +448,9 @@ fn started_metrics(
     now: chrono::DateTime<chrono::Utc>,
 ) {
     let seconds = |d: chrono::TimeDelta| d.num_milliseconds().max(0) as f64 / 1000.0;
-    let metrics = crate::metrics::metrics();
+    let Some(metrics) = crate::metrics::recording() else {
+        return;
+    };
     if record.attempt == 1 {
         let could_start = record.created_at.max(record.expected_time);
         metrics

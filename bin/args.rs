@@ -40,6 +40,14 @@ pub(crate) enum Command {
     Backfill(BackfillArgs),
     /// Every node: its roles and its actors' restarts, panics and stalls.
     Nodes,
+    /// The health summary: the day's instances, failures, average trigger latency, longest
+    /// execution, top failing jobs; backlog per queue; live workers and nodes; recent alerts.
+    Status {
+        /// The day (YYYY-MM-DD, in the DagCoordinator's `[status] timezone`); the latest
+        /// summarized day when absent.
+        #[arg(long)]
+        date: Option<String>,
+    },
     /// Inspect the workers.
     #[command(subcommand)]
     Worker(WorkerCommand),

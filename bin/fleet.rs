@@ -165,6 +165,81 @@ fn priority(text: &str) -> Result<Priority> {
         .ok_or_else(|| anyhow!("unknown priority `{text}` (high, normal, low)"))
 }
 
+/// `ax status`: the health summary.
+pub(crate) async fn status(client: &AxClient, date: Option<&str>, json: bool) -> Result<()> {
+    if let Some(date) = date {
+        if ax_bus::time::parse_biz_date(date).is_none() {
+            return Err(anyhow!("--date: `{date}` is not a date (YYYY-MM-DD)"));
+        }
+    }
+    let status = client.status(date).await?;
+    if json {
+        return table::json(&status);
+    }
+    match &status.day {
+        Some(day) => {
+            println!("day               {} ({})", day.date, day.timezone);
+            println!(
+                "instances         {} ended: {} succeeded, {} failed, {} cancelled",
+                day.finished, day.succeeded, day.failed, day.cancelled
+            );
+            println!(
+                "trigger latency   {}",
+                day.average_latency_ms()
+                    .map_or("-".into(), |ms| format!("{ms:.1} ms on average"))
+            );
+            println!(
+                "longest run       {}",
+                day.longest.as_ref().map_or("-".into(), |l| format!(
+                    "{} ms, {} ({})",
+                    l.duration_ms, l.instance_id, l.job
+                ))
+            );
+            let top: Vec<String> = day
+                .top_failing(5)
+                .into_iter()
+                .map(|(job, n)| format!("{job} ({n})"))
+                .collect();
+            println!(
+                "top failing jobs  {}",
+                if top.is_empty() {
+                    "-".into()
+                } else {
+                    top.join(", ")
+                }
+            );
+        }
+        None => println!("day               no instance has ended yet"),
+    }
+    let queues: Vec<String> = status
+        .queues
+        .iter()
+        .map(|q| {
+            format!(
+                "{} {} waiting, {} in flight",
+                q.queue, q.pending, q.ack_pending
+            )
+        })
+        .collect();
+    println!("queues            {}", queues.join("; "));
+    println!("live workers      {}", status.workers_live);
+    println!("nodes             {}", status.nodes.join(", "));
+    let alerts: Vec<String> = status
+        .alerts_last_hour
+        .iter()
+        .map(|(kind, n)| format!("{kind} {n}"))
+        .collect();
+    println!(
+        "alerts (1 h)      {}",
+        if alerts.is_empty() {
+            "none".into()
+        } else {
+            alerts.join(", ")
+        }
+    );
+    Ok(())
+}
+
 pub(crate) async fn queue(client: &AxClient, text: &str, paused: bool, json: bool) -> Result<()> {
     let request = QueueRequest {
         priority: priority(text)?,

@@ -125,6 +125,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                 ..file.router.config()?
             },
             max_delay: file.scheduler.max_delay()?,
+            summary_timezone: file.status.timezone()?,
         },
         node_clock(),
     )?;

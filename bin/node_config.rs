@@ -72,6 +72,8 @@ pub(crate) struct FileConfig {
     pub metrics: MetricsSection,
     #[serde(default)]
     pub backlog: BacklogSection,
+    #[serde(default)]
+    pub status: StatusSection,
     /// Databases of the sql executor: name → URL.
     #[serde(default)]
     pub databases: BTreeMap<String, String>,
@@ -182,6 +184,26 @@ impl BacklogSection {
         }
         config.auto_pause_low = self.auto_pause_low.unwrap_or(false);
         Ok(config)
+    }
+}
+
+/// `[status]`: the health summary.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StatusSection {
+    /// The time zone the day summaries' dates are in (UTC).
+    pub timezone: Option<String>,
+}
+
+impl StatusSection {
+    /// The time zone; an error names the field.
+    pub(crate) fn timezone(&self) -> Result<chrono_tz::Tz> {
+        match &self.timezone {
+            None => Ok(chrono_tz::UTC),
+            Some(name) => name.parse().map_err(|_| {
+                anyhow::anyhow!("[status] timezone = {name:?}: not an IANA time zone name")
+            }),
+        }
     }
 }
 

@@ -180,6 +180,43 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
     for id in &ids {
         final_record(&client, id, Duration::from_secs(60)).await;
     }
+    // The health summary counts them, from the day's summary the coordinator keeps.
+    let status = wait_for(
+        Duration::from_secs(30),
+        "the day's summary to hold the six",
+        || async {
+            let out = ax(&url, &["status", "--json"]);
+            let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            (status["day"]["finished"] == 6).then_some(status)
+        },
+    )
+    .await;
+    let day = &status["day"];
+    assert_eq!(
+        (&day["succeeded"], &day["failed"], &day["cancelled"]),
+        (
+            &serde_json::json!(3),
+            &serde_json::json!(3),
+            &serde_json::json!(0)
+        ),
+        "{status:#}"
+    );
+    assert_eq!(
+        day["failures_by_job"],
+        serde_json::json!({"broken": 2, "stuck": 1}),
+        "{status:#}"
+    );
+    assert_eq!(day["longest"]["job"], "stuck", "{status:#}");
+    assert_eq!(day["latency_count"], 6, "{status:#}");
+    assert_eq!(status["workers_live"], 1, "{status:#}");
+    assert_eq!(status["nodes"], serde_json::json!(["local"]), "{status:#}");
+    assert_eq!(status["alerts_last_hour"]["timeout"], 1, "{status:#}");
+    let out = ax(&url, &["status"]);
+    assert!(
+        stdout(&out).contains("top failing jobs  broken (2), stuck (1)"),
+        "{}",
+        stdout(&out)
+    );
     // What the node serves is valid Prometheus text.
     let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
         .await

@@ -25,6 +25,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
+pub use ax_bus::client::status::QueueDepth;
+
 use crate::node::supervision;
 
 /// The content type of [`Metrics::encode`]'s text.
@@ -37,17 +39,6 @@ pub struct Finished {
     pub outcome: &'static str,
     /// The tag it ended with (`completed`, `exit_code`, `timeout`, ...).
     pub tag: &'static str,
-}
-
-/// A queue's depth, as JetStream counts it for the queue's consumer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QueueDepth {
-    /// The queue (`ready_high`, `ready_normal`, `ready_low`).
-    pub queue: String,
-    /// Messages not yet delivered.
-    pub pending: u64,
-    /// Messages delivered and not yet acknowledged.
-    pub ack_pending: u64,
 }
 
 /// The queue depths last read from JetStream (a node refreshes them before each scrape).

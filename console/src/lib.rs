@@ -11,5 +11,4 @@
 #![deny(unused_must_use)]
 
 pub mod access;
-mod backlog;
 pub mod server;

@@ -12,6 +12,9 @@ use ax_bus::AxClient;
 
 use crate::access;
 
+/// How long reading the queues' depths may take before a scrape goes on without them.
+const DEPTHS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -105,7 +108,9 @@ fn error_body(reason: &str) -> std::collections::BTreeMap<&'static str, String> 
 async fn metrics(state: web::Data<State>) -> HttpResponse {
     let metrics = ax_actors::metrics::metrics();
     if let Some(client) = &state.client {
-        if let Some(depths) = crate::backlog::read(client).await {
+        // Read now; when JetStream does not answer in time, the last depths read stand.
+        let read = tokio::time::timeout(DEPTHS_TIMEOUT, client.queue_depths()).await;
+        if let Ok(Ok(depths)) = read {
             metrics.backlog.set(depths);
         }
     }

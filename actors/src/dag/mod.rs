@@ -21,6 +21,7 @@ pub(crate) mod day_store;
 mod execute;
 mod lead;
 pub(crate) mod state;
+mod summary;
 
 use std::time::Duration;
 
@@ -54,6 +55,8 @@ const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 pub struct DagCoordinator {
     client: AxClient,
     node: NodeId,
+    /// The time zone of the day summaries' dates.
+    summary_tz: chrono_tz::Tz,
     /// The view, while this coordinator leads.
     state: Option<DagState>,
 }
@@ -64,8 +67,15 @@ impl DagCoordinator {
         Self {
             client,
             node,
+            summary_tz: chrono_tz::UTC,
             state: None,
         }
+    }
+
+    /// Dates the day summaries in `tz` (UTC unless said otherwise).
+    pub fn summarizing_in(mut self, tz: chrono_tz::Tz) -> Self {
+        self.summary_tz = tz;
+        self
     }
 
     /// Decides with the view and carries the actions out; no other message is handled until
@@ -159,7 +169,13 @@ impl Handler<Lead> for DagCoordinator {
             follow_registry(msg.registry, addr.clone()),
         );
         for source in Source::ALL {
-            let pump = follow(self.client.clone(), self.node.clone(), source, addr.clone());
+            let pump = follow(
+                self.client.clone(),
+                self.node.clone(),
+                source,
+                addr.clone(),
+                self.summary_tz,
+            );
             spawn_pump(ACTOR, source.name(), ctx, pump);
         }
         // Through the mailbox, not `ctx.notify`: actix polls one item of the context (a notified
@@ -361,6 +377,7 @@ async fn follow(
     node: NodeId,
     source: Source,
     addr: Addr<DagCoordinator>,
+    summary_tz: chrono_tz::Tz,
 ) -> Result<(), ActorError> {
     let spec = source.consumer(&client);
     let pump = progress::register(ACTOR, source.name(), Some(spec.source()));
@@ -373,6 +390,10 @@ async fn follow(
             .collect::<Result<_, _>>()?;
         let decoded = source.decode(&client, &node, &messages).await;
         addr.send(decoded).await??;
+        if let Source::Results = source {
+            // Before the acks: a batch seen again is added to the summary once.
+            summary::add(&client, summary_tz, &messages).await?;
+        }
         ack_all(messages).await;
     }
     Ok(())

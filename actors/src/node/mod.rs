@@ -61,6 +61,8 @@ pub struct NodeConfig {
     pub stall_after: Duration,
     /// How far ahead the Scheduler lets a delayed trigger or a job's `at` be due.
     pub max_delay: Duration,
+    /// The time zone of the day summaries' dates (the DagCoordinator's).
+    pub summary_timezone: chrono_tz::Tz,
 }
 
 impl NodeConfig {
@@ -78,6 +80,7 @@ impl NodeConfig {
             alert_webhook: None,
             stall_after: watchdog::DEFAULT_STALL_AFTER,
             max_delay: crate::scheduler::delayed::DEFAULT_MAX_DELAY,
+            summary_timezone: chrono_tz::UTC,
         }
     }
 }
@@ -165,7 +168,8 @@ impl Starting {
 
     fn dag(&mut self) {
         let (client, name) = (self.client.clone(), self.config.name.clone());
-        let make = move || DagCoordinator::new(client.clone(), name.clone());
+        let tz = self.config.summary_timezone;
+        let make = move || DagCoordinator::new(client.clone(), name.clone()).summarizing_in(tz);
         self.actors.push(Box::new(Supervisee::start(
             dag::ACTOR,
             OnStall::Replace,

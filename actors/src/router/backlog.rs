@@ -16,8 +16,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-
 use ax_bus::codec;
 use ax_bus::error::During;
 use ax_bus::messages::{AlertKind, QueueState};
@@ -267,18 +265,12 @@ async fn depths(client: &AxClient) -> Result<BTreeMap<Priority, Depth>, ActorErr
         .get_stream(client.layout.dispatch_stream())
         .await
         .during(|| "open the dispatch stream")?;
-    let mut consumers = dispatch.consumers();
-    while let Some(info) = consumers.next().await {
-        let info = info.during(|| "list the workers' consumers")?;
-        // A worker's own consumer, `worker-<id>-<priority>` (not a janitor's drain).
-        let Some(rest) = info.name.strip_prefix("worker-") else {
-            continue;
-        };
-        if let Some(priority) = Priority::ALL
-            .into_iter()
-            .find(|p| rest.ends_with(&format!("-{}", p.as_str())))
-        {
-            if let Some(depth) = depths.get_mut(&priority) {
+    // The workers in the registry, and each one's queue per priority (a worker that has not
+    // opened a priority's queue yet does not consume it).
+    for (worker, _) in client.workers().await? {
+        for (priority, depth) in depths.iter_mut() {
+            let name = client.layout.worker_consumer(&worker.id, *priority);
+            if let Ok(info) = dispatch.consumer_info(&name).await {
                 depth.waiting += info.num_pending;
                 depth.workers += 1;
             }

@@ -11,6 +11,7 @@ pub mod kv_view;
 pub mod local_server;
 pub mod provision;
 pub mod registered;
+pub mod status;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -328,6 +329,8 @@ pub struct AxClient {
     pub queues: kv::Store,
     /// Re-dispatches in flight.
     pub in_flight: kv::Store,
+    /// Each day's summary.
+    pub summary: kv::Store,
     /// The node this client writes instance records for (stamped on each record it writes as
     /// `written_by`); none for a command.
     writer: Option<NodeId>,
@@ -487,6 +490,7 @@ impl AxClient {
             latest: bucket(layout.latest_bucket()).await?,
             leases: bucket(layout.leases_bucket()).await?,
             queues: bucket(layout.queues_bucket()).await?,
+            summary: bucket(layout.summary_bucket()).await?,
             nats,
             js,
             layout,

@@ -29,7 +29,7 @@
 //!   roles, restarts, stalls), `<ax>_deps` (instances per business date and job, 40 days),
 //!   `<ax>_waiting` (instances held for their dependencies), `<ax>_latest` (each job's latest
 //!   instance), `<ax>_leases` (which node leads what; entries expire), `<ax>_queues` (which
-//!   priority queues are paused) and `<ax>_inflight` (re-dispatches not yet claimed, see
+//!   priority queues are paused), `<ax>_summary` (each day's summary, 40 days) and `<ax>_inflight` (re-dispatches not yet claimed, see
 //!   [`crate::client::in_flight`]).
 //!
 //! Message ids de-duplicate publishes within each stream's duplicate window; the buckets give
@@ -227,6 +227,10 @@ impl Layout {
     pub fn queues_bucket(&self) -> String {
         self.bucket_name("queues")
     }
+    /// `ax_summary`: each day's summary (the health summary of `ax status`).
+    pub fn summary_bucket(&self) -> String {
+        self.bucket_name("summary")
+    }
 
     /// The names of every stream ax needs, the buckets' (`KV_<bucket>`) included: what a
     /// permission that names streams one by one must list.
@@ -330,6 +334,7 @@ impl Layout {
             (self.latest_bucket(), 1, Duration::ZERO),
             (self.leases_bucket(), 1, LEASE_TTL),
             (self.queues_bucket(), 1, Duration::ZERO),
+            (self.summary_bucket(), 1, HISTORY_MAX_AGE),
             (self.instances_bucket(), RECORD_REVISIONS, Duration::ZERO),
             (self.claims_bucket(), 1, CLAIMS_MAX_AGE),
             (self.workers_bucket(), 1, WORKERS_MAX_AGE),

@@ -153,7 +153,7 @@ impl AxClient {
         Ok(depths)
     }
 
-    /// The alerts stored since `since`, oldest first (at most [`MAX_ALERTS`]).
+    /// The alerts stored since `since`, oldest first (at most ten thousand).
     pub async fn alerts_since(&self, since: DateTime<Utc>) -> Result<Vec<Alert>, ClientError> {
         let what = || format!("read the alerts since {since}");
         let read = async {

@@ -72,6 +72,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         .clone()
         .or(file.node.data_dir.clone())
         .unwrap_or_else(|| PathBuf::from(".ax").join(id.as_str()));
+    let node_dir = data_dir.clone();
     let worker = WorkerConfig {
         id: id.clone(),
         slots: args.slots.or(file.worker.slots).unwrap_or(4).max(1),
@@ -131,7 +132,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
     )?;
     let http = match args.http.as_ref().or(file.metrics.listen.as_ref()) {
         Some(listen) => Some(
-            ax_console::server::start(listen, Some(node_client))
+            ax_console::server::start(listen, Some(node_client), Some(node_dir))
                 .with_context(|| "--http (or [metrics] listen)")?,
         ),
         None => None,

@@ -91,8 +91,13 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
         },
         Arc::new(SystemClock),
     )?;
-    let serve =
-        |port: u16| ax_console::server::start(&format!("127.0.0.1:{port}"), Some(client.clone()));
+    let serve = |port: u16| {
+        ax_console::server::start(
+            &format!("127.0.0.1:{port}"),
+            Some(client.clone()),
+            Some(data_dir.clone()),
+        )
+    };
     let http = match args.http_port {
         Some(port) => serve(port).context("--http-port")?,
         // 8080 may be taken, or taken between a look and the bind: then any free port.

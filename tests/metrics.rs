@@ -211,6 +211,30 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
     assert_eq!(status["workers_live"], 1, "{status:#}");
     assert_eq!(status["nodes"], serde_json::json!(["local"]), "{status:#}");
     assert_eq!(status["alerts_last_hour"]["timeout"], 1, "{status:#}");
+    // The same summary over HTTP, as the console's dashboard reads it; a bad date is a 400
+    // naming the field.
+    let api: serde_json::Value =
+        reqwest::get(format!("http://127.0.0.1:{http_port}/api/v1/status"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(api["day"], status["day"], "{api:#}");
+    let bad = reqwest::get(format!(
+        "http://127.0.0.1:{http_port}/api/v1/status?date=2026-13-01"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(bad.status(), 400);
+    let reason: serde_json::Value = bad.json().await.unwrap();
+    assert!(
+        reason["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("date: `2026-13-01`"),
+        "{reason}"
+    );
     let out = ax(&url, &["status"]);
     assert!(
         stdout(&out).contains("top failing jobs  broken (2), stuck (1)"),
@@ -263,6 +287,8 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         (r#"ax_queue_pending{queue="delayed"}"#, 0.0),
         ("ax_outbox_unreported", 0.0),
         ("ax_workers_live", 1.0),
+        (r#"ax_backlog_workers{priority="normal"}"#, 1.0),
+        ("ax_data_dir_bytes > bool 0", 1.0),
         (r#"ax_build_info{version!=""}"#, 1.0),
         (r#"ax_actor_panics_total{actor="scheduler"}"#, 0.0),
     ] {

@@ -86,8 +86,21 @@ pub struct Metrics {
     pub workers_live: Gauge,
     /// This node's clock minus the NATS server's, as last measured.
     pub clock_offset: Gauge<f64, AtomicU64>,
+    /// Work waiting per priority, as the backlog control last read it (on the janitor's node).
+    pub backlog_waiting: Family<PriorityLabel, Gauge>,
+    /// Workers consuming each priority, as the backlog control last read them.
+    pub backlog_workers: Family<PriorityLabel, Gauge>,
+    /// Bytes in the node's data directory (the worker's outbox and scratch), read when scraped.
+    pub data_dir_bytes: Gauge,
     /// Queue depths, read from JetStream when scraped.
     pub backlog: Arc<Backlog>,
+}
+
+/// A priority, as a label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PriorityLabel {
+    /// `high`, `normal` or `low`.
+    pub priority: &'static str,
 }
 
 /// A kind, as a label.
@@ -186,6 +199,25 @@ impl Metrics {
             Unit::Seconds,
             clock_offset.clone(),
         );
+        let backlog_waiting = Family::<PriorityLabel, Gauge>::default();
+        registry.register(
+            "backlog_waiting",
+            "Work waiting per priority (ready queue and workers' queues), as the backlog control read it",
+            backlog_waiting.clone(),
+        );
+        let backlog_workers = Family::<PriorityLabel, Gauge>::default();
+        registry.register(
+            "backlog_workers",
+            "Workers consuming each priority, as the backlog control read them",
+            backlog_workers.clone(),
+        );
+        let data_dir_bytes = Gauge::default();
+        registry.register_with_unit(
+            "data_dir",
+            "Bytes in the node's data directory, read when scraped",
+            Unit::Bytes,
+            data_dir_bytes.clone(),
+        );
         let backlog = Arc::new(Backlog::default());
         registry.register_collector(Box::new(BacklogCollector(backlog.clone())));
         registry.register_collector(Box::new(ActorCollector));
@@ -203,6 +235,9 @@ impl Metrics {
             outbox_unreported,
             workers_live,
             clock_offset,
+            backlog_waiting,
+            backlog_workers,
+            data_dir_bytes,
             backlog,
         }
     }

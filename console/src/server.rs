@@ -2,6 +2,7 @@
 //! [`crate::access::check`].
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use actix_web::body::{BoxBody, EitherBody};
 use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
@@ -47,14 +48,21 @@ impl Running {
 /// What the handlers share.
 #[derive(Clone, Debug)]
 struct State {
-    /// Where queue depths are read (a node's connection).
+    /// Where queue depths and the summary are read (a node's connection).
     client: Option<AxClient>,
+    /// The node's data directory, whose size `/metrics` reports.
+    data_dir: Option<PathBuf>,
 }
 
 /// Starts the server on `listen` (`HOST:PORT`; port 0 picks a free one) on the current actix
-/// system. `client` lets `/metrics` read the queues' depths from JetStream.
-pub fn start(listen: &str, client: Option<AxClient>) -> Result<Running, ServerError> {
-    let state = web::Data::new(State { client });
+/// system. `client` lets `/metrics` read the queues' depths from JetStream and serves
+/// `/api/v1/status`; `data_dir` is the node's, whose size `/metrics` reports.
+pub fn start(
+    listen: &str,
+    client: Option<AxClient>,
+    data_dir: Option<PathBuf>,
+) -> Result<Running, ServerError> {
+    let state = web::Data::new(State { client, data_dir });
     let bind_error = |source| ServerError::Bind {
         addr: listen.to_string(),
         source,
@@ -65,6 +73,7 @@ pub fn start(listen: &str, client: Option<AxClient>) -> Result<Running, ServerEr
             .app_data(web::PayloadConfig::new(64 * 1024))
             .wrap(from_fn(checked))
             .route("/metrics", web::get().to(metrics))
+            .route("/api/v1/status", web::get().to(status))
     })
     .workers(1)
     .disable_signals()
@@ -114,10 +123,57 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
             metrics.backlog.set(depths);
         }
     }
+    if let Some(dir) = state.data_dir.clone() {
+        let size = web::block(move || size_of(&dir)).await.unwrap_or(0);
+        metrics
+            .data_dir_bytes
+            .set(i64::try_from(size).unwrap_or(i64::MAX));
+    }
     match metrics.encode() {
         Ok(text) => HttpResponse::Ok()
             .content_type(ax_actors::metrics::CONTENT_TYPE)
             .body(text),
         Err(e) => HttpResponse::InternalServerError().body(format!("metrics not encoded: {e}")),
+    }
+}
+
+/// The bytes of the files under `dir` (what cannot be read counts nothing).
+fn size_of(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => size_of(&entry.path()),
+            Ok(_) => entry.metadata().map(|m| m.len()).unwrap_or(0),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The query of `/api/v1/status`.
+#[derive(Debug, serde::Deserialize)]
+struct StatusQuery {
+    /// `YYYY-MM-DD`; the latest day summarized when absent.
+    date: Option<String>,
+}
+
+/// `GET /api/v1/status[?date=YYYY-MM-DD]`: the health summary (what `ax status --json` prints).
+async fn status(state: web::Data<State>, query: web::Query<StatusQuery>) -> HttpResponse {
+    let Some(client) = &state.client else {
+        return HttpResponse::ServiceUnavailable()
+            .json(error_body("this node has no NATS connection"));
+    };
+    if let Some(date) = &query.date {
+        if ax_bus::time::parse_biz_date(date).is_none() {
+            return HttpResponse::BadRequest().json(error_body(&format!(
+                "date: `{date}` is not a date (YYYY-MM-DD)"
+            )));
+        }
+    }
+    match client.status(query.date.as_deref()).await {
+        Ok(status) => HttpResponse::Ok().json(status),
+        Err(e) => HttpResponse::ServiceUnavailable().json(error_body(&e.to_string())),
     }
 }

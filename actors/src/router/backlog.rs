@@ -153,9 +153,25 @@ pub(crate) async fn watch(shared: Dispatcher) -> Result<(), ActorError> {
         let paused_by_control = paused
             .as_ref()
             .is_some_and(|s| s.by == QueueState::BY_BACKLOG);
+        record(&depths);
         for action in control.observe(&depths, paused_by_control, Instant::now()) {
             carry_out(&shared, action, paused.as_ref()).await?;
         }
+    }
+}
+
+/// The depths as read, for `/metrics` (what waits and who consumes it, per priority).
+fn record(depths: &BTreeMap<Priority, Depth>) {
+    let metrics = crate::metrics::metrics();
+    let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for (priority, depth) in depths {
+        let label = crate::metrics::PriorityLabel {
+            priority: priority.as_str(),
+        };
+        let waiting = metrics.backlog_waiting.get_or_create(&label);
+        waiting.set(gauge(depth.waiting));
+        let workers = metrics.backlog_workers.get_or_create(&label);
+        workers.set(gauge(depth.workers));
     }
 }
 

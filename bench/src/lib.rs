@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use ax_actors::jetstream::publish::AckWindow;
 use ax_actors::{parse_roles, Node, NodeConfig, SystemClock, WorkerConfig};
 use ax_bus::client::local_server::{find_binary, LocalServer, ServerOptions};
 use ax_bus::client::{AxClient, ConnectConfig};
@@ -163,7 +164,7 @@ async fn client_for(url: &str, prefix: &str) -> Result<AxClient> {
 
 /// Writes jobs into the registry, acks awaited in windows.
 async fn store_jobs(client: &AxClient, specs: &[JobSpec]) -> Result<()> {
-    let mut acks = Vec::new();
+    let mut acks = AckWindow::new(1024);
     for spec in specs {
         let record = JobRecord {
             spec: spec.clone(),
@@ -178,16 +179,10 @@ async fn store_jobs(client: &AxClient, specs: &[JobSpec]) -> Result<()> {
                     codec::encode(&record)?,
                 )
                 .await?,
-        );
-        if acks.len() == 1024 {
-            for ack in acks.drain(..) {
-                ack.await?;
-            }
-        }
+        )
+        .await?;
     }
-    for ack in acks {
-        ack.await?;
-    }
+    acks.flush().await?;
     Ok(())
 }
 
@@ -239,7 +234,7 @@ async fn send_triggers(
     requests: impl Iterator<Item = TriggerRequest>,
 ) -> Result<()> {
     let subject = client.subjects().control(commands::TRIGGER);
-    let mut acks = Vec::with_capacity(1024);
+    let mut acks = AckWindow::new(1024);
     for request in requests {
         acks.push(
             client
@@ -250,16 +245,10 @@ async fn send_triggers(
                     codec::encode(&request)?,
                 )
                 .await?,
-        );
-        if acks.len() == 1024 {
-            for ack in acks.drain(..) {
-                ack.await?;
-            }
-        }
+        )
+        .await?;
     }
-    for ack in acks {
-        ack.await?;
-    }
+    acks.flush().await?;
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use crate::{bail, Result};
 use actix::{Arbiter, Supervisor};
 use ax_bus::ids::NodeId;
 
+use ax_actors::jetstream::publish::AckWindow;
 use ax_actors::NewInstance;
 use ax_actors::Scheduler;
 use ax_actors::SystemClock;
@@ -37,7 +38,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         Trigger::Cron,
         ax_bus::time::now(),
     );
-    let mut acks = Vec::with_capacity(1024);
+    let mut acks = AckWindow::new(1024);
     for i in 0..records {
         let mut record = template.record.clone();
         record.instance_id = format!("r{}.{:020}", i % jobs, i).parse()?;
@@ -50,16 +51,10 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
                     codec::encode(&record)?,
                 )
                 .await?,
-        );
-        if acks.len() == 1024 {
-            for ack in acks.drain(..) {
-                ack.await?;
-            }
-        }
+        )
+        .await?;
     }
-    for ack in acks {
-        ack.await?;
-    }
+    acks.flush().await?;
     let (loaded_tx, mut loaded) = tokio::sync::watch::channel(None);
     let arbiter = Arbiter::new();
     let scheduler_client = client.clone();

@@ -354,15 +354,9 @@ fn ended(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::instance::{AttemptEnd, Trigger};
-    use crate::spec::Priority;
-
-    fn tr(n: u8) -> TraceId {
-        TraceId::parse(&format!("{n:032x}")).unwrap()
-    }
+    use crate::instance::tests::{record, tr};
+    use crate::instance::AttemptEnd;
 
     fn node(name: &str) -> NodeId {
         NodeId::parse(name).unwrap()
@@ -377,33 +371,13 @@ mod tests {
     fn created_record() -> InstanceRecord {
         InstanceRecord {
             instance_id: InstanceId::parse("j.20261202T100000000Z").unwrap(),
-            trace_id: tr(1),
-            job: crate::ids::JobName::parse("j").unwrap(),
             biz_date: "2026-12-02".into(),
-            attempt: 1,
-            run_start: 1,
-            state: State::Running,
-            tag: Tag::Queued,
             expected_time: at(0),
             created_at: at(0),
-            started_at: None,
-            finished_at: None,
-            worker: None,
             message: "queued".into(),
-            output: serde_json::Value::Null,
-            trigger: Trigger::Cron,
-            params: BTreeMap::new(),
-            priority: Priority::Normal,
-            next_attempt_at: None,
-            exit_code: None,
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
-            shard: None,
-            worker_losses: 0,
-            pin: None,
             created_by: Some(node("s1")),
-            dispatch: None,
             written_by: Some(node("s1")),
+            ..record()
         }
     }
 

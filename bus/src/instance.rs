@@ -638,15 +638,16 @@ impl InstanceRecord {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Trace `n`: a valid trace id per number.
-    fn tr(n: u8) -> TraceId {
+    pub(crate) fn tr(n: u8) -> TraceId {
         TraceId::parse(&format!("{n:032x}")).unwrap()
     }
 
-    fn record() -> InstanceRecord {
+    /// A queued first attempt, expected now.
+    pub(crate) fn record() -> InstanceRecord {
         let t = crate::time::now();
         InstanceRecord {
             instance_id: InstanceId::parse("j.20260101T000000000Z").unwrap(),

@@ -235,6 +235,54 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
             .starts_with("date: `2026-13-01`"),
         "{reason}"
     );
+    // An instance and its history over HTTP, as `ax instance get|history --json` print them;
+    // an unknown or malformed id answered with the field and the reason.
+    let get = |path: String| async move {
+        let response = reqwest::get(format!("http://127.0.0.1:{http_port}{path}"))
+            .await
+            .unwrap();
+        let code = response.status().as_u16();
+        (code, response.json::<serde_json::Value>().await.unwrap())
+    };
+    let broken = &ids[3];
+    let (code, record) = get(format!("/api/v1/instances/{broken}")).await;
+    assert_eq!(
+        (code, record["state"].as_str()),
+        (200, Some("failed")),
+        "{record}"
+    );
+    let cli: serde_json::Value =
+        serde_json::from_slice(&ax(&url, &["instance", "get", broken, "--json"]).stdout).unwrap();
+    assert_eq!(record, cli);
+    let (code, history) = get(format!("/api/v1/instances/{broken}/history")).await;
+    assert_eq!(code, 200);
+    let steps: Vec<&str> = history["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "created",
+            "dispatched",
+            "claimed",
+            "started",
+            "ended",
+            "reported"
+        ],
+        "{history:#}"
+    );
+    let (code, error) = get("/api/v1/instances/fine.20260101T000000000Z".into()).await;
+    assert_eq!(code, 404);
+    assert_eq!(error["error"], "id: no instance `fine.20260101T000000000Z`");
+    let (code, error) = get("/api/v1/instances/no%20such%20id".into()).await;
+    assert_eq!(code, 400);
+    assert!(
+        error["error"].as_str().unwrap().starts_with("id: "),
+        "{error}"
+    );
     let out = ax(&url, &["status"]);
     assert!(
         stdout(&out).contains("top failing jobs  broken (2), stuck (1)"),

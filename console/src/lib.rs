@@ -3,7 +3,8 @@
 //!
 //! - [`server`]: the HTTP server a node starts ([`server::start`]);
 //! - [`access`]: the one access check every request passes, whatever its route — the roles
-//!   each route needs, and who asks.
+//!   each route needs, and who asks;
+//! - `api`: the JSON API under `/api/v1/` (the summary, an instance, its history).
 //!
 //! The server binds where it is told (loopback by default in the CLI); nothing is fetched from
 //! elsewhere and no request changes anything yet.
@@ -11,4 +12,5 @@
 #![deny(unused_must_use)]
 
 pub mod access;
+mod api;
 pub mod server;

@@ -47,9 +47,9 @@ impl Running {
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
-struct State {
+pub(crate) struct State {
     /// Where queue depths and the summary are read (a node's connection).
-    client: Option<AxClient>,
+    pub(crate) client: Option<AxClient>,
     /// The node's data directory, whose size `/metrics` reports.
     data_dir: Option<PathBuf>,
 }
@@ -73,7 +73,7 @@ pub fn start(
             .app_data(web::PayloadConfig::new(64 * 1024))
             .wrap(from_fn(checked))
             .route("/metrics", web::get().to(metrics))
-            .route("/api/v1/status", web::get().to(status))
+            .configure(crate::api::routes)
     })
     .workers(1)
     .disable_signals()
@@ -109,7 +109,7 @@ async fn checked(
     }
 }
 
-fn error_body(reason: &str) -> std::collections::BTreeMap<&'static str, String> {
+pub(crate) fn error_body(reason: &str) -> std::collections::BTreeMap<&'static str, String> {
     std::collections::BTreeMap::from([("error", reason.to_string())])
 }
 
@@ -150,30 +150,4 @@ fn size_of(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
-}
-
-/// The query of `/api/v1/status`.
-#[derive(Debug, serde::Deserialize)]
-struct StatusQuery {
-    /// `YYYY-MM-DD`; the latest day summarized when absent.
-    date: Option<String>,
-}
-
-/// `GET /api/v1/status[?date=YYYY-MM-DD]`: the health summary (what `ax status --json` prints).
-async fn status(state: web::Data<State>, query: web::Query<StatusQuery>) -> HttpResponse {
-    let Some(client) = &state.client else {
-        return HttpResponse::ServiceUnavailable()
-            .json(error_body("this node has no NATS connection"));
-    };
-    if let Some(date) = &query.date {
-        if ax_bus::time::parse_biz_date(date).is_none() {
-            return HttpResponse::BadRequest().json(error_body(&format!(
-                "date: `{date}` is not a date (YYYY-MM-DD)"
-            )));
-        }
-    }
-    match client.status(query.date.as_deref()).await {
-        Ok(status) => HttpResponse::Ok().json(status),
-        Err(e) => HttpResponse::ServiceUnavailable().json(error_body(&e.to_string())),
-    }
 }

@@ -70,7 +70,6 @@ impl<T> TimeWheel<T> {
     }
 
     /// Number of pending items.
-    #[cfg(any(test, feature = "bench"))]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -7,14 +7,13 @@
 //! - the collectors read at each scrape: the process (`/proc/self`: CPU seconds, resident
 //!   memory, open descriptors, start time) and the actors' restarts, panics, stalls and ended
 //!   pumps (the counters `ax nodes` shows);
-//! - [`Backlog`]: queue depths a node reads from JetStream when it is scraped.
 //!
 //! Names and units follow Prometheus's conventions (`ax_` prefix, base units, `_seconds`,
 //! `_total`). No label is unbounded: never an instance or trace id; outcomes, tags, actors and
 //! queues are small closed sets. Recording is an atomic add, nothing on the hot path waits.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -24,8 +23,6 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
-
-pub use ax_bus::client::status::QueueDepth;
 
 use crate::node::supervision;
 
@@ -39,23 +36,6 @@ pub struct Finished {
     pub outcome: &'static str,
     /// The tag it ended with (`completed`, `exit_code`, `timeout`, ...).
     pub tag: &'static str,
-}
-
-/// The queue depths last read from JetStream (a node refreshes them before each scrape).
-#[derive(Debug, Default)]
-pub struct Backlog(Mutex<Vec<QueueDepth>>);
-
-impl Backlog {
-    /// Replaces the depths.
-    pub fn set(&self, depths: Vec<QueueDepth>) {
-        if let Ok(mut held) = self.0.lock() {
-            *held = depths;
-        }
-    }
-
-    fn get(&self) -> Vec<QueueDepth> {
-        self.0.lock().map(|held| held.clone()).unwrap_or_default()
-    }
 }
 
 /// The families the actors record into.
@@ -92,8 +72,17 @@ pub struct Metrics {
     pub backlog_workers: Family<PriorityLabel, Gauge>,
     /// Bytes in the node's data directory (the worker's outbox and scratch), read when scraped.
     pub data_dir_bytes: Gauge,
-    /// Queue depths, read from JetStream when scraped.
-    pub backlog: Arc<Backlog>,
+    /// Messages waiting in each queue, not yet delivered (read from JetStream when scraped).
+    pub queue_pending: Family<QueueLabel, Gauge>,
+    /// Messages of each queue delivered and not yet acknowledged (read when scraped).
+    pub queue_ack_pending: Family<QueueLabel, Gauge>,
+}
+
+/// A queue, as a label (`ready_high`, `ready_normal`, `ready_low`, `delayed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// The queue.
+    pub queue: String,
 }
 
 /// A priority, as a label.
@@ -218,8 +207,18 @@ impl Metrics {
             Unit::Bytes,
             data_dir_bytes.clone(),
         );
-        let backlog = Arc::new(Backlog::default());
-        registry.register_collector(Box::new(BacklogCollector(backlog.clone())));
+        let queue_pending = Family::<QueueLabel, Gauge>::default();
+        registry.register(
+            "queue_pending",
+            "Messages waiting in a queue, not yet delivered to a consumer",
+            queue_pending.clone(),
+        );
+        let queue_ack_pending = Family::<QueueLabel, Gauge>::default();
+        registry.register(
+            "queue_ack_pending",
+            "Messages of a queue delivered and not yet acknowledged",
+            queue_ack_pending.clone(),
+        );
         registry.register_collector(Box::new(ActorCollector));
         Self {
             registry: root,
@@ -238,7 +237,8 @@ impl Metrics {
             backlog_waiting,
             backlog_workers,
             data_dir_bytes,
-            backlog,
+            queue_pending,
+            queue_ack_pending,
         }
     }
 
@@ -248,6 +248,22 @@ impl Metrics {
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
         Ok(text)
+    }
+
+    /// Sets the queues' depths, as just read from JetStream.
+    pub fn set_queue_depths(&self, depths: &[ax_bus::client::status::QueueDepth]) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for depth in depths {
+            let label = QueueLabel {
+                queue: depth.queue.clone(),
+            };
+            self.queue_pending
+                .get_or_create(&label)
+                .set(gauge(depth.pending));
+            self.queue_ack_pending
+                .get_or_create(&label)
+                .set(gauge(depth.ack_pending));
+        }
     }
 
     /// Counts an attempt that ended after `seconds` of running.
@@ -298,38 +314,6 @@ pub fn set_recording(on: bool) {
 
 /// A family a collector writes: its name, its help, and its value in what is read.
 type Described<T> = (&'static str, &'static str, fn(&T) -> u64);
-
-/// Queue depths, as last read.
-#[derive(Debug)]
-struct BacklogCollector(Arc<Backlog>);
-
-impl Collector for BacklogCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let depths = self.0.get();
-        let families: [Described<QueueDepth>; 2] = [
-            (
-                "queue_pending",
-                "Messages waiting in a queue, not yet delivered to a consumer",
-                |d| d.pending,
-            ),
-            (
-                "queue_ack_pending",
-                "Messages of a queue delivered and not yet acknowledged",
-                |d| d.ack_pending,
-            ),
-        ];
-        for (name, help, value) in families {
-            let gauge = ConstGauge::new(0i64);
-            let mut family = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
-            for depth in &depths {
-                let labels = [("queue", depth.queue.as_str())];
-                let gauge = ConstGauge::new(i64::try_from(value(depth)).unwrap_or(i64::MAX));
-                gauge.encode(family.encode_family(&labels)?)?;
-            }
-        }
-        Ok(())
-    }
-}
 
 /// The actors' restarts, panics, stalls and ended pumps since the process started.
 #[derive(Debug)]
@@ -511,7 +495,7 @@ mod tests {
         m.attempt_finished(true, ax_bus::Tag::Completed, Some(0.5));
         m.attempt_finished(false, ax_bus::Tag::Timeout, Some(2.0));
         m.fire_lateness.observe(0.003);
-        m.backlog.set(vec![QueueDepth {
+        m.set_queue_depths(&[ax_bus::client::status::QueueDepth {
             queue: "ready_low".into(),
             pending: 150,
             ack_pending: 2,

@@ -120,7 +120,7 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
         // Read now; when JetStream does not answer in time, the last depths read stand.
         let read = tokio::time::timeout(DEPTHS_TIMEOUT, client.queue_depths()).await;
         if let Ok(Ok(depths)) = read {
-            metrics.backlog.set(depths);
+            metrics.set_queue_depths(&depths);
         }
     }
     if let Some(dir) = state.data_dir.clone() {

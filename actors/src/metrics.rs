@@ -62,7 +62,7 @@ pub struct Metrics {
     pub deps_waiting: Gauge,
     /// Outcomes this worker's outbox holds that are not reported yet.
     pub outbox_unreported: Gauge,
-    /// Workers with a recent heartbeat, as this node's Router sees them.
+    /// Workers with a recent heartbeat, as the janitor's Router sees them.
     pub workers_live: Gauge,
     /// This node's clock minus the NATS server's, as last measured.
     pub clock_offset: Gauge<f64, AtomicU64>,
@@ -179,7 +179,7 @@ impl Metrics {
         let workers_live = gauge(
             registry,
             "workers_live",
-            "Workers with a recent heartbeat, as this node's Router sees them",
+            "Workers with a recent heartbeat, as the janitor's Router sees them",
         );
         let clock_offset = Gauge::<f64, AtomicU64>::default();
         registry.register_with_unit(

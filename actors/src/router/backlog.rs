@@ -1,6 +1,7 @@
 //! Backlog control (the article's 5.5): work waiting per worker, watched on the janitor's node.
 //!
-//! Every [`CHECK_EVERY`] it reads, per priority, what waits — the ready queue's undelivered
+//! Every [`CHECK_EVERY`] it asks its Router for the live workers (also `ax_workers_live`) and
+//! reads, per priority, what waits — the ready queue's undelivered
 //! messages plus what the Routers dispatched to the workers' queues and the workers have not
 //! taken yet — and the number of workers consuming that priority. When what waits stays above
 //! `factor` times the workers for `hold`, `ax.alert.backlog` is raised and, with
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use ax_bus::codec;
 use ax_bus::error::During;
+use ax_bus::ids::WorkerId;
 use ax_bus::messages::{AlertKind, QueueState};
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
@@ -143,7 +145,13 @@ pub(crate) async fn watch(shared: Dispatcher) -> Result<(), ActorError> {
     loop {
         every.tick().await;
         let client = &shared.client;
-        let (depths, paused) = match (depths(client).await, low_state(client).await) {
+        let Ok(live) = shared.router.send(super::Live).await else {
+            continue;
+        };
+        crate::metrics::metrics()
+            .workers_live
+            .set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+        let (depths, paused) = match (depths(client, &live).await, low_state(client).await) {
             (Ok(depths), Ok(paused)) => (depths, paused),
             (Err(e), _) | (_, Err(e)) => {
                 tracing::debug!(error = %e, "backlog not read; again at the next check");
@@ -258,9 +266,12 @@ async fn low_state(client: &AxClient) -> Result<Option<QueueState>, ActorError> 
 }
 
 /// What waits in each priority: its ready queue's consumer's undelivered messages, and the
-/// workers' queues of that priority (their consumers' undelivered messages), with how many
-/// workers consume it.
-async fn depths(client: &AxClient) -> Result<BTreeMap<Priority, Depth>, ActorError> {
+/// `live` workers' queues of that priority (their consumers' undelivered messages), with how
+/// many of them consume it.
+async fn depths(
+    client: &AxClient,
+    live: &[WorkerId],
+) -> Result<BTreeMap<Priority, Depth>, ActorError> {
     let mut depths: BTreeMap<Priority, Depth> = Priority::ALL
         .into_iter()
         .map(|p| (p, Depth::default()))
@@ -281,11 +292,11 @@ async fn depths(client: &AxClient) -> Result<BTreeMap<Priority, Depth>, ActorErr
         .get_stream(client.layout.dispatch_stream())
         .await
         .during(|| "open the dispatch stream")?;
-    // The workers in the registry, and each one's queue per priority (a worker that has not
-    // opened a priority's queue yet does not consume it).
-    for (worker, _) in client.workers().await? {
+    // Each live worker's queue per priority (one that has not opened a priority's queue yet
+    // does not consume it).
+    for worker in live {
         for (priority, depth) in depths.iter_mut() {
-            let name = client.layout.worker_consumer(&worker.id, *priority);
+            let name = client.layout.worker_consumer(worker, *priority);
             if let Ok(info) = dispatch.consumer_info(&name).await {
                 depth.waiting += info.num_pending;
                 depth.workers += 1;

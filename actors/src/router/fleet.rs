@@ -268,12 +268,13 @@ impl Fleet {
         self.members.len()
     }
 
-    /// Number of workers whose heartbeat is recent.
-    pub(crate) fn live(&self) -> usize {
+    /// The workers whose heartbeat is recent.
+    pub(crate) fn live(&self) -> Vec<WorkerId> {
         self.members
             .values()
             .filter(|m| m.last_seen.elapsed() < self.ttl)
-            .count()
+            .map(|m| m.info.id.clone())
+            .collect()
     }
 }
 

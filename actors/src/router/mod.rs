@@ -283,9 +283,6 @@ impl Handler<WorkerNews> for Router {
                 tracing::info!(workers = self.fleet.len(), "worker registry loaded")
             }
         }
-        crate::metrics::metrics()
-            .workers_live
-            .set(i64::try_from(self.fleet.live()).unwrap_or(i64::MAX));
     }
 }
 
@@ -327,6 +324,19 @@ impl Handler<Silent> for Router {
             self.fleet.grant_grace(Instant::now());
         }
         MessageResult(self.fleet.silent())
+    }
+}
+
+/// The workers whose heartbeat is recent (the backlog control's consumers).
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<WorkerId>")]
+pub(crate) struct Live;
+
+impl Handler<Live> for Router {
+    type Result = MessageResult<Live>;
+
+    fn handle(&mut self, _: Live, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.fleet.live())
     }
 }
 

@@ -10,12 +10,21 @@ use support::*;
 
 /// Publishes a JSON trigger command whose answer goes to `inbox`.
 async fn publish_json(client: &ax_bus::AxClient, body: &str, inbox: &str) {
+    publish_command(client, "trigger", body, inbox).await;
+}
+
+/// Publishes JSON control command `command` whose answer goes to `inbox`.
+async fn publish_command(client: &ax_bus::AxClient, command: &str, body: &str, inbox: &str) {
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(ax_bus::codec::CONTENT_TYPE, ax_bus::codec::JSON);
     headers.insert(ax_bus::messages::REPLY_TO_HEADER, inbox);
     client
         .js
-        .publish_with_headers("ax.control.trigger", headers, body.to_string().into())
+        .publish_with_headers(
+            format!("ax.control.{command}"),
+            headers,
+            body.to_string().into(),
+        )
         .await
         .unwrap()
         .await
@@ -516,4 +525,58 @@ async fn triggers_without_a_key_published_within_one_millisecond_are_each_an_ins
         (instances(&client, "later").await.len() == 100).then_some(())
     })
     .await;
+}
+
+/// Triggers that arrive together are carried out side by side, yet a key sent five times in
+/// the burst makes one instance (one answer `triggered`, four `already triggered`), and a
+/// command behind them — deleting the job — waits for them: none is refused for a job gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_triggers_keeps_a_key_single_and_commands_in_order() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    apply_job(&nats, "later", NOOP).await;
+    // Sent while no Scheduler runs, so that the next one takes them all in one burst.
+    node.kill9();
+    let inbox = client.nats.new_inbox();
+    let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
+    for i in 0..25 {
+        let body = if i % 5 == 0 {
+            r#"{"name": "later", "key": "dup"}"#
+        } else {
+            r#"{"name": "later"}"#
+        };
+        publish_json(&client, body, &inbox).await;
+    }
+    publish_command(&client, "delete", r#"{"name": "later"}"#, &inbox).await;
+    let _node = AxProcess::node(&nats, "n2", "scheduler", &[]);
+    let mut messages = Vec::new();
+    for _ in 0..26 {
+        let reply = answer(&mut answers, "every command").await;
+        assert!(reply.ok, "{:?}", reply.errors);
+        messages.push((reply.instance_id.clone(), reply.message.clone()));
+    }
+    let dup = |message: &str| {
+        messages
+            .iter()
+            .filter(|(id, m)| id.as_deref() == Some("later.key-dup") && m == message)
+            .count()
+    };
+    assert_eq!(
+        (dup("triggered"), dup("already triggered")),
+        (1, 4),
+        "{messages:?}"
+    );
+    let others = messages
+        .iter()
+        .filter(|(id, m)| id.as_deref() != Some("later.key-dup") && m == "triggered")
+        .count();
+    assert_eq!(others, 20, "{messages:?}");
+    // The delete was carried out last: its answer came after every trigger's.
+    assert_eq!(
+        messages.last().map(|(id, _)| id.is_none()),
+        Some(true),
+        "{messages:?}"
+    );
+    assert!(!client.job_exists(&"later".parse().unwrap()).await.unwrap());
 }

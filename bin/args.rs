@@ -172,7 +172,8 @@ pub(crate) struct UpArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct NodeArgs {
-    /// Comma-separated roles: scheduler, dag, router, worker, reporter (or all).
+    /// Comma-separated roles: scheduler, dag, router, worker, reporter, admin (the console, with
+    /// --http) (or all).
     #[arg(long)]
     pub roles: Option<String>,
     /// Node config (TOML); flags override it.

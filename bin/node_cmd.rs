@@ -7,13 +7,16 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use ax_actors::ExecutorsConfig;
 use ax_actors::WorkerConfig;
-use ax_actors::{parse_roles, Node, NodeConfig};
+use ax_actors::{parse_roles, Node, NodeConfig, Role};
 use ax_actors::{Clock, ShiftedClock, SystemClock};
 use ax_bus::client::{redact, AxClient, ConnectConfig};
 use ax_bus::ids::NodeId;
 
 use crate::args::{parse_id, NodeArgs};
 use crate::{connect, node_config, shutdown};
+
+/// Where a node with the admin role serves the console when not told (loopback only).
+const DEFAULT_CONSOLE: &str = "127.0.0.1:8080";
 
 fn default_id() -> String {
     let host = nix::unistd::gethostname()
@@ -130,10 +133,24 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         },
         node_clock(),
     )?;
-    let http = match args.http.as_ref().or(file.metrics.listen.as_ref()) {
+    // The console (role admin) is served on 127.0.0.1:8080 unless told where.
+    let console = roles.contains(&Role::Admin);
+    let listen = args
+        .http
+        .clone()
+        .or(file.metrics.listen.clone())
+        .or_else(|| console.then(|| DEFAULT_CONSOLE.to_string()));
+    let http = match listen {
         Some(listen) => Some(
-            ax_console::server::start(listen, Some(node_client), Some(node_dir))
-                .with_context(|| "--http (or [metrics] listen)")?,
+            ax_console::server::start(
+                &listen,
+                ax_console::server::Options {
+                    client: Some(node_client),
+                    data_dir: Some(node_dir),
+                    console,
+                },
+            )
+            .with_context(|| format!("--http {listen} (or [metrics] listen)"))?,
         ),
         None => None,
     };
@@ -144,6 +161,9 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         redact(&url)
     );
     if let Some(http) = &http {
+        if console {
+            eprintln!("console: http://{}/", http.addr);
+        }
         eprintln!("metrics: http://{}/metrics", http.addr);
     }
     shutdown::wait().await;

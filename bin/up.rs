@@ -94,8 +94,11 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
     let serve = |port: u16| {
         ax_console::server::start(
             &format!("127.0.0.1:{port}"),
-            Some(client.clone()),
-            Some(data_dir.clone()),
+            ax_console::server::Options {
+                client: Some(client.clone()),
+                data_dir: Some(data_dir.clone()),
+                console: true,
+            },
         )
     };
     let http = match args.http_port {
@@ -107,6 +110,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
         },
     };
     eprintln!("ax is up: NATS {url} (recorded in {})", url_file.display());
+    eprintln!("console: http://{}/", http.addr);
     eprintln!("metrics: http://{}/metrics", http.addr);
     if !job_files.is_empty() {
         jobs::apply(&client, job_files, false).await?;

@@ -1,16 +1,28 @@
-//! ax-console: ax's HTTP side. Every node serves `/metrics` (the Prometheus text of
-//! [`ax_actors::metrics`]); the web console and its JSON API come on the same server.
+//! ax-console: ax's HTTP side. Every node that serves HTTP answers `/metrics` (the Prometheus
+//! text of [`ax_actors::metrics`]); a node with the `admin` role serves the web console and its
+//! JSON API on the same server.
 //!
-//! - [`server`]: the HTTP server a node starts ([`server::start`]);
+//! - [`server`]: the HTTP server a node starts ([`server::start`]) and the headers every answer
+//!   carries (CSP, no framing, no sniffing);
 //! - [`access`]: the one access check every request passes, whatever its route — the roles
-//!   each route needs, and who asks;
-//! - `api`: the JSON API under `/api/v1/` (the summary, an instance, its history).
+//!   each route needs, who asks, and [`csrf`] for every state change;
+//! - [`actions`]: what the console and the API change, one call each, shared by both;
+//! - [`index`]: the instances the lists page through, kept current from the bucket;
+//! - `pages`: the server-rendered pages; `api`: the JSON API under `/api/v1/`; `assets`: the
+//!   vendored script and stylesheet;
+//! - [`problem`]: what goes wrong, as kinds with their HTTP status.
 //!
 //! The server binds where it is told (loopback by default in the CLI); nothing is fetched from
-//! elsewhere and no request changes anything yet.
+//! elsewhere.
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
 pub mod access;
+pub mod actions;
 mod api;
+mod assets;
+pub mod csrf;
+pub mod index;
+mod pages;
+pub mod problem;
 pub mod server;

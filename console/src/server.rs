@@ -6,13 +6,17 @@ use std::path::{Path, PathBuf};
 
 use actix_web::body::{BoxBody, EitherBody};
 use actix_web::dev::{ServerHandle, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{self, HeaderValue};
 use actix_web::middleware::{from_fn, Next};
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpMessage, HttpResponse, HttpServer};
 
 use ax_bus::AxClient;
 
-use crate::access;
+use crate::index::InstanceIndex;
+use crate::{access, csrf};
 
+/// The largest request body taken (a job spec is at most 256 KiB; 413 beyond this).
+pub(crate) const BODY_LIMIT: usize = 512 * 1024;
 /// How long reading the queues' depths may take before a scrape goes on without them.
 const DEPTHS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -45,6 +49,18 @@ impl Running {
     }
 }
 
+/// What a node serves.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The node's connection: `/metrics` reads the queues' depths through it, and the console
+    /// and its API everything they show and do.
+    pub client: Option<AxClient>,
+    /// The node's data directory, whose size `/metrics` reports.
+    pub data_dir: Option<PathBuf>,
+    /// Whether to serve the console and its JSON API (role `admin`) beside `/metrics`.
+    pub console: bool,
+}
+
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub(crate) struct State {
@@ -52,28 +68,42 @@ pub(crate) struct State {
     pub(crate) client: Option<AxClient>,
     /// The node's data directory, whose size `/metrics` reports.
     data_dir: Option<PathBuf>,
+    /// The index of instances the lists page through (console nodes only).
+    pub(crate) index: Option<InstanceIndex>,
 }
 
 /// Starts the server on `listen` (`HOST:PORT`; port 0 picks a free one) on the current actix
-/// system. `client` lets `/metrics` read the queues' depths from JetStream and serves
-/// `/api/v1/status`; `data_dir` is the node's, whose size `/metrics` reports.
-pub fn start(
-    listen: &str,
-    client: Option<AxClient>,
-    data_dir: Option<PathBuf>,
-) -> Result<Running, ServerError> {
-    let state = web::Data::new(State { client, data_dir });
+/// system, with what `options` asks for.
+pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
+    let console = options.console;
+    let index = match (&options.client, console) {
+        (Some(client), true) => Some(InstanceIndex::follow(client.clone())),
+        _ => None,
+    };
+    let state = web::Data::new(State {
+        client: options.client,
+        data_dir: options.data_dir,
+        index,
+    });
     let bind_error = |source| ServerError::Bind {
         addr: listen.to_string(),
         source,
     };
     let server = HttpServer::new(move || {
-        App::new()
+        let app = App::new()
             .app_data(state.clone())
-            .app_data(web::PayloadConfig::new(64 * 1024))
+            .app_data(web::PayloadConfig::new(BODY_LIMIT))
+            .app_data(crate::api::json_config())
+            .app_data(crate::pages::form_config())
             .wrap(from_fn(checked))
-            .route("/metrics", web::get().to(metrics))
-            .configure(crate::api::routes)
+            .route("/metrics", web::get().to(metrics));
+        if console {
+            app.configure(crate::api::routes)
+                .configure(crate::pages::routes)
+                .configure(crate::assets::routes)
+        } else {
+            app
+        }
     })
     .workers(1)
     .disable_signals()
@@ -91,22 +121,79 @@ pub fn start(
             tracing::error!(error = %e, "the HTTP server stopped");
         }
     });
-    tracing::info!(%addr, "serving HTTP (/metrics)");
+    tracing::info!(%addr, console, "serving HTTP");
     Ok(Running { addr, handle })
 }
 
-/// The access check, around every route.
+/// The Content-Security-Policy of every answer: scripts, styles and images from this server
+/// only, no inline script or style, no framing, forms only to this server.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'";
+
+/// The access check, around every route; then the headers every answer carries.
 async fn checked(
     request: ServiceRequest,
     next: Next<BoxBody>,
 ) -> Result<ServiceResponse<EitherBody<BoxBody>>, actix_web::Error> {
-    match access::check(request.method().as_str(), request.path()) {
-        Ok(_) => Ok(next.call(request).await?.map_into_left_body()),
-        Err(denied) => {
-            let response = HttpResponse::Forbidden().json(error_body(&denied.to_string()));
-            Ok(request.into_response(response).map_into_right_body())
+    let host = request.connection_info().host().to_string();
+    let verdict = access::check(access::Request {
+        method: request.method(),
+        path: request.path(),
+        host: &host,
+        headers: request.headers(),
+    });
+    let cached = request.path().starts_with("/static/");
+    let mut response = match verdict {
+        Ok(principal) => {
+            let existing = csrf::cookie_token(request.headers());
+            let token = existing.clone().unwrap_or_else(csrf::new_token);
+            request.extensions_mut().insert(access::Caller {
+                principal,
+                csrf: token.clone(),
+            });
+            let mut response = next.call(request).await?;
+            let html = response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/html"));
+            if existing.is_none() && html {
+                // Only pages embed the token, so only they give the cookie.
+                response.response_mut().add_cookie(&csrf::cookie(&token))?;
+            }
+            response.map_into_left_body()
         }
+        Err(denied) => {
+            tracing::info!(reason = %denied, "request refused");
+            let fragment = request.headers().contains_key("hx-request");
+            let response = if fragment {
+                HttpResponse::Forbidden()
+                    .content_type("text/html; charset=utf-8")
+                    .body(crate::pages::refusal(&denied.to_string()))
+            } else {
+                HttpResponse::Forbidden().json(error_body(&denied.to_string()))
+            };
+            request.into_response(response).map_into_right_body()
+        }
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if !cached {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
+    Ok(response)
 }
 
 pub(crate) fn error_body(reason: &str) -> std::collections::BTreeMap<&'static str, String> {

@@ -1,4 +1,5 @@
-//! A node's roles: `scheduler`, `dag`, `router`, `worker` and `reporter`. A worker's outcomes
+//! A node's roles: `scheduler`, `dag`, `router`, `worker`, `reporter` and `admin` (the web
+//! console and its JSON API on the node's HTTP server; no actor). A worker's outcomes
 //! go through the reporter on the same node (its outbox is a local file), so `worker` brings
 //! `reporter` with it and `reporter` is refused without `worker`.
 
@@ -19,16 +20,19 @@ pub enum Role {
     Worker,
     /// Reporting outcomes (beside a worker).
     Reporter,
+    /// Serving the console and its JSON API (with `--http`).
+    Admin,
 }
 
 impl Role {
     /// Every role.
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 6] = [
         Role::Scheduler,
         Role::Dag,
         Role::Router,
         Role::Worker,
         Role::Reporter,
+        Role::Admin,
     ];
 
     /// The name on the command line.
@@ -39,6 +43,7 @@ impl Role {
             Role::Router => "router",
             Role::Worker => "worker",
             Role::Reporter => "reporter",
+            Role::Admin => "admin",
         }
     }
 }
@@ -53,7 +58,7 @@ impl fmt::Display for Role {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RoleError {
     /// A name that is no role.
-    #[error("unknown role `{0}` (scheduler, dag, router, worker, reporter)")]
+    #[error("unknown role `{0}` (scheduler, dag, router, worker, reporter, admin)")]
     Unknown(String),
     /// An empty list.
     #[error("no role given")]
@@ -102,7 +107,7 @@ mod tests {
 
     #[test]
     fn roles_parse_and_worker_brings_its_reporter() {
-        assert_eq!(parse_roles("all").unwrap().len(), 5);
+        assert_eq!(parse_roles("all").unwrap().len(), 6);
         let roles = parse_roles("scheduler, worker").unwrap();
         assert!(roles.contains(&Role::Reporter));
         assert_eq!(

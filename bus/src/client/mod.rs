@@ -718,6 +718,12 @@ impl AxClient {
         }
     }
 
+    /// A feed over every instance record: the current ones, then every change (how the
+    /// console keeps its index of instances without reading them all per page).
+    pub async fn instance_feed(&self) -> Result<KvFeed, ClientError> {
+        Ok(KvFeed::open(&self.js, &self.layout.instances_bucket(), ">").await?)
+    }
+
     /// The records of one job's instances (or all), oldest first.
     pub async fn instances(
         &self,

@@ -1,0 +1,157 @@
+//! What the console and the API change, each as one call shared by both: the same control
+//! commands the CLI sends (a trigger, a re-run, a kill is one path whatever the entry point),
+//! carried out and audited by the Scheduler that takes them.
+//!
+//! Each action first checks that what it names exists, so that an unknown job or instance is a
+//! 404 naming it, not a refusal to decode; what the Scheduler refuses (an action in the wrong
+//! state, a bad date) comes back with its reasons as a conflict.
+
+use std::time::Duration;
+
+use ax_bus::ids::{InstanceId, JobName};
+use ax_bus::messages::{
+    commands, BackfillRequest, ControlReply, InstanceRequest, JobNameRequest, MarkRequest,
+    RerunRequest, TriggerRequest,
+};
+use ax_bus::AxClient;
+
+use crate::problem::{unavailable, Problem};
+
+/// How long a command waits for a Scheduler's answer (as the CLI's).
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a planned command (re-run, backfill) may take on the Scheduler's side.
+const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The reply, or the Scheduler's reasons for refusing.
+fn carried_out(reply: ControlReply) -> Result<ControlReply, Problem> {
+    if reply.ok {
+        Ok(reply)
+    } else {
+        Err(Problem::Refused(reply.errors))
+    }
+}
+
+/// Sends `command` and waits for the answer.
+async fn send<T: serde::Serialize>(
+    client: &AxClient,
+    command: &str,
+    request: &T,
+    timeout: Duration,
+) -> Result<ControlReply, Problem> {
+    carried_out(
+        client
+            .control(command, request, timeout)
+            .await
+            .map_err(unavailable)?,
+    )
+}
+
+/// Fails with a 404 naming the job when there is none by that name.
+pub async fn known_job(client: &AxClient, name: &JobName) -> Result<(), Problem> {
+    if client.job_exists(name).await.map_err(unavailable)? {
+        Ok(())
+    } else {
+        Err(Problem::NotFound(format!("name: no job `{name}`")))
+    }
+}
+
+/// Fails with a 404 naming the instance when there is none by that id.
+pub async fn known_instance(client: &AxClient, id: &InstanceId) -> Result<(), Problem> {
+    match client.instance(id).await.map_err(unavailable)? {
+        Some(_) => Ok(()),
+        None => Err(Problem::NotFound(format!("instance: no instance `{id}`"))),
+    }
+}
+
+/// Triggers a job: now, at an instant or after a delay, with parameters, a business date and
+/// a key, as `ax job trigger`.
+pub async fn trigger(client: &AxClient, request: &TriggerRequest) -> Result<ControlReply, Problem> {
+    known_job(client, &request.name).await?;
+    send(client, commands::TRIGGER, request, CONTROL_TIMEOUT).await
+}
+
+/// What can be done to a job by its name alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobAction {
+    /// Stop firing it.
+    Pause,
+    /// Fire it again.
+    Resume,
+    /// Remove it.
+    Delete,
+}
+
+impl JobAction {
+    fn command(self) -> &'static str {
+        match self {
+            JobAction::Pause => commands::PAUSE,
+            JobAction::Resume => commands::RESUME,
+            JobAction::Delete => commands::DELETE,
+        }
+    }
+}
+
+/// Pauses, resumes or deletes a job, as `ax job pause|resume|delete`.
+pub async fn job(
+    client: &AxClient,
+    action: JobAction,
+    name: &JobName,
+) -> Result<ControlReply, Problem> {
+    known_job(client, name).await?;
+    let request = JobNameRequest { name: name.clone() };
+    send(client, action.command(), &request, CONTROL_TIMEOUT).await
+}
+
+/// What can be done to one instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceAction {
+    /// Stop it before or between attempts (a running attempt is killed).
+    Cancel,
+    /// Kill its running attempt.
+    Kill,
+}
+
+/// Cancels or kills an instance, as `ax instance cancel|kill`.
+pub async fn instance(
+    client: &AxClient,
+    action: InstanceAction,
+    request: &InstanceRequest,
+) -> Result<ControlReply, Problem> {
+    known_instance(client, &request.instance).await?;
+    let command = match action {
+        InstanceAction::Cancel => commands::CANCEL,
+        InstanceAction::Kill => commands::KILL,
+    };
+    send(client, command, request, CONTROL_TIMEOUT).await
+}
+
+/// Gives an operator's verdict on an instance, as `ax instance mark`.
+pub async fn mark(client: &AxClient, request: &MarkRequest) -> Result<ControlReply, Problem> {
+    known_instance(client, &request.instance).await?;
+    send(client, commands::MARK, request, CONTROL_TIMEOUT).await
+}
+
+/// Plans (dry run) or runs a re-run, as `ax rerun`; the reply carries the plan.
+pub async fn rerun(client: &AxClient, request: &RerunRequest) -> Result<ControlReply, Problem> {
+    if let Some(id) = &request.instance {
+        known_instance(client, id).await?;
+    }
+    if let Some(root) = &request.root {
+        known_job(client, root).await?;
+    }
+    if request.instance.is_none() && request.biz_date.is_none() {
+        return Err(Problem::Malformed(
+            "instance: name an instance, or a biz_date (with a root job)".into(),
+        ));
+    }
+    send(client, commands::RERUN, request, PLANNED_TIMEOUT).await
+}
+
+/// Creates the instances of a range of business dates, as `ax backfill`.
+pub async fn backfill(
+    client: &AxClient,
+    request: &BackfillRequest,
+) -> Result<ControlReply, Problem> {
+    known_job(client, &request.job).await?;
+    send(client, commands::BACKFILL, request, PLANNED_TIMEOUT).await
+}

@@ -1,0 +1,221 @@
+//! What the API changes — each through [`crate::actions`], the path the console's buttons take
+//! too, and each carried out and audited by a Scheduler as the CLI's commands are.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use ax_bus::ids::TriggerKey;
+use ax_bus::messages::{
+    BackfillRequest, ControlReply, InstanceRequest, MarkRequest, RerunRequest, TriggerRequest,
+};
+use ax_bus::State as InstanceState;
+
+use crate::actions::{self, InstanceAction, JobAction};
+use crate::api::client;
+use crate::api::reads::{instance_id, job_name};
+use crate::problem::Problem;
+use crate::server::State;
+
+pub(super) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/api/v1/jobs/{name}/trigger", web::post().to(trigger))
+        .route("/api/v1/jobs/{name}/pause", web::post().to(pause))
+        .route("/api/v1/jobs/{name}/resume", web::post().to(resume))
+        .route("/api/v1/jobs/{name}", web::delete().to(delete))
+        .route("/api/v1/instances/{id}/cancel", web::post().to(cancel))
+        .route("/api/v1/instances/{id}/kill", web::post().to(kill))
+        .route("/api/v1/instances/{id}/mark", web::post().to(mark))
+        .route("/api/v1/rerun", web::post().to(rerun))
+        .route("/api/v1/backfill", web::post().to(backfill));
+}
+
+/// A JSON body, or the default when the body is empty; a malformed one names where and why.
+fn body<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, Problem> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| Problem::Malformed(format!("body: {e}")))
+}
+
+/// A required JSON body.
+fn required<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    serde_json::from_slice(bytes).map_err(|e| Problem::Malformed(format!("body: {e}")))
+}
+
+/// Who the API says acts, in the records and the audit.
+fn requested_by(request: &HttpRequest) -> String {
+    format!("{} (api)", crate::pages::caller(request).principal.name)
+}
+
+/// The answer to a carried-out command.
+fn answered(reply: ControlReply) -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({
+        "instance_id": reply.instance_id,
+        "message": reply.message,
+        "plan": reply.plan,
+    }))
+}
+
+/// The body of a trigger: everything of `ax job trigger` but the job, which is in the path.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerBody {
+    #[serde(default)]
+    biz_date: Option<String>,
+    #[serde(default)]
+    params: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    key: Option<TriggerKey>,
+    /// An RFC 3339 instant.
+    #[serde(default)]
+    at: Option<String>,
+    /// A delay (`90s`, `15m`, `2h`, `1d`).
+    #[serde(default, rename = "in")]
+    delay: Option<String>,
+}
+
+/// `POST /api/v1/jobs/{name}/trigger`: creates an instance (or names the one a repeated key
+/// made).
+async fn trigger(
+    state: web::Data<State>,
+    name: web::Path<String>,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, Problem> {
+    let name = job_name(&name)?;
+    let body: TriggerBody = body(&bytes)?;
+    let request = TriggerRequest {
+        name,
+        biz_date: body.biz_date,
+        params: body.params,
+        key: body.key,
+        at: body.at,
+        delay: body.delay,
+    };
+    Ok(answered(actions::trigger(client(&state)?, &request).await?))
+}
+
+async fn job_action(state: &State, name: &str, action: JobAction) -> Result<HttpResponse, Problem> {
+    let name = job_name(name)?;
+    Ok(answered(actions::job(client(state)?, action, &name).await?))
+}
+
+/// `POST /api/v1/jobs/{name}/pause`.
+async fn pause(state: web::Data<State>, name: web::Path<String>) -> Result<HttpResponse, Problem> {
+    job_action(&state, &name, JobAction::Pause).await
+}
+
+/// `POST /api/v1/jobs/{name}/resume`.
+async fn resume(state: web::Data<State>, name: web::Path<String>) -> Result<HttpResponse, Problem> {
+    job_action(&state, &name, JobAction::Resume).await
+}
+
+/// `DELETE /api/v1/jobs/{name}`.
+async fn delete(state: web::Data<State>, name: web::Path<String>) -> Result<HttpResponse, Problem> {
+    job_action(&state, &name, JobAction::Delete).await
+}
+
+/// The body of a cancel or a kill.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn instance_action(
+    state: &State,
+    request: &HttpRequest,
+    id: &str,
+    bytes: &[u8],
+    action: InstanceAction,
+) -> Result<HttpResponse, Problem> {
+    let body: ReasonBody = body(bytes)?;
+    let request = InstanceRequest {
+        instance: instance_id(id)?,
+        reason: body.reason,
+        requested_by: requested_by(request),
+    };
+    Ok(answered(
+        actions::instance(client(state)?, action, &request).await?,
+    ))
+}
+
+/// `POST /api/v1/instances/{id}/cancel`.
+async fn cancel(
+    state: web::Data<State>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, Problem> {
+    instance_action(&state, &request, &id, &bytes, InstanceAction::Cancel).await
+}
+
+/// `POST /api/v1/instances/{id}/kill`.
+async fn kill(
+    state: web::Data<State>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, Problem> {
+    instance_action(&state, &request, &id, &bytes, InstanceAction::Kill).await
+}
+
+/// The body of a mark.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MarkBody {
+    /// `success` or `failed`.
+    state: InstanceState,
+    /// Why (goes to the audit).
+    reason: String,
+}
+
+/// `POST /api/v1/instances/{id}/mark`.
+async fn mark(
+    state: web::Data<State>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, Problem> {
+    let body: MarkBody = required(&bytes)?;
+    if !matches!(body.state, InstanceState::Success | InstanceState::Failed) {
+        return Err(Problem::Malformed(format!(
+            "state: `{}` is no verdict (success or failed)",
+            body.state
+        )));
+    }
+    let mark = MarkRequest {
+        instance: instance_id(&id)?,
+        state: body.state,
+        reason: body.reason,
+        requested_by: requested_by(&request),
+    };
+    Ok(answered(actions::mark(client(&state)?, &mark).await?))
+}
+
+/// `POST /api/v1/rerun`: the plan (with `dry_run`) or the re-run, as `ax rerun`.
+async fn rerun(
+    state: web::Data<State>,
+    request: HttpRequest,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, Problem> {
+    let mut rerun: RerunRequest = required(&bytes)?;
+    rerun.requested_by = requested_by(&request);
+    Ok(answered(actions::rerun(client(&state)?, &rerun).await?))
+}
+
+/// `POST /api/v1/backfill`: the instances of a range of business dates, as `ax backfill`.
+async fn backfill(
+    state: web::Data<State>,
+    request: HttpRequest,
+    bytes: web::Bytes,
+) -> Result<HttpResponse, Problem> {
+    let mut backfill: BackfillRequest = required(&bytes)?;
+    backfill.requested_by = requested_by(&request);
+    Ok(answered(
+        actions::backfill(client(&state)?, &backfill).await?,
+    ))
+}

@@ -1,0 +1,334 @@
+//! The console's index of instances: one compact row per instance record, kept current by a
+//! feed over the instances bucket (every record once at start, then every change).
+//!
+//! Why: the instance list must filter and page on the server and stay fast with a million
+//! records (the grids of other schedulers slow down because they read every run per page).
+//! Reading the bucket per request costs a consumer and every record; the index costs one feed
+//! and about a hundred bytes per instance, and a page is a walk over rows already in memory,
+//! newest first, that stops as soon as the page is full. The instance page itself still reads
+//! the record from the bucket, so what it shows is never older than the index.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use ax_bus::client::kv_view::FeedItem;
+use ax_bus::ids::{InstanceId, JobName};
+use ax_bus::{codec, AxClient, InstanceRecord, State};
+
+/// How long to wait before opening the feed again after it broke.
+const REOPEN_AFTER: Duration = Duration::from_secs(1);
+/// The longest message kept per row (the instance page shows the whole one).
+const MESSAGE_CHARS: usize = 160;
+
+/// One instance, as lists show it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// The instance.
+    pub instance_id: InstanceId,
+    /// Its job.
+    pub job: JobName,
+    /// Its business date.
+    pub biz_date: String,
+    /// Its state.
+    pub state: State,
+    /// The detail beside the state (`timeout`, `exit_code`, ...).
+    pub tag: String,
+    /// The current attempt.
+    pub attempt: u32,
+    /// When it was due.
+    pub expected_time: DateTime<Utc>,
+    /// When the current attempt started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When the current attempt finished.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The worker of the current attempt.
+    pub worker: Option<String>,
+    /// The start of the state's message.
+    pub message: String,
+}
+
+impl Row {
+    fn of(record: &InstanceRecord) -> Row {
+        Row {
+            instance_id: record.instance_id.clone(),
+            job: record.job.clone(),
+            biz_date: record.biz_date.clone(),
+            state: record.state,
+            tag: record.tag.as_str().to_string(),
+            attempt: record.attempt,
+            expected_time: record.expected_time,
+            started_at: record.started_at,
+            finished_at: record.finished_at,
+            worker: record.worker.as_ref().map(|w| w.to_string()),
+            message: record.message.chars().take(MESSAGE_CHARS).collect(),
+        }
+    }
+}
+
+/// Which instances a list shows; every field set must match.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Filter {
+    /// Of this job.
+    pub job: Option<JobName>,
+    /// In this state.
+    pub state: Option<State>,
+    /// With this tag.
+    pub tag: Option<String>,
+    /// Of this business date.
+    pub biz_date: Option<String>,
+    /// Due at or after this instant.
+    pub from: Option<DateTime<Utc>>,
+    /// Due before this instant.
+    pub to: Option<DateTime<Utc>>,
+}
+
+impl Filter {
+    fn admits(&self, row: &Row) -> bool {
+        self.job.as_ref().is_none_or(|j| *j == row.job)
+            && self.state.is_none_or(|s| s == row.state)
+            && self.tag.as_ref().is_none_or(|t| *t == row.tag)
+            && self.biz_date.as_ref().is_none_or(|d| *d == row.biz_date)
+            && self.from.is_none_or(|f| row.expected_time >= f)
+            && self.to.is_none_or(|t| row.expected_time < t)
+    }
+}
+
+/// One page of a list.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Page {
+    /// The rows, newest due first.
+    pub rows: Vec<Row>,
+    /// Whether rows follow this page.
+    pub more: bool,
+}
+
+/// Counts of instances by state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Counts {
+    /// All of them.
+    pub total: u64,
+    /// Per state, every state present (zero when none).
+    pub by_state: Vec<(State, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct Rows {
+    by_id: HashMap<InstanceId, Row>,
+    /// Newest due first.
+    order: BTreeSet<(Reverse<DateTime<Utc>>, InstanceId)>,
+    /// Whether every record that existed when the feed opened is in.
+    current: bool,
+}
+
+impl Rows {
+    fn put(&mut self, row: Row) {
+        if let Some(old) = self.by_id.remove(&row.instance_id) {
+            self.order
+                .remove(&(Reverse(old.expected_time), old.instance_id));
+        }
+        self.order
+            .insert((Reverse(row.expected_time), row.instance_id.clone()));
+        self.by_id.insert(row.instance_id.clone(), row);
+    }
+
+    fn remove(&mut self, id: &InstanceId) {
+        if let Some(old) = self.by_id.remove(id) {
+            self.order
+                .remove(&(Reverse(old.expected_time), old.instance_id));
+        }
+    }
+
+    fn clear(&mut self) {
+        self.by_id.clear();
+        self.order.clear();
+        self.current = false;
+    }
+}
+
+/// The index: cheap to clone, shared by every request.
+#[derive(Clone, Debug, Default)]
+pub struct InstanceIndex {
+    rows: Arc<RwLock<Rows>>,
+}
+
+impl InstanceIndex {
+    /// An index kept current from `client`'s instances bucket, by a task of the current
+    /// runtime that lives as long as the connection.
+    pub fn follow(client: AxClient) -> InstanceIndex {
+        let index = InstanceIndex::default();
+        let rows = index.rows.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = feed(&client, &rows).await {
+                    tracing::warn!(error = %e, "the console's instance index stopped; reopening");
+                }
+                tokio::time::sleep(REOPEN_AFTER).await;
+            }
+        });
+        index
+    }
+
+    /// Whether every record that existed when the index started is in it.
+    pub fn is_current(&self) -> bool {
+        self.read().current
+    }
+
+    /// How many instances the index holds.
+    pub fn len(&self) -> usize {
+        self.read().by_id.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Page `page` (0-based) of `per_page` rows that `filter` admits, newest due first.
+    pub fn page(&self, filter: &Filter, page: usize, per_page: usize) -> Page {
+        let rows = self.read();
+        let skip = page.saturating_mul(per_page);
+        let mut admitted = rows
+            .order
+            .iter()
+            .filter_map(|(_, id)| rows.by_id.get(id))
+            .filter(|row| filter.admits(row))
+            .skip(skip);
+        let page_rows: Vec<Row> = admitted.by_ref().take(per_page).cloned().collect();
+        let more = admitted.next().is_some();
+        Page {
+            rows: page_rows,
+            more,
+        }
+    }
+
+    /// How many instances `filter` admits, by state.
+    pub fn counts(&self, filter: &Filter) -> Counts {
+        let rows = self.read();
+        let mut by_state: Vec<(State, u64)> = State::ALL.iter().map(|s| (*s, 0)).collect();
+        let mut total = 0;
+        for row in rows.by_id.values().filter(|row| filter.admits(row)) {
+            total += 1;
+            if let Some(entry) = by_state.iter_mut().find(|(s, _)| *s == row.state) {
+                entry.1 += 1;
+            }
+        }
+        Counts { total, by_state }
+    }
+
+    /// The rows of `job`, newest due first, at most `limit`.
+    pub fn recent(&self, job: &JobName, limit: usize) -> Vec<Row> {
+        let filter = Filter {
+            job: Some(job.clone()),
+            ..Filter::default()
+        };
+        self.page(&filter, 0, limit).rows
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Rows> {
+        // A writer that panicked leaves rows that are still whole (each change is one insert
+        // or removal): go on with them.
+        self.rows.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Follows the bucket until the feed ends or breaks; starts from an empty index each time
+/// (a record deleted while the feed was down must not stay).
+async fn feed(client: &AxClient, rows: &RwLock<Rows>) -> Result<(), ax_bus::ClientError> {
+    let mut feed = client.instance_feed().await?;
+    let write = || rows.write().unwrap_or_else(|e| e.into_inner());
+    write().clear();
+    while let Some(item) = feed.next().await {
+        match item.map_err(ax_bus::ClientError::from)? {
+            FeedItem::Put { key, value, .. } => match codec::decode::<InstanceRecord>(&value) {
+                Ok(record) => write().put(Row::of(&record)),
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "undecodable instance record: not indexed")
+                }
+            },
+            FeedItem::Deleted { key } => {
+                if let Ok(id) = key.parse::<InstanceId>() {
+                    write().remove(&id);
+                }
+            }
+            FeedItem::Current => write().current = true,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, job: &str, state: State, minute: u32) -> Row {
+        let at = chrono::NaiveDate::from_ymd_opt(2026, 12, 1)
+            .and_then(|d| d.and_hms_opt(10, minute, 0))
+            .map(|t| t.and_utc())
+            .unwrap_or_default();
+        Row {
+            instance_id: id.parse().expect("an id"),
+            job: job.parse().expect("a job"),
+            biz_date: "2026-12-01".into(),
+            state,
+            tag: "completed".into(),
+            attempt: 1,
+            expected_time: at,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn pages_are_newest_first_filtered_and_say_whether_more_follow() {
+        let index = InstanceIndex::default();
+        {
+            let mut rows = index.rows.write().unwrap();
+            for minute in 0..25 {
+                let job = if minute % 2 == 0 { "even" } else { "odd" };
+                let state = if minute % 5 == 0 {
+                    State::Failed
+                } else {
+                    State::Success
+                };
+                rows.put(row(&format!("{job}.m{minute:02}"), job, state, minute));
+            }
+            // A record written again moves, not doubles.
+            rows.put(row("even.m00", "even", State::Success, 0));
+        }
+        assert_eq!(index.len(), 25);
+        let first = index.page(&Filter::default(), 0, 10);
+        assert_eq!(first.rows[0].instance_id.to_string(), "even.m24");
+        assert!(first.more);
+        let last = index.page(&Filter::default(), 2, 10);
+        assert_eq!(last.rows.len(), 5);
+        assert!(!last.more);
+        let failed_even = Filter {
+            job: Some("even".parse().unwrap()),
+            state: Some(State::Failed),
+            ..Filter::default()
+        };
+        let page = index.page(&failed_even, 0, 10);
+        let ids: Vec<String> = page
+            .rows
+            .iter()
+            .map(|r| r.instance_id.to_string())
+            .collect();
+        assert_eq!(ids, ["even.m20", "even.m10"]);
+        let counts = index.counts(&Filter::default());
+        assert_eq!(counts.total, 25);
+        assert!(counts.by_state.contains(&(State::Failed, 4)));
+        index
+            .rows
+            .write()
+            .unwrap()
+            .remove(&"even.m20".parse().unwrap());
+        assert_eq!(index.counts(&failed_even).total, 1);
+    }
+}

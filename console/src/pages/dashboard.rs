@@ -1,0 +1,164 @@
+//! The dashboard: the article's five figures of a day (instances, failures, average trigger
+//! latency, longest execution, the five jobs failing most), the backlog of each queue, the
+//! live workers and the last hour's alerts. The figures come from the day's summary the
+//! DagCoordinator keeps and from the instance index — nothing scans the records — and the
+//! body refreshes itself every five seconds.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+
+use ax_bus::client::status::{QueueDepth, Status};
+
+use crate::index::{Counts, Filter};
+use crate::pages::{self, Chrome};
+use crate::server::State;
+
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/", web::get().to(page))
+        .route("/ui/dashboard", web::get().to(body));
+}
+
+pub(crate) struct Longest {
+    pub(crate) instance_id: String,
+    pub(crate) job: String,
+    pub(crate) duration: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard_body.html")]
+pub(crate) struct Body {
+    /// The date asked for (empty: the latest), which the refresh asks for again.
+    requested: String,
+    date: String,
+    timezone: String,
+    read_at: String,
+    counts: Counts,
+    finished: u64,
+    failed: u64,
+    latency: String,
+    longest: Option<Longest>,
+    top_failing: Vec<(String, u64)>,
+    queues: Vec<QueueDepth>,
+    workers_live: usize,
+    alerts: Vec<(String, u64)>,
+    nodes: String,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard.html")]
+struct Page {
+    chrome: Chrome,
+    body: Body,
+}
+
+/// The body of the day's summary, `today` when none exists yet.
+fn body_of(status: Status, state: &State, requested: &str) -> Body {
+    let today = chrono::Utc::now().date_naive().to_string();
+    let day = status.day.unwrap_or_default();
+    let date = if day.date.is_empty() {
+        today
+    } else {
+        day.date.clone()
+    };
+    let counts = match &state.index {
+        Some(index) => index.counts(&Filter {
+            biz_date: Some(date.clone()),
+            ..Filter::default()
+        }),
+        None => Counts::default(),
+    };
+    let mut top_failing: Vec<(String, u64)> = day.failures_by_job.clone().into_iter().collect();
+    top_failing.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    top_failing.truncate(5);
+    let latency = match day.latency_ms_total.checked_div(day.latency_count) {
+        Some(ms) if day.latency_count > 0 => pages::duration(i64::try_from(ms).unwrap_or(i64::MAX)),
+        _ => "–".into(),
+    };
+    Body {
+        requested: requested.to_string(),
+        timezone: if day.timezone.is_empty() {
+            "UTC".into()
+        } else {
+            day.timezone.clone()
+        },
+        date,
+        read_at: chrono::Utc::now().format("%H:%M:%S UTC").to_string(),
+        counts,
+        finished: day.finished,
+        failed: day.failed,
+        latency,
+        longest: day.longest.map(|l| Longest {
+            instance_id: l.instance_id.to_string(),
+            job: l.job.to_string(),
+            duration: pages::duration(l.duration_ms),
+        }),
+        top_failing,
+        queues: status.queues,
+        workers_live: status.workers_live,
+        alerts: status.alerts_last_hour.into_iter().collect(),
+        nodes: status.nodes.join(", "),
+    }
+}
+
+/// The dashboard's query: the business date to show (the latest summarized when absent).
+#[derive(Debug, Default, serde::Deserialize)]
+struct DateQuery {
+    #[serde(default)]
+    date: String,
+}
+
+async fn read(
+    state: &State,
+    request: &HttpRequest,
+    query: &DateQuery,
+) -> Result<Body, Box<HttpResponse>> {
+    let client = pages::client(state, request)?;
+    let date = Some(query.date.trim()).filter(|d| !d.is_empty());
+    if let Some(date) = date {
+        if ax_bus::time::parse_biz_date(date).is_none() {
+            return Err(Box::new(pages::error_page(
+                request,
+                StatusCode::BAD_REQUEST,
+                format!("date: `{date}` is not a date (YYYY-MM-DD)"),
+            )));
+        }
+    }
+    match client.status(date).await {
+        Ok(status) => Ok(body_of(status, state, date.unwrap_or_default())),
+        Err(e) => Err(Box::new(pages::error_page(
+            request,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the summary could not be read: {e}"),
+        ))),
+    }
+}
+
+async fn page(
+    state: web::Data<State>,
+    request: HttpRequest,
+    query: web::Query<DateQuery>,
+) -> HttpResponse {
+    match read(&state, &request, &query).await {
+        Ok(body) => pages::html(
+            StatusCode::OK,
+            &Page {
+                chrome: Chrome::of(&pages::caller(&request), "dashboard"),
+                body,
+            },
+        ),
+        Err(response) => *response,
+    }
+}
+
+async fn body(
+    state: web::Data<State>,
+    request: HttpRequest,
+    query: web::Query<DateQuery>,
+) -> HttpResponse {
+    match read(&state, &request, &query).await {
+        Ok(body) => pages::html(StatusCode::OK, &body),
+        Err(response) => *response,
+    }
+}

@@ -1,0 +1,584 @@
+//! The instance list — filters (job, state, tag, business date, due window) and pages walked
+//! on the server from the index, never everything loaded — and an instance's page: its record
+//! read from the bucket, its history, its output and logs, and its actions (cancel, kill,
+//! mark, re-run with the plan shown before anything runs).
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use serde::{Deserialize, Serialize};
+
+use ax_bus::ids::{InstanceId, JobName};
+use ax_bus::messages::{InstanceRequest, MarkRequest, PlanStep, RerunRequest};
+use ax_bus::State as InstanceState;
+
+use crate::actions::{self, InstanceAction};
+use crate::index::Filter;
+use crate::pages::{self, Chrome, Outcome};
+use crate::problem::Problem;
+use crate::server::State;
+
+/// Rows per page of the list.
+pub(crate) const PER_PAGE: usize = 50;
+
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/instances", web::get().to(list))
+        .route("/instances/{id}", web::get().to(page))
+        .route("/ui/instances/{id}/mark", web::post().to(mark))
+        .route("/ui/instances/{id}/{action}", web::post().to(act))
+        .route("/ui/rerun/plan", web::post().to(plan))
+        .route("/ui/rerun/run", web::post().to(run));
+}
+
+/// The list's query, as the filter form sends it (empty = any).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub(crate) struct ListQuery {
+    #[serde(default)]
+    pub(crate) job: String,
+    #[serde(default)]
+    pub(crate) state: String,
+    #[serde(default)]
+    pub(crate) tag: String,
+    #[serde(default)]
+    pub(crate) biz_date: String,
+    #[serde(default)]
+    pub(crate) from: String,
+    #[serde(default)]
+    pub(crate) to: String,
+    /// 0-based.
+    #[serde(default)]
+    pub(crate) page: usize,
+    /// Rows per page (the API's; pages show [`PER_PAGE`]).
+    #[serde(default, skip_serializing)]
+    pub(crate) per_page: Option<usize>,
+}
+
+fn instant(field: &str, text: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, Problem> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| Some(t.with_timezone(&chrono::Utc)))
+        .map_err(|e| {
+            Problem::Malformed(format!(
+                "{field}: `{text}` is not an RFC 3339 instant ({e})"
+            ))
+        })
+}
+
+impl ListQuery {
+    /// The index filter this query asks for; a malformed field is named.
+    pub(crate) fn filter(&self) -> Result<Filter, Problem> {
+        let job = match self.job.trim() {
+            "" => None,
+            job => Some(
+                job.parse::<JobName>()
+                    .map_err(|e| Problem::Malformed(format!("job: {e}")))?,
+            ),
+        };
+        let state = match self.state.trim() {
+            "" => None,
+            state => Some(
+                state
+                    .parse::<InstanceState>()
+                    .map_err(|e| Problem::Malformed(format!("state: {e}")))?,
+            ),
+        };
+        let biz_date = match self.biz_date.trim() {
+            "" => None,
+            date => {
+                chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").map_err(|_| {
+                    Problem::Malformed(format!("biz_date: `{date}` is not a YYYY-MM-DD date"))
+                })?;
+                Some(date.to_string())
+            }
+        };
+        Ok(Filter {
+            job,
+            state,
+            tag: Some(self.tag.trim().to_string()).filter(|t| !t.is_empty()),
+            biz_date,
+            from: instant("from", &self.from)?,
+            to: instant("to", &self.to)?,
+        })
+    }
+
+    fn link(&self, page: usize) -> String {
+        let query = ListQuery {
+            page,
+            ..self.clone()
+        };
+        let encoded = serde_urlencoded_pairs(&query);
+        format!("/instances?{encoded}")
+    }
+}
+
+/// The query as `a=b&c=d`, fields left empty left out.
+fn serde_urlencoded_pairs(query: &ListQuery) -> String {
+    let pairs = [
+        ("job", query.job.as_str()),
+        ("state", query.state.as_str()),
+        ("tag", query.tag.as_str()),
+        ("biz_date", query.biz_date.as_str()),
+        ("from", query.from.as_str()),
+        ("to", query.to.as_str()),
+    ];
+    let mut parts: Vec<String> = pairs
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", percent(v)))
+        .collect();
+    parts.push(format!("page={}", query.page));
+    parts.join("&")
+}
+
+/// Percent-encodes everything but unreserved characters.
+fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+struct ListRow {
+    instance_id: String,
+    job: String,
+    biz_date: String,
+    state: String,
+    tag: String,
+    attempt: u32,
+    due: String,
+    finished: String,
+    worker: String,
+    message: String,
+}
+
+#[derive(Template)]
+#[template(path = "instances.html")]
+struct ListPage {
+    chrome: Chrome,
+    query: ListQuery,
+    states: Vec<String>,
+    problem: Option<String>,
+    index_current: bool,
+    rows: Vec<ListRow>,
+    page_number: usize,
+    previous: Option<String>,
+    next: Option<String>,
+}
+
+async fn list(
+    state: web::Data<State>,
+    request: HttpRequest,
+    query: web::Query<ListQuery>,
+) -> HttpResponse {
+    let query = query.into_inner();
+    let (filter, problem) = match query.filter() {
+        Ok(filter) => (Some(filter), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let (page, current) = match (&state.index, &filter) {
+        (Some(index), Some(filter)) => (
+            Some(index.page(filter, query.page, PER_PAGE)),
+            index.is_current(),
+        ),
+        _ => (None, true),
+    };
+    let more = page.as_ref().is_some_and(|p| p.more);
+    let rows = page
+        .map(|p| p.rows)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| ListRow {
+            instance_id: r.instance_id.to_string(),
+            job: r.job.to_string(),
+            biz_date: r.biz_date,
+            state: r.state.to_string(),
+            tag: r.tag,
+            attempt: r.attempt,
+            due: pages::time(Some(r.expected_time)),
+            finished: pages::time(r.finished_at),
+            worker: r.worker.unwrap_or_else(|| "–".into()),
+            message: r.message,
+        })
+        .collect();
+    let status = if problem.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    let list = ListPage {
+        chrome: Chrome::of(&pages::caller(&request), "instances"),
+        states: InstanceState::ALL.iter().map(|s| s.to_string()).collect(),
+        problem,
+        index_current: current,
+        rows,
+        page_number: query.page + 1,
+        previous: (query.page > 0).then(|| query.link(query.page - 1)),
+        next: more.then(|| query.link(query.page + 1)),
+        query,
+    };
+    pages::html(status, &list)
+}
+
+struct HistoryLine {
+    at: String,
+    text: String,
+}
+
+#[derive(Template)]
+#[template(path = "instance.html")]
+struct InstancePage {
+    chrome: Chrome,
+    id: String,
+    job: String,
+    biz_date: String,
+    state: String,
+    tag: String,
+    attempt: u32,
+    trace_id: String,
+    expected_time: String,
+    started_at: String,
+    finished_at: String,
+    worker: String,
+    exit_code: String,
+    trigger: String,
+    priority: String,
+    next_attempt_at: String,
+    message: String,
+    history: Vec<HistoryLine>,
+    output: String,
+    params: String,
+    stdout: String,
+    stderr: String,
+}
+
+/// A value's serde name (`manual`, `high`, ...).
+fn word<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(text)) => text,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+fn instance_id(text: &str) -> Result<InstanceId, Problem> {
+    text.parse::<InstanceId>()
+        .map_err(|e| Problem::Malformed(format!("instance: {e}")))
+}
+
+async fn page(
+    state: web::Data<State>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let id = match instance_id(&id) {
+        Ok(id) => id,
+        Err(e) => return pages::error_page(&request, StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let read = tokio::try_join!(client.instance(&id), client.instance_history(&id));
+    let (record, history) = match read {
+        Ok((Some((record, _)), history)) => (record, history),
+        Ok((None, _)) => {
+            return pages::error_page(
+                &request,
+                StatusCode::NOT_FOUND,
+                format!("instance: no instance `{id}`"),
+            )
+        }
+        Err(e) => {
+            return pages::error_page(
+                &request,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the instance could not be read: {e}"),
+            )
+        }
+    };
+    let history = history
+        .map(|h| h.steps)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|step| HistoryLine {
+            at: pages::time(Some(step.at)),
+            text: format!(
+                "{} — attempt {}, {} ({}){}{}",
+                step.step.as_str(),
+                step.attempt,
+                step.state,
+                step.tag,
+                step.worker
+                    .map(|w| format!(", worker {w}"))
+                    .unwrap_or_default(),
+                if step.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", step.detail)
+                }
+            ),
+        })
+        .collect();
+    let pretty = |value: &serde_json::Value| {
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    };
+    let page = InstancePage {
+        chrome: Chrome::of(&pages::caller(&request), "instances"),
+        id: id.to_string(),
+        job: record.job.to_string(),
+        biz_date: record.biz_date.clone(),
+        state: record.state.to_string(),
+        tag: record.tag.to_string(),
+        attempt: record.attempt,
+        trace_id: record.trace_id.to_string(),
+        expected_time: pages::time(Some(record.expected_time)),
+        started_at: pages::time(record.started_at),
+        finished_at: pages::time(record.finished_at),
+        worker: record
+            .worker
+            .as_ref()
+            .map_or_else(|| "–".into(), |w| w.to_string()),
+        exit_code: record
+            .exit_code
+            .map_or_else(|| "–".into(), |c| c.to_string()),
+        trigger: word(&record.trigger),
+        priority: word(&record.priority),
+        next_attempt_at: pages::time(record.next_attempt_at),
+        message: record.message.clone(),
+        history,
+        output: pretty(&record.output),
+        params: pretty(&serde_json::to_value(&record.params).unwrap_or_default()),
+        stdout: record.stdout_tail.clone(),
+        stderr: record.stderr_tail.clone(),
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+/// Who the console says acts, in the records and the audit.
+fn requested_by(request: &HttpRequest) -> String {
+    format!("{} (console)", pages::caller(request).principal.name)
+}
+
+async fn act(
+    state: web::Data<State>,
+    request: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let (id, action) = path.into_inner();
+    let action = match action.as_str() {
+        "cancel" => InstanceAction::Cancel,
+        "kill" => InstanceAction::Kill,
+        other => {
+            return pages::action_failed(&Problem::NotFound(format!(
+                "action: no instance action `{other}` (cancel, kill, mark)"
+            )))
+        }
+    };
+    let result = match instance_id(&id) {
+        Ok(instance) => {
+            let request = InstanceRequest {
+                instance,
+                reason: Some("from the console".into()),
+                requested_by: requested_by(&request),
+            };
+            actions::instance(client, action, &request).await
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(reply) => pages::html(StatusCode::OK, &Outcome::done(reply.message, None)),
+        Err(e) => pages::action_failed(&e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct MarkForm {
+    state: String,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn mark(
+    state: web::Data<State>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    form: web::Form<MarkForm>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let verdict = match form.state.as_str() {
+        "success" => Ok(InstanceState::Success),
+        "failed" => Ok(InstanceState::Failed),
+        other => Err(Problem::Malformed(format!(
+            "state: `{other}` is no verdict (success or failed)"
+        ))),
+    };
+    let result = match (instance_id(&id), verdict) {
+        (Ok(instance), Ok(verdict)) if !form.reason.trim().is_empty() => {
+            let mark = MarkRequest {
+                instance,
+                state: verdict,
+                reason: form.reason.trim().to_string(),
+                requested_by: requested_by(&request),
+            };
+            actions::mark(client, &mark).await
+        }
+        (Ok(_), Ok(_)) => Err(Problem::Malformed(
+            "reason: say why (it goes to the audit)".into(),
+        )),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    match result {
+        Ok(reply) => pages::html(StatusCode::OK, &Outcome::done(reply.message, None)),
+        Err(e) => pages::action_failed(&e),
+    }
+}
+
+/// The re-run form: one instance, or a business date's chain from a root.
+#[derive(Debug, Default, Deserialize)]
+struct RerunForm {
+    #[serde(default)]
+    instance: String,
+    #[serde(default)]
+    biz_date: String,
+    #[serde(default)]
+    root: String,
+    #[serde(default)]
+    failed_only: Option<String>,
+    #[serde(default)]
+    force_downstream: Option<String>,
+    #[serde(default)]
+    confirm_date: String,
+}
+
+impl RerunForm {
+    fn request(&self, dry_run: bool, by: String) -> Result<RerunRequest, Problem> {
+        let instance = match self.instance.trim() {
+            "" => None,
+            id => Some(instance_id(id)?),
+        };
+        let root = match self.root.trim() {
+            "" => None,
+            root => Some(
+                root.parse::<JobName>()
+                    .map_err(|e| Problem::Malformed(format!("root: {e}")))?,
+            ),
+        };
+        Ok(RerunRequest {
+            instance,
+            biz_date: Some(self.biz_date.trim().to_string()).filter(|d| !d.is_empty()),
+            root,
+            failed_only: self.failed_only.is_some(),
+            force_downstream: self.force_downstream.is_some(),
+            dry_run,
+            requested_by: by,
+        })
+    }
+}
+
+#[derive(Template)]
+#[template(path = "plan.html")]
+struct PlanFragment {
+    dry_run: bool,
+    steps: Vec<PlanStep>,
+    runs: usize,
+    instance: Option<String>,
+    biz_date: Option<String>,
+    root: Option<String>,
+    failed_only: bool,
+    force_downstream: bool,
+}
+
+fn plan_fragment(rerun: &RerunRequest, steps: Vec<PlanStep>) -> PlanFragment {
+    PlanFragment {
+        dry_run: rerun.dry_run,
+        runs: steps.iter().filter(|s| s.will_run).count(),
+        steps,
+        instance: rerun.instance.as_ref().map(|i| i.to_string()),
+        biz_date: rerun.biz_date.clone(),
+        root: rerun.root.as_ref().map(|r| r.to_string()),
+        failed_only: rerun.failed_only,
+        force_downstream: rerun.force_downstream,
+    }
+}
+
+/// `POST /ui/rerun/plan`: the dry run, with a button that runs exactly this request.
+async fn plan(
+    state: web::Data<State>,
+    request: HttpRequest,
+    form: web::Form<RerunForm>,
+) -> HttpResponse {
+    rerun(&state, &request, &form, true).await
+}
+
+/// `POST /ui/rerun/run`: the re-run itself (a forced one only with its date typed).
+async fn run(
+    state: web::Data<State>,
+    request: HttpRequest,
+    form: web::Form<RerunForm>,
+) -> HttpResponse {
+    rerun(&state, &request, &form, false).await
+}
+
+async fn rerun(
+    state: &State,
+    request: &HttpRequest,
+    form: &RerunForm,
+    dry_run: bool,
+) -> HttpResponse {
+    let client = match pages::client(state, request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let rerun = match form.request(dry_run, requested_by(request)) {
+        Ok(rerun) => rerun,
+        Err(e) => return pages::action_failed(&e),
+    };
+    if !dry_run && rerun.force_downstream {
+        if let Err(e) = confirmed(client, &rerun, form.confirm_date.trim()).await {
+            return pages::action_failed(&e);
+        }
+    }
+    match actions::rerun(client, &rerun).await {
+        Ok(reply) => pages::html(StatusCode::OK, &plan_fragment(&rerun, reply.plan)),
+        Err(e) => pages::action_failed(&e),
+    }
+}
+
+/// A forced re-run runs only when the operator typed its business date.
+async fn confirmed(
+    client: &ax_bus::AxClient,
+    rerun: &RerunRequest,
+    typed: &str,
+) -> Result<(), Problem> {
+    let date = match (&rerun.biz_date, &rerun.instance) {
+        (Some(date), _) => date.clone(),
+        (None, Some(id)) => match client.instance(id).await {
+            Ok(Some((record, _))) => record.biz_date,
+            Ok(None) => return Err(Problem::NotFound(format!("instance: no instance `{id}`"))),
+            Err(e) => return Err(Problem::Unavailable(e.to_string())),
+        },
+        (None, None) => String::new(),
+    };
+    if typed == date {
+        Ok(())
+    } else {
+        Err(Problem::Malformed(format!(
+            "confirm_date: type the business date `{date}` to force its downstream"
+        )))
+    }
+}

@@ -1,0 +1,355 @@
+//! The job list (search and filters on the server) and a job's page: its definition (secrets
+//! redacted, as `ax job get` prints it), next fire, recent instances and ticks, and its actions
+//! — trigger now / at / in with parameters, pause, resume, delete.
+
+use std::collections::BTreeMap;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use serde::Deserialize;
+
+use ax_actors::FireSchedule;
+use ax_bus::ids::{JobName, TriggerKey};
+use ax_bus::messages::{JobRecord, TriggerRequest};
+use ax_bus::spec::{self, JobDocument, JobSpec};
+
+use crate::actions::{self, JobAction};
+use crate::pages::{self, Chrome, Outcome};
+use crate::problem::Problem;
+use crate::server::State;
+
+/// How many ticks and recent instances a job's page shows.
+const SHOWN: usize = 20;
+
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/jobs", web::get().to(list))
+        .route("/jobs/{name}", web::get().to(page))
+        .route("/ui/jobs/{name}/trigger", web::post().to(trigger))
+        .route("/ui/jobs/{name}/{action}", web::post().to(act));
+}
+
+/// The next fire of a job that fires on a cron and is not paused.
+pub(crate) fn next_fire(spec: &JobSpec, paused: bool) -> Option<chrono::DateTime<chrono::Utc>> {
+    if paused {
+        return None;
+    }
+    FireSchedule::new(spec.cron.as_deref()?, &spec.timezone)
+        .ok()?
+        .next_after(chrono::Utc::now())
+}
+
+/// The list's filters, as the form sends them (empty = any).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct JobFilter {
+    #[serde(default)]
+    pub(crate) q: String,
+    #[serde(default)]
+    pub(crate) executor: String,
+    #[serde(default)]
+    pub(crate) tag: String,
+    #[serde(default)]
+    pub(crate) paused: String,
+}
+
+impl JobFilter {
+    pub(crate) fn admits(&self, job: &JobRecord) -> bool {
+        (self.q.is_empty() || job.spec.name.as_str().contains(self.q.trim()))
+            && (self.executor.is_empty() || job.spec.exec.kind == self.executor)
+            && (self.tag.is_empty() || job.spec.tags.contains(&self.tag))
+            && match self.paused.as_str() {
+                "yes" => job.paused,
+                "no" => !job.paused,
+                _ => true,
+            }
+    }
+}
+
+struct JobRow {
+    name: String,
+    schedule: String,
+    timezone: String,
+    executor: String,
+    tags: String,
+    paused: bool,
+    next_fire: String,
+}
+
+#[derive(Template)]
+#[template(path = "jobs.html")]
+struct ListPage {
+    chrome: Chrome,
+    filter: JobFilter,
+    executors: Vec<String>,
+    rows: Vec<JobRow>,
+    total: usize,
+}
+
+fn schedule(spec: &JobSpec) -> String {
+    match (&spec.cron, &spec.at, spec.deps.is_empty()) {
+        (Some(cron), _, _) => cron.clone(),
+        (None, Some(at), _) => format!("at {at}"),
+        (None, None, false) => "after its dependencies".into(),
+        (None, None, true) => "on trigger".into(),
+    }
+}
+
+async fn list(
+    state: web::Data<State>,
+    request: HttpRequest,
+    filter: web::Query<JobFilter>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let jobs = match client.jobs().await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            return pages::error_page(
+                &request,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the jobs could not be read: {e}"),
+            )
+        }
+    };
+    let mut executors: Vec<String> = jobs.iter().map(|j| j.spec.exec.kind.clone()).collect();
+    executors.sort();
+    executors.dedup();
+    let rows = jobs
+        .iter()
+        .filter(|j| filter.admits(j))
+        .map(|j| JobRow {
+            name: j.spec.name.to_string(),
+            schedule: schedule(&j.spec),
+            timezone: j.spec.timezone.clone(),
+            executor: j.spec.exec.kind.clone(),
+            tags: j.spec.tags.join(", "),
+            paused: j.paused,
+            next_fire: pages::time(next_fire(&j.spec, j.paused)),
+        })
+        .collect();
+    let page = ListPage {
+        chrome: Chrome::of(&pages::caller(&request), "jobs"),
+        filter: filter.into_inner(),
+        executors,
+        rows,
+        total: jobs.len(),
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+struct RecentRow {
+    instance_id: String,
+    biz_date: String,
+    state: String,
+    attempt: u32,
+    finished: String,
+}
+
+struct TickRow {
+    tick: String,
+    outcome: String,
+    instance: Option<String>,
+    node: String,
+    reason: String,
+}
+
+#[derive(Template)]
+#[template(path = "job.html")]
+struct JobPage {
+    chrome: Chrome,
+    name: String,
+    paused: bool,
+    next_fire: String,
+    updated_at: String,
+    yaml: String,
+    recent: Vec<RecentRow>,
+    ticks: Vec<TickRow>,
+}
+
+fn job_name(text: &str) -> Result<JobName, Problem> {
+    text.parse::<JobName>()
+        .map_err(|e| Problem::Malformed(format!("name: {e}")))
+}
+
+async fn page(
+    state: web::Data<State>,
+    request: HttpRequest,
+    name: web::Path<String>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let name = match job_name(&name) {
+        Ok(name) => name,
+        Err(e) => return pages::error_page(&request, StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let (record, ticks) = match tokio::try_join!(client.job(&name), client.ticks(&name, SHOWN)) {
+        Ok((Some((record, _)), ticks)) => (record, ticks),
+        Ok((None, _)) => {
+            return pages::error_page(
+                &request,
+                StatusCode::NOT_FOUND,
+                format!("name: no job `{name}`"),
+            )
+        }
+        Err(e) => {
+            return pages::error_page(
+                &request,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the job could not be read: {e}"),
+            )
+        }
+    };
+    // Shown with its secrets redacted, as `ax job get` prints it.
+    let doc = JobDocument {
+        version: spec::VERSION.into(),
+        job: spec::redact::spec(&record.spec),
+    };
+    let yaml = serde_saphyr::to_string(&doc).unwrap_or_else(|e| format!("# not printable: {e}"));
+    let recent = state
+        .index
+        .as_ref()
+        .map(|index| index.recent(&name, SHOWN))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| RecentRow {
+            instance_id: r.instance_id.to_string(),
+            biz_date: r.biz_date,
+            state: r.state.to_string(),
+            attempt: r.attempt,
+            finished: pages::time(r.finished_at),
+        })
+        .collect();
+    let ticks = ticks
+        .into_iter()
+        .map(|t| TickRow {
+            tick: pages::time(Some(t.tick)),
+            outcome: t.outcome.as_str().to_string(),
+            instance: t.instance_id.map(|i| i.to_string()),
+            node: t.node.to_string(),
+            reason: t.reason,
+        })
+        .collect();
+    let page = JobPage {
+        chrome: Chrome::of(&pages::caller(&request), "jobs"),
+        name: name.to_string(),
+        paused: record.paused,
+        next_fire: pages::time(next_fire(&record.spec, record.paused)),
+        updated_at: pages::time(Some(record.updated_at)),
+        yaml,
+        recent,
+        ticks,
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+/// The trigger form.
+#[derive(Debug, Deserialize)]
+struct TriggerForm {
+    #[serde(default)]
+    at: String,
+    #[serde(default, rename = "in")]
+    delay: String,
+    #[serde(default)]
+    biz_date: String,
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    params: String,
+}
+
+fn filled(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
+}
+
+impl TriggerForm {
+    fn request(&self, name: JobName) -> Result<TriggerRequest, Problem> {
+        let mut params = BTreeMap::new();
+        for (number, line) in self.params.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (key, value) = line.split_once('=').ok_or_else(|| {
+                Problem::Malformed(format!(
+                    "params, line {}: expected KEY=VALUE, got `{line}`",
+                    number + 1
+                ))
+            })?;
+            params.insert(
+                key.trim().to_string(),
+                serde_json::Value::String(value.trim().to_string()),
+            );
+        }
+        let key = filled(&self.key)
+            .map(|k| k.parse::<TriggerKey>())
+            .transpose()
+            .map_err(|e| Problem::Malformed(format!("key: {e}")))?;
+        Ok(TriggerRequest {
+            name,
+            biz_date: filled(&self.biz_date),
+            params,
+            key,
+            at: filled(&self.at),
+            delay: filled(&self.delay),
+        })
+    }
+}
+
+async fn trigger(
+    state: web::Data<State>,
+    request: HttpRequest,
+    name: web::Path<String>,
+    form: web::Form<TriggerForm>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let result = match job_name(&name).and_then(|name| form.request(name)) {
+        Ok(trigger) => actions::trigger(client, &trigger).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(reply) => pages::html(
+            StatusCode::OK,
+            &Outcome::done(reply.message, reply.instance_id.map(|i| i.to_string())),
+        ),
+        Err(e) => pages::action_failed(&e),
+    }
+}
+
+async fn act(
+    state: web::Data<State>,
+    request: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let (name, action) = path.into_inner();
+    let action = match action.as_str() {
+        "pause" => JobAction::Pause,
+        "resume" => JobAction::Resume,
+        "delete" => JobAction::Delete,
+        other => {
+            return pages::action_failed(&Problem::NotFound(format!(
+                "action: no job action `{other}` (pause, resume, delete)"
+            )))
+        }
+    };
+    let result = match job_name(&name) {
+        Ok(name) => actions::job(client, action, &name).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(reply) => pages::html(StatusCode::OK, &Outcome::done(reply.message, None)),
+        Err(e) => pages::action_failed(&e),
+    }
+}

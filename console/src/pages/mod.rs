@@ -1,0 +1,177 @@
+//! The console's pages: HTML rendered on the server from compile-time templates
+//! (`templates/`, askama, every value escaped), with htmx for the parts that refresh or answer
+//! an action in place. Each page reads through the same library calls as the CLI and the API;
+//! each action goes through [`crate::actions`].
+//!
+//! - [`dashboard`]: the day at a glance, refreshing itself;
+//! - [`jobs`]: the job list and a job's page, with its actions;
+//! - [`instances`]: the instance list (filtered and paged on the server) and an instance's page,
+//!   with its actions.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+
+use crate::access::Caller;
+use crate::problem::Problem;
+use crate::server::State;
+
+pub(crate) mod dashboard;
+pub(crate) mod instances;
+pub(crate) mod jobs;
+
+/// The pages' routes.
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    dashboard::routes(config);
+    jobs::routes(config);
+    instances::routes(config);
+}
+
+/// What every page's frame shows: who is acting, the token its script sends back, where we are.
+#[derive(Clone, Debug)]
+pub(crate) struct Chrome {
+    pub(crate) csrf: String,
+    pub(crate) who: String,
+    pub(crate) role: String,
+    pub(crate) section: &'static str,
+}
+
+impl Chrome {
+    pub(crate) fn of(caller: &Caller, section: &'static str) -> Chrome {
+        Chrome {
+            csrf: caller.csrf.clone(),
+            who: caller.principal.name.clone(),
+            role: caller.principal.role.to_string(),
+            section,
+        }
+    }
+}
+
+/// The caller the access check put on the request.
+pub(crate) fn caller(request: &HttpRequest) -> Caller {
+    use actix_web::HttpMessage;
+    request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .unwrap_or_else(|| Caller {
+            principal: crate::access::principal(),
+            csrf: String::new(),
+        })
+}
+
+/// A rendered template as an HTML answer with `status`.
+pub(crate) fn html(status: StatusCode, template: &impl Template) -> HttpResponse {
+    match template.render() {
+        Ok(body) => HttpResponse::build(status)
+            .content_type("text/html; charset=utf-8")
+            .body(body),
+        Err(e) => HttpResponse::InternalServerError()
+            .content_type("text/plain; charset=utf-8")
+            .body(format!("the page could not be rendered: {e}")),
+    }
+}
+
+/// The fragment an action answers with: what happened, or why nothing did.
+#[derive(Template)]
+#[template(path = "outcome.html")]
+pub(crate) struct Outcome {
+    pub(crate) ok: bool,
+    pub(crate) text: String,
+    pub(crate) instance: Option<String>,
+}
+
+impl Outcome {
+    pub(crate) fn done(text: impl Into<String>, instance: Option<String>) -> Outcome {
+        Outcome {
+            ok: true,
+            text: text.into(),
+            instance,
+        }
+    }
+
+    pub(crate) fn failed(text: impl Into<String>) -> Outcome {
+        Outcome {
+            ok: false,
+            text: text.into(),
+            instance: None,
+        }
+    }
+}
+
+/// The fragment of a refused request (the access check's answer to htmx).
+pub(crate) fn refusal(reason: &str) -> String {
+    Outcome::failed(reason)
+        .render()
+        .unwrap_or_else(|_| "refused".into())
+}
+
+/// An action's failure as the fragment shown beside its control, with the status the API
+/// gives for it.
+pub(crate) fn action_failed(error: &Problem) -> HttpResponse {
+    html(error.status(), &Outcome::failed(error.to_string()))
+}
+
+/// A whole page saying why there is nothing to show.
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    chrome: Chrome,
+    status: u16,
+    reason: String,
+}
+
+pub(crate) fn error_page(
+    request: &HttpRequest,
+    status: StatusCode,
+    reason: String,
+) -> HttpResponse {
+    let page = ErrorPage {
+        chrome: Chrome::of(&caller(request), ""),
+        status: status.as_u16(),
+        reason,
+    };
+    html(status, &page)
+}
+
+/// The node's connection, or the page that says there is none.
+pub(crate) fn client<'a>(
+    state: &'a State,
+    request: &HttpRequest,
+) -> Result<&'a ax_bus::AxClient, Box<HttpResponse>> {
+    state.client.as_ref().ok_or_else(|| {
+        Box::new(error_page(
+            request,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this node has no NATS connection".into(),
+        ))
+    })
+}
+
+/// Forms: the body limit, and a malformed form answered beside its control.
+pub(crate) fn form_config() -> web::FormConfig {
+    web::FormConfig::default()
+        .limit(256 * 1024)
+        .error_handler(|error, _| {
+            let response = html(
+                StatusCode::BAD_REQUEST,
+                &Outcome::failed(format!("the form is malformed: {error}")),
+            );
+            actix_web::error::InternalError::from_response(error, response).into()
+        })
+}
+
+/// A duration in milliseconds as people read it.
+pub(crate) fn duration(ms: i64) -> String {
+    match ms {
+        ms if ms < 1_000 => format!("{ms} ms"),
+        ms if ms < 60_000 => format!("{:.1} s", ms as f64 / 1_000.0),
+        ms if ms < 3_600_000 => format!("{}m {:02}s", ms / 60_000, (ms / 1_000) % 60),
+        ms => format!("{}h {:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+/// An instant as the pages show it (UTC, to the second), or `–`.
+pub(crate) fn time(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    at.map_or_else(|| "–".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+}

@@ -3,6 +3,7 @@
 //! rather than bare sleeps.
 #![allow(dead_code)]
 
+pub(crate) mod browser;
 pub(crate) mod ledger;
 pub(crate) mod netns;
 

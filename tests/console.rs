@@ -1,0 +1,278 @@
+//! The console in a real headless Chromium (Debian's `chromium` and `chromium-driver`, installed
+//! by `.ci/run`) against a real `ax up`: what an operator sees and does from the browser, with
+//! the CLI as the witness of what really happened.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use ax_bus::client::local_server::{find_binary, free_port, BINARY_ENV};
+use support::browser::Browser;
+use support::*;
+
+/// An `ax up` of the test's own, with its console on a free port.
+struct Up {
+    _process: AxProcess,
+    nats: String,
+    http: String,
+    client: ax_bus::AxClient,
+}
+
+async fn up(dir: &Path) -> Up {
+    let (nats_port, http_port) = (free_port().unwrap(), free_port().unwrap());
+    let binary = find_binary().expect("pinned nats-server");
+    let process = AxProcess::spawn_with_env(
+        None,
+        &[
+            "up",
+            "--nats-port",
+            &nats_port.to_string(),
+            "--http-port",
+            &http_port.to_string(),
+        ],
+        dir,
+        &dir.join("up.log"),
+        &[(BINARY_ENV, binary.to_str().expect("utf-8 path"))],
+    );
+    wait_for_logged(Duration::from_secs(60), "ax up", &[&process], || async {
+        std::fs::read_to_string(dir.join(".ax/nats.url"))
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+    })
+    .await;
+    let nats = format!("nats://127.0.0.1:{nats_port}");
+    let client = ax_bus::AxClient::connect(&ax_bus::client::ConnectConfig::new(&nats, "ax-test"))
+        .await
+        .unwrap();
+    Up {
+        _process: process,
+        nats,
+        http: format!("http://127.0.0.1:{http_port}"),
+        client,
+    }
+}
+
+/// Applies jobs, each `(name, the rest of its YAML)`.
+fn apply(up: &Up, dir: &Path, jobs: &[(&str, &str)]) {
+    let folder = dir.join("jobs");
+    std::fs::create_dir_all(&folder).unwrap();
+    for (name, rest) in jobs {
+        std::fs::write(
+            folder.join(format!("{name}.yaml")),
+            format!("version: v1\njob:\n  name: {name}\n{rest}"),
+        )
+        .unwrap();
+    }
+    let out = ax(&up.nats, &["job", "apply", "-f", folder.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+fn trigger(up: &Up, job: &str) -> String {
+    let out = ax(&up.nats, &["job", "trigger", job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).split_whitespace().next().unwrap().to_string()
+}
+
+/// `ax instance list --json`, by state, for the test's witness.
+fn listed(up: &Up) -> Vec<serde_json::Value> {
+    let out = ax(&up.nats, &["instance", "list", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_runs_ax_from_the_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = up(dir.path()).await;
+    let pid_file = dir.path().join("sleeper.pid");
+    apply(
+        &up,
+        dir.path(),
+        &[
+            (
+                "greet",
+                "  exec:\n    type: shell\n    command: >-\n      echo \"hello $AX_PARAM_who\" &&\n      \
+                 printf '{\"who\": \"%s\"}' \"$AX_PARAM_who\" > \"$AX_OUTPUT_FILE\"\n  params: { who: nobody }\n",
+            ),
+            ("broken", "  exec: { type: shell, command: 'echo doomed >&2; exit 3' }\n"),
+            (
+                "sleeper",
+                &format!(
+                    "  exec: {{ type: shell, command: 'echo $$ > {}; exec sleep 300' }}\n",
+                    pid_file.display()
+                ),
+            ),
+        ],
+    );
+    let browser = Browser::start().await;
+    let base = &up.http;
+
+    // The scripts load under the CSP (htmx is there to answer the buttons).
+    browser.open(&format!("{base}/jobs")).await;
+    let htmx = browser
+        .client
+        .execute("return typeof htmx;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(htmx, "object", "htmx did not load under the CSP");
+    assert!(browser.text("#jobs").await.contains("greet"));
+    browser.screenshot("jobs").await;
+
+    // Trigger with a parameter from the job's page; its instance page shows success and logs.
+    browser.open(&format!("{base}/jobs/greet")).await;
+    browser.fill("textarea[name=params]", "who=console").await;
+    browser.click("#trigger").await;
+    let created = browser
+        .until("the trigger's answer", "#trigger-result a", |t| {
+            t.starts_with("greet.")
+        })
+        .await;
+    browser.screenshot("job").await;
+    browser.click("#trigger-result a").await;
+    browser
+        .reload_until("the instance to succeed", "#state", |t| t == "success")
+        .await;
+    assert!(browser.text("#stdout").await.contains("hello console"));
+    assert!(browser
+        .text("#output")
+        .await
+        .contains("\"who\": \"console\""));
+    assert!(browser.text("#history").await.contains("ended"));
+    browser.screenshot("instance").await;
+    let record = final_record(&up.client, &created, Duration::from_secs(30)).await;
+    assert_eq!(record.params["who"], "console");
+
+    // A bad value is shown beside the control, and nothing is created.
+    browser.open(&format!("{base}/jobs/greet")).await;
+    browser.fill("input[name=key]", "not a key!").await;
+    browser.click("#trigger").await;
+    let refused = browser
+        .until("the refusal", "#trigger-result .error", |t| !t.is_empty())
+        .await;
+    assert!(refused.starts_with("key:"), "{refused}");
+    assert_eq!(
+        listed(&up).iter().filter(|r| r["job"] == "greet").count(),
+        1
+    );
+
+    // Two failures; the dashboard's numbers are those of `ax instance list`.
+    let broken = trigger(&up, "broken");
+    trigger(&up, "broken");
+    for record in listed(&up) {
+        let id = record["instance_id"].as_str().unwrap().to_string();
+        final_record(&up.client, &id, Duration::from_secs(30)).await;
+    }
+    let records = listed(&up);
+    let count = |state: &str| records.iter().filter(|r| r["state"] == state).count();
+    assert_eq!((count("success"), count("failed")), (1, 2));
+    browser.open(&format!("{base}/")).await;
+    browser
+        .reload_until("the summary to count the failures", "#failures", |t| {
+            t == "2"
+        })
+        .await;
+    assert_eq!(
+        browser.text("#instances-today").await,
+        records.len().to_string()
+    );
+    for state in ["success", "failed", "running"] {
+        let shown = browser
+            .text(&format!("#by-state td[data-state={state}]"))
+            .await;
+        assert_eq!(shown, count(state).to_string(), "{state}");
+    }
+    assert!(browser.text("#top-failing").await.contains("broken"));
+    browser.screenshot("dashboard").await;
+
+    // The instance list filters on the server.
+    browser
+        .open(&format!("{base}/instances?state=failed"))
+        .await;
+    let table = browser.text("#instances").await;
+    assert!(
+        table.contains(&broken) && !table.contains(&created),
+        "{table}"
+    );
+    browser.screenshot("instances").await;
+
+    // A re-run shows its plan first: nothing runs until it is confirmed.
+    browser.open(&format!("{base}/instances/{broken}")).await;
+    browser.click("#rerun").await;
+    let plan = browser
+        .until("the plan", "#plan-summary", |t| t.contains("would run"))
+        .await;
+    assert!(plan.starts_with("1 instance"), "{plan}");
+    browser.screenshot("rerun-plan").await;
+    let (record, _) = up
+        .client
+        .instance(&broken.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.attempt, 1, "the dry run ran nothing");
+    browser.click("#run-plan").await;
+    browser
+        .until("the re-run", "#plan-summary", |t| {
+            t.contains("started again")
+        })
+        .await;
+    wait_for(Duration::from_secs(30), "the second attempt", || async {
+        let (record, _) = up.client.instance(&broken.parse().ok()?).await.ok()??;
+        (record.attempt == 2 && record.state.is_final()).then_some(())
+    })
+    .await;
+
+    // Kill ends a running `sleep`: its process is gone.
+    let sleeper = trigger(&up, "sleeper");
+    let pid: i32 = wait_for(Duration::from_secs(30), "the sleeper to start", || async {
+        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
+    })
+    .await;
+    browser.open(&format!("{base}/instances/{sleeper}")).await;
+    browser.click("#kill").await;
+    browser.accept().await;
+    browser
+        .until("the kill's answer", "#act-result", |t| t.contains("killed"))
+        .await;
+    let record = final_record(&up.client, &sleeper, Duration::from_secs(30)).await;
+    assert_eq!(record.tag, ax_bus::Tag::Killed);
+    wait_for(Duration::from_secs(30), "the sleep to end", || async {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            .is_err()
+            .then_some(())
+    })
+    .await;
+
+    // A state change without the page's token is refused, even from the console's own origin.
+    let forged = browser
+        .client
+        .execute(
+            "return fetch('/ui/jobs/greet/pause', {method: 'POST'}).then(r => r.status);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(forged, 403);
+    let (job, _) = up
+        .client
+        .job(&"greet".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!job.paused, "a forged request changed the job");
+    // With the token (as the page's own script sends it), the same request works.
+    browser.open(&format!("{base}/jobs/greet")).await;
+    browser.click("#pause").await;
+    browser
+        .until("the pause's answer", "#job-result", |t| !t.is_empty())
+        .await;
+    let (job, _) = up
+        .client
+        .job(&"greet".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(job.paused);
+    browser.client.clone().close().await.unwrap();
+}

@@ -9,11 +9,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use ax_actors::FireSchedule;
 use ax_bus::ids::{JobName, TriggerKey};
 use ax_bus::messages::{
-    commands, ApplyRequest, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest,
-    TriggerRequest,
+    commands, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest, TriggerRequest,
 };
 use ax_bus::spec::files::load_files;
-use ax_bus::spec::yaml::{LocatedError, LocatedJob};
+use ax_bus::spec::yaml::LocatedJob;
 use ax_bus::spec::{self, JobDocument};
 use ax_bus::AxClient;
 
@@ -46,89 +45,26 @@ pub(crate) fn load_or_report(paths: &[PathBuf]) -> Result<Vec<LocatedJob>> {
     })
 }
 
-/// Checks the jobs against the registry (unknown dependencies, cycles), placing each problem in
-/// its file; nothing is applied when there is one.
-async fn check_graph(client: &AxClient, jobs: &[LocatedJob]) -> Result<()> {
-    let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
-    let applied: Vec<&spec::JobSpec> = jobs.iter().map(|j| &j.doc.job).collect();
-    let errors: Vec<LocatedError> = spec::graph::validate_graph(&applied, &registered)
-        .into_iter()
-        .filter_map(|(name, e)| {
-            jobs.iter()
-                .find(|j| j.doc.job.name == name)
-                .map(|j| j.locate(e))
-        })
-        .collect();
-    if errors.is_empty() {
-        return Ok(());
-    }
-    for error in &errors {
-        eprintln!("{error}");
-    }
-    bail!("{} problem(s); nothing applied", errors.len())
-}
-
-/// Warns about jobs whose executor no live worker offers (a plugin not deployed yet): their
-/// instances will wait with tag `no_worker` until a worker offering it starts.
-async fn warn_unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) {
-    let Ok(workers) = client.workers().await else {
-        return;
-    };
-    let now = ax_bus::time::now();
-    let offered: std::collections::BTreeSet<&str> = workers
-        .iter()
-        .filter(|(_, at)| (now - *at).num_seconds() < 10)
-        .flat_map(|(info, _)| info.executors.iter().map(String::as_str))
-        .collect();
-    if offered.is_empty() {
-        // No worker has started yet (a fresh cluster): nothing to compare with.
-        return;
-    }
-    for job in jobs {
-        let kind = job.doc.job.exec.kind.as_str();
-        if !offered.contains(kind) {
-            eprintln!(
-                "warning: job {}: no live worker offers executor `{kind}`; its instances wait \
-                 (tag no_worker) until one does",
-                job.doc.job.name
-            );
-        }
-    }
-}
-
-/// Publishes validated jobs and prints what changed.
+/// Applies validated jobs (through the console's library call, the one the editor uses too)
+/// and prints what changed.
 pub(crate) async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) -> Result<()> {
-    check_graph(client, &jobs).await?;
-    for job in &jobs {
-        for warning in spec::warnings(&job.doc) {
-            eprintln!("warning: {}", job.locate(warning));
+    let applied = match ax_console::actions::apply(client, jobs).await {
+        Ok(applied) => applied,
+        Err(ax_console::problem::Problem::Refused(errors)) => {
+            for error in &errors {
+                eprintln!("{error}");
+            }
+            bail!("{} problem(s); nothing applied", errors.len())
         }
-    }
-    warn_unoffered_executors(client, &jobs).await;
-    let files: std::collections::BTreeSet<String> = jobs.iter().map(|j| j.file.clone()).collect();
-    let request = ApplyRequest {
-        jobs: jobs.into_iter().map(|j| j.doc).collect(),
+        Err(e) => bail!("{e}"),
     };
-    // One apply is one message: said here, naming the files, rather than by the server.
-    let size = ax_bus::codec::encode(&request)?.len();
-    let limit = client.nats.server_info().max_payload;
-    if size > limit {
-        bail!(
-            "{}: the {} jobs are {size} bytes together, more than the NATS server's max_payload \
-             ({limit} bytes); apply them in smaller groups, upstream jobs first; nothing applied",
-            files.into_iter().collect::<Vec<_>>().join(", "),
-            request.jobs.len()
-        );
+    for warning in &applied.warnings {
+        eprintln!("warning: {warning}");
     }
-    let reply = refused(
-        client
-            .control(commands::APPLY, &request, CONTROL_TIMEOUT)
-            .await?,
-    )?;
     if json {
-        return table::json(&reply.changes);
+        return table::json(&applied.changes);
     }
-    let rows: Vec<Vec<String>> = reply
+    let rows: Vec<Vec<String>> = applied
         .changes
         .iter()
         .map(|c| vec![c.name.to_string(), format!("{:?}", c.change).to_lowercase()])

@@ -244,6 +244,47 @@ async fn an_operator_runs_ax_from_the_browser() {
     })
     .await;
 
+    // The editor checks as it is typed, placing a problem at its line, and applies nothing
+    // until the text is valid.
+    browser.open(&format!("{base}/jobs/new")).await;
+    browser.screenshot("editor").await;
+    let bad = "version: v1\njob:\n  name: nightly\n  cron: \"not a cron\"\n  exec: { type: shell, command: 'true' }\n";
+    browser.fill("#yaml", bad).await;
+    let problem = browser
+        .until("the problem", "#problems li", |t| t.contains("job.cron"))
+        .await;
+    assert!(problem.starts_with("line 4:"), "{problem}");
+    browser.click("#apply").await;
+    browser
+        .until("the refusal", "#apply-result li", |t| {
+            t.contains("job.cron")
+        })
+        .await;
+    assert!(up
+        .client
+        .job(&"nightly".parse().unwrap())
+        .await
+        .unwrap()
+        .is_none());
+    browser
+        .fill("#yaml", &bad.replace("not a cron", "0 3 * * *"))
+        .await;
+    browser
+        .until("the text to be valid", "#valid", |t| t == "valid: nightly")
+        .await;
+    browser.click("#apply").await;
+    browser
+        .until("the apply's answer", "#applied", |t| {
+            t.contains("nightly: created")
+        })
+        .await;
+    assert!(up
+        .client
+        .job(&"nightly".parse().unwrap())
+        .await
+        .unwrap()
+        .is_some());
+
     // A state change without the page's token is refused, even from the console's own origin.
     let forged = browser
         .client

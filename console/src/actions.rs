@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::{
-    commands, BackfillRequest, ControlReply, InstanceRequest, JobNameRequest, MarkRequest,
-    RerunRequest, TriggerRequest,
+    commands, ApplyRequest, BackfillRequest, ControlReply, InstanceRequest, JobChange,
+    JobNameRequest, MarkRequest, RerunRequest, TriggerRequest,
 };
+use ax_bus::spec::{self, yaml::LocatedJob};
 use ax_bus::AxClient;
 
 use crate::problem::{unavailable, Problem};
@@ -154,4 +155,115 @@ pub async fn backfill(
 ) -> Result<ControlReply, Problem> {
     known_job(client, &request.job).await?;
     send(client, commands::BACKFILL, request, PLANNED_TIMEOUT).await
+}
+
+/// What an apply changed, and what deserves a look though it was applied.
+#[derive(Clone, Debug)]
+pub struct Applied {
+    /// Each job and what became of it.
+    pub changes: Vec<JobChange>,
+    /// Each `file:line: field: reason` worth a warning (a one-off in the past, an executor no
+    /// live worker offers).
+    pub warnings: Vec<String>,
+}
+
+/// Applies validated jobs (from files or an editor), as `ax job apply`: checked against the
+/// registry first (unknown dependencies, cycles), each problem placed at its line; nothing is
+/// applied when there is one, nor when the jobs together exceed the server's `max_payload`.
+pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>) -> Result<Applied, Problem> {
+    let redacted: Vec<String> = jobs
+        .iter()
+        .filter_map(|job| {
+            spec::redact::redacted_field(&job.doc.job).map(|field| {
+                job.locate(spec::SpecError {
+                    field,
+                    reason: "holds a redacted secret (***), not the secret: type it again, or \
+                             take it from the worker's environment (exec.header_env)"
+                        .into(),
+                })
+                .to_string()
+            })
+        })
+        .collect();
+    if !redacted.is_empty() {
+        return Err(Problem::Refused(redacted));
+    }
+    let registered: Vec<spec::JobSpec> = client
+        .jobs()
+        .await
+        .map_err(unavailable)?
+        .into_iter()
+        .map(|r| r.spec)
+        .collect();
+    let applied: Vec<&spec::JobSpec> = jobs.iter().map(|j| &j.doc.job).collect();
+    let errors: Vec<String> = spec::graph::validate_graph(&applied, &registered)
+        .into_iter()
+        .filter_map(|(name, e)| {
+            jobs.iter()
+                .find(|j| j.doc.job.name == name)
+                .map(|j| j.locate(e).to_string())
+        })
+        .collect();
+    if !errors.is_empty() {
+        return Err(Problem::Refused(errors));
+    }
+    let mut warnings: Vec<String> = jobs
+        .iter()
+        .flat_map(|job| {
+            spec::warnings(&job.doc)
+                .into_iter()
+                .map(|w| job.locate(w).to_string())
+        })
+        .collect();
+    warnings.extend(unoffered_executors(client, &jobs).await);
+    let files: std::collections::BTreeSet<String> = jobs.iter().map(|j| j.file.clone()).collect();
+    let request = ApplyRequest {
+        jobs: jobs.into_iter().map(|j| j.doc).collect(),
+    };
+    // One apply is one message: said here, naming the files, rather than by the server.
+    let size = ax_bus::codec::encode(&request)
+        .map_err(|e| Problem::Malformed(format!("jobs: {e}")))?
+        .len();
+    let limit = client.nats.server_info().max_payload;
+    if size > limit {
+        return Err(Problem::Malformed(format!(
+            "{}: the {} jobs are {size} bytes together, more than the NATS server's max_payload \
+             ({limit} bytes); apply them in smaller groups, upstream jobs first; nothing applied",
+            files.into_iter().collect::<Vec<_>>().join(", "),
+            request.jobs.len()
+        )));
+    }
+    let reply = send(client, commands::APPLY, &request, CONTROL_TIMEOUT).await?;
+    Ok(Applied {
+        changes: reply.changes,
+        warnings,
+    })
+}
+
+/// Jobs whose executor no live worker offers (a plugin not deployed yet): their instances will
+/// wait with tag `no_worker` until a worker offering it starts.
+async fn unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) -> Vec<String> {
+    let Ok(workers) = client.workers().await else {
+        return Vec::new();
+    };
+    let now = ax_bus::time::now();
+    let offered: std::collections::BTreeSet<&str> = workers
+        .iter()
+        .filter(|(_, at)| (now - *at).num_seconds() < 10)
+        .flat_map(|(info, _)| info.executors.iter().map(String::as_str))
+        .collect();
+    if offered.is_empty() {
+        // No worker has started yet (a fresh cluster): nothing to compare with.
+        return Vec::new();
+    }
+    jobs.iter()
+        .filter(|job| !offered.contains(job.doc.job.exec.kind.as_str()))
+        .map(|job| {
+            format!(
+                "job {}: no live worker offers executor `{}`; its instances wait (tag \
+                 no_worker) until one does",
+                job.doc.job.name, job.doc.job.exec.kind
+            )
+        })
+        .collect()
 }

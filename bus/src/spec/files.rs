@@ -75,6 +75,29 @@ pub fn load_files(paths: &[PathBuf]) -> Result<Vec<LocatedJob>, Vec<LocatedError
             }),
         }
     }
+    checked(jobs, errors)
+}
+
+/// Reads and validates the jobs of one text (an editor's) named `name` in the problems, as
+/// [`load_files`] does a file's.
+pub fn load_text(name: &str, text: &str) -> Result<Vec<LocatedJob>, Vec<LocatedError>> {
+    match yaml::parse_str(name, text) {
+        Ok(found) if found.is_empty() => Err(vec![LocatedError {
+            file: name.to_string(),
+            line: None,
+            field: None,
+            reason: "no job document".into(),
+        }]),
+        Ok(found) => checked(found, Vec::new()),
+        Err(e) => Err(vec![e]),
+    }
+}
+
+/// The jobs, once every document passed the checks of apply (and `errors` is empty).
+fn checked(
+    jobs: Vec<LocatedJob>,
+    mut errors: Vec<LocatedError>,
+) -> Result<Vec<LocatedJob>, Vec<LocatedError>> {
     let docs: Vec<&JobDocument> = jobs.iter().map(|j| &j.doc).collect();
     let first_at = |i: usize| format!("first at {}:{}", jobs[i].file, jobs[i].line_of("job.name"));
     for (i, e) in check_documents(&docs, first_at) {

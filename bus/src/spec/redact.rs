@@ -50,9 +50,43 @@ pub fn spec(spec: &JobSpec) -> JobSpec {
     shown
 }
 
+/// The first field of `spec` that holds a redacted value (`***`) rather than a secret: a
+/// document copied from `ax job get` or the console, which must not be applied as it is (the
+/// secret would become `***`).
+pub fn redacted_field(spec: &JobSpec) -> Option<String> {
+    if let Some(u) = &spec.exec.url {
+        if u.contains(&format!(":{REDACTED}@")) {
+            return Some("job.exec.url".into());
+        }
+    }
+    spec.exec
+        .headers
+        .iter()
+        .find(|(name, value)| is_secret_header(name) && value.as_str() == REDACTED)
+        .map(|(name, _)| format!("job.exec.headers.{name}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redacted_document_is_told_from_one_with_its_secrets() {
+        let mut job: JobSpec = serde_json::from_value(serde_json::json!({
+            "name": "call", "timezone": "UTC",
+            "exec": {"type": "http", "url": "https://u:pw@example.com/",
+                     "headers": {"X-Api-Key": "k", "Accept": "***"}},
+        }))
+        .unwrap();
+        assert_eq!(redacted_field(&job), None);
+        let shown = spec(&job);
+        assert_eq!(redacted_field(&shown).as_deref(), Some("job.exec.url"));
+        job.exec.headers.insert("X-Api-Key".into(), REDACTED.into());
+        assert_eq!(
+            redacted_field(&job).as_deref(),
+            Some("job.exec.headers.X-Api-Key")
+        );
+    }
 
     #[test]
     fn passwords_in_urls_are_never_shown() {

@@ -21,6 +21,7 @@ use crate::server::State;
 
 pub(super) fn routes(config: &mut web::ServiceConfig) {
     config
+        .route("/api/v1/jobs", web::post().to(apply))
         .route("/api/v1/jobs/{name}/trigger", web::post().to(trigger))
         .route("/api/v1/jobs/{name}/pause", web::post().to(pause))
         .route("/api/v1/jobs/{name}/resume", web::post().to(resume))
@@ -218,4 +219,38 @@ async fn backfill(
     Ok(answered(
         actions::backfill(client(&state)?, &backfill).await?,
     ))
+}
+
+/// The body of an apply: job files' YAML (several documents apply together).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApplyBody {
+    yaml: String,
+    /// Only check it (the editor's check as you type).
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /api/v1/jobs`: applies jobs, as `ax job apply` (each problem `body:LINE: field:
+/// reason`; nothing applied when there is one).
+async fn apply(state: web::Data<State>, bytes: web::Bytes) -> Result<HttpResponse, Problem> {
+    let body: ApplyBody = required(&bytes)?;
+    let jobs = ax_bus::spec::files::load_text("yaml", &body.yaml).map_err(|errors| {
+        Problem::Malformed(
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    if body.dry_run {
+        let names: Vec<String> = jobs.iter().map(|j| j.doc.job.name.to_string()).collect();
+        return Ok(HttpResponse::Ok().json(serde_json::json!({ "valid": names })));
+    }
+    let applied = actions::apply(client(&state)?, jobs).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "changes": applied.changes,
+        "warnings": applied.warnings,
+    })))
 }

@@ -4,7 +4,8 @@
 //! each action goes through [`crate::actions`].
 //!
 //! - [`dashboard`]: the day at a glance, refreshing itself;
-//! - [`jobs`]: the job list and a job's page, with its actions;
+//! - [`jobs`]: the job list and a job's page, with its actions; [`editor`]: a job's YAML,
+//!   checked as it is typed, applied;
 //! - [`instances`]: the instance list (filtered and paged on the server) and an instance's page,
 //!   with its actions.
 
@@ -17,12 +18,14 @@ use crate::problem::Problem;
 use crate::server::State;
 
 pub(crate) mod dashboard;
+pub(crate) mod editor;
 pub(crate) mod instances;
 pub(crate) mod jobs;
 
 /// The pages' routes.
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     dashboard::routes(config);
+    editor::routes(config);
     jobs::routes(config);
     instances::routes(config);
 }

@@ -1,0 +1,222 @@
+//! The job editor: YAML checked as it is typed by the spec's own parser and checks (each
+//! problem at its line, as `ax job apply` reports a file's), then applied through the same
+//! library call as the CLI's apply ([`crate::actions::apply`]). An existing job opens with its
+//! secrets redacted, and a document still holding `***` is refused rather than applied.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use serde::Deserialize;
+
+use ax_bus::ids::JobName;
+use ax_bus::spec::files::load_text;
+use ax_bus::spec::yaml::LocatedError;
+use ax_bus::spec::{self, JobDocument};
+
+use crate::actions;
+use crate::pages::{self, Chrome};
+use crate::problem::Problem;
+use crate::server::State;
+
+/// The name the editor's text goes by in its problems.
+const SOURCE: &str = "editor";
+
+/// What a new job starts from.
+const TEMPLATE: &str = "version: v1
+job:
+  name: my_job
+  cron: \"0 2 * * *\"          # 02:00 every day; 6 fields for seconds
+  timezone: UTC
+  exec:
+    type: shell
+    command: echo \"hello from {{instance_id}} for {{biz_date}}\"
+  timeout: 600
+  retry: { times: 2, interval: 30 }
+";
+
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/jobs/new", web::get().to(new))
+        .route("/jobs/{name}/edit", web::get().to(edit))
+        .route("/ui/jobs/validate", web::post().to(validate))
+        .route("/ui/jobs/apply", web::post().to(apply));
+}
+
+#[derive(Template)]
+#[template(path = "editor.html")]
+struct EditorPage {
+    chrome: Chrome,
+    name: Option<String>,
+    yaml: String,
+}
+
+async fn new(request: HttpRequest) -> HttpResponse {
+    let page = EditorPage {
+        chrome: Chrome::of(&pages::caller(&request), "jobs"),
+        name: None,
+        yaml: TEMPLATE.into(),
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+async fn edit(
+    state: web::Data<State>,
+    request: HttpRequest,
+    name: web::Path<String>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let Ok(name) = name.parse::<JobName>() else {
+        return pages::error_page(
+            &request,
+            StatusCode::BAD_REQUEST,
+            format!("name: `{name}` is no job name"),
+        );
+    };
+    let record = match client.job(&name).await {
+        Ok(Some((record, _))) => record,
+        Ok(None) => {
+            return pages::error_page(
+                &request,
+                StatusCode::NOT_FOUND,
+                format!("name: no job `{name}`"),
+            )
+        }
+        Err(e) => {
+            return pages::error_page(&request, StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    };
+    let doc = JobDocument {
+        version: spec::VERSION.into(),
+        job: spec::redact::spec(&record.spec),
+    };
+    let page = EditorPage {
+        chrome: Chrome::of(&pages::caller(&request), "jobs"),
+        name: Some(name.to_string()),
+        yaml: serde_saphyr::to_string(&doc).unwrap_or_default(),
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+/// The editor's form.
+#[derive(Debug, Deserialize)]
+struct EditorForm {
+    #[serde(default)]
+    yaml: String,
+}
+
+/// One problem, at its line (0 when it has none).
+pub(crate) struct Line {
+    pub(crate) line: u64,
+    pub(crate) text: String,
+}
+
+impl Line {
+    fn of(error: &LocatedError) -> Line {
+        let text = match &error.field {
+            Some(field) => format!("{field}: {}", error.reason),
+            None => error.reason.clone(),
+        };
+        Line {
+            line: error.line.unwrap_or(0),
+            text,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "problems.html")]
+struct Problems {
+    problems: Vec<Line>,
+    summary: String,
+}
+
+/// `POST /ui/jobs/validate`: the text's problems at their lines, or that it is valid.
+async fn validate(form: web::Form<EditorForm>) -> HttpResponse {
+    let fragment = match load_text(SOURCE, &form.yaml) {
+        Ok(jobs) => Problems {
+            problems: Vec::new(),
+            summary: format!(
+                "valid: {}",
+                jobs.iter()
+                    .map(|j| j.doc.job.name.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+        Err(errors) => Problems {
+            problems: errors.iter().map(Line::of).collect(),
+            summary: String::new(),
+        },
+    };
+    pages::html(StatusCode::OK, &fragment)
+}
+
+#[derive(Template)]
+#[template(path = "applied.html")]
+struct AppliedFragment {
+    changes: Vec<(String, String)>,
+    warnings: Vec<String>,
+}
+
+/// `POST /ui/jobs/apply`: applies the text, or shows why nothing was.
+async fn apply(
+    state: web::Data<State>,
+    request: HttpRequest,
+    form: web::Form<EditorForm>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let jobs = match load_text(SOURCE, &form.yaml) {
+        Ok(jobs) => jobs,
+        Err(errors) => {
+            let fragment = Problems {
+                problems: errors.iter().map(Line::of).collect(),
+                summary: String::new(),
+            };
+            return pages::html(StatusCode::BAD_REQUEST, &fragment);
+        }
+    };
+    match actions::apply(client, jobs).await {
+        Ok(applied) => pages::html(
+            StatusCode::OK,
+            &AppliedFragment {
+                changes: applied
+                    .changes
+                    .iter()
+                    .map(|c| (c.name.to_string(), format!("{:?}", c.change).to_lowercase()))
+                    .collect(),
+                warnings: applied.warnings,
+            },
+        ),
+        Err(e) => match e {
+            Problem::Refused(lines) => pages::html(
+                StatusCode::CONFLICT,
+                &Problems {
+                    problems: lines
+                        .into_iter()
+                        .map(|text| Line {
+                            line: line_in(&text),
+                            text,
+                        })
+                        .collect(),
+                    summary: String::new(),
+                },
+            ),
+            other => pages::action_failed(&other),
+        },
+    }
+}
+
+/// The line a located problem names (`editor:12: ...`), 0 when none.
+fn line_in(text: &str) -> u64 {
+    text.strip_prefix(SOURCE)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|line| line.parse().ok())
+        .unwrap_or(0)
+}

@@ -96,6 +96,11 @@ async fn an_operator_runs_ax_from_the_browser() {
                  printf '{\"who\": \"%s\"}' \"$AX_PARAM_who\" > \"$AX_OUTPUT_FILE\"\n  params: { who: nobody }\n",
             ),
             ("broken", "  exec: { type: shell, command: 'echo doomed >&2; exit 3' }\n"),
+            ("extract", "  exec: { type: shell, command: 'exit 1' }\n"),
+            (
+                "load",
+                "  deps: [ { name: extract } ]\n  exec: { type: shell, command: 'true' }\n",
+            ),
             (
                 "sleeper",
                 &format!(
@@ -243,6 +248,47 @@ async fn an_operator_runs_ax_from_the_browser() {
             .then_some(())
     })
     .await;
+
+    // The DAG of the day: a failed upstream and its cancelled downstream, in their colours.
+    let extract = trigger(&up, "extract");
+    final_record(&up.client, &extract, Duration::from_secs(30)).await;
+    let load = wait_for(Duration::from_secs(30), "load to be cancelled", || async {
+        let records = listed(&up);
+        let load = records.iter().find(|r| r["job"] == "load")?;
+        (load["state"] == "cancelled").then(|| load["instance_id"].as_str().map(String::from))?
+    })
+    .await;
+    browser.open(&format!("{base}/dag?root=load")).await;
+    let state_of = |job: &'static str| {
+        let browser = &browser;
+        async move {
+            browser
+                .client
+                .find(fantoccini::Locator::Css(&format!("#dag g[data-job={job}]")))
+                .await
+                .unwrap()
+                .attr("class")
+                .await
+                .unwrap()
+                .unwrap_or_default()
+        }
+    };
+    assert_eq!(state_of("extract").await, "node failed");
+    assert_eq!(state_of("load").await, "node cancelled");
+    let link = browser
+        .client
+        .find(fantoccini::Locator::Css("#dag a:has(g[data-job=load])"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap();
+    assert_eq!(link, Some(format!("/instances/{load}")));
+    assert!(
+        !browser.text("#dag").await.contains("broken"),
+        "only the chain of the root"
+    );
+    browser.screenshot("dag").await;
 
     // The editor checks as it is typed, placing a problem at its line, and applies nothing
     // until the text is valid.

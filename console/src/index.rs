@@ -229,6 +229,22 @@ impl InstanceIndex {
         self.page(&filter, 0, limit).rows
     }
 
+    /// The latest-due instance of each job for business date `date`.
+    pub fn latest_of_date(&self, date: &str) -> HashMap<JobName, Row> {
+        let rows = self.read();
+        let mut latest: HashMap<JobName, Row> = HashMap::new();
+        // Newest due first: the first row seen of a job is its latest.
+        for row in rows
+            .order
+            .iter()
+            .filter_map(|(_, id)| rows.by_id.get(id))
+            .filter(|row| row.biz_date == date)
+        {
+            latest.entry(row.job.clone()).or_insert_with(|| row.clone());
+        }
+        latest
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Rows> {
         // A writer that panicked leaves rows that are still whole (each change is one insert
         // or removal): go on with them.

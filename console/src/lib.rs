@@ -8,6 +8,7 @@
 //!   each route needs, who asks, and [`csrf`] for every state change;
 //! - [`actions`]: what the console and the API change, one call each, shared by both;
 //! - [`index`]: the instances the lists page through, kept current from the bucket;
+//! - [`layout`]: the layered layout the DAG page draws;
 //! - `pages`: the server-rendered pages; `api`: the JSON API under `/api/v1/`; `assets`: the
 //!   vendored script and stylesheet;
 //! - [`problem`]: what goes wrong, as kinds with their HTTP status.
@@ -23,6 +24,7 @@ mod api;
 mod assets;
 pub mod csrf;
 pub mod index;
+pub mod layout;
 mod pages;
 pub mod problem;
 pub mod server;

@@ -6,6 +6,7 @@
 //! - [`dashboard`]: the day at a glance, refreshing itself;
 //! - [`jobs`]: the job list and a job's page, with its actions; [`editor`]: a job's YAML,
 //!   checked as it is typed, applied;
+//! - [`dag`]: a business date's chains as an SVG, each job coloured by its instance;
 //! - [`instances`]: the instance list (filtered and paged on the server) and an instance's page,
 //!   with its actions.
 
@@ -17,6 +18,7 @@ use crate::access::Caller;
 use crate::problem::Problem;
 use crate::server::State;
 
+pub(crate) mod dag;
 pub(crate) mod dashboard;
 pub(crate) mod editor;
 pub(crate) mod instances;
@@ -25,6 +27,7 @@ pub(crate) mod jobs;
 /// The pages' routes.
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     dashboard::routes(config);
+    dag::routes(config);
     editor::routes(config);
     jobs::routes(config);
     instances::routes(config);

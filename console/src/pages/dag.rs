@@ -1,0 +1,176 @@
+//! The DAG of a business date: the jobs of the chains (or of the one through a root job), each
+//! coloured by the state of its latest instance that date and linked to it, laid out in layers
+//! ([`crate::layout`]) and drawn as SVG on the server.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use serde::Deserialize;
+
+use crate::layout::{self, Edge};
+use crate::pages::{self, Chrome};
+use crate::server::State;
+
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    config.route("/dag", web::get().to(page));
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DagQuery {
+    #[serde(default)]
+    date: String,
+    #[serde(default)]
+    root: String,
+}
+
+struct Node {
+    name: String,
+    state: String,
+    label: String,
+    link: String,
+    x: f64,
+    y: f64,
+    text_x: f64,
+    text_y: f64,
+    sub_y: f64,
+}
+
+#[derive(Template)]
+#[template(path = "dag.html")]
+struct DagPage {
+    chrome: Chrome,
+    date: String,
+    root: String,
+    jobs: Vec<String>,
+    problem: Option<String>,
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+    width: f64,
+    height: f64,
+    node_width: f64,
+    node_height: f64,
+}
+
+/// The nodes connected to `root` through the edges, whichever the direction.
+fn chain_of(root: &str, edges: &[(String, String)]) -> BTreeSet<String> {
+    let mut seen = BTreeSet::from([root.to_string()]);
+    let mut frontier = vec![root.to_string()];
+    while let Some(node) = frontier.pop() {
+        for (a, b) in edges {
+            let next = if *a == node {
+                b
+            } else if *b == node {
+                a
+            } else {
+                continue;
+            };
+            if seen.insert(next.clone()) {
+                frontier.push(next.clone());
+            }
+        }
+    }
+    seen
+}
+
+async fn page(
+    state: web::Data<State>,
+    request: HttpRequest,
+    query: web::Query<DagQuery>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let jobs = match client.jobs().await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            return pages::error_page(&request, StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    };
+    let mut problem = None;
+    let date = match query.date.trim() {
+        "" => chrono::Utc::now().date_naive().to_string(),
+        date if ax_bus::time::parse_biz_date(date).is_some() => date.to_string(),
+        date => {
+            problem = Some(format!("date: `{date}` is not a date (YYYY-MM-DD)"));
+            chrono::Utc::now().date_naive().to_string()
+        }
+    };
+    let edges: Vec<(String, String)> = jobs
+        .iter()
+        .flat_map(|j| {
+            j.spec
+                .deps
+                .iter()
+                .map(|d| (d.name.to_string(), j.spec.name.to_string()))
+        })
+        .collect();
+    let names: Vec<String> = jobs.iter().map(|j| j.spec.name.to_string()).collect();
+    let root = query.root.trim().to_string();
+    let members: BTreeSet<String> = if root.is_empty() {
+        edges
+            .iter()
+            .flat_map(|(a, b)| [a.clone(), b.clone()])
+            .collect()
+    } else if names.contains(&root) {
+        chain_of(&root, &edges)
+    } else {
+        problem = Some(format!("root: no job `{root}`"));
+        BTreeSet::new()
+    };
+    let latest = state
+        .index
+        .as_ref()
+        .map(|index| index.latest_of_date(&date))
+        .unwrap_or_default();
+    let latest: BTreeMap<String, _> = latest
+        .into_iter()
+        .map(|(j, r)| (j.to_string(), r))
+        .collect();
+    let drawn = layout::layered(&members, &edges);
+    let nodes = drawn
+        .nodes
+        .iter()
+        .map(|p| {
+            let row = latest.get(&p.name);
+            Node {
+                name: p.name.clone(),
+                state: row.map_or_else(|| "none".into(), |r| r.state.to_string()),
+                label: row.map_or_else(
+                    || "no instance".into(),
+                    |r| format!("{} ({})", r.state, r.tag),
+                ),
+                link: row.map_or_else(
+                    || format!("/jobs/{}", p.name),
+                    |r| format!("/instances/{}", r.instance_id),
+                ),
+                x: p.x,
+                y: p.y,
+                text_x: p.x + 10.0,
+                text_y: p.y + 19.0,
+                sub_y: p.y + 35.0,
+            }
+        })
+        .collect();
+    let status = if problem.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    let page = DagPage {
+        chrome: Chrome::of(&pages::caller(&request), "dag"),
+        date,
+        root,
+        jobs: names,
+        problem,
+        nodes,
+        edges: drawn.edges,
+        width: drawn.width,
+        height: drawn.height,
+        node_width: layout::NODE_WIDTH,
+        node_height: layout::NODE_HEIGHT,
+    };
+    pages::html(status, &page)
+}

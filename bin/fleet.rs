@@ -159,10 +159,7 @@ pub(crate) async fn executors(client: &AxClient, json: bool) -> Result<()> {
 }
 
 fn priority(text: &str) -> Result<Priority> {
-    Priority::ALL
-        .into_iter()
-        .find(|p| p.as_str() == text)
-        .ok_or_else(|| anyhow!("unknown priority `{text}` (high, normal, low)"))
+    text.parse().map_err(|e: String| anyhow!(e))
 }
 
 /// `ax status`: the health summary.

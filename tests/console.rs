@@ -290,6 +290,53 @@ async fn an_operator_runs_ax_from_the_browser() {
     );
     browser.screenshot("dag").await;
 
+    // A dead letter replayed from its page's list: the failed upstream runs again.
+    browser.open(&format!("{base}/dlq")).await;
+    let row = format!("#dlq tr:has(a[href='/instances/{extract}']) input[name=id]");
+    browser.click(&row).await;
+    browser.screenshot("dead-letters").await;
+    browser.click("#replay").await;
+    browser.accept().await;
+    let replayed = browser
+        .until("the replay", "#replayed", |t| !t.is_empty())
+        .await;
+    assert!(replayed.contains("replayed (rerun) and removed"), "{replayed}");
+    wait_for(Duration::from_secs(30), "extract's second attempt", || async {
+        let (record, _) = up.client.instance(&extract.parse().ok()?).await.ok()??;
+        (record.attempt == 2 && record.state.is_final()).then_some(())
+    })
+    .await;
+
+    // The fleet: the worker, the node, and a queue paused and resumed from its page.
+    browser.open(&format!("{base}/workers")).await;
+    assert!(browser.text("#workers").await.contains("local"));
+    browser.screenshot("workers").await;
+    browser.open(&format!("{base}/nodes")).await;
+    assert!(browser.text("#nodes").await.contains("scheduler"));
+    browser.screenshot("nodes").await;
+    browser.open(&format!("{base}/queues")).await;
+    browser.click("#pause-low").await;
+    browser.accept().await;
+    browser
+        .until("the pause's answer", "#queue-result", |t| !t.is_empty())
+        .await;
+    let queues = ax(&up.nats, &["queue", "list", "--json"]);
+    let queues: serde_json::Value = serde_json::from_slice(&queues.stdout).unwrap();
+    let low = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["priority"] == "low")
+        .cloned()
+        .unwrap();
+    assert_eq!(low["paused"], true, "{queues}");
+    browser.open(&format!("{base}/queues")).await;
+    browser.screenshot("queues").await;
+    browser.click("#resume-low").await;
+    browser
+        .until("the resume's answer", "#queue-result", |t| !t.is_empty())
+        .await;
+
     // The editor checks as it is typed, placing a problem at its line, and applies nothing
     // until the text is valid.
     browser.open(&format!("{base}/jobs/new")).await;

@@ -8,10 +8,11 @@
 
 use std::time::Duration;
 
+use ax_bus::client::dead_letters::Replayed;
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, ControlReply, InstanceRequest, JobChange,
-    JobNameRequest, MarkRequest, RerunRequest, TriggerRequest,
+    JobNameRequest, MarkRequest, QueueRequest, RerunRequest, TriggerRequest,
 };
 use ax_bus::spec::{self, yaml::LocatedJob};
 use ax_bus::AxClient;
@@ -266,4 +267,21 @@ async fn unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) -> Vec<Stri
             )
         })
         .collect()
+}
+
+/// Replays a dead letter and removes it, as `ax dlq replay` (one of an instance becomes a
+/// re-run of it; any other is published again on its subject).
+pub async fn replay(client: &AxClient, id: u64, requested_by: &str) -> Result<Replayed, Problem> {
+    match client.dead_letter(id).await.map_err(unavailable)? {
+        Some(_) => client
+            .replay_dead_letter(id, requested_by, PLANNED_TIMEOUT)
+            .await
+            .map_err(|e| Problem::Refused(vec![e.to_string()])),
+        None => Err(Problem::NotFound(format!("id: no dead letter {id}"))),
+    }
+}
+
+/// Pauses or resumes a priority's queue, as `ax queue pause|resume`.
+pub async fn queue(client: &AxClient, request: &QueueRequest) -> Result<ControlReply, Problem> {
+    send(client, commands::QUEUE, request, CONTROL_TIMEOUT).await
 }

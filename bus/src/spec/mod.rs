@@ -406,6 +406,17 @@ impl Priority {
     }
 }
 
+impl std::str::FromStr for Priority {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Priority::ALL
+            .into_iter()
+            .find(|p| p.as_str() == text)
+            .ok_or_else(|| format!("unknown priority `{text}` (high, normal, low)"))
+    }
+}
+
 /// One problem in a spec: the field (`job.cron`) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpecError {

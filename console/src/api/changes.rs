@@ -30,7 +30,16 @@ pub(super) fn routes(config: &mut web::ServiceConfig) {
         .route("/api/v1/instances/{id}/kill", web::post().to(kill))
         .route("/api/v1/instances/{id}/mark", web::post().to(mark))
         .route("/api/v1/rerun", web::post().to(rerun))
-        .route("/api/v1/backfill", web::post().to(backfill));
+        .route("/api/v1/backfill", web::post().to(backfill))
+        .route("/api/v1/dead-letters/{id}/replay", web::post().to(replay))
+        .route(
+            "/api/v1/queues/{priority}/pause",
+            web::post().to(pause_queue),
+        )
+        .route(
+            "/api/v1/queues/{priority}/resume",
+            web::post().to(resume_queue),
+        );
 }
 
 /// A JSON body, or the default when the body is empty; a malformed one names where and why.
@@ -253,4 +262,49 @@ async fn apply(state: web::Data<State>, bytes: web::Bytes) -> Result<HttpRespons
         "changes": applied.changes,
         "warnings": applied.warnings,
     })))
+}
+
+/// `POST /api/v1/dead-letters/{id}/replay`: replays the letter and removes it, as `ax dlq
+/// replay`.
+async fn replay(
+    state: web::Data<State>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, Problem> {
+    let id: u64 = id
+        .parse()
+        .map_err(|_| Problem::Malformed(format!("id: `{id}` is not a dead letter's number")))?;
+    let replayed = actions::replay(client(&state)?, id, &requested_by(&request)).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "audit": replayed.audit,
+        "plan": replayed.plan,
+    })))
+}
+
+async fn queue_action(
+    state: &State,
+    priority: &str,
+    paused: bool,
+) -> Result<HttpResponse, Problem> {
+    let priority = priority
+        .parse()
+        .map_err(|e: String| Problem::Malformed(format!("priority: {e}")))?;
+    let request = ax_bus::messages::QueueRequest { priority, paused };
+    Ok(answered(actions::queue(client(state)?, &request).await?))
+}
+
+/// `POST /api/v1/queues/{priority}/pause`.
+async fn pause_queue(
+    state: web::Data<State>,
+    priority: web::Path<String>,
+) -> Result<HttpResponse, Problem> {
+    queue_action(&state, &priority, true).await
+}
+
+/// `POST /api/v1/queues/{priority}/resume`.
+async fn resume_queue(
+    state: web::Data<State>,
+    priority: web::Path<String>,
+) -> Result<HttpResponse, Problem> {
+    queue_action(&state, &priority, false).await
 }

@@ -28,7 +28,11 @@ pub(super) fn routes(config: &mut web::ServiceConfig) {
         .route("/api/v1/jobs/{name}/ticks", web::get().to(ticks))
         .route("/api/v1/instances", web::get().to(instances))
         .route("/api/v1/instances/{id}", web::get().to(instance))
-        .route("/api/v1/instances/{id}/history", web::get().to(history));
+        .route("/api/v1/instances/{id}/history", web::get().to(history))
+        .route("/api/v1/dead-letters", web::get().to(dead_letters))
+        .route("/api/v1/workers", web::get().to(workers))
+        .route("/api/v1/nodes", web::get().to(nodes))
+        .route("/api/v1/queues", web::get().to(queues));
 }
 
 pub(super) fn instance_id(text: &str) -> Result<InstanceId, Problem> {
@@ -199,4 +203,38 @@ async fn history(
         Some(history) => Ok(HttpResponse::Ok().json(history)),
         None => Err(no_instance(&id)),
     }
+}
+
+/// `GET /api/v1/dead-letters`: every dead letter (what `ax dlq list --json` prints).
+async fn dead_letters(state: web::Data<State>) -> Result<HttpResponse, Problem> {
+    let letters = client(&state)?.dead_letters().await.map_err(unavailable)?;
+    Ok(HttpResponse::Ok().json(letters))
+}
+
+/// `GET /api/v1/workers`: every worker's last heartbeat and when it was written.
+async fn workers(state: web::Data<State>) -> Result<HttpResponse, Problem> {
+    let workers = client(&state)?.workers().await.map_err(unavailable)?;
+    let docs: Vec<serde_json::Value> = workers
+        .into_iter()
+        .map(|(info, at)| serde_json::json!({ "worker": info, "heartbeat_at": at }))
+        .collect();
+    Ok(HttpResponse::Ok().json(docs))
+}
+
+/// `GET /api/v1/nodes`: every node's last heartbeat (what `ax nodes --json` prints).
+async fn nodes(state: web::Data<State>) -> Result<HttpResponse, Problem> {
+    let nodes = client(&state)?.nodes().await.map_err(unavailable)?;
+    Ok(HttpResponse::Ok().json(nodes))
+}
+
+/// `GET /api/v1/queues`: each queue's depth, and whether each priority is paused.
+async fn queues(state: web::Data<State>) -> Result<HttpResponse, Problem> {
+    let client = client(&state)?;
+    let (depths, states) =
+        tokio::try_join!(client.queue_depths(), client.queue_states()).map_err(unavailable)?;
+    let paused: Vec<serde_json::Value> = states
+        .iter()
+        .map(|(p, s)| serde_json::json!({ "priority": p.as_str(), "paused": s.paused, "by": s.by }))
+        .collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "depths": depths, "states": paused })))
 }

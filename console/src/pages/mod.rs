@@ -7,6 +7,8 @@
 //! - [`jobs`]: the job list and a job's page, with its actions; [`editor`]: a job's YAML,
 //!   checked as it is typed, applied;
 //! - [`dag`]: a business date's chains as an SVG, each job coloured by its instance;
+//! - [`dead_letters`]: what ax gave up on, inspected and replayed (in bulk too);
+//! - [`fleet`]: workers, nodes and queues (paused and resumed here);
 //! - [`instances`]: the instance list (filtered and paged on the server) and an instance's page,
 //!   with its actions.
 
@@ -20,7 +22,9 @@ use crate::server::State;
 
 pub(crate) mod dag;
 pub(crate) mod dashboard;
+pub(crate) mod dead_letters;
 pub(crate) mod editor;
+pub(crate) mod fleet;
 pub(crate) mod instances;
 pub(crate) mod jobs;
 
@@ -28,6 +32,8 @@ pub(crate) mod jobs;
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     dashboard::routes(config);
     dag::routes(config);
+    dead_letters::routes(config);
+    fleet::routes(config);
     editor::routes(config);
     jobs::routes(config);
     instances::routes(config);

@@ -1,0 +1,191 @@
+//! Dead letters: the list (with bulk replay), one letter's headers and payload, and the replay
+//! — through [`crate::actions::replay`], the call `ax dlq replay` makes.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+
+use ax_bus::dead_letter::DeadLetter;
+
+use crate::actions;
+use crate::pages::{self, Chrome};
+use crate::server::State;
+
+/// The most letters one bulk replay takes.
+const MAX_REPLAY: usize = 500;
+
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/dlq", web::get().to(list))
+        .route("/dlq/{id}", web::get().to(letter))
+        .route("/ui/dlq/replay", web::post().to(replay));
+}
+
+struct LetterRow {
+    id: u64,
+    at: String,
+    kind: String,
+    job: String,
+    instance: Option<String>,
+    subject: String,
+    reason: String,
+}
+
+impl LetterRow {
+    fn of(letter: DeadLetter) -> LetterRow {
+        LetterRow {
+            id: letter.id,
+            at: pages::time(letter.at),
+            kind: letter.kind,
+            job: letter.job.unwrap_or_else(|| "–".into()),
+            instance: letter.instance,
+            subject: letter.subject,
+            reason: letter.reason,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "dlq.html")]
+struct ListPage {
+    chrome: Chrome,
+    letters: Vec<LetterRow>,
+}
+
+async fn list(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    match client.dead_letters().await {
+        Ok(letters) => pages::html(
+            StatusCode::OK,
+            &ListPage {
+                chrome: Chrome::of(&pages::caller(&request), "dlq"),
+                letters: letters.into_iter().rev().map(LetterRow::of).collect(),
+            },
+        ),
+        Err(e) => pages::error_page(&request, StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "dead_letter.html")]
+struct LetterPage {
+    chrome: Chrome,
+    id: u64,
+    subject: String,
+    bytes: usize,
+    headers: Vec<(String, String)>,
+    payload: String,
+}
+
+async fn letter(
+    state: web::Data<State>,
+    request: HttpRequest,
+    id: web::Path<String>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let Ok(id) = id.parse::<u64>() else {
+        return pages::error_page(
+            &request,
+            StatusCode::BAD_REQUEST,
+            format!("id: `{id}` is not a dead letter's number"),
+        );
+    };
+    let message = match client.dead_letter(id).await {
+        Ok(Some(message)) => message,
+        Ok(None) => {
+            return pages::error_page(
+                &request,
+                StatusCode::NOT_FOUND,
+                format!("id: no dead letter {id}"),
+            )
+        }
+        Err(e) => {
+            return pages::error_page(&request, StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    };
+    let mut headers: Vec<(String, String)> = message
+        .headers
+        .iter()
+        .flat_map(|(name, values)| {
+            values
+                .iter()
+                .map(move |v| (name.to_string(), v.as_str().to_string()))
+        })
+        .collect();
+    headers.sort();
+    // Shown decoded when it is MessagePack or JSON, as text otherwise.
+    let payload = match ax_bus::codec::decode::<serde_json::Value>(&message.payload) {
+        Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default(),
+        Err(_) => String::from_utf8_lossy(&message.payload).into_owned(),
+    };
+    let page = LetterPage {
+        chrome: Chrome::of(&pages::caller(&request), "dlq"),
+        id,
+        subject: message.subject.to_string(),
+        bytes: message.payload.len(),
+        headers,
+        payload,
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+struct Replayed {
+    ok: bool,
+    text: String,
+}
+
+#[derive(Template)]
+#[template(path = "replayed.html")]
+struct ReplayedFragment {
+    results: Vec<Replayed>,
+}
+
+/// `POST /ui/dlq/replay` with one `id` per letter: each replayed, or why not.
+async fn replay(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    // Repeated fields (`id=1&id=2`), which a map-shaped form extractor would fold into one.
+    let ids: Vec<String> = String::from_utf8_lossy(&body)
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix("id="))
+        .map(String::from)
+        .collect();
+    if ids.is_empty() || ids.len() > MAX_REPLAY {
+        return pages::action_failed(&crate::problem::Problem::Malformed(format!(
+            "id: select between 1 and {MAX_REPLAY} dead letters"
+        )));
+    }
+    let by = format!("{} (console)", pages::caller(&request).principal.name);
+    let mut results = Vec::new();
+    for text in ids {
+        let Ok(id) = text.parse::<u64>() else {
+            results.push(Replayed {
+                ok: false,
+                text: format!("id: `{text}` is not a dead letter's number"),
+            });
+            continue;
+        };
+        results.push(match actions::replay(client, id, &by).await {
+            Ok(replayed) => Replayed {
+                ok: true,
+                text: format!(
+                    "dead letter {id} replayed ({}) and removed",
+                    replayed.audit.action
+                ),
+            },
+            Err(e) => Replayed {
+                ok: false,
+                text: format!("dead letter {id}: {e}"),
+            },
+        });
+    }
+    pages::html(StatusCode::OK, &ReplayedFragment { results })
+}

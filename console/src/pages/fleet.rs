@@ -1,0 +1,250 @@
+//! The fleet: workers (slots, running attempts, routing score, tags, executors, heartbeat),
+//! nodes (roles, and what befell their actors: restarts, panics, stalls) and the queues
+//! (pending, paused, and the buttons that pause and resume them).
+
+use std::str::FromStr;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+
+use ax_actors::{score, Weights};
+use ax_bus::messages::QueueRequest;
+use ax_bus::spec::Priority;
+
+use crate::actions;
+use crate::pages::{self, Chrome, Outcome};
+use crate::problem::Problem;
+use crate::server::State;
+
+/// How old a heartbeat may be for the worker to count as alive (the Routers' default).
+const WORKER_TTL_SECS: f64 = 10.0;
+
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/workers", web::get().to(workers))
+        .route("/nodes", web::get().to(nodes))
+        .route("/queues", web::get().to(queues))
+        .route("/ui/queues/{priority}/{action}", web::post().to(queue));
+}
+
+struct WorkerRow {
+    id: String,
+    host: String,
+    running: u32,
+    slots: u32,
+    cores: u32,
+    avg_ms: String,
+    score: String,
+    tags: String,
+    executors: String,
+    heartbeat: String,
+    alive: bool,
+    attempts: Vec<String>,
+}
+
+#[derive(Template)]
+#[template(path = "workers.html")]
+struct WorkersPage {
+    chrome: Chrome,
+    workers: Vec<WorkerRow>,
+}
+
+fn unavailable(request: &HttpRequest, e: impl std::fmt::Display) -> HttpResponse {
+    pages::error_page(request, StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+}
+
+async fn workers(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let mut workers = match client.workers().await {
+        Ok(workers) => workers,
+        Err(e) => return unavailable(&request, e),
+    };
+    workers.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+    let now = chrono::Utc::now();
+    let weights = Weights::default();
+    let rows = workers
+        .into_iter()
+        .map(|(info, at)| {
+            let age = (now - at).num_milliseconds() as f64 / 1000.0;
+            let alive = age < WORKER_TTL_SECS;
+            WorkerRow {
+                id: info.id.to_string(),
+                host: info.host.clone(),
+                running: info.running,
+                slots: info.slots,
+                cores: info.cores,
+                avg_ms: format!("{:.0}", info.avg_duration_ms),
+                score: format!("{:.3}", score(&weights, &info, 0)),
+                tags: info.tags.join(", "),
+                executors: info.executors.join(", "),
+                heartbeat: if alive {
+                    format!("{age:.1} s ago")
+                } else {
+                    format!("dead ({age:.0} s)")
+                },
+                alive,
+                attempts: info
+                    .attempts
+                    .iter()
+                    .map(|a| a.instance_id.to_string())
+                    .collect(),
+            }
+        })
+        .collect();
+    let page = WorkersPage {
+        chrome: Chrome::of(&pages::caller(&request), "workers"),
+        workers: rows,
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+struct NodeRow {
+    node: String,
+    host: String,
+    pid: u32,
+    roles: String,
+    version: String,
+    started: String,
+    heartbeat: String,
+    troubles: Vec<String>,
+}
+
+#[derive(Template)]
+#[template(path = "nodes.html")]
+struct NodesPage {
+    chrome: Chrome,
+    nodes: Vec<NodeRow>,
+}
+
+async fn nodes(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let mut nodes = match client.nodes().await {
+        Ok(nodes) => nodes,
+        Err(e) => return unavailable(&request, e),
+    };
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    let now = chrono::Utc::now();
+    let rows = nodes
+        .into_iter()
+        .map(|n| NodeRow {
+            node: n.node.to_string(),
+            host: n.host.clone(),
+            pid: n.pid,
+            roles: n.roles.join(", "),
+            version: n.version.clone(),
+            started: pages::time(Some(n.started_at)),
+            heartbeat: format!(
+                "{:.1} s ago",
+                (now - n.seen_at).num_milliseconds() as f64 / 1000.0
+            ),
+            troubles: n
+                .actors
+                .iter()
+                .filter(|(_, h)| h.panics + h.restarts + h.stalls > 0)
+                .map(|(actor, h)| {
+                    format!(
+                        "{actor}: {} restarts, {} panics, {} stalls",
+                        h.restarts, h.panics, h.stalls
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    let page = NodesPage {
+        chrome: Chrome::of(&pages::caller(&request), "nodes"),
+        nodes: rows,
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+struct QueueRow {
+    name: String,
+    /// The priority whose queue it is (the delayed queue has none and no button).
+    priority: Option<String>,
+    pending: u64,
+    ack_pending: u64,
+    paused: bool,
+    by: String,
+}
+
+#[derive(Template)]
+#[template(path = "queues.html")]
+struct QueuesPage {
+    chrome: Chrome,
+    queues: Vec<QueueRow>,
+}
+
+async fn queues(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let (depths, states) = match tokio::try_join!(client.queue_depths(), client.queue_states()) {
+        Ok(read) => read,
+        Err(e) => return unavailable(&request, e),
+    };
+    let rows = depths
+        .into_iter()
+        .map(|d| {
+            let priority = d
+                .queue
+                .strip_prefix("ready_")
+                .and_then(|p| Priority::from_str(p).ok());
+            let queue_state = priority.and_then(|p| states.iter().find(|(q, _)| *q == p));
+            QueueRow {
+                priority: priority.map(|p| p.as_str().to_string()),
+                pending: d.pending,
+                ack_pending: d.ack_pending,
+                paused: queue_state.is_some_and(|(_, s)| s.paused),
+                by: match queue_state {
+                    Some((_, s)) if s.paused && s.by.is_empty() => "operator".into(),
+                    Some((_, s)) if s.paused => s.by.clone(),
+                    _ => "–".into(),
+                },
+                name: d.queue,
+            }
+        })
+        .collect();
+    let page = QueuesPage {
+        chrome: Chrome::of(&pages::caller(&request), "queues"),
+        queues: rows,
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+async fn queue(
+    state: web::Data<State>,
+    request: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let (priority, action) = path.into_inner();
+    let paused = match action.as_str() {
+        "pause" => true,
+        "resume" => false,
+        other => {
+            return pages::action_failed(&Problem::NotFound(format!(
+                "action: no queue action `{other}` (pause, resume)"
+            )))
+        }
+    };
+    let Ok(priority) = Priority::from_str(&priority) else {
+        return pages::action_failed(&Problem::Malformed(format!(
+            "priority: `{priority}` is no priority (high, normal, low)"
+        )));
+    };
+    match actions::queue(client, &QueueRequest { priority, paused }).await {
+        Ok(reply) => pages::html(StatusCode::OK, &Outcome::done(reply.message, None)),
+        Err(e) => pages::action_failed(&e),
+    }
+}

@@ -298,14 +298,98 @@ async fn an_operator_runs_ax_from_the_browser() {
     browser.click("#replay").await;
     browser.accept().await;
     let replayed = browser
-        .until("the replay", "#replayed", |t| !t.is_empty())
+        .until("the replay", "#results", |t| !t.is_empty())
         .await;
-    assert!(replayed.contains("replayed (rerun) and removed"), "{replayed}");
-    wait_for(Duration::from_secs(30), "extract's second attempt", || async {
-        let (record, _) = up.client.instance(&extract.parse().ok()?).await.ok()??;
-        (record.attempt == 2 && record.state.is_final()).then_some(())
-    })
+    assert!(
+        replayed.contains("replayed (rerun) and removed"),
+        "{replayed}"
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "extract's second attempt",
+        || async {
+            let (record, _) = up.client.instance(&extract.parse().ok()?).await.ok()??;
+            (record.attempt == 2 && record.state.is_final()).then_some(())
+        },
+    )
     .await;
+
+    // The chain of a date, forced downstream: planned first, and run only once the date is
+    // typed.
+    let today = chrono::Utc::now().date_naive().to_string();
+    browser.open(&format!("{base}/rerun")).await;
+    browser
+        .fill("#rerun-form input[name=biz_date]", &today)
+        .await;
+    browser
+        .client
+        .find(fantoccini::Locator::Css("#rerun-form select[name=root]"))
+        .await
+        .unwrap()
+        .select_by_value("extract")
+        .await
+        .unwrap();
+    browser
+        .click("#rerun-form input[name=force_downstream]")
+        .await;
+    browser.click("#plan").await;
+    let plan = browser
+        .until("the chain's plan", "#plan-summary", |t| {
+            t.contains("would run")
+        })
+        .await;
+    assert!(plan.starts_with("2 instance"), "{plan}");
+    browser.screenshot("rerun").await;
+    browser.click("#run-plan").await;
+    let refused = browser
+        .until("the refusal", "#run-problem", |t| !t.is_empty())
+        .await;
+    assert!(refused.starts_with("confirm_date:"), "{refused}");
+    let (record, _) = up
+        .client
+        .instance(&extract.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.attempt, 2, "nothing ran without the date");
+    browser.fill("input[name=confirm_date]", &today).await;
+    browser.click("#run-plan").await;
+    browser
+        .until("the forced re-run", "#plan-summary", |t| {
+            t.contains("started again")
+        })
+        .await;
+    wait_for(
+        Duration::from_secs(30),
+        "extract's third attempt",
+        || async {
+            let (record, _) = up.client.instance(&extract.parse().ok()?).await.ok()??;
+            (record.attempt == 3 && record.state.is_final()).then_some(())
+        },
+    )
+    .await;
+
+    // Bulk: the failed instances selected at once, their re-runs planned together.
+    browser
+        .open(&format!("{base}/instances?state=failed"))
+        .await;
+    let failed = browser
+        .client
+        .find_all(fantoccini::Locator::Css("#instances tbody tr"))
+        .await
+        .unwrap()
+        .len();
+    browser.click("input[data-check-all=id]").await;
+    browser.click("#bulk-plan").await;
+    let summary = browser
+        .until("the bulk plan", "#bulk-summary", |t| {
+            t.contains("would run")
+        })
+        .await;
+    // Each failed one runs again, and what depends on it with it.
+    let runs: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(failed >= 3 && runs >= failed, "{failed} failed; {summary}");
+    browser.screenshot("instances-bulk").await;
 
     // The fleet: the worker, the node, and a queue paused and resumed from its page.
     browser.open(&format!("{base}/workers")).await;

@@ -8,7 +8,7 @@ use askama::Template;
 use ax_bus::dead_letter::DeadLetter;
 
 use crate::actions;
-use crate::pages::{self, Chrome};
+use crate::pages::{self, Chrome, Done, Results};
 use crate::server::State;
 
 /// The most letters one bulk replay takes.
@@ -135,29 +135,13 @@ async fn letter(
     pages::html(StatusCode::OK, &page)
 }
 
-struct Replayed {
-    ok: bool,
-    text: String,
-}
-
-#[derive(Template)]
-#[template(path = "replayed.html")]
-struct ReplayedFragment {
-    results: Vec<Replayed>,
-}
-
 /// `POST /ui/dlq/replay` with one `id` per letter: each replayed, or why not.
 async fn replay(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
     let client = match pages::client(&state, &request) {
         Ok(client) => client,
         Err(response) => return *response,
     };
-    // Repeated fields (`id=1&id=2`), which a map-shaped form extractor would fold into one.
-    let ids: Vec<String> = String::from_utf8_lossy(&body)
-        .split('&')
-        .filter_map(|pair| pair.strip_prefix("id="))
-        .map(String::from)
-        .collect();
+    let ids = pages::repeated(&body, "id");
     if ids.is_empty() || ids.len() > MAX_REPLAY {
         return pages::action_failed(&crate::problem::Problem::Malformed(format!(
             "id: select between 1 and {MAX_REPLAY} dead letters"
@@ -167,25 +151,25 @@ async fn replay(state: web::Data<State>, request: HttpRequest, body: web::Bytes)
     let mut results = Vec::new();
     for text in ids {
         let Ok(id) = text.parse::<u64>() else {
-            results.push(Replayed {
+            results.push(Done {
                 ok: false,
                 text: format!("id: `{text}` is not a dead letter's number"),
             });
             continue;
         };
         results.push(match actions::replay(client, id, &by).await {
-            Ok(replayed) => Replayed {
+            Ok(replayed) => Done {
                 ok: true,
                 text: format!(
                     "dead letter {id} replayed ({}) and removed",
                     replayed.audit.action
                 ),
             },
-            Err(e) => Replayed {
+            Err(e) => Done {
                 ok: false,
                 text: format!("dead letter {id}: {e}"),
             },
         });
     }
-    pages::html(StatusCode::OK, &ReplayedFragment { results })
+    pages::html(StatusCode::OK, &Results { results })
 }

@@ -14,7 +14,7 @@ use ax_bus::State as InstanceState;
 
 use crate::actions::{self, InstanceAction};
 use crate::index::Filter;
-use crate::pages::{self, Chrome, Outcome};
+use crate::pages::{self, Chrome, Done, Outcome, Results};
 use crate::problem::Problem;
 use crate::server::State;
 
@@ -25,10 +25,13 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/instances", web::get().to(list))
         .route("/instances/{id}", web::get().to(page))
+        .route("/ui/instances/bulk", web::post().to(bulk))
         .route("/ui/instances/{id}/mark", web::post().to(mark))
         .route("/ui/instances/{id}/{action}", web::post().to(act))
+        .route("/rerun", web::get().to(rerun_page))
         .route("/ui/rerun/plan", web::post().to(plan))
-        .route("/ui/rerun/run", web::post().to(run));
+        .route("/ui/rerun/run", web::post().to(run))
+        .route("/ui/backfill", web::post().to(backfill));
 }
 
 /// The list's query, as the filter form sends it (empty = any).
@@ -501,10 +504,13 @@ struct PlanFragment {
     root: Option<String>,
     failed_only: bool,
     force_downstream: bool,
+    /// Why the plan was not run (shown beside its button).
+    problem: Option<String>,
 }
 
 fn plan_fragment(rerun: &RerunRequest, steps: Vec<PlanStep>) -> PlanFragment {
     PlanFragment {
+        problem: None,
         dry_run: rerun.dry_run,
         runs: steps.iter().filter(|s| s.will_run).count(),
         steps,
@@ -550,7 +556,19 @@ async fn rerun(
     };
     if !dry_run && rerun.force_downstream {
         if let Err(e) = confirmed(client, &rerun, form.confirm_date.trim()).await {
-            return pages::action_failed(&e);
+            // The plan again, with the reason beside its button: nothing ran.
+            let dry = RerunRequest {
+                dry_run: true,
+                ..rerun
+            };
+            return match actions::rerun(client, &dry).await {
+                Ok(reply) => {
+                    let mut fragment = plan_fragment(&dry, reply.plan);
+                    fragment.problem = Some(e.to_string());
+                    pages::html(e.status(), &fragment)
+                }
+                Err(_) => pages::action_failed(&e),
+            };
         }
     }
     match actions::rerun(client, &rerun).await {
@@ -580,5 +598,201 @@ async fn confirmed(
         Err(Problem::Malformed(format!(
             "confirm_date: type the business date `{date}` to force its downstream"
         )))
+    }
+}
+
+#[derive(Template)]
+#[template(path = "rerun.html")]
+struct RerunPage {
+    chrome: Chrome,
+    instance: String,
+    jobs: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RerunQuery {
+    #[serde(default)]
+    instance: String,
+}
+
+/// `GET /rerun[?instance=ID]`: the re-run dialog (plan first) and the backfill.
+async fn rerun_page(
+    state: web::Data<State>,
+    request: HttpRequest,
+    query: web::Query<RerunQuery>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let jobs = match client.jobs().await {
+        Ok(jobs) => jobs.into_iter().map(|j| j.spec.name.to_string()).collect(),
+        Err(e) => {
+            return pages::error_page(&request, StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    };
+    let page = RerunPage {
+        chrome: Chrome::of(&pages::caller(&request), "rerun"),
+        instance: query.instance.clone(),
+        jobs,
+    };
+    pages::html(StatusCode::OK, &page)
+}
+
+#[derive(Debug, Deserialize)]
+struct BackfillForm {
+    job: String,
+    from: String,
+    to: String,
+    #[serde(default)]
+    parallel: String,
+    #[serde(default)]
+    with_downstream: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "backfilled.html")]
+struct Backfilled {
+    steps: Vec<PlanStep>,
+}
+
+/// `POST /ui/backfill`: the instances of a range of dates, as `ax backfill`.
+async fn backfill(
+    state: web::Data<State>,
+    request: HttpRequest,
+    form: web::Form<BackfillForm>,
+) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let parallel = match form.parallel.trim() {
+        "" => Ok(None),
+        text => text
+            .parse::<u32>()
+            .ok()
+            .filter(|p| *p > 0)
+            .map(Some)
+            .ok_or_else(|| {
+                Problem::Malformed(format!("parallel: `{text}` is not a count above 0"))
+            }),
+    };
+    let job = form
+        .job
+        .trim()
+        .parse::<JobName>()
+        .map_err(|e| Problem::Malformed(format!("job: {e}")));
+    let result = match (job, parallel) {
+        (Ok(job), Ok(parallel)) => {
+            let backfill = ax_bus::messages::BackfillRequest {
+                job,
+                from: form.from.trim().to_string(),
+                to: form.to.trim().to_string(),
+                with_downstream: form.with_downstream.is_some(),
+                parallel,
+                requested_by: requested_by(&request),
+            };
+            actions::backfill(client, &backfill).await
+        }
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    match result {
+        Ok(reply) => pages::html(StatusCode::OK, &Backfilled { steps: reply.plan }),
+        Err(e) => pages::action_failed(&e),
+    }
+}
+
+/// The most instances one bulk action takes (two pages of the list).
+const MAX_BULK: usize = 2 * PER_PAGE;
+
+#[derive(Template)]
+#[template(path = "bulk_plan.html")]
+struct BulkPlan {
+    dry_run: bool,
+    steps: Vec<PlanStep>,
+    problems: Vec<String>,
+    runs: usize,
+    ids: Vec<String>,
+}
+
+/// `POST /ui/instances/bulk` with `id`s and an `action`: `plan` (the re-run of each, dry),
+/// `rerun` (the same, carried out) or `cancel`.
+async fn bulk(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
+    let client = match pages::client(&state, &request) {
+        Ok(client) => client,
+        Err(response) => return *response,
+    };
+    let ids = pages::repeated(&body, "id");
+    if ids.is_empty() || ids.len() > MAX_BULK {
+        return pages::action_failed(&Problem::Malformed(format!(
+            "id: select between 1 and {MAX_BULK} instances"
+        )));
+    }
+    let action = pages::repeated(&body, "action").pop().unwrap_or_default();
+    let by = requested_by(&request);
+    match action.as_str() {
+        "plan" | "rerun" => {
+            let dry_run = action == "plan";
+            let (mut steps, mut problems) = (Vec::new(), Vec::new());
+            for id in &ids {
+                let result = match instance_id(id) {
+                    Ok(instance) => {
+                        let rerun = RerunRequest {
+                            instance: Some(instance),
+                            biz_date: None,
+                            root: None,
+                            failed_only: false,
+                            force_downstream: false,
+                            dry_run,
+                            requested_by: by.clone(),
+                        };
+                        actions::rerun(client, &rerun).await
+                    }
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(reply) => steps.extend(reply.plan),
+                    Err(e) => problems.push(format!("{id}: {e}")),
+                }
+            }
+            let fragment = BulkPlan {
+                dry_run,
+                runs: steps.iter().filter(|s| s.will_run).count(),
+                steps,
+                problems,
+                ids,
+            };
+            pages::html(StatusCode::OK, &fragment)
+        }
+        "cancel" => {
+            let mut results = Vec::new();
+            for id in &ids {
+                let result = match instance_id(id) {
+                    Ok(instance) => {
+                        let cancel = InstanceRequest {
+                            instance,
+                            reason: Some("from the console (bulk)".into()),
+                            requested_by: by.clone(),
+                        };
+                        actions::instance(client, InstanceAction::Cancel, &cancel).await
+                    }
+                    Err(e) => Err(e),
+                };
+                results.push(match result {
+                    Ok(reply) => Done {
+                        ok: true,
+                        text: format!("{id}: {}", reply.message),
+                    },
+                    Err(e) => Done {
+                        ok: false,
+                        text: format!("{id}: {e}"),
+                    },
+                });
+            }
+            pages::html(StatusCode::OK, &Results { results })
+        }
+        other => pages::action_failed(&Problem::Malformed(format!(
+            "action: `{other}` is no bulk action (plan, rerun, cancel)"
+        ))),
     }
 }

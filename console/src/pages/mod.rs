@@ -111,6 +111,54 @@ impl Outcome {
     }
 }
 
+/// What became of one of several things acted on at once.
+pub(crate) struct Done {
+    pub(crate) ok: bool,
+    pub(crate) text: String,
+}
+
+/// The fragment of an action on several things: one line each.
+#[derive(Template)]
+#[template(path = "results.html")]
+pub(crate) struct Results {
+    pub(crate) results: Vec<Done>,
+}
+
+/// The values of a repeated form field (`id=1&id=2`), which a map-shaped form extractor would
+/// fold into one.
+pub(crate) fn repeated(body: &[u8], field: &str) -> Vec<String> {
+    let prefix = format!("{field}=");
+    String::from_utf8_lossy(body)
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix(prefix.as_str()))
+        .map(percent_decoded)
+        .collect()
+}
+
+/// A form value decoded (`+` is a space, `%XX` a byte); a malformed escape is kept as it is.
+fn percent_decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() && value.is_char_boundary(i + 3) => {
+                match u8::from_str_radix(&value[i + 1..i + 3], 16) {
+                    Ok(byte) => {
+                        out.push(byte);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The fragment of a refused request (the access check's answer to htmx).
 pub(crate) fn refusal(reason: &str) -> String {
     Outcome::failed(reason)
@@ -186,4 +234,21 @@ pub(crate) fn duration(ms: i64) -> String {
 /// An instant as the pages show it (UTC, to the second), or `–`.
 pub(crate) fn time(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
     at.map_or_else(|| "–".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_fields_are_all_read_and_decoded() {
+        let body = b"id=a.k.x%3Ay&action=cancel&id=b.20261201T000000000Z&id=c+d&id=bad%zz";
+        assert_eq!(
+            repeated(body, "id"),
+            ["a.k.x:y", "b.20261201T000000000Z", "c d", "bad%zz"]
+        );
+        assert_eq!(repeated(body, "action"), ["cancel"]);
+        assert_eq!(duration(1_500), "1.5 s");
+        assert_eq!(duration(3_725_000), "1h 02m");
+    }
 }

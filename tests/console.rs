@@ -7,51 +7,9 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use ax_bus::client::local_server::{find_binary, free_port, BINARY_ENV};
 use support::browser::Browser;
+use support::up::{up, Up};
 use support::*;
-
-/// An `ax up` of the test's own, with its console on a free port.
-struct Up {
-    _process: AxProcess,
-    nats: String,
-    http: String,
-    client: ax_bus::AxClient,
-}
-
-async fn up(dir: &Path) -> Up {
-    let (nats_port, http_port) = (free_port().unwrap(), free_port().unwrap());
-    let binary = find_binary().expect("pinned nats-server");
-    let process = AxProcess::spawn_with_env(
-        None,
-        &[
-            "up",
-            "--nats-port",
-            &nats_port.to_string(),
-            "--http-port",
-            &http_port.to_string(),
-        ],
-        dir,
-        &dir.join("up.log"),
-        &[(BINARY_ENV, binary.to_str().expect("utf-8 path"))],
-    );
-    wait_for_logged(Duration::from_secs(60), "ax up", &[&process], || async {
-        std::fs::read_to_string(dir.join(".ax/nats.url"))
-            .ok()
-            .filter(|t| !t.trim().is_empty())
-    })
-    .await;
-    let nats = format!("nats://127.0.0.1:{nats_port}");
-    let client = ax_bus::AxClient::connect(&ax_bus::client::ConnectConfig::new(&nats, "ax-test"))
-        .await
-        .unwrap();
-    Up {
-        _process: process,
-        nats,
-        http: format!("http://127.0.0.1:{http_port}"),
-        client,
-    }
-}
 
 /// Applies jobs, each `(name, the rest of its YAML)`.
 fn apply(up: &Up, dir: &Path, jobs: &[(&str, &str)]) {

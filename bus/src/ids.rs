@@ -10,7 +10,7 @@
 //!   report and log line of that attempt; random, except for a first attempt (derived from the
 //!   instance id, see [`TraceId::first_of`]).
 //! - [`DispatchId`]: one dispatch of an attempt to a worker (the one allowed to claim it).
-//! - [`TriggerKey`]: a business's idempotency key for a trigger, `[A-Za-z0-9_.:-]{1,128}`
+//! - [`TriggerKey`]: a business's idempotency key for a trigger, `[A-Za-z0-9_.-]{1,128}`
 //!   without empty dot-separated parts; the instance of a keyed trigger is `<job>.key-<key>`,
 //!   so the same trigger sent twice (or retried after a lost reply) creates one instance.
 //! - [`NodeId`]: a node's `--id`, `[A-Za-z0-9_-]{1,64}`; a worker is named by its node's id
@@ -107,8 +107,10 @@ fn check_instance(text: &str) -> Result<(), &'static str> {
     if text.is_empty() || text.len() > MAX_INSTANCE_ID {
         return Err("must be 1 to 320 characters");
     }
-    if !token_chars(text, b".:") {
-        return Err("may hold only letters, digits and `_ - . :`");
+    // What a JetStream KV key may hold (the id is the record's key): no `:`, which the
+    // server would store but the client refuses to read, leaving such an instance stranded.
+    if !token_chars(text, b".") {
+        return Err("may hold only letters, digits and `_ - .`");
     }
     if text.split('.').any(str::is_empty) {
         return Err("must not start or end with `.` nor hold `..`");
@@ -118,10 +120,10 @@ fn check_instance(text: &str) -> Result<(), &'static str> {
 
 fn check_key(text: &str) -> Result<(), &'static str> {
     let ok = (1..=128).contains(&text.len())
-        && token_chars(text, b".:")
+        && token_chars(text, b".")
         && !text.split('.').any(str::is_empty);
     ok.then_some(())
-        .ok_or("must match [A-Za-z0-9_.:-]{1,128} and not start or end with `.` nor hold `..`")
+        .ok_or("must match [A-Za-z0-9_.-]{1,128} and not start or end with `.` nor hold `..`")
 }
 
 fn check_hex32(text: &str) -> Result<(), &'static str> {
@@ -428,7 +430,17 @@ mod tests {
         assert!(JobName::parse("Upper").is_err());
         assert!(JobName::parse(&"a".repeat(65)).is_err());
         assert!(JobName::parse("ok_name-1").is_ok());
-        for bad in ["", "a..b", ".a", "a.", "a b", "a*", "a>", "a/b"] {
+        for bad in [
+            "",
+            "a..b",
+            ".a",
+            "a.",
+            "a b",
+            "a*",
+            "a>",
+            "a/b",
+            "a.key-x:y",
+        ] {
             let e = InstanceId::parse(bad).unwrap_err();
             assert_eq!(e.kind, IdKind::Instance, "{bad}");
         }
@@ -455,15 +467,26 @@ mod tests {
     #[test]
     fn a_keyed_instance_is_one_valid_id_per_job_and_key() {
         let job = JobName::parse("send_reminder").unwrap();
-        let key = TriggerKey::parse("order-42:v1.2").unwrap();
+        let key = TriggerKey::parse("order-42.v1_2").unwrap();
         let id = InstanceId::for_key(&job, &key);
-        assert_eq!(id, "send_reminder.key-order-42:v1.2");
+        assert_eq!(id, "send_reminder.key-order-42.v1_2");
         assert!(InstanceId::parse(&id).is_ok());
         assert_eq!(id.fire(), None, "not taken for a fire");
         let longest = TriggerKey::parse(&"k".repeat(128)).unwrap();
         let long_job = JobName::parse(&"j".repeat(64)).unwrap();
         assert!(InstanceId::parse(&InstanceId::for_key(&long_job, &longest)).is_ok());
-        for bad in ["", "a..b", ".a", "a.", "a b", "a*", "a>", &"k".repeat(129)] {
+        // `:` is refused: a KV key cannot hold it, and the record could not be read back.
+        for bad in [
+            "",
+            "a..b",
+            ".a",
+            "a.",
+            "a b",
+            "a*",
+            "a>",
+            "order:42",
+            &"k".repeat(129),
+        ] {
             let e = TriggerKey::parse(bad).unwrap_err();
             assert!(
                 e.to_string().contains("not a valid trigger key"),

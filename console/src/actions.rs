@@ -272,6 +272,10 @@ async fn unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) -> Vec<Stri
 /// Replays a dead letter and removes it, as `ax dlq replay` (one of an instance becomes a
 /// re-run of it; any other is published again on its subject).
 pub async fn replay(client: &AxClient, id: u64, requested_by: &str) -> Result<Replayed, Problem> {
+    // Stream sequences start at 1; the server refuses to look up 0.
+    if id == 0 {
+        return Err(Problem::NotFound("id: no dead letter 0".into()));
+    }
     match client.dead_letter(id).await.map_err(unavailable)? {
         Some(_) => client
             .replay_dead_letter(id, requested_by, PLANNED_TIMEOUT)

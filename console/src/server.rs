@@ -94,6 +94,7 @@ pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
             .app_data(state.clone())
             .app_data(web::PayloadConfig::new(BODY_LIMIT))
             .app_data(crate::api::json_config())
+            .app_data(crate::api::query_config())
             .app_data(crate::pages::form_config())
             .wrap(from_fn(checked))
             .route("/metrics", web::get().to(metrics));

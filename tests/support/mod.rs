@@ -6,6 +6,7 @@
 pub(crate) mod browser;
 pub(crate) mod ledger;
 pub(crate) mod netns;
+pub(crate) mod up;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader};

@@ -70,6 +70,14 @@ pub(crate) fn json_config() -> web::JsonConfig {
         })
 }
 
+/// Queries: a malformed one answered with the reason serde gives (which names the field).
+pub(crate) fn query_config() -> web::QueryConfig {
+    web::QueryConfig::default().error_handler(|error, _| {
+        let response = HttpResponse::BadRequest().json(error_body(&format!("query: {error}")));
+        actix_web::error::InternalError::from_response(error, response).into()
+    })
+}
+
 /// The node's connection.
 pub(crate) fn client(state: &State) -> Result<&ax_bus::AxClient, Problem> {
     state

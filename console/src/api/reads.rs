@@ -52,7 +52,7 @@ fn no_instance(id: &InstanceId) -> Problem {
 /// The query of `/api/v1/status`.
 #[derive(Debug, Deserialize)]
 struct StatusQuery {
-    /// `YYYY-MM-DD`; the latest day summarized when absent.
+    /// `YYYY-MM-DD`; the latest day summarized when absent or empty.
     date: Option<String>,
 }
 
@@ -62,17 +62,15 @@ async fn status(
     query: web::Query<StatusQuery>,
 ) -> Result<HttpResponse, Problem> {
     let client = client(&state)?;
-    if let Some(date) = &query.date {
+    let date = query.date.as_deref().filter(|d| !d.is_empty());
+    if let Some(date) = date {
         if ax_bus::time::parse_biz_date(date).is_none() {
             return Err(Problem::Malformed(format!(
                 "date: `{date}` is not a date (YYYY-MM-DD)"
             )));
         }
     }
-    let status = client
-        .status(query.date.as_deref())
-        .await
-        .map_err(unavailable)?;
+    let status = client.status(date).await.map_err(unavailable)?;
     Ok(HttpResponse::Ok().json(status))
 }
 

@@ -89,7 +89,7 @@ async fn letter(
         Ok(client) => client,
         Err(response) => return *response,
     };
-    let Ok(id) = id.parse::<u64>() else {
+    let Some(id) = id.parse::<u64>().ok().filter(|id| *id > 0) else {
         return pages::error_page(
             &request,
             StatusCode::BAD_REQUEST,

@@ -6,9 +6,11 @@
 //! (no-op instances end to end), `triggers` (keyed triggers from a service end to end, pending
 //! delayed instances), `routing` (the Router's decision and its cost to dispatch),
 //! `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
-//! graphs) and `recovery` (a restarted Scheduler). `--quick` keeps the whole run under two
+//! graphs), `recovery` (a restarted Scheduler) and `console` (page renders with 100,000
+//! instances stored). `--quick` keeps the whole run under two
 //! minutes.
 
+mod console;
 mod dag;
 mod lateness;
 mod limit;
@@ -75,7 +77,7 @@ pub struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "memory",
     "throughput",
     "triggers",
@@ -83,6 +85,7 @@ const SECTIONS: [&str; 7] = [
     "lateness",
     "dag",
     "recovery",
+    "console",
 ];
 
 /// Runs the sections named in `only` (every one when empty) against a nats-server of its own.
@@ -145,6 +148,10 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     if wanted("recovery") {
         eprintln!("recovery: a restarted Scheduler…");
         figures.extend(recovery::measure(&server.url, quick).await?);
+    }
+    if wanted("console") {
+        eprintln!("console: page renders with 1,000 jobs and 100,000 instances…");
+        figures.extend(console::measure(&server.url, quick).await?);
     }
     Ok(Report {
         machine: machine(),

@@ -116,37 +116,67 @@ pub struct Counts {
     pub by_state: Vec<(State, u64)>,
 }
 
+/// Where a row sits in a list: newest due first, then by id.
+type Place = (Reverse<DateTime<Utc>>, InstanceId);
+
 #[derive(Debug, Default)]
 struct Rows {
     by_id: HashMap<InstanceId, Row>,
     /// Newest due first.
-    order: BTreeSet<(Reverse<DateTime<Utc>>, InstanceId)>,
+    order: BTreeSet<Place>,
+    /// The same, per job: a list of one job walks only its rows.
+    by_job: HashMap<JobName, BTreeSet<Place>>,
     /// Whether every record that existed when the feed opened is in.
     current: bool,
 }
 
 impl Rows {
     fn put(&mut self, row: Row) {
-        if let Some(old) = self.by_id.remove(&row.instance_id) {
-            self.order
-                .remove(&(Reverse(old.expected_time), old.instance_id));
-        }
-        self.order
-            .insert((Reverse(row.expected_time), row.instance_id.clone()));
+        self.remove(&row.instance_id);
+        let key = (Reverse(row.expected_time), row.instance_id.clone());
+        self.order.insert(key.clone());
+        self.by_job.entry(row.job.clone()).or_default().insert(key);
         self.by_id.insert(row.instance_id.clone(), row);
     }
 
     fn remove(&mut self, id: &InstanceId) {
         if let Some(old) = self.by_id.remove(id) {
-            self.order
-                .remove(&(Reverse(old.expected_time), old.instance_id));
+            let key = (Reverse(old.expected_time), old.instance_id);
+            self.order.remove(&key);
+            if let Some(rows) = self.by_job.get_mut(&old.job) {
+                rows.remove(&key);
+                if rows.is_empty() {
+                    self.by_job.remove(&old.job);
+                }
+            }
         }
     }
 
     fn clear(&mut self) {
         self.by_id.clear();
         self.order.clear();
+        self.by_job.clear();
         self.current = false;
+    }
+
+    /// The rows `filter` may admit, newest due first: one job's when it names one, those of the
+    /// due window when it has one.
+    fn candidates<'a>(&'a self, filter: &Filter) -> Box<dyn Iterator<Item = &'a Row> + 'a> {
+        let keys: Box<dyn Iterator<Item = &Place>> = match &filter.job {
+            Some(job) => match self.by_job.get(job) {
+                Some(rows) => Box::new(rows.iter()),
+                None => Box::new(std::iter::empty()),
+            },
+            None => Box::new(self.order.iter()),
+        };
+        // Newest first: rows due at or after `to` come first and are skipped; the walk stops at
+        // the first row due before `from`.
+        let (from, to) = (filter.from, filter.to);
+        Box::new(
+            keys.skip_while(move |(Reverse(due), _)| to.is_some_and(|to| *due >= to))
+                .take_while(move |(Reverse(due), _)| from.is_none_or(|from| *due >= from))
+                .filter_map(|(_, id)| self.by_id.get(id)),
+        )
     }
 }
 
@@ -193,9 +223,7 @@ impl InstanceIndex {
         let rows = self.read();
         let skip = page.saturating_mul(per_page);
         let mut admitted = rows
-            .order
-            .iter()
-            .filter_map(|(_, id)| rows.by_id.get(id))
+            .candidates(filter)
             .filter(|row| filter.admits(row))
             .skip(skip);
         let page_rows: Vec<Row> = admitted.by_ref().take(per_page).cloned().collect();
@@ -211,7 +239,15 @@ impl InstanceIndex {
         let rows = self.read();
         let mut by_state: Vec<(State, u64)> = State::ALL.iter().map(|s| (*s, 0)).collect();
         let mut total = 0;
-        for row in rows.by_id.values().filter(|row| filter.admits(row)) {
+        // Counting needs no order: all rows straight from the map, unless a job or a window
+        // narrows them.
+        let candidates: Box<dyn Iterator<Item = &Row>> =
+            if filter.job.is_none() && filter.from.is_none() && filter.to.is_none() {
+                Box::new(rows.by_id.values())
+            } else {
+                rows.candidates(filter)
+            };
+        for row in candidates.filter(|row| filter.admits(row)) {
             total += 1;
             if let Some(entry) = by_state.iter_mut().find(|(s, _)| *s == row.state) {
                 entry.1 += 1;
@@ -346,5 +382,10 @@ mod tests {
             .unwrap()
             .remove(&"even.m20".parse().unwrap());
         assert_eq!(index.counts(&failed_even).total, 1);
+        assert_eq!(
+            index.page(&failed_even, 0, 10).rows.len(),
+            1,
+            "gone from the job's rows too"
+        );
     }
 }

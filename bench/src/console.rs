@@ -25,7 +25,7 @@ fn job(i: usize) -> JobSpec {
         "name": format!("job{i:04}"),
         "cron": "0 2 * * *",
         "exec": {"type": "noop"},
-        "tags": [if i % 2 == 0 { "even" } else { "odd" }],
+        "tags": [if i.is_multiple_of(2) { "even" } else { "odd" }],
     }))
     .expect("a valid generated job")
 }

@@ -26,6 +26,7 @@ fn quick_bench_prints_sane_figures() {
         "lateness",
         "dag",
         "recovery",
+        "console",
     ] {
         assert!(
             figures.iter().any(|f| f["section"] == section),

@@ -110,11 +110,12 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
         },
     };
     eprintln!("ax is up: NATS {url} (recorded in {})", url_file.display());
-    eprintln!("console: http://{}/", http.addr);
-    eprintln!("metrics: http://{}/metrics", http.addr);
     if !job_files.is_empty() {
         jobs::apply(&client, job_files, false).await?;
     }
+    // Last on screen: where to go next.
+    eprintln!("console: http://{}/", http.addr);
+    eprintln!("metrics: http://{}/metrics", http.addr);
     eprintln!("Ctrl-C stops everything");
     shutdown::wait().await;
     http.stop().await;

@@ -102,6 +102,7 @@ pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
             app.configure(crate::api::routes)
                 .configure(crate::pages::routes)
                 .configure(crate::assets::routes)
+                .default_service(web::to(crate::pages::not_found))
         } else {
             app
         }

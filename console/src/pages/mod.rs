@@ -194,6 +194,16 @@ pub(crate) fn error_page(
     html(status, &page)
 }
 
+/// Any other path: a JSON 404 under `/api/`, a page elsewhere.
+pub(crate) async fn not_found(request: HttpRequest) -> HttpResponse {
+    let reason = format!("{} {}: no such page", request.method(), request.path());
+    if request.path().starts_with("/api/") {
+        HttpResponse::NotFound().json(crate::server::error_body(&reason))
+    } else {
+        error_page(&request, StatusCode::NOT_FOUND, reason)
+    }
+}
+
 /// The node's connection, or the page that says there is none.
 pub(crate) fn client<'a>(
     state: &'a State,

@@ -249,6 +249,14 @@ async fn an_operator_runs_ax_from_the_browser() {
     browser.screenshot("dag").await;
 
     // A dead letter replayed from its page's list: the failed upstream runs again.
+    let letters = up.client.dead_letters().await.unwrap();
+    let letter = letters
+        .iter()
+        .find(|l| l.instance.as_deref() == Some(extract.as_str()))
+        .expect("extract's dead letter");
+    browser.open(&format!("{base}/dlq/{}", letter.id)).await;
+    assert!(browser.text("#payload").await.contains(&extract));
+    browser.screenshot("dead-letter").await;
     browser.open(&format!("{base}/dlq")).await;
     let row = format!("#dlq tr:has(a[href='/instances/{extract}']) input[name=id]");
     browser.click(&row).await;
@@ -451,4 +459,41 @@ async fn an_operator_runs_ax_from_the_browser() {
         .unwrap();
     assert!(job.paused);
     browser.client.clone().close().await.unwrap();
+}
+
+/// A node serves the console only with the `admin` role; any node given an address serves
+/// `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_comes_with_the_admin_role() {
+    let nats = TestNats::start();
+    let (admin_port, worker_port) = (
+        ax_bus::client::local_server::free_port().unwrap(),
+        ax_bus::client::local_server::free_port().unwrap(),
+    );
+    let admin_addr = format!("127.0.0.1:{admin_port}");
+    let worker_addr = format!("127.0.0.1:{worker_port}");
+    let admin = AxProcess::node(&nats, "a1", "admin", &["--http", &admin_addr]);
+    let _worker = AxProcess::node(&nats, "w1", "scheduler,worker", &["--http", &worker_addr]);
+    let get = |url: String| async move {
+        let response = reqwest::get(url).await.ok()?;
+        Some(response.status().as_u16())
+    };
+    let console = wait_for_logged(Duration::from_secs(60), "the console", &[&admin], || {
+        get(format!("http://{admin_addr}/"))
+    })
+    .await;
+    assert_eq!(console, 200);
+    assert!(admin
+        .log_text()
+        .contains(&format!("console: http://{admin_addr}/")));
+    let metrics = wait_for(Duration::from_secs(60), "the worker's metrics", || {
+        get(format!("http://{worker_addr}/metrics"))
+    })
+    .await;
+    assert_eq!(metrics, 200);
+    assert_eq!(get(format!("http://{worker_addr}/")).await, Some(404));
+    assert_eq!(
+        get(format!("http://{worker_addr}/api/v1/status")).await,
+        Some(404)
+    );
 }

@@ -126,6 +126,9 @@ struct Rows {
     order: BTreeSet<Place>,
     /// The same, per job: a list of one job walks only its rows.
     by_job: HashMap<JobName, BTreeSet<Place>>,
+    /// The same, per business date: a date's list (and the dashboard's counts of a day) walks
+    /// only that date's rows.
+    by_date: HashMap<String, BTreeSet<Place>>,
     /// Whether every record that existed when the feed opened is in.
     current: bool,
 }
@@ -135,7 +138,14 @@ impl Rows {
         self.remove(&row.instance_id);
         let key = (Reverse(row.expected_time), row.instance_id.clone());
         self.order.insert(key.clone());
-        self.by_job.entry(row.job.clone()).or_default().insert(key);
+        self.by_job
+            .entry(row.job.clone())
+            .or_default()
+            .insert(key.clone());
+        self.by_date
+            .entry(row.biz_date.clone())
+            .or_default()
+            .insert(key);
         self.by_id.insert(row.instance_id.clone(), row);
     }
 
@@ -149,6 +159,12 @@ impl Rows {
                     self.by_job.remove(&old.job);
                 }
             }
+            if let Some(rows) = self.by_date.get_mut(&old.biz_date) {
+                rows.remove(&key);
+                if rows.is_empty() {
+                    self.by_date.remove(&old.biz_date);
+                }
+            }
         }
     }
 
@@ -156,17 +172,21 @@ impl Rows {
         self.by_id.clear();
         self.order.clear();
         self.by_job.clear();
+        self.by_date.clear();
         self.current = false;
     }
 
-    /// The rows `filter` may admit, newest due first: one job's when it names one, those of the
-    /// due window when it has one.
+    /// The rows `filter` may admit, newest due first: one job's when it names one (else one
+    /// date's when it names one), those of the due window when it has one.
     fn candidates<'a>(&'a self, filter: &Filter) -> Box<dyn Iterator<Item = &'a Row> + 'a> {
-        let keys: Box<dyn Iterator<Item = &Place>> = match &filter.job {
-            Some(job) => match self.by_job.get(job) {
-                Some(rows) => Box::new(rows.iter()),
-                None => Box::new(std::iter::empty()),
-            },
+        let narrowest = match (&filter.job, &filter.biz_date) {
+            (Some(job), _) => Some(self.by_job.get(job)),
+            (None, Some(date)) => Some(self.by_date.get(date)),
+            (None, None) => None,
+        };
+        let keys: Box<dyn Iterator<Item = &Place>> = match narrowest {
+            Some(Some(rows)) => Box::new(rows.iter()),
+            Some(None) => Box::new(std::iter::empty()),
             None => Box::new(self.order.iter()),
         };
         // Newest first: rows due at or after `to` come first and are skipped; the walk stops at
@@ -239,14 +259,17 @@ impl InstanceIndex {
         let rows = self.read();
         let mut by_state: Vec<(State, u64)> = State::ALL.iter().map(|s| (*s, 0)).collect();
         let mut total = 0;
-        // Counting needs no order: all rows straight from the map, unless a job or a window
-        // narrows them.
-        let candidates: Box<dyn Iterator<Item = &Row>> =
-            if filter.job.is_none() && filter.from.is_none() && filter.to.is_none() {
-                Box::new(rows.by_id.values())
-            } else {
-                rows.candidates(filter)
-            };
+        // Counting needs no order: all rows straight from the map, unless a job, a date or a
+        // window narrows them.
+        let narrowed = filter.job.is_some()
+            || filter.biz_date.is_some()
+            || filter.from.is_some()
+            || filter.to.is_some();
+        let candidates: Box<dyn Iterator<Item = &Row>> = if !narrowed {
+            Box::new(rows.by_id.values())
+        } else {
+            rows.candidates(filter)
+        };
         for row in candidates.filter(|row| filter.admits(row)) {
             total += 1;
             if let Some(entry) = by_state.iter_mut().find(|(s, _)| *s == row.state) {
@@ -269,13 +292,12 @@ impl InstanceIndex {
     pub fn latest_of_date(&self, date: &str) -> HashMap<JobName, Row> {
         let rows = self.read();
         let mut latest: HashMap<JobName, Row> = HashMap::new();
+        let filter = Filter {
+            biz_date: Some(date.to_string()),
+            ..Filter::default()
+        };
         // Newest due first: the first row seen of a job is its latest.
-        for row in rows
-            .order
-            .iter()
-            .filter_map(|(_, id)| rows.by_id.get(id))
-            .filter(|row| row.biz_date == date)
-        {
+        for row in rows.candidates(&filter) {
             latest.entry(row.job.clone()).or_insert_with(|| row.clone());
         }
         latest

@@ -172,8 +172,8 @@ pub(crate) struct UpArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct NodeArgs {
-    /// Comma-separated roles: scheduler, dag, router, worker, reporter, admin (the console, with
-    /// --http) (or all).
+    /// Comma-separated roles: scheduler, dag, router, worker, reporter (all: the five), admin
+    /// (the console, on --http or 127.0.0.1:8080).
     #[arg(long)]
     pub roles: Option<String>,
     /// Node config (TOML); flags override it.

@@ -150,7 +150,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                     console,
                 },
             )
-            .with_context(|| format!("--http {listen} (or [metrics] listen)"))?,
+            .with_context(|| "--http (or [metrics] listen)")?,
         ),
         None => None,
     };

@@ -9,11 +9,11 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 
 use ax_actors::{score, Weights};
-use ax_bus::messages::QueueRequest;
+use ax_bus::messages::{ControlReply, QueueRequest};
 use ax_bus::spec::Priority;
 
 use crate::actions;
-use crate::pages::{self, Chrome, Outcome};
+use crate::pages::{self, Chrome};
 use crate::problem::Problem;
 use crate::server::State;
 
@@ -219,32 +219,28 @@ async fn queues(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
     pages::html(StatusCode::OK, &page)
 }
 
-async fn queue(
-    state: web::Data<State>,
-    request: HttpRequest,
-    path: web::Path<(String, String)>,
-) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
-    let (priority, action) = path.into_inner();
-    let paused = match action.as_str() {
+async fn queue(state: web::Data<State>, path: web::Path<(String, String)>) -> HttpResponse {
+    pages::replied(queued(&state, &path.0, &path.1).await)
+}
+
+async fn queued(state: &State, priority: &str, action: &str) -> Result<ControlReply, Problem> {
+    let paused = match action {
         "pause" => true,
         "resume" => false,
         other => {
-            return pages::action_failed(&Problem::NotFound(format!(
+            return Err(Problem::NotFound(format!(
                 "action: no queue action `{other}` (pause, resume)"
             )))
         }
     };
-    let Ok(priority) = Priority::from_str(&priority) else {
-        return pages::action_failed(&Problem::Malformed(format!(
+    let priority = Priority::from_str(priority).map_err(|_| {
+        Problem::Malformed(format!(
             "priority: `{priority}` is no priority (high, normal, low)"
-        )));
-    };
-    match actions::queue(client, &QueueRequest { priority, paused }).await {
-        Ok(reply) => pages::html(StatusCode::OK, &Outcome::done(reply.message, None)),
-        Err(e) => pages::action_failed(&e),
-    }
+        ))
+    })?;
+    actions::queue(
+        crate::api::client(state)?,
+        &QueueRequest { priority, paused },
+    )
+    .await
 }

@@ -9,12 +9,12 @@ use askama::Template;
 use serde::{Deserialize, Serialize};
 
 use ax_bus::ids::{InstanceId, JobName};
-use ax_bus::messages::{InstanceRequest, MarkRequest, PlanStep, RerunRequest};
+use ax_bus::messages::{ControlReply, InstanceRequest, MarkRequest, PlanStep, RerunRequest};
 use ax_bus::State as InstanceState;
 
 use crate::actions::{self, InstanceAction};
 use crate::index::Filter;
-use crate::pages::{self, Chrome, Done, Outcome, Results};
+use crate::pages::{self, Chrome, Done, Results};
 use crate::problem::Problem;
 use crate::server::State;
 
@@ -375,35 +375,30 @@ async fn act(
     request: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
-    let (id, action) = path.into_inner();
-    let action = match action.as_str() {
+    pages::replied(acted(&state, &request, &path.0, &path.1).await)
+}
+
+async fn acted(
+    state: &State,
+    request: &HttpRequest,
+    id: &str,
+    action: &str,
+) -> Result<ControlReply, Problem> {
+    let action = match action {
         "cancel" => InstanceAction::Cancel,
         "kill" => InstanceAction::Kill,
         other => {
-            return pages::action_failed(&Problem::NotFound(format!(
+            return Err(Problem::NotFound(format!(
                 "action: no instance action `{other}` (cancel, kill, mark)"
             )))
         }
     };
-    let result = match instance_id(&id) {
-        Ok(instance) => {
-            let request = InstanceRequest {
-                instance,
-                reason: Some("from the console".into()),
-                requested_by: requested_by(&request),
-            };
-            actions::instance(client, action, &request).await
-        }
-        Err(e) => Err(e),
+    let act = InstanceRequest {
+        instance: instance_id(id)?,
+        reason: Some("from the console".into()),
+        requested_by: requested_by(request),
     };
-    match result {
-        Ok(reply) => pages::html(StatusCode::OK, &Outcome::done(reply.message, None)),
-        Err(e) => pages::action_failed(&e),
-    }
+    actions::instance(crate::api::client(state)?, action, &act).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -419,36 +414,36 @@ async fn mark(
     id: web::Path<String>,
     form: web::Form<MarkForm>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    pages::replied(marked(&state, &request, &id, &form).await)
+}
+
+async fn marked(
+    state: &State,
+    request: &HttpRequest,
+    id: &str,
+    form: &MarkForm,
+) -> Result<ControlReply, Problem> {
     let verdict = match form.state.as_str() {
-        "success" => Ok(InstanceState::Success),
-        "failed" => Ok(InstanceState::Failed),
-        other => Err(Problem::Malformed(format!(
-            "state: `{other}` is no verdict (success or failed)"
-        ))),
-    };
-    let result = match (instance_id(&id), verdict) {
-        (Ok(instance), Ok(verdict)) if !form.reason.trim().is_empty() => {
-            let mark = MarkRequest {
-                instance,
-                state: verdict,
-                reason: form.reason.trim().to_string(),
-                requested_by: requested_by(&request),
-            };
-            actions::mark(client, &mark).await
+        "success" => InstanceState::Success,
+        "failed" => InstanceState::Failed,
+        other => {
+            return Err(Problem::Malformed(format!(
+                "state: `{other}` is no verdict (success or failed)"
+            )))
         }
-        (Ok(_), Ok(_)) => Err(Problem::Malformed(
-            "reason: say why (it goes to the audit)".into(),
-        )),
-        (Err(e), _) | (_, Err(e)) => Err(e),
     };
-    match result {
-        Ok(reply) => pages::html(StatusCode::OK, &Outcome::done(reply.message, None)),
-        Err(e) => pages::action_failed(&e),
+    if form.reason.trim().is_empty() {
+        return Err(Problem::Malformed(
+            "reason: say why (it goes to the audit)".into(),
+        ));
     }
+    let mark = MarkRequest {
+        instance: instance_id(id)?,
+        state: verdict,
+        reason: form.reason.trim().to_string(),
+        requested_by: requested_by(request),
+    };
+    actions::mark(crate::api::client(state)?, &mark).await
 }
 
 /// The re-run form: one instance, or a business date's chain from a root.

@@ -11,11 +11,11 @@ use serde::Deserialize;
 
 use ax_actors::FireSchedule;
 use ax_bus::ids::{JobName, TriggerKey};
-use ax_bus::messages::{JobRecord, TriggerRequest};
+use ax_bus::messages::{ControlReply, JobRecord, TriggerRequest};
 use ax_bus::spec::{self, JobDocument, JobSpec};
 
 use crate::actions::{self, JobAction};
-use crate::pages::{self, Chrome, Outcome};
+use crate::pages::{self, Chrome};
 use crate::problem::Problem;
 use crate::server::State;
 
@@ -303,53 +303,31 @@ impl TriggerForm {
 
 async fn trigger(
     state: web::Data<State>,
-    request: HttpRequest,
     name: web::Path<String>,
     form: web::Form<TriggerForm>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
-    let result = match job_name(&name).and_then(|name| form.request(name)) {
-        Ok(trigger) => actions::trigger(client, &trigger).await,
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(reply) => pages::html(
-            StatusCode::OK,
-            &Outcome::done(reply.message, reply.instance_id.map(|i| i.to_string())),
-        ),
-        Err(e) => pages::action_failed(&e),
-    }
+    pages::replied(triggered(&state, &name, &form).await)
 }
 
-async fn act(
-    state: web::Data<State>,
-    request: HttpRequest,
-    path: web::Path<(String, String)>,
-) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
-    let (name, action) = path.into_inner();
-    let action = match action.as_str() {
+async fn triggered(state: &State, name: &str, form: &TriggerForm) -> Result<ControlReply, Problem> {
+    let request = form.request(job_name(name)?)?;
+    actions::trigger(crate::api::client(state)?, &request).await
+}
+
+async fn act(state: web::Data<State>, path: web::Path<(String, String)>) -> HttpResponse {
+    pages::replied(acted(&state, &path.0, &path.1).await)
+}
+
+async fn acted(state: &State, name: &str, action: &str) -> Result<ControlReply, Problem> {
+    let action = match action {
         "pause" => JobAction::Pause,
         "resume" => JobAction::Resume,
         "delete" => JobAction::Delete,
         other => {
-            return pages::action_failed(&Problem::NotFound(format!(
+            return Err(Problem::NotFound(format!(
                 "action: no job action `{other}` (pause, resume, delete)"
             )))
         }
     };
-    let result = match job_name(&name) {
-        Ok(name) => actions::job(client, action, &name).await,
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(reply) => pages::html(StatusCode::OK, &Outcome::done(reply.message, None)),
-        Err(e) => pages::action_failed(&e),
-    }
+    actions::job(crate::api::client(state)?, action, &job_name(name)?).await
 }

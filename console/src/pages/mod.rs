@@ -172,6 +172,18 @@ pub(crate) fn action_failed(error: &Problem) -> HttpResponse {
     html(error.status(), &Outcome::failed(error.to_string()))
 }
 
+/// The fragment answering a control command: what the Scheduler said (with a link to the
+/// instance it names), or why nothing was done.
+pub(crate) fn replied(result: Result<ax_bus::messages::ControlReply, Problem>) -> HttpResponse {
+    match result {
+        Ok(reply) => html(
+            StatusCode::OK,
+            &Outcome::done(reply.message, reply.instance_id.map(|i| i.to_string())),
+        ),
+        Err(e) => action_failed(&e),
+    }
+}
+
 /// A whole page saying why there is nothing to show.
 #[derive(Template)]
 #[template(path = "error.html")]

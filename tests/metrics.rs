@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use ax_bus::client::local_server::{find_binary, free_port, BINARY_ENV};
+use ax_bus::client::local_server::free_port;
+use support::up::up;
 use support::*;
 
 /// A `prometheus` server of the test's own, killed on drop.
@@ -122,33 +123,16 @@ impl Drop for Prometheus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_the_counts_of_what_ran() {
     let dir = tempfile::tempdir().unwrap();
-    let (nats_port, http_port) = (free_port().unwrap(), free_port().unwrap());
-    let binary = find_binary().expect("pinned nats-server");
-    let up = AxProcess::spawn_with_env(
-        None,
-        &[
-            "up",
-            "--nats-port",
-            &nats_port.to_string(),
-            "--http-port",
-            &http_port.to_string(),
-        ],
-        dir.path(),
-        &dir.path().join("up.log"),
-        &[(BINARY_ENV, binary.to_str().expect("utf-8 path"))],
-    );
-    let url = format!("nats://127.0.0.1:{nats_port}");
-    wait_for_logged(Duration::from_secs(60), "ax up", &[&up], || async {
-        std::fs::read_to_string(dir.path().join(".ax/nats.url"))
-            .ok()
-            .filter(|t| !t.trim().is_empty())
-    })
-    .await;
+    let ax_up = up(dir.path()).await;
+    let up = &ax_up;
+    let url = up.nats.clone();
+    let http_port: &str = up.http.rsplit(':').next().unwrap();
     assert!(
-        up.log_text()
+        up.process
+            .log_text()
             .contains(&format!("metrics: http://127.0.0.1:{http_port}/metrics")),
         "{}",
-        up.log_text()
+        up.process.log_text()
     );
     let jobs = dir.path().join("jobs");
     std::fs::create_dir_all(&jobs).unwrap();

@@ -61,27 +61,25 @@ impl Browser {
         self.client.goto(url).await.expect("the page loads");
     }
 
-    /// The text of the first element `css` finds, once there is one.
-    pub(crate) async fn text(&self, css: &str) -> String {
+    /// The first element `css` finds, once there is one (30 s at most).
+    pub(crate) async fn element(&self, css: &str) -> fantoccini::elements::Element {
         self.client
             .wait()
             .at_most(Duration::from_secs(30))
             .for_element(Locator::Css(css))
             .await
             .unwrap_or_else(|e| panic!("no `{css}` on the page: {e}"))
-            .text()
-            .await
-            .expect("its text")
+    }
+
+    /// The text of the first element `css` finds, once there is one.
+    pub(crate) async fn text(&self, css: &str) -> String {
+        self.element(css).await.text().await.expect("its text")
     }
 
     /// Clicks the first element `css` finds, once there is one.
     pub(crate) async fn click(&self, css: &str) {
-        self.client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css(css))
+        self.element(css)
             .await
-            .unwrap_or_else(|e| panic!("no `{css}` to click: {e}"))
             .click()
             .await
             .unwrap_or_else(|e| panic!("`{css}` not clickable: {e}"));
@@ -89,13 +87,7 @@ impl Browser {
 
     /// Types `text` into the field `css` finds.
     pub(crate) async fn fill(&self, css: &str, text: &str) {
-        let field = self
-            .client
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no `{css}` to fill: {e}"));
+        let field = self.element(css).await;
         field.clear().await.expect("cleared");
         field.send_keys(text).await.expect("typed");
     }

@@ -10,7 +10,8 @@ use super::{wait_for_logged, AxProcess};
 
 /// An `ax up` of the test's own, with its console on a free port.
 pub(crate) struct Up {
-    _process: AxProcess,
+    /// The `ax up` process.
+    pub(crate) process: AxProcess,
     /// Its NATS URL.
     pub(crate) nats: String,
     /// Its console's base URL.
@@ -46,7 +47,7 @@ pub(crate) async fn up(dir: &Path) -> Up {
         .await
         .unwrap();
     Up {
-        _process: process,
+        process,
         nats,
         http: format!("http://127.0.0.1:{http_port}"),
         client,

@@ -25,17 +25,7 @@ pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
     let rows: Vec<Vec<String>> = nodes
         .iter()
         .map(|node| {
-            let troubled: Vec<String> = node
-                .actors
-                .iter()
-                .filter(|(_, h)| h.panics + h.restarts + h.stalls > 0)
-                .map(|(actor, h)| {
-                    format!(
-                        "{actor}: {} restarts, {} panics, {} stalls",
-                        h.restarts, h.panics, h.stalls
-                    )
-                })
-                .collect();
+            let troubled = node.troubles();
             let age = (now - node.seen_at).num_milliseconds() as f64 / 1000.0;
             vec![
                 node.node.to_string(),

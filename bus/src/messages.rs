@@ -928,6 +928,23 @@ pub struct NodeStatus {
     pub actors: BTreeMap<String, ActorHealth>,
 }
 
+impl NodeStatus {
+    /// One line per actor that restarted, panicked or stalled since the node started (what
+    /// `ax nodes` and the console's nodes page show); none when all went well.
+    pub fn troubles(&self) -> Vec<String> {
+        self.actors
+            .iter()
+            .filter(|(_, h)| h.panics + h.restarts + h.stalls > 0)
+            .map(|(actor, h)| {
+                format!(
+                    "{actor}: {} restarts, {} panics, {} stalls",
+                    h.restarts, h.panics, h.stalls
+                )
+            })
+            .collect()
+    }
+}
+
 /// What befell one actor of a node since its process started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActorHealth {
@@ -1030,5 +1047,38 @@ mod day_summary_tests {
         // First attempts only: a, c and the second b (attempt 1).
         assert_eq!(day.latency_count, 3);
         assert_eq!(day.average_latency_ms(), Some(10.0));
+    }
+}
+
+#[cfg(test)]
+mod node_status_tests {
+    use super::*;
+
+    #[test]
+    fn a_node_names_only_the_actors_that_had_trouble() {
+        let at = crate::time::now();
+        let mut node = NodeStatus {
+            node: "n1".parse().unwrap(),
+            host: "h".into(),
+            pid: 1,
+            roles: vec!["scheduler".into()],
+            version: "0".into(),
+            started_at: at,
+            seen_at: at,
+            actors: BTreeMap::from([
+                ("scheduler".to_string(), ActorHealth::default()),
+                (
+                    "router".to_string(),
+                    ActorHealth {
+                        restarts: 2,
+                        panics: 1,
+                        ..ActorHealth::default()
+                    },
+                ),
+            ]),
+        };
+        assert_eq!(node.troubles(), ["router: 2 restarts, 1 panics, 0 stalls"]);
+        node.actors.clear();
+        assert!(node.troubles().is_empty());
     }
 }

@@ -144,17 +144,7 @@ async fn nodes(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
                 "{:.1} s ago",
                 (now - n.seen_at).num_milliseconds() as f64 / 1000.0
             ),
-            troubles: n
-                .actors
-                .iter()
-                .filter(|(_, h)| h.panics + h.restarts + h.stalls > 0)
-                .map(|(actor, h)| {
-                    format!(
-                        "{actor}: {} restarts, {} panics, {} stalls",
-                        h.restarts, h.panics, h.stalls
-                    )
-                })
-                .collect(),
+            troubles: n.troubles(),
         })
         .collect();
     let page = NodesPage {

@@ -45,6 +45,8 @@ async fn the_openapi_document_describes_the_running_server() {
             "1",
         ])
         .env("NO_COLOR", "1")
+        // Its cache of found crashes goes to the test's folder, not the repository.
+        .current_dir(dir.path())
         .output()
         .expect("schemathesis (PyPI; the test command installs it)");
     assert!(

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use ax_actors::FireSchedule;
 use ax_bus::ids::{JobName, TriggerKey};
 use ax_bus::messages::{
     commands, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest, TriggerRequest,
@@ -76,18 +75,7 @@ pub(crate) async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) 
 pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
     let jobs = client.jobs().await?;
     if json {
-        let docs: Vec<serde_json::Value> = jobs
-            .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "name": j.spec.name,
-                    "paused": j.paused,
-                    "updated_at": j.updated_at,
-                    "next_fire": next_fire(&j.spec, j.paused),
-                    "spec": j.spec,
-                })
-            })
-            .collect();
+        let docs: Vec<serde_json::Value> = jobs.iter().map(ax_console::job_view::summary).collect();
         return table::json(&docs);
     }
     let rows: Vec<Vec<String>> = jobs
@@ -99,7 +87,7 @@ pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
                 j.spec.timezone.clone(),
                 j.spec.exec.kind.clone(),
                 if j.paused { "yes" } else { "no" }.into(),
-                table::time(next_fire(&j.spec, j.paused)),
+                table::time(ax_console::job_view::next_fire(&j.spec, j.paused)),
             ]
         })
         .collect();
@@ -108,15 +96,6 @@ pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
         &rows,
     );
     Ok(())
-}
-
-fn next_fire(spec: &spec::JobSpec, paused: bool) -> Option<chrono::DateTime<chrono::Utc>> {
-    if paused {
-        return None;
-    }
-    FireSchedule::new(spec.cron.as_deref()?, &spec.timezone)
-        .ok()?
-        .next_after(ax_bus::time::now())
 }
 
 pub(crate) async fn get(client: &AxClient, name: &JobName, json: bool) -> Result<()> {

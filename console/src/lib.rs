@@ -8,6 +8,7 @@
 //!   each route needs, who asks, and [`csrf`] for every state change;
 //! - [`actions`]: what the console and the API change, one call each, shared by both;
 //! - [`index`]: the instances the lists page through, kept current from the bucket;
+//! - [`job_view`]: a job as readers see it (next fire, redacted summary), for the CLI too;
 //! - [`layout`]: the layered layout the DAG page draws;
 //! - `pages`: the server-rendered pages; `api`: the JSON API under `/api/v1/`; `assets`: the
 //!   vendored script and stylesheet;
@@ -24,6 +25,7 @@ mod api;
 mod assets;
 pub mod csrf;
 pub mod index;
+pub mod job_view;
 pub mod layout;
 mod pages;
 pub mod problem;

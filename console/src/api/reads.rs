@@ -10,8 +10,9 @@ use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::spec::{self, JobDocument};
 
 use crate::api::client;
+use crate::job_view::next_fire;
 use crate::pages::instances::ListQuery;
-use crate::pages::jobs::{next_fire, JobFilter};
+use crate::pages::jobs::JobFilter;
 use crate::problem::{unavailable, Problem};
 use crate::server::State;
 
@@ -89,15 +90,7 @@ async fn jobs(
     let docs: Vec<serde_json::Value> = jobs
         .iter()
         .filter(|j| filter.admits(j))
-        .map(|j| {
-            serde_json::json!({
-                "name": j.spec.name,
-                "paused": j.paused,
-                "updated_at": j.updated_at,
-                "next_fire": next_fire(&j.spec, j.paused),
-                "spec": spec::redact::spec(&j.spec),
-            })
-        })
+        .map(crate::job_view::summary)
         .collect();
     Ok(HttpResponse::Ok().json(docs))
 }

@@ -9,12 +9,12 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
 
-use ax_actors::FireSchedule;
 use ax_bus::ids::{JobName, TriggerKey};
 use ax_bus::messages::{ControlReply, JobRecord, TriggerRequest};
 use ax_bus::spec::{self, JobDocument, JobSpec};
 
 use crate::actions::{self, JobAction};
+use crate::job_view::next_fire;
 use crate::pages::{self, Chrome};
 use crate::problem::Problem;
 use crate::server::State;
@@ -28,16 +28,6 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
         .route("/jobs/{name}", web::get().to(page))
         .route("/ui/jobs/{name}/trigger", web::post().to(trigger))
         .route("/ui/jobs/{name}/{action}", web::post().to(act));
-}
-
-/// The next fire of a job that fires on a cron and is not paused.
-pub(crate) fn next_fire(spec: &JobSpec, paused: bool) -> Option<chrono::DateTime<chrono::Utc>> {
-    if paused {
-        return None;
-    }
-    FireSchedule::new(spec.cron.as_deref()?, &spec.timezone)
-        .ok()?
-        .next_after(chrono::Utc::now())
 }
 
 /// The list's filters, as the form sends them (empty = any).

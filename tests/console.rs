@@ -497,3 +497,70 @@ async fn the_console_comes_with_the_admin_role() {
         Some(404)
     );
 }
+
+/// The console's instance index survives a NATS restart: it reopens its feed and lists what was
+/// created before and after, complete again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_list_follows_through_a_nats_restart() {
+    let mut nats = TestNats::start();
+    let port = ax_bus::client::local_server::free_port().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let node = AxProcess::node(&nats, "n1", "all,admin", &["--http", &addr]);
+    apply_job(
+        &nats,
+        "quick",
+        "version: v1\njob:\n  name: quick\n  exec: { type: shell, command: 'true' }\n",
+    )
+    .await;
+    let listed = |addr: String| async move {
+        let page: serde_json::Value = reqwest::get(format!(
+            "http://{addr}/api/v1/instances?job=quick&state=success"
+        ))
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+        let ids: Vec<String> = page["instances"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r["instance_id"].as_str().map(String::from))
+            .collect();
+        (page["complete"] == true).then_some(ids)
+    };
+    let out = ax(&nats.url(), &["job", "trigger", "quick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = stdout(&out).split_whitespace().next().unwrap().to_string();
+    wait_for_logged(
+        Duration::from_secs(60),
+        "the first run listed",
+        &[&node],
+        || {
+            let (addr, before) = (addr.clone(), before.clone());
+            async move { listed(addr).await.filter(|ids| ids.contains(&before)) }
+        },
+    )
+    .await;
+    nats.server.restart().expect("nats-server restarts");
+    let after = wait_for(
+        Duration::from_secs(60),
+        "a trigger after the restart",
+        || {
+            let out = ax(&nats.url(), &["job", "trigger", "quick"]);
+            let id = stdout(&out).split_whitespace().next().map(String::from);
+            async move { id.filter(|_| out.status.success()) }
+        },
+    )
+    .await;
+    let ids = wait_for_logged(
+        Duration::from_secs(60),
+        "both runs listed",
+        &[&node],
+        || {
+            let (addr, after) = (addr.clone(), after.clone());
+            async move { listed(addr).await.filter(|ids| ids.contains(&after)) }
+        },
+    )
+    .await;
+    assert!(ids.contains(&before), "{ids:?}");
+}

@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use ax_bus::ids::{InstanceId, JobName, TriggerKey};
+use ax_bus::auth::Role;
+use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TriggerKey};
 use clap::{Args, Parser, Subcommand};
 
 /// ax: a distributed task scheduler on NATS JetStream.
@@ -18,6 +19,10 @@ pub(crate) struct Cli {
     /// Subject prefix.
     #[arg(long, global = true, default_value = "ax", env = "AX_PREFIX")]
     pub prefix: String,
+    /// A file holding the API token commands carry when auth is on (`AX_TOKEN` holds the token
+    /// itself).
+    #[arg(long, global = true, env = "AX_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -59,6 +64,15 @@ pub(crate) enum Command {
     /// Read the dead letters, or submit one again.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// API tokens: the first admin's, then one per person or service.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+    /// Re-runs waiting for a second person: list, approve, reject.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+    /// The audit trail: who did what, when, through which door.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Measure speed against raw JetStream (its own nats-server).
     Bench {
         /// A shorter run (under two minutes).
@@ -118,6 +132,83 @@ pub(crate) struct BackfillArgs {
 pub(crate) enum WorkerCommand {
     /// Every worker with its heartbeat, load and score.
     List,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum AuthCommand {
+    /// Make the first admin token (once; works without a token).
+    Bootstrap {
+        /// Its name.
+        #[arg(long, default_value = "admin")]
+        name: TokenName,
+        /// Write it to this file (mode 0600) instead of printing it.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Make, list or revoke tokens (admin).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum TokenCommand {
+    /// Make a token; its secret is printed once.
+    Create {
+        /// Its name (`[a-z0-9][a-z0-9-]*`).
+        #[arg(long)]
+        name: TokenName,
+        /// viewer, operator or admin.
+        #[arg(long)]
+        role: Role,
+        /// It stops working after this long (`30d`, `12h`).
+        #[arg(long)]
+        expires: Option<String>,
+        /// Write it to this file (mode 0600) instead of printing it.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Every token (never their secrets).
+    List,
+    /// Stop a token working, on every node.
+    Revoke {
+        /// Its name.
+        name: TokenName,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ApprovalsCommand {
+    /// Every approval kept, pending first.
+    List,
+    /// Approve a re-run (another admin than who asked): planned again, run if unchanged.
+    Approve {
+        /// Its id.
+        id: ApprovalId,
+    },
+    /// Refuse a re-run.
+    Reject {
+        /// Its id.
+        id: ApprovalId,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum AuditCommand {
+    /// Records, oldest first.
+    List {
+        /// Since this long ago (`24h`, `7d`) or this instant (RFC 3339); 24h by default.
+        #[arg(long, default_value = "24h")]
+        since: String,
+        /// Only this actor's.
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only this action (`trigger`, `rerun`, `token.create`, …).
+        #[arg(long)]
+        action: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -197,6 +288,9 @@ pub(crate) struct NodeArgs {
     /// Serve HTTP (/metrics) on HOST:PORT (`[metrics] listen` in the config); none without it.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// Require a valid token on every command and console request (`[auth] enabled`).
+    #[arg(long)]
+    pub auth: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use ax_bus::AxClient;
 
-use crate::jobs::{print_plan, requested_by, PLANNED_TIMEOUT};
+use crate::jobs::{print_plan, requested_by};
 use crate::table;
 
 pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
@@ -35,23 +35,16 @@ pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
 }
 
 pub(crate) async fn replay(client: &AxClient, id: u64, json: bool) -> Result<()> {
-    let replayed = client
-        .replay_dead_letter(id, &requested_by(), PLANNED_TIMEOUT)
-        .await?;
+    let replayed = ax_console::actions::replay(client, id, &requested_by()).await?;
     if json {
-        return table::json(&replayed.audit);
+        return table::json(&replayed.detail);
     }
-    if replayed.audit.action == "rerun" {
+    let action = replayed.detail["action"].as_str().unwrap_or_default();
+    if action == "rerun" {
         print_plan(&replayed.plan, false, false)?;
     } else {
-        println!(
-            "dead letter {id} published again on {}",
-            replayed.audit.letter.subject
-        );
+        println!("{}", replayed.message);
     }
-    println!(
-        "dead letter {id} replayed ({}) and removed",
-        replayed.audit.action
-    );
+    println!("dead letter {id} replayed ({action}) and removed");
     Ok(())
 }

@@ -276,6 +276,10 @@ pub(crate) async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Res
             .control(commands::RERUN, &request, PLANNED_TIMEOUT)
             .await?,
     )?;
+    if !reply.message.is_empty() {
+        // Waiting for a second person, or self-approved: said on stderr, the plan on stdout.
+        eprintln!("{}", reply.message);
+    }
     print_plan(&reply.plan, json, args.dry_run)
 }
 

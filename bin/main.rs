@@ -2,6 +2,7 @@
 //! wires actors from ax-actors and prints what ax-bus returns.
 
 mod args;
+mod auth;
 mod bench;
 mod connect;
 mod dlq;
@@ -22,7 +23,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use args::{
-    Cli, Command, DlqCommand, InstanceCommand, JobCommand, QueueCommand, TailCommand, WorkerCommand,
+    AuditCommand, Cli, Command, DlqCommand, InstanceCommand, JobCommand, QueueCommand, TailCommand, WorkerCommand,
 };
 use ax_bus::messages::commands;
 
@@ -74,7 +75,8 @@ async fn run(cli: Cli) -> Result<()> {
     let nats = cli.nats.as_deref();
     let json = cli.json;
     let prefix = cli.prefix.as_str();
-    let client = || connect::connect(nats, prefix);
+    let token_file = cli.token_file.clone();
+    let client = || connect::connect(nats, prefix, token_file.as_deref());
     // The long-running commands' futures are boxed: inline beside every other command's, they
     // made this future's poll frame large enough to overflow the main thread's stack (debug).
     match cli.command {
@@ -167,6 +169,20 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Queue(QueueCommand::List) => fleet::queues(&client().await?, json).await,
         Command::Dlq(DlqCommand::List) => dlq::list(&client().await?, json).await,
         Command::Dlq(DlqCommand::Replay { id }) => dlq::replay(&client().await?, id, json).await,
+        Command::Auth(command) => auth::run(&client().await?, command, json).await,
+        Command::Approvals(command) => auth::approvals(&client().await?, command, json).await,
+        Command::Audit(AuditCommand::List {
+            since,
+            actor,
+            action,
+        }) => {
+            let filter = auth::AuditFilter {
+                since,
+                actor,
+                action,
+            };
+            auth::audit(&client().await?, &filter, json).await
+        }
         Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
         Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
         Command::Tail(TailCommand::Results { job }) => {

@@ -113,6 +113,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
             worker.slots
         );
     }
+    let auth = file.auth.settings(args.auth)?;
     let node_client = client.clone();
     let node = Node::start(
         client,
@@ -130,6 +131,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
             },
             max_delay: file.scheduler.max_delay()?,
             summary_timezone: file.status.timezone()?,
+            auth,
         },
         node_clock(),
     )?;

@@ -74,6 +74,8 @@ pub(crate) struct FileConfig {
     pub backlog: BacklogSection,
     #[serde(default)]
     pub status: StatusSection,
+    #[serde(default)]
+    pub auth: AuthSection,
     /// Databases of the sql executor: name → URL.
     #[serde(default)]
     pub databases: BTreeMap<String, String>,
@@ -236,6 +238,35 @@ impl SchedulerSection {
                 ax_bus::spec::MAX_AT_DAYS
             ),
         }
+    }
+}
+
+/// `[auth]`: who may send which command.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AuthSection {
+    /// Every command must carry a valid token of a role high enough.
+    pub enabled: Option<bool>,
+    /// An admin's own forced re-run waits for a second admin too.
+    pub require_second_admin: Option<bool>,
+    /// How long an approval waits for a decision (`30m`, `1h`, `1d`; 1h).
+    pub approval_ttl: Option<String>,
+}
+
+impl AuthSection {
+    /// The settings, with `--auth` turning it on. An error names the field.
+    pub(crate) fn settings(&self, forced_on: bool) -> Result<ax_actors::AuthSettings> {
+        let defaults = ax_actors::AuthSettings::default();
+        let approval_ttl = match &self.approval_ttl {
+            None => defaults.approval_ttl,
+            Some(text) => ax_bus::time::parse_delay(text)
+                .map_err(|e| anyhow::anyhow!("[auth] approval_ttl = {text:?}: {e}"))?,
+        };
+        Ok(ax_actors::AuthSettings {
+            enabled: forced_on || self.enabled.unwrap_or(false),
+            require_second_admin: self.require_second_admin.unwrap_or(false),
+            approval_ttl,
+        })
     }
 }
 

@@ -652,8 +652,13 @@ async fn a_backlogged_low_queue_is_paused_and_resumed_while_high_work_runs() {
         .unwrap();
     let record: serde_json::Value = ax_bus::codec::decode(&last.payload).unwrap();
     assert_eq!(
-        (record["action"].as_str(), record["requested_by"].as_str()),
-        (Some("resume"), Some("backlog control"))
+        (
+            record["action"].as_str(),
+            record["actor"].as_str(),
+            record["request"]["paused"].as_bool(),
+            record["via"].as_str()
+        ),
+        (Some("queue"), Some("backlog control"), Some(false), Some("system"))
     );
     wait_for(
         Duration::from_secs(150),

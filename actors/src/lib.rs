@@ -41,6 +41,7 @@ pub use reporter::Reporter;
 pub use router::backlog::BacklogConfig;
 pub use router::fleet::{score, Weights};
 pub use router::{Router, RouterConfig};
+pub use scheduler::control::AuthSettings;
 pub use scheduler::delayed::DEFAULT_MAX_DELAY;
 pub use scheduler::fire_schedule::FireSchedule;
 pub use scheduler::new_instance::NewInstance;

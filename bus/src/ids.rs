@@ -48,6 +48,10 @@ pub enum IdKind {
     Node,
     /// A trigger's idempotency key.
     Key,
+    /// An API token's name.
+    Token,
+    /// An approval request's id.
+    Approval,
 }
 
 impl IdKind {
@@ -59,6 +63,8 @@ impl IdKind {
             IdKind::Dispatch => "dispatch id",
             IdKind::Node => "node id",
             IdKind::Key => "trigger key",
+            IdKind::Token => "token name",
+            IdKind::Approval => "approval id",
         }
     }
 }
@@ -129,6 +135,21 @@ fn check_key(text: &str) -> Result<(), &'static str> {
 fn check_hex32(text: &str) -> Result<(), &'static str> {
     let ok = text.len() == 32 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     ok.then_some(()).ok_or("must be 32 lowercase hex digits")
+}
+
+fn check_token_name(text: &str) -> Result<(), &'static str> {
+    let ok = (1..=64).contains(&text.len())
+        && text.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    ok.then_some(())
+        .ok_or("must match [a-z0-9][a-z0-9-]{0,63}")
+}
+
+fn check_hex16(text: &str) -> Result<(), &'static str> {
+    let ok = text.len() == 16 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    ok.then_some(()).ok_or("must be 16 lowercase hex digits")
 }
 
 fn check_node(text: &str) -> Result<(), &'static str> {
@@ -297,6 +318,29 @@ string_id!(
     IdKind::Node,
     check_node
 );
+
+string_id!(
+    /// An API token's name: `[a-z0-9][a-z0-9-]{0,63}` (the key of its hash in the tokens
+    /// bucket, and the caller's name in the audit).
+    TokenName,
+    IdKind::Token,
+    check_token_name
+);
+
+string_id!(
+    /// An approval request's id: 16 lowercase hex digits, random.
+    ApprovalId,
+    IdKind::Approval,
+    check_hex16
+);
+
+impl ApprovalId {
+    /// A new random id.
+    pub fn random() -> Self {
+        Self(format!("{:016x}", rand::rng().random::<u64>()))
+    }
+}
+
 
 /// A worker is named by the id of its node: the name of its dispatch queue.
 pub type WorkerId = NodeId;

@@ -11,6 +11,8 @@
 //! - [`history`]: an instance's history, told from the revisions of its record;
 //! - [`codec`]: MessagePack with named fields (and JSON on the control subjects); [`time`].
 //!
+//! Who may do what, in [`auth`]: roles, API tokens, approvals and the audit record.
+//!
 //! The client's I/O, under [`client`]: the connected [`AxClient`] with the operations the CLI
 //! and the actors share, claims, KV views, the deps bucket, dead letters, provisioning
 //! ([`client::provision`]) and a local `nats-server` child ([`client::local_server`]);
@@ -20,6 +22,7 @@
 #![warn(missing_docs)]
 #![deny(unused_must_use)]
 
+pub mod auth;
 pub mod client;
 pub mod codec;
 pub mod dead_letter;

@@ -45,6 +45,81 @@ pub mod commands {
     pub const KILL: &str = "kill";
     /// An operator's verdict: the instance ends `success` or `failed`.
     pub const MARK: &str = "mark";
+    /// Submit a dead letter again.
+    pub const REPLAY: &str = "replay";
+    /// List, approve or reject re-runs waiting for a second person.
+    pub const APPROVAL: &str = "approval";
+    /// Make, list or revoke API tokens.
+    pub const AUTH: &str = "auth";
+    /// Every command, as `ax.control.<command>` names it.
+    pub const ALL: [&str; 14] = [
+        APPLY, DELETE, PAUSE, RESUME, TRIGGER, RERUN, BACKFILL, QUEUE, CANCEL, KILL, MARK, REPLAY,
+        APPROVAL, AUTH,
+    ];
+}
+
+/// `ax.control.replay`: submit a dead letter again (`ax dlq replay`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// The dead letter (its sequence in the dead-letter stream).
+    pub id: u64,
+    /// Who asked (the CLI sends `user@host`).
+    #[serde(default)]
+    pub requested_by: String,
+}
+
+/// `ax.control.approval`: what to do with re-runs waiting for a second person.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ApprovalRequest {
+    /// Every approval kept (pending first).
+    List,
+    /// Approve one: its re-run is planned again and carried out if the plan is unchanged.
+    Approve {
+        /// Which.
+        id: crate::ids::ApprovalId,
+    },
+    /// Refuse one.
+    Reject {
+        /// Which.
+        id: crate::ids::ApprovalId,
+        /// Why (required).
+        reason: String,
+    },
+}
+
+/// `ax.control.auth`: API tokens. Whoever asks for a token makes its secret and sends only its
+/// hash ([`crate::auth::token`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AuthRequest {
+    /// The first admin token: accepted without a token, once.
+    Bootstrap {
+        /// Its name.
+        name: crate::ids::TokenName,
+        /// SHA-256 of its secret, hex.
+        hash: String,
+    },
+    /// A new token (an admin's).
+    Create {
+        /// Its name (unused, or a revoked token's).
+        name: crate::ids::TokenName,
+        /// What it may do.
+        role: crate::auth::Role,
+        /// SHA-256 of its secret, hex.
+        hash: String,
+        /// When it stops working.
+        #[serde(default)]
+        expires_at: Option<DateTime<Utc>>,
+    },
+    /// Every token, without hashes.
+    List,
+    /// Stop a token working, on every node at once.
+    Revoke {
+        /// Which.
+        name: crate::ids::TokenName,
+    },
 }
 
 /// `ax.control.mark`: an operator's verdict on an ended or waiting instance.
@@ -74,24 +149,6 @@ pub struct InstanceRequest {
     /// Who asked (the CLI sends `user@host`).
     #[serde(default)]
     pub requested_by: String,
-}
-
-/// An operator's action on an instance, as recorded on `ax.audit.<action>`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct OperatorAudit {
-    /// `cancel`, `kill` or `mark`.
-    pub action: String,
-    /// What was asked (for a mark, its reason; the verdict is in `after`).
-    pub request: InstanceRequest,
-    /// The instance's state and tag after.
-    #[serde(default)]
-    pub after: String,
-    /// The instance's state and tag before.
-    pub before: String,
-    /// When.
-    pub at: DateTime<Utc>,
-    /// The Scheduler that carried it out.
-    pub node: NodeId,
 }
 
 /// `ax.control.apply`: create or update jobs, all or nothing.
@@ -160,6 +217,9 @@ pub struct JobChange {
 pub struct ControlReply {
     /// Whether the command was carried out.
     pub ok: bool,
+    /// Refused for who asked (no token, a bad one, a role too low), not for what was asked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub denied: bool,
     /// One line per problem when not.
     #[serde(default)]
     pub errors: Vec<String>,
@@ -175,6 +235,19 @@ pub struct ControlReply {
     /// Detail for humans.
     #[serde(default)]
     pub message: String,
+    /// A re-run that waits for a second person: its approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::auth::approval::Approval>,
+    /// `approval list`: the approvals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<crate::auth::approval::Approval>,
+    /// `auth list`: the tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<crate::auth::token::TokenSummary>,
+    /// What the command touched (an instance's state before and after, a dead letter), as the
+    /// audit records it.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub detail: serde_json::Value,
 }
 
 impl ControlReply {
@@ -463,7 +536,7 @@ pub struct Waiting {
 }
 
 /// How `ax rerun` chooses instances.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RerunRequest {
     /// One instance…
@@ -506,31 +579,14 @@ pub struct PlanStep {
     pub why: String,
 }
 
-/// A re-run as recorded on `ax.audit.rerun`.
+/// A dead letter submitted again: the `detail` of a replay's answer and audit record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RerunAudit {
-    /// What was asked.
-    pub request: RerunRequest,
-    /// What was planned (and done, unless a dry run).
-    pub plan: Vec<PlanStep>,
-    /// When.
-    pub at: DateTime<Utc>,
-    /// The Scheduler that carried it out.
-    pub node: NodeId,
-}
-
-/// A dead letter submitted again, as recorded on `ax.audit.dlq`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DlqReplayAudit {
+pub struct DlqReplay {
     /// The dead letter as it was listed.
     pub letter: crate::dead_letter::DeadLetter,
     /// What was done: `rerun` (a new attempt of its instance) or `republished` (the message
     /// put back on its subject as it came).
     pub action: String,
-    /// Who asked (user@host).
-    pub requested_by: String,
-    /// When.
-    pub at: DateTime<Utc>,
 }
 
 /// `ax backfill`: one instance per date, in date order, at most `parallel` at once.

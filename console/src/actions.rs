@@ -8,11 +8,10 @@
 
 use std::time::Duration;
 
-use ax_bus::client::dead_letters::Replayed;
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::{
     commands, ApplyRequest, BackfillRequest, ControlReply, InstanceRequest, JobChange,
-    JobNameRequest, MarkRequest, QueueRequest, RerunRequest, TriggerRequest,
+    JobNameRequest, MarkRequest, QueueRequest, ReplayRequest, RerunRequest, TriggerRequest,
 };
 use ax_bus::spec::{self, yaml::LocatedJob};
 use ax_bus::AxClient;
@@ -270,19 +269,21 @@ async fn unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) -> Vec<Stri
 }
 
 /// Replays a dead letter and removes it, as `ax dlq replay` (one of an instance becomes a
-/// re-run of it; any other is published again on its subject).
-pub async fn replay(client: &AxClient, id: u64, requested_by: &str) -> Result<Replayed, Problem> {
+/// re-run of it; any other is published again on its subject). The reply's `detail` says
+/// which ([`ax_bus::messages::DlqReplay`]).
+pub async fn replay(client: &AxClient, id: u64, requested_by: &str) -> Result<ControlReply, Problem> {
     // Stream sequences start at 1; the server refuses to look up 0.
     if id == 0 {
         return Err(Problem::NotFound("id: no dead letter 0".into()));
     }
-    match client.dead_letter(id).await.map_err(unavailable)? {
-        Some(_) => client
-            .replay_dead_letter(id, requested_by, PLANNED_TIMEOUT)
-            .await
-            .map_err(|e| Problem::Refused(vec![e.to_string()])),
-        None => Err(Problem::NotFound(format!("id: no dead letter {id}"))),
+    if client.dead_letter(id).await.map_err(unavailable)?.is_none() {
+        return Err(Problem::NotFound(format!("id: no dead letter {id}")));
     }
+    let request = ReplayRequest {
+        id,
+        requested_by: requested_by.to_string(),
+    };
+    send(client, commands::REPLAY, &request, PLANNED_TIMEOUT).await
 }
 
 /// Pauses or resumes a priority's queue, as `ax queue pause|resume`.

@@ -146,8 +146,18 @@ pub async fn store_dead(
     payload: bytes::Bytes,
 ) -> Result<(), ActorError> {
     let subject = client.subjects().dead(kind);
+    // A dead control command keeps everything but its caller's token.
+    let mut kept = HeaderMap::new();
+    for (name, values) in headers.iter() {
+        if name.to_string().eq_ignore_ascii_case(ax_bus::auth::TOKEN_HEADER) {
+            continue;
+        }
+        for value in values {
+            kept.append(name.to_string().as_str(), value.as_str());
+        }
+    }
     let publish = PublishMessage::build()
-        .headers(headers)
+        .headers(kept)
         .message_id(msg_id)
         .payload(payload);
     client

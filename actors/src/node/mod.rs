@@ -63,6 +63,8 @@ pub struct NodeConfig {
     pub max_delay: Duration,
     /// The time zone of the day summaries' dates (the DagCoordinator's).
     pub summary_timezone: chrono_tz::Tz,
+    /// Who may send which command (`[auth]`), checked by the Scheduler.
+    pub auth: crate::AuthSettings,
 }
 
 impl NodeConfig {
@@ -81,6 +83,7 @@ impl NodeConfig {
             stall_after: watchdog::DEFAULT_STALL_AFTER,
             max_delay: crate::scheduler::delayed::DEFAULT_MAX_DELAY,
             summary_timezone: chrono_tz::UTC,
+            auth: crate::AuthSettings::default(),
         }
     }
 }
@@ -151,9 +154,11 @@ impl Starting {
         );
         let loaded = self.config.scheduler_loaded.clone();
         let max_delay = self.config.max_delay;
+        let auth = self.config.auth;
         let make = move || {
             let mut scheduler = Scheduler::new(client.clone(), clock.clone(), name.clone())
-                .limiting_delays_to(max_delay);
+                .limiting_delays_to(max_delay)
+                .with_auth(auth);
             if let Some(guard) = guard.clone() {
                 scheduler = scheduler.guarded_by(guard);
             }

@@ -237,14 +237,22 @@ async fn set_low(shared: &Dispatcher, paused: bool, why: &str) -> Result<(), Act
         .during(|| "set the low queue")?;
     let action = if paused { "pause" } else { "resume" };
     tracing::warn!(queue = "low", action, why, "backlog control");
-    let record = serde_json::json!({
-        "action": action,
-        "queue": Priority::Low.as_str(),
-        "requested_by": QueueState::BY_BACKLOG,
-        "why": why,
-        "at": ax_bus::time::rfc3339(ax_bus::time::now()),
-        "node": shared.node,
-    });
+    let record = ax_bus::auth::audit::AuditRecord {
+        action: "queue".into(),
+        actor: QueueState::BY_BACKLOG.into(),
+        role: ax_bus::auth::Role::Admin,
+        verified: false,
+        via: ax_bus::auth::Via::System,
+        request: serde_json::json!({ "priority": Priority::Low.as_str(), "paused": paused }),
+        outcome: ax_bus::auth::audit::Outcome::Done,
+        message: format!("low queue {action}d: {why}"),
+        approval: None,
+        approved_by: None,
+        dry_run: false,
+        detail: serde_json::Value::Null,
+        at: ax_bus::time::now(),
+        node: shared.node.clone(),
+    };
     let msg_id = format!(
         "queue:{action}:{}",
         ax_bus::time::to_millis(ax_bus::time::now())

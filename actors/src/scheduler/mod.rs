@@ -90,6 +90,8 @@ pub struct Scheduler {
     held_for_clock: bool,
     /// How far ahead a delayed trigger or a job's `at` may be due.
     max_delay: std::time::Duration,
+    /// Who may send which command.
+    auth: control::AuthSettings,
 }
 
 impl Scheduler {
@@ -112,7 +114,14 @@ impl Scheduler {
             clock_guard: None,
             held_for_clock: false,
             max_delay: delayed::DEFAULT_MAX_DELAY,
+            auth: control::AuthSettings::default(),
         }
+    }
+
+    /// Checks every command's token and role (`[auth]`), and how risky re-runs are approved.
+    pub fn with_auth(mut self, auth: control::AuthSettings) -> Self {
+        self.auth = auth;
+        self
     }
 
     /// Refuses delayed triggers and one-off jobs due more than `max_delay` ahead (a year
@@ -275,6 +284,7 @@ impl Actor for Scheduler {
                 creator: self.creator.clone(),
                 node: self.node.clone(),
                 max_delay: self.max_delay,
+                auth: self.auth,
             }),
         );
         spawn_pump(

@@ -1,4 +1,5 @@
-//! Reading and removing dead letters (`ax dlq list`, `ax dlq replay`); what a dead letter is
+//! Reading, republishing and removing dead letters (`ax dlq list`; a replay is carried out by
+//! a Scheduler, see `ax.control.replay`); what a dead letter is
 //! and the headers it carries are in [`crate::dead_letter`].
 
 use async_nats::jetstream::message::StreamMessage;
@@ -6,17 +7,11 @@ use async_nats::jetstream::stream::{DeleteMessageErrorKind, LastRawMessageErrorK
 use async_nats::jetstream::ErrorCode;
 use futures::{StreamExt, TryStreamExt};
 
-use std::time::Duration;
-
 use async_nats::jetstream::message::PublishMessage;
 
 use crate::client::{AxClient, ClientError};
-use crate::codec;
 use crate::dead_letter::{self, DeadLetter};
 use crate::error::{BoxError, During, NatsError};
-use crate::ids::InstanceId;
-use crate::instance::State;
-use crate::messages::{commands, DlqReplayAudit, PlanStep, RerunRequest};
 use crate::msg_id;
 
 /// Dead letters fetched at once when listing.
@@ -112,193 +107,16 @@ impl AxClient {
     }
 }
 
-/// Why a dead letter was not replayed (nothing changed, the letter is kept).
-#[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
-    /// There is no dead letter with this id.
-    #[error("dead letter {0}: no such dead letter (ax dlq list shows them)")]
-    NotFound(u64),
-    /// It does not decode: replayed, it would fail the same way.
-    #[error(
-        "dead letter {id}: undecodable ({reason}); replaying it would fail the same way — fix \
-         what published it on {subject} and publish it again"
-    )]
-    Undecodable {
-        /// The letter.
-        id: u64,
-        /// Why it died.
-        reason: String,
-        /// Where it was published.
-        subject: String,
-    },
-    /// Its instance is gone.
-    #[error("dead letter {id}: instance {instance} no longer exists")]
-    InstanceGone {
-        /// The letter.
-        id: u64,
-        /// Its instance.
-        instance: InstanceId,
-    },
-    /// Its instance has a newer attempt, or has not ended.
-    #[error(
-        "dead letter {id}: instance {instance} has moved on since (attempt {attempt}, {state}); \
-         nothing replayed"
-    )]
-    MovedOn {
-        /// The letter.
-        id: u64,
-        /// Its instance.
-        instance: InstanceId,
-        /// The instance's attempt now.
-        attempt: u32,
-        /// The instance's state now.
-        state: State,
-    },
-    /// The Scheduler refused the re-run.
-    #[error("dead letter {id}: the Scheduler refused the re-run: {}", reasons.join("; "))]
-    Refused {
-        /// The letter.
-        id: u64,
-        /// The Scheduler's reasons.
-        reasons: Vec<String>,
-    },
-    /// The re-run started nothing.
-    #[error("dead letter {0}: the Scheduler started nothing again; it is kept")]
-    NothingStarted(u64),
-    /// It does not say where it came from.
-    #[error("dead letter {0}: it does not say which subject it came from")]
-    NoSubject(u64),
-    /// NATS failed.
-    #[error(transparent)]
-    Client(#[from] ClientError),
-}
-
-/// What a replay did.
-#[derive(Debug)]
-pub struct Replayed {
-    /// What was recorded on the audit stream.
-    pub audit: DlqReplayAudit,
-    /// For a re-run: the plan the Scheduler carried out.
-    pub plan: Vec<PlanStep>,
-}
-
 impl AxClient {
-    /// Submits a dead letter again and removes it. One that belongs to an instance (retries
-    /// exhausted, or a dispatch delivered too often) is replayed as a re-run of that instance:
-    /// a new attempt with its original params, through the Schedulers like `ax rerun
-    /// --instance`, so its cancelled downstream runs again too. Any other message is put back
-    /// on its subject as it came. An undecodable message is not replayed: it would die the same
-    /// way. Every replay is recorded on `ax.audit.dlq` (`requested_by` says who), and the dead
-    /// letter is removed once its replay is stored.
-    pub async fn replay_dead_letter(
-        &self,
-        id: u64,
-        requested_by: &str,
-        timeout: Duration,
-    ) -> Result<Replayed, ReplayError> {
-        let stored = self
-            .dead_letter(id)
-            .await?
-            .ok_or(ReplayError::NotFound(id))?;
-        let letter = DeadLetter::from_stored(&stored);
-        if letter.kind == dead_letter::UNDECODABLE {
-            return Err(ReplayError::Undecodable {
-                id,
-                reason: letter.reason,
-                subject: letter.subject,
-            });
-        }
-        let (action, plan) = match (&letter.instance, &letter.trace) {
-            (Some(instance), Some(trace)) => {
-                let plan = self
-                    .rerun_dead(id, instance, trace, requested_by, timeout)
-                    .await?;
-                ("rerun", plan)
-            }
-            _ => {
-                self.republish_dead(id, &letter.subject, &stored).await?;
-                ("republished", Vec::new())
-            }
-        };
-        let audit = DlqReplayAudit {
-            letter,
-            action: action.to_string(),
-            requested_by: requested_by.to_string(),
-            at: crate::time::now(),
-        };
-        self.js
-            .send_publish(
-                self.subjects().audit("dlq"),
-                PublishMessage::build()
-                    .headers(codec::msgpack_headers())
-                    .message_id(format!("dlq-replay:{id}"))
-                    .payload(codec::encode(&audit).map_err(ClientError::from)?),
-            )
-            .await
-            .during(|| "record the replay on the audit stream")
-            .map_err(ClientError::from)?
-            .await
-            .during(|| "record the replay on the audit stream")
-            .map_err(ClientError::from)?;
-        self.remove_dead_letter(id).await?;
-        Ok(Replayed { audit, plan })
-    }
-
-    async fn rerun_dead(
-        &self,
-        id: u64,
-        instance: &str,
-        trace: &str,
-        requested_by: &str,
-        timeout: Duration,
-    ) -> Result<Vec<PlanStep>, ReplayError> {
-        let instance = InstanceId::parse(instance).map_err(ClientError::from)?;
-        let (record, _) =
-            self.instance(&instance)
-                .await?
-                .ok_or_else(|| ReplayError::InstanceGone {
-                    id,
-                    instance: instance.clone(),
-                })?;
-        if record.trace_id != trace || !record.state.is_final() {
-            return Err(ReplayError::MovedOn {
-                id,
-                instance,
-                attempt: record.attempt,
-                state: record.state,
-            });
-        }
-        let request = RerunRequest {
-            instance: Some(instance),
-            biz_date: None,
-            root: None,
-            failed_only: true,
-            force_downstream: false,
-            dry_run: false,
-            requested_by: format!("{requested_by} (ax dlq replay {id})"),
-        };
-        let reply = self.control(commands::RERUN, &request, timeout).await?;
-        if !reply.ok {
-            return Err(ReplayError::Refused {
-                id,
-                reasons: reply.errors,
-            });
-        }
-        if !reply.plan.iter().any(|s| s.will_run) {
-            return Err(ReplayError::NothingStarted(id));
-        }
-        Ok(reply.plan)
-    }
-
-    async fn republish_dead(
+    /// Puts dead letter `id` (`stored`) back on `subject` as it came, its original headers
+    /// without those ax added; de-duplicated by the letter, so a replay repeated after a lost
+    /// answer publishes it once.
+    pub async fn republish_dead_letter(
         &self,
         id: u64,
         subject: &str,
         stored: &StreamMessage,
-    ) -> Result<(), ReplayError> {
-        if subject.is_empty() {
-            return Err(ReplayError::NoSubject(id));
-        }
+    ) -> Result<(), ClientError> {
         let publish = PublishMessage::build()
             .headers(dead_letter::original_headers(&stored.headers))
             .message_id(msg_id::replay(&self.layout.dead_stream(), id))
@@ -306,11 +124,9 @@ impl AxClient {
         self.js
             .send_publish(subject.to_string(), publish)
             .await
-            .during(|| format!("publish on {subject}"))
-            .map_err(ClientError::from)?
+            .during(|| format!("publish on {subject}"))?
             .await
-            .during(|| format!("publish on {subject}"))
-            .map_err(ClientError::from)?;
+            .during(|| format!("publish on {subject}"))?;
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 //! operations shared by the CLI, the actors and business services (control commands, reading
 //! jobs and instances, compare-and-swap on instance records).
 
+pub mod auth;
 pub mod claims;
 pub mod dead_letters;
 pub mod deps;
@@ -331,6 +332,14 @@ pub struct AxClient {
     pub in_flight: kv::Store,
     /// Each day's summary.
     pub summary: kv::Store,
+    /// API tokens' hashes.
+    pub tokens: kv::Store,
+    /// Re-runs waiting for a second person.
+    pub approvals: kv::Store,
+    /// The token this client's commands carry, if any.
+    caller: Option<crate::auth::token::Token>,
+    /// The door its commands say they came through.
+    via: crate::auth::Via,
     /// The node this client writes instance records for (stamped on each record it writes as
     /// `written_by`); none for a command.
     writer: Option<NodeId>,
@@ -491,6 +500,10 @@ impl AxClient {
             leases: bucket(layout.leases_bucket()).await?,
             queues: bucket(layout.queues_bucket()).await?,
             summary: bucket(layout.summary_bucket()).await?,
+            tokens: bucket(layout.tokens_bucket()).await?,
+            approvals: bucket(layout.approvals_bucket()).await?,
+            caller: None,
+            via: crate::auth::Via::Control,
             nats,
             js,
             layout,
@@ -501,6 +514,14 @@ impl AxClient {
     /// This client as node `node`'s: the instance records it writes say so (`written_by`).
     pub fn writing_as(mut self, node: NodeId) -> Self {
         self.writer = Some(node);
+        self
+    }
+
+    /// This client's commands carry `token` (the caller's credential, checked by the Scheduler
+    /// when auth is on) and say they came `via` the CLI, the API or the console.
+    pub fn acting_as(mut self, token: Option<crate::auth::token::Token>, via: crate::auth::Via) -> Self {
+        self.caller = token;
+        self.via = via;
         self
     }
 
@@ -549,6 +570,10 @@ impl AxClient {
             .during(|| "subscribe to reply inbox")?;
         let mut headers = codec::msgpack_headers();
         headers.insert(REPLY_TO_HEADER, inbox.as_str());
+        headers.insert(crate::auth::VIA_HEADER, self.via.as_str());
+        if let Some(token) = &self.caller {
+            headers.insert(crate::auth::TOKEN_HEADER, token.expose());
+        }
         let subject = self.subjects().control(command);
         let ack = self
             .js

@@ -63,7 +63,9 @@ pub const TICKS_PER_JOB: i64 = 1000;
 /// key-value bucket keeps.
 pub const RECORD_REVISIONS: i64 = 64;
 /// How long audit records are kept.
-pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
+pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(400 * 24 * 3600);
+/// How long approvals are kept, decided or not (the audit keeps their story 400 days).
+pub const APPROVALS_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long dead letters are kept.
 pub const DEAD_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long alerts are kept.
@@ -231,6 +233,14 @@ impl Layout {
     pub fn summary_bucket(&self) -> String {
         self.bucket_name("summary")
     }
+    /// `ax_tokens`: API tokens' hashes by name.
+    pub fn tokens_bucket(&self) -> String {
+        self.bucket_name("tokens")
+    }
+    /// `ax_approvals`: re-runs waiting for (or past) a second person's decision.
+    pub fn approvals_bucket(&self) -> String {
+        self.bucket_name("approvals")
+    }
 
     /// The names of every stream ax needs, the buckets' (`KV_<bucket>`) included: what a
     /// permission that names streams one by one must list.
@@ -336,6 +346,8 @@ impl Layout {
             (self.queues_bucket(), 1, Duration::ZERO),
             (self.summary_bucket(), 1, HISTORY_MAX_AGE),
             (self.instances_bucket(), RECORD_REVISIONS, Duration::ZERO),
+            (self.tokens_bucket(), 1, Duration::ZERO),
+            (self.approvals_bucket(), 1, APPROVALS_MAX_AGE),
             (self.claims_bucket(), 1, CLAIMS_MAX_AGE),
             (self.workers_bucket(), 1, WORKERS_MAX_AGE),
             (self.in_flight_bucket(), 1, CLAIMS_MAX_AGE),

@@ -276,7 +276,8 @@ async fn replay(
         .map_err(|_| Problem::Malformed(format!("id: `{id}` is not a dead letter's number")))?;
     let replayed = actions::replay(client(&state)?, id, &requested_by(&request)).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
-        "audit": replayed.audit,
+        "message": replayed.message,
+        "replay": replayed.detail,
         "plan": replayed.plan,
     })))
 }

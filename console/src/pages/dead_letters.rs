@@ -162,7 +162,7 @@ async fn replay(state: web::Data<State>, request: HttpRequest, body: web::Bytes)
                 ok: true,
                 text: format!(
                     "dead letter {id} replayed ({}) and removed",
-                    replayed.audit.action
+                    replayed.detail["action"].as_str().unwrap_or("?")
                 ),
             },
             Err(e) => Done {

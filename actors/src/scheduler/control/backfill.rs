@@ -13,19 +13,17 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use chrono::{Duration, NaiveDate};
 
-use ax_bus::ids::{InstanceId, JobName, NodeId};
+use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{BackfillRequest, Gate, PlanStep};
 use ax_bus::spec::JobSpec;
 use ax_bus::{AxClient, State};
 
-use crate::jetstream::publish;
 use crate::scheduler::control::CommandError;
 use crate::scheduler::creator::{Created, Creator};
 use crate::scheduler::fire_schedule::FireSchedule;
 use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
-use ax_bus::msg_id;
 use ax_bus::time::parse_biz_date;
 use ax_bus::time::{biz_date_in, start_of_day};
 
@@ -36,7 +34,6 @@ pub(crate) const MAX_DATES: i64 = 366;
 pub(crate) async fn backfill(
     client: &AxClient,
     creator: &Creator,
-    node: &NodeId,
     request: &BackfillRequest,
 ) -> Result<Vec<PlanStep>, CommandError> {
     let registry = client.job_specs().await?;
@@ -77,18 +74,6 @@ pub(crate) async fn backfill(
         }
         date += Duration::days(1);
     }
-    publish::to_stream_acked(
-        client,
-        client.subjects().audit("backfill"),
-        &msg_id::audit("backfill"),
-        &serde_json::json!({
-            "request": request,
-            "plan": steps,
-            "at": ax_bus::time::now(),
-            "node": node,
-        }),
-    )
-    .await?;
     Ok(steps)
 }
 

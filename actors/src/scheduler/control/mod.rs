@@ -6,14 +6,22 @@
 //! the `Ax-Reply-To` header, which must be an inbox ([`ax_bus::reply_to`]): a command asking
 //! for its answer anywhere else is refused before it is carried out.
 //!
+//! Every command is checked for who sent it ([`caller`]) before anything else, and recorded on
+//! the audit stream once decided ([`audit`]) — carried out, refused, or denied.
+//!
 //! Input is never trusted: a payload that does not decode, an unknown command or an invalid job
 //! is answered with the reasons, published as an alert on `ax.alert.control`, and acknowledged —
 //! it changes nothing and never takes the Scheduler down. A NATS failure while carrying out a
 //! valid command is not the sender's fault: the message is redelivered a second later.
 
+pub(crate) mod approvals;
+mod audit;
 pub(crate) mod backfill;
+mod caller;
 mod operator;
+mod replay;
 pub(crate) mod rerun;
+mod tokens;
 
 use std::collections::BTreeMap;
 
@@ -26,9 +34,9 @@ use ax_bus::error::NatsError;
 use ax_bus::ids::{JobName, NodeId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{
-    commands, AlertKind, ApplyRequest, BackfillRequest, Change, ControlReply, InstanceRequest,
-    JobChange, JobNameRequest, JobRecord, MarkRequest, PlanStep, QueueRequest, QueueState,
-    RerunRequest, TriggerRequest, REPLY_TO_HEADER,
+    commands, AlertKind, ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, Change,
+    ControlReply, InstanceRequest, JobChange, JobNameRequest, JobRecord, MarkRequest, PlanStep,
+    QueueRequest, QueueState, ReplayRequest, RerunRequest, TriggerRequest, REPLY_TO_HEADER,
 };
 use ax_bus::{codec, reply_to, spec, AxClient};
 
@@ -49,6 +57,29 @@ pub(crate) struct Desk {
     pub(crate) creator: Creator,
     pub(crate) node: NodeId,
     pub(crate) max_delay: std::time::Duration,
+    pub(crate) auth: AuthSettings,
+}
+
+/// The node's `[auth]`: whether commands must carry a token, and how risky re-runs are
+/// approved.
+#[derive(Clone, Copy, Debug)]
+pub struct AuthSettings {
+    /// Commands must carry a valid token of a role high enough.
+    pub enabled: bool,
+    /// An admin's own forced re-run waits for a second admin too.
+    pub require_second_admin: bool,
+    /// How long an approval waits for a decision.
+    pub approval_ttl: std::time::Duration,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            require_second_admin: false,
+            approval_ttl: approvals::DEFAULT_TTL,
+        }
+    }
 }
 
 /// Serves control commands until the subscription ends.
@@ -123,6 +154,9 @@ pub(crate) enum CommandError {
     /// The sender's fault (a bad request, an unknown job): answered with the reasons and
     /// acknowledged, never retried.
     Refused(Vec<String>),
+    /// The sender may not do this (no token, a bad one, a role too low): answered, audited,
+    /// acknowledged.
+    Denied(String),
     /// A valid command that could not be carried out for now (NATS away): redelivered later.
     Transient(ActorError),
 }
@@ -153,11 +187,15 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
         |_| (ax_bus::time::now(), 0),
         |i| (ax_bus::time::from_server(i.published), i.stream_sequence),
     );
+    let mut caller = caller::claimed(message);
     let (reply_to, outcome) = match reply_to {
-        Ok(reply_to) => (
-            reply_to,
-            carry_out(desk, message, command, (published, sequence)).await,
-        ),
+        Ok(reply_to) => {
+            let outcome = match caller::authorize(desk, message, command, &mut caller).await {
+                Ok(()) => carry_out(desk, message, command, &caller, (published, sequence)).await,
+                Err(denied) => Err(denied),
+            };
+            (reply_to, outcome)
+        }
         // Refused before anything is carried out: whoever sent it meant the answer to land
         // where answers do not belong.
         Err(refusal) => (None, Err(CommandError::refused(refusal.to_string()))),
@@ -165,12 +203,27 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
     let reply = match outcome {
         Ok(reply) => reply,
         Err(CommandError::Refused(errors)) => ControlReply::refused(errors),
+        Err(CommandError::Denied(why)) => ControlReply {
+            denied: true,
+            ..ControlReply::refused(vec![format!("denied: {why}")])
+        },
         Err(CommandError::Transient(e)) => {
             tracing::warn!(command, error = %e, "control command failed; retrying later");
             consume::nak(message, consume::backoff(message)).await;
             return;
         }
     };
+    let request = audit::request_of(command, message);
+    if let Some(action) = audit::action_of(command, &request) {
+        let record = audit::record(desk, &caller, action, request, &reply);
+        if let Err(e) = audit::publish(desk, sequence, &record).await {
+            // Not acknowledged: carried out again on redelivery (commands are idempotent by
+            // their ids and compare-and-swaps) and recorded then, once.
+            tracing::warn!(command, error = %e, "cannot record the command on the audit stream; retrying later");
+            consume::nak(message, consume::backoff(message)).await;
+            return;
+        }
+    }
     if !reply.ok {
         publish::alert(
             client,
@@ -200,13 +253,14 @@ async fn carry_out(
     desk: &Desk,
     message: &jetstream::Message,
     command: &str,
+    caller: &caller::Caller,
     published: (chrono::DateTime<chrono::Utc>, u64),
 ) -> Result<ControlReply, CommandError> {
     let Desk {
         client,
         creator,
-        node,
         max_delay,
+        ..
     } = desk;
     // Each command's future is boxed, so the control pump's future (and its poll frame) holds
     // a pointer per command rather than every command's state side by side.
@@ -235,7 +289,19 @@ async fn carry_out(
             Err(refusal) => Err(refusal),
         },
         commands::RERUN => match decode::<RerunRequest>(message) {
-            Ok(request) => planned(Box::pin(rerun::rerun(client, node, &request)).await),
+            Ok(request) => Box::pin(approvals::rerun(desk, caller, request)).await,
+            Err(refusal) => Err(refusal),
+        },
+        commands::APPROVAL => match decode::<ApprovalRequest>(message) {
+            Ok(request) => Box::pin(approvals::decide(desk, caller, request, published.1)).await,
+            Err(refusal) => Err(refusal),
+        },
+        commands::AUTH => match decode::<AuthRequest>(message) {
+            Ok(request) => Box::pin(tokens::handle(client, caller, request)).await,
+            Err(refusal) => Err(refusal),
+        },
+        commands::REPLAY => match decode::<ReplayRequest>(message) {
+            Ok(request) => Box::pin(replay::replay(client, &request)).await,
             Err(refusal) => Err(refusal),
         },
         commands::QUEUE => match decode::<QueueRequest>(message) {
@@ -244,25 +310,25 @@ async fn carry_out(
         },
         commands::BACKFILL => match decode::<BackfillRequest>(message) {
             Ok(request) => {
-                planned(Box::pin(backfill::backfill(client, creator, node, &request)).await)
+                planned(Box::pin(backfill::backfill(client, creator, &request)).await)
             }
             Err(refusal) => Err(refusal),
         },
         commands::CANCEL => match decode::<InstanceRequest>(message) {
-            Ok(request) => Box::pin(operator::act(client, node, request, command)).await,
+            Ok(request) => Box::pin(operator::act(client, &caller.principal.name, request, command)).await,
             Err(refusal) => Err(refusal),
         },
         commands::KILL => match decode::<InstanceRequest>(message) {
-            Ok(request) => Box::pin(operator::act(client, node, request, command)).await,
+            Ok(request) => Box::pin(operator::act(client, &caller.principal.name, request, command)).await,
             Err(refusal) => Err(refusal),
         },
         commands::MARK => match decode::<MarkRequest>(message) {
-            Ok(request) => Box::pin(operator::mark(client, node, request)).await,
+            Ok(request) => Box::pin(operator::mark(client, &caller.principal.name, request)).await,
             Err(refusal) => Err(refusal),
         },
         other => Err(CommandError::refused(format!(
-            "unknown control command `{other}` (apply, delete, pause, resume, trigger, rerun, \
-             backfill, queue, cancel, kill, mark)"
+            "unknown control command `{other}` ({})",
+            commands::ALL.join(", ")
         ))),
     }
 }

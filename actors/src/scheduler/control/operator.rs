@@ -10,9 +10,8 @@
 //! instance (a delayed release, a retry, a queued dispatch) finds the record ended and drops it.
 
 use ax_bus::client::Updated;
-use ax_bus::ids::NodeId;
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{commands, InstanceRequest, MarkRequest, OperatorAudit};
+use ax_bus::messages::{commands, InstanceRequest, MarkRequest};
 use ax_bus::{msg_id, AxClient, InstanceRecord, State, Tag};
 
 use super::{CommandError, ControlReply};
@@ -22,7 +21,7 @@ use crate::jetstream::publish;
 /// the verdict is told as a result (a success releases the downstream waiting on it).
 pub(super) async fn mark(
     client: &AxClient,
-    node: &NodeId,
+    who: &str,
     request: MarkRequest,
 ) -> Result<ControlReply, CommandError> {
     let id = &request.instance;
@@ -40,7 +39,6 @@ pub(super) async fn mark(
     let Some((before, _)) = client.instance(id).await? else {
         return Err(CommandError::refused(format!("no instance `{id}`")));
     };
-    let who = who(&request.requested_by);
     let message = format!("marked {} by {who}: {}", request.state, request.reason);
     let record = match client
         .update_instance(id, |r| r.marked(request.state, &message))
@@ -62,21 +60,7 @@ pub(super) async fn mark(
     };
     let marked = msg_id::marked(&record.trace_id, record.state.as_str());
     publish::ended(client, &record, &marked).await?;
-    let asked = InstanceRequest {
-        instance: request.instance,
-        reason: Some(request.reason),
-        requested_by: request.requested_by,
-    };
-    audited(client, node, commands::MARK, asked, &before, &record).await
-}
-
-/// Who asked, as the record says it.
-fn who(requested_by: &str) -> &str {
-    if requested_by.is_empty() {
-        "an operator"
-    } else {
-        requested_by
-    }
+    answered(&before, &record)
 }
 
 /// Why `action` does not apply to `record`, if it does not.
@@ -107,7 +91,7 @@ fn refusal(action: &str, record: &InstanceRecord) -> Option<String> {
 /// retry).
 pub(super) async fn act(
     client: &AxClient,
-    node: &NodeId,
+    who: &str,
     request: InstanceRequest,
     action: &str,
 ) -> Result<ControlReply, CommandError> {
@@ -118,7 +102,6 @@ pub(super) async fn act(
     if let Some(why) = refusal(action, &before) {
         return Err(CommandError::refused(why));
     }
-    let who = who(&request.requested_by);
     let verb = if action == commands::KILL {
         "killed"
     } else {
@@ -158,37 +141,19 @@ pub(super) async fn act(
         publish::stop_attempt(client, worker, &before.trace_id).await;
     }
     publish::ended(client, &record, &msg_id::result(&record.trace_id)).await?;
-    audited(client, node, action, request, &before, &record).await
+    answered(&before, &record)
 }
 
-/// Records the action on `ax.audit.<action>` and answers with what became of the instance.
-async fn audited(
-    client: &AxClient,
-    node: &NodeId,
-    action: &str,
-    request: InstanceRequest,
-    before: &InstanceRecord,
-    record: &InstanceRecord,
-) -> Result<ControlReply, CommandError> {
-    let audit = OperatorAudit {
-        action: action.to_string(),
-        after: format!("{} {}", record.state, record.tag),
-        before: format!("{} {}", before.state, before.tag),
-        request,
-        at: ax_bus::time::now(),
-        node: node.clone(),
-    };
-    publish::to_stream_acked(
-        client,
-        client.subjects().audit(action),
-        &msg_id::audit(action),
-        &audit,
-    )
-    .await?;
+/// The answer: what became of the instance, and (for the audit) its state before and after.
+fn answered(before: &InstanceRecord, record: &InstanceRecord) -> Result<ControlReply, CommandError> {
     Ok(ControlReply {
         ok: true,
         instance_id: Some(record.instance_id.clone()),
         message: record.message.clone(),
+        detail: serde_json::json!({
+            "before": format!("{} {}", before.state, before.tag),
+            "after": format!("{} {}", record.state, record.tag),
+        }),
         ..ControlReply::default()
     })
 }

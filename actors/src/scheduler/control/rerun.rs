@@ -12,15 +12,16 @@
 //! Instances run again in dependency order, each as a new attempt of the same instance (same id,
 //! original params, a fresh retry budget), handed to the DagCoordinator, which holds each one
 //! until its upstream's new attempt has succeeded. `--dry-run` returns the plan and changes
-//! nothing. Every re-run, dry or not, is recorded on `ax.audit.rerun`: who, when, what, how.
+//! nothing. Every re-run, dry or not, is recorded on `ax.audit.rerun` by the control desk: who,
+//! when, what, how, and the approval it needed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use chrono::{Duration, NaiveDate};
 
 use ax_bus::client::Updated;
-use ax_bus::ids::{InstanceId, JobName, NodeId, TraceId};
-use ax_bus::messages::{DateInstances, PlanStep, RerunAudit, RerunRequest, WorkItem};
+use ax_bus::ids::{InstanceId, JobName, TraceId};
+use ax_bus::messages::{DateInstances, PlanStep, RerunRequest, WorkItem};
 use ax_bus::spec::JobSpec;
 use ax_bus::{AxClient, State};
 
@@ -37,7 +38,6 @@ pub(crate) type Dependents = HashMap<JobName, Vec<(JobName, i64)>>;
 /// Plans and (unless a dry run) carries out a re-run.
 pub(crate) async fn rerun(
     client: &AxClient,
-    node: &NodeId,
     request: &RerunRequest,
 ) -> Result<Vec<PlanStep>, CommandError> {
     let registry = client.job_specs().await?;
@@ -63,19 +63,6 @@ pub(crate) async fn rerun(
             start_again(client, &registry, step).await?;
         }
     }
-    let audit = RerunAudit {
-        request: request.clone(),
-        plan: plan.clone(),
-        at: ax_bus::time::now(),
-        node: node.clone(),
-    };
-    publish::to_stream_acked(
-        client,
-        client.subjects().audit("rerun"),
-        &msg_id::audit("rerun"),
-        &audit,
-    )
-    .await?;
     Ok(plan)
 }
 

@@ -1,0 +1,107 @@
+//! Who sent a control command, and whether they may.
+//!
+//! With `[auth] enabled`, a command must carry a token ([`ax_bus::auth::TOKEN_HEADER`]) that
+//! the tokens bucket vouches for at this moment, of a role at least the command's
+//! ([`ax_bus::auth::needed`]); anything else is denied before a thing is read or written. The
+//! one exception is `auth bootstrap`, which needs no token because it only works while no admin
+//! token exists. With auth off every sender is an unverified admin, named by what it says.
+
+use async_nats::jetstream;
+
+use ax_bus::auth::{self, token::Token, Principal, Role, Via};
+use ax_bus::client::auth::CheckError;
+use ax_bus::codec;
+use ax_bus::messages::{commands, AuthRequest};
+
+use super::{CommandError, Desk};
+
+/// Who is acting, and through which door.
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    /// Who.
+    pub(crate) principal: Principal,
+    /// Through which door.
+    pub(crate) via: Via,
+}
+
+/// Just the `requested_by` of any command (`user@host` from the CLI).
+#[derive(serde::Deserialize)]
+struct Said {
+    #[serde(default)]
+    requested_by: String,
+}
+
+fn header<'m>(message: &'m jetstream::Message, name: &str) -> Option<&'m str> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str())
+}
+
+/// Who the message says sent it, before any check.
+pub(crate) fn claimed(message: &jetstream::Message) -> Caller {
+    let said = codec::decode_by_header::<Said>(message.headers.as_ref(), &message.payload)
+        .map(|s| s.requested_by)
+        .unwrap_or_default();
+    Caller {
+        principal: Principal::unverified(&said),
+        via: Via::from_header(header(message, auth::VIA_HEADER)),
+    }
+}
+
+/// Whether the command is `auth bootstrap`.
+fn is_bootstrap(command: &str, message: &jetstream::Message) -> bool {
+    command == commands::AUTH
+        && matches!(
+            codec::decode_by_header::<AuthRequest>(message.headers.as_ref(), &message.payload),
+            Ok(AuthRequest::Bootstrap { .. })
+        )
+}
+
+/// Checks the caller of `command` and names them in `caller`; refuses one who may not.
+pub(crate) async fn authorize(
+    desk: &Desk,
+    message: &jetstream::Message,
+    command: &str,
+    caller: &mut Caller,
+) -> Result<(), CommandError> {
+    if !desk.auth.enabled {
+        return Ok(());
+    }
+    if is_bootstrap(command, message) {
+        caller.principal = Principal {
+            name: "bootstrap".into(),
+            role: Role::Viewer,
+            verified: false,
+        };
+        return Ok(());
+    }
+    let token = header(message, auth::TOKEN_HEADER).map(Token::parse);
+    // Until proven, the caller is the name their token claims, with no rights.
+    caller.principal = Principal {
+        name: match &token {
+            Some(Ok(token)) => token.name().to_string(),
+            _ => "anonymous".into(),
+        },
+        role: Role::Viewer,
+        verified: false,
+    };
+    let token = match token.transpose() {
+        Ok(token) => token,
+        Err(e) => return Err(CommandError::Denied(e.to_string())),
+    };
+    caller.principal = match desk.client.check_token(token.as_ref()).await {
+        Ok(principal) => principal,
+        Err(CheckError::Token(e)) => return Err(CommandError::Denied(e.to_string())),
+        Err(CheckError::Client(e)) => return Err(CommandError::Transient(e.into())),
+    };
+    let needed = auth::needed(command);
+    if caller.principal.role < needed {
+        return Err(CommandError::Denied(format!(
+            "`{command}` needs the {needed} role; token `{}` is {}",
+            caller.principal.name, caller.principal.role
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! `ax auth`, `ax approvals`, `ax audit`: tokens, two-person approvals and the audit trail.
+//! Each change is a control command the Schedulers check and record; secrets are made here
+//! and only their hashes leave the machine.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+
+use ax_bus::auth::token::Token;
+use ax_bus::messages::{commands, ApprovalRequest, AuthRequest, ControlReply};
+use ax_bus::AxClient;
+
+use crate::args::{ApprovalsCommand, AuthCommand, TokenCommand};
+use crate::jobs::{print_plan, refused, CONTROL_TIMEOUT, PLANNED_TIMEOUT};
+use crate::table;
+
+async fn send<T: serde::Serialize>(
+    client: &AxClient,
+    command: &str,
+    request: &T,
+    timeout: std::time::Duration,
+) -> Result<ControlReply> {
+    refused(client.control(command, request, timeout).await?)
+}
+
+/// Prints a new token once, or writes it to `out` (0600).
+fn hand_over(token: &Token, out: Option<&Path>) -> Result<()> {
+    match out {
+        None => {
+            println!("{}", token.expose());
+            eprintln!("keep it now: it is not shown again (only its hash is stored)");
+        }
+        Some(path) => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("--out {}", path.display()))?;
+            writeln!(file, "{}", token.expose())
+                .with_context(|| format!("--out {}", path.display()))?;
+            eprintln!("token written to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `ax auth …`.
+pub(crate) async fn run(client: &AxClient, command: AuthCommand, json: bool) -> Result<()> {
+    match command {
+        AuthCommand::Bootstrap { name, out } => {
+            let (token, hash) = Token::generate(&name);
+            let reply = send(
+                client,
+                commands::AUTH,
+                &AuthRequest::Bootstrap { name, hash },
+                CONTROL_TIMEOUT,
+            )
+            .await?;
+            eprintln!("{}", reply.message);
+            hand_over(&token, out.as_deref())
+        }
+        AuthCommand::Token(TokenCommand::Create {
+            name,
+            role,
+            expires,
+            out,
+        }) => {
+            let expires_at = expires.as_deref().map(expiry).transpose()?;
+            let (token, hash) = Token::generate(&name);
+            let reply = send(
+                client,
+                commands::AUTH,
+                &AuthRequest::Create {
+                    name,
+                    role,
+                    hash,
+                    expires_at,
+                },
+                CONTROL_TIMEOUT,
+            )
+            .await?;
+            eprintln!("{}", reply.message);
+            hand_over(&token, out.as_deref())
+        }
+        AuthCommand::Token(TokenCommand::List) => {
+            let reply = send(client, commands::AUTH, &AuthRequest::List, CONTROL_TIMEOUT).await?;
+            if json {
+                return table::json(&reply.tokens);
+            }
+            let rows: Vec<Vec<String>> = reply
+                .tokens
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.name.to_string(),
+                        t.role.to_string(),
+                        instant(Some(t.created_at)),
+                        t.created_by.clone(),
+                        instant(t.expires_at),
+                        match (&t.revoked_at, &t.revoked_by) {
+                            (Some(at), by) => format!(
+                                "revoked {} by {}",
+                                instant(Some(*at)),
+                                by.as_deref().unwrap_or("?")
+                            ),
+                            (None, _) => "active".into(),
+                        },
+                    ]
+                })
+                .collect();
+            table::print(
+                &["NAME", "ROLE", "CREATED", "BY", "EXPIRES", "STATE"],
+                &rows,
+            );
+            Ok(())
+        }
+        AuthCommand::Token(TokenCommand::Revoke { name }) => {
+            let reply = send(
+                client,
+                commands::AUTH,
+                &AuthRequest::Revoke { name },
+                CONTROL_TIMEOUT,
+            )
+            .await?;
+            println!("{}", reply.message);
+            Ok(())
+        }
+    }
+}
+
+/// When a token made now with `--expires TEXT` stops working.
+fn expiry(text: &str) -> Result<DateTime<Utc>> {
+    let after = ax_bus::time::parse_delay(text).map_err(|e| anyhow::anyhow!("--expires: {e}"))?;
+    chrono::Duration::from_std(after)
+        .ok()
+        .and_then(|d| ax_bus::time::now().checked_add_signed(d))
+        .ok_or_else(|| anyhow::anyhow!("--expires: `{text}` is too far ahead"))
+}
+
+fn instant(at: Option<DateTime<Utc>>) -> String {
+    at.map(ax_bus::time::rfc3339).unwrap_or_else(|| "-".into())
+}
+
+/// `ax approvals …`.
+pub(crate) async fn approvals(
+    client: &AxClient,
+    command: ApprovalsCommand,
+    json: bool,
+) -> Result<()> {
+    let (request, timeout) = match command {
+        ApprovalsCommand::List => (ApprovalRequest::List, CONTROL_TIMEOUT),
+        ApprovalsCommand::Approve { id } => (ApprovalRequest::Approve { id }, PLANNED_TIMEOUT),
+        ApprovalsCommand::Reject { id, reason } => {
+            (ApprovalRequest::Reject { id, reason }, CONTROL_TIMEOUT)
+        }
+    };
+    let listing = matches!(request, ApprovalRequest::List);
+    let reply = send(client, commands::APPROVAL, &request, timeout).await?;
+    if !listing {
+        if json {
+            return table::json(&reply);
+        }
+        println!("{}", reply.message);
+        if !reply.plan.is_empty() {
+            print_plan(&reply.plan, false, false)?;
+        }
+        return Ok(());
+    }
+    if json {
+        return table::json(&reply.approvals);
+    }
+    let rows: Vec<Vec<String>> = reply
+        .approvals
+        .iter()
+        .map(|a| {
+            let what = match (&a.request.instance, &a.request.biz_date, &a.request.root) {
+                (Some(instance), _, _) => format!("instance {instance}"),
+                (None, Some(date), Some(root)) => format!("{root} on {date}"),
+                (None, Some(date), None) => format!("every job on {date}"),
+                _ => "?".into(),
+            };
+            vec![
+                a.id.to_string(),
+                a.state.as_str().to_string(),
+                a.requested_by.name.clone(),
+                format!(
+                    "{what}{}",
+                    if a.request.force_downstream {
+                        ", forced downstream"
+                    } else {
+                        ""
+                    }
+                ),
+                a.plan.iter().filter(|s| s.will_run).count().to_string(),
+                instant(Some(a.expires_at)),
+                a.decided_by.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table::print(
+        &["ID", "STATE", "ASKED BY", "RE-RUN", "RUNS", "EXPIRES", "DECIDED BY"],
+        &rows,
+    );
+    Ok(())
+}
+
+/// Which audit records `ax audit list` shows.
+pub(crate) struct AuditFilter {
+    /// `24h`, `7d`, or an RFC 3339 instant.
+    pub since: String,
+    /// Only this actor's.
+    pub actor: Option<String>,
+    /// Only this action.
+    pub action: Option<String>,
+}
+
+/// `ax audit list`.
+pub(crate) async fn audit(client: &AxClient, filter: &AuditFilter, json: bool) -> Result<()> {
+    let since = match ax_bus::time::parse_instant(&filter.since) {
+        Ok(at) => at,
+        Err(_) => {
+            let ago = ax_bus::time::parse_delay(&filter.since).map_err(|e| {
+                anyhow::anyhow!("--since: `{}` is neither a duration nor an instant: {e}", filter.since)
+            })?;
+            let ago = chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX);
+            ax_bus::time::now()
+                .checked_sub_signed(ago)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        }
+    };
+    let records: Vec<_> = client
+        .audit_since(since)
+        .await?
+        .into_iter()
+        .filter(|r| filter.actor.as_ref().is_none_or(|a| &r.actor == a))
+        .filter(|r| filter.action.as_ref().is_none_or(|a| &r.action == a))
+        .collect();
+    if json {
+        return table::json(&records);
+    }
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                ax_bus::time::rfc3339(r.at),
+                r.actor.clone(),
+                r.role.to_string(),
+                r.via.to_string(),
+                if r.dry_run {
+                    format!("{} (dry run)", r.action)
+                } else {
+                    r.action.clone()
+                },
+                r.outcome.as_str().to_string(),
+                r.approval
+                    .as_ref()
+                    .map(|id| match &r.approved_by {
+                        Some(by) => format!("{id} by {by}"),
+                        None => id.to_string(),
+                    })
+                    .unwrap_or_default(),
+                r.message.clone(),
+            ]
+        })
+        .collect();
+    table::print(
+        &["AT", "ACTOR", "ROLE", "VIA", "ACTION", "OUTCOME", "APPROVAL", "MESSAGE"],
+        &rows,
+    );
+    Ok(())
+}
+

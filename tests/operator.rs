@@ -187,13 +187,18 @@ async fn cancel_and_kill_end_what_they_apply_to_and_refuse_the_rest() {
             .await
             .expect("an audit record")
             .unwrap();
-        let entry: ax_bus::messages::OperatorAudit =
+        let entry: ax_bus::auth::audit::AuditRecord =
             ax_bus::codec::decode(&message.payload).unwrap();
-        assert!(entry.request.requested_by.contains('@'), "{entry:?}");
+        if !matches!(entry.action.as_str(), "cancel" | "kill")
+            || entry.outcome != ax_bus::auth::audit::Outcome::Done
+        {
+            continue;
+        }
+        assert!(entry.actor.contains('@'), "{entry:?}");
         actions.push((
             entry.action,
-            entry.request.instance.to_string(),
-            entry.request.reason,
+            entry.request["instance"].as_str().unwrap_or_default().to_string(),
+            entry.request["reason"].as_str().map(str::to_string),
         ));
     }
     assert_eq!(
@@ -301,17 +306,23 @@ async fn a_marked_success_releases_the_downstream_and_a_verdict_needs_a_reason()
         let out = ax(&nats.url(), &args);
         assert!(!out.status.success(), "{args:?}");
     }
-    let entry = tokio::time::timeout(Duration::from_secs(10), audit.next())
-        .await
-        .expect("an audit record")
-        .unwrap();
-    let entry: ax_bus::messages::OperatorAudit = ax_bus::codec::decode(&entry.payload).unwrap();
+    let entry = loop {
+        let entry = tokio::time::timeout(Duration::from_secs(10), audit.next())
+            .await
+            .expect("an audit record")
+            .unwrap();
+        let entry: ax_bus::auth::audit::AuditRecord =
+            ax_bus::codec::decode(&entry.payload).unwrap();
+        if entry.outcome == ax_bus::auth::audit::Outcome::Done {
+            break entry;
+        }
+    };
     assert_eq!(
         (
             entry.action.as_str(),
-            entry.before.as_str(),
-            entry.after.as_str()
+            entry.detail["before"].as_str(),
+            entry.detail["after"].as_str()
         ),
-        ("mark", "running waiting_deps", "success marked")
+        ("mark", Some("running waiting_deps"), Some("success marked"))
     );
 }

@@ -172,15 +172,13 @@ async fn each_rerun_mode_does_what_its_plan_says() {
 
     // Every re-run was recorded, with who asked.
     let audit = client
-        .js
-        .get_stream("AX_AUDIT")
+        .audit_since(chrono::DateTime::UNIX_EPOCH)
         .await
         .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .state
-        .messages;
+        .into_iter()
+        .filter(|r| r.action == "rerun" && r.outcome == ax_bus::auth::audit::Outcome::Done)
+        .inspect(|r| assert!(r.actor.contains('@'), "{r:?}"))
+        .count();
     assert_eq!(audit, 6);
 
     // Bad input: one clear line, nothing changed.

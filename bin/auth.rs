@@ -202,7 +202,15 @@ pub(crate) async fn approvals(
         })
         .collect();
     table::print(
-        &["ID", "STATE", "ASKED BY", "RE-RUN", "RUNS", "EXPIRES", "DECIDED BY"],
+        &[
+            "ID",
+            "STATE",
+            "ASKED BY",
+            "RE-RUN",
+            "RUNS",
+            "EXPIRES",
+            "DECIDED BY",
+        ],
         &rows,
     );
     Ok(())
@@ -224,7 +232,10 @@ pub(crate) async fn audit(client: &AxClient, filter: &AuditFilter, json: bool) -
         Ok(at) => at,
         Err(_) => {
             let ago = ax_bus::time::parse_delay(&filter.since).map_err(|e| {
-                anyhow::anyhow!("--since: `{}` is neither a duration nor an instant: {e}", filter.since)
+                anyhow::anyhow!(
+                    "--since: `{}` is neither a duration nor an instant: {e}",
+                    filter.since
+                )
             })?;
             let ago = chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX);
             ax_bus::time::now()
@@ -268,9 +279,10 @@ pub(crate) async fn audit(client: &AxClient, filter: &AuditFilter, json: bool) -
         })
         .collect();
     table::print(
-        &["AT", "ACTOR", "ROLE", "VIA", "ACTION", "OUTCOME", "APPROVAL", "MESSAGE"],
+        &[
+            "AT", "ACTOR", "ROLE", "VIA", "ACTION", "OUTCOME", "APPROVAL", "MESSAGE",
+        ],
         &rows,
     );
     Ok(())
 }
-

@@ -23,7 +23,8 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use args::{
-    AuditCommand, Cli, Command, DlqCommand, InstanceCommand, JobCommand, QueueCommand, TailCommand, WorkerCommand,
+    AuditCommand, Cli, Command, DlqCommand, InstanceCommand, JobCommand, QueueCommand, TailCommand,
+    WorkerCommand,
 };
 use ax_bus::messages::commands;
 

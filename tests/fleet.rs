@@ -658,7 +658,12 @@ async fn a_backlogged_low_queue_is_paused_and_resumed_while_high_work_runs() {
             record["request"]["paused"].as_bool(),
             record["via"].as_str()
         ),
-        (Some("queue"), Some("backlog control"), Some(false), Some("system"))
+        (
+            Some("queue"),
+            Some("backlog control"),
+            Some(false),
+            Some("system")
+        )
     );
     wait_for(
         Duration::from_secs(150),

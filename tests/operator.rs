@@ -197,7 +197,10 @@ async fn cancel_and_kill_end_what_they_apply_to_and_refuse_the_rest() {
         assert!(entry.actor.contains('@'), "{entry:?}");
         actions.push((
             entry.action,
-            entry.request["instance"].as_str().unwrap_or_default().to_string(),
+            entry.request["instance"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
             entry.request["reason"].as_str().map(str::to_string),
         ));
     }

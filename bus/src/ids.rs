@@ -143,8 +143,7 @@ fn check_token_name(text: &str) -> Result<(), &'static str> {
         && text
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    ok.then_some(())
-        .ok_or("must match [a-z0-9][a-z0-9-]{0,63}")
+    ok.then_some(()).ok_or("must match [a-z0-9][a-z0-9-]{0,63}")
 }
 
 fn check_hex16(text: &str) -> Result<(), &'static str> {
@@ -340,7 +339,6 @@ impl ApprovalId {
         Self(format!("{:016x}", rand::rng().random::<u64>()))
     }
 }
-
 
 /// A worker is named by the id of its node: the name of its dispatch queue.
 pub type WorkerId = NodeId;

@@ -271,7 +271,11 @@ async fn unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) -> Vec<Stri
 /// Replays a dead letter and removes it, as `ax dlq replay` (one of an instance becomes a
 /// re-run of it; any other is published again on its subject). The reply's `detail` says
 /// which ([`ax_bus::messages::DlqReplay`]).
-pub async fn replay(client: &AxClient, id: u64, requested_by: &str) -> Result<ControlReply, Problem> {
+pub async fn replay(
+    client: &AxClient,
+    id: u64,
+    requested_by: &str,
+) -> Result<ControlReply, Problem> {
     // Stream sequences start at 1; the server refuses to look up 0.
     if id == 0 {
         return Err(Problem::NotFound("id: no dead letter 0".into()));

@@ -149,7 +149,10 @@ pub async fn store_dead(
     // A dead control command keeps everything but its caller's token.
     let mut kept = HeaderMap::new();
     for (name, values) in headers.iter() {
-        if name.to_string().eq_ignore_ascii_case(ax_bus::auth::TOKEN_HEADER) {
+        if name
+            .to_string()
+            .eq_ignore_ascii_case(ax_bus::auth::TOKEN_HEADER)
+        {
             continue;
         }
         for value in values {

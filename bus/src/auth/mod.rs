@@ -201,7 +201,10 @@ mod tests {
         }
         assert!(Role::Viewer < Role::Operator && Role::Operator < Role::Admin);
         let err = "root".parse::<Role>().unwrap_err();
-        assert_eq!(err.to_string(), "`root` is not a role (viewer, operator, admin)");
+        assert_eq!(
+            err.to_string(),
+            "`root` is not a role (viewer, operator, admin)"
+        );
     }
 
     #[test]

@@ -91,7 +91,9 @@ impl Token {
         let (name, secret) = rest.rsplit_once('_').ok_or(TokenError::Malformed)?;
         let name = TokenName::parse(name).map_err(|_| TokenError::Malformed)?;
         if secret.len() != SECRET_HEX
-            || !secret.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            || !secret
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
         {
             return Err(TokenError::Malformed);
         }
@@ -109,7 +111,11 @@ impl Token {
     }
 
     /// Whether `record` is this token's and grants its role at `now`.
-    pub fn check(&self, record: Option<&TokenRecord>, now: DateTime<Utc>) -> Result<Role, TokenError> {
+    pub fn check(
+        &self,
+        record: Option<&TokenRecord>,
+        now: DateTime<Utc>,
+    ) -> Result<Role, TokenError> {
         let (name, secret) = Self::split(&self.text)?;
         let presented = hash(secret);
         // Compared even when there is no record, against a hash nothing matches, so an unknown

@@ -80,10 +80,7 @@ impl AxClient {
     }
 
     /// One approval and its revision.
-    pub async fn approval(
-        &self,
-        id: &ApprovalId,
-    ) -> Result<Option<(Approval, u64)>, ClientError> {
+    pub async fn approval(&self, id: &ApprovalId) -> Result<Option<(Approval, u64)>, ClientError> {
         match self
             .approvals
             .entry(id.as_str())
@@ -112,7 +109,7 @@ impl AxClient {
                 }
             })
             .collect();
-        all.sort_by(|a: &Approval, b| b.created_at.cmp(&a.created_at));
+        all.sort_by_key(|a: &Approval| std::cmp::Reverse(a.created_at));
         Ok(all)
     }
 

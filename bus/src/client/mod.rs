@@ -519,7 +519,11 @@ impl AxClient {
 
     /// This client's commands carry `token` (the caller's credential, checked by the Scheduler
     /// when auth is on) and say they came `via` the CLI, the API or the console.
-    pub fn acting_as(mut self, token: Option<crate::auth::token::Token>, via: crate::auth::Via) -> Self {
+    pub fn acting_as(
+        mut self,
+        token: Option<crate::auth::token::Token>,
+        via: crate::auth::Via,
+    ) -> Self {
         self.caller = token;
         self.via = via;
         self

@@ -105,18 +105,20 @@ pub(crate) fn record(
 }
 
 /// Publishes `record`, once per (command, action): `key` is the command's stream sequence.
-pub(crate) async fn publish(
-    desk: &Desk,
-    key: u64,
-    record: &AuditRecord,
-) -> Result<(), ActorError> {
+pub(crate) async fn publish(desk: &Desk, key: u64, record: &AuditRecord) -> Result<(), ActorError> {
     let client = &desk.client;
     let msg_id = if key == 0 {
         ax_bus::msg_id::audit(&record.action)
     } else {
         format!("audit:{key}:{}", record.action)
     };
-    publish::to_stream_acked(client, client.subjects().audit(&record.action), &msg_id, record).await
+    publish::to_stream_acked(
+        client,
+        client.subjects().audit(&record.action),
+        &msg_id,
+        record,
+    )
+    .await
 }
 
 /// Records an action of ax's own (an approval's expiry, the backlog control), not a command's.

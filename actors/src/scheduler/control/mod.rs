@@ -309,17 +309,31 @@ async fn carry_out(
             Err(refusal) => Err(refusal),
         },
         commands::BACKFILL => match decode::<BackfillRequest>(message) {
-            Ok(request) => {
-                planned(Box::pin(backfill::backfill(client, creator, &request)).await)
-            }
+            Ok(request) => planned(Box::pin(backfill::backfill(client, creator, &request)).await),
             Err(refusal) => Err(refusal),
         },
         commands::CANCEL => match decode::<InstanceRequest>(message) {
-            Ok(request) => Box::pin(operator::act(client, &caller.principal.name, request, command)).await,
+            Ok(request) => {
+                Box::pin(operator::act(
+                    client,
+                    &caller.principal.name,
+                    request,
+                    command,
+                ))
+                .await
+            }
             Err(refusal) => Err(refusal),
         },
         commands::KILL => match decode::<InstanceRequest>(message) {
-            Ok(request) => Box::pin(operator::act(client, &caller.principal.name, request, command)).await,
+            Ok(request) => {
+                Box::pin(operator::act(
+                    client,
+                    &caller.principal.name,
+                    request,
+                    command,
+                ))
+                .await
+            }
             Err(refusal) => Err(refusal),
         },
         commands::MARK => match decode::<MarkRequest>(message) {

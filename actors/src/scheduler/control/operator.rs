@@ -145,7 +145,10 @@ pub(super) async fn act(
 }
 
 /// The answer: what became of the instance, and (for the audit) its state before and after.
-fn answered(before: &InstanceRecord, record: &InstanceRecord) -> Result<ControlReply, CommandError> {
+fn answered(
+    before: &InstanceRecord,
+    record: &InstanceRecord,
+) -> Result<ControlReply, CommandError> {
     Ok(ControlReply {
         ok: true,
         instance_id: Some(record.instance_id.clone()),

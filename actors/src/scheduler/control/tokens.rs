@@ -103,7 +103,15 @@ async fn create(
     if expires_at.is_some_and(|at| at <= ax_bus::time::now()) {
         return Err(CommandError::refused("expires: must be in the future"));
     }
-    store_new(client, &name, role, hash, &caller.principal.name, expires_at).await?;
+    store_new(
+        client,
+        &name,
+        role,
+        hash,
+        &caller.principal.name,
+        expires_at,
+    )
+    .await?;
     Ok(ControlReply {
         ok: true,
         message: format!("{role} token `{name}` made"),
@@ -136,7 +144,9 @@ async fn store_new(
         None => match client.tokens.create(name.as_str(), payload).await {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Err(taken()),
-            Err(e) => Err(ActorError::from(NatsError::new(format!("store token {name}"), e)).into()),
+            Err(e) => {
+                Err(ActorError::from(NatsError::new(format!("store token {name}"), e)).into())
+            }
         },
         Some((old, revision)) if old.revoked_at.is_some() => {
             match client.tokens.update(name.as_str(), payload, revision).await {
@@ -182,8 +192,11 @@ async fn revoke(
                 })
             }
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-            Err(e) => return Err(ActorError::from(NatsError::new(format!("revoke token {name}"), e)).into()),
+            Err(e) => {
+                return Err(
+                    ActorError::from(NatsError::new(format!("revoke token {name}"), e)).into(),
+                )
+            }
         }
     }
 }
-

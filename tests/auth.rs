@@ -1,0 +1,304 @@
+//! Identities, roles and two-person approval, with `[auth]` on: checked by the Scheduler that
+//! carries a command out, whatever door it came through (the CLI, a raw control message with
+//! valid NATS credentials), and every decision on the audit trail without a secret in it.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ax_bus::auth::audit::{AuditRecord, Outcome};
+use ax_bus::messages::ControlReply;
+use ax_bus::State;
+use futures::StreamExt;
+use support::*;
+
+const JOBS: &str = "version: v1
+job: { name: up, exec: { type: noop } }
+---
+version: v1
+job:
+  name: down
+  deps: [{ name: up, biz_date: current }]
+  exec: { type: noop }
+";
+
+/// `ax` with a token file.
+fn as_(nats: &TestNats, token: &Path, args: &[&str]) -> std::process::Output {
+    let mut full = vec!["--token-file", token.to_str().expect("utf-8 path")];
+    full.extend_from_slice(args);
+    ax(&nats.url(), &full)
+}
+
+/// Makes a token with the admin's and returns its file.
+fn token(nats: &TestNats, admin: &Path, name: &str, role: &str) -> PathBuf {
+    let file = nats.path("tokens").join(name);
+    let out = as_(
+        nats,
+        admin,
+        &[
+            "auth",
+            "token",
+            "create",
+            "--name",
+            name,
+            "--role",
+            role,
+            "--out",
+            file.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert!(out.status.success(), "create {name}: {}", stderr(&out));
+    file
+}
+
+/// A raw control command with `headers`, answered on an inbox.
+async fn raw_command(
+    client: &ax_bus::AxClient,
+    command: &str,
+    json: &str,
+    token: Option<&str>,
+) -> ControlReply {
+    let inbox = client.nats.new_inbox();
+    let mut replies = client.nats.subscribe(inbox.clone()).await.unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/json");
+    headers.insert("Ax-Reply-To", inbox.as_str());
+    if let Some(token) = token {
+        headers.insert("Ax-Token", token);
+    }
+    client
+        .js
+        .publish_with_headers(
+            format!("ax.control.{command}"),
+            headers,
+            json.to_string().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), replies.next())
+        .await
+        .expect("an answer")
+        .unwrap();
+    ax_bus::codec::decode(&answer.payload).unwrap()
+}
+
+fn approval_id(out: &std::process::Output) -> String {
+    let text = stderr(out);
+    let at = text
+        .find("waiting for approval ")
+        .unwrap_or_else(|| panic!("no approval in: {text}"));
+    text[at + "waiting for approval ".len()..]
+        .split(|c: char| !c.is_ascii_hexdigit())
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_valid_token_of_a_high_enough_role_changes_anything() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let n1 = AxProcess::node(&nats, "n1", "all", &["--auth"]);
+    let n2 = AxProcess::node(&nats, "n2", "scheduler", &["--auth"]);
+    std::fs::create_dir_all(nats.path("tokens")).unwrap();
+    let admin = nats.path("tokens").join("admin");
+    wait_for(Duration::from_secs(30), "the first admin token", || async {
+        let out = ax(
+            &nats.url(),
+            &["auth", "bootstrap", "--out", admin.to_str().unwrap()],
+        );
+        out.status.success().then_some(())
+    })
+    .await;
+    // Once only.
+    let again = ax(
+        &nats.url(),
+        &[
+            "auth",
+            "bootstrap",
+            "--out",
+            nats.path("second").to_str().unwrap(),
+        ],
+    );
+    assert!(!again.status.success());
+    assert!(stderr(&again).contains("run already"), "{}", stderr(&again));
+
+    // Applying needs an admin: without a token nothing is applied.
+    let jobs = job_file(&nats.path("jobs"), "chain.yaml", JOBS);
+    let refused = ax(&nats.url(), &["job", "apply", "-f", jobs.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("denied: no token"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(client.jobs().await.unwrap().is_empty());
+    let out = as_(
+        &nats,
+        &admin,
+        &["job", "apply", "-f", jobs.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let ops = token(&nats, &admin, "ops", "operator");
+    let viewer = token(&nats, &admin, "watcher", "viewer");
+    let viewer_secret = std::fs::read_to_string(&viewer).unwrap();
+
+    // A viewer cannot trigger: not through the CLI, not with a raw message of its own.
+    let out = as_(&nats, &viewer, &["job", "trigger", "up"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("`trigger` needs the operator role; token `watcher` is viewer"),
+        "{}",
+        stderr(&out)
+    );
+    for token in [None, Some(viewer_secret.trim()), Some("axt_watcher_0000")] {
+        let reply = raw_command(&client, "trigger", r#"{"name": "up"}"#, token).await;
+        assert!(!reply.ok && reply.denied, "{reply:?}");
+        assert!(reply.errors[0].starts_with("denied: "), "{reply:?}");
+    }
+    assert!(
+        instances(&client, "up").await.is_empty(),
+        "a denied trigger ran"
+    );
+
+    // An operator can; a plain re-run of one instance needs no approval.
+    let up = {
+        let out = as_(
+            &nats,
+            &ops,
+            &["job", "trigger", "up", "--biz-date", "2026-12-01"],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out).split_whitespace().next().unwrap().to_string()
+    };
+    final_record(&client, &up, Duration::from_secs(30)).await;
+    let down = wait_for(Duration::from_secs(30), "down to run", || async {
+        instances(&client, "down")
+            .await
+            .into_iter()
+            .find(|r| r.state == State::Success)
+    })
+    .await;
+
+    // A forced re-run by the operator waits for an admin, the plan unchanged until then.
+    let out = as_(
+        &nats,
+        &ops,
+        &["rerun", "--instance", &up, "--force-downstream"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first = approval_id(&out);
+    let attempt_of = |id: String| {
+        let client = client.clone();
+        async move {
+            let id: ax_bus::ids::InstanceId = id.parse().unwrap();
+            client.instance(&id).await.unwrap().unwrap().0.attempt
+        }
+    };
+    assert_eq!(attempt_of(up.clone()).await, 1);
+    // The operator cannot approve it (nor could any requester their own).
+    let out = as_(&nats, &ops, &["approvals", "approve", &first]);
+    assert!(
+        stderr(&out).contains("denied: deciding an approval needs the admin role"),
+        "{}",
+        stderr(&out)
+    );
+    // An admin approves: run exactly once, upstream and forced downstream.
+    let out = as_(&nats, &admin, &["approvals", "approve", &first]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("approved by admin"),
+        "{}",
+        stdout(&out)
+    );
+    wait_for(Duration::from_secs(30), "both to run again", || async {
+        let up_again = final_record(&client, &up, Duration::from_secs(30)).await;
+        let down_again = final_record(&client, &down.instance_id, Duration::from_secs(30)).await;
+        (up_again.attempt == 2 && down_again.attempt == 2).then_some(())
+    })
+    .await;
+    let out = as_(&nats, &admin, &["approvals", "approve", &first]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("already"), "{}", stderr(&out));
+    assert_eq!(attempt_of(up.clone()).await, 2);
+
+    // A plan that changed between the request and the approval is refused.
+    let out = as_(
+        &nats,
+        &ops,
+        &["rerun", "--instance", &up, "--force-downstream"],
+    );
+    let second = approval_id(&out);
+    let out = as_(
+        &nats,
+        &admin,
+        &["instance", "mark", &up, "--failed", "--reason", "bad data"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = as_(&nats, &admin, &["approvals", "approve", &second]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("the plan changed"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(attempt_of(up.clone()).await, 2);
+
+    // Revoked: refused at once, by whichever Scheduler takes the command.
+    let out = as_(&nats, &admin, &["auth", "token", "revoke", "ops"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for _ in 0..4 {
+        let out = as_(&nats, &ops, &["job", "pause", "up"]);
+        assert!(
+            stderr(&out).contains("token `ops` was revoked"),
+            "{}",
+            stderr(&out)
+        );
+    }
+
+    // The audit: requester and approver, denials, and no secret anywhere.
+    let out = as_(&nats, &viewer, &["audit", "list", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records: Vec<AuditRecord> = serde_json::from_str(&stdout(&out)).unwrap();
+    let approved_rerun = records
+        .iter()
+        .find(|r| r.action == "rerun" && r.approved_by.is_some())
+        .expect("the approved re-run in the audit");
+    assert_eq!(
+        (
+            approved_rerun.actor.as_str(),
+            approved_rerun.approved_by.as_deref(),
+            approved_rerun.approval.as_ref().map(|a| a.to_string())
+        ),
+        ("ops", Some("admin"), Some(first.clone()))
+    );
+    assert!(records
+        .iter()
+        .any(|r| r.action == "trigger" && r.actor == "watcher" && r.outcome == Outcome::Denied));
+    assert!(records
+        .iter()
+        .any(|r| r.action == "rerun" && r.actor == "ops" && r.outcome == Outcome::Pending));
+    assert!(records
+        .iter()
+        .any(|r| r.action == "token.revoke" && r.actor == "admin" && r.outcome == Outcome::Done));
+    let listed = stdout(&as_(&nats, &admin, &["auth", "token", "list", "--json"]));
+    let record = stdout(&as_(&nats, &viewer, &["instance", "get", &up, "--json"]));
+    for file in [&admin, &ops, &viewer] {
+        let secret = std::fs::read_to_string(file).unwrap();
+        let secret = secret.trim();
+        let tail = &secret[secret.len() - 64..];
+        for (place, text) in [
+            ("the audit", stdout(&out)),
+            ("the token list", listed.clone()),
+            ("an instance record", record.clone()),
+            ("node n1's log", n1.log_text()),
+            ("node n2's log", n2.log_text()),
+        ] {
+            assert!(!text.contains(tail), "a token's secret in {place}");
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! `ax dlq list` and `ax dlq replay ID`: reading the dead letters and submitting one again
-//! (the protocol is [`AxClient::replay_dead_letter`]).
+//! (a replay is `ax.control.replay`, carried out and audited by a Scheduler).
 
 use anyhow::Result;
 

@@ -101,7 +101,11 @@ async fn an_instance_out_of_retries_is_a_dead_letter_and_replays_as_a_new_attemp
     // The same id again: gone.
     let out = ax(&nats.url(), &["dlq", "replay", &letter.id.to_string()]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("no dead letter"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no such dead letter"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -108,7 +108,7 @@ async fn bad_requests_get_their_status_and_a_reason_that_names_the_field() {
         (&mark, b"{\"state\": \"running\", \"reason\": \"x\"}".to_vec(), 400, "state: `running` is no verdict"),
         ("/api/v1/rerun", b"{}".to_vec(), 400, "instance: name an instance, or a biz_date"),
         ("/api/v1/jobs", b"{\"yaml\": \"version: v1\\njob:\\n  name: x\\n  cron: nope\\n  exec: {type: shell, command: 'true'}\\n\"}".to_vec(), 400, "yaml:4: job.cron:"),
-        ("/api/v1/dead-letters/0/replay", Vec::new(), 404, "id: no dead letter 0"),
+        ("/api/v1/dead-letters/0/replay", Vec::new(), 404, "id: dead letter 0: no such dead letter"),
         ("/api/v1/queues/urgent/pause", Vec::new(), 400, "priority: unknown priority `urgent`"),
         ("/api/v1/jobs/done/trigger", vec![b' '; 600 * 1024], 413, ""),
     ];

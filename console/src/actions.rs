@@ -277,11 +277,16 @@ pub async fn replay(
     requested_by: &str,
 ) -> Result<ControlReply, Problem> {
     // Stream sequences start at 1; the server refuses to look up 0.
+    let missing = || {
+        Problem::NotFound(format!(
+            "id: dead letter {id}: no such dead letter (ax dlq list shows them)"
+        ))
+    };
     if id == 0 {
-        return Err(Problem::NotFound("id: no dead letter 0".into()));
+        return Err(missing());
     }
     if client.dead_letter(id).await.map_err(unavailable)?.is_none() {
-        return Err(Problem::NotFound(format!("id: no dead letter {id}")));
+        return Err(missing());
     }
     let request = ReplayRequest {
         id,

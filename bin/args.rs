@@ -259,6 +259,10 @@ pub(crate) struct UpArgs {
     /// taken.
     #[arg(long)]
     pub http_port: Option<u16>,
+    /// Require tokens (`[auth] enabled`): the first admin token is made and written to
+    /// `<data-dir>/admin.token`.
+    #[arg(long)]
+    pub auth: bool,
 }
 
 #[derive(Args, Debug)]

@@ -150,6 +150,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                     client: Some(node_client),
                     data_dir: Some(node_dir),
                     console,
+                    auth: auth.enabled,
                 },
             )
             .with_context(|| "--http (or [metrics] listen)")?,

@@ -87,6 +87,10 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
                 },
                 ..WorkerConfig::new(local.clone(), data_dir.join("worker"))
             },
+            auth: ax_actors::AuthSettings {
+                enabled: args.auth,
+                ..ax_actors::AuthSettings::default()
+            },
             ..NodeConfig::new(local, parse_roles("all")?, data_dir.join("worker"))
         },
         Arc::new(SystemClock),
@@ -98,6 +102,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
                 client: Some(client.clone()),
                 data_dir: Some(data_dir.clone()),
                 console: true,
+                auth: args.auth,
             },
         )
     };
@@ -110,6 +115,17 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
         },
     };
     eprintln!("ax is up: NATS {url} (recorded in {})", url_file.display());
+    let client = if args.auth {
+        let file = data_dir.join(ADMIN_TOKEN_FILE);
+        let token = admin_token(&client, &file).await?;
+        eprintln!(
+            "auth is on: the admin token is in {0} (AX_TOKEN_FILE={0} ax …; sign in to the console with it)",
+            file.display()
+        );
+        client.acting_as(Some(token), ax_bus::auth::Via::Cli)
+    } else {
+        client
+    };
     if !job_files.is_empty() {
         jobs::apply(&client, job_files, false).await?;
     }
@@ -123,4 +139,46 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
     drop(server);
     let _ = std::fs::remove_file(&url_file);
     Ok(())
+}
+
+/// Where `ax up --auth` keeps the first admin token, in its data dir.
+const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+/// The first admin token: made now (and written to `file`, mode 0600), or the one an earlier
+/// `ax up --auth` on this data dir wrote there.
+async fn admin_token(
+    client: &AxClient,
+    file: &std::path::Path,
+) -> Result<ax_bus::auth::token::Token> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Ok(text) = std::fs::read_to_string(file) {
+        return ax_bus::auth::token::Token::parse(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()));
+    }
+    let name: ax_bus::ids::TokenName = "admin".parse()?;
+    let (token, hash) = ax_bus::auth::token::Token::generate(&name);
+    let reply = client
+        .control(
+            ax_bus::messages::commands::AUTH,
+            &ax_bus::messages::AuthRequest::Bootstrap { name, hash },
+            jobs::CONTROL_TIMEOUT,
+        )
+        .await?;
+    if !reply.ok {
+        anyhow::bail!(
+            "cannot make the first admin token: {} (its file {} is gone; make one with an admin's token)",
+            reply.errors.join("; "),
+            file.display()
+        );
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    writeln!(out, "{}", token.expose())
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    Ok(token)
 }

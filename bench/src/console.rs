@@ -102,6 +102,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             client: Some(client.clone()),
             data_dir: None,
             console: true,
+            auth: false,
         },
     )?;
     let base = format!("http://{}", server.addr);

@@ -6,46 +6,21 @@
 //! The check also refuses a forged state change ([`crate::csrf`]): a page of another site
 //! cannot make a browser act, whatever the caller's role.
 //!
-//! Roles are `viewer` < `operator` < `admin`. Until identities exist (the RBAC work), every
-//! caller is the anonymous admin of an open server — which is why the CLI binds it to loopback
-//! unless told otherwise.
-
-use std::fmt;
+//! Roles are `viewer` < `operator` < `admin` ([`ax_bus::auth::Role`]). With `[auth]` off every
+//! caller is the unverified anonymous admin of an open server — which is why the CLI binds it
+//! to loopback unless told otherwise; with it on, every route but the login needs a valid
+//! token, from a bearer header or the login's session.
 
 use actix_web::http::header::HeaderMap;
 use actix_web::http::Method;
 
+use ax_bus::auth::token::Token;
+pub use ax_bus::auth::{Principal, Role, Via};
+use ax_bus::client::auth::CheckError;
+use ax_bus::AxClient;
+
 use crate::csrf::{self, Forged};
-
-/// What a caller may do, lowest first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Role {
-    /// Reads everything.
-    Viewer,
-    /// Runs and stops work.
-    Operator,
-    /// Changes definitions and rights.
-    Admin,
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Role::Viewer => "viewer",
-            Role::Operator => "operator",
-            Role::Admin => "admin",
-        })
-    }
-}
-
-/// Who is asking.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
-    /// A name for the audit.
-    pub name: String,
-    /// What they may do.
-    pub role: Role,
-}
+use crate::session::Sessions;
 
 /// Who is asking, as the handlers see it (the check puts it in the request's extensions).
 #[derive(Clone, Debug)]
@@ -54,11 +29,39 @@ pub struct Caller {
     pub principal: Principal,
     /// The browser's CSRF token, which pages embed for their script to send back.
     pub csrf: String,
+    /// Their token, carried on the commands they cause (none with auth off).
+    pub token: Option<Token>,
+    /// The door: the API or the console's pages.
+    pub via: Via,
+}
+
+impl Caller {
+    /// Whether they may do what needs `role` (pages leave out the controls they may not use).
+    pub fn may(&self, role: Role) -> bool {
+        self.principal.role >= role
+    }
+}
+
+/// What the check needs to know who is asking.
+#[derive(Clone, Debug, Default)]
+pub struct Gate {
+    /// Whether callers must prove who they are (`[auth] enabled`).
+    pub auth: bool,
+    /// Where tokens are checked.
+    pub client: Option<AxClient>,
+    /// The console's logins.
+    pub sessions: Sessions,
 }
 
 /// Why a request was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum Denied {
+    /// No valid token: 401 (pages send the browser to the login).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Tokens cannot be checked now (NATS away): 503.
+    #[error("cannot check the token now: {0}")]
+    Unavailable(String),
     /// The caller's role is below the route's.
     #[error("{method} {path} needs the {needed} role; {who} is {has}")]
     Role {
@@ -78,21 +81,32 @@ pub enum Denied {
     Forged(#[from] Forged),
 }
 
-/// The role a request needs: reading (`GET`, `HEAD`) needs a viewer, anything else an
-/// operator at least; routes that change definitions or rights will ask for more here.
-pub fn needed(method: &str, _path: &str) -> Role {
-    match method {
-        "GET" | "HEAD" => Role::Viewer,
-        _ => Role::Operator,
+/// The role a request needs: reading (`GET`, `HEAD`) needs a viewer; changing definitions
+/// (apply, delete), verdicts (mark), queues and approvals an admin; any other change an
+/// operator. The Scheduler checks the same again when the command reaches it.
+pub fn needed(method: &str, path: &str) -> Role {
+    if matches!(method, "GET" | "HEAD") || path == "/logout" {
+        return Role::Viewer;
+    }
+    let admin = method == "DELETE"
+        || path == "/api/v1/jobs"
+        || path == "/ui/jobs/apply"
+        || path.ends_with("/delete")
+        || path.ends_with("/mark")
+        || path.starts_with("/api/v1/queues/")
+        || path.starts_with("/ui/queues/")
+        || path.starts_with("/api/v1/approvals/")
+        || path.starts_with("/ui/approvals/");
+    if admin {
+        Role::Admin
+    } else {
+        Role::Operator
     }
 }
 
-/// Who is asking: with no identities configured, the anonymous admin.
-pub fn principal() -> Principal {
-    Principal {
-        name: "anonymous".into(),
-        role: Role::Admin,
-    }
+/// Routes anyone may reach: the login itself and the static files it needs.
+fn public(path: &str) -> bool {
+    path == "/login" || path.starts_with("/static/")
 }
 
 /// What a request looks like to the check.
@@ -108,13 +122,52 @@ pub struct Request<'a> {
     pub headers: &'a HeaderMap,
 }
 
-/// The check: the caller, if they may make this request.
-pub fn check(request: Request<'_>) -> Result<Principal, Denied> {
+/// The check: who the caller is and their token, if they may make this request. With auth
+/// on, the token comes from `Authorization: Bearer` (the API) or the login's session cookie
+/// (the console) and is checked against the tokens bucket now; a state change made with a
+/// session must carry the page's CSRF token too.
+pub async fn check(
+    request: Request<'_>,
+    gate: &Gate,
+) -> Result<(Principal, Option<Token>), Denied> {
     csrf::verify(request.method, request.host, request.headers)?;
-    let who = principal();
+    if !gate.auth {
+        return Ok((Principal::unverified("anonymous"), None));
+    }
+    let bearer = request
+        .headers
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let token = match bearer {
+        Some(text) => Some(Token::parse(text).map_err(|e| Denied::Unauthenticated(e.to_string()))?),
+        None => {
+            let token = gate.sessions.token(request.headers);
+            if token.is_some()
+                && !csrf::is_safe(request.method)
+                && csrf::cookie_token(request.headers).is_none()
+            {
+                return Err(Forged::Token.into());
+            }
+            token
+        }
+    };
+    if public(request.path) {
+        return Ok((Principal::unverified("anonymous"), None));
+    }
+    let Some(client) = &gate.client else {
+        return Err(Denied::Unavailable(
+            "this node has no NATS connection".into(),
+        ));
+    };
+    let who = match client.check_token(token.as_ref()).await {
+        Ok(who) => who,
+        Err(CheckError::Token(e)) => return Err(Denied::Unauthenticated(e.to_string())),
+        Err(CheckError::Client(e)) => return Err(Denied::Unavailable(e.to_string())),
+    };
     let needed = needed(request.method.as_str(), request.path);
     if who.role >= needed {
-        return Ok(who);
+        return Ok((who, token));
     }
     Err(Denied::Role {
         method: request.method.to_string(),
@@ -130,10 +183,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reading_needs_a_viewer_and_changing_an_operator() {
+    fn reading_needs_a_viewer_changing_an_operator_and_definitions_an_admin() {
         assert_eq!(needed("GET", "/metrics"), Role::Viewer);
-        assert_eq!(needed("POST", "/api/v1/anything"), Role::Operator);
-        assert!(Role::Viewer < Role::Operator && Role::Operator < Role::Admin);
+        assert_eq!(needed("POST", "/api/v1/jobs/x/trigger"), Role::Operator);
+        assert_eq!(needed("POST", "/ui/rerun/run"), Role::Operator);
+        for admin in [
+            ("POST", "/api/v1/jobs"),
+            ("DELETE", "/api/v1/jobs/x"),
+            ("POST", "/ui/jobs/x/delete"),
+            ("POST", "/ui/instances/x/mark"),
+            ("POST", "/ui/queues/low/pause"),
+            ("POST", "/ui/approvals/0123456789abcdef/approve"),
+        ] {
+            assert_eq!(needed(admin.0, admin.1), Role::Admin, "{admin:?}");
+        }
+    }
+
+    #[actix_web::test]
+    async fn with_auth_off_everyone_is_the_unverified_admin() {
         let headers = HeaderMap::new();
         let request = Request {
             method: &Method::GET,
@@ -141,6 +208,37 @@ mod tests {
             host: "127.0.0.1:8080",
             headers: &headers,
         };
-        assert_eq!(check(request).unwrap().role, Role::Admin);
+        let (who, token) = check(request, &Gate::default()).await.unwrap();
+        assert_eq!((who.role, who.verified, token), (Role::Admin, false, None));
+    }
+
+    #[actix_web::test]
+    async fn with_auth_on_no_token_is_unauthenticated_and_a_bad_one_never_echoed() {
+        let gate = Gate {
+            auth: true,
+            ..Gate::default()
+        };
+        let request = |path, headers| Request {
+            method: &Method::GET,
+            path,
+            host: "127.0.0.1:8080",
+            headers,
+        };
+        // No client: the check cannot be made, and says so.
+        let none = HeaderMap::new();
+        assert!(matches!(
+            check(request("/jobs", &none), &gate).await,
+            Err(Denied::Unavailable(_))
+        ));
+        let mut bad = HeaderMap::new();
+        bad.insert(
+            actix_web::http::header::AUTHORIZATION,
+            actix_web::http::header::HeaderValue::from_static("Bearer axt_x_secret-ish"),
+        );
+        let denied = check(request("/jobs", &bad), &gate).await.unwrap_err();
+        assert!(matches!(denied, Denied::Unauthenticated(_)));
+        assert!(!denied.to_string().contains("secret-ish"));
+        // The login page is reachable without one.
+        assert!(check(request("/login", &none), &gate).await.is_ok());
     }
 }

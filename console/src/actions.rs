@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::messages::{
-    commands, ApplyRequest, BackfillRequest, ControlReply, InstanceRequest, JobChange,
-    JobNameRequest, MarkRequest, QueueRequest, ReplayRequest, RerunRequest, TriggerRequest,
+    commands, ApplyRequest, ApprovalRequest, BackfillRequest, ControlReply, InstanceRequest,
+    JobChange, JobNameRequest, MarkRequest, QueueRequest, ReplayRequest, RerunRequest,
+    TriggerRequest,
 };
 use ax_bus::spec::{self, yaml::LocatedJob};
 use ax_bus::AxClient;
@@ -23,12 +24,44 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a planned command (re-run, backfill) may take on the Scheduler's side.
 const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Who the commands of the request being served are sent for: the caller's token and door,
+/// set by the server around each request ([`as_caller`]) so that every action carries them
+/// without each handler passing them on. Outside a request (the CLI calls these actions with
+/// its own client) the client's own token is used.
+#[derive(Clone, Debug)]
+pub struct Acting {
+    /// The caller's token.
+    pub token: Option<ax_bus::auth::token::Token>,
+    /// The door.
+    pub via: ax_bus::auth::Via,
+}
+
+tokio::task_local! {
+    static ACTING: Acting;
+}
+
+/// Runs `work` (a request's handling) with its commands sent for `acting`.
+pub async fn as_caller<F: std::future::Future>(acting: Acting, work: F) -> F::Output {
+    ACTING.scope(acting, work).await
+}
+
+/// `client` sending for the caller of the request being served, if there is one.
+fn for_caller(client: &AxClient) -> AxClient {
+    ACTING
+        .try_with(|acting| client.clone().acting_as(acting.token.clone(), acting.via))
+        .unwrap_or_else(|_| client.clone())
+}
+
 /// The reply, or the Scheduler's reasons for refusing.
 fn carried_out(reply: ControlReply) -> Result<ControlReply, Problem> {
     if reply.ok {
         Ok(reply)
     } else {
-        Err(Problem::Refused(reply.errors))
+        if reply.denied {
+            Err(Problem::Denied(reply.errors.join("; ")))
+        } else {
+            Err(Problem::Refused(reply.errors))
+        }
     }
 }
 
@@ -40,7 +73,7 @@ async fn send<T: serde::Serialize>(
     timeout: Duration,
 ) -> Result<ControlReply, Problem> {
     carried_out(
-        client
+        for_caller(client)
             .control(command, request, timeout)
             .await
             .map_err(unavailable)?,
@@ -293,6 +326,14 @@ pub async fn replay(
         requested_by: requested_by.to_string(),
     };
     send(client, commands::REPLAY, &request, PLANNED_TIMEOUT).await
+}
+
+/// Lists, approves or rejects re-runs waiting for a second person, as `ax approvals`.
+pub async fn approval(
+    client: &AxClient,
+    request: &ApprovalRequest,
+) -> Result<ControlReply, Problem> {
+    send(client, commands::APPROVAL, request, PLANNED_TIMEOUT).await
 }
 
 /// Pauses or resumes a priority's queue, as `ax queue pause|resume`.

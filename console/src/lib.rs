@@ -5,7 +5,8 @@
 //! - [`server`]: the HTTP server a node starts ([`server::start`]) and the headers every answer
 //!   carries (CSP, no framing, no sniffing);
 //! - [`access`]: the one access check every request passes, whatever its route — the roles
-//!   each route needs, who asks, and [`csrf`] for every state change;
+//!   each route needs, who asks (a bearer token, or a login's [`session`]), and [`csrf`] for
+//!   every state change;
 //! - [`actions`]: what the console and the API change, one call each, shared by both;
 //! - [`index`]: the instances the lists page through, kept current from the bucket;
 //! - [`job_view`]: a job as readers see it (next fire, redacted summary), for the CLI too;
@@ -30,3 +31,4 @@ pub mod layout;
 mod pages;
 pub mod problem;
 pub mod server;
+pub mod session;

@@ -16,6 +16,9 @@ pub enum Problem {
     /// The Scheduler refused it (wrong state, bad value); its reasons, one per line.
     #[error("{}", .0.join("; "))]
     Refused(Vec<String>),
+    /// The Scheduler refused it for who asked (a role too low, a revoked token).
+    #[error("{0}")]
+    Denied(String),
     /// NATS or the Scheduler did not answer.
     #[error("{0}")]
     Unavailable(String),
@@ -26,12 +29,13 @@ pub(crate) fn unavailable(e: impl std::fmt::Display) -> Problem {
 }
 
 impl Problem {
-    /// The HTTP status of this kind: 400, 404, 409 or 503.
+    /// The HTTP status of this kind: 400, 404, 409, 403 or 503.
     pub fn status(&self) -> StatusCode {
         match self {
             Problem::Malformed(_) => StatusCode::BAD_REQUEST,
             Problem::NotFound(_) => StatusCode::NOT_FOUND,
             Problem::Refused(_) => StatusCode::CONFLICT,
+            Problem::Denied(_) => StatusCode::FORBIDDEN,
             Problem::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }

@@ -12,8 +12,9 @@ use actix_web::{web, App, HttpMessage, HttpResponse, HttpServer};
 
 use ax_bus::AxClient;
 
+use crate::access::{self, Via};
+use crate::csrf;
 use crate::index::InstanceIndex;
-use crate::{access, csrf};
 
 /// The largest request body taken (a job spec is at most 256 KiB; 413 beyond this).
 pub(crate) const BODY_LIMIT: usize = 512 * 1024;
@@ -59,6 +60,8 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// Whether to serve the console and its JSON API (role `admin`) beside `/metrics`.
     pub console: bool,
+    /// Whether every route but the login needs a valid token (`[auth] enabled`).
+    pub auth: bool,
 }
 
 /// What the handlers share.
@@ -70,6 +73,8 @@ pub(crate) struct State {
     data_dir: Option<PathBuf>,
     /// The index of instances the lists page through (console nodes only).
     pub(crate) index: Option<InstanceIndex>,
+    /// Who may ask what: the access check's view of identities and logins.
+    pub(crate) gate: access::Gate,
 }
 
 /// Starts the server on `listen` (`HOST:PORT`; port 0 picks a free one) on the current actix
@@ -80,10 +85,16 @@ pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
         (Some(client), true) => Some(InstanceIndex::follow(client.clone())),
         _ => None,
     };
+    let gate = access::Gate {
+        auth: options.auth,
+        client: options.client.clone(),
+        sessions: crate::session::Sessions::default(),
+    };
     let state = web::Data::new(State {
         client: options.client,
         data_dir: options.data_dir,
         index,
+        gate,
     });
     let bind_error = |source| ServerError::Bind {
         addr: listen.to_string(),
@@ -138,22 +149,35 @@ async fn checked(
     next: Next<BoxBody>,
 ) -> Result<ServiceResponse<EitherBody<BoxBody>>, actix_web::Error> {
     let host = request.connection_info().host().to_string();
-    let verdict = access::check(access::Request {
-        method: request.method(),
-        path: request.path(),
-        host: &host,
-        headers: request.headers(),
-    });
+    let gate = request
+        .app_data::<web::Data<State>>()
+        .map(|state| state.gate.clone())
+        .unwrap_or_default();
+    let verdict = access::check(
+        access::Request {
+            method: request.method(),
+            path: request.path(),
+            host: &host,
+            headers: request.headers(),
+        },
+        &gate,
+    )
+    .await;
     let cached = request.path().starts_with("/static/");
+    let api = request.path().starts_with("/api/") || request.path() == "/metrics";
     let mut response = match verdict {
-        Ok(principal) => {
+        Ok((principal, token)) => {
             let existing = csrf::cookie_token(request.headers());
-            let token = existing.clone().unwrap_or_else(csrf::new_token);
+            let csrf_token = existing.clone().unwrap_or_else(csrf::new_token);
+            let via = if api { Via::Api } else { Via::Console };
             request.extensions_mut().insert(access::Caller {
                 principal,
-                csrf: token.clone(),
+                csrf: csrf_token.clone(),
+                token: token.clone(),
+                via,
             });
-            let mut response = next.call(request).await?;
+            let acting = crate::actions::Acting { token, via };
+            let mut response = crate::actions::as_caller(acting, next.call(request)).await?;
             let html = response
                 .headers()
                 .get(header::CONTENT_TYPE)
@@ -161,20 +185,42 @@ async fn checked(
                 .is_some_and(|v| v.starts_with("text/html"));
             if existing.is_none() && html {
                 // Only pages embed the token, so only they give the cookie.
-                response.response_mut().add_cookie(&csrf::cookie(&token))?;
+                response
+                    .response_mut()
+                    .add_cookie(&csrf::cookie(&csrf_token))?;
             }
             response.map_into_left_body()
         }
         Err(denied) => {
             tracing::info!(reason = %denied, "request refused");
             let fragment = request.headers().contains_key("hx-request");
-            let response = if fragment {
-                HttpResponse::Forbidden()
-                    .content_type("text/html; charset=utf-8")
-                    .body(crate::pages::refusal(&denied.to_string()))
-            } else {
-                HttpResponse::Forbidden().json(error_body(&denied.to_string()))
+            let status = match &denied {
+                access::Denied::Unauthenticated(_) => actix_web::http::StatusCode::UNAUTHORIZED,
+                access::Denied::Unavailable(_) => actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                _ => actix_web::http::StatusCode::FORBIDDEN,
             };
+            let login = matches!(denied, access::Denied::Unauthenticated(_));
+            let response =
+                if login && !api && !fragment && request.method() == actix_web::http::Method::GET {
+                    // A page without a login: to the login, then back.
+                    HttpResponse::SeeOther()
+                        .insert_header((header::LOCATION, "/login"))
+                        .finish()
+                } else if fragment {
+                    let mut response = HttpResponse::build(status);
+                    if login {
+                        response.insert_header(("HX-Redirect", "/login"));
+                    }
+                    response
+                        .content_type("text/html; charset=utf-8")
+                        .body(crate::pages::refusal(&denied.to_string()))
+                } else {
+                    let mut response = HttpResponse::build(status);
+                    if login {
+                        response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+                    }
+                    response.json(error_body(&denied.to_string()))
+                };
             request.into_response(response).map_into_right_body()
         }
     };

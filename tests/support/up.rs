@@ -21,17 +21,25 @@ pub(crate) struct Up {
 }
 
 pub(crate) async fn up(dir: &Path) -> Up {
+    up_with(dir, &[]).await
+}
+
+/// [`up`] with more arguments (`--auth`).
+pub(crate) async fn up_with(dir: &Path, extra: &[&str]) -> Up {
     let (nats_port, http_port) = (free_port().unwrap(), free_port().unwrap());
     let binary = find_binary().expect("pinned nats-server");
+    let (nats_port_text, http_port_text) = (nats_port.to_string(), http_port.to_string());
+    let mut args = vec![
+        "up",
+        "--nats-port",
+        &nats_port_text,
+        "--http-port",
+        &http_port_text,
+    ];
+    args.extend_from_slice(extra);
     let process = AxProcess::spawn_with_env(
         None,
-        &[
-            "up",
-            "--nats-port",
-            &nats_port.to_string(),
-            "--http-port",
-            &http_port.to_string(),
-        ],
+        &args,
         dir,
         &dir.join("up.log"),
         &[(BINARY_ENV, binary.to_str().expect("utf-8 path"))],

@@ -27,6 +27,8 @@ pub(crate) mod editor;
 pub(crate) mod fleet;
 pub(crate) mod instances;
 pub(crate) mod jobs;
+pub(crate) mod login;
+pub(crate) mod trail;
 
 /// The pages' routes.
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
@@ -37,6 +39,8 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
     editor::routes(config);
     jobs::routes(config);
     instances::routes(config);
+    login::routes(config);
+    trail::routes(config);
 }
 
 /// What every page's frame shows: who is acting, the token its script sends back, where we are.
@@ -46,6 +50,12 @@ pub(crate) struct Chrome {
     pub(crate) who: String,
     pub(crate) role: String,
     pub(crate) section: &'static str,
+    /// Signed in with a token (auth on): the frame offers to sign out.
+    pub(crate) signed_in: bool,
+    /// May trigger, pause, cancel, re-run: the pages show those controls.
+    pub(crate) can_operate: bool,
+    /// May apply, delete, mark, pause queues, decide approvals.
+    pub(crate) can_admin: bool,
 }
 
 impl Chrome {
@@ -55,6 +65,9 @@ impl Chrome {
             who: caller.principal.name.clone(),
             role: caller.principal.role.to_string(),
             section,
+            signed_in: caller.principal.verified,
+            can_operate: caller.may(crate::access::Role::Operator),
+            can_admin: caller.may(crate::access::Role::Admin),
         }
     }
 }
@@ -67,8 +80,10 @@ pub(crate) fn caller(request: &HttpRequest) -> Caller {
         .get::<Caller>()
         .cloned()
         .unwrap_or_else(|| Caller {
-            principal: crate::access::principal(),
+            principal: crate::access::Principal::unverified("anonymous"),
             csrf: String::new(),
+            token: None,
+            via: crate::access::Via::Console,
         })
 }
 

@@ -1,0 +1,73 @@
+//! Signing in and out of the console (with `[auth]` on): a token pasted once opens a session
+//! ([`crate::session`]); the token is checked as any bearer token is, and a wrong one is told
+//! in one line that never repeats it.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use serde::Deserialize;
+
+use ax_bus::auth::token::Token;
+use ax_bus::client::auth::CheckError;
+
+use crate::pages::{self, Chrome, Outcome};
+use crate::server::State;
+use crate::session;
+
+pub(crate) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/login", web::get().to(page))
+        .route("/login", web::post().to(sign_in))
+        .route("/logout", web::post().to(sign_out));
+}
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct Login {
+    chrome: Chrome,
+}
+
+async fn page(request: HttpRequest) -> HttpResponse {
+    let chrome = Chrome::of(&pages::caller(&request), "login");
+    pages::html(StatusCode::OK, &Login { chrome })
+}
+
+#[derive(Debug, Deserialize)]
+struct SignIn {
+    token: String,
+}
+
+async fn sign_in(state: web::Data<State>, form: web::Form<SignIn>) -> HttpResponse {
+    let refused = |status, text: String| pages::html(status, &Outcome::failed(text));
+    let token = match Token::parse(&form.token) {
+        Ok(token) => token,
+        Err(e) => return refused(StatusCode::UNAUTHORIZED, e.to_string()),
+    };
+    let Some(client) = &state.gate.client else {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this node has no NATS connection".into(),
+        );
+    };
+    match client.check_token(Some(&token)).await {
+        Ok(who) => {
+            let id = state.gate.sessions.open(token);
+            tracing::info!(who = %who.name, role = %who.role, "signed in to the console");
+            HttpResponse::Ok()
+                .cookie(session::cookie(&id))
+                .insert_header(("HX-Redirect", "/"))
+                .content_type("text/html; charset=utf-8")
+                .body(format!("signed in as {}", who.name))
+        }
+        Err(CheckError::Token(e)) => refused(StatusCode::UNAUTHORIZED, e.to_string()),
+        Err(CheckError::Client(e)) => refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+async fn sign_out(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
+    state.gate.sessions.close(request.headers());
+    HttpResponse::Ok()
+        .cookie(session::cookie(""))
+        .insert_header(("HX-Redirect", "/login"))
+        .finish()
+}

@@ -1,0 +1,190 @@
+//! The console and its API with `ax up --auth`: nothing without a token, a login for the
+//! browser, pages without the controls a role may not use, forged and out-of-role changes
+//! refused, and each change sent with its caller's token so the Scheduler records who.
+
+mod support;
+
+use std::time::Duration;
+
+use ax_bus::auth::audit::{AuditRecord, Outcome};
+use support::browser::Browser;
+use support::up::up_with;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = up_with(dir.path(), &["--auth"]).await;
+    let admin = dir.path().join(".ax/admin.token");
+    wait_for(Duration::from_secs(30), "the admin token", || async {
+        admin.exists().then_some(())
+    })
+    .await;
+    let as_admin = |args: &[&str]| {
+        let mut full = vec!["--token-file", admin.to_str().unwrap()];
+        full.extend_from_slice(args);
+        ax(&up.nats, &full)
+    };
+    let jobs = job_file(
+        dir.path(),
+        "greet.yaml",
+        "version: v1\njob: { name: greet, exec: { type: shell, command: 'echo hi' } }\n",
+    );
+    let out = as_admin(&["job", "apply", "-f", jobs.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let make = |name: &str, role: &str| {
+        let file = dir.path().join(format!("{name}.token"));
+        let out = as_admin(&[
+            "auth",
+            "token",
+            "create",
+            "--name",
+            name,
+            "--role",
+            role,
+            "--out",
+            file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        std::fs::read_to_string(file).unwrap().trim().to_string()
+    };
+    let viewer = make("watcher", "viewer");
+    let operator = make("ops", "operator");
+
+    // The API: 401 without a token (nothing said about any), 403 out of role, 200 in role.
+    let http = reqwest::Client::new();
+    let base = up.http.clone();
+    let none = http
+        .get(format!("{base}/api/v1/jobs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(none.status(), 401);
+    assert_eq!(
+        none.headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap()),
+        Some("Bearer")
+    );
+    let bad = http
+        .get(format!("{base}/api/v1/jobs"))
+        .bearer_auth({
+            // The viewer's token with its last digit changed.
+            let (head, last) = viewer.split_at(viewer.len() - 1);
+            format!("{head}{}", if last == "0" { "1" } else { "0" })
+        })
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 401);
+    let read = http
+        .get(format!("{base}/api/v1/jobs"))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    let trigger = |token: String| {
+        let http = http.clone();
+        let url = format!("{base}/api/v1/jobs/greet/trigger");
+        async move {
+            http.post(url)
+                .bearer_auth(token)
+                .json(&serde_json::json!({}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(trigger(viewer.clone()).await.status(), 403);
+    let done = trigger(operator.clone()).await;
+    assert_eq!(done.status(), 200);
+    let id = done.json::<serde_json::Value>().await.unwrap()["instance_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    final_record(&up.client, &id, Duration::from_secs(30)).await;
+    // The Scheduler recorded the operator, through the API.
+    let records = up
+        .client
+        .audit_since(chrono::DateTime::UNIX_EPOCH)
+        .await
+        .unwrap();
+    let by_api: Vec<&AuditRecord> = records
+        .iter()
+        .filter(|r| r.action == "trigger" && r.outcome == Outcome::Done)
+        .collect();
+    assert_eq!(by_api.len(), 1, "{records:?}");
+    assert_eq!(
+        (by_api[0].actor.as_str(), by_api[0].via.as_str()),
+        ("ops", "api")
+    );
+
+    // The browser: sent to the login, signed in as the viewer, shown no control.
+    let browser = Browser::start().await;
+    browser.open(&format!("{base}/jobs/greet")).await;
+    browser.element("#token").await;
+    browser.fill("#token", "axt_watcher_not-a-token").await;
+    browser.click("#sign-in").await;
+    browser
+        .until("the refusal", "#login-result", |t| {
+            t.contains("malformed token")
+        })
+        .await;
+    browser.fill("#token", &viewer).await;
+    browser.click("#sign-in").await;
+    browser
+        .until("the signed-in frame", "#who", |t| {
+            t.contains("watcher (viewer)")
+        })
+        .await;
+    browser.open(&format!("{base}/jobs/greet")).await;
+    browser.element("#next-fire").await;
+    for control in ["#trigger", "#pause", "#resume", "#delete", "#edit"] {
+        assert!(!browser.has(control).await, "a viewer is shown {control}");
+    }
+    browser.open(&format!("{base}/instances/{id}")).await;
+    browser.element("#state").await;
+    for control in ["#cancel", "#kill", "#mark", "#rerun"] {
+        assert!(!browser.has(control).await, "a viewer is shown {control}");
+    }
+    browser.open(&format!("{base}/audit")).await;
+    assert!(browser.text("#audit").await.contains("ops"));
+
+    // A forged POST (no page token), and one with it but out of role: both refused.
+    for script in [
+        "return fetch('/ui/jobs/greet/pause', {method: 'POST'}).then(r => r.status);",
+        "return fetch('/ui/jobs/greet/pause', {method: 'POST', headers: {'X-CSRF-Token': \
+         document.querySelector('meta[name=csrf-token]').content}}).then(r => r.status);",
+    ] {
+        let status = browser.client.execute(script, vec![]).await.unwrap();
+        assert_eq!(status, 403, "{script}");
+    }
+    let (job, _) = up
+        .client
+        .job(&"greet".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!job.paused, "a refused request changed the job");
+
+    // A revoked token ends its session on the next request.
+    let out = as_admin(&["auth", "token", "revoke", "watcher"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    browser.open(&format!("{base}/jobs")).await;
+    browser.element("#token").await;
+
+    // The operator signs in and out.
+    browser.fill("#token", &operator).await;
+    browser.click("#sign-in").await;
+    browser
+        .until("the signed-in frame", "#who", |t| {
+            t.contains("ops (operator)")
+        })
+        .await;
+    browser.open(&format!("{base}/jobs/greet")).await;
+    assert!(browser.has("#trigger").await && !browser.has("#delete").await);
+    browser.click("#sign-out").await;
+    browser.element("#token").await;
+    browser.client.clone().close().await.unwrap();
+}

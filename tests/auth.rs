@@ -302,3 +302,113 @@ async fn only_a_valid_token_of_a_high_enough_role_changes_anything() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_admin_approves_in_time_and_no_one_approves_their_own() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let config = nats.path("config").join("node.toml");
+    std::fs::write(
+        &config,
+        "[auth]\nenabled = true\nrequire_second_admin = true\napproval_ttl = \"3s\"\n",
+    )
+    .unwrap();
+    let _node = AxProcess::node(&nats, "n1", "all", &["--config", config.to_str().unwrap()]);
+    std::fs::create_dir_all(nats.path("tokens")).unwrap();
+    let admin = nats.path("tokens").join("admin");
+    wait_for(Duration::from_secs(30), "the first admin token", || async {
+        let out = ax(
+            &nats.url(),
+            &["auth", "bootstrap", "--out", admin.to_str().unwrap()],
+        );
+        out.status.success().then_some(())
+    })
+    .await;
+    // A role that does not exist: one line, nothing made.
+    let out = as_(
+        &nats,
+        &admin,
+        &["auth", "token", "create", "--name", "x", "--role", "root"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("`root` is not a role (viewer, operator, admin)"),
+        "{}",
+        stderr(&out)
+    );
+    let boss = token(&nats, &admin, "boss", "admin");
+    let jobs = job_file(&nats.path("jobs"), "chain.yaml", JOBS);
+    let out = as_(
+        &nats,
+        &admin,
+        &["job", "apply", "-f", jobs.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = as_(
+        &nats,
+        &admin,
+        &["job", "trigger", "up", "--biz-date", "2026-12-01"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let up = stdout(&out).split_whitespace().next().unwrap().to_string();
+    final_record(&client, &up, Duration::from_secs(30)).await;
+
+    // With require_second_admin, an admin's own forced re-run waits too, and they cannot
+    // approve it themselves.
+    let ask = || {
+        as_(
+            &nats,
+            &admin,
+            &["rerun", "--instance", &up, "--force-downstream"],
+        )
+    };
+    let first = approval_id(&ask());
+    let out = as_(&nats, &admin, &["approvals", "approve", &first]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("admin asked for it; another admin must approve it"),
+        "{}",
+        stderr(&out)
+    );
+    // Not decided in time: expired (as the listing finds it), and refused.
+    wait_for(
+        Duration::from_secs(15),
+        "the approval to expire",
+        || async {
+            let out = as_(&nats, &boss, &["approvals", "list", "--json"]);
+            let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).ok()?;
+            (listed[0]["state"] == "expired").then_some(())
+        },
+    )
+    .await;
+    let out = as_(&nats, &boss, &["approvals", "approve", &first]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is expired already"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Asked again and approved in time by the other admin: run once.
+    let second = approval_id(&ask());
+    let out = as_(&nats, &boss, &["approvals", "approve", &second]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for(Duration::from_secs(30), "the re-run", || async {
+        let id: ax_bus::ids::InstanceId = up.parse().unwrap();
+        let (record, _) = client.instance(&id).await.unwrap()?;
+        (record.attempt == 2 && record.state.is_final()).then_some(())
+    })
+    .await;
+    let records = client
+        .audit_since(chrono::DateTime::UNIX_EPOCH)
+        .await
+        .unwrap();
+    let expired = records
+        .iter()
+        .filter(|r| r.action == "approval.expire")
+        .count();
+    assert_eq!(expired, 1, "{records:?}");
+    assert!(records.iter().any(|r| r.action == "rerun"
+        && r.actor == "admin"
+        && r.approved_by.as_deref() == Some("boss")));
+}

@@ -299,7 +299,10 @@ pub enum Updated {
     Missing,
 }
 
-/// A connection with ax's JetStream objects.
+/// A connection with ax's JetStream objects. The bucket handles are shared (`Arc`): each is
+/// about 1.5 KB, and a client is cloned into many futures — held by value, the fourteen of
+/// them made a client 19 KB, every future holding one as large, and a debug build's actor
+/// threads overflowed their stacks.
 #[derive(Clone)]
 pub struct AxClient {
     /// The core connection.
@@ -309,35 +312,35 @@ pub struct AxClient {
     /// Names of subjects, streams and buckets.
     pub layout: Layout,
     /// Job registry.
-    pub jobs: kv::Store,
+    pub jobs: std::sync::Arc<kv::Store>,
     /// Instance records.
-    pub instances: kv::Store,
+    pub instances: std::sync::Arc<kv::Store>,
     /// Attempt claims.
-    pub claims: kv::Store,
+    pub claims: std::sync::Arc<kv::Store>,
     /// Worker heartbeats.
-    pub workers: kv::Store,
+    pub workers: std::sync::Arc<kv::Store>,
     /// Node heartbeats.
-    pub nodes: kv::Store,
+    pub nodes: std::sync::Arc<kv::Store>,
     /// Instances per business date and job.
-    pub deps: kv::Store,
+    pub deps: std::sync::Arc<kv::Store>,
     /// Instances held for their dependencies.
-    pub waiting: kv::Store,
+    pub waiting: std::sync::Arc<kv::Store>,
     /// Each job's latest instance.
-    pub latest: kv::Store,
+    pub latest: std::sync::Arc<kv::Store>,
     /// Leases.
-    pub leases: kv::Store,
+    pub leases: std::sync::Arc<kv::Store>,
     /// Paused queues.
-    pub queues: kv::Store,
+    pub queues: std::sync::Arc<kv::Store>,
     /// Re-dispatches in flight.
-    pub in_flight: kv::Store,
+    pub in_flight: std::sync::Arc<kv::Store>,
     /// Each day's summary.
-    pub summary: kv::Store,
+    pub summary: std::sync::Arc<kv::Store>,
     /// API tokens' hashes.
-    pub tokens: kv::Store,
+    pub tokens: std::sync::Arc<kv::Store>,
     /// Re-runs waiting for a second person.
-    pub approvals: kv::Store,
+    pub approvals: std::sync::Arc<kv::Store>,
     /// The token this client's commands carry, if any.
-    caller: Option<crate::auth::token::Token>,
+    caller: Option<std::sync::Arc<crate::auth::token::Token>>,
     /// The door its commands say they came through.
     via: crate::auth::Via,
     /// The node this client writes instance records for (stamped on each record it writes as
@@ -488,20 +491,20 @@ impl AxClient {
             }
         };
         Ok(Self {
-            jobs: bucket(layout.jobs_bucket()).await?,
-            instances: bucket(layout.instances_bucket()).await?,
-            claims: bucket(layout.claims_bucket()).await?,
-            workers: bucket(layout.workers_bucket()).await?,
-            in_flight: bucket(layout.in_flight_bucket()).await?,
-            nodes: bucket(layout.nodes_bucket()).await?,
-            deps: bucket(layout.deps_bucket()).await?,
-            waiting: bucket(layout.waiting_bucket()).await?,
-            latest: bucket(layout.latest_bucket()).await?,
-            leases: bucket(layout.leases_bucket()).await?,
-            queues: bucket(layout.queues_bucket()).await?,
-            summary: bucket(layout.summary_bucket()).await?,
-            tokens: bucket(layout.tokens_bucket()).await?,
-            approvals: bucket(layout.approvals_bucket()).await?,
+            jobs: std::sync::Arc::new(bucket(layout.jobs_bucket()).await?),
+            instances: std::sync::Arc::new(bucket(layout.instances_bucket()).await?),
+            claims: std::sync::Arc::new(bucket(layout.claims_bucket()).await?),
+            workers: std::sync::Arc::new(bucket(layout.workers_bucket()).await?),
+            in_flight: std::sync::Arc::new(bucket(layout.in_flight_bucket()).await?),
+            nodes: std::sync::Arc::new(bucket(layout.nodes_bucket()).await?),
+            deps: std::sync::Arc::new(bucket(layout.deps_bucket()).await?),
+            waiting: std::sync::Arc::new(bucket(layout.waiting_bucket()).await?),
+            latest: std::sync::Arc::new(bucket(layout.latest_bucket()).await?),
+            leases: std::sync::Arc::new(bucket(layout.leases_bucket()).await?),
+            queues: std::sync::Arc::new(bucket(layout.queues_bucket()).await?),
+            summary: std::sync::Arc::new(bucket(layout.summary_bucket()).await?),
+            tokens: std::sync::Arc::new(bucket(layout.tokens_bucket()).await?),
+            approvals: std::sync::Arc::new(bucket(layout.approvals_bucket()).await?),
             caller: None,
             via: crate::auth::Via::Control,
             nats,
@@ -524,7 +527,7 @@ impl AxClient {
         token: Option<crate::auth::token::Token>,
         via: crate::auth::Via,
     ) -> Self {
-        self.caller = token;
+        self.caller = token.map(std::sync::Arc::new);
         self.via = via;
         self
     }

@@ -108,7 +108,7 @@ pub(crate) async fn serve(desk: Desk) -> Result<(), ActorError> {
             // Any other command waits for the triggers sent before it, and holds back those
             // sent after it.
             handle_all(&desk, &mut triggers).await;
-            handle(&desk, &message).await;
+            Box::pin(handle(&desk, &message)).await;
         }
         handle_all(&desk, &mut triggers).await;
     }
@@ -143,7 +143,8 @@ async fn handle_all(desk: &Desk, triggers: &mut Vec<jetstream::Message>) {
                     }) => keys.insert((name, key)),
                     _ => true,
                 });
-        futures::future::join_all(round.iter().map(|message| handle(desk, message))).await;
+        futures::future::join_all(round.iter().map(|message| Box::pin(handle(desk, message))))
+            .await;
         *triggers = later;
     }
 }
@@ -190,10 +191,22 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
     let mut caller = caller::claimed(message);
     let (reply_to, outcome) = match reply_to {
         Ok(reply_to) => {
-            let outcome = match caller::authorize(desk, message, command, &mut caller).await {
-                Ok(()) => carry_out(desk, message, command, &caller, (published, sequence)).await,
-                Err(denied) => Err(denied),
-            };
+            // Boxed: each step's state lives on the heap, not in the pump's poll frame (a debug
+            // build's actor thread has a small stack).
+            let outcome =
+                match Box::pin(caller::authorize(desk, message, command, &mut caller)).await {
+                    Ok(()) => {
+                        Box::pin(carry_out(
+                            desk,
+                            message,
+                            command,
+                            &caller,
+                            (published, sequence),
+                        ))
+                        .await
+                    }
+                    Err(denied) => Err(denied),
+                };
             (reply_to, outcome)
         }
         // Refused before anything is carried out: whoever sent it meant the answer to land
@@ -216,7 +229,7 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
     let request = audit::request_of(command, message);
     if let Some(action) = audit::action_of(command, &request) {
         let record = audit::record(desk, &caller, action, request, &reply);
-        if let Err(e) = audit::publish(desk, sequence, &record).await {
+        if let Err(e) = Box::pin(audit::publish(desk, sequence, &record)).await {
             // Not acknowledged: carried out again on redelivery (commands are idempotent by
             // their ids and compare-and-swaps) and recorded then, once.
             tracing::warn!(command, error = %e, "cannot record the command on the audit stream; retrying later");

@@ -151,6 +151,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                     data_dir: Some(node_dir),
                     console,
                     auth: auth.enabled,
+                    node: Some(id.clone()),
                 },
             )
             .with_context(|| "--http (or [metrics] listen)")?,

@@ -91,7 +91,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
                 enabled: args.auth,
                 ..ax_actors::AuthSettings::default()
             },
-            ..NodeConfig::new(local, parse_roles("all")?, data_dir.join("worker"))
+            ..NodeConfig::new(local.clone(), parse_roles("all")?, data_dir.join("worker"))
         },
         Arc::new(SystemClock),
     )?;
@@ -103,6 +103,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
                 data_dir: Some(data_dir.clone()),
                 console: true,
                 auth: args.auth,
+                node: Some(local.clone()),
             },
         )
     };

@@ -167,6 +167,29 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
         .unwrap()
         .unwrap();
     assert!(!job.paused, "a refused request changed the job");
+    // Both refusals are on the audit trail, with who tried.
+    wait_for(
+        Duration::from_secs(10),
+        "the refusals in the audit",
+        || async {
+            let records = up
+                .client
+                .audit_since(chrono::DateTime::UNIX_EPOCH)
+                .await
+                .ok()?;
+            let refused = records
+                .iter()
+                .filter(|r| {
+                    r.action == "http"
+                        && r.outcome == Outcome::Denied
+                        && r.request["path"] == "/ui/jobs/greet/pause"
+                        && r.actor == "watcher"
+                })
+                .count();
+            (refused == 2).then_some(())
+        },
+    )
+    .await;
 
     // A revoked token ends its session on the next request.
     let out = as_admin(&["auth", "token", "revoke", "watcher"]);

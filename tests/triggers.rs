@@ -549,11 +549,11 @@ async fn a_burst_of_triggers_keeps_a_key_single_and_commands_in_order() {
         publish_json(&client, body, &inbox).await;
     }
     publish_command(&client, "delete", r#"{"name": "later"}"#, &inbox).await;
-    let _node = AxProcess::node(&nats, "n2", "scheduler", &[]);
+    let node = AxProcess::node(&nats, "n2", "scheduler", &[]);
     let mut messages = Vec::new();
     for _ in 0..26 {
         let reply = answer(&mut answers, "every command").await;
-        assert!(reply.ok, "{:?}", reply.errors);
+        assert!(reply.ok, "{:?}\n{}", reply.errors, node.log_text());
         messages.push((reply.instance_id.clone(), reply.message.clone()));
     }
     let dup = |message: &str| {

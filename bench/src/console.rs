@@ -103,6 +103,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             data_dir: None,
             console: true,
             auth: false,
+            node: None,
         },
     )?;
     let base = format!("http://{}", server.addr);

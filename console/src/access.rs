@@ -51,6 +51,8 @@ pub struct Gate {
     pub client: Option<AxClient>,
     /// The console's logins.
     pub sessions: Sessions,
+    /// The node serving (for the audit).
+    pub node: Option<ax_bus::ids::NodeId>,
 }
 
 /// Why a request was refused.
@@ -176,6 +178,80 @@ pub async fn check(
         who: who.name,
         has: who.role,
     })
+}
+
+/// Records a refusal on the audit trail (`ax.audit.http`) when it says something: a state
+/// change refused, or a token presented and refused (a revoked one, a role too low). A page
+/// read without any token — a browser on its way to the login — is not recorded. Sent in the
+/// background: the answer does not wait for it.
+pub fn audit_refusal(
+    gate: &Gate,
+    request: &actix_web::dev::ServiceRequest,
+    denied: &Denied,
+    via: Via,
+) {
+    let (Some(client), Some(node)) = (gate.client.clone(), gate.node.clone()) else {
+        return;
+    };
+    let headers = request.headers();
+    let bearer = headers
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let presented = bearer.is_some() || gate.sessions.token(headers).is_some();
+    if csrf::is_safe(request.method()) && !presented && !matches!(denied, Denied::Role { .. }) {
+        return;
+    }
+    let (actor, role, verified) = match denied {
+        Denied::Role { who, has, .. } => (who.clone(), *has, true),
+        _ => (
+            bearer
+                .and_then(|text| Token::parse(text).ok())
+                .or_else(|| gate.sessions.token(headers))
+                .map_or_else(|| "anonymous".to_string(), |t| t.name().to_string()),
+            Role::Viewer,
+            false,
+        ),
+    };
+    let record = ax_bus::auth::audit::AuditRecord {
+        action: "http".into(),
+        actor,
+        role,
+        verified,
+        via,
+        request: serde_json::json!({
+            "method": request.method().as_str(),
+            "path": request.path(),
+        }),
+        outcome: ax_bus::auth::audit::Outcome::Denied,
+        message: denied.to_string(),
+        approval: None,
+        approved_by: None,
+        dry_run: false,
+        detail: serde_json::Value::Null,
+        at: ax_bus::time::now(),
+        node,
+    };
+    actix_web::rt::spawn(async move {
+        let published = match ax_bus::codec::encode(&record) {
+            Ok(payload) => client
+                .js
+                .publish_with_headers(
+                    client.subjects().audit("http"),
+                    ax_bus::codec::msgpack_headers(),
+                    payload,
+                )
+                .await
+                .map(|_| ()),
+            Err(e) => {
+                tracing::warn!(error = %e, "a refusal's audit record does not encode");
+                return;
+            }
+        };
+        if let Err(e) = published {
+            tracing::warn!(error = %e, "a refusal was not recorded on the audit stream");
+        }
+    });
 }
 
 #[cfg(test)]

@@ -62,6 +62,8 @@ pub struct Options {
     pub console: bool,
     /// Whether every route but the login needs a valid token (`[auth] enabled`).
     pub auth: bool,
+    /// The node serving, named in the audit records of the requests it refuses.
+    pub node: Option<ax_bus::ids::NodeId>,
 }
 
 /// What the handlers share.
@@ -89,6 +91,7 @@ pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
         auth: options.auth,
         client: options.client.clone(),
         sessions: crate::session::Sessions::default(),
+        node: options.node.clone(),
     };
     let state = web::Data::new(State {
         client: options.client,
@@ -193,6 +196,12 @@ async fn checked(
         }
         Err(denied) => {
             tracing::info!(reason = %denied, "request refused");
+            access::audit_refusal(
+                &gate,
+                &request,
+                &denied,
+                if api { Via::Api } else { Via::Console },
+            );
             let fragment = request.headers().contains_key("hx-request");
             let status = match &denied {
                 access::Denied::Unauthenticated(_) => actix_web::http::StatusCode::UNAUTHORIZED,

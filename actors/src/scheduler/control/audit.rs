@@ -104,7 +104,9 @@ pub(crate) fn record(
     }
 }
 
-/// Publishes `record`, once per (command, action): `key` is the command's stream sequence.
+/// Publishes `record`, once per (command, action): `key` is the command's stream sequence. A
+/// slow or failed ack is tried again (the message id makes a repeat harmless) before giving up:
+/// a command not acknowledged for its audit comes back later, behind the commands sent after it.
 pub(crate) async fn publish(desk: &Desk, key: u64, record: &AuditRecord) -> Result<(), ActorError> {
     let client = &desk.client;
     let msg_id = if key == 0 {
@@ -112,14 +114,23 @@ pub(crate) async fn publish(desk: &Desk, key: u64, record: &AuditRecord) -> Resu
     } else {
         format!("audit:{key}:{}", record.action)
     };
-    publish::to_stream_acked(
-        client,
-        client.subjects().audit(&record.action),
-        &msg_id,
-        record,
-    )
-    .await
+    let subject = client.subjects().audit(&record.action);
+    let mut pause = std::time::Duration::from_millis(250);
+    for _ in 1..PUBLISH_TRIES {
+        match publish::to_stream_acked(client, subject.clone(), &msg_id, record).await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                tracing::debug!(error = %e, retry_in = ?pause, "audit record not stored yet");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+        }
+    }
+    publish::to_stream_acked(client, subject, &msg_id, record).await
 }
+
+/// How often an audit record is tried before its command is handed back for redelivery.
+const PUBLISH_TRIES: usize = 4;
 
 /// Records an action of ax's own (an approval's expiry, the backlog control), not a command's.
 pub(crate) async fn publish_system(

@@ -85,6 +85,21 @@ async fn raw_command(
     ax_bus::codec::decode(&answer.payload).unwrap()
 }
 
+/// `ax auth bootstrap` once a Scheduler takes commands; the admin token's file.
+async fn bootstrap(nats: &TestNats) -> PathBuf {
+    std::fs::create_dir_all(nats.path("tokens")).unwrap();
+    let admin = nats.path("tokens").join("admin");
+    wait_for(Duration::from_secs(30), "the first admin token", || async {
+        let out = ax(
+            &nats.url(),
+            &["auth", "bootstrap", "--out", admin.to_str().unwrap()],
+        );
+        out.status.success().then_some(())
+    })
+    .await;
+    admin
+}
+
 fn approval_id(out: &std::process::Output) -> String {
     let text = stderr(out);
     let at = text
@@ -103,16 +118,7 @@ async fn only_a_valid_token_of_a_high_enough_role_changes_anything() {
     let client = nats.client().await;
     let n1 = AxProcess::node(&nats, "n1", "all", &["--auth"]);
     let n2 = AxProcess::node(&nats, "n2", "scheduler", &["--auth"]);
-    std::fs::create_dir_all(nats.path("tokens")).unwrap();
-    let admin = nats.path("tokens").join("admin");
-    wait_for(Duration::from_secs(30), "the first admin token", || async {
-        let out = ax(
-            &nats.url(),
-            &["auth", "bootstrap", "--out", admin.to_str().unwrap()],
-        );
-        out.status.success().then_some(())
-    })
-    .await;
+    let admin = bootstrap(&nats).await;
     // Once only.
     let again = ax(
         &nats.url(),
@@ -314,16 +320,7 @@ async fn a_second_admin_approves_in_time_and_no_one_approves_their_own() {
     )
     .unwrap();
     let _node = AxProcess::node(&nats, "n1", "all", &["--config", config.to_str().unwrap()]);
-    std::fs::create_dir_all(nats.path("tokens")).unwrap();
-    let admin = nats.path("tokens").join("admin");
-    wait_for(Duration::from_secs(30), "the first admin token", || async {
-        let out = ax(
-            &nats.url(),
-            &["auth", "bootstrap", "--out", admin.to_str().unwrap()],
-        );
-        out.status.success().then_some(())
-    })
-    .await;
+    let admin = bootstrap(&nats).await;
     // A role that does not exist: one line, nothing made.
     let out = as_(
         &nats,

@@ -243,7 +243,7 @@ pub struct ControlReply {
     pub approvals: Vec<crate::auth::approval::Approval>,
     /// `auth list`: the tokens.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tokens: Vec<crate::auth::token::TokenSummary>,
+    pub tokens: Vec<crate::auth::token::TokenRecord>,
     /// What the command touched (an instance's state before and after, a dead letter), as the
     /// audit records it.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]

@@ -74,12 +74,17 @@ pub fn verify(method: &Method, host: &str, headers: &HeaderMap) -> Result<(), Fo
 
 /// The token of the request's cookie, if it has one.
 pub fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    cookie_value(headers, COOKIE)
+}
+
+/// The value of the request's cookie `name`, if it has one.
+pub fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(actix_web::http::header::COOKIE)
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| Cookie::parse(pair.trim().to_string()).ok())
-        .find(|c| c.name() == COOKIE)
+        .find(|c| c.name() == name)
         .map(|c| c.value().to_string())
 }
 

@@ -76,13 +76,7 @@ impl Sessions {
 
 /// The session id of the request's cookie.
 fn session_id(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(actix_web::http::header::COOKIE)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| Cookie::parse(pair.trim().to_string()).ok())
-        .find(|c| c.name() == COOKIE)
-        .map(|c| c.value().to_string())
+    crate::csrf::cookie_value(headers, COOKIE)
 }
 
 /// The cookie giving a browser session `id`, or (with an empty id) ending it.

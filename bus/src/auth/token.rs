@@ -141,6 +141,16 @@ impl Token {
     }
 }
 
+impl TokenRecord {
+    /// The record as a listing shows it: everything but the hash.
+    pub fn listed(&self) -> TokenRecord {
+        TokenRecord {
+            hash: String::new(),
+            ..self.clone()
+        }
+    }
+}
+
 /// A hash no secret has (of the right length, so the comparison takes as long).
 const NO_HASH: &str = "----------------------------------------------------------------";
 
@@ -152,14 +162,16 @@ pub fn hash(secret: &str) -> String {
         .collect()
 }
 
-/// A token as the tokens bucket holds it (under its name).
+/// A token as the tokens bucket holds it (under its name), and as listings show it, without
+/// its hash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenRecord {
     /// Its name.
     pub name: TokenName,
     /// What it may do.
     pub role: Role,
-    /// SHA-256 of its secret, hex.
+    /// SHA-256 of its secret, hex; empty (and left out) in listings ([`TokenRecord::listed`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hash: String,
     /// When it was made.
     pub created_at: DateTime<Utc>,
@@ -174,42 +186,6 @@ pub struct TokenRecord {
     /// Who revoked it.
     #[serde(default)]
     pub revoked_by: Option<String>,
-}
-
-/// A token as listings show it: everything but the hash.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenSummary {
-    /// Its name.
-    pub name: TokenName,
-    /// What it may do.
-    pub role: Role,
-    /// When it was made.
-    pub created_at: DateTime<Utc>,
-    /// Who made it.
-    pub created_by: String,
-    /// When it stops working.
-    #[serde(default)]
-    pub expires_at: Option<DateTime<Utc>>,
-    /// When it was revoked.
-    #[serde(default)]
-    pub revoked_at: Option<DateTime<Utc>>,
-    /// Who revoked it.
-    #[serde(default)]
-    pub revoked_by: Option<String>,
-}
-
-impl From<&TokenRecord> for TokenSummary {
-    fn from(r: &TokenRecord) -> Self {
-        Self {
-            name: r.name.clone(),
-            role: r.role,
-            created_at: r.created_at,
-            created_by: r.created_by.clone(),
-            expires_at: r.expires_at,
-            revoked_at: r.revoked_at,
-            revoked_by: r.revoked_by.clone(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
 use chrono::{DateTime, Utc};
 
-use ax_bus::auth::token::{TokenRecord, TokenSummary};
+use ax_bus::auth::token::TokenRecord;
 use ax_bus::auth::Role;
 use ax_bus::client::auth::BOOTSTRAP_KEY;
 use ax_bus::codec;
@@ -40,7 +40,7 @@ pub(crate) async fn handle(
             Ok(ControlReply {
                 ok: true,
                 message: format!("{} tokens", tokens.len()),
-                tokens: tokens.iter().map(TokenSummary::from).collect(),
+                tokens: tokens.iter().map(TokenRecord::listed).collect(),
                 ..ControlReply::default()
             })
         }

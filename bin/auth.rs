@@ -177,24 +177,11 @@ pub(crate) async fn approvals(
         .approvals
         .iter()
         .map(|a| {
-            let what = match (&a.request.instance, &a.request.biz_date, &a.request.root) {
-                (Some(instance), _, _) => format!("instance {instance}"),
-                (None, Some(date), Some(root)) => format!("{root} on {date}"),
-                (None, Some(date), None) => format!("every job on {date}"),
-                _ => "?".into(),
-            };
             vec![
                 a.id.to_string(),
                 a.state.as_str().to_string(),
                 a.requested_by.name.clone(),
-                format!(
-                    "{what}{}",
-                    if a.request.force_downstream {
-                        ", forced downstream"
-                    } else {
-                        ""
-                    }
-                ),
+                a.describe(),
                 a.plan.iter().filter(|s| s.will_run).count().to_string(),
                 instant(Some(a.expires_at)),
                 a.decided_by.clone().unwrap_or_default(),
@@ -228,21 +215,8 @@ pub(crate) struct AuditFilter {
 
 /// `ax audit list`.
 pub(crate) async fn audit(client: &AxClient, filter: &AuditFilter, json: bool) -> Result<()> {
-    let since = match ax_bus::time::parse_instant(&filter.since) {
-        Ok(at) => at,
-        Err(_) => {
-            let ago = ax_bus::time::parse_delay(&filter.since).map_err(|e| {
-                anyhow::anyhow!(
-                    "--since: `{}` is neither a duration nor an instant: {e}",
-                    filter.since
-                )
-            })?;
-            let ago = chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX);
-            ax_bus::time::now()
-                .checked_sub_signed(ago)
-                .unwrap_or(DateTime::<Utc>::MIN_UTC)
-        }
-    };
+    let since =
+        ax_bus::time::parse_since(&filter.since).map_err(|e| anyhow::anyhow!("--since: {e}"))?;
     let records: Vec<_> = client
         .audit_since(since)
         .await?

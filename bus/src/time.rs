@@ -25,6 +25,20 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// The start of a window given as `24h`, `7d` (that long before now) or an RFC 3339 instant
+/// (`ax audit list --since`, the console's audit page).
+pub fn parse_since(text: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(at) = parse_instant(text) {
+        return Ok(at);
+    }
+    let ago = parse_delay(text)
+        .map_err(|e| format!("`{text}` is neither a duration nor an instant: {e}"))?;
+    let ago = chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX);
+    Ok(now()
+        .checked_sub_signed(ago)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC))
+}
+
 /// Converts a JetStream/NATS server timestamp into chrono.
 pub fn from_server(t: time::OffsetDateTime) -> DateTime<Utc> {
     from_millis((t.unix_timestamp_nanos() / 1_000_000) as i64)
@@ -127,6 +141,26 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_window_starts_at_an_instant_or_a_while_ago() {
+        assert_eq!(
+            parse_since("2026-12-01T00:00:00Z").map(rfc3339),
+            Ok("2026-12-01T00:00:00.000Z".to_string())
+        );
+        let day_ago = parse_since("24h").unwrap();
+        assert!(
+            (now() - day_ago - chrono::Duration::hours(24))
+                .num_seconds()
+                .abs()
+                < 5
+        );
+        let err = parse_since("yesterday").unwrap_err();
+        assert!(
+            err.contains("`yesterday` is neither a duration nor an instant"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn business_dates_are_exactly_yyyy_mm_dd() {

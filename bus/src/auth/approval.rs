@@ -85,4 +85,21 @@ impl Approval {
     pub fn pending_at(&self, now: DateTime<Utc>) -> bool {
         self.state == ApprovalState::Pending && self.expires_at > now
     }
+
+    /// The re-run asked for, in a few words (`instance x`, `load on 2026-12-01, forced
+    /// downstream`), for listings.
+    pub fn describe(&self) -> String {
+        let r = &self.request;
+        let what = match (&r.instance, &r.biz_date, &r.root) {
+            (Some(instance), _, _) => format!("instance {instance}"),
+            (None, Some(date), Some(root)) => format!("{root} on {date}"),
+            (None, Some(date), None) => format!("every job on {date}"),
+            _ => "nothing".to_string(),
+        };
+        if r.force_downstream {
+            format!("{what}, forced downstream")
+        } else {
+            what
+        }
+    }
 }

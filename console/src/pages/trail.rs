@@ -66,23 +66,12 @@ async fn approvals(state: web::Data<State>, request: HttpRequest) -> HttpRespons
             } else {
                 a.state
             };
-            let r = &a.request;
-            let what = match (&r.instance, &r.biz_date, &r.root) {
-                (Some(instance), _, _) => format!("instance {instance}"),
-                (None, Some(date), Some(root)) => format!("{root} on {date}"),
-                (None, Some(date), None) => format!("every job on {date}"),
-                _ => String::new(),
-            };
             ApprovalRow {
                 id: a.id.to_string(),
                 state: state.as_str(),
                 pending,
                 asked_by: a.requested_by.name.clone(),
-                what: if r.force_downstream {
-                    format!("{what}, forced downstream")
-                } else {
-                    what
-                },
+                what: a.describe(),
                 runs: a.plan.iter().filter(|s| s.will_run).count(),
                 expires: ax_bus::time::rfc3339(a.expires_at),
                 decided: match (&a.decided_by, &a.reason) {
@@ -188,9 +177,11 @@ async fn audit(
         .clone()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "24h".into());
-    let since = match since_of(&since_text) {
+    let since = match ax_bus::time::parse_since(&since_text) {
         Ok(since) => since,
-        Err(e) => return pages::error_page(&request, StatusCode::BAD_REQUEST, e),
+        Err(e) => {
+            return pages::error_page(&request, StatusCode::BAD_REQUEST, format!("since: {e}"))
+        }
     };
     let actor = query.actor.clone().unwrap_or_default();
     let action = query.action.clone().unwrap_or_default();
@@ -242,17 +233,4 @@ async fn audit(
             records: rows,
         },
     )
-}
-
-/// `24h`, `7d` or an RFC 3339 instant, as `ax audit list --since` takes it.
-fn since_of(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
-    if let Ok(at) = ax_bus::time::parse_instant(text) {
-        return Ok(at);
-    }
-    let ago = ax_bus::time::parse_delay(text)
-        .map_err(|e| format!("since: `{text}` is neither a duration nor an instant: {e}"))?;
-    let ago = chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX);
-    Ok(ax_bus::time::now()
-        .checked_sub_signed(ago)
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC))
 }

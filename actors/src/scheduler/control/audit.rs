@@ -29,13 +29,17 @@ pub(crate) fn action_of(command: &str, request: &serde_json::Value) -> Option<St
     }
 }
 
+/// A command's payload as JSON, decoded once for the caller's claim and the audit (`null`
+/// when it does not decode; the command itself is then refused with the reason).
+pub(crate) fn decoded(message: &jetstream::Message) -> serde_json::Value {
+    codec::decode_by_header(message.headers.as_ref(), &message.payload)
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// What was asked, as the audit keeps it: the request without secrets (a token's hash) and
 /// without job definitions (an apply is recorded by the names it applied; the registry's
 /// history keeps the definitions).
-pub(crate) fn request_of(command: &str, message: &jetstream::Message) -> serde_json::Value {
-    let mut request: serde_json::Value =
-        codec::decode_by_header(message.headers.as_ref(), &message.payload)
-            .unwrap_or(serde_json::Value::Null);
+pub(crate) fn request_of(command: &str, mut request: serde_json::Value) -> serde_json::Value {
     if let Some(map) = request.as_object_mut() {
         map.remove("hash");
         if command == commands::APPLY {

@@ -24,13 +24,6 @@ pub(crate) struct Caller {
     pub(crate) via: Via,
 }
 
-/// Just the `requested_by` of any command (`user@host` from the CLI).
-#[derive(serde::Deserialize)]
-struct Said {
-    #[serde(default)]
-    requested_by: String,
-}
-
 fn header<'m>(message: &'m jetstream::Message, name: &str) -> Option<&'m str> {
     message
         .headers
@@ -39,13 +32,15 @@ fn header<'m>(message: &'m jetstream::Message, name: &str) -> Option<&'m str> {
         .map(|v| v.as_str())
 }
 
-/// Who the message says sent it, before any check.
-pub(crate) fn claimed(message: &jetstream::Message) -> Caller {
-    let said = codec::decode_by_header::<Said>(message.headers.as_ref(), &message.payload)
-        .map(|s| s.requested_by)
+/// Who the message says sent it (its `request`'s `requested_by`, `user@host` from the CLI),
+/// before any check.
+pub(crate) fn claimed(message: &jetstream::Message, request: &serde_json::Value) -> Caller {
+    let said = request
+        .get("requested_by")
+        .and_then(|s| s.as_str())
         .unwrap_or_default();
     Caller {
-        principal: Principal::unverified(&said),
+        principal: Principal::unverified(said),
         via: Via::from_header(header(message, auth::VIA_HEADER)),
     }
 }

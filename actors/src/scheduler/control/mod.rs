@@ -188,7 +188,8 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
         |_| (ax_bus::time::now(), 0),
         |i| (ax_bus::time::from_server(i.published), i.stream_sequence),
     );
-    let mut caller = caller::claimed(message);
+    let request = audit::decoded(message);
+    let mut caller = caller::claimed(message, &request);
     let (reply_to, outcome) = match reply_to {
         Ok(reply_to) => {
             // Boxed: each step's state lives on the heap, not in the pump's poll frame (a debug
@@ -226,7 +227,7 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
             return;
         }
     };
-    let request = audit::request_of(command, message);
+    let request = audit::request_of(command, request);
     if let Some(action) = audit::action_of(command, &request) {
         let record = audit::record(desk, &caller, action, request, &reply);
         if let Err(e) = Box::pin(audit::publish(desk, sequence, &record)).await {

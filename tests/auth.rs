@@ -82,7 +82,7 @@ async fn raw_command(
         .await
         .expect("an answer")
         .unwrap();
-    ax_bus::codec::decode(&answer.payload).unwrap()
+    serde_json::from_slice(&answer.payload).expect("a JSON command is answered in JSON")
 }
 
 /// `ax auth bootstrap` once a Scheduler takes commands; the admin token's file.

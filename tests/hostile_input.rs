@@ -83,7 +83,8 @@ async fn answers_go_only_to_inboxes() {
         .await
         .expect("an answer in the inbox")
         .unwrap();
-    let reply: ControlReply = codec::decode(&answer.payload).unwrap();
+    let reply: ControlReply =
+        codec::decode_by_header(answer.headers.as_ref(), &answer.payload).unwrap();
     assert!(reply.ok, "{:?}", reply.errors);
     assert_eq!(client.instances(None).await.unwrap().len(), 1);
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());

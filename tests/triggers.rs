@@ -40,7 +40,10 @@ async fn answer(
         .await
         .unwrap_or_else(|_| panic!("no answer to {what}"))
         .unwrap();
-    ax_bus::codec::decode(&message.payload).unwrap()
+    // Asked in JSON, answered in JSON, and the answer says so.
+    let content_type = message.headers.as_ref().and_then(|h| h.get("Content-Type"));
+    assert_eq!(content_type.map(|v| v.as_str()), Some("application/json"));
+    serde_json::from_slice(&message.payload).unwrap()
 }
 
 /// Sends a JSON trigger command and returns the Scheduler's answer.

@@ -19,6 +19,9 @@ pub enum CodecError {
     /// The value could not be written as MessagePack.
     #[error("cannot encode message: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
+    /// The value could not be written as JSON.
+    #[error("cannot encode message as json: {0}")]
+    EncodeJson(serde_json::Error),
     /// The bytes are not valid MessagePack for the expected type.
     #[error("malformed msgpack payload: {0}")]
     DecodeMsgpack(#[from] rmp_serde::decode::Error),
@@ -47,21 +50,70 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, CodecError> {
     Ok(rmp_serde::from_slice(payload)?)
 }
 
+/// The two encodings ax speaks, told apart by a message's Content-Type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// MessagePack with named fields: the default, and what no Content-Type means.
+    MsgPack,
+    /// JSON, taken on the control and request subjects and answered in kind.
+    Json,
+}
+
+impl Encoding {
+    /// The encoding `headers` announce. Compared by media type: parameters such as
+    /// `; charset=utf-8` do not change the codec.
+    pub fn of(headers: Option<&HeaderMap>) -> Result<Self, CodecError> {
+        let content_type = headers.and_then(|h| h.get(CONTENT_TYPE)).map(|v| {
+            let media = v.as_str().split(';').next().unwrap_or_default();
+            media.trim().to_ascii_lowercase()
+        });
+        match content_type.as_deref() {
+            None | Some(MSGPACK) | Some("application/x-msgpack") => Ok(Self::MsgPack),
+            Some(JSON) => Ok(Self::Json),
+            Some(other) => Err(CodecError::UnsupportedContentType(other.to_string())),
+        }
+    }
+
+    /// The answer's encoding for a request with `headers`: the request's own, MessagePack when
+    /// it named one ax does not speak.
+    pub fn answering(headers: Option<&HeaderMap>) -> Self {
+        Self::of(headers).unwrap_or(Self::MsgPack)
+    }
+
+    /// Its media type.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            Self::MsgPack => MSGPACK,
+            Self::Json => JSON,
+        }
+    }
+
+    /// `value` in this encoding, with the headers that say so.
+    pub fn encode<T: Serialize>(self, value: &T) -> Result<(HeaderMap, Bytes), CodecError> {
+        let payload = match self {
+            Self::MsgPack => encode(value)?,
+            Self::Json => Bytes::from(serde_json::to_vec(value).map_err(CodecError::EncodeJson)?),
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, self.media_type());
+        Ok((headers, payload))
+    }
+
+    /// Decodes `payload` written in this encoding.
+    pub fn decode<T: DeserializeOwned>(self, payload: &[u8]) -> Result<T, CodecError> {
+        match self {
+            Self::MsgPack => decode(payload),
+            Self::Json => Ok(serde_json::from_slice(payload)?),
+        }
+    }
+}
+
 /// Decodes by the message's Content-Type: JSON when it says so, MessagePack otherwise.
 pub fn decode_by_header<T: DeserializeOwned>(
     headers: Option<&HeaderMap>,
     payload: &[u8],
 ) -> Result<T, CodecError> {
-    // Compared by media type: parameters such as `; charset=utf-8` do not change the codec.
-    let content_type = headers.and_then(|h| h.get(CONTENT_TYPE)).map(|v| {
-        let media = v.as_str().split(';').next().unwrap_or_default();
-        media.trim().to_ascii_lowercase()
-    });
-    match content_type.as_deref() {
-        None | Some(MSGPACK) | Some("application/x-msgpack") => decode(payload),
-        Some(JSON) => Ok(serde_json::from_slice(payload)?),
-        Some(other) => Err(CodecError::UnsupportedContentType(other.to_string())),
-    }
+    Encoding::of(headers)?.decode(payload)
 }
 
 /// An optional value that the wire writes as an empty string when absent (as results write

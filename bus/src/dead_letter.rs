@@ -50,6 +50,7 @@ pub struct DeadLetter {
     /// `undecodable`, `exhausted` or `max_deliveries`.
     pub kind: String,
     /// When it was stored as a dead letter.
+    #[serde(default, with = "crate::time::wire_opt")]
     pub at: Option<DateTime<Utc>>,
     /// Why it died.
     pub reason: String,

@@ -104,6 +104,7 @@ impl StepKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Step {
     /// When it happened.
+    #[serde(with = "crate::time::wire")]
     pub at: DateTime<Utc>,
     /// What happened.
     pub step: StepKind,

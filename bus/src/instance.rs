@@ -218,12 +218,16 @@ pub struct InstanceRecord {
     /// Detail beside the state.
     pub tag: Tag,
     /// When the instance was due.
+    #[serde(with = "crate::time::wire")]
     pub expected_time: DateTime<Utc>,
     /// When the record was created.
+    #[serde(with = "crate::time::wire")]
     pub created_at: DateTime<Utc>,
     /// When the current attempt started executing.
+    #[serde(default, with = "crate::time::wire_opt")]
     pub started_at: Option<DateTime<Utc>>,
     /// When the current attempt finished.
+    #[serde(default, with = "crate::time::wire_opt")]
     pub finished_at: Option<DateTime<Utc>>,
     /// The worker of the current attempt.
     pub worker: Option<WorkerId>,
@@ -238,7 +242,7 @@ pub struct InstanceRecord {
     /// The queue it goes through.
     pub priority: Priority,
     /// When the next attempt is due (state `waiting_retry`).
-    #[serde(default)]
+    #[serde(default, with = "crate::time::wire_opt")]
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Exit code of the last process, when there was one.
     #[serde(default)]
@@ -280,6 +284,7 @@ pub struct DispatchNote {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router: Option<NodeId>,
     /// When the dispatch was stored (the server's timestamp of the dispatch message).
+    #[serde(with = "crate::time::wire")]
     pub at: DateTime<Utc>,
     /// Which delivery of the dispatch message the worker claimed (1 = the first; more: it was
     /// redelivered).
@@ -287,6 +292,7 @@ pub struct DispatchNote {
     /// The claim's revision: the fence a stale holder of the attempt cannot pass.
     pub fence: u64,
     /// When the worker acknowledged the dispatch to its Router.
+    #[serde(with = "crate::time::wire")]
     pub acknowledged_at: DateTime<Utc>,
     /// Workers this attempt was dispatched to before, which did not acknowledge it in time or
     /// died: the Router passed them over.
@@ -348,8 +354,10 @@ pub struct AttemptEnd {
     /// The worker.
     pub worker: WorkerId,
     /// When the attempt started executing.
+    #[serde(default, with = "crate::time::wire_opt")]
     pub started_at: Option<DateTime<Utc>>,
     /// When it ended.
+    #[serde(with = "crate::time::wire")]
     pub finished_at: DateTime<Utc>,
     /// Exit code, when a process ran.
     pub exit_code: Option<i32>,

@@ -110,7 +110,7 @@ pub enum AuthRequest {
         /// SHA-256 of its secret, hex.
         hash: String,
         /// When it stops working.
-        #[serde(default)]
+        #[serde(default, with = "crate::time::wire_opt")]
         expires_at: Option<DateTime<Utc>>,
     },
     /// Every token, without hashes.
@@ -269,6 +269,7 @@ pub struct JobRecord {
     /// Paused jobs do not fire on their cron.
     pub paused: bool,
     /// Last change.
+    #[serde(with = "crate::time::wire")]
     pub updated_at: DateTime<Utc>,
 }
 
@@ -321,6 +322,7 @@ pub struct WorkItem {
     /// Business date.
     pub biz_date: String,
     /// When the instance was due.
+    #[serde(with = "crate::time::wire")]
     pub expected_time: DateTime<Utc>,
     /// Effective params.
     pub params: BTreeMap<String, serde_json::Value>,
@@ -502,6 +504,7 @@ pub struct TickRecord {
     /// The job.
     pub job: JobName,
     /// The tick (expected fire time).
+    #[serde(with = "crate::time::wire")]
     pub tick: DateTime<Utc>,
     /// What became of it.
     pub outcome: TickOutcome,
@@ -512,6 +515,7 @@ pub struct TickRecord {
     /// The Scheduler that recorded it.
     pub node: NodeId,
     /// When it was recorded.
+    #[serde(with = "crate::time::wire")]
     pub at: DateTime<Utc>,
 }
 
@@ -529,6 +533,7 @@ pub struct Waiting {
     /// The attempt waiting.
     pub work: WorkItem,
     /// Since when.
+    #[serde(with = "crate::time::wire")]
     pub since: DateTime<Utc>,
     /// For an instance split into shards: the children it waits for.
     #[serde(default)]
@@ -635,16 +640,20 @@ pub struct ResultMessage {
     #[serde(with = "crate::codec::empty_as_none")]
     pub worker: Option<WorkerId>,
     /// When the instance was due.
+    #[serde(with = "crate::time::wire")]
     pub expected_time: DateTime<Utc>,
     /// When the attempt started.
+    #[serde(default, with = "crate::time::wire_opt")]
     pub started_at: Option<DateTime<Utc>>,
     /// When it finished.
+    #[serde(with = "crate::time::wire")]
     pub finished_at: DateTime<Utc>,
     /// `finished_at - started_at` in milliseconds.
     pub duration_ms: Option<i64>,
     /// Exit code, when a process ran.
     pub exit_code: Option<i32>,
     /// When the next attempt is due (state `waiting_retry`).
+    #[serde(default, with = "crate::time::wire_opt")]
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Last bytes of the attempt's stdout.
     pub stdout_tail: String,
@@ -900,6 +909,7 @@ pub struct Alert {
     /// The node that saw it.
     pub node: NodeId,
     /// When.
+    #[serde(with = "crate::time::wire")]
     pub at: DateTime<Utc>,
     /// The subject of the offending message, when there was one.
     #[serde(default)]
@@ -959,6 +969,7 @@ pub struct WorkerInfo {
     /// ax version.
     pub version: String,
     /// When it started.
+    #[serde(with = "crate::time::wire")]
     pub started_at: DateTime<Utc>,
 }
 
@@ -977,8 +988,10 @@ pub struct NodeStatus {
     /// ax version.
     pub version: String,
     /// When the process started.
+    #[serde(with = "crate::time::wire")]
     pub started_at: DateTime<Utc>,
     /// When this heartbeat was written.
+    #[serde(with = "crate::time::wire")]
     pub seen_at: DateTime<Utc>,
     /// Per actor: panics, restarts, ended pumps and stalls.
     pub actors: BTreeMap<String, ActorHealth>,

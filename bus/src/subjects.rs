@@ -2,6 +2,7 @@
 //!
 //! Public (documented in docs/subjects.md, stable):
 //! - `<prefix>.control.<command>`: job definitions and commands, consumed by Schedulers;
+//! - `<prefix>.request.<command>`: the same commands as plain NATS requests;
 //! - `<prefix>.result.<job>`: one message per finished attempt;
 //! - `<prefix>.event.<job>.<state>`: lifecycle events;
 //! - `<prefix>.alert.<kind>`: problems an operator should see (malformed control messages, ...).
@@ -46,6 +47,17 @@ impl Subjects {
     /// `ax.control.>`: everything the Schedulers consume.
     pub fn control_all(&self) -> String {
         format!("{}.control.>", self.prefix)
+    }
+
+    /// `ax.request.<command>`: the same commands for a plain NATS request, answered on its
+    /// reply subject (the Schedulers queue them on the control subject).
+    pub fn request(&self, command: &str) -> String {
+        format!("{}.request.{command}", self.prefix)
+    }
+
+    /// `ax.request.*`: what the Schedulers' front door serves.
+    pub fn request_all(&self) -> String {
+        format!("{}.request.*", self.prefix)
     }
 
     /// `ax.result.<job>`.

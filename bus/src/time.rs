@@ -25,6 +25,52 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// Serde for an instant on the wire: always RFC 3339 with milliseconds and `Z`
+/// (`2026-12-01T14:03:05.000Z`), so strict parsers and fixed-width readers see one shape.
+/// chrono's own serde drops the fraction on a whole second; this writes what [`rfc3339`]
+/// writes and reads any RFC 3339 instant.
+pub mod wire {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `t` as [`super::rfc3339`] does.
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&super::rfc3339(*t))
+    }
+
+    /// Reads any RFC 3339 instant.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<DateTime<Utc>, D::Error> {
+        DateTime::<Utc>::deserialize(deserializer)
+    }
+}
+
+/// [`wire`] for an optional instant (`null` when absent). Fields using it carry
+/// `#[serde(default)]`: a `with` module turns off serde's own default for a missing `Option`.
+pub mod wire_opt {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `Some(t)` as [`super::rfc3339`] does, `None` as null.
+    pub fn serialize<S: Serializer>(
+        t: &Option<DateTime<Utc>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => serializer.serialize_some(&super::rfc3339(*t)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    /// Reads null or any RFC 3339 instant.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<DateTime<Utc>>, D::Error> {
+        Option::<DateTime<Utc>>::deserialize(deserializer)
+    }
+}
+
 /// The start of a window given as `24h`, `7d` (that long before now) or an RFC 3339 instant
 /// (`ax audit list --since`, the console's audit page).
 pub fn parse_since(text: &str) -> Result<DateTime<Utc>, String> {
@@ -179,5 +225,32 @@ mod tests {
         ] {
             assert_eq!(parse_biz_date(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn instants_on_the_wire_keep_their_milliseconds_on_a_whole_second() {
+        #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+        struct Probe {
+            #[serde(with = "super::wire")]
+            at: DateTime<Utc>,
+            #[serde(default, with = "super::wire_opt")]
+            until: Option<DateTime<Utc>>,
+        }
+        let at = parse_instant("2026-12-01T14:03:05Z").unwrap();
+        let probe = Probe {
+            at,
+            until: Some(at),
+        };
+        let json = serde_json::to_string(&probe).unwrap();
+        assert_eq!(
+            json,
+            r#"{"at":"2026-12-01T14:03:05.000Z","until":"2026-12-01T14:03:05.000Z"}"#
+        );
+        assert_eq!(serde_json::from_str::<Probe>(&json).unwrap(), probe);
+        let packed = rmp_serde::to_vec_named(&probe).unwrap();
+        assert_eq!(rmp_serde::from_slice::<Probe>(&packed).unwrap(), probe);
+        // Written by an older node, or by hand: any RFC 3339 instant; a missing option is none.
+        let old: Probe = serde_json::from_str(r#"{"at":"2026-12-01T15:03:05+01:00"}"#).unwrap();
+        assert_eq!(old, Probe { at, until: None });
     }
 }

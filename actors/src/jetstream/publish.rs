@@ -127,7 +127,10 @@ pub fn mark_dead(headers: &mut HeaderMap, reason: &str, subject: &str, node: &No
     headers.insert(dead_letter::REASON, one_line(reason).as_str());
     headers.insert(dead_letter::SUBJECT, subject);
     headers.insert(dead_letter::NODE, node.as_str());
-    headers.insert(dead_letter::AT, ax_bus::time::now().to_rfc3339().as_str());
+    headers.insert(
+        dead_letter::AT,
+        ax_bus::time::rfc3339(ax_bus::time::now()).as_str(),
+    );
 }
 
 /// Adds the instance, attempt and job a dead message belongs to.

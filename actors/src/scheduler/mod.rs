@@ -275,18 +275,20 @@ impl Actor for Scheduler {
             ctx,
             follow_registry(self.client.clone(), addr.clone()),
         );
+        let desk = control::Desk {
+            client: self.client.clone(),
+            creator: self.creator.clone(),
+            node: self.node.clone(),
+            max_delay: self.max_delay,
+            auth: self.auth,
+        };
         spawn_pump(
             ACTOR,
-            "control",
+            "requests",
             ctx,
-            control::serve(control::Desk {
-                client: self.client.clone(),
-                creator: self.creator.clone(),
-                node: self.node.clone(),
-                max_delay: self.max_delay,
-                auth: self.auth,
-            }),
+            control::front_door::serve(desk.clone()),
         );
+        spawn_pump(ACTOR, "control", ctx, control::serve(desk));
         spawn_pump(
             ACTOR,
             "retries",

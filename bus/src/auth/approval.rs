@@ -60,8 +60,10 @@ pub struct Approval {
     /// Through which door.
     pub via: Via,
     /// When.
+    #[serde(with = "crate::time::wire")]
     pub created_at: DateTime<Utc>,
     /// When it expires if still pending.
+    #[serde(with = "crate::time::wire")]
     pub expires_at: DateTime<Utc>,
     /// Where it stands.
     pub state: ApprovalState,
@@ -69,7 +71,7 @@ pub struct Approval {
     #[serde(default)]
     pub decided_by: Option<String>,
     /// When.
-    #[serde(default)]
+    #[serde(default, with = "crate::time::wire_opt")]
     pub decided_at: Option<DateTime<Utc>>,
     /// A rejection's reason.
     #[serde(default)]

@@ -73,6 +73,7 @@ pub struct AuditRecord {
     #[serde(default)]
     pub detail: serde_json::Value,
     /// When.
+    #[serde(with = "crate::time::wire")]
     pub at: DateTime<Utc>,
     /// The node that decided it.
     pub node: NodeId,

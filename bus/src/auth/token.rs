@@ -174,14 +174,15 @@ pub struct TokenRecord {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hash: String,
     /// When it was made.
+    #[serde(with = "crate::time::wire")]
     pub created_at: DateTime<Utc>,
     /// Who made it (a token's name; `bootstrap` for the first).
     pub created_by: String,
     /// When it stops working.
-    #[serde(default)]
+    #[serde(default, with = "crate::time::wire_opt")]
     pub expires_at: Option<DateTime<Utc>>,
     /// When it was revoked.
-    #[serde(default)]
+    #[serde(default, with = "crate::time::wire_opt")]
     pub revoked_at: Option<DateTime<Utc>>,
     /// Who revoked it.
     #[serde(default)]

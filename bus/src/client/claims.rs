@@ -35,6 +35,7 @@ pub struct Claim {
     /// The worker running it, once claimed.
     pub worker: Option<WorkerId>,
     /// Until when the worker's claim holds without renewal.
+    #[serde(default, with = "crate::time::wire_opt")]
     pub lease_until: Option<DateTime<Utc>>,
     /// Nobody may run the attempt any more.
     pub revoked: bool,

@@ -30,6 +30,7 @@ pub struct InFlight {
     /// The worker it was sent to; none when it went back to the ready queue.
     pub to: Option<WorkerId>,
     /// When its worker must have claimed it.
+    #[serde(with = "crate::time::wire")]
     pub ack_by: DateTime<Utc>,
     /// Workers that already failed to take the attempt.
     pub excluded: Vec<WorkerId>,

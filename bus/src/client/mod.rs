@@ -590,7 +590,10 @@ impl AxClient {
             .await
             .during(|| format!("publish {subject}"))?;
         match tokio::time::timeout(timeout, replies.next()).await {
-            Ok(Some(message)) => Ok(codec::decode(&message.payload)?),
+            Ok(Some(message)) => Ok(codec::decode_by_header(
+                message.headers.as_ref(),
+                &message.payload,
+            )?),
             _ => Err(ClientError::NoAnswer(timeout, ack.sequence)),
         }
     }

@@ -4,7 +4,8 @@
 //! Scheduler copies, so each is carried out once even with many Schedulers, and a command sent
 //! while none runs waits for the first to start. The answer goes to the core subject named by
 //! the `Ax-Reply-To` header, which must be an inbox ([`ax_bus::reply_to`]): a command asking
-//! for its answer anywhere else is refused before it is carried out.
+//! for its answer anywhere else is refused before it is carried out. Plain NATS requests come
+//! in through the [`front_door`], which queues them here.
 //!
 //! Every command is checked for who sent it ([`caller`]) before anything else, and recorded on
 //! the audit stream once decided ([`audit`]) — carried out, refused, or denied.
@@ -18,6 +19,7 @@ pub(crate) mod approvals;
 mod audit;
 pub(crate) mod backfill;
 mod caller;
+pub(crate) mod front_door;
 mod operator;
 mod replay;
 pub(crate) mod rerun;
@@ -249,16 +251,34 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
         .await;
     }
     if let Some(reply_to) = reply_to {
-        if let Ok(payload) = codec::encode(&reply) {
-            // The command is carried out either way; a sender that misses the answer sees a
-            // timeout and can read the outcome.
-            if let Err(e) = client.nats.publish(reply_to, payload).await {
-                tracing::debug!(error = %e, "control answer not sent");
-            }
-        }
+        answer(client, reply_to, message.headers.as_ref(), &reply).await;
     }
     if let Err(e) = message.ack().await {
         tracing::warn!(error = %e, "cannot ack control message");
+    }
+}
+
+/// Publishes `reply` on `reply_to` in the encoding of the command it answers (JSON for JSON),
+/// saying which in its Content-Type.
+pub(crate) async fn answer(
+    client: &AxClient,
+    reply_to: String,
+    request: Option<&async_nats::HeaderMap>,
+    reply: &ControlReply,
+) {
+    match codec::Encoding::answering(request).encode(reply) {
+        // The command is carried out either way; a sender that misses the answer sees a
+        // timeout and can read the outcome.
+        Ok((headers, payload)) => {
+            if let Err(e) = client
+                .nats
+                .publish_with_headers(reply_to, headers, payload)
+                .await
+            {
+                tracing::debug!(error = %e, "control answer not sent");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "control answer does not encode"),
     }
 }
 

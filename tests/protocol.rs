@@ -1,0 +1,192 @@
+//! The wire protocol as a client in another language meets it: a plain NATS request gets the
+//! command's answer in the request's encoding, and instants keep their milliseconds.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const PING: &str = "version: v1
+job:
+  name: ping
+  cron: '* * * * * *'
+  exec: { type: noop }
+";
+
+/// A plain NATS request on `subject` with `content_type`, as `nc.request()` sends it.
+async fn request(
+    client: &ax_bus::AxClient,
+    subject: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> async_nats::Message {
+    let mut headers = async_nats::HeaderMap::new();
+    if let Some(content_type) = content_type {
+        headers.insert("Content-Type", content_type);
+    }
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        client
+            .nats
+            .request_with_headers(subject.to_string(), headers, body.into()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no answer on {subject}"))
+    .unwrap_or_else(|e| panic!("request on {subject}: {e}"))
+}
+
+fn content_type(message: &async_nats::Message) -> Option<String> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Content-Type"))
+        .map(|v| v.as_str().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_request_gets_the_commands_answer_in_its_own_encoding() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    // With no Scheduler running, nobody answers a plain request (the durable way waits).
+    let nobody = client
+        .nats
+        .request("ax.request.trigger".to_string(), "{}".into())
+        .await
+        .expect_err("no Scheduler, no answer");
+    assert_eq!(
+        nobody.kind(),
+        async_nats::client::RequestErrorKind::NoResponders
+    );
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "ping", PING).await;
+
+    // On the control subject, a plain request's answer is the stream's ack (the durable way
+    // answers on Ax-Reply-To instead): what a client meets if it picks the wrong subject.
+    let ack = request(
+        &client,
+        "ax.control.pause",
+        Some("application/json"),
+        br#"{"name": "ping"}"#.to_vec(),
+    )
+    .await;
+    let ack: serde_json::Value = serde_json::from_slice(&ack.payload).unwrap();
+    assert_eq!(ack["stream"], "AX_CONTROL", "{ack}");
+
+    // On the request subject: the command's answer, in JSON for JSON (a charset is fine).
+    let answer = request(
+        &client,
+        "ax.request.trigger",
+        Some("application/json; charset=utf-8"),
+        br#"{"name": "ping", "key": "order-1"}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(content_type(&answer).as_deref(), Some("application/json"));
+    let reply: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(reply["instance_id"], "ping.key-order-1", "{reply}");
+    assert_eq!(reply["message"], "triggered", "{reply}");
+
+    // In MessagePack for MessagePack (or no Content-Type), the same instance, once.
+    let again = ax_bus::codec::encode(&serde_json::json!({"name": "ping", "key": "order-1"}))
+        .unwrap()
+        .to_vec();
+    let answer = request(&client, "ax.request.trigger", None, again).await;
+    assert_eq!(
+        content_type(&answer).as_deref(),
+        Some("application/msgpack")
+    );
+    let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+    assert!(reply.ok, "{:?}", reply.errors);
+    assert_eq!(reply.message, "already triggered");
+    assert_eq!(instances(&client, "ping").await.len(), 1);
+
+    // A refusal is an answer too, naming the reason; nothing is created.
+    let answer = request(
+        &client,
+        "ax.request.trigger",
+        Some("application/json"),
+        br#"{"name": "nope"}"#.to_vec(),
+    )
+    .await;
+    let reply: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert!(
+        reply["errors"][0].as_str().unwrap().contains("nope"),
+        "{reply}"
+    );
+    let answer = request(
+        &client,
+        "ax.request.trigger",
+        Some("text/plain"),
+        b"ping".to_vec(),
+    )
+    .await;
+    let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
+    assert!(
+        reply.errors.iter().any(|e| e.contains("text/plain")),
+        "{reply:?}"
+    );
+    assert_eq!(instances(&client, "ping").await.len(), 1);
+
+    // A request the control stream does not take (here its headers expect another stream) is
+    // answered at once with the reason, and nothing is carried out.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/json");
+    headers.insert("Nats-Expected-Stream", "ELSEWHERE");
+    let answer = client
+        .nats
+        .request_with_headers(
+            "ax.request.trigger".to_string(),
+            headers,
+            br#"{"name": "ping", "key": "order-2"}"#.to_vec().into(),
+        )
+        .await
+        .expect("an answer");
+    let reply: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    let why = reply["errors"][0].as_str().unwrap();
+    assert!(why.contains("not queued"), "{reply}");
+    assert_eq!(instances(&client, "ping").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instants_keep_their_milliseconds_on_a_whole_second() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "ping", PING).await;
+    // A cron tick is a whole second: its record's expected time, read as any client reads it
+    // (the raw MessagePack of the instances bucket), and the result message.
+    let record = wait_for(Duration::from_secs(30), "a fired record", || async {
+        instances(&client, "ping")
+            .await
+            .into_iter()
+            .find(|r| r.state.is_final())
+    })
+    .await;
+    let js = &client.js;
+    let bucket = js.get_key_value("ax_instances").await.unwrap();
+    let raw = bucket
+        .get(record.instance_id.as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    let raw: serde_json::Value = rmp_serde::from_slice(&raw).unwrap();
+    let expected = raw["expected_time"].as_str().unwrap();
+    assert!(expected.ends_with(".000Z"), "{raw}");
+    for field in ["created_at", "started_at", "finished_at"] {
+        let at = raw[field].as_str().unwrap_or_default();
+        assert!(
+            at.len() == "2026-12-01T14:03:05.250Z".len() && at.ends_with('Z'),
+            "{field}: {raw}"
+        );
+    }
+    let out = ax(
+        &nats.url(),
+        &["instance", "get", record.instance_id.as_str(), "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(shown["expected_time"], expected, "{shown}");
+}

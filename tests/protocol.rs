@@ -14,7 +14,8 @@ job:
   exec: { type: noop }
 ";
 
-/// A plain NATS request on `subject` with `content_type`, as `nc.request()` sends it.
+/// A plain NATS request on `subject` with `content_type`, as `nc.request()` sends it, once a
+/// Scheduler serves the subject.
 async fn request(
     client: &ax_bus::AxClient,
     subject: &str,
@@ -25,15 +26,18 @@ async fn request(
     if let Some(content_type) = content_type {
         headers.insert("Content-Type", content_type);
     }
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        client
+    wait_for(Duration::from_secs(30), "an answer", || async {
+        match client
             .nats
-            .request_with_headers(subject.to_string(), headers, body.into()),
-    )
+            .request_with_headers(subject.to_string(), headers.clone(), body.clone().into())
+            .await
+        {
+            Ok(answer) => Some(answer),
+            Err(e) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => None,
+            Err(e) => panic!("request on {subject}: {e}"),
+        }
+    })
     .await
-    .unwrap_or_else(|_| panic!("no answer on {subject}"))
-    .unwrap_or_else(|e| panic!("request on {subject}: {e}"))
 }
 
 fn content_type(message: &async_nats::Message) -> Option<String> {
@@ -189,4 +193,55 @@ async fn instants_keep_their_milliseconds_on_a_whole_second() {
     assert!(out.status.success(), "{}", stderr(&out));
     let shown: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(shown["expected_time"], expected, "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_files_text_is_applied_as_sent_and_its_problems_name_the_line() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let apply = |yaml: &str| serde_json::to_vec(&serde_json::json!({ "yaml": yaml })).unwrap();
+    let bad = "version: v1\njob:\n  name: nightly\n  cron: '0 61 * * *'\n  exec: { type: noop }\n";
+    let answer = request(
+        &client,
+        "ax.request.apply",
+        Some("application/json"),
+        apply(bad),
+    )
+    .await;
+    let reply: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    let why = reply["errors"][0].as_str().unwrap();
+    assert!(why.contains("job.cron"), "{reply}");
+    let broken = "version: v1\njob:\n  name: nightly\n  cron: [\n";
+    let answer = request(
+        &client,
+        "ax.request.apply",
+        Some("application/json"),
+        apply(broken),
+    )
+    .await;
+    let reply: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert!(
+        reply["errors"][0].as_str().unwrap().starts_with("yaml:"),
+        "{reply}"
+    );
+    assert!(client.jobs().await.unwrap().is_empty());
+    let good = format!("{}---\n{}", PING, bad.replace("61", "5"));
+    let answer = request(
+        &client,
+        "ax.request.apply",
+        Some("application/json"),
+        apply(&good),
+    )
+    .await;
+    let reply: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(
+        reply["changes"],
+        serde_json::json!([
+            {"name": "ping", "change": "created"},
+            {"name": "nightly", "change": "created"}
+        ])
+    );
 }

@@ -156,7 +156,12 @@ pub struct InstanceRequest {
 #[serde(deny_unknown_fields)]
 pub struct ApplyRequest {
     /// The documents to apply.
+    #[serde(default)]
     pub jobs: Vec<JobDocument>,
+    /// Job files' text (YAML, one job per document), applied with `jobs`: what a client
+    /// without a YAML parser sends; a problem is answered as `yaml:<line>: <field>: <reason>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yaml: Option<String>,
 }
 
 /// `ax.control.delete|pause|resume`.

@@ -252,6 +252,7 @@ pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>) -> Result<Applied, 
     let files: std::collections::BTreeSet<String> = jobs.iter().map(|j| j.file.clone()).collect();
     let request = ApplyRequest {
         jobs: jobs.into_iter().map(|j| j.doc).collect(),
+        yaml: None,
     };
     // One apply is one message: said here, naming the files, rather than by the server.
     let size = ax_bus::codec::encode(&request)

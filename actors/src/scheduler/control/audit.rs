@@ -8,8 +8,8 @@ use async_nats::jetstream;
 
 use ax_bus::auth::audit::{AuditRecord, Outcome};
 use ax_bus::auth::Via;
-use ax_bus::codec;
 use ax_bus::messages::{commands, ControlReply};
+use ax_bus::{codec, spec};
 
 use super::caller::Caller;
 use super::Desk;
@@ -43,13 +43,21 @@ pub(crate) fn request_of(command: &str, mut request: serde_json::Value) -> serde
     if let Some(map) = request.as_object_mut() {
         map.remove("hash");
         if command == commands::APPLY {
-            let names: Vec<serde_json::Value> = map
+            let mut names: Vec<serde_json::Value> = map
                 .get("jobs")
                 .and_then(|jobs| jobs.as_array())
                 .into_iter()
                 .flatten()
                 .filter_map(|doc| doc.pointer("/job/name").cloned())
                 .collect();
+            if let Some(serde_json::Value::String(text)) = map.remove("yaml") {
+                let parsed = spec::yaml::parse_str(super::YAML_SOURCE, &text).unwrap_or_default();
+                names.extend(
+                    parsed
+                        .into_iter()
+                        .map(|job| job.doc.job.name.to_string().into()),
+                );
+            }
             map.insert("jobs".into(), serde_json::Value::Array(names));
         }
     }

@@ -421,12 +421,20 @@ fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, Comman
         .map_err(|e| CommandError::refused(e.to_string()))
 }
 
+/// What a problem in an apply's `yaml` names as its file.
+pub(crate) const YAML_SOURCE: &str = "yaml";
+
 async fn apply(
     client: &AxClient,
     creator: &Creator,
-    request: ApplyRequest,
+    mut request: ApplyRequest,
     max_delay: std::time::Duration,
 ) -> Result<ControlReply, CommandError> {
+    if let Some(text) = request.yaml.take() {
+        let parsed = spec::yaml::parse_str(YAML_SOURCE, &text)
+            .map_err(|e| CommandError::refused(e.to_string()))?;
+        request.jobs.extend(parsed.into_iter().map(|job| job.doc));
+    }
     let docs: Vec<&spec::JobDocument> = request.jobs.iter().collect();
     let mut errors: Vec<String> =
         spec::check_documents(&docs, |i| format!("first as document {}", i + 1))

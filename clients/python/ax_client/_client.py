@@ -1,0 +1,290 @@
+"""The client: one NATS connection, the control commands, the buckets and the results stream.
+
+Commands go the durable way (docs/protocol.md): published with JetStream on
+``ax.control.<command>`` with ``Ax-Reply-To`` naming an inbox, so a command sent while no
+Scheduler runs waits in the stream; the answer comes back on the inbox. Records are read from
+the ``ax_instances`` bucket, results from a durable pull consumer of ``AX_RESULTS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import json
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
+
+import msgpack
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js import api
+
+from ._types import AxError, CommandRefused, Instance, Reply, Result, format_time
+
+JobSpec = Union[str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
+
+#: How long a command waits for its answer by default.
+COMMAND_TIMEOUT = 10.0
+
+
+def _decode(headers: Optional[Mapping[str, str]], payload: bytes) -> Any:
+    """A payload by its Content-Type (JSON when it says so, MessagePack otherwise)."""
+    content_type = (headers or {}).get("Content-Type", "")
+    if content_type.split(";")[0].strip().lower() == "application/json":
+        return json.loads(payload)
+    return msgpack.unpackb(payload, raw=False)
+
+
+def _delay(delay: Union[str, _dt.timedelta, float, int]) -> str:
+    """A delay as ax reads it (``250ms``, ``30s``...): a timedelta or seconds become ms."""
+    if isinstance(delay, str):
+        return delay
+    seconds = delay.total_seconds() if isinstance(delay, _dt.timedelta) else float(delay)
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _documents(spec: JobSpec) -> Dict[str, Any]:
+    """An apply request: YAML text as it is, a job (or its document) or a list of them."""
+    if isinstance(spec, str):
+        return {"yaml": spec}
+    docs = [spec] if isinstance(spec, Mapping) else list(spec)
+    return {
+        "jobs": [
+            dict(doc) if "job" in doc else {"version": "v1", "job": dict(doc)} for doc in docs
+        ]
+    }
+
+
+class Client:
+    """A connection to ax. Make one with :func:`connect`; close it with :meth:`close`."""
+
+    def __init__(self, nc: nats.NATS, token: Optional[str], prefix: str) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._token = token
+        self._prefix = prefix
+        self._tag = prefix.replace(".", "_")
+        self._buckets: Dict[str, Any] = {}
+
+    @property
+    def nats(self) -> nats.NATS:
+        """The NATS connection underneath."""
+        return self._nc
+
+    async def close(self) -> None:
+        """Drains and closes the connection."""
+        await self._nc.drain()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # Commands.
+
+    async def command(
+        self, command: str, request: Mapping[str, Any], timeout: float = COMMAND_TIMEOUT
+    ) -> Reply:
+        """Sends control command ``command`` and returns its answer.
+
+        Raises :class:`CommandRefused` when ax refused it (nothing changed) and :class:`AxError`
+        when no answer came in ``timeout`` seconds (the command stays queued and is carried
+        out when a Scheduler takes it: read the outcome before sending it again).
+        """
+        inbox = self._nc.new_inbox()
+        answers = await self._nc.subscribe(inbox, max_msgs=1)
+        headers = {
+            "Content-Type": "application/msgpack",
+            "Ax-Reply-To": inbox,
+            "Ax-Via": "api",
+        }
+        if self._token:
+            headers["Ax-Token"] = self._token
+        subject = f"{self._prefix}.control.{command}"
+        try:
+            ack = await self._js.publish(
+                subject, msgpack.packb(dict(request)), headers=headers, timeout=timeout
+            )
+            try:
+                answer = await answers.next_msg(timeout=timeout)
+            except nats.errors.TimeoutError:
+                raise AxError(
+                    f"no answer to {command} within {timeout}s: it is queued (stream sequence "
+                    f"{ack.seq}) and will be carried out when a Scheduler takes it"
+                ) from None
+        except nats.errors.Error as e:
+            raise AxError(f"{command} not sent: {e}") from e
+        finally:
+            try:
+                await answers.unsubscribe()
+            except nats.errors.Error:
+                pass
+        reply = Reply.of(_decode(answer.headers, answer.data))
+        if not reply.ok:
+            raise CommandRefused(command, reply.errors, bool(reply.raw.get("denied")))
+        return reply
+
+    async def apply(self, spec: JobSpec, timeout: float = COMMAND_TIMEOUT) -> List[Dict[str, str]]:
+        """Creates or updates jobs, all or nothing; returns ``[{name, change}]``.
+
+        ``spec`` is job files' text (YAML, one job per document), one job as a dict (the
+        ``job:`` part, or the whole document with ``version``), or a list of them.
+        """
+        return (await self.command("apply", _documents(spec), timeout)).changes
+
+    async def trigger(
+        self,
+        job: str,
+        params: Optional[Mapping[str, Any]] = None,
+        biz_date: Optional[str] = None,
+        at: Optional[Union[str, _dt.datetime]] = None,
+        delay: Optional[Union[str, _dt.timedelta, float, int]] = None,
+        key: Optional[str] = None,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> Instance:
+        """Starts one instance of ``job`` and returns its record.
+
+        With ``key`` the instance is ``<job>.key-<key>``, created once however often the same
+        trigger is sent (the second returns the first's instance). ``at`` (an aware datetime or
+        RFC 3339 text) or ``delay`` (``"30s"``, a timedelta or seconds) schedule it for later.
+        """
+        request: Dict[str, Any] = {"name": job, "params": dict(params or {})}
+        if biz_date is not None:
+            request["biz_date"] = biz_date
+        if key is not None:
+            request["key"] = key
+        if at is not None:
+            request["at"] = format_time(at) if isinstance(at, _dt.datetime) else at
+        if delay is not None:
+            request["in"] = _delay(delay)
+        reply = await self.command("trigger", request, timeout)
+        if not reply.instance_id:
+            raise AxError(f"trigger of {job} answered without an instance: {reply.message}")
+        instance = await self.get_instance(reply.instance_id)
+        if instance is None:
+            raise AxError(f"instance {reply.instance_id} is not in the instances bucket")
+        return instance
+
+    # Records.
+
+    async def _bucket(self, what: str) -> Any:
+        if what not in self._buckets:
+            self._buckets[what] = await self._js.key_value(f"{self._tag}_{what}")
+        return self._buckets[what]
+
+    async def get_instance(self, instance_id: str) -> Optional[Instance]:
+        """The record of ``instance_id``, or None when there is none."""
+        bucket = await self._bucket("instances")
+        try:
+            entry = await bucket.get(instance_id)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        if entry.value is None:
+            return None
+        return Instance.of(msgpack.unpackb(entry.value, raw=False), entry.revision or 0)
+
+    async def wait(self, instance_id: str, timeout: float = 60.0, poll: float = 0.1) -> Instance:
+        """The record of ``instance_id`` once it is final (success, failed or cancelled).
+
+        Raises TimeoutError when it is not final within ``timeout`` seconds. A NATS outage
+        meanwhile only delays the answer: the record is read again once the client is back.
+        """
+        deadline = asyncio.get_running_loop().time() + timeout
+        last: Optional[Instance] = None
+        while True:
+            try:
+                last = await self.get_instance(instance_id)
+            except (nats.errors.Error, asyncio.TimeoutError):
+                pass
+            if last is not None and last.is_final:
+                return last
+            if asyncio.get_running_loop().time() >= deadline:
+                state = f"{last.state} ({last.tag})" if last else "no record"
+                raise TimeoutError(f"{instance_id} is not final after {timeout}s: {state}")
+            await asyncio.sleep(poll)
+
+    async def results(
+        self,
+        job: Optional[str] = None,
+        durable: Optional[str] = None,
+        from_start: bool = False,
+        batch: int = 32,
+    ) -> AsyncIterator[Result]:
+        """Every result of ``job`` (every job when None), through durable consumer ``durable``.
+
+        The consumer lives in JetStream: a service that stops and comes back (or whose NATS
+        restarts) goes on where it stopped. A result is acknowledged when the loop asks for the
+        next one, so one being handled when the process dies comes again: results are delivered
+        at least once — deduplicate on ``(trace_id, attempt)``. A new consumer starts with the
+        results published from then on, or with every result kept (7 days) with ``from_start``.
+        """
+        subject = f"{self._prefix}.result.{job or '>'}"
+        name = durable or f"py-{job or 'all'}"
+        config = api.ConsumerConfig(
+            durable_name=name,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL if from_start else api.DeliverPolicy.NEW,
+            filter_subject=subject,
+            ack_wait=30,
+        )
+        stream = f"{self._tag.upper()}_RESULTS"
+        subscription = None
+        while True:
+            try:
+                if subscription is None:
+                    subscription = await self._js.pull_subscribe(
+                        subject, durable=name, stream=stream, config=config
+                    )
+                messages = await subscription.fetch(batch, timeout=1)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                continue
+            except nats.js.errors.NotFoundError:
+                # The consumer is gone (a store lost with its server): made again.
+                subscription = None
+                await asyncio.sleep(0.5)
+                continue
+            except nats.errors.Error:
+                # Disconnected: the client reconnects by itself; the consumer kept its place.
+                await asyncio.sleep(0.2)
+                continue
+            for message in messages:
+                yield Result.of(_decode(message.headers, message.data))
+                try:
+                    await message.ack()
+                except nats.errors.Error:
+                    pass  # Redelivered after ack_wait.
+
+    # Business code.
+
+    async def claim(self, trace_id: str, owner: str = "python") -> bool:
+        """True for the first caller of ``trace_id`` anywhere, False for every later one.
+
+        The same fence as the Rust client's ``claim``: a create-if-absent of ``biz.<trace_id>``
+        in the claims bucket. Wrap a side effect that must happen once per attempt in it.
+        """
+        bucket = await self._bucket("claims")
+        try:
+            await bucket.create(f"biz.{trace_id}", owner.encode())
+            return True
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+
+
+async def connect(
+    url: Union[str, Sequence[str]] = "nats://127.0.0.1:4222",
+    token: Optional[str] = None,
+    prefix: str = "ax",
+    **options: Any,
+) -> Client:
+    """Connects to the NATS cluster ax runs on.
+
+    ``token`` is an ax API token (``axt_<name>_<secret>``, made by ``ax auth token create``),
+    needed when the cluster's Schedulers require one. The connection reconnects for ever on its
+    own; other ``options`` go to ``nats.connect`` (credentials, TLS).
+    """
+    options.setdefault("max_reconnect_attempts", -1)
+    options.setdefault("reconnect_time_wait", 0.5)
+    servers = [url] if isinstance(url, str) else list(url)
+    nc = await nats.connect(servers=servers, **options)
+    return Client(nc, token, prefix)

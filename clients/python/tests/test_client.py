@@ -1,0 +1,107 @@
+"""ax_client against a real ax: apply, keyed triggers, records, results across a NATS restart,
+claims and tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+import ax_client
+
+NOOP = """\
+version: v1
+job:
+  name: py_noop
+  exec: { type: noop }
+"""
+
+ECHO = """\
+version: v1
+job:
+  name: py_echo
+  exec: { type: shell, command: 'printf "{\\"order\\": \\"%s\\"}" "$AX_PARAM_order" > "$AX_OUTPUT_FILE"' }
+"""
+
+
+async def test_apply_then_a_key_sent_twice_makes_one_instance(cluster):
+    client = await ax_client.connect(cluster.url)
+    async with client:
+        changes = await client.apply(NOOP)
+        assert changes in ([{"name": "py_noop", "change": "created"}], [{"name": "py_noop", "change": "unchanged"}])
+        first = await client.trigger("py_noop", key="order-42", params={"order": 42})
+        again = await client.trigger("py_noop", key="order-42")
+        assert first.instance_id == again.instance_id == "py_noop.key-order-42"
+        assert first.trace_id == again.trace_id
+        done = await client.wait(first.instance_id, timeout=60)
+        assert (done.state, done.attempt) == ("success", 1)
+        assert done.expected_time is not None and done.expected_time.tzinfo is not None
+        assert done.raw["params"]["order"] == 42
+
+
+async def test_a_refused_command_names_the_line_and_changes_nothing(cluster):
+    async with await ax_client.connect(cluster.url) as client:
+        bad = NOOP.replace("py_noop", "py_bad").replace("exec:", "cron: '0 61 * * *'\n  exec:")
+        with pytest.raises(ax_client.CommandRefused) as refused:
+            await client.apply(bad)
+        assert any("job.cron" in e for e in refused.value.errors), refused.value.errors
+        with pytest.raises(ax_client.CommandRefused) as refused:
+            await client.trigger("py_missing")
+        assert "py_missing" in str(refused.value)
+        assert await client.get_instance("py_bad.none") is None
+
+
+async def test_a_dict_spec_and_a_delayed_trigger(cluster):
+    async with await ax_client.connect(cluster.url) as client:
+        await client.apply({"name": "py_later", "exec": {"type": "noop"}})
+        at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+        later = await client.trigger("py_later", at=at, key="reminder-1")
+        assert (later.state, later.tag) == ("running", "scheduled")
+        with pytest.raises(TimeoutError):
+            await client.wait(later.instance_id, timeout=0.3)
+        soon = await client.trigger("py_later", delay=dt.timedelta(milliseconds=300))
+        assert (await client.wait(soon.instance_id, timeout=60)).state == "success"
+
+
+async def test_results_come_through_a_durable_consumer_across_a_nats_restart(cluster):
+    async with await ax_client.connect(cluster.url) as client:
+        await client.apply(ECHO)
+        results = client.results(job="py_echo", durable="py-restart", from_start=True)
+        reading = asyncio.ensure_future(results.__anext__())
+        first = await client.trigger("py_echo", key="r1", params={"order": "r1"})
+        got = await asyncio.wait_for(reading, timeout=60)
+        assert (got.instance_id, got.state, got.output) == (first.instance_id, "success", {"order": "r1"})
+
+        cluster.restart_nats()
+
+        second = None
+        for _ in range(600):
+            try:
+                second = await client.trigger("py_echo", key="r2", params={"order": "r2"}, timeout=2)
+                break
+            except ax_client.AxError:
+                await asyncio.sleep(0.1)  # Reconnecting: the command is sent again (keyed).
+        assert second is not None, cluster.log()
+        got = await asyncio.wait_for(results.__anext__(), timeout=120)
+        assert (got.instance_id, got.output) == (second.instance_id, {"order": "r2"})
+        await results.aclose()
+
+
+async def test_a_trace_id_is_claimed_once(cluster):
+    async with await ax_client.connect(cluster.url) as one, await ax_client.connect(cluster.url) as two:
+        assert await one.claim("trace-py-1", owner="billing") is True
+        assert await two.claim("trace-py-1", owner="billing") is False
+        assert await one.claim("trace-py-1") is False
+        assert await two.claim("trace-py-2") is True
+
+
+async def test_commands_need_a_token_when_auth_is_on(secured):
+    async with await ax_client.connect(secured.url) as anonymous:
+        with pytest.raises(ax_client.CommandRefused) as refused:
+            await anonymous.apply(NOOP)
+        assert refused.value.denied
+    async with await ax_client.connect(secured.url, token=secured.admin_token()) as admin:
+        assert await admin.apply(NOOP) == [{"name": "py_noop", "change": "created"}]
+        instance = await admin.trigger("py_noop")
+        assert (await admin.wait(instance.instance_id)).state == "success"

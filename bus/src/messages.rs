@@ -51,11 +51,30 @@ pub mod commands {
     pub const APPROVAL: &str = "approval";
     /// Make, list or revoke API tokens.
     pub const AUTH: &str = "auth";
+    /// The business's report of an attempt whose endpoint answered `202 Accepted`.
+    pub const REPORT: &str = "report";
     /// Every command, as `ax.control.<command>` names it.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 15] = [
         APPLY, DELETE, PAUSE, RESUME, TRIGGER, RERUN, BACKFILL, QUEUE, CANCEL, KILL, MARK, REPLAY,
-        APPROVAL, AUTH,
+        APPROVAL, AUTH, REPORT,
     ];
+}
+
+/// `ax.control.report`: how the work of an attempt that was accepted for later (an http
+/// `202`) ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportRequest {
+    /// The attempt (`Ax-Trace-Id` of the request the endpoint accepted).
+    pub trace_id: crate::ids::TraceId,
+    /// Whether the work succeeded.
+    pub success: bool,
+    /// A line for people.
+    #[serde(default)]
+    pub message: String,
+    /// Structured output, published with the result and readable downstream.
+    #[serde(default)]
+    pub output: serde_json::Value,
 }
 
 /// `ax.control.replay`: submit a dead letter again (`ax dlq replay`).

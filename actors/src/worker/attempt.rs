@@ -541,6 +541,7 @@ async fn execute(
                     scratch,
                     cancel: stop,
                     values: &values,
+                    cluster: Some(&attempts.client),
                 };
                 match executor.prepare(&ctx).await {
                     Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),

@@ -176,7 +176,8 @@ pub fn needed(command: &str) -> Role {
         | commands::KILL
         | commands::RERUN
         | commands::BACKFILL
-        | commands::REPLAY => Role::Operator,
+        | commands::REPLAY
+        | commands::REPORT => Role::Operator,
         commands::APPROVAL => Role::Viewer,
         _ => Role::Admin,
     }

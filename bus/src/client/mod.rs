@@ -12,6 +12,7 @@ pub mod kv_view;
 pub mod local_server;
 pub mod provision;
 pub mod registered;
+pub mod reports;
 pub mod status;
 
 use std::path::PathBuf;

@@ -22,6 +22,7 @@ mod caller;
 pub(crate) mod front_door;
 mod operator;
 mod replay;
+mod report;
 pub(crate) mod rerun;
 mod tokens;
 
@@ -38,7 +39,8 @@ use ax_bus::instance::Trigger;
 use ax_bus::messages::{
     commands, AlertKind, ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, Change,
     ControlReply, InstanceRequest, JobChange, JobNameRequest, JobRecord, MarkRequest, PlanStep,
-    QueueRequest, QueueState, ReplayRequest, RerunRequest, TriggerRequest, REPLY_TO_HEADER,
+    QueueRequest, QueueState, ReplayRequest, ReportRequest, RerunRequest, TriggerRequest,
+    REPLY_TO_HEADER,
 };
 use ax_bus::{codec, reply_to, spec, AxClient};
 
@@ -372,6 +374,10 @@ async fn carry_out(
         },
         commands::MARK => match decode::<MarkRequest>(message) {
             Ok(request) => Box::pin(operator::mark(client, &caller.principal.name, request)).await,
+            Err(refusal) => Err(refusal),
+        },
+        commands::REPORT => match decode::<ReportRequest>(message) {
+            Ok(request) => Box::pin(report::report(client, request)).await,
             Err(refusal) => Err(refusal),
         },
         other => Err(CommandError::refused(format!(

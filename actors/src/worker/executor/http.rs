@@ -8,6 +8,13 @@
 //! that hangs ends the attempt with tag `timeout`; a status outside 2xx or a failed condition
 //! ends it `rejected`, with the start of the body in the message.
 //!
+//! An endpoint that answers `202 Accepted` takes the work on and reports its end later
+//! (`ax.control.report`, the clients' `report`): the attempt stays executing — its timeout,
+//! claim lease and history apply — until the report, which ends it as reported (a failure with
+//! tag `rejected`), or the timeout, which ends it `timeout`. The wait is opened before the
+//! request goes out, so a report sent the instant the endpoint answers is never early (see
+//! [`ax_bus::client::reports`]).
+//!
 //! Secrets stay where they belong: `exec.header_env` takes a header's value from the worker's
 //! environment (never from the spec); a redirect is followed only within the URL's own origin
 //! (scheme, host and port), so the headers never reach another host — a redirect elsewhere ends
@@ -19,6 +26,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
+use ax_bus::client::reports::Report;
 use ax_bus::instance::Tag;
 use ax_bus::messages::ExecutorInfo;
 use ax_bus::spec::{redact, SuccessWhen};
@@ -116,20 +124,108 @@ async fn read_body(response: reqwest::Response) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// How an exchange ended: done, or accepted for a report later.
+enum Answer {
+    /// The attempt's end.
+    Done(ExecResult),
+    /// `202 Accepted`, with the body: the business reports the end later.
+    Accepted(String),
+}
+
+impl From<ExecResult> for Answer {
+    fn from(result: ExecResult) -> Self {
+        Self::Done(result)
+    }
+}
+
+/// The attempt's end as the business reported it.
+fn from_report(report: Report, accepted: &str) -> ExecResult {
+    let mut result = if report.success {
+        let message = if report.message.is_empty() {
+            "reported success".to_string()
+        } else {
+            report.message
+        };
+        ExecResult::completed(message, report.output)
+    } else {
+        let mut failed = ExecResult::failed(
+            Tag::Rejected,
+            format!("reported failed: {}", report.message),
+        );
+        failed.output = report.output;
+        failed
+    };
+    result.stdout_tail = quote(accepted);
+    result
+}
+
+/// Opens the wait for the attempt's report before the request goes out (retried while NATS
+/// is away: bounded by the job's timeout around it). A report already taken is returned.
+async fn open(ctx: &AttemptContext<'_>) -> Option<Report> {
+    let cluster = ctx.cluster?;
+    let (work, trace) = (ctx.work, &ctx.work.trace_id);
+    loop {
+        match cluster
+            .open_report(trace, &work.instance_id, ctx.worker)
+            .await
+        {
+            Ok(taken) => return taken,
+            Err(e) => {
+                tracing::warn!(%trace, error = %e, "cannot open the wait for a report; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// Waits for the report of an attempt whose endpoint answered 202 (bounded by the job's
+/// timeout around it).
+async fn awaited(ctx: &AttemptContext<'_>, accepted: &str) -> ExecResult {
+    match ctx.cluster {
+        Some(cluster) => from_report(cluster.next_report(&ctx.work.trace_id).await, accepted),
+        None => ExecResult::failed(
+            Tag::Rejected,
+            "HTTP 202 Accepted: the work is reported later, which needs a cluster (a local run \
+             ends here)",
+        ),
+    }
+}
+
+/// Closes the wait for a report for `reason`; a report that won the race is returned.
+async fn close(ctx: &AttemptContext<'_>, reason: &str) -> Option<Report> {
+    let cluster = ctx.cluster?;
+    let trace = &ctx.work.trace_id;
+    for _ in 0..CLOSE_TRIES {
+        match cluster.close_report(trace, reason).await {
+            Ok(report) => return report,
+            Err(e) => {
+                tracing::warn!(%trace, error = %e, "cannot close the wait for a report; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    // Left waiting: a late report is still refused, by the instance record's end.
+    None
+}
+
+/// Tries to close a report's wait before the attempt ends anyway.
+const CLOSE_TRIES: usize = 5;
+
 impl Http {
-    async fn exchange(&self, ctx: &AttemptContext<'_>) -> ExecResult {
+    async fn exchange(&self, ctx: &AttemptContext<'_>) -> Answer {
         let work = ctx.work;
         let exec = &work.spec.exec;
         let (Some(client), Some(url)) = (&self.client, &exec.url) else {
             return ExecResult::failed(
                 Tag::ExecutorError,
                 "exec.url: the http executor needs a url",
-            );
+            )
+            .into();
         };
         let shown = redact::url(url);
         let from_env = match headers_from_env(&exec.header_env) {
             Ok(headers) => headers,
-            Err(reason) => return ExecResult::failed(Tag::ExecutorError, reason),
+            Err(reason) => return ExecResult::failed(Tag::ExecutorError, reason).into(),
         };
         let body = attempt_json(work);
         let mut request = client
@@ -147,7 +243,7 @@ impl Http {
             Ok(response) => response,
             Err(e) => {
                 let e = e.without_url();
-                return ExecResult::failed(Tag::SpawnFailed, format!("POST {shown}: {e}"));
+                return ExecResult::failed(Tag::SpawnFailed, format!("POST {shown}: {e}")).into();
             }
         };
         let status = response.status();
@@ -164,7 +260,8 @@ impl Http {
                     "POST {shown}: HTTP {status} to {to}, another origin: not followed (the \
                      job's headers go only to its own origin)"
                 ),
-            );
+            )
+            .into();
         }
         let text = match read_body(response).await {
             Ok(text) => text,
@@ -173,8 +270,12 @@ impl Http {
                     Tag::Rejected,
                     format!("POST {shown}: HTTP {status}, {reason}"),
                 )
+                .into()
             }
         };
+        if status == reqwest::StatusCode::ACCEPTED {
+            return Answer::Accepted(text);
+        }
         let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
         let mut result = if !status.is_success() {
             ExecResult::failed(
@@ -189,7 +290,7 @@ impl Http {
         };
         result.output = json.unwrap_or(serde_json::Value::Null);
         result.stdout_tail = quote(&text);
-        result
+        result.into()
     }
 }
 
@@ -217,17 +318,49 @@ impl Executor for Http {
     fn run<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult> {
         Box::pin(async move {
             let limit = Duration::from_secs(ctx.work.spec.timeout_secs());
-            tokio::select! {
-                ended = tokio::time::timeout(limit, self.exchange(ctx)) => match ended {
-                    Ok(result) => result,
-                    Err(_) => ExecResult::failed(
-                        Tag::Timeout,
-                        format!("no complete answer within {}s", limit.as_secs()),
-                    ),
+            let accepted = std::sync::atomic::AtomicBool::new(false);
+            let work = async {
+                if let Some(report) = open(ctx).await {
+                    return from_report(report, "");
+                }
+                match self.exchange(ctx).await {
+                    Answer::Accepted(text) => {
+                        accepted.store(true, std::sync::atomic::Ordering::SeqCst);
+                        awaited(ctx, &text).await
+                    }
+                    // Answered at once: a report that won the race decides, else the answer.
+                    Answer::Done(result) => match close(ctx, "answered at once").await {
+                        Some(report) => from_report(report, ""),
+                        None => result,
+                    },
+                }
+            };
+            let (tag, message) = tokio::select! {
+                ended = tokio::time::timeout(limit, work) => match ended {
+                    Ok(result) => return result,
+                    Err(_) => (Tag::Timeout, format!("no complete answer within {}s", limit.as_secs())),
                 },
-                _ = ctx.cancel.notified() => ExecResult::failed(
+                _ = ctx.cancel.notified() => (
                     Tag::Killed,
-                    "stopped: the instance was cancelled; request abandoned",
+                    "stopped: the instance was cancelled; request abandoned".to_string(),
+                ),
+            };
+            // Ended meanwhile: unless a report won the race, it is too late for one.
+            let report = close(ctx, tag.as_str()).await;
+            let accepted = accepted.load(std::sync::atomic::Ordering::SeqCst);
+            match report {
+                Some(report) => from_report(report, ""),
+                None if !accepted => ExecResult::failed(tag, message),
+                None if tag == Tag::Timeout => ExecResult::failed(
+                    tag,
+                    format!(
+                        "HTTP 202 Accepted, and no report within {}s",
+                        limit.as_secs()
+                    ),
+                ),
+                None => ExecResult::failed(
+                    tag,
+                    "stopped: the instance was cancelled while its report was awaited",
                 ),
             }
         })

@@ -62,6 +62,8 @@ pub struct AttemptContext<'a> {
     pub cancel: &'a Notify,
     /// The values of the placeholders (including upstream outputs).
     pub values: &'a Values,
+    /// The cluster, for work reported later (an http `202`); none in a local run.
+    pub cluster: Option<&'a ax_bus::AxClient>,
 }
 
 /// How an attempt's work ended.

@@ -70,6 +70,7 @@ mod tests {
             scratch,
             cancel: &cancel,
             values: &values,
+            cluster: None,
         };
         Shell.run(&ctx).await
     }

@@ -19,7 +19,15 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from ._types import AxError, CommandRefused, Instance, Reply, Result, format_time
+from ._types import (
+    AxError,
+    CommandRefused,
+    Instance,
+    Reply,
+    ReportRefused,
+    Result,
+    format_time,
+)
 
 JobSpec = Union[str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
 
@@ -122,7 +130,9 @@ class Client:
                 pass
         reply = Reply.of(_decode(answer.headers, answer.data))
         if not reply.ok:
-            raise CommandRefused(command, reply.errors, bool(reply.raw.get("denied")))
+            denied = bool(reply.raw.get("denied"))
+            refused = ReportRefused if command == "report" and not denied else CommandRefused
+            raise refused(command, reply.errors, denied)
         return reply
 
     async def apply(self, spec: JobSpec, timeout: float = COMMAND_TIMEOUT) -> List[Dict[str, str]]:
@@ -256,6 +266,29 @@ class Client:
                     pass  # Redelivered after ack_wait.
 
     # Business code.
+
+    async def report(
+        self,
+        trace_id: str,
+        success: bool,
+        message: str = "",
+        output: Any = None,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> bool:
+        """Reports how the work of attempt ``trace_id`` ended, for an http job whose endpoint
+        answered ``202 Accepted`` (the trace id is the request's ``Ax-Trace-Id`` header and its
+        body's ``traceId``). Report after your transaction commits.
+
+        True when the report was taken (the attempt ends with it); False when a report of this
+        trace was taken before (this one is ignored). Raises :class:`ReportRefused` for a trace
+        no attempt waits on: unknown, or its attempt ended first (its timeout, a cancellation).
+        """
+        reply = await self.command(
+            "report",
+            {"trace_id": trace_id, "success": success, "message": message, "output": output},
+            timeout,
+        )
+        return not reply.message.startswith("already reported")
 
     async def claim(self, trace_id: str, owner: str = "python") -> bool:
         """True for the first caller of ``trace_id`` anywhere, False for every later one.

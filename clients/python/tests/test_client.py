@@ -105,3 +105,63 @@ async def test_commands_need_a_token_when_auth_is_on(secured):
         assert await admin.apply(NOOP) == [{"name": "py_noop", "change": "created"}]
         instance = await admin.trigger("py_noop")
         assert (await admin.wait(instance.instance_id)).state == "success"
+
+
+class Accepting:
+    """An endpoint answering every POST with 202 Accepted, keeping the trace ids it was sent."""
+
+    def __init__(self) -> None:
+        import http.server
+        import json
+        import threading
+
+        traces = self.traces = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                traces.append(body["traceId"])
+                answer = b'{"accepted": true}'
+                self.send_response(202)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/work"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    async def trace(self, n: int) -> str:
+        for _ in range(600):
+            if len(self.traces) >= n:
+                return self.traces[n - 1]
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"the endpoint got {len(self.traces)} requests, not {n}")
+
+
+async def test_an_accepted_http_job_ends_with_its_first_report(cluster):
+    endpoint = Accepting()
+    async with await ax_client.connect(cluster.url) as client:
+        await client.apply({"name": "py_accepts", "timeout": 300, "exec": {"type": "http", "url": endpoint.url}})
+        await client.apply({"name": "py_forgets", "timeout": 1, "exec": {"type": "http", "url": endpoint.url}})
+        instance = await client.trigger("py_accepts")
+        trace = await endpoint.trace(1)
+        assert trace == instance.trace_id
+        assert await client.report(trace, True, "loaded", output={"rows": 3}) is True
+        done = await client.wait(instance.instance_id)
+        assert (done.state, done.message, done.output) == ("success", "loaded", {"rows": 3})
+        assert await client.report(trace, False, "again") is False  # ignored
+        assert (await client.get_instance(instance.instance_id)).state == "success"
+
+        forgotten = await client.trigger("py_forgets")
+        stale = await endpoint.trace(2)
+        ended = await client.wait(forgotten.instance_id)
+        assert (ended.state, ended.tag) == ("failed", "timeout")
+        with pytest.raises(ax_client.ReportRefused) as refused:
+            await client.report(stale, True, "too late")
+        assert "stale trace id" in str(refused.value)
+        endpoint.server.shutdown()

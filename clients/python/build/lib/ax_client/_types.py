@@ -28,6 +28,11 @@ class CommandRefused(AxError):
         self.denied = denied
 
 
+class ReportRefused(CommandRefused):
+    """A report ax would not take: an unknown trace id, or one whose attempt ended before it
+    (a timeout, a cancellation, a worker lost) — nothing was changed."""
+
+
 def parse_time(text: Optional[str]) -> Optional[_dt.datetime]:
     """An RFC 3339 instant as ax writes it (``2026-12-01T14:03:05.000Z``), timezone-aware."""
     if not text:

@@ -341,6 +341,49 @@ pub(crate) enum JobCommand {
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
     },
+    /// Run one job's attempt here, without a cluster, through the executors a worker uses
+    /// (templates, environment, timeout, output file); prints its result and output and
+    /// exits non-zero when it failed.
+    Run(RunArgs),
+    /// Write a commented job spec to start from (`NAME.yaml`, or --out).
+    Init {
+        name: JobName,
+        /// shell, http, python, sql, noop or a plugin's name.
+        #[arg(long = "type", value_name = "TYPE", default_value = "shell")]
+        kind: String,
+        /// Where to write it (`-` for stdout).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    /// The job file.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Which job of the file (needed when it holds several).
+    #[arg(long)]
+    pub job: Option<JobName>,
+    /// Business date, YYYY-MM-DD (today in the job's zone by default).
+    #[arg(long)]
+    pub biz_date: Option<String>,
+    /// A param, `key=value` (repeatable; overrides the job's).
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+    /// An upstream output field its templates read, `job.field=value` (repeatable; a JSON value
+    /// or text).
+    #[arg(long = "dep", value_name = "JOB.FIELD=VALUE")]
+    pub deps: Vec<String>,
+    /// Node config whose `[databases]` and `[worker] plugin_dir` / `python` to use.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Plugin executors (as `ax up --plugin-dir`).
+    #[arg(long, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
+    /// Where `ax up`'s demo database lives (the sql demo jobs' `demo`).
+    #[arg(long, default_value = ".ax")]
+    pub data_dir: PathBuf,
 }
 
 #[derive(Subcommand, Debug)]

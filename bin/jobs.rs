@@ -1,4 +1,4 @@
-//! `ax job ...`: apply, list, get, delete, pause, resume, trigger.
+//! `ax job ...`: apply, list, get, delete, pause, resume, trigger (run and init: `local`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -149,6 +149,22 @@ pub(crate) struct When {
     pub(crate) delay: Option<String>,
 }
 
+/// `--param KEY=VALUE` pairs (values are text, as a shell passes them).
+pub(crate) fn parse_params(params: &[String]) -> Result<BTreeMap<String, serde_json::Value>> {
+    params
+        .iter()
+        .map(|param| {
+            let (key, value) = param
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--param `{param}`: expected KEY=VALUE"))?;
+            Ok((
+                key.to_string(),
+                serde_json::Value::String(value.to_string()),
+            ))
+        })
+        .collect()
+}
+
 pub(crate) async fn trigger(
     client: &AxClient,
     name: &JobName,
@@ -158,16 +174,7 @@ pub(crate) async fn trigger(
     params: &[String],
     json: bool,
 ) -> Result<()> {
-    let mut parsed = BTreeMap::new();
-    for param in params {
-        let (key, value) = param
-            .split_once('=')
-            .ok_or_else(|| anyhow!("--param `{param}`: expected KEY=VALUE"))?;
-        parsed.insert(
-            key.to_string(),
-            serde_json::Value::String(value.to_string()),
-        );
-    }
+    let parsed = parse_params(params)?;
     let request = TriggerRequest {
         name: name.clone(),
         biz_date,

@@ -9,6 +9,7 @@ mod dlq;
 mod fleet;
 mod instances;
 mod jobs;
+mod local;
 mod node_cmd;
 mod node_config;
 mod shutdown;
@@ -98,6 +99,14 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Job(JobCommand::Resume { name }) => {
             jobs::command(&client().await?, commands::RESUME, &name, json).await
         }
+        Command::Job(JobCommand::Run(args)) => {
+            if local::run(args, json).await? {
+                Ok(())
+            } else {
+                anyhow::bail!("the attempt failed")
+            }
+        }
+        Command::Job(JobCommand::Init { name, kind, out }) => local::init(&name, &kind, out),
         Command::Job(JobCommand::History { name, limit }) => {
             jobs::history(&client().await?, &name, limit, json).await
         }

@@ -4,6 +4,7 @@
 //! stops everything; the nats-server child also dies with this process if it is killed
 //! outright.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -75,16 +76,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
         NodeConfig {
             worker: WorkerConfig {
                 slots: args.slots.max(1),
-                executors: ExecutorsConfig {
-                    // A SQLite database for the sql executor's demo jobs.
-                    databases: [(
-                        "demo".to_string(),
-                        format!("sqlite://{}?mode=rwc", data_dir.join("demo.db").display()),
-                    )]
-                    .into(),
-                    plugin_dir: args.plugin_dir.clone(),
-                    python: "python3".into(),
-                },
+                executors: local_executors(&data_dir, args.plugin_dir.clone()),
                 ..WorkerConfig::new(local.clone(), data_dir.join("worker"))
             },
             auth: ax_actors::AuthSettings {
@@ -182,4 +174,18 @@ async fn admin_token(
     writeln!(out, "{}", token.expose())
         .with_context(|| format!("cannot write {}", file.display()))?;
     Ok(token)
+}
+
+/// The executors of `ax up`'s worker (and of `ax job run`): a SQLite database `demo` in
+/// `data_dir` for the sql executor's demo jobs, the plugins of `plugin_dir`.
+pub(crate) fn local_executors(data_dir: &Path, plugin_dir: Option<PathBuf>) -> ExecutorsConfig {
+    ExecutorsConfig {
+        databases: [(
+            "demo".to_string(),
+            format!("sqlite://{}?mode=rwc", data_dir.join("demo.db").display()),
+        )]
+        .into(),
+        plugin_dir,
+        python: "python3".into(),
+    }
 }

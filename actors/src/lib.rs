@@ -46,7 +46,8 @@ pub use scheduler::delayed::DEFAULT_MAX_DELAY;
 pub use scheduler::fire_schedule::FireSchedule;
 pub use scheduler::new_instance::NewInstance;
 pub use scheduler::Scheduler;
-pub use worker::executor::{ExecutorError, ExecutorsConfig};
+pub use worker::executor::{ExecResult, ExecutorError, ExecutorsConfig};
+pub use worker::local_run::{run_locally, LocalRun, LocalRunEnd};
 pub use worker::{WorkerConfig, WorkerSupervisor, DEFAULT_DISPATCH_ACK_WAIT};
 
 use ax_bus::client::kv_view::FeedError;

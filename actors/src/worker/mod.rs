@@ -30,6 +30,7 @@
 mod attempt;
 mod contact;
 pub(crate) mod executor;
+pub(crate) mod local_run;
 pub(crate) mod process;
 mod pumps;
 mod registered;

@@ -245,3 +245,219 @@ async fn job_files_text_is_applied_as_sent_and_its_problems_name_the_line() {
         ])
     );
 }
+
+/// The validator of `docs/schemas/<name>`, or of one of its `$defs`.
+fn schema(name: &str, def: Option<&str>) -> jsonschema::Validator {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/schemas")
+        .join(name);
+    let mut schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    if let Some(def) = def {
+        schema = serde_json::json!({
+            "$schema": schema["$schema"],
+            "$defs": schema["$defs"],
+            "$ref": format!("#/$defs/{def}"),
+        });
+    }
+    jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Every problem of `value` against `validator`, as lines.
+fn problems(validator: &jsonschema::Validator, value: &serde_json::Value) -> Vec<String> {
+    validator
+        .iter_errors(value)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
+fn valid(name: &str, validator: &jsonschema::Validator, values: &[serde_json::Value]) {
+    assert!(!values.is_empty(), "no {name} to check");
+    for value in values {
+        let found = problems(validator, value);
+        assert!(found.is_empty(), "{name}: {found:?}\n{value:#}");
+    }
+}
+
+/// Every message of `stream`, decoded as a client in another language decodes it.
+async fn stream_values(client: &ax_bus::AxClient, stream: &str) -> Vec<serde_json::Value> {
+    let mut stream = client.js.get_stream(stream).await.unwrap();
+    let last = stream.info().await.unwrap().state.last_sequence;
+    let mut all = Vec::new();
+    for seq in 1..=last {
+        if let Ok(message) = stream.get_raw_message(seq).await {
+            all.push(rmp_serde::from_slice(&message.payload).unwrap());
+        }
+    }
+    all
+}
+
+const TRAFFIC: &str = "version: v1
+job:
+  name: works
+  exec: { type: shell, command: 'echo hi && printf \"{\\\"rows\\\": 3}\" > \"$AX_OUTPUT_FILE\"' }
+---
+version: v1
+job:
+  name: fails
+  retry: { times: 1, interval: 1 }
+  exec: { type: shell, command: 'echo nope >&2; exit 3' }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_ax_sends_matches_the_documented_schemas() {
+    use futures::StreamExt;
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let mut events = client.nats.subscribe("ax.event.>").await.unwrap();
+    let json = |value: serde_json::Value| serde_json::to_vec(&value).unwrap();
+    let mut answers = Vec::new();
+    for (command, body) in [
+        ("apply", json(serde_json::json!({ "yaml": TRAFFIC }))),
+        (
+            "trigger",
+            json(serde_json::json!({"name": "works", "key": "a"})),
+        ),
+        ("trigger", json(serde_json::json!({"name": "fails"}))),
+        (
+            "trigger",
+            json(serde_json::json!({"name": "works", "in": "1h"})),
+        ),
+        ("trigger", json(serde_json::json!({"name": "nope"}))),
+        (
+            "queue",
+            json(serde_json::json!({"priority": "low", "paused": true})),
+        ),
+        (
+            "rerun",
+            json(serde_json::json!({"root": "works", "biz_date": "2026-11-01", "dry_run": true})),
+        ),
+    ] {
+        let answer = request(
+            &client,
+            &format!("ax.request.{command}"),
+            Some("application/json"),
+            body,
+        )
+        .await;
+        answers.push(serde_json::from_slice::<serde_json::Value>(&answer.payload).unwrap());
+    }
+    // Through the failure's retry to its end, then one more success: every kind of result.
+    wait_for(
+        Duration::from_secs(60),
+        "the failure's second attempt",
+        || async {
+            let fails = instances(&client, "fails").await;
+            fails
+                .iter()
+                .any(|r| r.state == ax_bus::State::Failed)
+                .then_some(())
+        },
+    )
+    .await;
+    final_record(&client, "works.key-a", Duration::from_secs(30)).await;
+    let mut seen = Vec::new();
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(500), events.next()).await
+    {
+        seen.push(rmp_serde::from_slice::<serde_json::Value>(&event.payload).unwrap());
+    }
+    let bucket = client.js.get_key_value("ax_instances").await.unwrap();
+    let mut records = Vec::new();
+    let mut keys = bucket.keys().await.unwrap();
+    while let Some(Ok(key)) = keys.next().await {
+        let value = bucket.get(&key).await.unwrap().unwrap();
+        records.push(rmp_serde::from_slice::<serde_json::Value>(&value).unwrap());
+    }
+
+    valid(
+        "answer",
+        &schema("control-reply.schema.json", None),
+        &answers,
+    );
+    valid("event", &schema("instance.schema.json", None), &seen);
+    valid(
+        "instance record",
+        &schema("instance.schema.json", None),
+        &records,
+    );
+    let results = stream_values(&client, "AX_RESULTS").await;
+    assert!(
+        results.iter().any(|r| r["state"] == "waiting_retry"),
+        "{results:?}"
+    );
+    valid("result", &schema("result.schema.json", None), &results);
+    valid(
+        "audit record",
+        &schema("audit.schema.json", None),
+        &stream_values(&client, "AX_AUDIT").await,
+    );
+    valid(
+        "alert",
+        &schema("alert.schema.json", None),
+        &stream_values(&client, "AX_ALERTS").await,
+    );
+
+    // What the Rust types send as commands is what the schema says.
+    let commands = "commands.schema.json";
+    for (def, value) in [
+        (
+            "trigger",
+            serde_json::json!(ax_bus::messages::TriggerRequest {
+                name: job("works"),
+                biz_date: Some("2026-11-01".into()),
+                params: [("x".to_string(), serde_json::json!(1))].into(),
+                key: Some("k-1".parse().unwrap()),
+                at: None,
+                delay: Some("30s".into()),
+            }),
+        ),
+        (
+            "report",
+            serde_json::json!(ax_bus::messages::ReportRequest {
+                trace_id: ax_bus::ids::TraceId::random(),
+                success: true,
+                message: "done".into(),
+                output: serde_json::json!({"rows": 3}),
+            }),
+        ),
+        (
+            "queue",
+            serde_json::json!(ax_bus::messages::QueueRequest {
+                priority: ax_bus::spec::Priority::Low,
+                paused: true,
+            }),
+        ),
+        (
+            "job_name",
+            serde_json::json!(ax_bus::messages::JobNameRequest { name: job("works") }),
+        ),
+        (
+            "instance",
+            serde_json::json!(ax_bus::messages::InstanceRequest {
+                instance: id("works.key-a"),
+                reason: Some("not needed".into()),
+                requested_by: "me@host".into(),
+            }),
+        ),
+        (
+            "apply",
+            serde_json::json!(ax_bus::messages::ApplyRequest {
+                jobs: Vec::new(),
+                yaml: Some(TRAFFIC.into()),
+            }),
+        ),
+    ] {
+        valid(def, &schema(commands, Some(def)), &[value]);
+    }
+
+    // The schemas can fail: a whole second without its milliseconds, a field they do not know.
+    let result = schema("result.schema.json", None);
+    let mut bad = results[0].clone();
+    bad["finished_at"] = serde_json::json!("2026-12-01T14:03:05Z");
+    assert!(!problems(&result, &bad).is_empty());
+    let mut extra = results[0].clone();
+    extra["surprise"] = serde_json::json!(1);
+    assert!(!problems(&result, &extra).is_empty());
+}

@@ -1,6 +1,6 @@
 //! Subject names. Every subject ax uses is built here, so the contract lives in one place.
 //!
-//! Public (documented in docs/subjects.md, stable):
+//! Public (documented in docs/protocol.md, stable):
 //! - `<prefix>.control.<command>`: job definitions and commands, consumed by Schedulers;
 //! - `<prefix>.request.<command>`: the same commands as plain NATS requests;
 //! - `<prefix>.result.<job>`: one message per finished attempt;

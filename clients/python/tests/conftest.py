@@ -45,11 +45,12 @@ class Cluster:
     """A nats-server and an ``ax up`` on it; the server can be restarted on the same port and
     store."""
 
-    def __init__(self, auth: bool = False) -> None:
+    def __init__(self, auth: bool = False, demo: bool = False) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ax-py-"))
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.auth = auth
+        self.demo = demo
         self.nats: Optional[subprocess.Popen] = None
         self.ax: Optional[subprocess.Popen] = None
         self.start_nats()
@@ -95,6 +96,8 @@ class Cluster:
         ]
         if self.auth:
             args.append("--auth")
+        if self.demo:
+            args += ["--jobs", str(ROOT / "config" / "jobs"), "--plugin-dir", str(ROOT / "examples" / "plugins")]
         log = open(self.dir / "ax.log", "ab")
         self.ax = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
         wait_until("a Scheduler answering requests", self._answering, timeout=120)
@@ -136,6 +139,14 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     cluster = Cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[Cluster]:
+    """`ax up` with the demo jobs of config/jobs, as scripts/up runs it."""
+    cluster = Cluster(demo=True)
     yield cluster
     cluster.stop()
 

@@ -174,3 +174,44 @@ async fn an_accepted_attempt_ends_with_its_first_report_or_its_timeout() {
         node.log_text()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_awaited_across_a_nats_restart_still_ends_the_attempt() {
+    let mut nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    let endpoint = Accepting::start().await;
+    apply_job(&nats, "accepts", &job("accepts", &endpoint.url, 300)).await;
+    let id = trigger(&nats, &["accepts"]);
+    let trace = endpoint.trace(1).await;
+    nats.server.restart().unwrap();
+    // The report goes through once everything has reconnected (a command sent meanwhile may
+    // find no stream yet: sent again, which a report allows — the second is ignored).
+    let reply = wait_for(Duration::from_secs(60), "the report taken", || async {
+        let reply = client
+            .report(
+                &ReportRequest {
+                    trace_id: trace.clone(),
+                    success: true,
+                    message: "after the restart".into(),
+                    output: serde_json::Value::Null,
+                },
+                Duration::from_secs(5),
+            )
+            .await
+            .ok()?;
+        reply.ok.then_some(reply)
+    })
+    .await;
+    assert!(
+        reply.message == "reported" || reply.message.starts_with("already reported"),
+        "{reply:?}"
+    );
+    let done = final_record(&client, &id, Duration::from_secs(60)).await;
+    assert_eq!(
+        (done.state, done.message.as_str(), done.attempt),
+        (ax_bus::State::Success, "after the restart", 1),
+        "{}",
+        node.log_text()
+    );
+}

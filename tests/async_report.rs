@@ -166,6 +166,17 @@ async fn an_accepted_attempt_ends_with_its_first_report_or_its_timeout() {
         unknown.errors[0].starts_with("unknown trace id"),
         "{unknown:?}"
     );
+    // A report that does not decode says where.
+    let bad = client
+        .control(
+            ax_bus::messages::commands::REPORT,
+            &serde_json::json!({"trace_id": "not-a-trace", "success": true}),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    assert!(!bad.ok);
+    assert!(bad.errors[0].contains("trace"), "{bad:?}");
     let forgotten = final_record(&client, &id, Duration::from_secs(5)).await;
     assert_eq!(
         forgotten.state,
@@ -213,5 +224,36 @@ async fn a_report_awaited_across_a_nats_restart_still_ends_the_attempt() {
         (ax_bus::State::Success, "after the restart", 1),
         "{}",
         node.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_while_awaiting_a_report_makes_its_trace_stale() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let mut worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    let endpoint = Accepting::start().await;
+    apply_job(&nats, "accepts", &job("accepts", &endpoint.url, 300)).await;
+    let id = trigger(&nats, &["accepts"]);
+    let first = endpoint.trace(1).await;
+    worker.kill9();
+    // Back at once: it finds its own claim on an attempt that may have had its effect, so the
+    // attempt is lost and a new one (a new trace) is sent to the endpoint.
+    let _again = AxProcess::node(&nats, "w1", "worker", &[]);
+    let second = endpoint.trace(2).await;
+    assert_ne!(first, second);
+    let stale = report(&client, &first, true, "from the first request").await;
+    assert!(!stale.ok);
+    assert!(
+        stale.errors[0].starts_with("stale trace id") && stale.errors[0].contains("attempt 2"),
+        "{stale:?}"
+    );
+    let taken = report(&client, &second, true, "from the second request").await;
+    assert!(taken.ok, "{:?}", taken.errors);
+    let done = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (done.state, done.attempt, done.message.as_str()),
+        (ax_bus::State::Success, 2, "from the second request")
     );
 }

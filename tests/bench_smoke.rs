@@ -20,6 +20,7 @@ fn quick_bench_prints_sane_figures() {
     for section in [
         "memory",
         "limit",
+        "wire",
         "throughput",
         "triggers",
         "routing",
@@ -33,6 +34,14 @@ fn quick_bench_prints_sane_figures() {
             "no {section} figure"
         );
     }
+    // The messages of an instance, by kind, add up to their total.
+    let wire: Vec<f64> = figures
+        .iter()
+        .filter(|f| f["section"] == "wire")
+        .map(|f| f["value"].as_f64().unwrap())
+        .collect();
+    let by_kind: f64 = wire[1..].iter().sum();
+    assert!((by_kind - wire[0]).abs() < 0.01, "{wire:?}");
     for figure in figures {
         let value = figure["value"].as_f64().unwrap();
         // Pending delayed instances may cost the Scheduler nothing at all; what metrics cost

@@ -2,7 +2,7 @@
 //!
 //! It starts its own nats-server (the pinned one, file storage, default sync settings) in a
 //! temporary directory and runs each section against it; every figure is printed with the raw
-//! limit beside it. Sections: `memory` (pending timers), `limit` (raw JetStream), `throughput`
+//! limit beside it. Sections: `memory` (pending timers), `limit` (raw JetStream), `wire` (every message of an instance, by kind), `throughput`
 //! (no-op instances end to end), `triggers` (keyed triggers from a service end to end, pending
 //! delayed instances), `routing` (the Router's decision and its cost to dispatch),
 //! `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
@@ -19,6 +19,7 @@ mod recovery;
 mod routing;
 mod throughput;
 mod triggers;
+mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,8 +78,9 @@ pub struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "memory",
+    "wire",
     "throughput",
     "triggers",
     "routing",
@@ -125,6 +127,10 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     let limit = limit::measure(&nats, quick).await?;
     let raw = limit.iter().map(|f| f.value).fold(f64::INFINITY, f64::min);
     figures.extend(limit);
+    if wanted("wire") {
+        eprintln!("wire: every message of an instance, by kind…");
+        figures.extend(wire::measure(&server.url, quick).await?);
+    }
     if wanted("throughput") {
         eprintln!("throughput: no-op instances end to end…");
         figures.extend(throughput::measure(&server.url, quick, raw).await?);

@@ -1,0 +1,193 @@
+//! Wire: every message one no-op instance puts on the wire, by kind — what the hot path's work
+//! is measured in. A monitor connection subscribed to `>` sees each message once as the server
+//! routes it: a publish, a key-value write or read request, the answer to each, a consumer's
+//! delivery (it keeps the subject it was stored under; its reply subject is `$JS.ACK.…`), its
+//! acknowledgement, a pull request, an event.
+//!
+//! N jobs fire at one second on a node running every actor; messages are counted from just
+//! before the fire to the last success, and divided by N (so the node's background traffic —
+//! heartbeats, leases, clock probes — weighs little; it is counted under its own kinds).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use ax_bus::messages::ResultMessage;
+use ax_bus::{codec, State};
+
+use crate::{bail, client_for, cron_at, noop_job, start_node, store_jobs, Figure, Result};
+
+/// The kind of one message: what it is for, from its subject and reply subject.
+fn kind(prefix: &str, subject: &str, reply: Option<&str>) -> String {
+    let tag = prefix.replace('.', "_");
+    let ours = |rest: &str| format!("{tag}_{rest}");
+    // A consumer's delivery keeps the subject it was stored under; its reply is where it is
+    // acknowledged.
+    if let Some(reply) = reply.filter(|r| r.starts_with("$JS.ACK.")) {
+        let stream = reply.split('.').nth(2).unwrap_or_default();
+        return format!("delivery ({stream})");
+    }
+    if let Some(rest) = subject.strip_prefix("$KV.") {
+        let bucket = rest.split('.').next().unwrap_or_default();
+        let bucket = bucket.strip_prefix(&ours("")).unwrap_or(bucket);
+        return format!("kv write {bucket}");
+    }
+    if let Some(rest) = subject
+        .strip_prefix("$JS.API.DIRECT.GET.")
+        .or_else(|| subject.strip_prefix("$JS.API.STREAM.MSG.GET."))
+    {
+        let stream = rest.split('.').next().unwrap_or_default();
+        let bucket = stream.strip_prefix(&format!("KV_{tag}_")).unwrap_or(stream);
+        return format!("kv read {bucket}");
+    }
+    if subject.starts_with("$JS.ACK.") {
+        let stream = subject.split('.').nth(2).unwrap_or_default();
+        return format!("ack of a delivery ({stream})");
+    }
+    if subject.starts_with("$JS.API.CONSUMER.MSG.NEXT.") {
+        return "pull request".into();
+    }
+    if subject.starts_with("$JS.API.") {
+        return "other JetStream API".into();
+    }
+    if subject.starts_with("_INBOX.") {
+        return "answer (publish ack, kv result, reply)".into();
+    }
+    if let Some(rest) = subject.strip_prefix(&format!("{prefix}.")) {
+        let mut tokens = rest.split('.');
+        return match (tokens.next(), tokens.next()) {
+            (Some("internal"), Some(what)) => format!("publish internal.{what}"),
+            (Some(what), _) => format!("publish {what}"),
+            _ => "publish".into(),
+        };
+    }
+    "other".into()
+}
+
+pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
+    let n = if quick { 500 } else { 2_000 };
+    let prefix = "wire";
+    let client = client_for(url, prefix).await?;
+    let monitor = async_nats::connect(url).await?;
+    let scratch = tempfile::tempdir()?;
+    let fire_at = ax_bus::time::now() + chrono::Duration::seconds(if quick { 4 } else { 6 });
+    let fire_at = chrono::DurationRound::duration_trunc(fire_at, chrono::Duration::seconds(1))?;
+    let cron = cron_at(fire_at);
+    let specs: Vec<_> = (0..n).map(|i| noop_job(&format!("w{i}"), &cron)).collect();
+    store_jobs(&client, &specs).await?;
+    let mut results = client
+        .nats
+        .subscribe(client.subjects().result_all())
+        .await?;
+    let node = start_node(&client, "all", 256, scratch.path()).await?;
+    // Counting starts just before the fire, once the node has settled after its start.
+    let start = fire_at - chrono::Duration::milliseconds(200);
+    tokio::time::sleep(
+        (start - ax_bus::time::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
+    .await;
+    let mut everything = monitor.subscribe(">").await?;
+    monitor.flush().await?;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let counting = tokio::spawn(async move {
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        loop {
+            let message = tokio::select! {
+                message = everything.next() => message,
+                _ = &mut stopped => None,
+            };
+            let Some(message) = message else {
+                return counts;
+            };
+            let kind = kind(
+                prefix,
+                &message.subject,
+                message.reply.as_ref().map(|r| r.as_str()),
+            );
+            *counts.entry(kind).or_default() += 1;
+        }
+    });
+    let mut done = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while done < n {
+        let Ok(Some(message)) = tokio::time::timeout_at(deadline, results.next()).await else {
+            bail!("wire: {done} of {n} results before the deadline");
+        };
+        let result: ResultMessage = codec::decode(&message.payload)?;
+        if result.state == State::Success {
+            done += 1;
+        }
+    }
+    // What the last instances still do after their result (the DagCoordinator's deps entry and
+    // acknowledgement) is counted too: a short settle before the monitor stops.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    monitor.flush().await?;
+    let _ = stop.send(());
+    node.stop();
+    let counts = tokio::time::timeout(Duration::from_secs(10), counting).await??;
+    let total: u64 = counts.values().sum();
+    let per = |count: u64| count as f64 / n as f64;
+    let mut figures = vec![Figure {
+        section: "wire",
+        name: "messages per instance on the wire".into(),
+        value: per(total),
+        unit: "msg",
+        note: format!("{n} no-op cron instances, every message the server routed, by kind below"),
+    }];
+    let mut kinds: Vec<(String, u64)> = counts.into_iter().collect();
+    kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    figures.extend(kinds.into_iter().map(|(kind, count)| Figure {
+        section: "wire",
+        name: kind,
+        value: per(count),
+        unit: "msg",
+        note: format!("{count} in all"),
+    }));
+    Ok(figures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kind;
+
+    #[test]
+    fn messages_are_told_apart_by_subject_and_reply() {
+        let k = |subject: &str, reply: Option<&str>| kind("wire", subject, reply);
+        assert_eq!(k("$KV.wire_instances.w1.x", None), "kv write instances");
+        assert_eq!(
+            k("$JS.API.DIRECT.GET.KV_wire_jobs.$KV.wire_jobs.w1", None),
+            "kv read jobs"
+        );
+        assert_eq!(
+            k("$JS.API.STREAM.MSG.GET.KV_wire_jobs", Some("_INBOX.r")),
+            "kv read jobs"
+        );
+        assert_eq!(
+            k("$JS.ACK.WIRE_DISPATCH.c.1.2.3.4.5", None),
+            "ack of a delivery (WIRE_DISPATCH)"
+        );
+        assert_eq!(
+            k(
+                "wire.internal.ready.normal",
+                Some("$JS.ACK.WIRE_FLOW.c.1.2.3.4.5")
+            ),
+            "delivery (WIRE_FLOW)"
+        );
+        assert_eq!(
+            k("_INBOX.x.y", None),
+            "answer (publish ack, kv result, reply)"
+        );
+        assert_eq!(
+            k("wire.internal.ready.normal", None),
+            "publish internal.ready"
+        );
+        assert_eq!(k("wire.event.w1.running", None), "publish event");
+        assert_eq!(
+            k("$JS.API.CONSUMER.MSG.NEXT.WIRE_FLOW.c", Some("_INBOX.z")),
+            "pull request"
+        );
+    }
+}

@@ -429,6 +429,25 @@ pub(crate) enum InstanceCommand {
         #[arg(long)]
         reason: String,
     },
+    /// Report how the work of an executing attempt ended whose http endpoint answered `202
+    /// Accepted`, as the business would with `report` (its current attempt's trace id): the
+    /// attempt ends with it.
+    #[command(group(clap::ArgGroup::new("verdict").required(true).args(["success", "failed"])))]
+    Report {
+        id: InstanceId,
+        /// The work succeeded.
+        #[arg(long)]
+        success: bool,
+        /// The work failed (tag rejected).
+        #[arg(long)]
+        failed: bool,
+        /// A line for people.
+        #[arg(long, default_value = "")]
+        message: String,
+        /// Structured output, as JSON.
+        #[arg(long, value_parser = json_value)]
+        output: Option<serde_json::Value>,
+    },
     /// Stop an executing attempt (dump signal, grace, SIGKILL to its process group); the
     /// instance ends `failed`, tag `killed`, without a retry.
     Kill {
@@ -466,4 +485,9 @@ fn checked_instant(text: &str) -> Result<String, String> {
 /// `--in` as given, once it reads as a delay.
 fn checked_delay(text: &str) -> Result<String, String> {
     ax_bus::time::parse_delay(text).map(|_| text.to_string())
+}
+
+/// A JSON value given on the command line.
+fn json_value(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
 }

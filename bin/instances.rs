@@ -210,6 +210,33 @@ pub(crate) async fn mark(
     print_acted(reply, json)
 }
 
+/// Reports the end of instance `id`'s current attempt (awaiting a report after a 202).
+pub(crate) async fn report(
+    client: &AxClient,
+    id: InstanceId,
+    success: bool,
+    message: String,
+    output: Option<serde_json::Value>,
+    json: bool,
+) -> Result<()> {
+    let (record, _) = client
+        .instance(&id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no instance {id}"))?;
+    let request = ax_bus::messages::ReportRequest {
+        trace_id: record.trace_id,
+        success,
+        message,
+        output: output.unwrap_or_default(),
+    };
+    let reply = crate::jobs::refused(
+        client
+            .control(commands::REPORT, &request, crate::jobs::CONTROL_TIMEOUT)
+            .await?,
+    )?;
+    print_acted(reply, json)
+}
+
 fn print_acted(reply: ax_bus::messages::ControlReply, json: bool) -> Result<()> {
     if json {
         return table::json(&serde_json::json!({

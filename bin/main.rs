@@ -162,6 +162,13 @@ async fn run(cli: Cli) -> Result<()> {
             failed: _,
             reason,
         }) => instances::mark(&client().await?, id, success, reason, json).await,
+        Command::Instance(InstanceCommand::Report {
+            id,
+            success,
+            failed: _,
+            message,
+            output,
+        }) => instances::report(&client().await?, id, success, message, output, json).await,
         Command::Instance(InstanceCommand::Kill { id, reason }) => {
             instances::act(&client().await?, commands::KILL, id, reason, json).await
         }

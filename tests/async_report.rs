@@ -127,17 +127,43 @@ async fn an_accepted_attempt_ends_with_its_first_report_or_its_timeout() {
     assert_eq!(result.len(), 1);
     assert_eq!(result[0].message, "loaded 3 rows");
 
-    // A reported failure ends the attempt failed, tag rejected.
+    // A reported failure ends the attempt failed, tag rejected: here an operator's, by
+    // instance id from the CLI (its current attempt's trace).
     let id = trigger(&nats, &["accepts", "--key", "fails"]);
-    let trace = endpoint.trace(2).await;
-    let reply = report(&client, &trace, false, "the file was empty").await;
-    assert!(reply.ok, "{:?}", reply.errors);
+    endpoint.trace(2).await;
+    let out = ax(
+        &nats.url(),
+        &[
+            "instance",
+            "report",
+            &id,
+            "--failed",
+            "--message",
+            "the file was empty",
+            "--output",
+            r#"{"rows": 0}"#,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), format!("{id} (reported)"));
     let failed = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(failed.output, serde_json::json!({"rows": 0}));
     assert_eq!(
         (failed.state, failed.tag),
         (ax_bus::State::Failed, ax_bus::Tag::Rejected)
     );
     assert_eq!(failed.message, "reported failed: the file was empty");
+
+    // The same trace reported again, now from the CLI: ignored, and the record stays.
+    let again = ax(&nats.url(), &["instance", "report", &id, "--success"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("already reported"),
+        "{}",
+        stdout(&again)
+    );
+    let still = final_record(&client, &id, Duration::from_secs(5)).await;
+    assert_eq!(still.state, ax_bus::State::Failed);
 
     // No report: the attempt ends at its timeout, and a report after that is stale.
     let id = trigger(&nats, &["forgets"]);

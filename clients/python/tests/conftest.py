@@ -101,6 +101,15 @@ class Cluster:
         log = open(self.dir / "ax.log", "ab")
         self.ax = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
         wait_until("a Scheduler answering requests", self._answering, timeout=120)
+        if self.demo:
+            # `ax up` applies the demo jobs once it is up, in one apply: one of them found, all are.
+            wait_until("the demo jobs applied", self._has_demo_jobs, timeout=120)
+
+    def _has_demo_jobs(self) -> bool:
+        found = subprocess.run(
+            [AX_BIN, "--nats", self.url, "job", "get", "hello"], capture_output=True
+        )
+        return found.returncode == 0
 
     def _answering(self) -> bool:
         """True once a Scheduler answers a plain request (here: an unknown command)."""

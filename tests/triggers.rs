@@ -539,8 +539,22 @@ async fn a_burst_of_triggers_keeps_a_key_single_and_commands_in_order() {
     let client = nats.client().await;
     let mut node = AxProcess::node(&nats, "n1", "scheduler", &[]);
     apply_job(&nats, "later", NOOP).await;
-    // Sent while no Scheduler runs, so that the next one takes them all in one burst.
+    // Sent while no Scheduler runs, so that the next one takes them all in one burst — once
+    // the server has dropped the killed Scheduler's pull requests: a command delivered to one
+    // would come back only after the ack wait, behind the delete.
     node.kill9();
+    wait_for(Duration::from_secs(30), "no pull request left", || async {
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = client
+            .js
+            .get_stream("AX_CONTROL")
+            .await
+            .ok()?
+            .get_consumer("scheduler-control")
+            .await
+            .ok()?;
+        (consumer.info().await.ok()?.num_waiting == 0).then_some(())
+    })
+    .await;
     let inbox = client.nats.new_inbox();
     let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
     for i in 0..25 {

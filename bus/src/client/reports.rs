@@ -79,6 +79,14 @@ pub enum Delivery {
     Unknown,
 }
 
+/// What a transition of the key does with what it found.
+enum Step<T> {
+    /// Leave it; the outcome.
+    Stay(T),
+    /// Write this state; the outcome once written.
+    Write(ReportState, T),
+}
+
 fn key(trace: &TraceId) -> String {
     format!("report.{trace}")
 }
@@ -107,6 +115,40 @@ impl AxClient {
         }
     }
 
+    /// The one way the key changes: read it, let `decide` say what to do with what is there,
+    /// and write by create (nothing there) or compare-and-swap (on the revision read); a write
+    /// that lost a race reads again and decides again.
+    async fn transition<T>(
+        &self,
+        trace: &TraceId,
+        what: &str,
+        mut decide: impl FnMut(Option<ReportState>) -> Step<T>,
+    ) -> Result<T, ClientError> {
+        loop {
+            let current = self.report_state(trace).await?;
+            let revision = current.as_ref().map(|(_, revision)| *revision);
+            let (next, outcome) = match decide(current.map(|(state, _)| state)) {
+                Step::Stay(outcome) => return Ok(outcome),
+                Step::Write(next, outcome) => (codec::encode(&next)?, outcome),
+            };
+            let lost = match revision {
+                None => match self.claims.create(key(trace), next).await {
+                    Ok(_) => false,
+                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => true,
+                    Err(e) => return Err(failed(what, trace)(e)),
+                },
+                Some(revision) => match self.claims.update(key(trace), next, revision).await {
+                    Ok(_) => false,
+                    Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => true,
+                    Err(e) => return Err(failed(what, trace)(e)),
+                },
+            };
+            if !lost {
+                return Ok(outcome);
+            }
+        }
+    }
+
     /// A worker opens the wait for `trace`'s report before it sends the work (so a report sent
     /// the instant the endpoint answers finds it). A report already there — a previous process
     /// of this worker sent the work and got it — is returned: the work is not sent again.
@@ -116,33 +158,17 @@ impl AxClient {
         instance_id: &InstanceId,
         worker: &WorkerId,
     ) -> Result<Option<Report>, ClientError> {
-        let waiting = codec::encode(&ReportState::Waiting {
+        let waiting = ReportState::Waiting {
             instance_id: instance_id.clone(),
             worker: worker.clone(),
-        })?;
-        loop {
-            match self.report_state(trace).await? {
-                None => match self.claims.create(key(trace), waiting.clone()).await {
-                    Ok(_) => return Ok(None),
-                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(failed("open report", trace)(e)),
-                },
-                Some((ReportState::Waiting { .. }, _)) => return Ok(None),
-                Some((ReportState::Reported(report), _)) => return Ok(Some(report)),
-                // Closed by a previous process of the worker that then died: open again.
-                Some((ReportState::Closed { .. }, revision)) => {
-                    match self
-                        .claims
-                        .update(key(trace), waiting.clone(), revision)
-                        .await
-                    {
-                        Ok(_) => return Ok(None),
-                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-                        Err(e) => return Err(failed("open report", trace)(e)),
-                    }
-                }
-            }
-        }
+        };
+        self.transition(trace, "open report", |current| match current {
+            Some(ReportState::Waiting { .. }) => Step::Stay(None),
+            Some(ReportState::Reported(report)) => Step::Stay(Some(report)),
+            // Nothing yet, or closed by a previous process of the worker that then died.
+            None | Some(ReportState::Closed { .. }) => Step::Write(waiting.clone(), None),
+        })
+        .await
     }
 
     /// The report of `trace` once one is taken. Follows the key through disconnections (a
@@ -170,31 +196,15 @@ impl AxClient {
         trace: &TraceId,
         reason: &str,
     ) -> Result<Option<Report>, ClientError> {
-        let closed = codec::encode(&ReportState::Closed {
+        let closed = ReportState::Closed {
             reason: reason.to_string(),
-        })?;
-        loop {
-            match self.report_state(trace).await? {
-                None => match self.claims.create(key(trace), closed.clone()).await {
-                    Ok(_) => return Ok(None),
-                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(failed("close report", trace)(e)),
-                },
-                Some((ReportState::Waiting { .. }, revision)) => {
-                    match self
-                        .claims
-                        .update(key(trace), closed.clone(), revision)
-                        .await
-                    {
-                        Ok(_) => return Ok(None),
-                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-                        Err(e) => return Err(failed("close report", trace)(e)),
-                    }
-                }
-                Some((ReportState::Reported(report), _)) => return Ok(Some(report)),
-                Some((ReportState::Closed { .. }, _)) => return Ok(None),
-            }
-        }
+        };
+        self.transition(trace, "close report", |current| match current {
+            None | Some(ReportState::Waiting { .. }) => Step::Write(closed.clone(), None),
+            Some(ReportState::Reported(report)) => Step::Stay(Some(report)),
+            Some(ReportState::Closed { .. }) => Step::Stay(None),
+        })
+        .await
     }
 
     /// Hands `report` to the attempt waiting for it, once: the first report of a trace is
@@ -204,25 +214,14 @@ impl AxClient {
         trace: &TraceId,
         report: &Report,
     ) -> Result<Delivery, ClientError> {
-        let reported = codec::encode(&ReportState::Reported(report.clone()))?;
-        loop {
-            match self.report_state(trace).await? {
-                None => return Ok(Delivery::Unknown),
-                Some((ReportState::Waiting { .. }, revision)) => {
-                    match self
-                        .claims
-                        .update(key(trace), reported.clone(), revision)
-                        .await
-                    {
-                        Ok(_) => return Ok(Delivery::Accepted),
-                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-                        Err(e) => return Err(failed("report", trace)(e)),
-                    }
-                }
-                Some((ReportState::Reported(_), _)) => return Ok(Delivery::AlreadyReported),
-                Some((ReportState::Closed { reason }, _)) => return Ok(Delivery::Closed(reason)),
-            }
-        }
+        let reported = ReportState::Reported(report.clone());
+        self.transition(trace, "report", |current| match current {
+            None => Step::Stay(Delivery::Unknown),
+            Some(ReportState::Waiting { .. }) => Step::Write(reported.clone(), Delivery::Accepted),
+            Some(ReportState::Reported(_)) => Step::Stay(Delivery::AlreadyReported),
+            Some(ReportState::Closed { reason }) => Step::Stay(Delivery::Closed(reason)),
+        })
+        .await
     }
 
     /// Reports how the work of attempt `trace` ended (its endpoint answered `202 Accepted`),

@@ -315,6 +315,36 @@ fn noop_job(name: &str, cron: &str) -> JobSpec {
     .expect("a valid generated job")
 }
 
+/// The whole second `lead_secs` from now and the cron expression firing once then.
+fn fire_soon(lead_secs: i64) -> Result<(chrono::DateTime<chrono::Utc>, String)> {
+    let at = ax_bus::time::now() + chrono::Duration::seconds(lead_secs);
+    let at = chrono::DurationRound::duration_trunc(at, chrono::Duration::seconds(1))?;
+    Ok((at, cron_at(at)))
+}
+
+/// Waits on `results` for `n` successes within `within`; the instant of the last one.
+async fn successes(
+    section: &str,
+    results: &mut async_nats::Subscriber,
+    n: usize,
+    within: Duration,
+) -> Result<chrono::DateTime<chrono::Utc>> {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + within;
+    let (mut done, mut last) = (0, ax_bus::time::now());
+    while done < n {
+        let Ok(Some(message)) = tokio::time::timeout_at(deadline, results.next()).await else {
+            bail!("{section}: {done} of {n} results before the deadline");
+        };
+        let result: ax_bus::messages::ResultMessage = codec::decode(&message.payload)?;
+        if result.state == ax_bus::State::Success {
+            done += 1;
+            last = ax_bus::time::now();
+        }
+    }
+    Ok(last)
+}
+
 /// A 6-field cron expression firing once, at `at` (UTC, whole second).
 fn cron_at(at: chrono::DateTime<chrono::Utc>) -> String {
     use chrono::{Datelike, Timelike};

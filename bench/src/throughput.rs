@@ -8,13 +8,11 @@
 
 use std::time::Duration;
 
-use crate::{bail, Result};
-use futures::StreamExt;
+use crate::Result;
 
-use ax_bus::messages::ResultMessage;
-use ax_bus::{codec, State};
-
-use crate::{client_for, cron_at, messages_so_far, noop_job, start_node, store_jobs, Figure};
+use crate::{
+    client_for, fire_soon, messages_so_far, noop_job, start_node, store_jobs, successes, Figure,
+};
 
 pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
     let n = if quick { 5_000 } else { 20_000 };
@@ -90,9 +88,7 @@ struct Run {
 async fn run(url: &str, prefix: &str, n: usize, quick: bool) -> Result<Run> {
     let client = client_for(url, prefix).await?;
     let scratch = tempfile::tempdir()?;
-    let fire_at = ax_bus::time::now() + chrono::Duration::seconds(if quick { 4 } else { 8 });
-    let fire_at = chrono::DurationRound::duration_trunc(fire_at, chrono::Duration::seconds(1))?;
-    let cron = cron_at(fire_at);
+    let (fire_at, cron) = fire_soon(if quick { 4 } else { 8 })?;
     let specs: Vec<_> = (0..n).map(|i| noop_job(&format!("tp{i}"), &cron)).collect();
     store_jobs(&client, &specs).await?;
     let mut results = client
@@ -101,19 +97,7 @@ async fn run(url: &str, prefix: &str, n: usize, quick: bool) -> Result<Run> {
         .await?;
     let (sent_before, received_before) = messages_so_far(&client);
     let node = start_node(&client, "all", 512, scratch.path()).await?;
-    let mut done = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-    let mut last = fire_at;
-    while done < n {
-        let Ok(Some(message)) = tokio::time::timeout_at(deadline, results.next()).await else {
-            bail!("throughput: {done} of {n} results before the deadline");
-        };
-        let result: ResultMessage = codec::decode(&message.payload)?;
-        if result.state == State::Success {
-            done += 1;
-            last = ax_bus::time::now();
-        }
-    }
+    let last = successes("throughput", &mut results, n, Duration::from_secs(300)).await?;
     let (sent, received) = messages_so_far(&client);
     node.stop();
     let seconds = (last - fire_at).num_milliseconds().max(1) as f64 / 1000.0;

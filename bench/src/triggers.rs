@@ -11,14 +11,13 @@
 use std::time::{Duration, Instant};
 
 use crate::{bail, Result};
-use futures::StreamExt;
 
-use ax_bus::messages::{commands, ResultMessage, TriggerRequest};
-use ax_bus::{codec, AxClient, State};
+use ax_bus::messages::{commands, TriggerRequest};
+use ax_bus::AxClient;
 
 use crate::{
     client_for, commands_done, keyed_trigger, manual_job, messages_so_far, send_triggers,
-    start_node, store_jobs, Figure,
+    start_node, store_jobs, successes, Figure,
 };
 
 pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
@@ -45,17 +44,7 @@ async fn keyed(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
         .collect::<Result<Vec<_>>>()?;
     let started = Instant::now();
     send_triggers(&service, triggers.into_iter()).await?;
-    let mut done = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-    while done < n {
-        let Ok(Some(message)) = tokio::time::timeout_at(deadline, results.next()).await else {
-            bail!("triggers: {done} of {n} results before the deadline");
-        };
-        let result: ResultMessage = codec::decode(&message.payload)?;
-        if result.state == State::Success {
-            done += 1;
-        }
-    }
+    successes("triggers", &mut results, n, Duration::from_secs(300)).await?;
     let seconds = started.elapsed().as_secs_f64();
     let (sent, received) = messages_so_far(&client);
     let (sent, received) = (sent - sent_before, received - received_before);

@@ -13,10 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use ax_bus::messages::ResultMessage;
-use ax_bus::{codec, State};
-
-use crate::{bail, client_for, cron_at, noop_job, start_node, store_jobs, Figure, Result};
+use crate::{client_for, fire_soon, noop_job, start_node, store_jobs, successes, Figure, Result};
 
 /// The kind of one message: what it is for, from its subject and reply subject.
 fn kind(prefix: &str, subject: &str, reply: Option<&str>) -> String {
@@ -71,9 +68,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let client = client_for(url, prefix).await?;
     let monitor = async_nats::connect(url).await?;
     let scratch = tempfile::tempdir()?;
-    let fire_at = ax_bus::time::now() + chrono::Duration::seconds(if quick { 4 } else { 6 });
-    let fire_at = chrono::DurationRound::duration_trunc(fire_at, chrono::Duration::seconds(1))?;
-    let cron = cron_at(fire_at);
+    let (fire_at, cron) = fire_soon(if quick { 4 } else { 6 })?;
     let specs: Vec<_> = (0..n).map(|i| noop_job(&format!("w{i}"), &cron)).collect();
     store_jobs(&client, &specs).await?;
     let mut results = client
@@ -110,17 +105,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             *counts.entry(kind).or_default() += 1;
         }
     });
-    let mut done = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while done < n {
-        let Ok(Some(message)) = tokio::time::timeout_at(deadline, results.next()).await else {
-            bail!("wire: {done} of {n} results before the deadline");
-        };
-        let result: ResultMessage = codec::decode(&message.payload)?;
-        if result.state == State::Success {
-            done += 1;
-        }
-    }
+    successes("wire", &mut results, n, Duration::from_secs(120)).await?;
     // What the last instances still do after their result (the DagCoordinator's deps entry and
     // acknowledgement) is counted too: a short settle before the monitor stops.
     tokio::time::sleep(Duration::from_millis(500)).await;

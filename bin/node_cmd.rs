@@ -130,6 +130,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                 ..file.router.config()?
             },
             max_delay: file.scheduler.max_delay()?,
+            partitions: file.scheduler.partitions()?,
             summary_timezone: file.status.timezone()?,
             auth,
         },
@@ -171,6 +172,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         eprintln!("metrics: http://{}/metrics", http.addr);
     }
     shutdown::wait().await;
+    node.hand_over().await;
     if let Some(http) = &http {
         http.stop().await;
     }

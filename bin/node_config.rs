@@ -223,9 +223,20 @@ pub(crate) struct MetricsSection {
 pub(crate) struct SchedulerSection {
     /// Days ahead a delayed trigger or a job's `at` may be due (366).
     pub max_delay_days: Option<u32>,
+    /// Partitions of the cron jobs, read when the deployment's first Scheduler starts (128).
+    pub partitions: Option<u16>,
 }
 
 impl SchedulerSection {
+    /// The number of partitions a first Scheduler sets. An error names the field.
+    pub(crate) fn partitions(&self) -> Result<u16> {
+        match self.partitions {
+            None => Ok(ax_bus::partition::DEFAULT_COUNT),
+            Some(n) if (1..=4096).contains(&n) => Ok(n),
+            Some(n) => anyhow::bail!("[scheduler] partitions = {n}: must be from 1 to 4096"),
+        }
+    }
+
     /// The Scheduler's limit on delays. An error names the field.
     pub(crate) fn max_delay(&self) -> Result<Duration> {
         match self.max_delay_days {

@@ -127,6 +127,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
     eprintln!("metrics: http://{}/metrics", http.addr);
     eprintln!("Ctrl-C stops everything");
     shutdown::wait().await;
+    node.hand_over().await;
     http.stop().await;
     node.stop();
     drop(server);

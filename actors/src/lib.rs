@@ -45,6 +45,7 @@ pub use scheduler::control::AuthSettings;
 pub use scheduler::delayed::DEFAULT_MAX_DELAY;
 pub use scheduler::fire_schedule::FireSchedule;
 pub use scheduler::new_instance::NewInstance;
+pub use scheduler::partitions::Partitions;
 pub use scheduler::Scheduler;
 pub use worker::executor::{ExecResult, ExecutorError, ExecutorsConfig};
 pub use worker::local_run::{run_locally, LocalRun, LocalRunEnd};

@@ -58,6 +58,10 @@ pub struct Metrics {
     pub dead_letters: Family<Kind, Counter>,
     /// Timers pending in this node's Scheduler's wheel.
     pub wheel_timers: Gauge,
+    /// Partitions of the cron jobs this node's Scheduler owns.
+    pub partitions_owned: Gauge,
+    /// Partition handovers of this node's Scheduler, by kind (`taken`, `released`, `lost`).
+    pub partition_handovers: Family<Kind, Counter>,
     /// Instances this node's DagCoordinator holds for their dependencies.
     pub deps_waiting: Gauge,
     /// Outcomes this worker's outbox holds that are not reported yet.
@@ -95,7 +99,7 @@ pub struct PriorityLabel {
 /// A kind, as a label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Kind {
-    /// The kind (`exhausted`, `max_deliveries`, `undecodable`).
+    /// The kind (`exhausted`, `max_deliveries`, `undecodable`; `taken`, `released`, `lost`).
     pub kind: String,
 }
 
@@ -166,6 +170,17 @@ impl Metrics {
             "wheel_timers",
             "Timers pending in this node's Scheduler's wheel",
         );
+        let partitions_owned = gauge(
+            registry,
+            "partitions_owned",
+            "Partitions of the cron jobs this node's Scheduler owns",
+        );
+        let partition_handovers = Family::<Kind, Counter>::default();
+        registry.register(
+            "partition_handovers",
+            "Partition handovers of this node's Scheduler, by kind (taken, released, lost)",
+            partition_handovers.clone(),
+        );
         let deps_waiting = gauge(
             registry,
             "deps_waiting",
@@ -230,6 +245,8 @@ impl Metrics {
             retries,
             dead_letters,
             wheel_timers,
+            partitions_owned,
+            partition_handovers,
             deps_waiting,
             outbox_unreported,
             workers_live,

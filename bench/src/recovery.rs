@@ -12,6 +12,7 @@ use ax_bus::ids::NodeId;
 
 use ax_actors::jetstream::publish::AckWindow;
 use ax_actors::NewInstance;
+use ax_actors::Partitions;
 use ax_actors::Scheduler;
 use ax_actors::SystemClock;
 use ax_bus::codec;
@@ -60,9 +61,20 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let scheduler_client = client.clone();
     let bench_node: NodeId = "bench".parse()?;
     let started = Instant::now();
+    let (partitions, keeper) = Partitions::new(
+        client.clone(),
+        bench_node.clone(),
+        ax_bus::partition::DEFAULT_COUNT,
+    );
+    arbiter.spawn(keeper);
     Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
-        Scheduler::new(scheduler_client, Arc::new(SystemClock), bench_node.clone())
-            .reporting_load(loaded_tx)
+        Scheduler::new(
+            scheduler_client,
+            Arc::new(SystemClock),
+            bench_node.clone(),
+            partitions,
+        )
+        .reporting_load(loaded_tx)
     });
     let ready =
         tokio::time::timeout(Duration::from_secs(300), loaded.wait_for(|l| l.is_some())).await;

@@ -8,6 +8,7 @@
 //!   and headers;
 //! - [`subjects`]: the subject names, public (`ax.control.>`, `ax.result.<job>`,
 //!   `ax.event.<job>.<state>`) and internal (`ax.internal.>`); [`msg_id`]: the message ids;
+//! - [`partition`]: which Scheduler fires which cron jobs;
 //! - [`history`]: an instance's history, told from the revisions of its record;
 //! - [`codec`]: MessagePack with named fields (and JSON on the control subjects); [`time`].
 //!
@@ -32,6 +33,7 @@ pub mod ids;
 pub mod instance;
 pub mod messages;
 pub mod msg_id;
+pub mod partition;
 pub mod reply_to;
 pub mod spec;
 pub mod subjects;

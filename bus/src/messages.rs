@@ -1019,6 +1019,18 @@ pub struct NodeStatus {
     pub seen_at: DateTime<Utc>,
     /// Per actor: panics, restarts, ended pumps and stalls.
     pub actors: BTreeMap<String, ActorHealth>,
+    /// What its Scheduler fires (nodes without one: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<SchedulerShare>,
+}
+
+/// A Scheduler's share of the cron jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerShare {
+    /// The partitions it owns.
+    pub partitions: Vec<crate::partition::PartitionId>,
+    /// The jobs of those partitions in its wheel.
+    pub jobs: usize,
 }
 
 impl NodeStatus {
@@ -1169,6 +1181,7 @@ mod node_status_tests {
                     },
                 ),
             ]),
+            scheduler: None,
         };
         assert_eq!(node.troubles(), ["router: 2 restarts, 1 panics, 0 stalls"]);
         node.actors.clear();

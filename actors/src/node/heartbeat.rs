@@ -7,11 +7,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ax_bus::ids::NodeId;
-use ax_bus::messages::NodeStatus;
+use ax_bus::messages::{NodeStatus, SchedulerShare};
 use ax_bus::{codec, AxClient};
 
 use crate::node::roles::Role;
 use crate::node::supervision;
+use crate::scheduler::partitions::Partitions;
 
 /// How often a node writes its heartbeat.
 pub(crate) const NODE_HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
@@ -28,6 +29,7 @@ pub(crate) fn status(
     node: &NodeId,
     roles: &BTreeSet<Role>,
     started_at: chrono::DateTime<chrono::Utc>,
+    partitions: Option<&Partitions>,
 ) -> NodeStatus {
     NodeStatus {
         node: node.clone(),
@@ -38,16 +40,25 @@ pub(crate) fn status(
         started_at,
         seen_at: ax_bus::time::now(),
         actors: supervision::counters(),
+        scheduler: partitions.map(|p| {
+            let (partitions, jobs) = p.share();
+            SchedulerShare { partitions, jobs }
+        }),
     }
 }
 
 /// Writes the heartbeat for ever; a failed write is logged and tried at the next beat.
-pub(crate) async fn beat(client: AxClient, node: NodeId, roles: BTreeSet<Role>) {
+pub(crate) async fn beat(
+    client: AxClient,
+    node: NodeId,
+    roles: BTreeSet<Role>,
+    partitions: Option<Partitions>,
+) {
     let started_at = ax_bus::time::now();
     let mut every = tokio::time::interval(NODE_HEARTBEAT_EVERY);
     loop {
         every.tick().await;
-        let value = match codec::encode(&status(&node, &roles, started_at)) {
+        let value = match codec::encode(&status(&node, &roles, started_at, partitions.as_ref())) {
             Ok(value) => value,
             Err(e) => {
                 tracing::warn!(error = %e, "node heartbeat not encoded");

@@ -26,6 +26,7 @@ use ax_bus::AxClient;
 use crate::dag::DagCoordinator;
 use crate::reporter::Reporter;
 use crate::router::{Router, RouterConfig};
+use crate::scheduler::partitions::Partitions;
 use crate::scheduler::Scheduler;
 use crate::worker::executor::Registry;
 use crate::worker::{WorkerConfig, WorkerSupervisor};
@@ -65,6 +66,9 @@ pub struct NodeConfig {
     pub summary_timezone: chrono_tz::Tz,
     /// Who may send which command (`[auth]`), checked by the Scheduler.
     pub auth: crate::AuthSettings,
+    /// The number of partitions of the cron jobs, if this node's Scheduler is the deployment's
+    /// first (fixed from then on).
+    pub partitions: u16,
 }
 
 impl NodeConfig {
@@ -84,6 +88,7 @@ impl NodeConfig {
             max_delay: crate::scheduler::delayed::DEFAULT_MAX_DELAY,
             summary_timezone: chrono_tz::UTC,
             auth: crate::AuthSettings::default(),
+            partitions: ax_bus::partition::DEFAULT_COUNT,
         }
     }
 }
@@ -94,6 +99,8 @@ pub struct Node {
     arbiters: Vec<Arbiter>,
     /// The actors, each on an arbiter of its own, under the watchdog.
     actors: Arc<Mutex<Vec<Box<dyn Watched>>>>,
+    /// The Scheduler's partitions (with the scheduler role).
+    partitions: Option<Partitions>,
 }
 
 impl std::fmt::Debug for Node {
@@ -113,6 +120,7 @@ struct Starting {
     clock: Arc<dyn Clock>,
     arbiters: Vec<Arbiter>,
     actors: Vec<Box<dyn Watched>>,
+    partitions: Option<Partitions>,
 }
 
 impl Starting {
@@ -155,10 +163,21 @@ impl Starting {
         let loaded = self.config.scheduler_loaded.clone();
         let max_delay = self.config.max_delay;
         let auth = self.config.auth;
+        let (partitions, keeper) =
+            Partitions::new(client.clone(), name.clone(), self.config.partitions);
+        let arbiter = Arbiter::new();
+        arbiter.spawn(keeper);
+        self.arbiters.push(arbiter);
+        self.partitions = Some(partitions.clone());
         let make = move || {
-            let mut scheduler = Scheduler::new(client.clone(), clock.clone(), name.clone())
-                .limiting_delays_to(max_delay)
-                .with_auth(auth);
+            let mut scheduler = Scheduler::new(
+                client.clone(),
+                clock.clone(),
+                name.clone(),
+                partitions.clone(),
+            )
+            .limiting_delays_to(max_delay)
+            .with_auth(auth);
             if let Some(guard) = guard.clone() {
                 scheduler = scheduler.guarded_by(guard);
             }
@@ -232,6 +251,7 @@ impl Starting {
             client.clone(),
             name.clone(),
             self.config.roles.clone(),
+            self.partitions.clone(),
         ));
         let pending_of = consumer_backlog(client.clone());
         let alert = move |stall: watchdog::Stall| {
@@ -254,6 +274,7 @@ impl Starting {
         Node {
             arbiters: self.arbiters,
             actors,
+            partitions: self.partitions,
         }
     }
 }
@@ -271,6 +292,7 @@ impl Node {
             clock,
             arbiters: Vec::new(),
             actors: Vec::new(),
+            partitions: None,
         };
         let guard = starting.clock_guard();
         starting.webhook();
@@ -287,6 +309,15 @@ impl Node {
             starting.worker(guard)?;
         }
         Ok(starting.watched())
+    }
+
+    /// Hands this node's partitions of the cron jobs over to the other Schedulers (a graceful
+    /// stop; without it they wait for this node's member key to expire). Call before
+    /// [`Node::stop`].
+    pub async fn hand_over(&self) {
+        if let Some(partitions) = &self.partitions {
+            partitions.hand_over().await;
+        }
     }
 
     /// Stops every actor and waits for their threads.

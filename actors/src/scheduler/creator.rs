@@ -16,6 +16,8 @@
 //! of the Scheduler actor. An instance found already created is watched for a while, in case
 //! its creator died before handing it on (see [`crate::scheduler::orphans`]).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
@@ -63,12 +65,33 @@ struct Request {
     reply: Option<oneshot::Sender<Created>>,
     /// How long to wait before the next try, once one has failed.
     backoff: Duration,
+    /// Counts the request among the creator's unfinished ones until it is dropped.
+    _unfinished: Unfinished,
+}
+
+/// One unfinished request: counted from its submission until it is dropped (done, set aside,
+/// or given up), whatever the path.
+#[derive(Debug)]
+struct Unfinished(Arc<AtomicUsize>);
+
+impl Unfinished {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Handle to the creation task.
 #[derive(Clone, Debug)]
 pub(crate) struct Creator {
     tx: mpsc::UnboundedSender<Request>,
+    unfinished: Arc<AtomicUsize>,
 }
 
 impl Creator {
@@ -90,7 +113,24 @@ impl Creator {
                 }
             }
         });
-        Self { tx }
+        Self {
+            tx,
+            unfinished: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Waits until every creation submitted so far has ended (or `limit` has passed; false
+    /// then): how a Scheduler handing a partition over makes sure the ticks it fired are
+    /// recorded before it says so.
+    pub(crate) async fn settled(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.unfinished.load(Ordering::SeqCst) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
     }
 
     fn send(
@@ -103,6 +143,7 @@ impl Creator {
                 instance,
                 reply,
                 backoff: Duration::from_millis(100),
+                _unfinished: Unfinished::new(&self.unfinished),
             })
             .map_err(|_| ActorError::Stopped("instance creator"))
     }

@@ -5,8 +5,12 @@
 //! `ax.internal.created.<job>` (through the [`Creator`]), and next attempts on
 //! `ax.internal.ready.<priority>`.
 //!
-//! Any number of Schedulers may run: they all hold the whole wheel and race to create each
-//! instance; the instances bucket lets exactly one win.
+//! Any number of Schedulers may run: the cron jobs are split into partitions, each owned by
+//! one live Scheduler (see [`partitions`]), which alone keeps that partition's jobs in its wheel.
+//! When a partition changes hands, its jobs are loaded from the registry by the new owner, which
+//! fires the ticks after those its previous owner fired (or, if that one died, catches up from
+//! the tick ledger by each job's misfire policy). Should two Schedulers fire one tick while
+//! ownership moves, the instances bucket still lets exactly one create it.
 //!
 //! A retry is remembered twice: in the wheel, for millisecond precision, and in JetStream — the
 //! retry message is negatively acknowledged with a delay just past its due time, so if this
@@ -21,10 +25,12 @@ pub(crate) mod new_instance;
 pub(crate) mod one_off;
 pub(crate) mod orphans;
 pub(crate) mod overlap;
+pub(crate) mod partitions;
 pub(crate) mod planner;
 pub(crate) mod ticks;
 pub(crate) mod time_wheel;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +41,7 @@ use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::ids::{InstanceId, JobName, NodeId, TraceId};
 use ax_bus::msg_id;
+use ax_bus::partition::{self, PartitionId};
 use std::collections::HashMap;
 
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
@@ -51,6 +58,7 @@ use crate::node::supervision::{guard, note_restart, spawn_pump};
 use crate::ActorError;
 use creator::Creator;
 use new_instance::NewInstance;
+use partitions::{Applied, Ownership, Partitions};
 use planner::{DueRetry, Planner};
 
 use crate::jetstream::publish;
@@ -64,6 +72,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(500);
 /// heartbeats of 5 s, plus a request timeout). The fires it repeats are de-duplicated by their
 /// instance ids.
 const REPLAY_MARGIN: chrono::Duration = chrono::Duration::seconds(30);
+/// How long a handover waits for the creations already submitted to be recorded.
+const HANDOVER_SETTLE: Duration = Duration::from_secs(3);
 /// How long after its due time a retry's result comes back to any Scheduler.
 const RETRY_BACKSTOP: chrono::Duration = chrono::Duration::seconds(3);
 
@@ -80,8 +90,18 @@ pub struct Scheduler {
     /// schedules fires, so the ticks of the restart gap still fire.
     replay_from: Option<chrono::DateTime<chrono::Utc>>,
     last_tick: chrono::DateTime<chrono::Utc>,
-    /// Whether the misfire policy has run in this process (once, after the first registry load).
-    misfires_handled: bool,
+    /// This node's partitions of the cron jobs.
+    partitions: Partitions,
+    /// The number of partitions (0 until the keeper knows it).
+    partition_count: u16,
+    /// The partitions whose jobs this Scheduler keeps (or is loading).
+    owned: BTreeSet<PartitionId>,
+    /// Partitions taken whose jobs the registry feed has not delivered in full yet, with the
+    /// tick their previous owner fired through (`None`: unknown, the misfire policy decides)
+    /// and the first reading of the registry that delivers them all.
+    loading: BTreeMap<PartitionId, (Option<chrono::DateTime<chrono::Utc>>, u64)>,
+    /// Bumped to make the registry feed read everything again (partitions were taken).
+    reload: Option<tokio::sync::watch::Sender<u64>>,
     /// Told the number of jobs each time the registry has been (re)loaded.
     loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
     /// While it says the node's clock is off, nothing fires.
@@ -97,7 +117,12 @@ pub struct Scheduler {
 impl Scheduler {
     /// A Scheduler on `client`, reading time from `clock`. Must be built on the runtime it
     /// runs on (its creation task is spawned there).
-    pub fn new(client: AxClient, clock: Arc<dyn Clock>, node: NodeId) -> Self {
+    pub fn new(
+        client: AxClient,
+        clock: Arc<dyn Clock>,
+        node: NodeId,
+        partitions: Partitions,
+    ) -> Self {
         let now = clock.now();
         let creator = Creator::start(client.clone(), node.clone());
         Self {
@@ -109,7 +134,11 @@ impl Scheduler {
             wake: None,
             replay_from: None,
             last_tick: now,
-            misfires_handled: false,
+            partitions,
+            partition_count: 0,
+            owned: BTreeSet::new(),
+            loading: BTreeMap::new(),
+            reload: None,
             loaded: None,
             clock_guard: None,
             held_for_clock: false,
@@ -269,11 +298,24 @@ impl Actor for Scheduler {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         let addr = ctx.address();
+        let (reload, reloads) = tokio::sync::watch::channel(0);
+        self.reload = Some(reload);
+        spawn_pump(
+            ACTOR,
+            "partitions",
+            ctx,
+            follow_ownership(self.partitions.ownership(), addr.clone()),
+        );
         spawn_pump(
             ACTOR,
             "registry",
             ctx,
-            follow_registry(self.client.clone(), addr.clone()),
+            follow_registry(
+                self.client.clone(),
+                addr.clone(),
+                self.partitions.ownership(),
+                reloads,
+            ),
         );
         let desk = control::Desk {
             client: self.client.clone(),
@@ -316,6 +358,10 @@ impl Supervised for Scheduler {
         // catching up from the last completed tick. Pending retries come back from JetStream.
         self.planner = Planner::new(self.last_tick);
         self.replay_from = Some(self.last_tick);
+        // The next start reads the registry afresh (its readings count from 0 again).
+        for (_, first) in self.loading.values_mut() {
+            *first = 0;
+        }
     }
 }
 
@@ -335,10 +381,10 @@ fn fires_from(
     }
 }
 
-/// A change of the job registry.
+/// A change of the job registry, from its `n`th reading (see [`follow_registry`]).
 #[derive(Message)]
 #[rtype(result = "()")]
-struct RegistryChange(FeedItem);
+struct RegistryChange(FeedItem, u64);
 
 impl Handler<RegistryChange> for Scheduler {
     type Result = ();
@@ -346,10 +392,24 @@ impl Handler<RegistryChange> for Scheduler {
     fn handle(&mut self, msg: RegistryChange, ctx: &mut Self::Context) {
         let now = self.clock.now();
         let loaded = matches!(msg.0, FeedItem::Current);
+        let reading = msg.1;
         let changed = guard(ACTOR, || match msg.0 {
             FeedItem::Put { key, value, .. } => match JobRecord::from_registry(&value) {
                 Ok(record) => {
-                    let from = fires_from(self.replay_from, record.updated_at, now);
+                    let p = partition::of(&key, self.partition_count);
+                    if !self.owned.contains(&p) {
+                        // Another Scheduler's (or handed over since the feed started).
+                        self.planner.remove(&key);
+                        return false;
+                    }
+                    let from = match self.loading.get(&p) {
+                        // Handed over: after the tick its previous owner fired through.
+                        Some((Some(through), _)) => (*through).max(record.updated_at),
+                        // Taken from a Scheduler gone (or from nobody): from now; the misfire
+                        // policy looks at the ticks before.
+                        Some((None, _)) => fires_from(Some(now), record.updated_at, now),
+                        None => fires_from(self.replay_from, record.updated_at, now),
+                    };
                     if let Err(e) = self.planner.upsert(&record, from) {
                         tracing::error!(job = %key, error = %e, "registry holds an invalid job; not scheduled");
                     }
@@ -373,19 +433,31 @@ impl Handler<RegistryChange> for Scheduler {
             }
             FeedItem::Current => {
                 self.replay_from = None;
-                tracing::info!(jobs = self.planner.job_count(), "job registry loaded");
+                tracing::info!(
+                    jobs = self.planner.job_count(),
+                    partitions = self.owned.len(),
+                    "job registry loaded"
+                );
                 if let Some(loaded) = &self.loaded {
                     loaded.send_replace(Some(self.planner.job_count()));
                 }
                 true
             }
         });
-        if loaded && !self.misfires_handled {
-            self.misfires_handled = true;
+        self.partitions.set_jobs(self.planner.job_count());
+        let taken: BTreeSet<PartitionId> = self
+            .loading
+            .iter()
+            .filter(|(_, (_, first))| loaded && *first <= reading)
+            .map(|(p, _)| *p)
+            .collect();
+        if !taken.is_empty() {
+            // The partitions taken are loaded: catch up what their jobs missed.
+            self.loading.retain(|p, _| !taken.contains(p));
             let (client, addr) = (self.client.clone(), ctx.address());
             actix::spawn(async move {
                 match client.last_ticks().await {
-                    Ok(last) => addr.do_send(LastTicks(last)),
+                    Ok(last) => addr.do_send(LastTicks(last, taken)),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot read the last ticks; missed fires are not caught up")
                     }
@@ -403,13 +475,13 @@ impl Handler<RegistryChange> for Scheduler {
 /// The last recorded tick of every job, read once the registry is loaded at process start.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct LastTicks(Vec<TickRecord>);
+struct LastTicks(Vec<TickRecord>, BTreeSet<PartitionId>);
 
 impl Handler<LastTicks> for Scheduler {
     type Result = ();
 
-    /// Applies each job's misfire policy to the ticks between its last record and the instant
-    /// this Scheduler started firing it.
+    /// Applies the misfire policy of each job of the partitions just taken to the ticks between
+    /// its last record and the instant this Scheduler started firing it.
     fn handle(&mut self, msg: LastTicks, _ctx: &mut Self::Context) {
         let mut last: HashMap<JobName, chrono::DateTime<chrono::Utc>> = HashMap::new();
         for record in msg.0 {
@@ -417,8 +489,13 @@ impl Handler<LastTicks> for Scheduler {
             *entry = (*entry).max(record.tick);
         }
         let now = self.clock.now();
+        let count = self.partition_count;
+        let taken = msg.1;
         for candidate in self.planner.catch_up_candidates() {
             let spec = &candidate.spec;
+            if !taken.contains(&partition::of(&spec.name, count)) {
+                continue;
+            }
             let Some(last) = last.get(&spec.name) else {
                 continue;
             };
@@ -508,14 +585,133 @@ impl Handler<HoldRetry> for Scheduler {
     }
 }
 
-async fn follow_registry(client: AxClient, addr: Addr<Scheduler>) -> Result<(), ActorError> {
-    let feed = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+/// Reads the registry once this node's first partitions are known, then follows it; reads it
+/// again from the start each time `reloads` changes (partitions were taken: their jobs are
+/// among those already read).
+async fn follow_registry(
+    client: AxClient,
+    addr: Addr<Scheduler>,
+    mut ownership: tokio::sync::watch::Receiver<Ownership>,
+    mut reloads: tokio::sync::watch::Receiver<u64>,
+) -> Result<(), ActorError> {
+    let keeper_gone = |_| ActorError::Stopped("the partition keeper");
+    ownership
+        .wait_for(|o| o.settled)
+        .await
+        .map_err(keeper_gone)?;
     let pump = progress::register(ACTOR, "registry", None);
-    let mut feed = progress::Progressed::new(feed.into_stream(), pump);
-    while let Some(item) = feed.next().await {
-        addr.do_send(RegistryChange(item?));
+    loop {
+        let reading = *reloads.borrow_and_update();
+        let feed = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+        let mut feed = progress::Progressed::new(feed.into_stream(), pump.clone());
+        loop {
+            tokio::select! {
+                item = feed.next() => match item {
+                    Some(item) => addr.do_send(RegistryChange(item?, reading)),
+                    None => return Ok(()),
+                },
+                changed = reloads.changed() => {
+                    changed.map_err(|_| ActorError::Stopped("the Scheduler"))?;
+                    break;
+                }
+            }
+        }
     }
-    Ok(())
+}
+
+/// Tells the actor each change of its partitions (and what they are when it starts).
+async fn follow_ownership(
+    mut ownership: tokio::sync::watch::Receiver<Ownership>,
+    addr: Addr<Scheduler>,
+) -> Result<(), ActorError> {
+    loop {
+        let now = ownership.borrow_and_update().clone();
+        addr.do_send(OwnershipChanged(now));
+        ownership
+            .changed()
+            .await
+            .map_err(|_| ActorError::Stopped("the partition keeper"))?;
+    }
+}
+
+/// This node's partitions changed.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct OwnershipChanged(Ownership);
+
+impl Handler<OwnershipChanged> for Scheduler {
+    type Result = ();
+
+    /// Drops the jobs of partitions lost, saying up to which tick they were fired; starts
+    /// loading those of partitions taken.
+    fn handle(&mut self, msg: OwnershipChanged, ctx: &mut Self::Context) {
+        let ownership = msg.0;
+        if !ownership.settled {
+            return;
+        }
+        self.partition_count = ownership.count;
+        let lost: BTreeSet<PartitionId> = self
+            .owned
+            .iter()
+            .filter(|p| !ownership.held.contains_key(p))
+            .copied()
+            .collect();
+        let mut fired_through: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>> =
+            BTreeMap::new();
+        for p in &lost {
+            let through = match self.loading.remove(p) {
+                Some((base, _)) => base,
+                None => Some(self.last_tick),
+            };
+            fired_through.insert(*p, through);
+            self.owned.remove(p);
+        }
+        if !lost.is_empty() {
+            let count = self.partition_count;
+            self.planner
+                .retain_jobs(|name| !lost.contains(&partition::of(name, count)));
+            tracing::info!(
+                partitions = lost.len(),
+                jobs = self.planner.job_count(),
+                "partitions handed over"
+            );
+        }
+        let gained: Vec<_> = ownership
+            .held
+            .iter()
+            .filter(|(p, _)| !self.owned.contains(p))
+            .collect();
+        if !gained.is_empty() {
+            tracing::info!(
+                partitions = gained.len(),
+                "partitions taken; loading their jobs"
+            );
+            let mut reading = 0;
+            if let Some(reload) = &self.reload {
+                reload.send_modify(|generation| *generation += 1);
+                reading = *reload.borrow();
+            }
+            for (p, base) in gained {
+                self.owned.insert(*p);
+                self.loading.insert(*p, (*base, reading));
+            }
+        }
+        self.partitions.set_jobs(self.planner.job_count());
+        let (creator, partitions) = (self.creator.clone(), self.partitions.clone());
+        let version = ownership.version;
+        actix::spawn(async move {
+            // Fired means created and recorded: the next owner reads the tick ledger.
+            if !fired_through.is_empty() && !creator.settled(HANDOVER_SETTLE).await {
+                tracing::warn!("creations still unfinished at a handover; the next owner catches up from the tick ledger");
+                fired_through.values_mut().for_each(|t| *t = None);
+            }
+            partitions.applied(Applied {
+                version,
+                fired_through,
+            });
+        });
+        self.arm(ctx);
+    }
 }
 
 /// Reads the attempts that failed with a retry left (`ax.internal.retry.>`, the same payload

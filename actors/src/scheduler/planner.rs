@@ -231,6 +231,19 @@ impl Planner {
         }
     }
 
+    /// Removes every job whose name `keep` refuses (the jobs of partitions handed over).
+    pub(crate) fn retain_jobs(&mut self, keep: impl Fn(&str) -> bool) {
+        let gone: Vec<JobName> = self
+            .by_name
+            .keys()
+            .filter(|name| !keep(name.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.remove(name.as_str());
+        }
+    }
+
     /// Schedules a retry.
     pub(crate) fn add_retry(&mut self, retry: DueRetry) {
         let at = ms(retry.due);

@@ -330,6 +330,8 @@ pub struct AxClient {
     pub latest: std::sync::Arc<kv::Store>,
     /// Leases.
     pub leases: std::sync::Arc<kv::Store>,
+    /// Partition owners (see [`crate::partition`]).
+    pub partitions: std::sync::Arc<kv::Store>,
     /// Paused queues.
     pub queues: std::sync::Arc<kv::Store>,
     /// Re-dispatches in flight.
@@ -502,6 +504,7 @@ impl AxClient {
             waiting: std::sync::Arc::new(bucket(layout.waiting_bucket()).await?),
             latest: std::sync::Arc::new(bucket(layout.latest_bucket()).await?),
             leases: std::sync::Arc::new(bucket(layout.leases_bucket()).await?),
+            partitions: std::sync::Arc::new(bucket(layout.partitions_bucket()).await?),
             queues: std::sync::Arc::new(bucket(layout.queues_bucket()).await?),
             summary: std::sync::Arc::new(bucket(layout.summary_bucket()).await?),
             tokens: std::sync::Arc::new(bucket(layout.tokens_bucket()).await?),
@@ -709,6 +712,29 @@ impl AxClient {
             .await?
             .into_iter()
             .map(|(_, value, _)| Ok(codec::decode(&value)?))
+            .collect()
+    }
+
+    /// The owner of every partition of the cron jobs that has had one (`None`: handed over
+    /// and not taken yet), by partition.
+    pub async fn partition_owners(
+        &self,
+    ) -> Result<
+        std::collections::BTreeMap<crate::partition::PartitionId, crate::partition::PartitionOwner>,
+        ClientError,
+    > {
+        let feed = KvFeed::open(&self.js, &self.layout.partitions_bucket(), "p.>").await?;
+        feed.snapshot()
+            .await?
+            .into_iter()
+            .filter_map(|(key, value, _)| {
+                let p = crate::partition::from_key(&key)?;
+                Some(
+                    codec::decode(&value)
+                        .map(|owner| (p, owner))
+                        .map_err(Into::into),
+                )
+            })
             .collect()
     }
 

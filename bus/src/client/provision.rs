@@ -225,6 +225,10 @@ impl Layout {
     pub fn leases_bucket(&self) -> String {
         self.bucket_name("leases")
     }
+    /// `ax_partitions`: the number of partitions of the cron jobs and each one's owner.
+    pub fn partitions_bucket(&self) -> String {
+        self.bucket_name("partitions")
+    }
     /// `ax_queues`.
     pub fn queues_bucket(&self) -> String {
         self.bucket_name("queues")
@@ -343,6 +347,7 @@ impl Layout {
             (self.waiting_bucket(), 1, Duration::ZERO),
             (self.latest_bucket(), 1, Duration::ZERO),
             (self.leases_bucket(), 1, LEASE_TTL),
+            (self.partitions_bucket(), 1, Duration::ZERO),
             (self.queues_bucket(), 1, Duration::ZERO),
             (self.summary_bucket(), 1, HISTORY_MAX_AGE),
             (self.instances_bucket(), RECORD_REVISIONS, Duration::ZERO),

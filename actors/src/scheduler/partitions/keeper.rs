@@ -1,0 +1,497 @@
+//! The partition keeper: one task per Scheduler node that keeps its member key alive, watches
+//! the owners, takes and hands over partitions (see [`super::assign`]) and tells the Scheduler
+//! actor which partitions are its own.
+//!
+//! It runs beside the actor, not in its context, so that ownership outlives a restart of the
+//! actor (which then reloads its partitions' jobs from the registry). Every change of an owner
+//! is a create-if-absent or a compare-and-swap on the revision read, so two Schedulers never
+//! both believe they took the same partition in the same round; a partition of a Scheduler
+//! whose member key is gone is taken only after the server confirms the key is gone.
+//!
+//! A handover is ordered: the actor first drops the partition's jobs from its wheel and says up
+//! to which tick it fired them; only then is the partition stored as handed over with that
+//! tick, and the next owner fires the ticks after it. A Scheduler that cannot renew its member
+//! key drops all its partitions before the key can have expired (self-fencing); the
+//! create-if-absent of instance records covers the moment both may fire.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::kv::CreateErrorKind;
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use ax_bus::client::kv_view::{FeedItem, KvFeed};
+use ax_bus::client::provision::LEASE_TTL;
+use ax_bus::ids::NodeId;
+use ax_bus::partition::{self, PartitionId, PartitionOwner};
+use ax_bus::{codec, AxClient};
+
+use super::assign::{self, Owner};
+use super::{Applied, Ownership};
+use crate::ActorError;
+
+/// How often the keeper renews its member key and rebalances.
+const ROUND: Duration = Duration::from_secs(1);
+/// A member key not renewed for this long counts as gone (the bucket drops it then).
+const MEMBER_TTL: Duration = LEASE_TTL;
+/// How long before its member key may expire a Scheduler that cannot renew it drops its
+/// partitions.
+const FENCE_MARGIN: Duration = Duration::from_millis(1500);
+/// How long a handover waits for the actor to drop the partitions' jobs before it says that
+/// nothing is known of what was fired (the next owner then catches up from the tick ledger).
+const ACTOR_ANSWER: Duration = Duration::from_secs(5);
+
+/// A partition's owner as last read, with the revision to compare-and-swap on.
+#[derive(Clone, Debug)]
+struct Stored {
+    owner: Owner,
+    revision: u64,
+    fired_through: Option<DateTime<Utc>>,
+}
+
+/// The keeper's state.
+pub(crate) struct Keeper {
+    client: AxClient,
+    node: NodeId,
+    count: u16,
+    owners: BTreeMap<PartitionId, Stored>,
+    /// Live Schedulers' member keys, with when the server stored each.
+    members: BTreeMap<NodeId, DateTime<Utc>>,
+    /// What this node holds: the revision it wrote and where its fires start.
+    held: BTreeMap<PartitionId, (u64, Option<DateTime<Utc>>)>,
+    renewed: Option<Instant>,
+    version: u64,
+    ownership: watch::Sender<Ownership>,
+    applied: mpsc::UnboundedReceiver<Applied>,
+}
+
+impl Keeper {
+    pub(crate) fn new(
+        client: AxClient,
+        node: NodeId,
+        ownership: watch::Sender<Ownership>,
+        applied: mpsc::UnboundedReceiver<Applied>,
+    ) -> Self {
+        Self {
+            client,
+            node,
+            count: 0,
+            owners: BTreeMap::new(),
+            members: BTreeMap::new(),
+            held: BTreeMap::new(),
+            renewed: None,
+            version: 0,
+            ownership,
+            applied,
+        }
+    }
+
+    /// Keeps the partitions until told to hand them over (`hand_over` then gets its answer once
+    /// they are). Feeds that break are opened again.
+    pub(crate) async fn run(
+        mut self,
+        configured: u16,
+        mut hand_over: mpsc::Receiver<oneshot::Sender<()>>,
+    ) {
+        self.count = self.agree_count(configured).await;
+        loop {
+            match self.follow(&mut hand_over).await {
+                Ok(Some(done)) => {
+                    self.hand_over_all().await;
+                    let _ = done.send(());
+                    return;
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "partition views broke; reading them again");
+                    tokio::time::sleep(ROUND).await;
+                }
+            }
+        }
+    }
+
+    /// The deployment's number of partitions: the stored one, or `configured` if this is the
+    /// first Scheduler.
+    async fn agree_count(&self, configured: u16) -> u16 {
+        let configured = configured.max(1);
+        loop {
+            let bucket = &self.client.partitions;
+            match bucket
+                .create(partition::COUNT_KEY, configured.to_string().into())
+                .await
+            {
+                Ok(_) => return configured,
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+                    match bucket.get(partition::COUNT_KEY).await {
+                        Ok(Some(value)) => {
+                            match std::str::from_utf8(&value).ok().and_then(|t| t.parse().ok()) {
+                                Some(stored) => {
+                                    if stored != configured {
+                                        tracing::warn!(stored, configured, "this deployment has {stored} partitions, fixed when its first Scheduler started: partitions = {configured} is ignored");
+                                    }
+                                    return stored;
+                                }
+                                None => tracing::error!(
+                                    "the partitions bucket's `count` is not a number; waiting for it to be fixed"
+                                ),
+                            }
+                        }
+                        Ok(None) => continue,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot read the number of partitions")
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the number of partitions"),
+            }
+            tokio::time::sleep(ROUND).await;
+        }
+    }
+
+    /// Follows the owners and the members and plays a round every [`ROUND`]; returns the
+    /// hand-over request when one comes, `None` when nobody can ask any more.
+    async fn follow(
+        &mut self,
+        hand_over: &mut mpsc::Receiver<oneshot::Sender<()>>,
+    ) -> Result<Option<oneshot::Sender<()>>, ActorError> {
+        let layout = &self.client.layout;
+        let mut owners = KvFeed::open(&self.client.js, &layout.partitions_bucket(), "p.>").await?;
+        let members_pattern = format!("{}>", partition::MEMBER_PREFIX);
+        let mut members =
+            KvFeed::open(&self.client.js, &layout.leases_bucket(), &members_pattern).await?;
+        self.owners.clear();
+        self.members.clear();
+        let (mut owners_current, mut members_current) = (false, false);
+        let mut round = tokio::time::interval(ROUND);
+        round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                item = owners.next() => match item {
+                    Some(item) => {
+                        if self.owner(item?) {
+                            owners_current = true;
+                        }
+                    }
+                    None => return Err(ActorError::Stopped("the partition owners' feed")),
+                },
+                item = members.next() => match item {
+                    Some(item) => {
+                        if self.member(item?) {
+                            members_current = true;
+                        }
+                    }
+                    None => return Err(ActorError::Stopped("the Scheduler members' feed")),
+                },
+                _ = round.tick(), if owners_current && members_current => self.round().await,
+                request = hand_over.recv() => return Ok(request),
+            }
+        }
+    }
+
+    /// Applies a change of an owner; true once the feed caught up.
+    fn owner(&mut self, item: FeedItem) -> bool {
+        match item {
+            FeedItem::Put {
+                key,
+                value,
+                revision,
+                ..
+            } => {
+                let Some(p) = partition::from_key(&key) else {
+                    return false;
+                };
+                let stored: PartitionOwner = match codec::decode(&value) {
+                    Ok(stored) => stored,
+                    Err(e) => {
+                        tracing::warn!(partition = %p, error = %e, "unreadable partition owner; taken as handed over");
+                        PartitionOwner {
+                            node: None,
+                            fired_through: None,
+                            since: ax_bus::time::now(),
+                        }
+                    }
+                };
+                let owner = match &stored.node {
+                    Some(node) => Owner::Node(node.clone()),
+                    None => Owner::Nobody,
+                };
+                if let Some((held_revision, _)) = self.held.get(&p) {
+                    if revision > *held_revision && owner != Owner::Node(self.node.clone()) {
+                        tracing::warn!(partition = %p, owner = ?owner, "partition taken by another Scheduler; dropping it");
+                        self.held.remove(&p);
+                        handover("lost");
+                        self.publish();
+                    }
+                }
+                self.owners.insert(
+                    p,
+                    Stored {
+                        owner,
+                        revision,
+                        fired_through: stored.fired_through,
+                    },
+                );
+                false
+            }
+            FeedItem::Deleted { key } => {
+                if let Some(p) = partition::from_key(&key) {
+                    self.owners.remove(&p);
+                }
+                false
+            }
+            FeedItem::Current => true,
+        }
+    }
+
+    /// Applies a change of a member key; true once the feed caught up.
+    fn member(&mut self, item: FeedItem) -> bool {
+        match item {
+            FeedItem::Put { key, at, .. } => {
+                if let Some(node) = key
+                    .strip_prefix(partition::MEMBER_PREFIX)
+                    .and_then(|n| NodeId::parse(n).ok())
+                {
+                    self.members.insert(node, at);
+                }
+                false
+            }
+            FeedItem::Deleted { key } => {
+                if let Some(node) = key
+                    .strip_prefix(partition::MEMBER_PREFIX)
+                    .and_then(|n| NodeId::parse(n).ok())
+                {
+                    self.members.remove(&node);
+                }
+                false
+            }
+            FeedItem::Current => true,
+        }
+    }
+
+    /// The Schedulers whose member key was renewed recently enough.
+    fn live_members(&self) -> BTreeSet<NodeId> {
+        let ttl = chrono::Duration::from_std(MEMBER_TTL).unwrap_or(chrono::Duration::seconds(6));
+        let oldest = ax_bus::time::now() - ttl;
+        self.members
+            .iter()
+            .filter(|(_, at)| **at > oldest)
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+
+    /// Tells the actor what it owns now.
+    fn publish(&mut self) {
+        self.version += 1;
+        let held: BTreeMap<PartitionId, Option<DateTime<Utc>>> =
+            self.held.iter().map(|(p, (_, base))| (*p, *base)).collect();
+        if let Some(metrics) = crate::metrics::recording() {
+            metrics
+                .partitions_owned
+                .set(i64::try_from(held.len()).unwrap_or(i64::MAX));
+        }
+        self.ownership.send_replace(Ownership {
+            count: self.count,
+            held,
+            version: self.version,
+            settled: true,
+        });
+    }
+
+    /// One round: renew the member key, fence if it could not be renewed for too long,
+    /// rebalance.
+    async fn round(&mut self) {
+        let value = self.node.as_str().to_string().into();
+        match self
+            .client
+            .leases
+            .put(partition::member_key(&self.node), value)
+            .await
+        {
+            Ok(_) => self.renewed = Some(Instant::now()),
+            Err(e) => tracing::warn!(error = %e, "member key not renewed"),
+        }
+        let fresh = self
+            .renewed
+            .is_some_and(|at| at.elapsed() + FENCE_MARGIN < MEMBER_TTL);
+        if !fresh {
+            if !self.held.is_empty() {
+                tracing::warn!(
+                    partitions = self.held.len(),
+                    "cannot renew this Scheduler's member key: dropping its partitions"
+                );
+                self.held.clear();
+                self.publish();
+            } else if !self.ownership.borrow().settled {
+                self.publish();
+            }
+            return;
+        }
+        let owners: BTreeMap<PartitionId, Owner> = self
+            .owners
+            .iter()
+            .map(|(p, s)| (*p, s.owner.clone()))
+            .collect();
+        let members = self.live_members();
+        let held: BTreeSet<PartitionId> = self.held.keys().copied().collect();
+        let view = assign::View {
+            count: self.count,
+            owners: &owners,
+            members: &members,
+        };
+        let moves = assign::moves(&view, &self.node, &held);
+        let mut changed = !self.ownership.borrow().settled;
+        if !moves.release.is_empty() {
+            self.release(&moves.release).await;
+            changed = false;
+        }
+        for p in moves.take {
+            changed |= self.take(p).await;
+        }
+        if changed {
+            self.publish();
+        }
+    }
+
+    /// Hands over `partitions`: the actor drops their jobs, then each is stored as handed over
+    /// with the tick its fires went up to.
+    async fn release(&mut self, partitions: &[PartitionId]) {
+        let mut revisions = Vec::new();
+        for p in partitions {
+            if let Some((revision, _)) = self.held.remove(p) {
+                revisions.push((*p, revision));
+            }
+        }
+        self.publish();
+        let fired = self.actor_answer(self.version).await;
+        for (p, revision) in revisions {
+            let owner = PartitionOwner {
+                node: None,
+                fired_through: fired.get(&p).copied().flatten(),
+                since: ax_bus::time::now(),
+            };
+            let value = match codec::encode(&owner) {
+                Ok(value) => value,
+                Err(e) => {
+                    tracing::error!(error = %e, "partition owner not encoded");
+                    continue;
+                }
+            };
+            match self
+                .client
+                .partitions
+                .update(partition::key(p), value, revision)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(partition = %p, fired_through = ?owner.fired_through, "partition handed over");
+                    handover("released");
+                }
+                // Taken meanwhile (this node counted as gone): the taker catches up.
+                Err(e) => {
+                    tracing::warn!(partition = %p, error = %e, "partition not stored as handed over")
+                }
+            }
+        }
+    }
+
+    /// What the actor answered for `version`: up to which tick it fired each partition it
+    /// dropped (empty if it did not answer in time).
+    async fn actor_answer(&mut self, version: u64) -> BTreeMap<PartitionId, Option<DateTime<Utc>>> {
+        let deadline = tokio::time::Instant::now() + ACTOR_ANSWER;
+        loop {
+            match tokio::time::timeout_at(deadline, self.applied.recv()).await {
+                Ok(Some(applied)) if applied.version >= version => return applied.fired_through,
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => {
+                    tracing::warn!(
+                        "the Scheduler did not say what it fired; the next owner catches up from the tick ledger"
+                    );
+                    return BTreeMap::new();
+                }
+            }
+        }
+    }
+
+    /// Tries to take `p`; true when taken.
+    async fn take(&mut self, p: PartitionId) -> bool {
+        let stored = self.owners.get(&p).cloned();
+        if let Some(Stored {
+            owner: Owner::Node(other),
+            ..
+        }) = &stored
+        {
+            if *other != self.node {
+                // Gone by this node's view: make sure the server agrees.
+                match self.client.leases.get(partition::member_key(other)).await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return false,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot check a Scheduler's member key");
+                        return false;
+                    }
+                }
+            }
+        }
+        let owner = PartitionOwner {
+            node: Some(self.node.clone()),
+            fired_through: None,
+            since: ax_bus::time::now(),
+        };
+        let Ok(value) = codec::encode(&owner) else {
+            return false;
+        };
+        let bucket = &self.client.partitions;
+        let written = match &stored {
+            None => bucket.create(partition::key(p), value).await.ok(),
+            Some(s) => bucket
+                .update(partition::key(p), value, s.revision)
+                .await
+                .ok(),
+        };
+        let Some(revision) = written else {
+            return false;
+        };
+        let base = match &stored {
+            Some(Stored {
+                owner: Owner::Nobody,
+                fired_through,
+                ..
+            }) => *fired_through,
+            _ => None,
+        };
+        tracing::info!(partition = %p, from = ?stored.as_ref().map(|s| &s.owner), fired_through = ?base, "partition taken");
+        handover("taken");
+        self.held.insert(p, (revision, base));
+        true
+    }
+
+    /// A graceful stop: hands every partition over and removes the member key, so that the
+    /// others take them at their next round.
+    async fn hand_over_all(&mut self) {
+        let all: Vec<PartitionId> = self.held.keys().copied().collect();
+        if !all.is_empty() {
+            self.release(&all).await;
+        }
+        if let Err(e) = self
+            .client
+            .leases
+            .delete(partition::member_key(&self.node))
+            .await
+        {
+            tracing::warn!(error = %e, "member key not removed; the others wait for it to expire");
+        }
+    }
+}
+
+/// Counts a handover of kind `kind`.
+fn handover(kind: &str) {
+    if let Some(metrics) = crate::metrics::recording() {
+        metrics
+            .partition_handovers
+            .get_or_create(&crate::metrics::Kind {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+}

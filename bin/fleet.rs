@@ -13,8 +13,9 @@ use crate::table;
 /// How old a heartbeat may be for the worker to count as alive (the Router's default).
 const WORKER_TTL_SECS: i64 = 10;
 
-/// Every node that has written a heartbeat within the bucket's lifetime: its roles and what
-/// befell its actors (summed in the table, per actor in JSON and in the ACTORS column).
+/// Every node that has written a heartbeat within the bucket's lifetime: its roles, its
+/// Scheduler's share of the cron jobs (partitions and jobs; the partitions themselves in JSON)
+/// and what befell its actors (summed in the table, per actor in JSON and in the ACTORS column).
 pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
     let now = ax_bus::time::now();
     let mut nodes = client.nodes().await?;
@@ -34,6 +35,12 @@ pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
                 node.roles.join(","),
                 node.started_at.format("%Y-%m-%d %H:%M:%S").to_string(),
                 format!("{age:.1}s ago"),
+                match &node.scheduler {
+                    Some(share) => {
+                        format!("{} partitions, {} jobs", share.partitions.len(), share.jobs)
+                    }
+                    None => "-".to_string(),
+                },
                 if troubled.is_empty() {
                     "ok".to_string()
                 } else {
@@ -50,6 +57,7 @@ pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
             "ROLES",
             "STARTED",
             "HEARTBEAT",
+            "FIRES",
             "ACTORS",
         ],
         &rows,

@@ -125,6 +125,34 @@ async fn schedulers_share_the_jobs_and_hand_them_over_without_loss_or_duplicate(
     assert!(out.status.success(), "{}", stderr(&out));
     wait_balanced(&client, &["s1", "s2", "s3"], Duration::from_secs(30)).await;
 
+    // `ax nodes` shows each Scheduler's share (from the heartbeats, written every 5 s).
+    let url = nats.url();
+    wait_for(
+        Duration::from_secs(30),
+        "ax nodes to show the shares",
+        || {
+            let url = url.clone();
+            async move {
+                let out = ax(&url, &["nodes", "--json"]);
+                let nodes: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
+                let (mut partitions, mut jobs) = (0, 0);
+                for node in &nodes {
+                    let share = node.get("scheduler")?;
+                    partitions += share.get("partitions")?.as_array()?.len();
+                    jobs += share.get("jobs")?.as_u64()?;
+                }
+                (nodes.len() == 3 && partitions == usize::from(PARTITIONS) && jobs == JOBS as u64)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let table = String::from_utf8_lossy(&ax(&url, &["nodes"]).stdout).to_string();
+    assert!(
+        table.contains("FIRES") && table.contains("partitions, "),
+        "{table}"
+    );
+
     // Steady state: every fire by its partition's owner, none de-duplicated.
     let owners_before = client.partition_owners().await.unwrap();
     let from = seconds_from_now(2);

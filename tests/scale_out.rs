@@ -4,7 +4,8 @@
 //! member key's lifetime plus a few seconds and, restarted, takes its share back; a fourth
 //! joining takes its share, and a graceful stop hands it over at once. Through all of it, with
 //! `misfire: fire_all`, no second of any job is lost and none is fired twice, and after the
-//! restart no move makes a duplicate.
+//! restart no move makes a duplicate. A Scheduler whose clock is off hands its partitions to
+//! one whose clock is good, and takes its share back once its clock is.
 
 mod support;
 
@@ -246,4 +247,98 @@ async fn schedulers_share_the_jobs_and_hand_them_over_without_loss_or_duplicate(
     for ((job, tick), by) in &fired {
         assert_eq!(by.len(), 1, "{job} at {tick} fired by {by:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_whose_clock_is_off_hands_its_partitions_to_one_whose_clock_is_good() {
+    let nats = TestNats::start();
+    let offset_file = nats.path("s1").join("clock-offset");
+    std::fs::write(&offset_file, "0").unwrap();
+    let _s1 = AxProcess::spawn_with_env(
+        Some(&nats.url()),
+        &[
+            "node",
+            "--roles",
+            "scheduler",
+            "--id",
+            "s1",
+            "--data-dir",
+            nats.path("s1").join("data").to_str().unwrap(),
+        ],
+        &nats.path("s1"),
+        &nats.path("s1").join("node.log"),
+        &[("AX_TEST_CLOCK_OFFSET_FILE", offset_file.to_str().unwrap())],
+    );
+    let _s2 = AxProcess::node(&nats, "s2", "scheduler", &[]);
+    let client = nats.client().await;
+    wait_balanced(&client, &["s1", "s2"], Duration::from_secs(30)).await;
+    let dir = nats.path("jobs");
+    for i in 0..20 {
+        job_file(
+            &dir,
+            &format!("c{i:02}.yaml"),
+            &format!("version: v1\njob:\n  name: c{i:02}\n  cron: \"* * * * * *\"\n  misfire: fire_all\n  exec: {{ type: noop }}\n"),
+        );
+    }
+    let out = ax(&nats.url(), &["job", "apply", "-f", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // s1's clock goes 30 s ahead: it steps aside and s2 fires every job.
+    std::fs::write(&offset_file, "30").unwrap();
+    wait_balanced(&client, &["s2"], Duration::from_secs(30)).await;
+    let aside = Utc::now();
+    wait_for(Duration::from_secs(30), "s2 to fire every job", || {
+        let client = client.clone();
+        async move {
+            let by_s2: BTreeSet<String> = ticks(&client)
+                .await
+                .into_iter()
+                .filter(|t| t.tick > aside && t.node.as_str() == "s2")
+                .map(|t| t.job.to_string())
+                .collect();
+            (by_s2.len() == 20).then_some(())
+        }
+    })
+    .await;
+
+    // Back: it takes its share again, and no second of any job was lost or fired twice.
+    std::fs::write(&offset_file, "0").unwrap();
+    wait_balanced(&client, &["s1", "s2"], Duration::from_secs(40)).await;
+    let back = Utc::now();
+    wait_for(Duration::from_secs(30), "s1 to fire again", || {
+        let client = client.clone();
+        async move {
+            ticks(&client)
+                .await
+                .into_iter()
+                .any(|t| t.tick > back && t.node.as_str() == "s1")
+                .then_some(())
+        }
+    })
+    .await;
+    let mut by_job: BTreeMap<String, Vec<DateTime<Utc>>> = BTreeMap::new();
+    for record in client.instances(None).await.unwrap() {
+        by_job
+            .entry(record.job.to_string())
+            .or_default()
+            .push(record.expected_time);
+    }
+    for (job, times) in &mut by_job {
+        times.sort();
+        for pair in times.windows(2) {
+            assert_eq!(
+                pair[1] - pair[0],
+                chrono::Duration::seconds(1),
+                "{job}: gap at {}",
+                pair[0]
+            );
+        }
+    }
+    let mut fired: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
+    for t in ticks(&client).await {
+        if matches!(t.outcome, TickOutcome::Fired | TickOutcome::CaughtUp) {
+            *fired.entry((t.job.to_string(), t.tick)).or_default() += 1;
+        }
+    }
+    assert!(fired.values().all(|n| *n == 1), "fired twice: {fired:?}");
 }

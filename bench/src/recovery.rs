@@ -65,6 +65,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         client.clone(),
         bench_node.clone(),
         ax_bus::partition::DEFAULT_COUNT,
+        None,
     );
     arbiter.spawn(keeper);
     Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {

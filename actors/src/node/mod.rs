@@ -163,8 +163,12 @@ impl Starting {
         let loaded = self.config.scheduler_loaded.clone();
         let max_delay = self.config.max_delay;
         let auth = self.config.auth;
-        let (partitions, keeper) =
-            Partitions::new(client.clone(), name.clone(), self.config.partitions);
+        let (partitions, keeper) = Partitions::new(
+            client.clone(),
+            name.clone(),
+            self.config.partitions,
+            guard.clone(),
+        );
         let arbiter = Arbiter::new();
         arbiter.spawn(keeper);
         self.arbiters.push(arbiter);

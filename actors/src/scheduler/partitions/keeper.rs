@@ -12,7 +12,9 @@
 //! to which tick it fired them; only then is the partition stored as handed over with that
 //! tick, and the next owner fires the ticks after it. A Scheduler that cannot renew its member
 //! key drops all its partitions before the key can have expired (self-fencing); the
-//! create-if-absent of instance records covers the moment both may fire.
+//! create-if-absent of instance records covers the moment both may fire. A Scheduler whose
+//! clock is off (see the clock guard) hands its partitions over and leaves the members until
+//! its clock is back, so that Schedulers with good clocks fire its jobs meanwhile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -29,6 +31,7 @@ use ax_bus::{codec, AxClient};
 
 use super::assign::{self, Owner};
 use super::{Applied, Ownership};
+use crate::node::clock_guard::ClockGuard;
 use crate::ActorError;
 
 /// How often the keeper renews its member key and rebalances.
@@ -64,6 +67,10 @@ pub(crate) struct Keeper {
     version: u64,
     ownership: watch::Sender<Ownership>,
     applied: mpsc::UnboundedReceiver<Applied>,
+    /// While it says the node's clock is off, this Scheduler owns nothing.
+    clock_guard: Option<ClockGuard>,
+    /// Whether it stepped aside for its clock (partitions handed over, member key removed).
+    aside: bool,
 }
 
 impl Keeper {
@@ -72,6 +79,7 @@ impl Keeper {
         node: NodeId,
         ownership: watch::Sender<Ownership>,
         applied: mpsc::UnboundedReceiver<Applied>,
+        clock_guard: Option<ClockGuard>,
     ) -> Self {
         Self {
             client,
@@ -84,6 +92,8 @@ impl Keeper {
             version: 0,
             ownership,
             applied,
+            clock_guard,
+            aside: false,
         }
     }
 
@@ -298,9 +308,25 @@ impl Keeper {
         });
     }
 
-    /// One round: renew the member key, fence if it could not be renewed for too long,
-    /// rebalance.
+    /// One round: step aside while the clock is off; renew the member key, fence if it could
+    /// not be renewed for too long; rebalance.
     async fn round(&mut self) {
+        if self.clock_guard.as_ref().is_some_and(|g| g.skewed()) {
+            if !self.aside {
+                tracing::warn!(
+                    "this node's clock is off: handing its partitions over until it is back"
+                );
+                self.hand_over_all().await;
+                self.aside = true;
+            }
+            if !self.ownership.borrow().settled {
+                self.publish();
+            }
+            return;
+        }
+        if std::mem::take(&mut self.aside) {
+            tracing::info!("this node's clock is back: taking a share of the partitions again");
+        }
         let value = self.node.as_str().to_string().into();
         match self
             .client

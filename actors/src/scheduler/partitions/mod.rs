@@ -26,6 +26,8 @@ use ax_bus::ids::NodeId;
 use ax_bus::partition::PartitionId;
 use ax_bus::AxClient;
 
+use crate::node::clock_guard::ClockGuard;
+
 /// What a Scheduler owns, as its keeper last said.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Ownership {
@@ -64,16 +66,17 @@ const HAND_OVER_WAIT: Duration = Duration::from_secs(10);
 impl Partitions {
     /// The partitions of node `node`, and their keeper to run (until it is dropped or has
     /// handed them over); `count` is the number of partitions if this is the deployment's
-    /// first Scheduler.
+    /// first Scheduler. While `clock_guard` says the clock is off, the node owns none.
     pub fn new(
         client: AxClient,
         node: NodeId,
         count: u16,
+        clock_guard: Option<ClockGuard>,
     ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
         let (ownership_tx, ownership) = watch::channel(Ownership::default());
         let (applied, applied_rx) = mpsc::unbounded_channel();
         let (hand_over, hand_over_rx) = mpsc::channel(1);
-        let keeper = keeper::Keeper::new(client, node, ownership_tx, applied_rx);
+        let keeper = keeper::Keeper::new(client, node, ownership_tx, applied_rx, clock_guard);
         let partitions = Self {
             ownership,
             applied,

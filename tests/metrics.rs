@@ -323,6 +323,8 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         ("ax_data_dir_bytes > bool 0", 1.0),
         (r#"ax_build_info{version!=""}"#, 1.0),
         (r#"ax_actor_panics_total{actor="scheduler"}"#, 0.0),
+        ("ax_partitions_owned", 128.0),
+        (r#"ax_partition_handovers_total{kind="taken"}"#, 128.0),
     ] {
         wait_for(
             Duration::from_secs(60),

@@ -15,8 +15,10 @@ mod dag;
 mod lateness;
 mod limit;
 mod memory;
+mod process;
 mod recovery;
 mod routing;
+mod scale;
 mod throughput;
 mod triggers;
 mod wire;
@@ -78,7 +80,7 @@ pub struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "memory",
     "wire",
     "throughput",
@@ -87,6 +89,7 @@ const SECTIONS: [&str; 9] = [
     "lateness",
     "dag",
     "recovery",
+    "scale",
     "console",
 ];
 
@@ -154,6 +157,10 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     if wanted("recovery") {
         eprintln!("recovery: a restarted Scheduler…");
         figures.extend(recovery::measure(&server.url, quick).await?);
+    }
+    if wanted("scale") {
+        eprintln!("scale: 1, 2 and 4 Schedulers sharing the jobs…");
+        figures.extend(scale::measure(&server.url, quick).await?);
     }
     if wanted("console") {
         eprintln!("console: page renders with 1,000 jobs and 100,000 instances…");

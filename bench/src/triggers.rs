@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::process::NodeProcess;
 use crate::{bail, Result};
 
 use ax_bus::messages::{commands, TriggerRequest};
@@ -81,7 +82,7 @@ async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let client = client_for(url, "pd").await?;
     store_jobs(&client, &[manual_job("pd")]).await?;
     let scratch = tempfile::tempdir()?;
-    let scheduler = SchedulerProcess::start(url, scratch.path())?;
+    let scheduler = NodeProcess::start(url, "pd", "pd-scheduler", "scheduler", scratch.path())?;
     answers(&client, &scheduler).await?;
     let before = scheduler.resident_bytes()?;
     let due = ax_bus::time::now() + chrono::Duration::days(1);
@@ -97,7 +98,7 @@ async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let after = scheduler.resident_bytes()?;
     drop(scheduler);
     let restarted = Instant::now();
-    let scheduler = SchedulerProcess::start(url, scratch.path())?;
+    let scheduler = NodeProcess::start(url, "pd", "pd-scheduler", "scheduler", scratch.path())?;
     answers(&client, &scheduler).await?;
     let ready = restarted.elapsed();
     let idle = scheduler.resident_bytes()?;
@@ -132,7 +133,7 @@ async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
 }
 
 /// Waits until `scheduler` answers a command (a trigger of a job that does not exist).
-async fn answers(client: &AxClient, scheduler: &SchedulerProcess) -> Result<()> {
+async fn answers(client: &AxClient, scheduler: &NodeProcess) -> Result<()> {
     let probe = TriggerRequest {
         name: "no-such-job".parse()?,
         biz_date: None,
@@ -156,55 +157,5 @@ async fn answers(client: &AxClient, scheduler: &SchedulerProcess) -> Result<()> 
                 scheduler.pid()
             );
         }
-    }
-}
-
-/// An `ax node --roles scheduler` process of the bench's own, killed (-9) on drop.
-struct SchedulerProcess(std::process::Child);
-
-impl SchedulerProcess {
-    fn start(url: &str, dir: &std::path::Path) -> Result<Self> {
-        let log = std::fs::File::create(dir.join("scheduler.log"))?;
-        let child = std::process::Command::new(std::env::current_exe()?)
-            .args([
-                "--prefix",
-                "pd",
-                "node",
-                "--nats",
-                url,
-                "--roles",
-                "scheduler",
-            ])
-            .args(["--id", "pd-scheduler", "--data-dir"])
-            .arg(dir.join("data"))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()?;
-        Ok(Self(child))
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-
-    /// Its resident memory (`VmRSS`).
-    fn resident_bytes(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        let kib = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-        match kib {
-            Some(kib) => Ok(kib * 1024),
-            None => bail!("triggers: no VmRSS for pid {}", self.pid()),
-        }
-    }
-}
-
-impl Drop for SchedulerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }

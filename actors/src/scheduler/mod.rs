@@ -403,8 +403,10 @@ impl Handler<RegistryChange> for Scheduler {
                         return false;
                     }
                     let from = match self.loading.get(&p) {
-                        // Handed over: after the tick its previous owner fired through.
-                        Some((Some(through), _)) => (*through).max(record.updated_at),
+                        // Handed over: after the tick its previous owner fired through —
+                        // no later than now, should that owner's clock have been ahead (what it
+                        // fired early, firing again only finds created).
+                        Some((Some(through), _)) => (*through).min(now).max(record.updated_at),
                         // Taken from a Scheduler gone (or from nobody): from now; the misfire
                         // policy looks at the ticks before.
                         Some((None, _)) => fires_from(Some(now), record.updated_at, now),

@@ -1,0 +1,302 @@
+//! Scale: Schedulers that share the cron jobs. With 1, 2 and 4 Scheduler processes on one NATS
+//! (in turn, on one registry, each set stopped gracefully before the next starts):
+//!
+//! - JetStream messages per fire in steady state (every message the server routes, seen by a
+//!   monitor subscribed to `>`, over the fires made meanwhile): it must not grow with the number
+//!   of Schedulers, since each fire is made by its partition's owner alone;
+//! - fires per second at saturation: a burst of jobs all due at one second, from that second to
+//!   the last one fired;
+//! - the resident memory of each Scheduler process with many idle jobs registered besides (a
+//!   million in the full run): with four, each holds about a quarter;
+//! - with four running, the time from a SIGKILL of the owner of a job firing every second to
+//!   that job firing again (the member key's expiry, a round, loading the partitions' jobs).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use ax_bus::messages::{TickOutcome, TickRecord};
+use ax_bus::partition;
+use ax_bus::{codec, AxClient};
+
+use crate::process::NodeProcess;
+use crate::{bail, client_for, fire_soon, noop_job, store_jobs, Figure, Result};
+
+const PREFIX: &str = "scale";
+
+/// What the monitor counts.
+#[derive(Default)]
+struct Seen {
+    messages: u64,
+    /// Fires (ticks recorded `fired` or `caught_up`).
+    fires: u64,
+    deduplicated: u64,
+    /// Fires of jobs whose names start with `burst`, and when the last one was seen.
+    burst: (String, u64, Option<chrono::DateTime<chrono::Utc>>),
+    /// The node that last fired the job `watched.0`, and when.
+    watched: (String, Option<(String, Instant)>),
+}
+
+/// Counts every message the server routes, and the tick records among them.
+fn monitor(mut all: async_nats::Subscriber) -> Arc<Mutex<Seen>> {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let counted = seen.clone();
+    let ticks = format!("{PREFIX}.internal.tick.");
+    tokio::spawn(async move {
+        while let Some(message) = all.next().await {
+            let Ok(mut seen) = counted.lock() else {
+                return;
+            };
+            seen.messages += 1;
+            if !message.subject.as_str().starts_with(&ticks) {
+                continue;
+            }
+            let Ok(tick) = codec::decode::<TickRecord>(&message.payload) else {
+                continue;
+            };
+            match tick.outcome {
+                TickOutcome::Fired | TickOutcome::CaughtUp => {
+                    seen.fires += 1;
+                    if tick.job.as_str().starts_with(seen.burst.0.as_str()) {
+                        seen.burst.1 += 1;
+                        seen.burst.2 = Some(ax_bus::time::now());
+                    }
+                    if tick.job.as_str() == seen.watched.0 {
+                        seen.watched.1 = Some((tick.node.to_string(), Instant::now()));
+                    }
+                }
+                TickOutcome::Deduplicated => seen.deduplicated += 1,
+                _ => {}
+            }
+        }
+    });
+    seen
+}
+
+fn snapshot(seen: &Mutex<Seen>) -> (u64, u64, u64) {
+    seen.lock()
+        .map(|s| (s.messages, s.fires, s.deduplicated))
+        .unwrap_or_default()
+}
+
+/// Waits until `nodes` own every partition, in fair shares, and their heartbeats say they hold
+/// `jobs` jobs between them.
+async fn settled(client: &AxClient, nodes: &[String], jobs: usize, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let owners = client.partition_owners().await?;
+        let mut shares: Vec<usize> = nodes
+            .iter()
+            .map(|n| {
+                owners
+                    .values()
+                    .filter(|o| o.node.as_ref().map(|x| x.as_str()) == Some(n.as_str()))
+                    .count()
+            })
+            .collect();
+        shares.sort();
+        let all_owned = shares.iter().sum::<usize>() == usize::from(partition::DEFAULT_COUNT);
+        let fair = shares
+            .last()
+            .zip(shares.first())
+            .is_some_and(|(max, min)| max - min <= 1);
+        let held: usize = client
+            .nodes()
+            .await?
+            .iter()
+            .filter(|s| nodes.iter().any(|n| n == s.node.as_str()))
+            .filter_map(|s| s.scheduler.as_ref())
+            .map(|s| s.jobs)
+            .sum();
+        if all_owned && fair && held == jobs {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("scale: {nodes:?} did not settle in {within:?} (shares {shares:?}, {held} of {jobs} jobs held)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
+    let (steady, idle, burst, window) = if quick {
+        (200, 5_000, 2_000, Duration::from_secs(2))
+    } else {
+        (1_000, 1_000_000, 10_000, Duration::from_secs(5))
+    };
+    let client = client_for(url, PREFIX).await?;
+    let every_second: Vec<_> = (0..steady)
+        .map(|i| noop_job(&format!("st{i:05}"), "* * * * * *"))
+        .collect();
+    store_jobs(&client, &every_second).await?;
+    let yearly: Vec<_> = (0..idle)
+        .map(|i| noop_job(&format!("idle{i:07}"), "0 0 0 1 1 *"))
+        .collect();
+    for chunk in yearly.chunks(100_000) {
+        store_jobs(&client, chunk).await?;
+    }
+    drop(yearly);
+    let mut registered = steady + idle;
+    let monitor_connection = async_nats::connect(url).await?;
+    let seen = monitor(monitor_connection.subscribe(">").await?);
+    let dir = tempfile::tempdir()?;
+    let mut figures = Vec::new();
+    let mut per_fire = Vec::new();
+    let mut running: Vec<NodeProcess> = Vec::new();
+    for n in [1, 2, 4] {
+        for process in running.drain(..) {
+            process.stop().await?;
+        }
+        let names: Vec<String> = (1..=n).map(|i| format!("s{i}")).collect();
+        for name in &names {
+            running.push(NodeProcess::start(
+                url,
+                PREFIX,
+                name,
+                "scheduler",
+                dir.path(),
+            )?);
+        }
+        let load = if quick { 60 } else { 600 };
+        settled(&client, &names, registered, Duration::from_secs(load)).await?;
+
+        // Steady state: every message over the fires.
+        let (m0, f0, d0) = snapshot(&seen);
+        tokio::time::sleep(window).await;
+        let (m1, f1, d1) = snapshot(&seen);
+        let fires = f1 - f0;
+        if fires == 0 {
+            bail!("scale: {n} Schedulers fired nothing in {window:?}");
+        }
+        let messages = (m1 - m0) as f64 / fires as f64;
+        per_fire.push(messages);
+        figures.push(Figure {
+            section: "scale",
+            name: format!("messages per fire, {n} Scheduler{}", if n > 1 { "s" } else { "" }),
+            value: messages,
+            unit: "msgs",
+            note: format!(
+                "{fires} fires of {steady} jobs firing every second in {window:?}, {} de-duplicated; \
+                 every message the server routed (heartbeats and member keys included)",
+                d1 - d0
+            ),
+        });
+
+        // Saturation: a burst due at one second.
+        let name = format!("burst{n}-");
+        if let Ok(mut seen) = seen.lock() {
+            seen.burst = (name.clone(), 0, None);
+        }
+        let (at, cron) = fire_soon(3)?;
+        let jobs: Vec<_> = (0..burst)
+            .map(|i| noop_job(&format!("{name}{i:05}"), &cron))
+            .collect();
+        store_jobs(&client, &jobs).await?;
+        registered += burst;
+        let wait_until = Instant::now() + Duration::from_secs(60);
+        let last = loop {
+            let (fired, last) = seen
+                .lock()
+                .map(|s| (s.burst.1, s.burst.2))
+                .unwrap_or_default();
+            if fired >= burst as u64 {
+                break last;
+            }
+            if Instant::now() > wait_until {
+                bail!("scale: {fired} of {burst} burst fires with {n} Schedulers in 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // From the burst's second to the last fire seen.
+        let took = last
+            .and_then(|last| (last - at).to_std().ok())
+            .unwrap_or_default()
+            .max(Duration::from_millis(1));
+        figures.push(Figure {
+            section: "scale",
+            name: format!(
+                "fires/s at saturation, {n} Scheduler{}",
+                if n > 1 { "s" } else { "" }
+            ),
+            value: burst as f64 / took.as_secs_f64(),
+            unit: "fires/s",
+            note: format!(
+                "{burst} jobs due at one second, all fired {} ms after it",
+                took.as_millis()
+            ),
+        });
+
+        // Memory: each process, with the idle jobs registered besides.
+        let mut resident = Vec::new();
+        for process in &running {
+            resident.push(process.resident_bytes()? as f64 / (1 << 20) as f64);
+        }
+        let mean = resident.iter().sum::<f64>() / resident.len() as f64;
+        figures.push(Figure {
+            section: "scale",
+            name: format!("memory per Scheduler, {n} sharing {registered} jobs"),
+            value: mean,
+            unit: "MiB",
+            note: format!(
+                "RSS of each: {}",
+                resident
+                    .iter()
+                    .map(|r| format!("{r:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    if let (Some(first), Some(last)) = (per_fire.first(), per_fire.last()) {
+        figures.push(Figure {
+            section: "scale",
+            name: "messages per fire, 4 Schedulers / 1".into(),
+            value: last / first,
+            unit: "ratio",
+            note: "1.0 is the goal: a Scheduler added costs no message per fire".into(),
+        });
+    }
+
+    // SIGKILL of the owner of a job firing every second, four running.
+    let job = "st00000";
+    let owners = client.partition_owners().await?;
+    let owner = owners
+        .get(&partition::of(job, partition::DEFAULT_COUNT))
+        .and_then(|o| o.node.clone());
+    let Some(index) = owner.and_then(|o| o.as_str().strip_prefix('s')?.parse::<usize>().ok())
+    else {
+        bail!("scale: nobody owns {job}");
+    };
+    if let Ok(mut seen) = seen.lock() {
+        seen.watched = (job.to_string(), None);
+    }
+    let killed = running.remove(index - 1);
+    let killed_name = format!("s{index}");
+    let started = Instant::now();
+    drop(killed);
+    let wait_until = started + Duration::from_secs(120);
+    let again = loop {
+        let fired_by = seen.lock().ok().and_then(|s| s.watched.1.clone());
+        if let Some((node, at)) = fired_by {
+            if node != killed_name && at > started {
+                break at - started;
+            }
+        }
+        if Instant::now() > wait_until {
+            bail!("scale: {job} did not fire again within 120 s of its owner's SIGKILL");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    figures.push(Figure {
+        section: "scale",
+        name: "SIGKILL of an owner to its jobs firing again".into(),
+        value: again.as_secs_f64() * 1000.0,
+        unit: "ms",
+        note: format!(
+            "4 Schedulers, {registered} jobs registered: the member key expires (6 s), a round \
+             (1 s), the taker reads the registry for the partitions' jobs"
+        ),
+    });
+    Ok(figures)
+}

@@ -403,13 +403,13 @@ impl Handler<RegistryChange> for Scheduler {
                         return false;
                     }
                     let from = match self.loading.get(&p) {
-                        // Handed over: after the tick its previous owner fired through —
-                        // no later than now, should that owner's clock have been ahead (what it
-                        // fired early, firing again only finds created).
-                        Some((Some(through), _)) => (*through).min(now).max(record.updated_at),
-                        // Taken from a Scheduler gone (or from nobody): from now; the misfire
-                        // policy looks at the ticks before.
-                        Some((None, _)) => fires_from(Some(now), record.updated_at, now),
+                        // Handed over: after the tick its previous owner fired through (or
+                        // the job's definition, if later) — no later than now, should a clock
+                        // have been ahead (what was fired early, firing again finds created).
+                        Some((Some(through), _)) => (*through).max(record.updated_at).min(now),
+                        // Taken from a Scheduler gone (or from nobody), as at a process start:
+                        // from now; the misfire policy looks at the ticks before.
+                        Some((None, _)) => now,
                         None => fires_from(self.replay_from, record.updated_at, now),
                     };
                     if let Err(e) = self.planner.upsert(&record, from) {

@@ -63,6 +63,12 @@ pub(crate) struct Keeper {
     members: BTreeMap<NodeId, DateTime<Utc>>,
     /// What this node holds: the revision it wrote and where its fires start.
     held: BTreeMap<PartitionId, (u64, Option<DateTime<Utc>>)>,
+    /// The version of the ownership that first told the actor each start point: once the
+    /// actor has applied it, the start point is forgotten (an actor built afresh later, after a
+    /// stall, starts from now and the tick ledger, as at a process start).
+    told: BTreeMap<PartitionId, u64>,
+    /// The latest version the actor said it applied.
+    applied_version: u64,
     renewed: Option<Instant>,
     version: u64,
     ownership: watch::Sender<Ownership>,
@@ -88,6 +94,8 @@ impl Keeper {
             owners: BTreeMap::new(),
             members: BTreeMap::new(),
             held: BTreeMap::new(),
+            told: BTreeMap::new(),
+            applied_version: 0,
             renewed: None,
             version: 0,
             ownership,
@@ -359,6 +367,7 @@ impl Keeper {
             .map(|(p, s)| (*p, s.owner.clone()))
             .collect();
         let members = self.live_members();
+        self.forget_start_points();
         let held: BTreeSet<PartitionId> = self.held.keys().copied().collect();
         let view = assign::View {
             count: self.count,
@@ -427,8 +436,13 @@ impl Keeper {
         let deadline = tokio::time::Instant::now() + ACTOR_ANSWER;
         loop {
             match tokio::time::timeout_at(deadline, self.applied.recv()).await {
-                Ok(Some(applied)) if applied.version >= version => return applied.fired_through,
-                Ok(Some(_)) => continue,
+                Ok(Some(applied)) if applied.version >= version => {
+                    self.applied_version = self.applied_version.max(applied.version);
+                    return applied.fired_through;
+                }
+                Ok(Some(applied)) => {
+                    self.applied_version = self.applied_version.max(applied.version);
+                }
                 Ok(None) | Err(_) => {
                     tracing::warn!(
                         "the Scheduler did not say what it fired; the next owner catches up from the tick ledger"
@@ -489,7 +503,34 @@ impl Keeper {
         tracing::info!(partition = %p, from = ?stored.as_ref().map(|s| &s.owner), fired_through = ?base, "partition taken");
         handover("taken");
         self.held.insert(p, (revision, base));
+        if base.is_some() {
+            self.told.insert(p, self.version + 1);
+        }
         true
+    }
+
+    /// Forgets the start points the actor has applied (see [`Keeper::told`]).
+    fn forget_start_points(&mut self) {
+        while let Ok(applied) = self.applied.try_recv() {
+            self.applied_version = self.applied_version.max(applied.version);
+        }
+        let applied = self.applied_version;
+        let done: Vec<PartitionId> = self
+            .told
+            .iter()
+            .filter(|(_, version)| **version <= applied)
+            .map(|(p, _)| *p)
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        for p in done {
+            self.told.remove(&p);
+            if let Some((_, base)) = self.held.get_mut(&p) {
+                *base = None;
+            }
+        }
+        self.publish();
     }
 
     /// A graceful stop: hands every partition over and removes the member key, so that the

@@ -24,6 +24,8 @@ use crate::process::NodeProcess;
 use crate::{bail, client_for, fire_soon, noop_job, store_jobs, Figure, Result};
 
 const PREFIX: &str = "scale";
+/// Where the idle Scheduler runs.
+const PREFIX_EMPTY: &str = "scale0";
 
 /// What the monitor counts.
 #[derive(Default)]
@@ -82,7 +84,13 @@ fn snapshot(seen: &Mutex<Seen>) -> (u64, u64, u64) {
 
 /// Waits until `nodes` own every partition, in fair shares, and their heartbeats say they hold
 /// `jobs` jobs between them.
-async fn settled(client: &AxClient, nodes: &[String], jobs: usize, within: Duration) -> Result<()> {
+async fn settled(
+    client: &AxClient,
+    prefix: &str,
+    nodes: &[String],
+    jobs: usize,
+    within: Duration,
+) -> Result<()> {
     let deadline = Instant::now() + within;
     loop {
         let owners = client.partition_owners().await?;
@@ -113,7 +121,7 @@ async fn settled(client: &AxClient, nodes: &[String], jobs: usize, within: Durat
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("scale: {nodes:?} did not settle in {within:?} (shares {shares:?}, {held} of {jobs} jobs held)");
+            bail!("scale: {nodes:?} did not settle on {prefix} in {within:?} (shares {shares:?}, {held} of {jobs} jobs held)");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -124,6 +132,17 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         (200, 5_000, 2_000, Duration::from_secs(2))
     } else {
         (1_000, 1_000_000, 10_000, Duration::from_secs(5))
+    };
+    let dir = tempfile::tempdir()?;
+    // An idle Scheduler's memory (no job): what each process costs before its jobs.
+    let idle_rss = {
+        let empty = client_for(url, "scale0").await?;
+        let alone = NodeProcess::start(url, "scale0", "s0", "scheduler", dir.path())?;
+        let names = ["s0".to_string()];
+        settled(&empty, PREFIX_EMPTY, &names, 0, Duration::from_secs(60)).await?;
+        let rss = alone.resident_bytes()? as f64;
+        alone.stop().await?;
+        rss
     };
     let client = client_for(url, PREFIX).await?;
     let every_second: Vec<_> = (0..steady)
@@ -140,7 +159,6 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let mut registered = steady + idle;
     let monitor_connection = async_nats::connect(url).await?;
     let seen = monitor(monitor_connection.subscribe(">").await?);
-    let dir = tempfile::tempdir()?;
     let mut figures = Vec::new();
     let mut per_fire = Vec::new();
     let mut running: Vec<NodeProcess> = Vec::new();
@@ -159,7 +177,41 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             )?);
         }
         let load = if quick { 60 } else { 600 };
-        settled(&client, &names, registered, Duration::from_secs(load)).await?;
+        settled(
+            &client,
+            PREFIX,
+            &names,
+            registered,
+            Duration::from_secs(load),
+        )
+        .await?;
+        let loaded = registered;
+
+        // Memory: each process's RSS beyond an idle Scheduler's, once its jobs are loaded.
+        let mut resident = Vec::new();
+        for process in &running {
+            resident.push(process.resident_bytes()? as f64);
+        }
+        let jobs_memory: Vec<f64> = resident
+            .iter()
+            .map(|r| (r - idle_rss).max(0.0) / (1 << 20) as f64)
+            .collect();
+        let mean = jobs_memory.iter().sum::<f64>() / jobs_memory.len() as f64;
+        figures.push(Figure {
+            section: "scale",
+            name: format!("jobs' memory per Scheduler, {n} sharing {loaded} jobs"),
+            value: mean,
+            unit: "MiB",
+            note: format!(
+                "RSS beyond an idle Scheduler's {:.0} MiB, of each: {}",
+                idle_rss / (1 << 20) as f64,
+                jobs_memory
+                    .iter()
+                    .map(|r| format!("{r:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
 
         // Steady state: every message over the fires.
         let (m0, f0, d0) = snapshot(&seen);
@@ -224,27 +276,6 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             note: format!(
                 "{burst} jobs due at one second, all fired {} ms after it",
                 took.as_millis()
-            ),
-        });
-
-        // Memory: each process, with the idle jobs registered besides.
-        let mut resident = Vec::new();
-        for process in &running {
-            resident.push(process.resident_bytes()? as f64 / (1 << 20) as f64);
-        }
-        let mean = resident.iter().sum::<f64>() / resident.len() as f64;
-        figures.push(Figure {
-            section: "scale",
-            name: format!("memory per Scheduler, {n} sharing {registered} jobs"),
-            value: mean,
-            unit: "MiB",
-            note: format!(
-                "RSS of each: {}",
-                resident
-                    .iter()
-                    .map(|r| format!("{r:.0}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
             ),
         });
     }

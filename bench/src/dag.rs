@@ -204,8 +204,92 @@ async fn in_the_loop(
     Ok((elapsed, released.len()))
 }
 
+/// The coordinator's intake: `n` results of distinct instances published at once (acks in
+/// windows), from the first publish until its results consumer has acknowledged them all.
+/// Every instance's result passes the coordinator (it keeps the instances per business date),
+/// so this is the ceiling of the whole system's instances per second while one coordinator
+/// leads.
+async fn intake(nats: &async_nats::Client, n: usize, prefix: &str) -> Result<Duration> {
+    let client =
+        AxClient::provisioned(nats.clone(), Layout::new(Subjects::new(prefix), Some(1))).await?;
+    let upstream: JobSpec = serde_json::from_value(serde_json::json!({
+        "name": "solo", "exec": {"type": "noop"},
+    }))?;
+    let downstream: JobSpec = serde_json::from_value(serde_json::json!({
+        "name": "after", "exec": {"type": "noop"}, "deps": [{"name": "solo"}],
+    }))?;
+    crate::store_jobs(&client, &[upstream.clone(), downstream]).await?;
+    let arbiter = Arbiter::new();
+    let coordinator_client = client.clone();
+    let node: NodeId = "bench".parse()?;
+    Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+        DagCoordinator::new(coordinator_client, node.clone())
+    });
+    let stream = client.js.get_stream(client.layout.results_stream()).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stream.consumer_info("dag-results").await.is_err() {
+        if Instant::now() > deadline {
+            bail!("dag intake: the coordinator did not start consuming results in 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, work) = first_attempt(&upstream);
+    let started = Instant::now();
+    let mut acks = ax_actors::jetstream::publish::AckWindow::new(1024);
+    for i in 0..n {
+        let mut result = success(&work);
+        result.instance_id = format!("solo.{i}").parse()?;
+        result.trace_id = ax_bus::ids::TraceId::random();
+        acks.push(
+            publish::to_stream(
+                &client,
+                client.subjects().result(&result.job),
+                &msg_id::result(&result.trace_id),
+                &result,
+            )
+            .await?,
+        )
+        .await?;
+    }
+    acks.flush().await?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let info = stream.consumer_info("dag-results").await?;
+        if info.num_pending == 0
+            && info.num_ack_pending == 0
+            && info.ack_floor.stream_sequence >= n as u64
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "dag intake: {} results still pending after 300 s",
+                info.num_pending + info.num_ack_pending as u64
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let elapsed = started.elapsed();
+    arbiter.stop();
+    let _ = arbiter.join();
+    Ok(elapsed)
+}
+
 pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
+    let n = if quick { 5_000 } else { 50_000 };
+    let took = intake(nats, n, "benchin").await?;
+    figures.push(Figure {
+        section: "dag",
+        name: "coordinator intake".into(),
+        value: n as f64 / took.as_secs_f64(),
+        unit: "results/s",
+        note: format!(
+            "{n} results published at once, all acknowledged by the coordinator in {} ms: \
+             the ceiling of instances per second while one coordinator leads",
+            took.as_millis()
+        ),
+    });
     for (i, graph) in graphs().into_iter().enumerate() {
         let size = format!("{} jobs, {} edges", graph.specs.len(), graph.edges);
         let (time, released) = dag_decisions(&graph.specs, date());

@@ -72,6 +72,9 @@ const MAX_SLEEP: Duration = Duration::from_millis(500);
 /// heartbeats of 5 s, plus a request timeout). The fires it repeats are de-duplicated by their
 /// instance ids.
 const REPLAY_MARGIN: chrono::Duration = chrono::Duration::seconds(30);
+/// How long after a handover its fired-through tick still says where the next owner starts:
+/// longer than a rebalance takes, far shorter than a stop and start of every Scheduler.
+const HANDOVER_FRESH: chrono::Duration = chrono::Duration::seconds(30);
 /// How long a handover waits for the creations already submitted to be recorded.
 const HANDOVER_SETTLE: Duration = Duration::from_secs(3);
 /// How long after its due time a retry's result comes back to any Scheduler.
@@ -693,9 +696,13 @@ impl Handler<OwnershipChanged> for Scheduler {
                 reload.send_modify(|generation| *generation += 1);
                 reading = *reload.borrow();
             }
+            let now = self.clock.now();
             for (p, base) in gained {
+                // A handover long past (every Scheduler was stopped meanwhile) is a restart:
+                // the misfire policy decides about the ticks since.
+                let fresh = base.filter(|through| now - *through <= HANDOVER_FRESH);
                 self.owned.insert(*p);
-                self.loading.insert(*p, (*base, reading));
+                self.loading.insert(*p, (fresh, reading));
             }
         }
         self.partitions.set_jobs(self.planner.job_count());

@@ -27,6 +27,7 @@ fn quick_bench_prints_sane_figures() {
         "lateness",
         "dag",
         "recovery",
+        "scale",
         "console",
     ] {
         assert!(

@@ -61,14 +61,15 @@ async fn start(
     node
 }
 
-/// Writes jobs straight into the registry (their validation is not what these tests are about).
+/// Writes jobs straight into the registry (their validation is not what these tests are about),
+/// as defined at the start of the tests' day (the Schedulers' clock).
 async fn store(client: &AxClient, yaml: &str) -> usize {
     let docs: Vec<JobDocument> = serde_saphyr::from_multiple(yaml).unwrap();
     for doc in &docs {
         let record = JobRecord {
             spec: doc.job.clone(),
             paused: false,
-            updated_at: ax_bus::time::now(),
+            updated_at: at("2026-01-01T00:00:00Z"),
         };
         client
             .jobs

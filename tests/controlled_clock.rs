@@ -178,6 +178,50 @@ async fn missed_minutes_follow_each_misfire_policy() {
 }
 
 #[actix::test]
+async fn a_job_its_scheduler_never_fired_catches_up_from_its_definition() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let clock = ManualClock::new(at("2026-01-01T00:00:30Z"));
+    // Defined at 00:00; its Scheduler stops before its first fire, leaving no tick recorded
+    // (as an owner killed before its first tick would).
+    let jobs = store(
+        &client,
+        &minutely(
+            "fresh",
+            "  misfire: fire_all
+  catchup_window: 600
+",
+        ),
+    )
+    .await;
+    let first = start(&client, "scheduler", &clock, &nats.path("a"), jobs).await;
+    first.stop();
+    assert!(ticks_of(&client, "fresh").await.is_empty());
+
+    // Taken again three and a half minutes later: 00:01 to 00:03 were missed.
+    clock.set(at("2026-01-01T00:03:30Z"));
+    let _second = start(&client, "scheduler", &clock, &nats.path("b"), jobs).await;
+    wait_for(
+        Duration::from_secs(10),
+        "00:01 to 00:03 caught up",
+        || async {
+            let ticks = ticks_of(&client, "fresh").await;
+            let caught: Vec<&str> = ["00:01", "00:02", "00:03"]
+                .into_iter()
+                .filter(|m| {
+                    ticks
+                        .get(*m)
+                        .is_some_and(|o| o.contains(&TickOutcome::CaughtUp))
+                })
+                .collect();
+            (caught.len() == 3).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(instances(&client, "fresh").await.len(), 3);
+}
+
+#[actix::test]
 async fn a_fire_over_a_running_instance_follows_the_overlap_policy() {
     let nats = TestNats::start();
     let client = nats.client().await;

@@ -486,7 +486,8 @@ impl Handler<LastTicks> for Scheduler {
     type Result = ();
 
     /// Applies the misfire policy of each job of the partitions just taken to the ticks between
-    /// its last record and the instant this Scheduler started firing it.
+    /// its last record (or its definition, if it has none) and the instant this Scheduler
+    /// started firing it.
     fn handle(&mut self, msg: LastTicks, _ctx: &mut Self::Context) {
         let mut last: HashMap<JobName, chrono::DateTime<chrono::Utc>> = HashMap::new();
         for record in msg.0 {
@@ -501,9 +502,9 @@ impl Handler<LastTicks> for Scheduler {
             if !taken.contains(&partition::of(&spec.name, count)) {
                 continue;
             }
-            let Some(last) = last.get(&spec.name) else {
-                continue;
-            };
+            // A job with no tick recorded has missed those since its definition (its owner
+            // may have died before recording its first).
+            let last = last.get(&spec.name).unwrap_or(&candidate.defined_at);
             let policy = if candidate.paused {
                 Misfire::Skip
             } else {

@@ -59,7 +59,7 @@ use crate::ActorError;
 use creator::Creator;
 use new_instance::NewInstance;
 use partitions::{Applied, Ownership, Partitions};
-use planner::{DueRetry, Planner};
+use planner::{CatchUpCandidate, DueRetry, Planner};
 
 use crate::jetstream::publish;
 
@@ -477,7 +477,7 @@ impl Handler<RegistryChange> for Scheduler {
     }
 }
 
-/// The last recorded tick of every job, read once the registry is loaded at process start.
+/// The last recorded tick of every job, read once the partitions just taken are loaded.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct LastTicks(Vec<TickRecord>, BTreeSet<PartitionId>);
@@ -485,26 +485,56 @@ struct LastTicks(Vec<TickRecord>, BTreeSet<PartitionId>);
 impl Handler<LastTicks> for Scheduler {
     type Result = ();
 
-    /// Applies the misfire policy of each job of the partitions just taken to the ticks between
-    /// its last record (or its definition, if it has none) and the instant this Scheduler
-    /// started firing it.
-    fn handle(&mut self, msg: LastTicks, _ctx: &mut Self::Context) {
+    /// Starts the catch-up of the jobs of the partitions just taken.
+    fn handle(&mut self, msg: LastTicks, ctx: &mut Self::Context) {
         let mut last: HashMap<JobName, chrono::DateTime<chrono::Utc>> = HashMap::new();
         for record in msg.0 {
             let entry = last.entry(record.job).or_insert(record.tick);
             *entry = (*entry).max(record.tick);
         }
-        let now = self.clock.now();
-        let count = self.partition_count;
-        let taken = msg.1;
-        for candidate in self.planner.catch_up_candidates() {
+        let (count, taken) = (self.partition_count, msg.1);
+        let candidates: Vec<CatchUpCandidate> = self
+            .planner
+            .catch_up_candidates()
+            .into_iter()
+            .filter(|c| taken.contains(&partition::of(&c.spec.name, count)))
+            .collect();
+        ctx.notify(CatchUp {
+            last,
+            candidates,
+            now: self.clock.now(),
+        });
+    }
+}
+
+/// Jobs whose missed ticks are still to be looked at, a chunk at a time so that the wheel
+/// keeps firing meanwhile (a million jobs take seconds).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct CatchUp {
+    last: HashMap<JobName, chrono::DateTime<chrono::Utc>>,
+    candidates: Vec<CatchUpCandidate>,
+    now: chrono::DateTime<chrono::Utc>,
+}
+
+/// How many jobs one [`CatchUp`] message looks at.
+const CATCH_UP_CHUNK: usize = 1000;
+
+impl Handler<CatchUp> for Scheduler {
+    type Result = ();
+
+    /// Applies each job's misfire policy to the ticks between its last record (or its
+    /// definition, if it has none) and the instant this Scheduler started firing it.
+    fn handle(&mut self, mut msg: CatchUp, ctx: &mut Self::Context) {
+        let rest = msg
+            .candidates
+            .split_off(msg.candidates.len().min(CATCH_UP_CHUNK));
+        let now = msg.now;
+        for candidate in std::mem::take(&mut msg.candidates) {
             let spec = &candidate.spec;
-            if !taken.contains(&partition::of(&spec.name, count)) {
-                continue;
-            }
             // A job with no tick recorded has missed those since its definition (its owner
             // may have died before recording its first).
-            let last = last.get(&spec.name).unwrap_or(&candidate.defined_at);
+            let last = msg.last.get(&spec.name).unwrap_or(&candidate.defined_at);
             let policy = if candidate.paused {
                 Misfire::Skip
             } else {
@@ -517,6 +547,9 @@ impl Handler<LastTicks> for Scheduler {
                 *last,
                 candidate.scheduled_from,
             );
+            if plan.fire.is_empty() && plan.skip.is_empty() {
+                continue;
+            }
             if candidate.paused {
                 plan.skip
                     .iter_mut()
@@ -533,9 +566,7 @@ impl Handler<LastTicks> for Scheduler {
                     ));
                 }
             }
-            if !plan.fire.is_empty() || !plan.skip.is_empty() {
-                tracing::info!(job = %spec.name, caught_up = plan.fire.len(), skipped = plan.skip.len() + plan.more_skipped, "missed ticks");
-            }
+            tracing::info!(job = %spec.name, caught_up = plan.fire.len(), skipped = plan.skip.len() + plan.more_skipped, "missed ticks");
             let catch_up = {
                 let (spec, schedule) = (spec.clone(), candidate.schedule.clone());
                 let skip_coordinator = !self.planner.needs_coordinator(&spec);
@@ -558,6 +589,10 @@ impl Handler<LastTicks> for Scheduler {
                 self.creator.submit(catch_up(tick));
             }
             self.hand_on_orphans_then_skip(&spec.name, catch_up, plan.skip);
+        }
+        if !rest.is_empty() {
+            msg.candidates = rest;
+            ctx.notify(msg);
         }
     }
 }

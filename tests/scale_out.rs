@@ -102,6 +102,64 @@ async fn wait_fired_through(client: &AxClient, at: DateTime<Utc>) {
     .await;
 }
 
+/// Writes `n` jobs `<prefix>NNN` firing every second (`fire_all`, no-op) and applies them.
+fn apply_every_second(nats: &TestNats, prefix: &str, n: usize) {
+    let dir = nats.path("jobs");
+    for i in 0..n {
+        job_file(
+            &dir,
+            &format!("{prefix}{i:03}.yaml"),
+            &format!("version: v1\njob:\n  name: {prefix}{i:03}\n  cron: \"* * * * * *\"\n  misfire: fire_all\n  exec: {{ type: noop }}\n"),
+        );
+    }
+    let out = ax(&nats.url(), &["job", "apply", "-f", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// No second lost: each of `jobs` jobs has an instance every second from its first to its last.
+async fn assert_every_second(client: &AxClient, jobs: usize) {
+    let mut by_job: BTreeMap<String, Vec<DateTime<Utc>>> = BTreeMap::new();
+    for record in client.instances(None).await.unwrap() {
+        by_job
+            .entry(record.job.to_string())
+            .or_default()
+            .push(record.expected_time);
+    }
+    assert_eq!(by_job.len(), jobs);
+    for (job, times) in &mut by_job {
+        times.sort();
+        for pair in times.windows(2) {
+            assert_eq!(
+                pair[1] - pair[0],
+                chrono::Duration::seconds(1),
+                "{job}: gap between {} and {}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+}
+
+/// No tick recorded fired (or caught up) twice; the de-duplicated ticks, for the caller.
+async fn assert_fired_once(client: &AxClient) -> Vec<TickRecord> {
+    let mut fired: BTreeMap<(String, DateTime<Utc>), Vec<String>> = BTreeMap::new();
+    let mut deduplicated = Vec::new();
+    for t in ticks(client).await {
+        match t.outcome {
+            TickOutcome::Fired | TickOutcome::CaughtUp => fired
+                .entry((t.job.to_string(), t.tick))
+                .or_default()
+                .push(t.node.to_string()),
+            TickOutcome::Deduplicated => deduplicated.push(t),
+            _ => {}
+        }
+    }
+    for ((job, tick), by) in &fired {
+        assert_eq!(by.len(), 1, "{job} at {tick} fired by {by:?}");
+    }
+    deduplicated
+}
+
 fn seconds_from_now(s: i64) -> DateTime<Utc> {
     Utc::now() + chrono::Duration::seconds(s)
 }
@@ -114,16 +172,7 @@ async fn schedulers_share_the_jobs_and_hand_them_over_without_loss_or_duplicate(
         .map(|name| (name, AxProcess::node(&nats, name, "scheduler", &[])))
         .collect();
     let client = nats.client().await;
-    let dir = nats.path("jobs");
-    for i in 0..JOBS {
-        job_file(
-            &dir,
-            &format!("j{i:03}.yaml"),
-            &format!("version: v1\njob:\n  name: j{i:03}\n  cron: \"* * * * * *\"\n  misfire: fire_all\n  exec: {{ type: noop }}\n"),
-        );
-    }
-    let out = ax(&nats.url(), &["job", "apply", "-f", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    apply_every_second(&nats, "j", JOBS);
     wait_balanced(&client, &["s1", "s2", "s3"], Duration::from_secs(30)).await;
 
     // `ax nodes` shows each Scheduler's share (from the heartbeats, written every 5 s).
@@ -209,43 +258,10 @@ async fn schedulers_share_the_jobs_and_hand_them_over_without_loss_or_duplicate(
     );
     wait_fired_through(&client, seconds_from_now(3)).await;
 
-    // No second lost: each job's instances are every second from its first to its last.
-    let mut by_job: BTreeMap<String, Vec<DateTime<Utc>>> = BTreeMap::new();
-    for record in client.instances(None).await.unwrap() {
-        by_job
-            .entry(record.job.to_string())
-            .or_default()
-            .push(record.expected_time);
-    }
-    assert_eq!(by_job.len(), JOBS);
-    for (job, times) in &mut by_job {
-        times.sort();
-        for pair in times.windows(2) {
-            assert_eq!(
-                pair[1] - pair[0],
-                chrono::Duration::seconds(1),
-                "{job}: gap between {} and {}",
-                pair[0],
-                pair[1]
-            );
-        }
-    }
-    // None fired twice; after the restart, not even a de-duplicated attempt.
-    let mut fired: BTreeMap<(String, DateTime<Utc>), Vec<String>> = BTreeMap::new();
-    for t in ticks(&client).await {
-        match t.outcome {
-            TickOutcome::Fired | TickOutcome::CaughtUp => fired
-                .entry((t.job.to_string(), t.tick))
-                .or_default()
-                .push(t.node.to_string()),
-            TickOutcome::Deduplicated => {
-                assert!(t.tick < calm_from, "a duplicate after the restart: {t:?}")
-            }
-            _ => {}
-        }
-    }
-    for ((job, tick), by) in &fired {
-        assert_eq!(by.len(), 1, "{job} at {tick} fired by {by:?}");
+    // No second lost, none fired twice; after the restart, not even a de-duplicated attempt.
+    assert_every_second(&client, JOBS).await;
+    for t in assert_fired_once(&client).await {
+        assert!(t.tick < calm_from, "a duplicate after the restart: {t:?}");
     }
 }
 
@@ -272,16 +288,7 @@ async fn a_scheduler_whose_clock_is_off_hands_its_partitions_to_one_whose_clock_
     let _s2 = AxProcess::node(&nats, "s2", "scheduler", &[]);
     let client = nats.client().await;
     wait_balanced(&client, &["s1", "s2"], Duration::from_secs(30)).await;
-    let dir = nats.path("jobs");
-    for i in 0..20 {
-        job_file(
-            &dir,
-            &format!("c{i:02}.yaml"),
-            &format!("version: v1\njob:\n  name: c{i:02}\n  cron: \"* * * * * *\"\n  misfire: fire_all\n  exec: {{ type: noop }}\n"),
-        );
-    }
-    let out = ax(&nats.url(), &["job", "apply", "-f", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    apply_every_second(&nats, "c", 20);
 
     // s1's clock goes 30 s ahead: it steps aside and s2 fires every job.
     std::fs::write(&offset_file, "30").unwrap();
@@ -316,29 +323,6 @@ async fn a_scheduler_whose_clock_is_off_hands_its_partitions_to_one_whose_clock_
         }
     })
     .await;
-    let mut by_job: BTreeMap<String, Vec<DateTime<Utc>>> = BTreeMap::new();
-    for record in client.instances(None).await.unwrap() {
-        by_job
-            .entry(record.job.to_string())
-            .or_default()
-            .push(record.expected_time);
-    }
-    for (job, times) in &mut by_job {
-        times.sort();
-        for pair in times.windows(2) {
-            assert_eq!(
-                pair[1] - pair[0],
-                chrono::Duration::seconds(1),
-                "{job}: gap at {}",
-                pair[0]
-            );
-        }
-    }
-    let mut fired: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
-    for t in ticks(&client).await {
-        if matches!(t.outcome, TickOutcome::Fired | TickOutcome::CaughtUp) {
-            *fired.entry((t.job.to_string(), t.tick)).or_default() += 1;
-        }
-    }
-    assert!(fired.values().all(|n| *n == 1), "fired twice: {fired:?}");
+    assert_every_second(&client, 20).await;
+    assert_fired_once(&client).await;
 }

@@ -59,6 +59,11 @@ pub fn member_key(node: &NodeId) -> String {
     format!("{MEMBER_PREFIX}{node}")
 }
 
+/// The Scheduler a member key names (`None` for other keys).
+pub fn member_of(key: &str) -> Option<NodeId> {
+    NodeId::parse(key.strip_prefix(MEMBER_PREFIX)?).ok()
+}
+
 /// What every member key starts with.
 pub const MEMBER_PREFIX: &str = "schedulers.";
 
@@ -114,5 +119,7 @@ mod tests {
         assert_eq!(from_key("p.x"), None);
         let node = NodeId::parse("core-1").unwrap();
         assert_eq!(member_key(&node), "schedulers.core-1");
+        assert_eq!(member_of(&member_key(&node)), Some(node));
+        assert_eq!(member_of("schedulers.bad.name"), None);
     }
 }

@@ -266,19 +266,13 @@ impl Keeper {
     fn member(&mut self, item: FeedItem) -> bool {
         match item {
             FeedItem::Put { key, at, .. } => {
-                if let Some(node) = key
-                    .strip_prefix(partition::MEMBER_PREFIX)
-                    .and_then(|n| NodeId::parse(n).ok())
-                {
+                if let Some(node) = partition::member_of(&key) {
                     self.members.insert(node, at);
                 }
                 false
             }
             FeedItem::Deleted { key } => {
-                if let Some(node) = key
-                    .strip_prefix(partition::MEMBER_PREFIX)
-                    .and_then(|n| NodeId::parse(n).ok())
-                {
+                if let Some(node) = partition::member_of(&key) {
                     self.members.remove(&node);
                 }
                 false

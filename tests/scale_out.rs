@@ -5,7 +5,8 @@
 //! joining takes its share, and a graceful stop hands it over at once. Through all of it, with
 //! `misfire: fire_all`, no second of any job is lost and none is fired twice, and after the
 //! restart no move makes a duplicate. A Scheduler whose clock is off hands its partitions to
-//! one whose clock is good, and takes its share back once its clock is.
+//! one whose clock is good, and takes its share back once its clock is. Owners written into the
+//! partitions bucket by something else (garbage, a Scheduler that never lived) are taken back.
 
 mod support;
 
@@ -325,4 +326,68 @@ async fn a_scheduler_whose_clock_is_off_hands_its_partitions_to_one_whose_clock_
     .await;
     assert_every_second(&client, 20).await;
     assert_fired_once(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_or_foreign_owner_in_the_partitions_bucket_is_taken_back() {
+    let nats = TestNats::start();
+    let s1 = AxProcess::node(&nats, "s1", "scheduler", &[]);
+    let client = nats.client().await;
+    wait_balanced(&client, &["s1"], Duration::from_secs(30)).await;
+
+    // Something else writes the bucket: garbage over one owner, a Scheduler that never lived
+    // over another.
+    client
+        .partitions
+        .put(partition::key(PartitionId(5)), "not an owner".into())
+        .await
+        .unwrap();
+    let ghost = partition::PartitionOwner {
+        node: Some(support::node("ghost")),
+        fired_through: None,
+        since: Utc::now(),
+    };
+    client
+        .partitions
+        .put(
+            partition::key(PartitionId(6)),
+            codec::encode(&ghost).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // s1 counts both as lost, then takes them back (the ghost has no member key), and fires
+    // a job of each as before.
+    wait_balanced(&client, &["s1"], Duration::from_secs(30)).await;
+    let name_in = |p: u16| {
+        (0..)
+            .map(|i| format!("in{i}"))
+            .find(|n| partition::of(n, PARTITIONS) == PartitionId(p))
+            .unwrap()
+    };
+    let (five, six) = (name_in(5), name_in(6));
+    for job in [&five, &six] {
+        apply_job(
+            &nats,
+            job,
+            &format!("version: v1\njob:\n  name: {job}\n  cron: \"* * * * * *\"\n  exec: {{ type: noop }}\n"),
+        )
+        .await;
+    }
+    wait_for(Duration::from_secs(20), "both jobs to fire", || {
+        let (client, five, six) = (client.clone(), five.clone(), six.clone());
+        async move {
+            let fired: BTreeSet<String> = ticks(&client)
+                .await
+                .into_iter()
+                .filter(|t| t.outcome == TickOutcome::Fired)
+                .map(|t| t.job.to_string())
+                .collect();
+            (fired.contains(&five) && fired.contains(&six)).then_some(())
+        }
+    })
+    .await;
+    let log = s1.log_text();
+    assert!(log.contains("unreadable partition owner"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
 }

@@ -526,6 +526,12 @@ impl Handler<CatchUp> for Scheduler {
     /// Applies each job's misfire policy to the ticks between its last record (or its
     /// definition, if it has none) and the instant this Scheduler started firing it.
     fn handle(&mut self, mut msg: CatchUp, ctx: &mut Self::Context) {
+        if self.clock_guard.as_ref().is_some_and(|g| g.skewed()) {
+            // Held like every fire while the clock is off: the ticks it would count as missed
+            // are measured on the wrong clock.
+            ctx.notify_later(msg, MAX_SLEEP);
+            return;
+        }
         let rest = msg
             .candidates
             .split_off(msg.candidates.len().min(CATCH_UP_CHUNK));

@@ -427,3 +427,100 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
     let record = final_record(&client, &down, Duration::from_secs(30)).await;
     assert_eq!(record.state, State::Success, "{}", record.message);
 }
+
+/// The coordinator reads results through a consumer acknowledged cumulatively, under a name of
+/// its own (the server does not change a consumer's ack policy): on the first start after an
+/// upgrade it takes over from the explicit-ack consumer of earlier versions at that one's ack
+/// floor — what the old one settled is not read again, what it left is — and removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_left_to_an_earlier_versions_consumer_are_taken_over_at_its_ack_floor() {
+    use async_nats::jetstream::consumer::{pull, AckPolicy};
+    use futures::StreamExt;
+
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let stream = client
+        .js
+        .get_stream(client.layout.results_stream())
+        .await
+        .unwrap();
+    let old: pull::Config = pull::Config {
+        durable_name: Some("dag-results".into()),
+        filter_subject: client.subjects().result_all(),
+        ack_policy: AckPolicy::Explicit,
+        ..Default::default()
+    };
+    let old = stream.create_consumer(old).await.unwrap();
+    let spec: ax_bus::spec::JobSpec = serde_json::from_value(serde_json::json!({
+        "name": "up", "exec": {"type": "noop"},
+    }))
+    .unwrap();
+    let publish_success = |date: &'static str| {
+        let client = client.clone();
+        let spec = spec.clone();
+        async move {
+            let day = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").unwrap();
+            let at = day.and_hms_opt(1, 0, 0).unwrap().and_utc();
+            let mut record = ax_actors::NewInstance::new(
+                &spec,
+                at,
+                date.into(),
+                Default::default(),
+                ax_bus::instance::Trigger::Manual,
+                at,
+            )
+            .record;
+            record.state = State::Success;
+            let result = ax_bus::messages::ResultMessage::from_record(&record);
+            ax_actors::jetstream::publish::to_stream_acked(
+                &client,
+                client.subjects().result(&spec.name),
+                &format!("result:{}", result.trace_id),
+                &result,
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // The earlier version handled (and acknowledged) the first result, not the second.
+    publish_success("2026-03-01").await;
+    let mut handled = old.fetch().max_messages(1).messages().await.unwrap();
+    let first = handled.next().await.unwrap().unwrap();
+    first.double_ack().await.unwrap();
+    publish_success("2026-03-02").await;
+
+    let _node = AxProcess::node(&nats, "d1", "dag", &[]);
+    let date = |d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
+    wait_for(Duration::from_secs(30), "the left result noted", || async {
+        let day = client
+            .deps_of_day(&spec.name, date("2026-03-02"))
+            .await
+            .ok()?;
+        (!day.instances.is_empty()).then_some(())
+    })
+    .await;
+    // Results are handled in order: had the new consumer started from the beginning, the
+    // first day would be noted by now.
+    let settled = client
+        .deps_of_day(&spec.name, date("2026-03-01"))
+        .await
+        .unwrap();
+    assert!(
+        settled.instances.is_empty(),
+        "a settled result was read again"
+    );
+    let info = wait_for(
+        Duration::from_secs(10),
+        "the new consumer settled",
+        || async {
+            let info = stream.consumer_info("dag-results-all").await.ok()?;
+            (info.num_ack_pending == 0 && info.ack_floor.stream_sequence == 2).then_some(info)
+        },
+    )
+    .await;
+    assert_eq!(info.config.ack_policy, AckPolicy::All);
+    assert!(
+        stream.consumer_info("dag-results").await.is_err(),
+        "the replaced consumer is still there"
+    );
+}

@@ -227,7 +227,11 @@ async fn intake(nats: &async_nats::Client, n: usize, prefix: &str) -> Result<Dur
     });
     let stream = client.js.get_stream(client.layout.results_stream()).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while stream.consumer_info("dag-results").await.is_err() {
+    while stream
+        .consumer_info(ax_actors::bench::DAG_RESULTS_CONSUMER)
+        .await
+        .is_err()
+    {
         if Instant::now() > deadline {
             bail!("dag intake: the coordinator did not start consuming results in 60 s");
         }
@@ -254,7 +258,9 @@ async fn intake(nats: &async_nats::Client, n: usize, prefix: &str) -> Result<Dur
     acks.flush().await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let info = stream.consumer_info("dag-results").await?;
+        let info = stream
+            .consumer_info(ax_actors::bench::DAG_RESULTS_CONSUMER)
+            .await?;
         if info.num_pending == 0
             && info.num_ack_pending == 0
             && info.ack_floor.stream_sequence >= n as u64

@@ -35,7 +35,7 @@ use ax_bus::ids::NodeId;
 use ax_bus::messages::{AlertKind, JobRecord, ResultMessage, SplitPlan, WorkItem};
 use ax_bus::{codec, AxClient};
 
-use crate::jetstream::consume::{self, ConsumerSpec};
+use crate::jetstream::consume::{self, ConsumerSpec, Cumulative};
 use crate::node::lease::Lease;
 use crate::node::progress::{self, Progressed};
 use crate::node::supervision::{note_restart, spawn_pump, spawn_task};
@@ -45,6 +45,8 @@ use state::{Action, DagState};
 /// The actor's name in counters, logs and `ax nodes`.
 pub(crate) const ACTOR: &str = "dag";
 const BATCH: usize = 256;
+/// The durable consumer of results (acknowledged cumulatively; `dag-results` before).
+pub const RESULTS_CONSUMER: &str = "dag-results-all";
 /// Days of (job, date) history kept in memory and in the deps bucket.
 const KEEP_DAYS: i64 = 40;
 /// How often deps timeouts and stale history are looked at.
@@ -303,7 +305,7 @@ impl Source {
             ),
             Source::Results => (
                 client.layout.results_stream(),
-                "dag-results",
+                RESULTS_CONSUMER,
                 client.subjects().result_all(),
             ),
             Source::Splits => (
@@ -312,9 +314,15 @@ impl Source {
                 client.subjects().split_all(),
             ),
         };
+        // Every attempt's result passes here: its batches are settled with one ack each.
+        // (Created attempts and split plans may be set aside one by one as dead letters.)
+        let cumulative = matches!(self, Source::Results).then_some(Cumulative {
+            replaces: "dag-results",
+        });
         ConsumerSpec {
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
+            cumulative,
             ..ConsumerSpec::new(stream, durable, filter)
         }
     }
@@ -394,13 +402,22 @@ async fn follow(
             // Before the acks: a batch seen again is added to the summary once.
             summary::add(&client, summary_tz, &messages).await?;
         }
-        ack_all(messages).await;
+        settle(&messages, spec.cumulative.is_some()).await;
     }
     Ok(())
 }
 
-async fn ack_all(messages: Vec<jetstream::Message>) {
-    for message in messages {
+/// Acknowledges a batch handled: its last message alone on a cumulative consumer, else each.
+async fn settle(messages: &[jetstream::Message], cumulative: bool) {
+    let settled = if cumulative {
+        messages
+            .last()
+            .map(std::slice::from_ref)
+            .unwrap_or_default()
+    } else {
+        messages
+    };
+    for message in settled {
         if let Err(e) = message.ack().await {
             tracing::warn!(error = %e, "ack failed; the message will be processed again");
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_nats::jetstream::{
     self,
     consumer::{pull, AckPolicy, DeliverPolicy},
-    context::PublishAckFuture,
+    context::{ConsumerInfoError, ConsumerInfoErrorKind, PublishAckFuture},
     AckKind,
 };
 use serde::de::DeserializeOwned;
@@ -46,6 +46,21 @@ pub struct ConsumerSpec {
     pub max_ack_pending: i64,
     /// Deliveries after which JetStream gives up on a message (-1: never).
     pub max_deliver: i64,
+    /// Acknowledged cumulatively (see [`Cumulative`]) rather than message by message.
+    pub cumulative: Option<Cumulative>,
+}
+
+/// A consumer whose reader handles its messages strictly in delivery order and never asks
+/// for one again (no nak): one acknowledgement of the last message of a batch settles the
+/// whole batch (`AckPolicy::All`), instead of one per message. The server does not change a
+/// consumer's ack policy, so such a consumer has a durable name of its own; `replaces` names
+/// the explicit-ack consumer it took over from, which is removed once the new one starts
+/// after the old one's ack floor (what was delivered above the floor and acknowledged comes
+/// once more: every reader of ax handles a redelivery idempotently).
+#[derive(Clone, Copy, Debug)]
+pub struct Cumulative {
+    /// The explicit-ack durable an earlier version used for the same reader.
+    pub replaces: &'static str,
 }
 
 impl ConsumerSpec {
@@ -59,6 +74,7 @@ impl ConsumerSpec {
             ack_wait: Duration::from_secs(30),
             max_ack_pending: 1024,
             max_deliver: -1,
+            cumulative: None,
         }
     }
 }
@@ -100,12 +116,19 @@ pub async fn messages(
         .get_stream(&spec.stream)
         .await
         .map_err(|e| err("open stream for", e.into()))?;
+    let deliver_policy = match spec.cumulative {
+        Some(cumulative) => start_of(&stream, &spec.durable, cumulative).await?,
+        None => DeliverPolicy::All,
+    };
     let consumer = stream
         .create_consumer(pull::Config {
             durable_name: Some(spec.durable.clone()),
             filter_subject: spec.filter.clone(),
-            ack_policy: AckPolicy::Explicit,
-            deliver_policy: DeliverPolicy::All,
+            ack_policy: match spec.cumulative {
+                Some(_) => AckPolicy::All,
+                None => AckPolicy::Explicit,
+            },
+            deliver_policy,
             ack_wait: spec.ack_wait,
             max_deliver: spec.max_deliver,
             max_ack_pending: spec.max_ack_pending,
@@ -113,6 +136,16 @@ pub async fn messages(
         })
         .await
         .map_err(|e| err("create consumer", e.into()))?;
+    if let Some(Cumulative { replaces }) = spec.cumulative {
+        match stream.delete_consumer(replaces).await {
+            Ok(_) => {
+                tracing::info!(consumer = replaces, by = %spec.durable, "replaced consumer removed")
+            }
+            Err(e) => {
+                tracing::debug!(consumer = replaces, error = %e, "no replaced consumer to remove")
+            }
+        }
+    }
     consumer
         .stream()
         .max_messages_per_batch(batch)
@@ -121,6 +154,33 @@ pub async fn messages(
         .messages()
         .await
         .map_err(|e| err("pull from", e.into()))
+}
+
+/// Where a cumulative consumer starts: as it was created (an existing consumer's start
+/// cannot change), else after the ack floor of the consumer it replaces, else at the start.
+async fn start_of(
+    stream: &jetstream::stream::Stream,
+    durable: &str,
+    cumulative: Cumulative,
+) -> Result<DeliverPolicy, ActorError> {
+    let err = |e: ConsumerInfoError| {
+        ActorError::from(NatsError::new(
+            format!("read consumer {durable}"),
+            Box::new(e),
+        ))
+    };
+    match stream.consumer_info(durable).await {
+        Ok(info) => return Ok(info.config.deliver_policy),
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    match stream.consumer_info(cumulative.replaces).await {
+        Ok(info) => Ok(DeliverPolicy::ByStartSequence {
+            start_sequence: info.ack_floor.stream_sequence + 1,
+        }),
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(DeliverPolicy::All),
+        Err(e) => Err(err(e)),
+    }
 }
 
 /// [`messages`], reporting its progress to the watchdog as `actor`'s pump `pump` (the

@@ -428,14 +428,16 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
     assert_eq!(record.state, State::Success, "{}", record.message);
 }
 
-/// The coordinator reads results through a consumer acknowledged cumulatively, under a name of
-/// its own (the server does not change a consumer's ack policy): on the first start after an
-/// upgrade it takes over from the explicit-ack consumer of earlier versions at that one's ack
-/// floor — what the old one settled is not read again, what it left is — and removes it.
+/// The coordinator reads results through a consumer acknowledged cumulatively, one per term
+/// of leadership. On the first start after an upgrade it takes over from the explicit-ack
+/// consumer of earlier versions at that one's ack floor (what it settled is not read again,
+/// what it left is) and removes it; a later leader takes over at once what an earlier one had
+/// in hand unsettled (a stalled leader's messages, which a cumulative ack would otherwise
+/// settle unseen) and removes that one's consumer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn results_left_to_an_earlier_versions_consumer_are_taken_over_at_its_ack_floor() {
+async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
     use async_nats::jetstream::consumer::{pull, AckPolicy};
-    use futures::StreamExt;
+    use futures::{StreamExt, TryStreamExt};
 
     let nats = TestNats::start();
     let client = nats.client().await;
@@ -444,6 +446,10 @@ async fn results_left_to_an_earlier_versions_consumer_are_taken_over_at_its_ack_
         .get_stream(client.layout.results_stream())
         .await
         .unwrap();
+    let consumers = || async {
+        let names: Vec<String> = stream.consumer_names().try_collect().await.unwrap();
+        names
+    };
     let old: pull::Config = pull::Config {
         durable_name: Some("dag-results".into()),
         filter_subject: client.subjects().result_all(),
@@ -455,16 +461,16 @@ async fn results_left_to_an_earlier_versions_consumer_are_taken_over_at_its_ack_
         "name": "up", "exec": {"type": "noop"},
     }))
     .unwrap();
-    let publish_success = |date: &'static str| {
+    let date = |d: &str| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
+    let publish_success = |day: &'static str| {
         let client = client.clone();
         let spec = spec.clone();
         async move {
-            let day = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").unwrap();
-            let at = day.and_hms_opt(1, 0, 0).unwrap().and_utc();
+            let at = date(day).and_hms_opt(1, 0, 0).unwrap().and_utc();
             let mut record = ax_actors::NewInstance::new(
                 &spec,
                 at,
-                date.into(),
+                day.into(),
                 Default::default(),
                 ax_bus::instance::Trigger::Manual,
                 at,
@@ -482,45 +488,72 @@ async fn results_left_to_an_earlier_versions_consumer_are_taken_over_at_its_ack_
             .unwrap();
         }
     };
-    // The earlier version handled (and acknowledged) the first result, not the second.
+    let noted = |day: &'static str| {
+        let client = client.clone();
+        let job = spec.name.clone();
+        async move {
+            let entry = client.deps_of_day(&job, date(day)).await.ok()?;
+            (!entry.instances.is_empty()).then_some(())
+        }
+    };
+
+    // An earlier version handled (and acknowledged) the first result, not the second.
     publish_success("2026-03-01").await;
     let mut handled = old.fetch().max_messages(1).messages().await.unwrap();
-    let first = handled.next().await.unwrap().unwrap();
-    first.double_ack().await.unwrap();
+    handled
+        .next()
+        .await
+        .unwrap()
+        .unwrap()
+        .double_ack()
+        .await
+        .unwrap();
     publish_success("2026-03-02").await;
-
-    let _node = AxProcess::node(&nats, "d1", "dag", &[]);
-    let date = |d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
-    wait_for(Duration::from_secs(30), "the left result noted", || async {
-        let day = client
-            .deps_of_day(&spec.name, date("2026-03-02"))
-            .await
-            .ok()?;
-        (!day.instances.is_empty()).then_some(())
+    let mut first = AxProcess::node(&nats, "d1", "dag", &[]);
+    wait_for(Duration::from_secs(30), "the left result noted", || {
+        noted("2026-03-02")
     })
     .await;
     // Results are handled in order: had the new consumer started from the beginning, the
     // first day would be noted by now.
-    let settled = client
-        .deps_of_day(&spec.name, date("2026-03-01"))
-        .await
-        .unwrap();
     assert!(
-        settled.instances.is_empty(),
+        noted("2026-03-01").await.is_none(),
         "a settled result was read again"
     );
-    let info = wait_for(
+    let term = wait_for(
         Duration::from_secs(10),
-        "the new consumer settled",
+        "one consumer of the term",
         || async {
-            let info = stream.consumer_info("dag-results-all").await.ok()?;
-            (info.num_ack_pending == 0 && info.ack_floor.stream_sequence == 2).then_some(info)
+            match consumers().await.as_slice() {
+                [only] if only.starts_with("dag-results-") => Some(only.clone()),
+                _ => None,
+            }
         },
     )
     .await;
+    let info = wait_for(Duration::from_secs(10), "the batch settled", || async {
+        let info = stream.consumer_info(&term).await.ok()?;
+        (info.ack_floor.stream_sequence == 2).then_some(info)
+    })
+    .await;
     assert_eq!(info.config.ack_policy, AckPolicy::All);
+
+    // A leader stalled with a result in hand, then gone: the next leader reads it at once
+    // (not after its ack wait of a minute), and the stalled one's consumer is removed.
+    first.kill9();
+    publish_success("2026-03-03").await;
+    let stalled: async_nats::jetstream::consumer::PullConsumer =
+        stream.get_consumer(&term).await.unwrap();
+    let mut in_hand = stalled.fetch().max_messages(1).messages().await.unwrap();
+    let _in_hand = in_hand.next().await.unwrap().unwrap();
+    let _second = AxProcess::node(&nats, "d2", "dag", &[]);
+    wait_for(Duration::from_secs(30), "the result in hand noted", || {
+        noted("2026-03-03")
+    })
+    .await;
+    let names = consumers().await;
     assert!(
-        stream.consumer_info("dag-results").await.is_err(),
-        "the replaced consumer is still there"
+        names.len() == 1 && names[0] != term && names[0].starts_with("dag-results-"),
+        "{names:?}"
     );
 }

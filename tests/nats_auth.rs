@@ -158,6 +158,7 @@ fn reads(s: &str) -> Vec<String> {
         format!("$JS.API.CONSUMER.CREATE.{s}.>"),
         format!("$JS.API.CONSUMER.DURABLE.CREATE.{s}.>"),
         format!("$JS.API.CONSUMER.INFO.{s}.>"),
+        format!("$JS.API.CONSUMER.NAMES.{s}"),
         format!("$JS.API.CONSUMER.DELETE.{s}.>"),
         format!("$JS.API.CONSUMER.MSG.NEXT.{s}.>"),
         format!("$JS.ACK.{s}.>"),

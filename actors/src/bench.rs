@@ -15,7 +15,7 @@ use ax_bus::spec::JobSpec;
 use ax_bus::InstanceRecord;
 
 use crate::dag::state::{Action, DagState};
-pub use crate::dag::RESULTS_CONSUMER as DAG_RESULTS_CONSUMER;
+pub use crate::dag::RESULTS as DAG_RESULTS;
 use crate::router::fleet::{Fleet, Weights};
 use crate::scheduler::time_wheel::TimeWheel;
 

@@ -227,16 +227,15 @@ async fn intake(nats: &async_nats::Client, n: usize, prefix: &str) -> Result<Dur
     });
     let stream = client.js.get_stream(client.layout.results_stream()).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while stream
-        .consumer_info(ax_actors::bench::DAG_RESULTS_CONSUMER)
-        .await
-        .is_err()
-    {
+    let consumer = loop {
+        if let Some(name) = results_consumer(&stream).await {
+            break name;
+        }
         if Instant::now() > deadline {
             bail!("dag intake: the coordinator did not start consuming results in 60 s");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
     let (_, work) = first_attempt(&upstream);
     let started = Instant::now();
     let mut acks = ax_actors::jetstream::publish::AckWindow::new(1024);
@@ -258,9 +257,7 @@ async fn intake(nats: &async_nats::Client, n: usize, prefix: &str) -> Result<Dur
     acks.flush().await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let info = stream
-            .consumer_info(ax_actors::bench::DAG_RESULTS_CONSUMER)
-            .await?;
+        let info = stream.consumer_info(&consumer).await?;
         if info.num_pending == 0
             && info.num_ack_pending == 0
             && info.ack_floor.stream_sequence >= n as u64
@@ -342,4 +339,13 @@ pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Ve
         });
     }
     Ok(figures)
+}
+
+/// The name of the coordinator's consumer of results, once it has one.
+async fn results_consumer(stream: &async_nats::jetstream::stream::Stream) -> Option<String> {
+    use futures::TryStreamExt;
+    let names: Vec<String> = stream.consumer_names().try_collect().await.ok()?;
+    names
+        .into_iter()
+        .find(|name| ax_actors::bench::DAG_RESULTS.includes(name))
 }

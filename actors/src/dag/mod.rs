@@ -45,8 +45,10 @@ use state::{Action, DagState};
 /// The actor's name in counters, logs and `ax nodes`.
 pub(crate) const ACTOR: &str = "dag";
 const BATCH: usize = 256;
-/// The durable consumer of results (acknowledged cumulatively; `dag-results` before).
-pub const RESULTS_CONSUMER: &str = "dag-results-all";
+/// The consumers of results, one per term of leadership (see [`Cumulative`]).
+pub const RESULTS: Cumulative = Cumulative {
+    family: "dag-results",
+};
 /// Days of (job, date) history kept in memory and in the deps bucket.
 const KEEP_DAYS: i64 = 40;
 /// How often deps timeouts and stale history are looked at.
@@ -161,6 +163,7 @@ impl Handler<Lead> for DagCoordinator {
         tracing::info!(node = %self.node, held = msg.state.held_count(), "leading the DAG");
         self.state = Some(msg.state);
         let addr = ctx.address();
+        let term = msg.lease.revision();
         spawn_pump(ACTOR, "lease", ctx, async move {
             Err::<(), _>(msg.lease.keep().await)
         });
@@ -174,6 +177,7 @@ impl Handler<Lead> for DagCoordinator {
             let pump = follow(
                 self.client.clone(),
                 self.node.clone(),
+                source.consumer(&self.client, term),
                 source,
                 addr.clone(),
                 self.summary_tz,
@@ -296,29 +300,28 @@ impl Source {
         }
     }
 
-    fn consumer(self, client: &AxClient) -> ConsumerSpec {
+    /// The consumer read while leading in term `term` (the lease's revision).
+    fn consumer(self, client: &AxClient, term: u64) -> ConsumerSpec {
         let (stream, durable, filter) = match self {
             Source::Created => (
                 client.layout.flow_stream(),
-                "dag-created",
+                "dag-created".to_string(),
                 client.subjects().created_all(),
             ),
             Source::Results => (
                 client.layout.results_stream(),
-                RESULTS_CONSUMER,
+                RESULTS.durable(term),
                 client.subjects().result_all(),
             ),
             Source::Splits => (
                 client.layout.flow_stream(),
-                "dag-split",
+                "dag-split".to_string(),
                 client.subjects().split_all(),
             ),
         };
         // Every attempt's result passes here: its batches are settled with one ack each.
         // (Created attempts and split plans may be set aside one by one as dead letters.)
-        let cumulative = matches!(self, Source::Results).then_some(Cumulative {
-            replaces: "dag-results",
-        });
+        let cumulative = matches!(self, Source::Results).then_some(RESULTS);
         ConsumerSpec {
             ack_wait: Duration::from_secs(60),
             max_ack_pending: 4 * BATCH as i64,
@@ -383,11 +386,11 @@ impl Source {
 async fn follow(
     client: AxClient,
     node: NodeId,
+    spec: ConsumerSpec,
     source: Source,
     addr: Addr<DagCoordinator>,
     summary_tz: chrono_tz::Tz,
 ) -> Result<(), ActorError> {
-    let spec = source.consumer(&client);
     let pump = progress::register(ACTOR, source.name(), Some(spec.source()));
     let messages = consume::messages(&client, &spec, BATCH).await?;
     let mut batches = Progressed::new(messages.ready_chunks(BATCH), pump);

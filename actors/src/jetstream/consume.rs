@@ -51,16 +51,37 @@ pub struct ConsumerSpec {
 }
 
 /// A consumer whose reader handles its messages strictly in delivery order and never asks
-/// for one again (no nak): one acknowledgement of the last message of a batch settles the
-/// whole batch (`AckPolicy::All`), instead of one per message. The server does not change a
-/// consumer's ack policy, so such a consumer has a durable name of its own; `replaces` names
-/// the explicit-ack consumer it took over from, which is removed once the new one starts
-/// after the old one's ack floor (what was delivered above the floor and acknowledged comes
-/// once more: every reader of ax handles a redelivery idempotently).
+/// for one again (no nak), and of which one reader runs at a time (a leader): one
+/// acknowledgement of the last message of a batch settles the whole batch (`AckPolicy::All`)
+/// instead of one per message.
+///
+/// A cumulative ack settles everything below it, including messages delivered to an earlier
+/// reader that may never finish them (a leader stalled past its lease, then killed). So each
+/// term of leadership reads through a consumer of its own, `<family>-<term>`: opening it finds
+/// the family's earlier consumers (and `<family>` itself, the explicit-ack consumer of earlier
+/// versions), starts after the lowest of their ack floors — what they had in hand unsettled
+/// comes again — and removes them, so an earlier reader's late acks settle nothing here and
+/// its next pull fails. Every reader of ax handles a redelivery idempotently.
 #[derive(Clone, Copy, Debug)]
 pub struct Cumulative {
-    /// The explicit-ack durable an earlier version used for the same reader.
-    pub replaces: &'static str,
+    /// The consumers' common name.
+    pub family: &'static str,
+}
+
+impl Cumulative {
+    /// The durable name for leadership term `term`.
+    pub fn durable(self, term: u64) -> String {
+        format!("{}-{term}", self.family)
+    }
+
+    /// Whether `name` is one of the family's consumers (of any term, or the explicit one).
+    pub fn includes(self, name: &str) -> bool {
+        name == self.family
+            || name
+                .strip_prefix(self.family)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|term| term.parse::<u64>().is_ok())
+    }
 }
 
 impl ConsumerSpec {
@@ -136,13 +157,15 @@ pub async fn messages(
         })
         .await
         .map_err(|e| err("create consumer", e.into()))?;
-    if let Some(Cumulative { replaces }) = spec.cumulative {
-        match stream.delete_consumer(replaces).await {
-            Ok(_) => {
-                tracing::info!(consumer = replaces, by = %spec.durable, "replaced consumer removed")
-            }
-            Err(e) => {
-                tracing::debug!(consumer = replaces, error = %e, "no replaced consumer to remove")
+    if let Some(cumulative) = spec.cumulative {
+        for earlier in earlier_terms(&stream, &spec.durable, cumulative).await? {
+            match stream.delete_consumer(&earlier).await {
+                Ok(_) => {
+                    tracing::info!(consumer = %earlier, by = %spec.durable, "earlier consumer removed")
+                }
+                Err(e) => {
+                    tracing::warn!(consumer = %earlier, error = %e, "earlier consumer not removed")
+                }
             }
         }
     }
@@ -156,31 +179,62 @@ pub async fn messages(
         .map_err(|e| err("pull from", e.into()))
 }
 
-/// Where a cumulative consumer starts: as it was created (an existing consumer's start
-/// cannot change), else after the ack floor of the consumer it replaces, else at the start.
+/// Where a cumulative consumer starts: as it was created, if it exists (an existing
+/// consumer's start cannot change); else after the lowest ack floor of the family's earlier
+/// consumers; else at the start.
 async fn start_of(
     stream: &jetstream::stream::Stream,
     durable: &str,
     cumulative: Cumulative,
 ) -> Result<DeliverPolicy, ActorError> {
-    let err = |e: ConsumerInfoError| {
-        ActorError::from(NatsError::new(
-            format!("read consumer {durable}"),
-            Box::new(e),
-        ))
-    };
     match stream.consumer_info(durable).await {
         Ok(info) => return Ok(info.config.deliver_policy),
         Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
+        Err(e) => return Err(info_failed(durable, e)),
     }
-    match stream.consumer_info(cumulative.replaces).await {
-        Ok(info) => Ok(DeliverPolicy::ByStartSequence {
-            start_sequence: info.ack_floor.stream_sequence + 1,
-        }),
-        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(DeliverPolicy::All),
-        Err(e) => Err(err(e)),
+    let mut floor: Option<u64> = None;
+    for earlier in earlier_terms(stream, durable, cumulative).await? {
+        match stream.consumer_info(&earlier).await {
+            Ok(info) => {
+                let settled = info.ack_floor.stream_sequence;
+                floor = Some(floor.map_or(settled, |f| f.min(settled)));
+            }
+            // Removed meanwhile by another reader taking the lead: nothing of it to go by.
+            Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {}
+            Err(e) => return Err(info_failed(&earlier, e)),
+        }
     }
+    Ok(match floor {
+        Some(settled) => DeliverPolicy::ByStartSequence {
+            start_sequence: settled + 1,
+        },
+        None => DeliverPolicy::All,
+    })
+}
+
+/// The family's consumers other than `durable`.
+async fn earlier_terms(
+    stream: &jetstream::stream::Stream,
+    durable: &str,
+    cumulative: Cumulative,
+) -> Result<Vec<String>, ActorError> {
+    use futures::TryStreamExt;
+    let names: Vec<String> = stream
+        .consumer_names()
+        .try_collect()
+        .await
+        .map_err(|e| ActorError::from(NatsError::new("list consumers", Box::new(e))))?;
+    Ok(names
+        .into_iter()
+        .filter(|name| name != durable && cumulative.includes(name))
+        .collect())
+}
+
+fn info_failed(durable: &str, e: ConsumerInfoError) -> ActorError {
+    ActorError::from(NatsError::new(
+        format!("read consumer {durable}"),
+        Box::new(e),
+    ))
 }
 
 /// [`messages`], reporting its progress to the watchdog as `actor`'s pump `pump` (the

@@ -31,6 +31,12 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
+    /// The revision under which the lease is held: it grows with every acquisition, so it
+    /// numbers terms of leadership.
+    pub(crate) fn revision(&self) -> u64 {
+        self.revision
+    }
+
     /// Waits until `node` holds the lease `key`. A lease left by this same node (a restart of
     /// the actor or of the process) is taken over at once.
     pub(crate) async fn acquire(

@@ -365,3 +365,23 @@ pub async fn settle<T>(pending: Vec<(jetstream::Message, PublishAckFuture, T)>) 
     }
     handed_off
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cumulative;
+
+    #[test]
+    fn a_family_is_its_explicit_consumer_and_its_numbered_terms_only() {
+        let results = Cumulative {
+            family: "dag-results",
+        };
+        assert_eq!(results.durable(42), "dag-results-42");
+        assert!(results.includes("dag-results"));
+        assert!(results.includes("dag-results-42"));
+        // Another reader's consumer whose name merely starts alike is left alone.
+        assert!(!results.includes("dag-results-audit"));
+        assert!(!results.includes("dag-results-"));
+        assert!(!results.includes("dag-results42"));
+        assert!(!results.includes("my-dag-results-1"));
+    }
+}

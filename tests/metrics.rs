@@ -127,13 +127,15 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
     let up = &ax_up;
     let url = up.nats.clone();
     let http_port: &str = up.http.rsplit(':').next().unwrap();
-    assert!(
-        up.process
-            .log_text()
-            .contains(&format!("metrics: http://127.0.0.1:{http_port}/metrics")),
-        "{}",
-        up.process.log_text()
-    );
+    // `ax up` names the endpoint last, after the NATS url that `up` waits for.
+    let named = format!("metrics: http://127.0.0.1:{http_port}/metrics");
+    wait_for_logged(
+        Duration::from_secs(30),
+        "ax up to name its metrics endpoint",
+        &[&up.process],
+        || async { up.process.log_text().contains(&named).then_some(()) },
+    )
+    .await;
     let jobs = dir.path().join("jobs");
     std::fs::create_dir_all(&jobs).unwrap();
     for (name, rest) in [

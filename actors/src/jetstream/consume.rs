@@ -1,5 +1,6 @@
-//! Durable pull consumers, the way every actor reads its work: explicit acks, batches pulled
-//! ahead, and a source message acknowledged only once what it caused is stored.
+//! Durable pull consumers, the way every actor reads its work: explicit acks (cumulative ones
+//! for a leader reading in order, see `Cumulative`), batches pulled ahead, and a source message
+//! acknowledged only once what it caused is stored.
 //!
 //! Redelivery is bounded only where many deliveries mean something is wrong: a dispatch or a
 //! control command delivered [`POISON_DELIVERIES`] times without being settled is a poison

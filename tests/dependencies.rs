@@ -61,6 +61,30 @@ async fn waiting_instance(client: &AxClient, job: &str, date: &str) -> InstanceR
     .await
 }
 
+/// Publishes the success of `spec`'s instance expected at `at` for business date `day`, as a
+/// Reporter does; returns the instance's id.
+async fn publish_success(
+    client: &AxClient,
+    spec: &ax_bus::spec::JobSpec,
+    at: chrono::DateTime<chrono::Utc>,
+    day: &str,
+    trigger: ax_bus::instance::Trigger,
+) -> ax_bus::ids::InstanceId {
+    let mut record =
+        ax_actors::NewInstance::new(spec, at, day.into(), Default::default(), trigger, at).record;
+    record.state = State::Success;
+    let result = ax_bus::messages::ResultMessage::from_record(&record);
+    ax_actors::jetstream::publish::to_stream_acked(
+        client,
+        client.subjects().result(&spec.name),
+        &format!("result:{}", result.trace_id),
+        &result,
+    )
+    .await
+    .unwrap();
+    record.instance_id
+}
+
 fn ledger_lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -366,26 +390,7 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
     coordinator.kill9();
     let _successor = AxProcess::node(&nats, "d2", "dag", &[]);
     let last_second = midnight + chrono::Duration::seconds(INSTANCES as i64 - 1);
-    let mut record = NewInstance::new(
-        &spec,
-        last_second,
-        "2026-03-01".into(),
-        Default::default(),
-        Trigger::Cron,
-        last_second,
-    )
-    .record;
-    record.state = State::Success;
-    let last = record.instance_id.clone();
-    let result = ax_bus::messages::ResultMessage::from_record(&record);
-    ax_actors::jetstream::publish::to_stream_acked(
-        &client,
-        client.subjects().result(&spec.name),
-        &format!("result:{}", result.trace_id),
-        &result,
-    )
-    .await
-    .unwrap();
+    let last = publish_success(&client, &spec, last_second, "2026-03-01", Trigger::Cron).await;
     wait_for(Duration::from_secs(60), "the result noted", || async {
         let day = client.deps_of_day(&spec.name, date).await.ok()?;
         (day.instances.get(&last) == Some(&(1, State::Success)) && day.instances.len() == INSTANCES)
@@ -462,30 +467,13 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
     }))
     .unwrap();
     let date = |d: &str| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
-    let publish_success = |day: &'static str| {
+    let succeed = |day: &'static str| {
         let client = client.clone();
         let spec = spec.clone();
         async move {
             let at = date(day).and_hms_opt(1, 0, 0).unwrap().and_utc();
-            let mut record = ax_actors::NewInstance::new(
-                &spec,
-                at,
-                day.into(),
-                Default::default(),
-                ax_bus::instance::Trigger::Manual,
-                at,
-            )
-            .record;
-            record.state = State::Success;
-            let result = ax_bus::messages::ResultMessage::from_record(&record);
-            ax_actors::jetstream::publish::to_stream_acked(
-                &client,
-                client.subjects().result(&spec.name),
-                &format!("result:{}", result.trace_id),
-                &result,
-            )
-            .await
-            .unwrap();
+            let trigger = ax_bus::instance::Trigger::Manual;
+            publish_success(&client, &spec, at, day, trigger).await;
         }
     };
     let noted = |day: &'static str| {
@@ -498,7 +486,7 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
     };
 
     // An earlier version handled (and acknowledged) the first result, not the second.
-    publish_success("2026-03-01").await;
+    succeed("2026-03-01").await;
     let mut handled = old.fetch().max_messages(1).messages().await.unwrap();
     handled
         .next()
@@ -508,7 +496,7 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
         .double_ack()
         .await
         .unwrap();
-    publish_success("2026-03-02").await;
+    succeed("2026-03-02").await;
     let mut first = AxProcess::node(&nats, "d1", "dag", &[]);
     wait_for(Duration::from_secs(30), "the left result noted", || {
         noted("2026-03-02")
@@ -541,7 +529,7 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
     // A leader stalled with a result in hand, then gone: the next leader reads it at once
     // (not after its ack wait of a minute), and the stalled one's consumer is removed.
     first.kill9();
-    publish_success("2026-03-03").await;
+    succeed("2026-03-03").await;
     let stalled: async_nats::jetstream::consumer::PullConsumer =
         stream.get_consumer(&term).await.unwrap();
     let mut in_hand = stalled.fetch().max_messages(1).messages().await.unwrap();

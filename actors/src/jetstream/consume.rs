@@ -138,9 +138,9 @@ pub async fn messages(
         .get_stream(&spec.stream)
         .await
         .map_err(|e| err("open stream for", e.into()))?;
-    let deliver_policy = match spec.cumulative {
+    let (deliver_policy, earlier) = match spec.cumulative {
         Some(cumulative) => start_of(&stream, &spec.durable, cumulative).await?,
-        None => DeliverPolicy::All,
+        None => (DeliverPolicy::All, Vec::new()),
     };
     let consumer = stream
         .create_consumer(pull::Config {
@@ -158,15 +158,13 @@ pub async fn messages(
         })
         .await
         .map_err(|e| err("create consumer", e.into()))?;
-    if let Some(cumulative) = spec.cumulative {
-        for earlier in earlier_terms(&stream, &spec.durable, cumulative).await? {
-            match stream.delete_consumer(&earlier).await {
-                Ok(_) => {
-                    tracing::info!(consumer = %earlier, by = %spec.durable, "earlier consumer removed")
-                }
-                Err(e) => {
-                    tracing::warn!(consumer = %earlier, error = %e, "earlier consumer not removed")
-                }
+    for earlier in earlier {
+        match stream.delete_consumer(&earlier).await {
+            Ok(_) => {
+                tracing::info!(consumer = %earlier, by = %spec.durable, "earlier consumer removed")
+            }
+            Err(e) => {
+                tracing::warn!(consumer = %earlier, error = %e, "earlier consumer not removed")
             }
         }
     }
@@ -180,37 +178,39 @@ pub async fn messages(
         .map_err(|e| err("pull from", e.into()))
 }
 
-/// Where a cumulative consumer starts: as it was created, if it exists (an existing
-/// consumer's start cannot change); else after the lowest ack floor of the family's earlier
-/// consumers; else at the start.
+/// Where a cumulative consumer starts, and the family's earlier consumers (to remove once it
+/// is made): as it was created, if it exists (an existing consumer's start cannot change);
+/// else after the lowest ack floor of the earlier consumers; else at the start.
 async fn start_of(
     stream: &jetstream::stream::Stream,
     durable: &str,
     cumulative: Cumulative,
-) -> Result<DeliverPolicy, ActorError> {
+) -> Result<(DeliverPolicy, Vec<String>), ActorError> {
+    let earlier = earlier_terms(stream, durable, cumulative).await?;
     match stream.consumer_info(durable).await {
-        Ok(info) => return Ok(info.config.deliver_policy),
+        Ok(info) => return Ok((info.config.deliver_policy, earlier)),
         Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {}
         Err(e) => return Err(info_failed(durable, e)),
     }
     let mut floor: Option<u64> = None;
-    for earlier in earlier_terms(stream, durable, cumulative).await? {
-        match stream.consumer_info(&earlier).await {
+    for name in &earlier {
+        match stream.consumer_info(name).await {
             Ok(info) => {
                 let settled = info.ack_floor.stream_sequence;
                 floor = Some(floor.map_or(settled, |f| f.min(settled)));
             }
             // Removed meanwhile by another reader taking the lead: nothing of it to go by.
             Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {}
-            Err(e) => return Err(info_failed(&earlier, e)),
+            Err(e) => return Err(info_failed(name, e)),
         }
     }
-    Ok(match floor {
+    let policy = match floor {
         Some(settled) => DeliverPolicy::ByStartSequence {
             start_sequence: settled + 1,
         },
         None => DeliverPolicy::All,
-    })
+    };
+    Ok((policy, earlier))
 }
 
 /// The family's consumers other than `durable`.

@@ -196,3 +196,105 @@ async fn a_fire_while_the_previous_instance_runs_follows_the_overlap_policy() {
         .filter(|r| r.tag == Tag::Superseded)
         .all(|r| r.state == State::Cancelled && r.message.starts_with("superseded by latest.")));
 }
+
+/// A Scheduler killed says nothing more; the one that takes its partitions counts their missed
+/// ticks from the instant the dead one last said its fires were settled (`fired.<node>` in the
+/// partitions bucket), not from each job's definition: the tick ledger has no record of the
+/// ticks fired on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missed_ticks_after_a_kill_are_counted_from_what_the_dead_scheduler_had_settled() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    set_up(&nats.url()).await;
+    let _core = AxProcess::node(&nats, "core", "dag,router,worker", &["--slots", "8"]);
+    let mut scheduler = AxProcess::node(&nats, "s1", "scheduler", &[]);
+    // s1 says how far it has settled its partitions once they are loaded, that of the job too.
+    let p = ax_bus::partition::of("old", ax_bus::partition::DEFAULT_COUNT);
+    let settled = |after: chrono::DateTime<chrono::Utc>| {
+        let client = client.clone();
+        async move {
+            let value = client
+                .partitions
+                .get(ax_bus::partition::fired_key(&support::node("s1")))
+                .await
+                .ok()??;
+            let fired: ax_bus::partition::FiredThrough = ax_bus::codec::decode(&value).ok()?;
+            (fired.partitions.contains(&p) && fired.through >= after).then_some(fired.through)
+        }
+    };
+    let loaded = chrono::DateTime::<chrono::Utc>::MIN_UTC;
+    wait_for(Duration::from_secs(20), "s1 to load", || settled(loaded)).await;
+    // Then a job defined two hours ago is written straight into the registry: counted from
+    // its definition, its missed ticks would be thousands, all skipped.
+    let yaml = every_second("old", "  misfire: skip\n", "true");
+    let doc: ax_bus::spec::JobDocument = serde_saphyr::from_str(&yaml).unwrap();
+    let record = ax_bus::messages::JobRecord {
+        spec: doc.job,
+        paused: false,
+        updated_at: chrono::Utc::now() - chrono::Duration::hours(2),
+    };
+    client
+        .jobs
+        .put("old", ax_bus::codec::encode(&record).unwrap())
+        .await
+        .unwrap();
+    let firing = wait_for(Duration::from_secs(20), "old to fire", || async {
+        let records = instances(&client, "old").await;
+        (records.len() >= 3).then(|| records[0].expected_time)
+    })
+    .await;
+    let settled = wait_for(Duration::from_secs(10), "s1 to settle its fires", || {
+        settled(firing)
+    })
+    .await;
+
+    scheduler.kill9();
+    let last_fired = instances(&client, "old")
+        .await
+        .iter()
+        .map(|r| r.expected_time)
+        .max()
+        .unwrap();
+    assert!(settled <= last_fired, "{settled} > {last_fired}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let restarted = AxProcess::node(&nats, "s1", "scheduler", &[]);
+    let skipped = wait_for(
+        Duration::from_secs(30),
+        "the outage's ticks skipped",
+        || {
+            let client = client.clone();
+            async move {
+                let skipped: Vec<_> = ticks(&client, "old")
+                    .await
+                    .into_iter()
+                    .filter(|t| t.outcome == TickOutcome::Skipped)
+                    .collect();
+                (skipped.len() >= 2).then_some(skipped)
+            }
+        },
+    )
+    .await;
+    let early: Vec<_> = skipped
+        .iter()
+        .filter(|t| t.tick <= last_fired)
+        .map(|t| t.tick)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{} ticks skipped that had fired or came before the job first fired ({:?}, ...); log: {}",
+        early.len(),
+        early.first(),
+        restarted.log_text()
+    );
+    assert!(skipped.len() < 20, "{} ticks skipped", skipped.len());
+    // Fired ticks are in the history once each, from their instance records.
+    let history = ticks(&client, "old").await;
+    let fired: Vec<_> = history
+        .iter()
+        .filter(|t| t.outcome == TickOutcome::Fired)
+        .map(|t| t.tick)
+        .collect();
+    let unique: std::collections::BTreeSet<_> = fired.iter().collect();
+    assert_eq!(unique.len(), fired.len(), "{fired:?}");
+    assert!(fired.iter().all(|t| *t >= firing));
+}

@@ -62,8 +62,16 @@ async fn wait_balanced(client: &AxClient, nodes: &[&str], within: Duration) -> D
     started.elapsed()
 }
 
-/// Every tick record so far.
+/// Every tick so far: the fired ones from the instance records, the others from the ledger.
 async fn ticks(client: &AxClient) -> Vec<TickRecord> {
+    let mut ticks = ledger(client).await;
+    let records = client.instances(None).await.unwrap();
+    ticks.extend(records.iter().filter_map(TickRecord::fired));
+    ticks
+}
+
+/// Every record of the tick ledger so far.
+async fn ledger(client: &AxClient) -> Vec<TickRecord> {
     let prefix = format!("{}.", client.subjects().tick_all().trim_end_matches(".>"));
     let feed = KvFeed::open_stream(
         &client.js,
@@ -361,6 +369,7 @@ async fn an_unreadable_or_foreign_owner_in_the_partitions_bucket_is_taken_back()
         .await
         .unwrap();
     let ghost = partition::PartitionOwner {
+        covered_through: None,
         node: Some(support::node("ghost")),
         fired_through: None,
         since: Utc::now(),

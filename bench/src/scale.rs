@@ -18,6 +18,7 @@ use futures::StreamExt;
 
 use ax_bus::messages::{TickOutcome, TickRecord};
 use ax_bus::partition;
+use ax_bus::InstanceRecord;
 use ax_bus::{codec, AxClient};
 
 use crate::process::NodeProcess;
@@ -40,36 +41,44 @@ struct Seen {
     watched: (String, Option<(String, Instant)>),
 }
 
-/// Counts every message the server routes, and the tick records among them.
+/// Counts every message the server routes, the fires among them (the instance records'
+/// creations: a tick fired on time has no tick record) and the de-duplicated tick records.
 fn monitor(mut all: async_nats::Subscriber) -> Arc<Mutex<Seen>> {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let counted = seen.clone();
     let ticks = format!("{PREFIX}.internal.tick.");
+    let records = format!("$KV.{PREFIX}_instances.");
     tokio::spawn(async move {
         while let Some(message) = all.next().await {
             let Ok(mut seen) = counted.lock() else {
                 return;
             };
             seen.messages += 1;
-            if !message.subject.as_str().starts_with(&ticks) {
+            let subject = message.subject.as_str();
+            if subject.starts_with(&ticks) {
+                let deduplicated = codec::decode::<TickRecord>(&message.payload)
+                    .is_ok_and(|t| t.outcome == TickOutcome::Deduplicated);
+                seen.deduplicated += u64::from(deduplicated);
                 continue;
             }
-            let Ok(tick) = codec::decode::<TickRecord>(&message.payload) else {
+            let creation = message.headers.as_ref().is_some_and(|h| {
+                h.get(async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE)
+                    .is_some_and(|v| v.as_str() == "0")
+            });
+            if !subject.starts_with(&records) || !creation {
+                continue;
+            }
+            let Ok(record) = codec::decode::<InstanceRecord>(&message.payload) else {
                 continue;
             };
-            match tick.outcome {
-                TickOutcome::Fired | TickOutcome::CaughtUp => {
-                    seen.fires += 1;
-                    if tick.job.as_str().starts_with(seen.burst.0.as_str()) {
-                        seen.burst.1 += 1;
-                        seen.burst.2 = Some(ax_bus::time::now());
-                    }
-                    if tick.job.as_str() == seen.watched.0 {
-                        seen.watched.1 = Some((tick.node.to_string(), Instant::now()));
-                    }
-                }
-                TickOutcome::Deduplicated => seen.deduplicated += 1,
-                _ => {}
+            seen.fires += 1;
+            if record.job.as_str().starts_with(seen.burst.0.as_str()) {
+                seen.burst.1 += 1;
+                seen.burst.2 = Some(ax_bus::time::now());
+            }
+            if record.job.as_str() == seen.watched.0 {
+                let node = record.created_by.map(|n| n.to_string()).unwrap_or_default();
+                seen.watched.1 = Some((node, Instant::now()));
             }
         }
     });

@@ -522,7 +522,8 @@ impl TickOutcome {
     }
 }
 
-/// A tick's record on `ax.internal.tick.<job>` (`ax job history`).
+/// A tick's record on `ax.internal.tick.<job>` (`ax job history`). A tick fired on time has no
+/// message there: its instance record stands for it ([`TickRecord::fired`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TickRecord {
     /// The job.
@@ -541,6 +542,25 @@ pub struct TickRecord {
     /// When it was recorded.
     #[serde(with = "crate::time::wire")]
     pub at: DateTime<Utc>,
+}
+
+impl TickRecord {
+    /// The tick a cron instance's record stands for: fired on time, by its creator, when it
+    /// was created (`None` for instances of other triggers, and records of no creator).
+    pub fn fired(record: &InstanceRecord) -> Option<TickRecord> {
+        if record.trigger != crate::instance::Trigger::Cron {
+            return None;
+        }
+        Some(TickRecord {
+            job: record.job.clone(),
+            tick: record.expected_time,
+            outcome: TickOutcome::Fired,
+            instance_id: Some(record.instance_id.clone()),
+            reason: String::new(),
+            node: record.created_by.clone()?,
+            at: record.created_at,
+        })
+    }
 }
 
 /// The instances of one job for one business date, as the DagCoordinator keeps them (bucket

@@ -67,6 +67,31 @@ pub fn member_of(key: &str) -> Option<NodeId> {
 /// What every member key starts with.
 pub const MEMBER_PREFIX: &str = "schedulers.";
 
+/// The key, in the partitions bucket, of how far Scheduler `node` has settled its fires
+/// ([`FiredThrough`]): it outlives the node's member key, so whoever takes its partitions after
+/// it died knows where its fires ended.
+pub fn fired_key(node: &NodeId) -> String {
+    format!("{FIRED_PREFIX}{node}")
+}
+
+/// What every [`fired_key`] starts with.
+pub const FIRED_PREFIX: &str = "fired.";
+
+/// How far a Scheduler's fires are settled, written by it about once a second under
+/// [`fired_key`]: every cron tick up to `through` of every job of `partitions` is created (or
+/// recorded in the tick ledger as skipped). The tick ledger records no `fired` tick (the
+/// instance record says it), so this is what the next owner of a partition whose Scheduler died
+/// counts the missed ticks from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FiredThrough {
+    /// Every tick up to this instant is settled.
+    #[serde(with = "crate::time::wire")]
+    pub through: DateTime<Utc>,
+    /// The partitions it holds for (those whose jobs are loaded and whose missed ticks are
+    /// looked at).
+    pub partitions: Vec<PartitionId>,
+}
+
 /// Who owns a partition, as stored under [`key`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionOwner {
@@ -77,6 +102,11 @@ pub struct PartitionOwner {
     /// over; the next owner fires the ticks after it.
     #[serde(default, with = "crate::time::wire_opt")]
     pub fired_through: Option<DateTime<Utc>>,
+    /// Every tick up to this instant was settled by an earlier owner (what the owner before
+    /// said it had fired through, when this one took it): where missed ticks are counted from
+    /// should this owner die before saying more ([`FiredThrough`]).
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub covered_through: Option<DateTime<Utc>>,
     /// When this owner took it (or handed it over).
     #[serde(with = "crate::time::wire")]
     pub since: DateTime<Utc>,
@@ -119,7 +149,9 @@ mod tests {
         assert_eq!(from_key("p.x"), None);
         let node = NodeId::parse("core-1").unwrap();
         assert_eq!(member_key(&node), "schedulers.core-1");
-        assert_eq!(member_of(&member_key(&node)), Some(node));
+        assert_eq!(member_of(&member_key(&node)), Some(node.clone()));
         assert_eq!(member_of("schedulers.bad.name"), None);
+        assert_eq!(fired_key(&node), "fired.core-1");
+        assert_eq!(from_key(&fired_key(&node)), None);
     }
 }

@@ -8,20 +8,24 @@
 //!
 //! Creations are batched: everything due together (up to 1024) is created with pipelined
 //! publishes (`expected last subject sequence = 0` on the record's key), acks awaited together,
-//! then handed off and recorded (tick) the same way — two round trips for a whole batch rather
-//! than for each instance. A fire is never dropped for a transient failure: the failed ones are
+//! then handed off the same way — two round trips for a whole batch rather than for each
+//! instance. A cron tick fired on time needs no tick record: its instance record is its entry
+//! in the ledger, and [`InFlight`] tells how far the fires are settled (see
+//! [`crate::scheduler::partitions`]). A fire is never dropped for a transient failure: the failed ones are
 //! queued again with backoff until NATS answers. A retry after a lost ack finds the record with
 //! *its own* trace id and goes on to the hand-off, so an instance is never left created but not
 //! handed on by its own creator. The batches run on a task of their own, which outlives restarts
 //! of the Scheduler actor. An instance found already created is watched for a while, in case
 //! its creator died before handing it on (see [`crate::scheduler::orphans`]).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
 use ax_bus::error::{During, NatsError, Reason};
@@ -69,21 +73,61 @@ struct Request {
     _unfinished: Unfinished,
 }
 
-/// One unfinished request: counted from its submission until it is dropped (done, set aside,
-/// or given up), whatever the path.
+/// The work of a creator not finished yet: how much, and the ticks of the cron fires (and of
+/// the tick records) among it — what says how far a Scheduler's fires are settled.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    count: AtomicUsize,
+    ticks: Mutex<BTreeMap<DateTime<Utc>, usize>>,
+}
+
+impl InFlight {
+    /// The oldest tick still unfinished.
+    pub(crate) fn oldest_tick(&self) -> Option<DateTime<Utc>> {
+        self.ticks().keys().next().copied()
+    }
+
+    fn ticks(&self) -> std::sync::MutexGuard<'_, BTreeMap<DateTime<Utc>, usize>> {
+        // A panic while holding it leaves nothing half-done: a map of counts.
+        self.ticks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One unfinished piece of work (a request, or a tick record to write): counted from its
+/// submission until it is dropped (done, set aside, or given up), whatever the path.
 #[derive(Debug)]
-struct Unfinished(Arc<AtomicUsize>);
+pub(crate) struct Unfinished {
+    in_flight: Arc<InFlight>,
+    tick: Option<DateTime<Utc>>,
+}
 
 impl Unfinished {
-    fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::SeqCst);
-        Self(count.clone())
+    pub(crate) fn new(in_flight: &Arc<InFlight>, tick: Option<DateTime<Utc>>) -> Self {
+        in_flight.count.fetch_add(1, Ordering::SeqCst);
+        if let Some(tick) = tick {
+            *in_flight.ticks().entry(tick).or_insert(0) += 1;
+        }
+        Self {
+            in_flight: in_flight.clone(),
+            tick,
+        }
     }
 }
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        if let Some(tick) = self.tick {
+            let mut ticks = self.in_flight.ticks();
+            if let Some(count) = ticks.get_mut(&tick) {
+                *count -= 1;
+                if *count == 0 {
+                    ticks.remove(&tick);
+                }
+            }
+        }
+        self.in_flight.count.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -91,7 +135,7 @@ impl Drop for Unfinished {
 #[derive(Clone, Debug)]
 pub(crate) struct Creator {
     tx: mpsc::UnboundedSender<Request>,
-    unfinished: Arc<AtomicUsize>,
+    in_flight: Arc<InFlight>,
 }
 
 impl Creator {
@@ -115,8 +159,19 @@ impl Creator {
         });
         Self {
             tx,
-            unfinished: Arc::new(AtomicUsize::new(0)),
+            in_flight: Arc::default(),
         }
+    }
+
+    /// What it has not finished yet.
+    pub(crate) fn in_flight(&self) -> Arc<InFlight> {
+        self.in_flight.clone()
+    }
+
+    /// Counts tick `tick` as unfinished until the token is dropped (a skipped tick on its way
+    /// to the ledger).
+    pub(crate) fn hold(&self, tick: DateTime<Utc>) -> Unfinished {
+        Unfinished::new(&self.in_flight, Some(tick))
     }
 
     /// Waits until every creation submitted so far has ended (or `limit` has passed; false
@@ -124,7 +179,7 @@ impl Creator {
     /// recorded before it says so.
     pub(crate) async fn settled(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
-        while self.unfinished.load(Ordering::SeqCst) > 0 {
+        while self.in_flight.count.load(Ordering::SeqCst) > 0 {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
@@ -138,12 +193,13 @@ impl Creator {
         instance: NewInstance,
         reply: Option<oneshot::Sender<Created>>,
     ) -> Result<(), ActorError> {
+        let tick = instance.tick.map(|_| instance.record.expected_time);
         self.tx
             .send(Request {
+                _unfinished: Unfinished::new(&self.in_flight, tick),
                 instance,
                 reply,
                 backoff: Duration::from_millis(100),
-                _unfinished: Unfinished::new(&self.unfinished),
             })
             .map_err(|_| ActorError::Stopped("instance creator"))
     }
@@ -374,13 +430,18 @@ impl Batch<'_> {
                 "created by another Scheduler".to_string(),
             )
         };
+        // A live fire that finds its instance created was raced by another Scheduler (a
+        // handover): the ledger says so. A catch-up that finds it created finds a tick that was
+        // fired after all (the watermark it counted from lags the fires by a second or so): the
+        // instance record says so, nothing more to record.
+        let raced = instance.tick == Some(TickOutcome::Fired);
         match (found, instance.tick) {
             (Existing::Ours, _) => (Created::Fired, hand_off(client, node, instance).await),
             // Another creator wrote the same first attempt, and may have died before handing
             // it on: hand it on too (the message id makes a second hand-off a no-op).
-            (Existing::SameAttempt, tick) => {
+            (Existing::SameAttempt, _) => {
                 let mut sent = hand_off_work(client, instance).await;
-                if tick.is_some() {
+                if raced {
                     if let Ok(acks) = sent.as_mut() {
                         match deduplicated().await {
                             Ok(ack) => acks.push(ack),
@@ -390,11 +451,11 @@ impl Batch<'_> {
                 }
                 (Created::Deduplicated, sent)
             }
-            (Existing::Other, Some(_)) => (
+            (Existing::Other, _) if raced => (
                 Created::Deduplicated,
                 deduplicated().await.map(|ack| vec![ack]),
             ),
-            (Existing::Other, None) => (Created::Deduplicated, Ok(Vec::new())),
+            (Existing::Other, _) => (Created::Deduplicated, Ok(Vec::new())),
         }
     }
 
@@ -455,7 +516,9 @@ async fn hand_off_work(
     ])
 }
 
-/// Publishes the hand-off, the tick record and the event.
+/// Publishes the hand-off, the tick record of a caught-up tick and the event. A tick fired on
+/// time has no record of its own: its instance record (its id is the job and the tick, it names
+/// its creator) is the ledger's entry, which saves a store per fire.
 async fn hand_off(
     client: &AxClient,
     node: &NodeId,
@@ -463,7 +526,7 @@ async fn hand_off(
 ) -> Result<Vec<PublishAckFuture>, ActorError> {
     let work = &instance.work;
     let mut acks = hand_off_work(client, instance).await?;
-    if let Some(outcome) = instance.tick {
+    if let Some(outcome) = instance.tick.filter(|t| *t != TickOutcome::Fired) {
         acks.push(
             ticks::publish(
                 client,

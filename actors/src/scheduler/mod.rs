@@ -80,6 +80,18 @@ const HANDOVER_SETTLE: Duration = Duration::from_secs(3);
 /// How long after its due time a retry's result comes back to any Scheduler.
 const RETRY_BACKSTOP: chrono::Duration = chrono::Duration::seconds(3);
 
+/// A partition taken whose jobs are being loaded.
+#[derive(Clone, Copy, Debug)]
+struct Loading {
+    /// The tick its previous owner fired through, from a fresh handover (`None`: unknown, the
+    /// misfire policy decides about the ticks before now).
+    fired_through: Option<chrono::DateTime<chrono::Utc>>,
+    /// Every tick through this instant was settled by its earlier owners.
+    covered: Option<chrono::DateTime<chrono::Utc>>,
+    /// The first reading of the registry that delivers all its jobs.
+    reading: u64,
+}
+
 /// The Scheduler actor.
 #[derive(Debug)]
 pub struct Scheduler {
@@ -99,10 +111,11 @@ pub struct Scheduler {
     partition_count: u16,
     /// The partitions whose jobs this Scheduler keeps (or is loading).
     owned: BTreeSet<PartitionId>,
-    /// Partitions taken whose jobs the registry feed has not delivered in full yet, with the
-    /// tick their previous owner fired through (`None`: unknown, the misfire policy decides)
-    /// and the first reading of the registry that delivers them all.
-    loading: BTreeMap<PartitionId, (Option<chrono::DateTime<chrono::Utc>>, u64)>,
+    /// Partitions taken whose jobs the registry feed has not delivered in full yet.
+    loading: BTreeMap<PartitionId, Loading>,
+    /// Partitions loaded whose missed ticks are still being looked at, with the instant their
+    /// earlier owners settled them through.
+    catching_up: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>>,
     /// Bumped to make the registry feed read everything again (partitions were taken).
     reload: Option<tokio::sync::watch::Sender<u64>>,
     /// Told the number of jobs each time the registry has been (re)loaded.
@@ -128,6 +141,7 @@ impl Scheduler {
     ) -> Self {
         let now = clock.now();
         let creator = Creator::start(client.clone(), node.clone());
+        partitions.attach(creator.in_flight());
         Self {
             client,
             clock,
@@ -141,6 +155,7 @@ impl Scheduler {
             partition_count: 0,
             owned: BTreeSet::new(),
             loading: BTreeMap::new(),
+            catching_up: BTreeMap::new(),
             reload: None,
             loaded: None,
             clock_guard: None,
@@ -178,9 +193,26 @@ impl Scheduler {
         self
     }
 
+    /// Records skipped ticks, counted among the unfinished work (so the settled tick waits
+    /// for them) until they are.
     fn record_skipped(&self, job: &JobName, skipped: Vec<(chrono::DateTime<chrono::Utc>, String)>) {
         let (client, node, job) = (self.client.clone(), self.node.clone(), job.clone());
-        actix::spawn(async move { record_skipped(&client, &node, &job, skipped).await });
+        let held = skipped.first().map(|(tick, _)| self.creator.hold(*tick));
+        actix::spawn(async move {
+            record_skipped(&client, &node, &job, skipped).await;
+            drop(held);
+        });
+    }
+
+    /// Tells the keeper which partitions are ready: loaded, their missed ticks looked at.
+    fn tell_ready(&self) {
+        let ready = self
+            .owned
+            .iter()
+            .filter(|p| !self.loading.contains_key(p) && !self.catching_up.contains_key(p))
+            .copied()
+            .collect();
+        self.partitions.set_ready(ready);
     }
 
     /// Records the ticks a misfire policy skipped (oldest first) — except the first ones that
@@ -197,13 +229,17 @@ impl Scheduler {
     ) {
         let (client, node, job) = (self.client.clone(), self.node.clone(), job.clone());
         let creator = self.creator.clone();
+        let held = skipped.first().map(|(tick, _)| creator.hold(*tick));
         actix::spawn(async move {
+            let _held = held;
             let mut orphans = 0;
             for (tick, _) in &skipped {
                 let id = InstanceId::for_fire(&job, *tick);
                 match client.instance(&id).await {
                     Ok(Some(_)) => {
-                        tracing::warn!(instance = %id, "a skipped tick has a record nobody handed on: handing it on");
+                        // Fired in the second before the settled tick its previous owner
+                        // wrote, or an orphan: handed on in case nobody did.
+                        tracing::info!(instance = %id, "a skipped tick has a record: handing it on in case nobody did");
                         creator.submit(catch_up(*tick));
                         orphans += 1;
                     }
@@ -266,6 +302,9 @@ impl Scheduler {
             instance.skip_coordinator = !self.planner.needs_coordinator(&fire.spec);
             instance.tick = Some(TickOutcome::Fired);
             self.creator.submit(instance);
+        }
+        if self.replay_from.is_none() {
+            self.partitions.fired_through(self.last_tick);
         }
         for retry in due.retries {
             let client = self.client.clone();
@@ -361,9 +400,18 @@ impl Supervised for Scheduler {
         // catching up from the last completed tick. Pending retries come back from JetStream.
         self.planner = Planner::new(self.last_tick);
         self.replay_from = Some(self.last_tick);
-        // The next start reads the registry afresh (its readings count from 0 again).
-        for (_, first) in self.loading.values_mut() {
-            *first = 0;
+        // The next start reads the registry afresh (its readings count from 0 again); a
+        // catch-up cut short is looked at again (what it created is found created).
+        for loading in self.loading.values_mut() {
+            loading.reading = 0;
+        }
+        for (p, covered) in std::mem::take(&mut self.catching_up) {
+            let loading = Loading {
+                fired_through: None,
+                covered,
+                reading: 0,
+            };
+            self.loading.insert(p, loading);
         }
     }
 }
@@ -405,14 +453,14 @@ impl Handler<RegistryChange> for Scheduler {
                         self.planner.remove(&key);
                         return false;
                     }
-                    let from = match self.loading.get(&p) {
+                    let from = match self.loading.get(&p).map(|l| l.fired_through) {
                         // Handed over: after the tick its previous owner fired through (or
                         // the job's definition, if later) — no later than now, should a clock
                         // have been ahead (what was fired early, firing again finds created).
-                        Some((Some(through), _)) => (*through).max(record.updated_at).min(now),
+                        Some(Some(through)) => through.max(record.updated_at).min(now),
                         // Taken from a Scheduler gone (or from nobody), as at a process start:
                         // from now; the misfire policy looks at the ticks before.
-                        Some((None, _)) => now,
+                        Some(None) => now,
                         None => fires_from(self.replay_from, record.updated_at, now),
                     };
                     if let Err(e) = self.planner.upsert(&record, from) {
@@ -450,21 +498,26 @@ impl Handler<RegistryChange> for Scheduler {
             }
         });
         self.partitions.set_jobs(self.planner.job_count());
-        let taken: BTreeSet<PartitionId> = self
+        let taken: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>> = self
             .loading
             .iter()
-            .filter(|(_, (_, first))| loaded && *first <= reading)
-            .map(|(p, _)| *p)
+            .filter(|(_, l)| loaded && l.reading <= reading)
+            .map(|(p, l)| (*p, l.covered))
             .collect();
         if !taken.is_empty() {
             // The partitions taken are loaded: catch up what their jobs missed.
-            self.loading.retain(|p, _| !taken.contains(p));
+            self.loading.retain(|p, _| !taken.contains_key(p));
+            self.catching_up.extend(taken.clone());
             let (client, addr) = (self.client.clone(), ctx.address());
             actix::spawn(async move {
-                match client.last_ticks().await {
-                    Ok(last) => addr.do_send(LastTicks(last, taken)),
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot read the last ticks; missed fires are not caught up")
+                loop {
+                    match client.last_ticks().await {
+                        Ok(last) => return addr.do_send(LastTicks(last, taken)),
+                        Err(e) if addr.connected() => {
+                            tracing::warn!(error = %e, "cannot read the last ticks; again in 1 s");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        Err(_) => return,
                     }
                 }
             });
@@ -477,10 +530,14 @@ impl Handler<RegistryChange> for Scheduler {
     }
 }
 
-/// The last recorded tick of every job, read once the partitions just taken are loaded.
+/// The last recorded tick of every job, read once the partitions just taken are loaded (each
+/// with the instant its earlier owners settled it through).
 #[derive(Message)]
 #[rtype(result = "()")]
-struct LastTicks(Vec<TickRecord>, BTreeSet<PartitionId>);
+struct LastTicks(
+    Vec<TickRecord>,
+    BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>>,
+);
 
 impl Handler<LastTicks> for Scheduler {
     type Result = ();
@@ -497,10 +554,11 @@ impl Handler<LastTicks> for Scheduler {
             .planner
             .catch_up_candidates()
             .into_iter()
-            .filter(|c| taken.contains(&partition::of(&c.spec.name, count)))
+            .filter(|c| taken.contains_key(&partition::of(&c.spec.name, count)))
             .collect();
         ctx.notify(CatchUp {
             last,
+            covered: taken,
             candidates,
             now: self.clock.now(),
         });
@@ -513,6 +571,8 @@ impl Handler<LastTicks> for Scheduler {
 #[rtype(result = "()")]
 struct CatchUp {
     last: HashMap<JobName, chrono::DateTime<chrono::Utc>>,
+    /// The partitions looked at, each with the instant its earlier owners settled it through.
+    covered: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>>,
     candidates: Vec<CatchUpCandidate>,
     now: chrono::DateTime<chrono::Utc>,
 }
@@ -523,8 +583,9 @@ const CATCH_UP_CHUNK: usize = 1000;
 impl Handler<CatchUp> for Scheduler {
     type Result = ();
 
-    /// Applies each job's misfire policy to the ticks between its last record (or its
-    /// definition, if it has none) and the instant this Scheduler started firing it.
+    /// Applies each job's misfire policy to the ticks between the latest of: the instant its
+    /// partition was settled through by its earlier owners, its last record in the tick ledger
+    /// and its definition — and the instant this Scheduler started firing it.
     fn handle(&mut self, mut msg: CatchUp, ctx: &mut Self::Context) {
         if self.clock_guard.as_ref().is_some_and(|g| g.skewed()) {
             // Held like every fire while the clock is off: the ticks it would count as missed
@@ -538,9 +599,14 @@ impl Handler<CatchUp> for Scheduler {
         let now = msg.now;
         for candidate in std::mem::take(&mut msg.candidates) {
             let spec = &candidate.spec;
-            // A job with no tick recorded has missed those since its definition (its owner
-            // may have died before recording its first).
-            let last = msg.last.get(&spec.name).unwrap_or(&candidate.defined_at);
+            let p = partition::of(&spec.name, self.partition_count);
+            let covered = msg.covered.get(&p).copied().flatten();
+            // With nothing known of its partition, a job with no tick recorded has missed those
+            // since its definition (its owner may have died before firing its first).
+            let last = [covered, msg.last.get(&spec.name).copied()]
+                .into_iter()
+                .flatten()
+                .fold(candidate.defined_at, chrono::DateTime::max);
             let policy = if candidate.paused {
                 Misfire::Skip
             } else {
@@ -550,7 +616,7 @@ impl Handler<CatchUp> for Scheduler {
                 &candidate.schedule,
                 policy,
                 spec.catchup_window_secs(),
-                *last,
+                last,
                 candidate.scheduled_from,
             );
             if plan.fire.is_empty() && plan.skip.is_empty() {
@@ -599,7 +665,14 @@ impl Handler<CatchUp> for Scheduler {
         if !rest.is_empty() {
             msg.candidates = rest;
             ctx.notify(msg);
+            return;
         }
+        // Everything missed is handed to the creator: the partitions' fires are settled as
+        // soon as it has finished.
+        for p in msg.covered.keys() {
+            self.catching_up.remove(p);
+        }
+        self.tell_ready();
     }
 }
 
@@ -706,9 +779,11 @@ impl Handler<OwnershipChanged> for Scheduler {
         let mut fired_through: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>> =
             BTreeMap::new();
         for p in &lost {
-            let through = match self.loading.remove(p) {
-                Some((base, _)) => base,
-                None => Some(self.last_tick),
+            let through = match (self.loading.remove(p), self.catching_up.remove(p)) {
+                (Some(loading), _) => loading.fired_through,
+                // Its missed ticks not all looked at: the next owner looks at them.
+                (None, Some(_)) => None,
+                (None, None) => Some(self.last_tick),
             };
             fired_through.insert(*p, through);
             self.owned.remove(p);
@@ -739,14 +814,22 @@ impl Handler<OwnershipChanged> for Scheduler {
                 reading = *reload.borrow();
             }
             let now = self.clock.now();
-            for (p, base) in gained {
+            for (p, start) in gained {
                 // A handover long past (every Scheduler was stopped meanwhile) is a restart:
                 // the misfire policy decides about the ticks since.
-                let fresh = base.filter(|through| now - *through <= HANDOVER_FRESH);
+                let fresh = start
+                    .fired_through
+                    .filter(|through| now - *through <= HANDOVER_FRESH);
                 self.owned.insert(*p);
-                self.loading.insert(*p, (fresh, reading));
+                let loading = Loading {
+                    fired_through: fresh,
+                    covered: start.covered,
+                    reading,
+                };
+                self.loading.insert(*p, loading);
             }
         }
+        self.tell_ready();
         self.partitions.set_jobs(self.planner.job_count());
         let (creator, partitions) = (self.creator.clone(), self.partitions.clone());
         let version = ownership.version;

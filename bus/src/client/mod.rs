@@ -658,7 +658,8 @@ impl AxClient {
             .collect())
     }
 
-    /// The last `limit` tick records of `job`, oldest first.
+    /// The last `limit` ticks of `job`, oldest first: the ledger's records (caught up,
+    /// skipped, de-duplicated) and, for each tick fired on time, what its instance record says.
     pub async fn ticks(&self, job: &JobName, limit: usize) -> Result<Vec<TickRecord>, ClientError> {
         let prefix = format!("{}.", self.subjects().tick_all().trim_end_matches(".>"));
         let feed = KvFeed::open_stream(
@@ -669,12 +670,28 @@ impl AxClient {
             jetstream::consumer::DeliverPolicy::All,
         )
         .await?;
-        let all = feed.history().await?;
+        let fired: Vec<TickRecord> = self
+            .instances(Some(job))
+            .await?
+            .iter()
+            .filter_map(TickRecord::fired)
+            .collect();
+        let on_time: std::collections::HashSet<DateTime<Utc>> =
+            fired.iter().map(|t| t.tick).collect();
+        let mut all = fired;
+        for (_, value) in feed.history().await? {
+            let record: TickRecord = codec::decode(&value)?;
+            // Written by Schedulers of earlier versions, which recorded every fire.
+            if record.outcome == crate::messages::TickOutcome::Fired
+                && on_time.contains(&record.tick)
+            {
+                continue;
+            }
+            all.push(record);
+        }
+        all.sort_by_key(|t| (t.tick, t.at));
         let skip = all.len().saturating_sub(limit);
-        all.into_iter()
-            .skip(skip)
-            .map(|(_, value)| codec::decode(&value).map_err(ClientError::from))
-            .collect()
+        Ok(all.split_off(skip))
     }
 
     /// The last tick record of every job that has one.

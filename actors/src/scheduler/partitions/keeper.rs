@@ -26,11 +26,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::client::provision::LEASE_TTL;
 use ax_bus::ids::NodeId;
-use ax_bus::partition::{self, PartitionId, PartitionOwner};
+use ax_bus::partition::{self, FiredThrough, PartitionId, PartitionOwner};
 use ax_bus::{codec, AxClient};
 
 use super::assign::{self, Owner};
-use super::{Applied, Ownership};
+use super::{lock, Applied, Ownership, SharedProgress, Start};
 use crate::node::clock_guard::ClockGuard;
 use crate::ActorError;
 
@@ -51,6 +51,7 @@ struct Stored {
     owner: Owner,
     revision: u64,
     fired_through: Option<DateTime<Utc>>,
+    covered_through: Option<DateTime<Utc>>,
 }
 
 /// The keeper's state.
@@ -61,8 +62,9 @@ pub(crate) struct Keeper {
     owners: BTreeMap<PartitionId, Stored>,
     /// Live Schedulers' member keys, with when the server stored each.
     members: BTreeMap<NodeId, DateTime<Utc>>,
-    /// What this node holds: the revision it wrote and where its fires start.
-    held: BTreeMap<PartitionId, (u64, Option<DateTime<Utc>>)>,
+    /// What this node holds: the revision it wrote and where its fires start (its `covered`
+    /// kept up with what this node has settled since).
+    held: BTreeMap<PartitionId, (u64, Start)>,
     /// The version of the ownership that first told the actor each start point: once the
     /// actor has applied it, the start point is forgotten (an actor built afresh later, after a
     /// stall, starts from now and the tick ledger, as at a process start).
@@ -77,6 +79,11 @@ pub(crate) struct Keeper {
     clock_guard: Option<ClockGuard>,
     /// Whether it stepped aside for its clock (partitions handed over, member key removed).
     aside: bool,
+    /// How far the actor's fires are settled.
+    progress: SharedProgress,
+    /// What this node's previous process said it had settled, read at the start: where the
+    /// partitions it takes back start.
+    previous: Option<FiredThrough>,
 }
 
 impl Keeper {
@@ -86,6 +93,7 @@ impl Keeper {
         ownership: watch::Sender<Ownership>,
         applied: mpsc::UnboundedReceiver<Applied>,
         clock_guard: Option<ClockGuard>,
+        progress: SharedProgress,
     ) -> Self {
         Self {
             client,
@@ -102,6 +110,8 @@ impl Keeper {
             applied,
             clock_guard,
             aside: false,
+            progress,
+            previous: None,
         }
     }
 
@@ -113,6 +123,7 @@ impl Keeper {
         mut hand_over: mpsc::Receiver<oneshot::Sender<()>>,
     ) {
         self.count = self.agree_count(configured).await;
+        self.previous = self.read_fired(&self.node).await;
         loop {
             match self.follow(&mut hand_over).await {
                 Ok(Some(done)) => {
@@ -226,6 +237,7 @@ impl Keeper {
                         PartitionOwner {
                             node: None,
                             fired_through: None,
+                            covered_through: None,
                             since: ax_bus::time::now(),
                         }
                     }
@@ -248,6 +260,7 @@ impl Keeper {
                         owner,
                         revision,
                         fired_through: stored.fired_through,
+                        covered_through: stored.covered_through,
                     },
                 );
                 false
@@ -295,8 +308,11 @@ impl Keeper {
     /// Tells the actor what it owns now.
     fn publish(&mut self) {
         self.version += 1;
-        let held: BTreeMap<PartitionId, Option<DateTime<Utc>>> =
-            self.held.iter().map(|(p, (_, base))| (*p, *base)).collect();
+        let held: BTreeMap<PartitionId, Start> = self
+            .held
+            .iter()
+            .map(|(p, (_, start))| (*p, *start))
+            .collect();
         if let Some(metrics) = crate::metrics::recording() {
             metrics
                 .partitions_owned
@@ -369,6 +385,7 @@ impl Keeper {
             members: &members,
         };
         let moves = assign::moves(&view, &self.node, &held);
+        self.write_fired().await;
         let mut changed = !self.ownership.borrow().settled;
         if !moves.release.is_empty() {
             self.release(&moves.release).await;
@@ -387,16 +404,17 @@ impl Keeper {
     async fn release(&mut self, partitions: &[PartitionId]) {
         let mut revisions = Vec::new();
         for p in partitions {
-            if let Some((revision, _)) = self.held.remove(p) {
-                revisions.push((*p, revision));
+            if let Some((revision, start)) = self.held.remove(p) {
+                revisions.push((*p, revision, start.covered));
             }
         }
         self.publish();
         let fired = self.actor_answer(self.version).await;
-        for (p, revision) in revisions {
+        for (p, revision, covered) in revisions {
             let owner = PartitionOwner {
                 node: None,
                 fired_through: fired.get(&p).copied().flatten(),
+                covered_through: covered,
                 since: ax_bus::time::now(),
             };
             let value = match codec::encode(&owner) {
@@ -467,9 +485,11 @@ impl Keeper {
                 }
             }
         }
+        let covered = self.covered(p, stored.as_ref()).await;
         let owner = PartitionOwner {
             node: Some(self.node.clone()),
             fired_through: None,
+            covered_through: covered,
             since: ax_bus::time::now(),
         };
         let Ok(value) = codec::encode(&owner) else {
@@ -494,13 +514,100 @@ impl Keeper {
             }) => *fired_through,
             _ => None,
         };
-        tracing::info!(partition = %p, from = ?stored.as_ref().map(|s| &s.owner), fired_through = ?base, "partition taken");
+        tracing::info!(partition = %p, from = ?stored.as_ref().map(|s| &s.owner), fired_through = ?base, covered_through = ?covered, "partition taken");
         handover("taken");
-        self.held.insert(p, (revision, base));
+        let start = Start {
+            fired_through: base,
+            covered,
+        };
+        self.held.insert(p, (revision, start));
         if base.is_some() {
             self.told.insert(p, self.version + 1);
         }
         true
+    }
+
+    /// Up to which tick partition `p`, stored as `stored`, was settled by its earlier owners:
+    /// what a handover said it fired, what a Scheduler gone said it had settled (for the
+    /// partitions it listed), and what the owner before those said, whichever is latest.
+    async fn covered(&self, p: PartitionId, stored: Option<&Stored>) -> Option<DateTime<Utc>> {
+        let stored = stored?;
+        let said = match &stored.owner {
+            Owner::Nobody => stored.fired_through,
+            Owner::Node(node) => {
+                let fired = if *node == self.node {
+                    self.previous.clone()
+                } else {
+                    self.read_fired(node).await
+                };
+                fired
+                    .filter(|f| f.partitions.contains(&p))
+                    .map(|f| f.through)
+            }
+        };
+        said.max(stored.covered_through)
+            .map(|t| t.min(ax_bus::time::now()))
+    }
+
+    /// What Scheduler `node` last said it had settled (`None` if nothing, or unreadable).
+    async fn read_fired(&self, node: &NodeId) -> Option<FiredThrough> {
+        match self.client.partitions.get(partition::fired_key(node)).await {
+            Ok(Some(value)) => match codec::decode::<FiredThrough>(&value) {
+                Ok(fired) => Some(fired),
+                Err(e) => {
+                    tracing::warn!(%node, error = %e, "unreadable settled tick of a Scheduler; its partitions are caught up from the ledger");
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "cannot read the settled tick of a Scheduler; its partitions are caught up from the ledger");
+                None
+            }
+        }
+    }
+
+    /// Writes how far this node's fires are settled, for the partitions it holds that are ready,
+    /// and keeps their start points up with it.
+    async fn write_fired(&mut self) {
+        let fired = {
+            let progress = lock(&self.progress);
+            let Some((through, ready)) = progress.settled() else {
+                return;
+            };
+            let partitions: Vec<PartitionId> = ready
+                .iter()
+                .filter(|p| self.held.contains_key(p))
+                .copied()
+                .collect();
+            FiredThrough {
+                through,
+                partitions,
+            }
+        };
+        if fired.partitions.is_empty() {
+            return;
+        }
+        for p in &fired.partitions {
+            if let Some((_, start)) = self.held.get_mut(p) {
+                start.covered = start.covered.max(Some(fired.through));
+            }
+        }
+        let value = match codec::encode(&fired) {
+            Ok(value) => value,
+            Err(e) => {
+                tracing::error!(error = %e, "settled tick not encoded");
+                return;
+            }
+        };
+        if let Err(e) = self
+            .client
+            .partitions
+            .put(partition::fired_key(&self.node), value)
+            .await
+        {
+            tracing::warn!(error = %e, "settled tick not written; a taker would catch up from an earlier one");
+        }
     }
 
     /// Forgets the start points the actor has applied (see [`Keeper::told`]).
@@ -520,8 +627,8 @@ impl Keeper {
         }
         for p in done {
             self.told.remove(&p);
-            if let Some((_, base)) = self.held.get_mut(&p) {
-                *base = None;
+            if let Some((_, start)) = self.held.get_mut(&p) {
+                start.fired_through = None;
             }
         }
         self.publish();

@@ -353,6 +353,83 @@ async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_r
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
 }
 
+/// A worker remembers the definitions it found in the registry until their jobs change: a job
+/// it has just run, once deleted, is not vouched for by that memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_job_is_forgotten_by_the_workers_that_ran_it() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "held", HELD).await;
+    let gone = "version: v1\njob:\n  name: gone\n  cron: '* * * * * *'\n  exec: { type: shell, command: 'true' }\n";
+    apply_job(&nats, "gone", gone).await;
+    // It runs again and again on n1, whose memory vouches for its definition.
+    wait_for(Duration::from_secs(30), "gone to run twice", || async {
+        let records = instances(&client, "gone").await;
+        let done = records
+            .iter()
+            .filter(|r| r.state == ax_bus::State::Success)
+            .count();
+        (done >= 2).then_some(())
+    })
+    .await;
+    let (registered, _) = client.job(&job("gone")).await.unwrap().unwrap();
+    let deleted = ax(&nats.url(), &["job", "delete", "gone"]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    // Longer than a definition is vouched for without the registry watch: only a memory that
+    // missed the deletion would still vouch for it now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Its definition, as it was, in a dispatch of a waiting instance.
+    let id = trigger(&nats, &["held"]);
+    let instance = ax_bus::ids::InstanceId::parse(&id).unwrap();
+    let record = wait_for(Duration::from_secs(30), "held to wait", || async {
+        client
+            .instance(&instance)
+            .await
+            .ok()
+            .flatten()
+            .map(|(r, _)| r)
+            .filter(|r| r.tag == ax_bus::Tag::WaitingDeps)
+    })
+    .await;
+    let mut work = ax_bus::messages::WorkItem::for_attempt(&record, registered.spec);
+    work.dispatch = Some(ax_bus::ids::DispatchId::random());
+    work.worker = Some(ax_bus::ids::WorkerId::parse("n1").unwrap());
+    client
+        .js
+        .publish(
+            client
+                .subjects()
+                .dispatch("n1", ax_bus::spec::Priority::Normal),
+            codec::encode(&work).unwrap(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let ended = wait_for_logged(
+        Duration::from_secs(30),
+        "the dispatch of a deleted job to end",
+        &[&node],
+        || async {
+            client
+                .instance(&instance)
+                .await
+                .ok()
+                .flatten()
+                .map(|(r, _)| r)
+                .filter(|r| r.state != ax_bus::State::Running)
+        },
+    )
+    .await;
+    assert_eq!(
+        (ended.state, ended.tag),
+        (ax_bus::State::Failed, ax_bus::Tag::Unregistered),
+        "{ended:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_created_before_an_edit_runs_as_it_was_defined() {
     let nats = TestNats::start();

@@ -4,9 +4,12 @@
 //! delivery (it keeps the subject it was stored under; its reply subject is `$JS.ACK.…`), its
 //! acknowledgement, a pull request, an event.
 //!
-//! N jobs fire at one second on a node running every actor; messages are counted from just
-//! before the fire to the last success, and divided by N (so the node's background traffic —
-//! heartbeats, leases, clock probes — weighs little; it is counted under its own kinds).
+//! N jobs fire at one second on a node running every actor, and again a few seconds later;
+//! for each fire messages are counted from just before it to the last success, and divided by N
+//! (so the node's background traffic — heartbeats, leases, clock probes — weighs little; it is
+//! counted under its own kinds). The first fire pays what a node reads once per job (its
+//! definition, checked against the registry); the later one is what a job firing again and
+//! again costs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -62,13 +65,33 @@ fn kind(prefix: &str, subject: &str, reply: Option<&str>) -> String {
     "other".into()
 }
 
+/// Seconds between the two fires of every job: enough for the first to settle.
+const BETWEEN: i64 = 4;
+
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let n = if quick { 500 } else { 2_000 };
     let prefix = "wire";
     let client = client_for(url, prefix).await?;
     let monitor = async_nats::connect(url).await?;
     let scratch = tempfile::tempdir()?;
-    let (fire_at, cron) = fire_soon(if quick { 4 } else { 6 })?;
+    // Both fires in one minute, so that one cron expression names them.
+    let (mut first, _) = fire_soon(if quick { 4 } else { 6 })?;
+    while chrono::Timelike::second(&(first + chrono::Duration::seconds(BETWEEN))) < BETWEEN as u32 {
+        first += chrono::Duration::seconds(1);
+    }
+    let second = first + chrono::Duration::seconds(BETWEEN);
+    let cron = {
+        use chrono::{Datelike, Timelike};
+        format!(
+            "{},{} {} {} {} {} *",
+            first.second(),
+            second.second(),
+            first.minute(),
+            first.hour(),
+            first.day(),
+            first.month()
+        )
+    };
     let specs: Vec<_> = (0..n).map(|i| noop_job(&format!("w{i}"), &cron)).collect();
     store_jobs(&client, &specs).await?;
     let mut results = client
@@ -76,14 +99,38 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         .subscribe(client.subjects().result_all())
         .await?;
     let node = start_node(&client, "all", 256, scratch.path()).await?;
-    // Counting starts just before the fire, once the node has settled after its start.
-    let start = fire_at - chrono::Duration::milliseconds(200);
-    tokio::time::sleep(
-        (start - ax_bus::time::now())
-            .to_std()
-            .unwrap_or(Duration::ZERO),
-    )
-    .await;
+    let mut figures = Vec::new();
+    for (fire_at, which) in [(first, "first"), (second, "later")] {
+        // Counting starts just before the fire, once the node has settled.
+        let start = fire_at - chrono::Duration::milliseconds(200);
+        tokio::time::sleep(
+            (start - ax_bus::time::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO),
+        )
+        .await;
+        let counts = count(&monitor, prefix, || {
+            successes("wire", &mut results, n, Duration::from_secs(120))
+        })
+        .await?;
+        figures.extend(tally(n, which, counts));
+    }
+    node.stop();
+    Ok(figures)
+}
+
+/// Counts every message by kind while `until` runs, and half a second after (what the last
+/// instances still do after their result: the DagCoordinator's deps entry and
+/// acknowledgement).
+async fn count<F, Fut, T>(
+    monitor: &async_nats::Client,
+    prefix: &'static str,
+    until: F,
+) -> Result<BTreeMap<String, u64>>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
     let mut everything = monitor.subscribe(">").await?;
     monitor.flush().await?;
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -105,33 +152,44 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             *counts.entry(kind).or_default() += 1;
         }
     });
-    successes("wire", &mut results, n, Duration::from_secs(120)).await?;
-    // What the last instances still do after their result (the DagCoordinator's deps entry and
-    // acknowledgement) is counted too: a short settle before the monitor stops.
+    until().await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     monitor.flush().await?;
     let _ = stop.send(());
-    node.stop();
-    let counts = tokio::time::timeout(Duration::from_secs(10), counting).await??;
+    Ok(tokio::time::timeout(Duration::from_secs(10), counting).await??)
+}
+
+/// The figures of one fire of `n` instances: the total per instance, then each kind.
+fn tally(n: usize, which: &str, counts: BTreeMap<String, u64>) -> Vec<Figure> {
     let total: u64 = counts.values().sum();
     let per = |count: u64| count as f64 / n as f64;
+    let (name, note) = match which {
+        "first" => (
+            "messages per instance on the wire".to_string(),
+            format!("{n} no-op cron instances, each its job's first fire on this node: every message the server routed, by kind below"),
+        ),
+        _ => (
+            "messages per instance on the wire, a job's later fire".to_string(),
+            format!("the same {n} jobs {BETWEEN} s later (what a job firing again and again costs), by kind below"),
+        ),
+    };
     let mut figures = vec![Figure {
         section: "wire",
-        name: "messages per instance on the wire".into(),
+        name,
         value: per(total),
         unit: "msg",
-        note: format!("{n} no-op cron instances, every message the server routed, by kind below"),
+        note,
     }];
     let mut kinds: Vec<(String, u64)> = counts.into_iter().collect();
     kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     figures.extend(kinds.into_iter().map(|(kind, count)| Figure {
         section: "wire",
-        name: kind,
+        name: format!("{which} fire: {kind}"),
         value: per(count),
         unit: "msg",
         note: format!("{count} in all"),
     }));
-    Ok(figures)
+    figures
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ pub struct WorkerSupervisor {
     first_start: bool,
     /// The last confirmed heartbeat (the attempts fence themselves on it).
     contact: Contact,
-    /// Definitions found in the registry a moment ago.
+    /// Definitions found in the registry, until their jobs change.
     registered: registered::Registered,
 }
 
@@ -250,6 +250,10 @@ impl Actor for WorkerSupervisor {
         self.heartbeat();
         ctx.run_interval(HEARTBEAT_EVERY, |act, _| act.heartbeat());
         let reclaim = std::mem::replace(&mut self.first_start, false);
+        if reclaim {
+            // Outlives restarts of the actor, as the memory it keeps up does.
+            self.registered.follow(self.client.clone());
+        }
         for priority in Priority::ALL {
             let dispatches = pumps::dispatches(attempts.clone(), priority, reclaim);
             spawn_pump(ACTOR, "dispatch", ctx, dispatches);

@@ -448,6 +448,15 @@ pub struct DispatchAck {
     pub worker: WorkerId,
 }
 
+/// Several acknowledgements for one Router in one message on `ax.internal.ack.<router>`: a
+/// worker sends together the acknowledgements that gathered while it sent the previous ones
+/// (a Router also takes a lone [`DispatchAck`], as earlier workers send).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchAcks {
+    /// The acknowledgements, in the order the worker made them.
+    pub acks: Vec<DispatchAck>,
+}
+
 /// Whether a priority's queue is consumed (bucket `ax_queues`, key = priority).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueState {

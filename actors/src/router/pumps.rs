@@ -11,7 +11,7 @@ use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::codec;
 use ax_bus::error::During;
 use ax_bus::ids::WorkerId;
-use ax_bus::messages::{AlertKind, DispatchAck, QueueState, WorkItem, WorkerInfo};
+use ax_bus::messages::{AlertKind, DispatchAck, DispatchAcks, QueueState, WorkItem, WorkerInfo};
 use ax_bus::spec::Priority;
 
 use super::acks::Pending;
@@ -107,9 +107,18 @@ pub(super) async fn acks(dispatcher: Dispatcher) -> Result<(), ActorError> {
     let pump = progress::register(ACTOR, "acks", None);
     let mut acks = progress::Progressed::new(subscription, pump);
     while let Some(message) = acks.next().await {
-        match codec::decode::<DispatchAck>(&message.payload) {
-            Ok(ack) => dispatcher.router.send(Acknowledged(ack)).await?,
-            Err(e) => tracing::warn!(error = %e, "undecodable acknowledgement ignored"),
+        let acks = match codec::decode::<DispatchAcks>(&message.payload) {
+            Ok(batch) => batch.acks,
+            Err(_) => match codec::decode::<DispatchAck>(&message.payload) {
+                Ok(ack) => vec![ack],
+                Err(e) => {
+                    tracing::warn!(error = %e, "undecodable acknowledgement ignored");
+                    continue;
+                }
+            },
+        };
+        for ack in acks {
+            dispatcher.router.send(Acknowledged(ack)).await?;
         }
     }
     Ok(())

@@ -16,8 +16,9 @@ use ax_bus::client::Updated;
 use ax_bus::ids::DispatchId;
 use ax_bus::instance::{AttemptEnd, DispatchNote, Tag};
 use ax_bus::messages::{AlertKind, DispatchAck, StoredRecord, WorkItem};
-use ax_bus::{codec, AxClient};
+use ax_bus::AxClient;
 
+use super::acks::Acks;
 use super::contact::{Contact, FENCE_AFTER};
 use super::executor::values::Values;
 use super::executor::{AttemptContext, ExecResult, Registry};
@@ -41,6 +42,7 @@ pub(super) struct Attempts {
     pub(super) executors: Registry,
     pub(super) contact: Contact,
     pub(super) registered: Registered,
+    pub(super) acks: Acks,
 }
 
 /// Why a dispatch is not run, and what becomes of its message.
@@ -142,7 +144,7 @@ impl Attempts {
         if resumed {
             self.lost_if_started(work).await?;
         }
-        self.acknowledge(work, &dispatch).await;
+        self.acknowledge(work, &dispatch);
         let note = dispatch_note(work, message, lease);
         if let Some(clock) = self.clock.as_ref().filter(|c| c.skewed()) {
             self.refuse_for_clock(work.clone(), clock).await;
@@ -417,8 +419,9 @@ impl Attempts {
     }
 
     /// Tells the dispatching Router the attempt was received and is about to run (best
-    /// effort: a lost acknowledgement costs a look at the claim at the deadline).
-    async fn acknowledge(&self, work: &WorkItem, dispatch: &DispatchId) {
+    /// effort, sent together with the others of the moment: a lost acknowledgement costs a look
+    /// at the claim at the deadline).
+    fn acknowledge(&self, work: &WorkItem, dispatch: &DispatchId) {
         let Some(router) = &work.router else {
             return;
         };
@@ -427,16 +430,7 @@ impl Attempts {
             dispatch: dispatch.clone(),
             worker: self.config.id.clone(),
         };
-        if let Ok(payload) = codec::encode(&ack) {
-            if let Err(e) = self
-                .client
-                .nats
-                .publish(self.client.subjects().ack(router), payload)
-                .await
-            {
-                tracing::debug!(trace = %work.trace_id, error = %e, "acknowledgement not sent; the Router will find the claim");
-            }
-        }
+        self.acks.send(router, ack);
     }
 }
 

@@ -27,6 +27,7 @@
 //! changes it in its handlers; the attempts run on tasks of their own and tell it when they start
 //! and end; the slots are semaphores the dispatch pumps wait on.
 
+mod acks;
 mod attempt;
 mod contact;
 pub(crate) mod executor;
@@ -137,6 +138,8 @@ pub struct WorkerSupervisor {
     contact: Contact,
     /// Definitions found in the registry, until their jobs change.
     registered: registered::Registered,
+    /// The sender of acknowledgements to the Routers (from the first start on).
+    acks: Option<acks::Acks>,
 }
 
 impl WorkerSupervisor {
@@ -162,11 +165,18 @@ impl WorkerSupervisor {
             first_start: true,
             contact: Contact::new(),
             registered: registered::Registered::default(),
+            acks: None,
         }
     }
 
-    fn attempts(&self, ctx: &Context<Self>) -> Attempts {
+    fn attempts(&mut self, ctx: &Context<Self>) -> Attempts {
+        let client = &self.client;
+        let acks = self
+            .acks
+            .get_or_insert_with(|| acks::Acks::start(client.clone()))
+            .clone();
         Attempts {
+            acks,
             client: self.client.clone(),
             config: self.config.clone(),
             reporter: self.reporter.clone(),

@@ -267,15 +267,12 @@ job:
   exec: { type: noop }
 ";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_run() {
-    let nats = TestNats::start();
-    let client = nats.client().await;
-    let node = AxProcess::node(&nats, "n1", "all", &[]);
-    apply_job(&nats, "held", HELD).await;
-    let mut alerts = client.nats.subscribe("ax.alert.dispatch").await.unwrap();
-    // A real instance, waiting for its dependency: nothing legitimate dispatches it yet.
-    let id = trigger(&nats, &["held"]);
+/// A new instance of `held`, once it waits for its dependency: nothing legitimate dispatches it.
+async fn waiting_held(
+    nats: &TestNats,
+    client: &ax_bus::AxClient,
+) -> (ax_bus::ids::InstanceId, ax_bus::InstanceRecord) {
+    let id = trigger(nats, &["held"]);
     let instance = ax_bus::ids::InstanceId::parse(&id).unwrap();
     let record = wait_for(Duration::from_secs(30), "held to wait", || async {
         client
@@ -287,17 +284,18 @@ async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_r
             .filter(|r| r.tag == ax_bus::Tag::WaitingDeps)
     })
     .await;
-    // What a stolen Router credential could send: the job's name, a command of its own and a
-    // retry rule, straight into the worker's queue.
-    let marker = nats.path("forged").join("ran");
-    let (registered, _) = client.job(&job("held")).await.unwrap().unwrap();
-    let mut forged = registered.spec.clone();
-    forged.exec = serde_json::from_value(serde_json::json!(
-        {"type": "shell", "command": format!("touch {}", marker.display())}
-    ))
-    .unwrap();
-    forged.retry = serde_json::from_value(serde_json::json!({"times": 3, "interval": 1})).unwrap();
-    let mut work = ax_bus::messages::WorkItem::for_attempt(&record, forged);
+    (instance, record)
+}
+
+/// Publishes a dispatch of `record`'s attempt carrying `spec` straight into worker n1's queue,
+/// as a stolen Router credential could; returns the instance once it is no longer running.
+async fn dispatch_to_n1(
+    client: &ax_bus::AxClient,
+    node: &AxProcess,
+    record: &ax_bus::InstanceRecord,
+    spec: ax_bus::JobSpec,
+) -> ax_bus::InstanceRecord {
+    let mut work = ax_bus::messages::WorkItem::for_attempt(record, spec);
     work.dispatch = Some(ax_bus::ids::DispatchId::random());
     work.worker = Some(ax_bus::ids::WorkerId::parse("n1").unwrap());
     client
@@ -312,14 +310,14 @@ async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_r
         .unwrap()
         .await
         .unwrap();
-
-    let ended = wait_for_logged(
+    let instance = &record.instance_id;
+    wait_for_logged(
         Duration::from_secs(30),
-        "the forged attempt to end",
-        &[&node],
+        "the dispatched attempt to end",
+        &[node],
         || async {
             client
-                .instance(&instance)
+                .instance(instance)
                 .await
                 .ok()
                 .flatten()
@@ -327,7 +325,29 @@ async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_r
                 .filter(|r| r.state != ax_bus::State::Running)
         },
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_run() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "held", HELD).await;
+    let mut alerts = client.nats.subscribe("ax.alert.dispatch").await.unwrap();
+    // A real instance, waiting for its dependency: nothing legitimate dispatches it yet.
+    let (instance, record) = waiting_held(&nats, &client).await;
+    // What a stolen Router credential could send: the job's name, a command of its own and a
+    // retry rule, straight into the worker's queue.
+    let marker = nats.path("forged").join("ran");
+    let (registered, _) = client.job(&job("held")).await.unwrap().unwrap();
+    let mut forged = registered.spec.clone();
+    forged.exec = serde_json::from_value(serde_json::json!(
+        {"type": "shell", "command": format!("touch {}", marker.display())}
+    ))
+    .unwrap();
+    forged.retry = serde_json::from_value(serde_json::json!({"times": 3, "interval": 1})).unwrap();
+    let ended = dispatch_to_n1(&client, &node, &record, forged).await;
     assert_eq!(
         (ended.state, ended.tag),
         (ax_bus::State::Failed, ax_bus::Tag::Unregistered),
@@ -381,48 +401,8 @@ async fn a_deleted_job_is_forgotten_by_the_workers_that_ran_it() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // Its definition, as it was, in a dispatch of a waiting instance.
-    let id = trigger(&nats, &["held"]);
-    let instance = ax_bus::ids::InstanceId::parse(&id).unwrap();
-    let record = wait_for(Duration::from_secs(30), "held to wait", || async {
-        client
-            .instance(&instance)
-            .await
-            .ok()
-            .flatten()
-            .map(|(r, _)| r)
-            .filter(|r| r.tag == ax_bus::Tag::WaitingDeps)
-    })
-    .await;
-    let mut work = ax_bus::messages::WorkItem::for_attempt(&record, registered.spec);
-    work.dispatch = Some(ax_bus::ids::DispatchId::random());
-    work.worker = Some(ax_bus::ids::WorkerId::parse("n1").unwrap());
-    client
-        .js
-        .publish(
-            client
-                .subjects()
-                .dispatch("n1", ax_bus::spec::Priority::Normal),
-            codec::encode(&work).unwrap(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    let ended = wait_for_logged(
-        Duration::from_secs(30),
-        "the dispatch of a deleted job to end",
-        &[&node],
-        || async {
-            client
-                .instance(&instance)
-                .await
-                .ok()
-                .flatten()
-                .map(|(r, _)| r)
-                .filter(|r| r.state != ax_bus::State::Running)
-        },
-    )
-    .await;
+    let (_, record) = waiting_held(&nats, &client).await;
+    let ended = dispatch_to_n1(&client, &node, &record, registered.spec).await;
     assert_eq!(
         (ended.state, ended.tag),
         (ax_bus::State::Failed, ax_bus::Tag::Unregistered),

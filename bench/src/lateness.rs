@@ -122,11 +122,12 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         let cron = cron_at(at);
         let specs = (0..n).map(|j| noop_job(&format!("b{j}"), &cron)).collect();
         let late = lateness(url, &format!("lb{i}"), specs, n).await?;
-        figures.push(figure(
-            format!("{n} fires due at one instant"),
-            late,
-            "the max is the time to publish them all",
-        ));
+        let what = if n == 10_000 {
+            "the max is the time to publish them all (target 250 ms)"
+        } else {
+            "the max is the time to publish them all"
+        };
+        figures.push(figure(format!("{n} fires due at one instant"), late, what));
     }
     let seconds = if quick { 5 } else { 10 };
     let specs = (0..1000)
@@ -136,7 +137,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     figures.push(figure(
         "steady 1,000 fires per second".into(),
         late,
-        &format!("{seconds} s of 1,000 jobs firing every second"),
+        &format!("{seconds} s of 1,000 jobs firing every second (target p99 20 ms)"),
     ));
     let late = spread(url, seconds as i64).await?;
     figures.push(figure(

@@ -76,7 +76,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         value: routed,
         unit: "disp/s",
         note: format!(
-            "{:.0}% of dispatch without routing (target 80%); median of {ROUNDS}; {spread}",
+            "{:.0}% of dispatch without routing (target 85%); median of {ROUNDS}; {spread}",
             100.0 * routed / forwarded
         ),
     });

@@ -8,8 +8,8 @@
 //! Any number of Schedulers may run: the cron jobs are split into partitions, each owned by
 //! one live Scheduler (see [`partitions`]), which alone keeps that partition's jobs in its wheel.
 //! When a partition changes hands, its jobs are loaded from the registry by the new owner, which
-//! fires the ticks after those its previous owner fired (or, if that one died, catches up from
-//! the tick ledger by each job's misfire policy). Should two Schedulers fire one tick while
+//! fires the ticks after those its previous owner fired (or, if that one died, catches up by
+//! each job's misfire policy from the instant the dead one last said its fires were settled). Should two Schedulers fire one tick while
 //! ownership moves, the instances bucket still lets exactly one create it.
 //!
 //! A retry is remembered twice: in the wheel, for millisecond precision, and in JetStream — the
@@ -834,9 +834,9 @@ impl Handler<OwnershipChanged> for Scheduler {
         let (creator, partitions) = (self.creator.clone(), self.partitions.clone());
         let version = ownership.version;
         actix::spawn(async move {
-            // Fired means created and recorded: the next owner reads the tick ledger.
+            // Fired means created and handed on: the next owner fires the ticks after.
             if !fired_through.is_empty() && !creator.settled(HANDOVER_SETTLE).await {
-                tracing::warn!("creations still unfinished at a handover; the next owner catches up from the tick ledger");
+                tracing::warn!("creations still unfinished at a handover; the next owner catches up by the misfire policy");
                 fired_through.values_mut().for_each(|t| *t = None);
             }
             partitions.applied(Applied {

@@ -15,6 +15,11 @@
 //! create-if-absent of instance records covers the moment both may fire. A Scheduler whose
 //! clock is off (see the clock guard) hands its partitions over and leaves the members until
 //! its clock is back, so that Schedulers with good clocks fire its jobs meanwhile.
+//!
+//! Each round the keeper also writes how far this node's fires are settled (`fired.<node>`,
+//! from the actor's [`super::Progress`]) — what a taker counts missed ticks from, should this
+//! node die — and keeps each held partition's `covered` start point up with it, so that a
+//! handover or the owner record of a take carries it on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -42,7 +47,8 @@ const MEMBER_TTL: Duration = LEASE_TTL;
 /// partitions.
 const FENCE_MARGIN: Duration = Duration::from_millis(1500);
 /// How long a handover waits for the actor to drop the partitions' jobs before it says that
-/// nothing is known of what was fired (the next owner then catches up from the tick ledger).
+/// nothing is known of what was fired (the next owner then catches up by the misfire policy
+/// from the instant this node last said its fires were settled).
 const ACTOR_ANSWER: Duration = Duration::from_secs(5);
 
 /// A partition's owner as last read, with the revision to compare-and-swap on.
@@ -67,7 +73,7 @@ pub(crate) struct Keeper {
     held: BTreeMap<PartitionId, (u64, Start)>,
     /// The version of the ownership that first told the actor each start point: once the
     /// actor has applied it, the start point is forgotten (an actor built afresh later, after a
-    /// stall, starts from now and the tick ledger, as at a process start).
+    /// stall, starts from now and the misfire policy, as at a process start).
     told: BTreeMap<PartitionId, u64>,
     /// The latest version the actor said it applied.
     applied_version: u64,
@@ -457,7 +463,7 @@ impl Keeper {
                 }
                 Ok(None) | Err(_) => {
                     tracing::warn!(
-                        "the Scheduler did not say what it fired; the next owner catches up from the tick ledger"
+                        "the Scheduler did not say what it fired; the next owner catches up by the misfire policy"
                     );
                     return BTreeMap::new();
                 }

@@ -36,7 +36,8 @@ fn quick_bench_prints_sane_figures() {
         );
     }
     // The messages of an instance, by kind, add up to their total, for a job's first fire and
-    // for a later one; a later one reads no definition.
+    // for a later one; a later one reads no definition, and no no-op attempt writes a claim
+    // (its start is fenced by its record; a claim is written by the first lease renewal).
     for which in ["first", "later"] {
         let wire: Vec<&serde_json::Value> =
             figures.iter().filter(|f| f["section"] == "wire").collect();
@@ -52,6 +53,12 @@ fn quick_bench_prints_sane_figures() {
         let by_kind: f64 = kinds.iter().map(|f| f["value"].as_f64().unwrap()).sum();
         let total = wire[start - 1]["value"].as_f64().unwrap();
         assert!((by_kind - total).abs() < 0.01, "{which}: {kinds:?}");
+        assert!(
+            !kinds
+                .iter()
+                .any(|f| f["name"].as_str().unwrap().ends_with("kv write claims")),
+            "{kinds:?}"
+        );
         if which == "later" {
             assert!(
                 !kinds

@@ -190,11 +190,10 @@ async fn a_dispatch_delivered_twice_runs_once() {
         spec: job.spec,
         worker: Some(support::node("n1")),
         gate: None,
-        dispatch: client
-            .claim_of(&record.trace_id)
-            .await
-            .unwrap()
-            .and_then(|(claim, _)| claim.dispatch),
+        dispatch: record
+            .dispatch
+            .as_ref()
+            .and_then(|note| note.dispatch.clone()),
         router: Some(support::node("n1")),
         shard: None,
         pin: record.pin.clone(),
@@ -227,6 +226,81 @@ async fn a_dispatch_delivered_twice_runs_once() {
     assert_eq!(lines_with(&ledger, "ran"), 1, "the attempt ran twice");
     let after = client.instance(&support::id(&id)).await.unwrap().unwrap().0;
     assert_eq!(after, record, "the record changed");
+}
+
+/// One fence: a second dispatch of an attempt running on one worker — another dispatch id, to
+/// the other worker — is refused by the record (started already), and the attempt runs and
+/// ends once, on the first. Shorter than a lease renewal, it leaves no claim behind: its start
+/// was its only fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_dispatch_of_a_running_attempt_elsewhere_is_refused() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let n1 = AxProcess::node(&nats, "n1", "all", &[]);
+    let w2 = AxProcess::node(&nats, "w2", "worker", &[]);
+    let ledger = nats.path("jobs").join("ledger");
+    apply_job(
+        &nats,
+        "twice",
+        &format!(
+            "version: v1\njob:\n  name: twice\n  exec:\n    type: shell\n    command: 'echo ran $AX_WORKER >> {}; sleep 4'\n",
+            ledger.display()
+        ),
+    )
+    .await;
+    let id = trigger(&nats, &["twice"]);
+    let record = wait_for(Duration::from_secs(20), "the attempt to start", || async {
+        let (record, _) = client.instance(&support::id(&id)).await.ok()??;
+        (record.tag == Tag::Executing).then_some(record)
+    })
+    .await;
+    let runner = record.worker.clone().expect("a worker");
+    let (other, other_log) = if runner.as_str() == "n1" {
+        ("w2", &w2)
+    } else {
+        ("n1", &n1)
+    };
+    let (job, _) = client.job(&support::job("twice")).await.unwrap().unwrap();
+    let mut work = WorkItem::for_attempt(&record, job.spec);
+    work.dispatch = Some(ax_bus::ids::DispatchId::random());
+    work.worker = Some(support::node(other));
+    client
+        .js
+        .publish(
+            client
+                .subjects()
+                .dispatch(other, ax_bus::spec::Priority::Normal),
+            ax_bus::codec::encode(&work).unwrap(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let done = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(done.state, State::Success, "{}", done.message);
+    assert_eq!(done.worker.as_ref(), Some(&runner));
+    assert_eq!((done.attempt, &done.trace_id), (1, &record.trace_id));
+    wait_for(
+        Duration::from_secs(20),
+        "the second dispatch to be refused",
+        || async {
+            other_log
+                .log_text()
+                .contains("not ours to run (started by another dispatch)")
+                .then_some(())
+        },
+    )
+    .await;
+    let ran = std::fs::read_to_string(&ledger).unwrap();
+    assert_eq!(
+        ran.lines().collect::<Vec<_>>(),
+        [format!("ran {runner}")],
+        "{ran}"
+    );
+    assert!(
+        client.claim_of(&record.trace_id).await.unwrap().is_none(),
+        "an attempt shorter than a renewal writes no claim"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -512,9 +586,15 @@ async fn results_of_tasks_that_end_during_a_60_s_nats_outage_arrive_exactly_once
         .values()
         .all(|h| h.panics == 0 && h.stalls == 0));
     assert_eq!(status.pid, control.pid().as_raw() as u32);
-    // Nothing ran twice, and each attempt has exactly one result.
+    // Nothing ran twice, and each attempt has exactly one result (published after its final
+    // record: the Reporter's retries after the outage may still be on their way).
     assert_eq!(lines_with(&ledger, "start"), 4);
-    let mut results = client_again.js.get_stream("AX_RESULTS").await.unwrap();
-    assert_eq!(results.info().await.unwrap().state.messages, 4);
+    let results = wait_for(Duration::from_secs(30), "the four results", || async {
+        let mut stream = client_again.js.get_stream("AX_RESULTS").await.ok()?;
+        let stored = stream.info().await.ok()?.state.messages;
+        (stored >= 4).then_some(stored)
+    })
+    .await;
+    assert_eq!(results, 4);
     drop(client);
 }

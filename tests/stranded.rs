@@ -78,26 +78,38 @@ async fn a_queued_instance_whose_message_was_lost_is_resumed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_of_a_forgotten_worker_is_lost_and_run_again() {
+    forgotten_worker_lost("forgotten-worker", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_of_a_forgotten_worker_that_never_renewed_its_claim_is_lost_and_run_again() {
+    // Started, and the worker gone before its first renewal wrote a claim: the record alone
+    // says who ran it.
+    forgotten_worker_lost("never-renewed", false).await;
+}
+
+/// An attempt executing on a worker no Router has heard of — with a claim whose lease ran out
+/// (`claimed`) or none — is lost and runs again as a new attempt.
+async fn forgotten_worker_lost(name: &str, claimed: bool) {
     let nats = TestNats::start();
     let client = nats.client().await;
     let node = AxProcess::node(&nats, "n1", "router,worker", &[]);
-    let mut record = record_of(&nats, &client, "forgotten-worker").await;
-    // Executing on a worker no Router has heard of, its claim's lease run out.
+    let mut record = record_of(&nats, &client, name).await;
     let ghost: WorkerId = support::node("ghost");
-    let dispatch = ax_bus::ids::DispatchId::random();
-    let claimed = client
-        .claim_attempt(
-            &record.trace_id,
-            &dispatch,
-            &ghost,
-            Duration::from_millis(1),
-        )
-        .await
-        .unwrap();
-    assert!(matches!(
-        claimed,
-        ax_bus::client::claims::ClaimOutcome::Won { .. }
-    ));
+    if claimed {
+        let dispatch = ax_bus::ids::DispatchId::random();
+        let renewed = client
+            .renew_claim(
+                &record.trace_id,
+                None,
+                &dispatch,
+                &ghost,
+                Duration::from_millis(1),
+            )
+            .await
+            .unwrap();
+        assert!(renewed.is_some());
+    }
     record.tag = Tag::Executing;
     record.worker = Some(ghost);
     record.started_at = Some(ax_bus::time::now());
@@ -107,6 +119,8 @@ async fn an_attempt_of_a_forgotten_worker_is_lost_and_run_again() {
     assert_eq!(done.worker_losses, 1);
     assert_ne!(done.trace_id, record.trace_id);
     assert_eq!(done.worker.as_deref(), Some("n1"));
+    let (revoked, _) = client.claim_of(&record.trace_id).await.unwrap().unwrap();
+    assert!(revoked.revoked, "{revoked:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

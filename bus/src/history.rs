@@ -387,6 +387,7 @@ mod tests {
             router: Some(node(router)),
             at: at(second),
             delivery,
+            dispatch: None,
             fence: 7,
             acknowledged_at: at(second),
             passed_over: passed_over.iter().map(|w| node(w)).collect(),

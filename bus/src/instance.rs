@@ -12,7 +12,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{InstanceId, JobName, NodeId, TraceId, WorkerId};
+use crate::ids::{DispatchId, InstanceId, JobName, NodeId, TraceId, WorkerId};
 use crate::spec::Priority;
 
 /// The five states of an instance.
@@ -271,13 +271,26 @@ pub struct InstanceRecord {
     /// instance history's dispatch step, folded into a write that happens anyway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch: Option<DispatchNote>,
+    /// A re-dispatch's reservation of an attempt: only that dispatch may start it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<Reserved>,
     /// The node that wrote this revision of the record (stamped by the client of a node): with
     /// the revision's server time, who did each step of the instance history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_by: Option<NodeId>,
 }
 
-/// How an attempt reached its worker, as the worker saw its dispatch when it claimed it.
+/// An attempt reserved for one of its dispatches: the Router re-dispatching an attempt whose
+/// first worker never acknowledged writes it, so that the first dispatch can never start it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reserved {
+    /// The attempt.
+    pub trace_id: TraceId,
+    /// The only dispatch that may start it.
+    pub dispatch: DispatchId,
+}
+
+/// How an attempt reached its worker, as the worker saw its dispatch when it started it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DispatchNote {
     /// The Router that dispatched it.
@@ -289,7 +302,12 @@ pub struct DispatchNote {
     /// Which delivery of the dispatch message the worker claimed (1 = the first; more: it was
     /// redelivered).
     pub delivery: u64,
-    /// The claim's revision: the fence a stale holder of the attempt cannot pass.
+    /// The dispatch the worker started (none in records of earlier versions): the only one
+    /// of the attempt's dispatches that may run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<DispatchId>,
+    /// The record's revision the `executing` write was made from: the fence a second dispatch
+    /// of the attempt cannot pass.
     pub fence: u64,
     /// When the worker acknowledged the dispatch to its Router.
     #[serde(with = "crate::time::wire")]
@@ -330,6 +348,9 @@ pub enum TransitionRefused {
     /// A worker already started the attempt; routing news is out of date.
     #[error("attempt already executing")]
     AlreadyStarted,
+    /// The attempt is reserved for another of its dispatches (a re-dispatch).
+    #[error("attempt reserved for another dispatch")]
+    ReservedElsewhere,
     /// A re-run needs an instance that has ended.
     #[error("the instance is still {0}; only an ended instance can be re-run")]
     NotEnded(State),
@@ -408,6 +429,7 @@ impl InstanceRecord {
             pin: None,
             created_by: None,
             dispatch: None,
+            reserved: None,
             written_by: None,
         }
     }
@@ -452,8 +474,8 @@ impl InstanceRecord {
         Ok(next)
     }
 
-    /// A worker claimed the current attempt, which reached it as `dispatch` says, and
-    /// started it.
+    /// A worker started the current attempt, which reached it as `dispatch` says; refused
+    /// once any dispatch of the attempt started it.
     pub fn started(
         &self,
         trace_id: &TraceId,
@@ -462,6 +484,17 @@ impl InstanceRecord {
         dispatch: &DispatchNote,
     ) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
+        if self.tag == Tag::Executing {
+            // The `executing` write is the attempt's fence: one dispatch passes it, once.
+            return Err(TransitionRefused::AlreadyStarted);
+        }
+        if let Some(reserved) = &self.reserved {
+            if reserved.trace_id == *trace_id
+                && dispatch.dispatch.as_ref() != Some(&reserved.dispatch)
+            {
+                return Err(TransitionRefused::ReservedElsewhere);
+            }
+        }
         let mut next = self.clone();
         next.tag = Tag::Executing;
         next.worker = Some(worker.clone());
@@ -471,13 +504,37 @@ impl InstanceRecord {
         Ok(next)
     }
 
-    /// The current attempt ended. `retry_at` is when the next attempt runs, if one is left.
+    /// The current attempt, not started yet, is reserved for the re-dispatch `dispatch`.
+    pub fn reserved_for(
+        &self,
+        trace_id: &TraceId,
+        dispatch: &DispatchId,
+    ) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        if self.tag == Tag::Executing {
+            return Err(TransitionRefused::AlreadyStarted);
+        }
+        let mut next = self.clone();
+        next.reserved = Some(Reserved {
+            trace_id: trace_id.clone(),
+            dispatch: dispatch.clone(),
+        });
+        Ok(next)
+    }
+
+    /// The current attempt ended, as reported by the worker that started it (or, refused
+    /// before it started, by any). `retry_at` is when the next attempt runs, if one is left.
     pub fn ended(
         &self,
         end: &AttemptEnd,
         retry_at: Option<DateTime<Utc>>,
     ) -> Result<Self, TransitionRefused> {
         self.check_current(&end.trace_id)?;
+        if self.tag == Tag::Executing && self.worker.as_ref() != Some(&end.worker) {
+            // Another dispatch of the attempt started it there: only that worker ends it (a
+            // second dispatch refused, say for a skewed clock, must not end it here).
+            return Err(TransitionRefused::AlreadyStarted);
+        }
         let mut next = self.clone();
         next.state = match (end.success, retry_at) {
             (true, _) => State::Success,
@@ -685,6 +742,7 @@ pub(crate) mod tests {
             pin: None,
             created_by: None,
             dispatch: None,
+            reserved: None,
             written_by: None,
         }
     }
@@ -723,6 +781,74 @@ pub(crate) mod tests {
             done.ended(&end(tr(1), false), None),
             Err(TransitionRefused::AlreadyEnded(State::Success))
         );
+    }
+
+    #[test]
+    fn an_attempt_starts_once_whatever_dispatch_of_it_comes_second() {
+        let note = DispatchNote {
+            router: None,
+            at: crate::time::now(),
+            delivery: 1,
+            dispatch: Some(DispatchId::random()),
+            fence: 1,
+            acknowledged_at: crate::time::now(),
+            passed_over: Vec::new(),
+        };
+        let w1 = WorkerId::parse("w1").unwrap();
+        let started = record().started(&tr(1), &w1, crate::time::now(), &note);
+        let started = started.unwrap();
+        assert_eq!(started.tag, Tag::Executing);
+        let w2 = WorkerId::parse("w2").unwrap();
+        for worker in [&w1, &w2] {
+            assert_eq!(
+                started.started(&tr(1), worker, crate::time::now(), &note),
+                Err(TransitionRefused::AlreadyStarted)
+            );
+        }
+        // Ended only by the worker that started it.
+        let mut elsewhere = end(tr(1), false);
+        elsewhere.worker = w2;
+        assert_eq!(
+            started.ended(&elsewhere, None),
+            Err(TransitionRefused::AlreadyStarted)
+        );
+        assert_eq!(
+            started.ended(&end(tr(1), true), None).unwrap().state,
+            State::Success
+        );
+    }
+
+    #[test]
+    fn a_reserved_attempt_starts_only_with_its_reserved_dispatch() {
+        let note = |dispatch: &DispatchId| DispatchNote {
+            router: None,
+            at: crate::time::now(),
+            delivery: 1,
+            dispatch: Some(dispatch.clone()),
+            fence: 1,
+            acknowledged_at: crate::time::now(),
+            passed_over: Vec::new(),
+        };
+        let (first, second) = (DispatchId::random(), DispatchId::random());
+        let reserved = record().reserved_for(&tr(1), &second).unwrap();
+        let w1 = WorkerId::parse("w1").unwrap();
+        assert_eq!(
+            reserved.started(&tr(1), &w1, crate::time::now(), &note(&first)),
+            Err(TransitionRefused::ReservedElsewhere)
+        );
+        let started = reserved.started(&tr(1), &w1, crate::time::now(), &note(&second));
+        let started = started.unwrap();
+        // Once started, nothing can be reserved any more; a reservation of an earlier attempt
+        // does not bind a later one.
+        assert_eq!(
+            started.reserved_for(&tr(1), &first),
+            Err(TransitionRefused::AlreadyStarted)
+        );
+        let mut later = reserved.clone();
+        later.trace_id = tr(2);
+        assert!(later
+            .started(&tr(2), &w1, crate::time::now(), &note(&first))
+            .is_ok());
     }
 
     #[test]

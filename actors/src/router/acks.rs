@@ -1,10 +1,10 @@
 //! Dispatches waiting for their worker's acknowledgement, ordered by deadline.
 //!
-//! A worker acknowledges a dispatch ("received, about to run") once it has claimed the attempt.
-//! A dispatch still unacknowledged at its deadline is checked against the claims bucket — the
-//! acknowledgement itself is a core message and may be lost while the claim was made — and, if
-//! nobody claimed it, re-dispatched elsewhere under a reservation that the first dispatch can
-//! never claim.
+//! A worker acknowledges a dispatch ("received, about to run") before it starts the attempt.
+//! A dispatch still unacknowledged at its deadline is checked against its record — the
+//! acknowledgement itself is a core message and may be lost while the attempt started — and,
+//! if nobody started it, re-dispatched elsewhere under a reservation in the record that the
+//! first dispatch can never pass.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};

@@ -4,17 +4,18 @@
 //! Scheduler's orphan watch may be about to adopt.
 //!
 //! Each rule of ax gives every step a durable owner — a message in a work-queue stream, a
-//! claim with a lease, a re-dispatch in flight — so a stranded instance means a rule was broken
+//! record started by a live worker (then a claim with a lease), a re-dispatch in flight — so a stranded instance means a rule was broken
 //! somewhere (issue #15 found two such places). This sweep is the net under the rules: it
 //! follows the instances bucket (the records that are not final, in memory) and, on the node
 //! that holds the janitor lease, checks every record unchanged for [`STRANDED_AFTER`] (see
 //! [`quiet_for`]):
 //! - **queued** (`queued`, `no_worker`): owned while a message of its attempt waits in
-//!   `AX_FLOW` or `AX_DISPATCH` (any of them: created, ready, dispatch), while a worker holds
-//!   its claim (with a live lease, or a worker the Router still knows), or while a re-dispatch
-//!   of it is in flight. Resumed by a re-dispatch, under a new reservation.
+//!   `AX_FLOW` or `AX_DISPATCH` (any of them: created, ready, dispatch), or while a re-dispatch
+//!   of it is in flight (its record reserved for it). Resumed by a re-dispatch, under a new
+//!   reservation.
 //! - **executing**: owned while its worker holds the claim with a live lease, or is still
-//!   known to the Router (the janitor judges a silent worker). Resumed as a lost attempt (tag
+//!   known to the Router (the janitor judges a silent worker) and holds the claim or has not
+//!   renewed one yet (an attempt writes its claim at its first renewal). Resumed as a lost attempt (tag
 //!   `worker_lost`, a new attempt under a new trace id).
 //! - **waiting for its retry** past its due time: owned while its retry message waits in
 //!   `AX_FLOW`. Resumed by running the retry.
@@ -25,8 +26,8 @@
 //! two owners (a message consumed, its successor not yet written) is not a stranding.
 //!
 //! The cost: nothing while every open record changes within [`STRANDED_AFTER`]; otherwise one
-//! read of each waiting message's headers in the two streams, and a claim read per record left
-//! over, every [`CHECK_EVERY`].
+//! read of each waiting message's headers in the two streams, and a claim read per executing
+//! record left over, every [`CHECK_EVERY`].
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -63,7 +64,7 @@ const _: () = assert!(
 /// The step a record waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
-    /// A worker to claim it.
+    /// A worker to start it.
     Queued,
     /// Its worker to finish it.
     Executing(WorkerId),
@@ -217,31 +218,27 @@ async fn owned(
     now: DateTime<Utc>,
 ) -> Result<bool, ActorError> {
     let trace = &record.trace_id;
-    // An executing attempt's dispatch waits unacknowledged in its queue for as long as it
-    // runs, so only its claim says whether someone runs it.
     let message_waits = waiting.contains(trace.as_str());
-    match step {
+    let worker = match step {
         Step::Retry => return Ok(message_waits),
         Step::Queued if message_waits => return Ok(true),
-        _ => {}
-    }
-    let claim = shared.client.claim_of(trace).await?.map(|(claim, _)| claim);
-    let holder = claim
-        .as_ref()
-        .filter(|c| !c.revoked)
-        .and_then(|c| c.worker.clone().map(|w| (w, c.lease_until)));
-    match (step, holder) {
-        (Step::Executing(worker), Some((holder, lease))) if holder == *worker => {
-            Ok(lease.is_some_and(|l| l > now) || shared.router.send(Knows(holder)).await?)
+        Step::Queued => {
+            let reserved = record
+                .reserved
+                .as_ref()
+                .is_some_and(|r| r.trace_id == *trace);
+            return Ok(reserved && shared.client.in_flight_of(trace).await?.is_some());
         }
-        (Step::Retry | Step::Executing(_), _) => Ok(false),
-        (Step::Queued, Some((holder, lease))) => {
-            Ok(lease.is_some_and(|l| l > now) || shared.router.send(Knows(holder)).await?)
-        }
-        (Step::Queued, None) => {
-            let reserved = claim.is_some_and(|c| !c.revoked && c.worker.is_none());
-            Ok(reserved && shared.client.in_flight_of(trace).await?.is_some())
-        }
+        Step::Executing(worker) => worker,
+    };
+    // An executing attempt's dispatch waits unacknowledged in its queue for as long as it
+    // runs, so only its claim — or, before its first renewal wrote one, its worker — says
+    // whether someone runs it.
+    match shared.client.claim_of(trace).await? {
+        None => Ok(shared.router.send(Knows(worker.clone())).await?),
+        Some((claim, _)) if claim.revoked || claim.worker.as_ref() != Some(worker) => Ok(false),
+        Some((claim, _)) => Ok(claim.lease_until.is_some_and(|l| l > now)
+            || shared.router.send(Knows(worker.clone())).await?),
     }
 }
 
@@ -285,7 +282,7 @@ async fn resume(
 ) -> Result<(), ActorError> {
     let (client, node) = (&shared.client, &shared.node);
     let what = match step {
-        Step::Queued => "queued, with no message, claim or re-dispatch of its attempt",
+        Step::Queued => "queued, with no message or re-dispatch of its attempt",
         Step::Executing(_) => "executing, with no live claim of its worker",
         Step::Retry => "waiting for a retry past its due time, with no retry message",
     };

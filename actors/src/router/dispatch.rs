@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use actix::Addr;
 
-use ax_bus::client::claims::Reservation;
 use ax_bus::client::in_flight::InFlight;
 use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::ids::{DispatchId, NodeId, WorkerId};
-use ax_bus::messages::{ResultMessage, WorkItem};
+use ax_bus::messages::{ResultMessage, StoredRecord, WorkItem};
 use ax_bus::{msg_id, AxClient, State, Tag};
 
 use super::acks::Pending;
@@ -128,7 +127,8 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Sends an attempt elsewhere under a new dispatch, unless a worker claimed it meanwhile.
+    /// Sends an attempt elsewhere under a new dispatch, reserved for it in the attempt's record
+    /// (so that no earlier dispatch can start it), unless a worker started it meanwhile.
     /// `excluded` workers are passed over (they did not acknowledge, or they died) unless no
     /// other can take it.
     ///
@@ -164,15 +164,24 @@ impl Dispatcher {
         failpoint::hit("redispatch.intent");
         match self
             .client
-            .reserve_attempt(&work.trace_id, &dispatch)
+            .update_instance(&work.instance_id, |r| {
+                r.reserved_for(&work.trace_id, &dispatch)
+            })
             .await?
         {
-            Reservation::Held(claim) => {
-                tracing::debug!(trace = %work.trace_id, worker = ?claim.worker, "claimed meanwhile; not re-dispatched");
+            // The next worker starts from the reserved record, without a read.
+            Updated::Written(record, revision) => {
+                work.stored = Some(StoredRecord { record, revision })
+            }
+            Updated::Refused(refused) => {
+                tracing::debug!(trace = %work.trace_id, %refused, "started or moved on meanwhile; not re-dispatched");
                 self.settle_in_flight(&work).await;
                 return Ok(());
             }
-            Reservation::Reserved => {}
+            Updated::Missing => {
+                self.settle_in_flight(&work).await;
+                return Ok(());
+            }
         }
         failpoint::hit("redispatch.reserved");
         match to {
@@ -203,24 +212,28 @@ impl Dispatcher {
     }
 
     /// Removes the in-flight entry of `work`'s re-dispatch. Best effort: an entry left behind
-    /// is removed by the janitor's sweep, which finds the attempt claimed or queued.
+    /// is removed by the janitor's sweep, which finds the attempt started or moved on.
     async fn settle_in_flight(&self, work: &WorkItem) {
         if let Err(e) = self.client.settle_in_flight(&work.trace_id).await {
             tracing::debug!(trace = %work.trace_id, error = %e, "in-flight entry left for the sweep");
         }
     }
 
-    /// Re-dispatches `pending` unless its claim shows that its worker received it.
+    /// Re-dispatches `pending` unless its record shows that a worker started it (only the
+    /// acknowledgement was lost or late) or that the attempt is not current any more.
     pub(super) async fn recheck(&self, pending: Pending) -> Result<(), ActorError> {
         let trace = pending.work.trace_id.clone();
-        match self.client.claim_of(&trace).await? {
-            Some((claim, _))
-                if claim.dispatch == pending.work.dispatch && claim.worker.is_some() =>
-            {
-                // Claimed: only its acknowledgement was lost or late.
-                return Ok(());
-            }
-            _ => {}
+        let waits = self
+            .client
+            .instance(&pending.work.instance_id)
+            .await?
+            .is_some_and(|(record, _)| {
+                record.trace_id == trace
+                    && record.state == State::Running
+                    && record.tag != Tag::Executing
+            });
+        if !waits {
+            return Ok(());
         }
         tracing::warn!(%trace, worker = %pending.worker, "dispatch not acknowledged in time");
         let mut excluded = pending.excluded;

@@ -2,14 +2,15 @@
 //! Router that died mid-re-dispatch left behind is finished here.
 //!
 //! A Router alive re-dispatches again itself at an entry's deadline, so the sweep waits one
-//! more acknowledgement timeout before it looks at an entry. Then: an attempt claimed since
-//! (its worker's lease owns it now) or revoked (its loss moved the instance on), or no longer
-//! the instance's current attempt, only loses its entry; one still unclaimed is stranded —
-//! alerted and re-dispatched under a new reservation, which fences every older dispatch off.
+//! more acknowledgement timeout before it looks at an entry. Then: an attempt started since
+//! (its record `executing`, its worker's lease owns it), or revoked (its loss moved the
+//! instance on), or no longer the instance's current attempt, only loses its entry; one still
+//! not started is stranded — alerted and re-dispatched under a new reservation in its record,
+//! which fences every older dispatch off.
 
 use ax_bus::client::in_flight::InFlight;
 use ax_bus::messages::AlertKind;
-use ax_bus::State;
+use ax_bus::{State, Tag};
 
 use super::Dispatcher;
 use crate::jetstream::publish;
@@ -35,17 +36,11 @@ async fn finish(shared: &Dispatcher, entry: InFlight) -> Result<(), ActorError> 
         Some(current) if current.work.dispatch == entry.work.dispatch => {}
         _ => return Ok(()),
     }
-    if let Some((claim, _)) = client.claim_of(trace).await? {
-        if claim.revoked || claim.worker.is_some() {
-            client.settle_in_flight(trace).await?;
-            return Ok(());
-        }
-    }
     let instance = &entry.work.instance_id;
-    let current = client
-        .instance(instance)
-        .await?
-        .is_some_and(|(record, _)| record.trace_id == *trace && record.state == State::Running);
+    let current = client.instance(instance).await?.is_some_and(|(record, _)| {
+        // Started (by this dispatch or another of the attempt): nothing left to dispatch.
+        record.trace_id == *trace && record.state == State::Running && record.tag != Tag::Executing
+    });
     if !current {
         client.settle_in_flight(trace).await?;
         return Ok(());
@@ -59,7 +54,7 @@ async fn finish(shared: &Dispatcher, entry: InFlight) -> Result<(), ActorError> 
         &shared.node,
         AlertKind::Stranded,
         format!(
-            "attempt {trace} was re-dispatched to {to} by {} and not claimed by {}; dispatching it again",
+            "attempt {trace} was re-dispatched to {to} by {} and not started by {}; dispatching it again",
             entry.by, entry.ack_by
         ),
         &entry.work,

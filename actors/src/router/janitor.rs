@@ -3,13 +3,15 @@
 //! One Router holds the janitor lease. Every second it looks for workers whose heartbeat is
 //! older than the TTL (10 s by default) and, for each:
 //! - drains the worker's dispatch queues (its consumers are deleted; a temporary one reads
-//!   what was sent to it and never finished): an attempt nobody claimed is re-dispatched
-//!   elsewhere, under a reservation the dead worker could never claim — each message is
-//!   acknowledged only once its attempt is handed over, so a failure halfway loses nothing;
-//! - takes back every attempt the worker claimed (its last heartbeat lists them, and the
-//!   drained queue shows those claimed since): the claim is revoked — should the worker come
-//!   back, its next lease renewal fails and it stops the process — and the instance moves to a
-//!   new attempt with tag `worker_lost` (three such losses and it fails);
+//!   what was sent to it and never finished): an attempt nobody started is re-dispatched
+//!   elsewhere, under a reservation in its record that the dead worker's copy can never pass —
+//!   each message is acknowledged only once its attempt is handed over, so a failure halfway
+//!   loses nothing;
+//! - takes back every attempt the worker started (its last heartbeat lists them, and the
+//!   drained queue shows those started since): the claim is revoked (written revoked from the
+//!   record for an attempt that had not renewed one) — should the worker come back, its next
+//!   lease renewal fails and it stops the process — and the instance moves to a new attempt
+//!   with tag `worker_lost` (three such losses and it fails);
 //! - removes the worker from the registry.
 //!
 //! Detection takes the TTL plus at most a second, so attempts are handed over within 15 s of
@@ -27,11 +29,11 @@ use async_nats::connection::State as ConnectionState;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use futures::StreamExt;
 
-use ax_bus::codec;
 use ax_bus::error::NatsError;
 use ax_bus::ids::WorkerId;
 use ax_bus::messages::{AlertKind, WorkItem, WorkerInfo};
 use ax_bus::spec::Priority;
+use ax_bus::{codec, State, Tag};
 
 use super::{consistency, in_flight, Dispatcher, Forget, Silent};
 use crate::jetstream::{consume, publish};
@@ -190,28 +192,46 @@ async fn drain_into(
     }
 }
 
-/// A dispatch the dead worker received or not: re-dispatched unless it was claimed, or
-/// unless it is stale (the attempt was reserved for a later dispatch, whose re-dispatch is in
-/// flight and owned by the sweep).
+/// A dispatch the dead worker received or not: lost if the dead worker started it (its claim,
+/// or before its first renewal its record, says so), left alone if another worker started the
+/// attempt or the dispatch is stale (revoked, or reserved for a later dispatch, whose
+/// re-dispatch is in flight and owned by the sweep), re-dispatched otherwise.
 async fn lost_dispatch(
     shared: &Dispatcher,
     work: WorkItem,
     dead: &WorkerId,
 ) -> Result<(), ActorError> {
-    match shared.client.claim_of(&work.trace_id).await? {
-        Some((claim, _)) if claim.revoked => Ok(()),
-        Some((claim, _)) if claim.worker.is_none() && claim.dispatch != work.dispatch => Ok(()),
-        Some((claim, _)) if claim.worker.as_ref() == Some(dead) => {
-            crate::outcome::lost(
-                &shared.client,
-                &shared.node,
-                &work.instance_id,
-                &work.trace_id,
-                dead,
-            )
-            .await
-        }
-        Some((claim, _)) if claim.worker.is_some() => Ok(()),
-        _ => shared.redispatch(work, vec![dead.clone()]).await,
+    let client = &shared.client;
+    let lost = || {
+        crate::outcome::lost(
+            client,
+            &shared.node,
+            &work.instance_id,
+            &work.trace_id,
+            dead,
+        )
+    };
+    match client.claim_of(&work.trace_id).await? {
+        Some((claim, _)) if claim.revoked => return Ok(()),
+        Some((claim, _)) if claim.worker.as_ref() == Some(dead) => return lost().await,
+        Some(_) => return Ok(()),
+        None => {}
     }
+    let Some((record, _)) = client.instance(&work.instance_id).await? else {
+        return Ok(());
+    };
+    let current = record.trace_id == work.trace_id && record.state == State::Running;
+    let reserved_elsewhere = record.reserved.as_ref().is_some_and(|r| {
+        r.trace_id == work.trace_id && work.dispatch.as_ref() != Some(&r.dispatch)
+    });
+    if !current || record.tag != Tag::Executing {
+        if reserved_elsewhere {
+            return Ok(());
+        }
+        return shared.redispatch(work, vec![dead.clone()]).await;
+    }
+    if record.worker.as_ref() == Some(dead) {
+        return lost().await;
+    }
+    Ok(())
 }

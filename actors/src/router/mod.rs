@@ -3,7 +3,7 @@
 //! acknowledgement ([`acks`]), and which priority queues are paused. Reads the workers bucket
 //! (heartbeats, replayed on start), the queues bucket (paused priorities),
 //! `ax.internal.ready.<priority>` (one consumer per priority) and `ax.internal.ack.<node>`;
-//! writes `ax.internal.dispatch.<worker>.<priority>`, claim reservations, and the `no_worker`
+//! writes `ax.internal.dispatch.<worker>.<priority>`, re-dispatch reservations, and the `no_worker`
 //! and `worker_lost` outcomes. On the node that holds the janitor lease it also hands over the
 //! work of workers that died ([`janitor`]), and every Router keeps the dead letters
 //! ([`dead_letters`]).
@@ -14,8 +14,8 @@
 //! publishing, asking the actor whenever a choice depends on its state.
 //!
 //! Each attempt goes to the eligible worker with the lowest score; a worker that does not
-//! acknowledge within `ack_timeout` loses it to the next best (the claim reservation makes sure
-//! the first dispatch can never run afterwards). With no eligible worker the attempt stays
+//! acknowledge within `ack_timeout` loses it to the next best (the reservation written in the
+//! record makes sure the first dispatch can never start it afterwards). With no eligible worker the attempt stays
 //! `running` with tag `no_worker` and is looked at again every second. A paused priority's queue
 //! is not consumed: its messages wait in the stream.
 
@@ -112,8 +112,8 @@ impl Router {
         }
     }
 
-    /// Hands each dispatch whose deadline passed to a task that checks its claim and
-    /// re-dispatches it if nobody has it.
+    /// Hands each dispatch whose deadline passed to a task that checks its record and
+    /// re-dispatches it if nobody started it.
     fn check_deadlines(&mut self, ctx: &mut Context<Self>) {
         let expired = self.acks.expired(Instant::now());
         if expired.is_empty() {

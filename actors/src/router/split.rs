@@ -112,6 +112,7 @@ fn child_record(
         pin,
         created_by: None,
         dispatch: None,
+        reserved: None,
         written_by: None,
         ..parent_record.clone()
     }

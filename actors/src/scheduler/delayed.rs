@@ -183,7 +183,7 @@ async fn release(
         }
         // Released by an earlier delivery that may have stopped before handing it on: handed
         // on again, under the same message id (JetStream keeps one; a second dispatch would be
-        // fenced by the claim).
+        // fenced by the record's `executing` write).
         Updated::Refused(_) if released_unhanded(client, &work).await? => {}
         Updated::Refused(refused) => {
             tracing::debug!(instance = %work.instance_id, %refused, "delayed instance not released");

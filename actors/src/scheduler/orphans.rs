@@ -13,7 +13,7 @@
 //! de-duplication window (two minutes, longer than the grace) drops the copy and its ack says
 //! so — nothing happens; if not, the attempt goes on, and an `orphan` alert says which
 //! instance was adopted by whom. A stale copy could at worst be a second dispatch of the same
-//! attempt, which the claim on its trace id makes harmless.
+//! attempt, which the record's `executing` fence makes harmless (one dispatch starts it).
 //!
 //! A lone Scheduler has no rival to hand its orphans on; it finds them itself on restart,
 //! among the ticks it missed (see the Scheduler's misfire handling), before any is recorded as

@@ -2,7 +2,7 @@
 //! together: what gathers within [`LINGER`] of the first goes in one message per Router
 //! ([`DispatchAcks`]). A burst of dispatches costs a few messages instead of one per attempt;
 //! a lone acknowledgement is [`LINGER`] later, against a deadline of seconds. Best effort, as
-//! each one was: a lost acknowledgement costs the Router a look at the claim at the deadline.
+//! each one was: a lost acknowledgement costs the Router a look at the record at the deadline.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -61,7 +61,7 @@ async fn send(client: AxClient, mut rx: mpsc::UnboundedReceiver<(NodeId, Dispatc
                 Err(e) => Err(e.to_string()),
             };
             if let Err(e) = sent {
-                tracing::debug!(%router, count, error = %e, "acknowledgements not sent; the Router will find the claims");
+                tracing::debug!(%router, count, error = %e, "acknowledgements not sent; the Router will read the records");
             }
         }
     }

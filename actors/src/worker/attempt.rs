@@ -1,5 +1,6 @@
-//! One dispatch, from its delivery to its outcome: claim, acknowledge, start, run (renewing the
-//! claim and keeping the dispatch alive), record the outcome. Runs on a task of its own, not
+//! One dispatch, from its delivery to its outcome: acknowledge, start (the record's `executing`
+//! write, the attempt's one fence), run (renewing the claim — written by the first renewal — and
+//! keeping the dispatch alive), record the outcome. Runs on a task of its own, not
 //! tied to the actor's context — a restart of the actor must not cut a running process off from
 //! its outcome — and tells the actor what runs ([`Running`], [`Ended`]).
 
@@ -11,10 +12,9 @@ use actix::Addr;
 use async_nats::jetstream::{self};
 use tokio::sync::Notify;
 
-use ax_bus::client::claims::ClaimOutcome;
 use ax_bus::client::Updated;
 use ax_bus::ids::DispatchId;
-use ax_bus::instance::{AttemptEnd, DispatchNote, Tag};
+use ax_bus::instance::{AttemptEnd, DispatchNote, Tag, TransitionRefused};
 use ax_bus::messages::{AlertKind, DispatchAck, StoredRecord, WorkItem};
 use ax_bus::AxClient;
 
@@ -75,7 +75,7 @@ impl Attempts {
             Ok(started) => started,
             Err(skip) => return settle(&message, skip).await,
         };
-        let (dispatch, lease, written) = started;
+        let (dispatch, written) = started;
         let stop = Arc::new(Notify::new());
         self.worker.do_send(Running {
             trace: work.trace_id.clone(),
@@ -84,7 +84,7 @@ impl Attempts {
             stop: stop.clone(),
         });
         let watched = self
-            .execute_watched(&work, &message, &dispatch, lease, scratch, &stop)
+            .execute_watched(&work, &message, &dispatch, scratch, &stop)
             .await;
         self.worker.do_send(Ended {
             trace: work.trace_id.clone(),
@@ -107,14 +107,15 @@ impl Attempts {
         consume::ack(&message).await;
     }
 
-    /// Claims the attempt for this dispatch, acknowledges it to its Router and marks its
-    /// record `executing`; the dispatch, the claim's revision and the record written.
+    /// Acknowledges the dispatch to its Router and starts the attempt: its record marked
+    /// `executing`, which only one dispatch of an attempt passes; the dispatch and the record
+    /// written.
     async fn start(
         &self,
         work: &WorkItem,
         stored: Option<StoredRecord>,
         message: &jetstream::Message,
-    ) -> Result<(DispatchId, u64, StoredRecord), Skip> {
+    ) -> Result<(DispatchId, StoredRecord), Skip> {
         let trace = &work.trace_id;
         if self
             .reporter
@@ -140,12 +141,9 @@ impl Attempts {
             tracing::warn!(%trace, "a dispatch without a dispatch id is not ours to run; skipped");
             return Err(Skip::Done);
         };
-        let (lease, resumed) = self.claim(work, &dispatch).await?;
-        if resumed {
-            self.lost_if_started(work).await?;
-        }
         self.acknowledge(work, &dispatch);
-        let note = dispatch_note(work, message, lease);
+        let fence = stored.as_ref().map_or(0, |s| s.revision);
+        let note = dispatch_note(work, message, &dispatch, fence);
         if let Some(clock) = self.clock.as_ref().filter(|c| c.skewed()) {
             self.refuse_for_clock(work.clone(), clock).await;
             return Err(Skip::Done);
@@ -162,58 +160,38 @@ impl Attempts {
             }
         }
         let written = self.mark_executing(work, stored, &note).await?;
-        Ok((dispatch, lease, written))
+        Ok((dispatch, written))
     }
 
-    /// A claim this worker held already (a previous process of it claimed the attempt, then
-    /// was killed): if that process marked the record `executing`, its command may have run —
-    /// the attempt is lost, and the instance moves to a new attempt under a new trace id (one
-    /// trace, one execution). Only an attempt that provably did not start runs under its trace.
-    async fn lost_if_started(&self, work: &WorkItem) -> Result<(), Skip> {
+    /// An attempt found started already (its record `executing`) when this worker did not
+    /// run it: if this worker started it — a previous process of it, then killed — its command
+    /// may have run, so the attempt is lost and the instance moves to a new attempt under a new
+    /// trace id (one trace, one execution). Started by another dispatch elsewhere, it is not
+    /// this dispatch's to run. Either way this dispatch is done.
+    async fn lost_if_started(&self, work: &WorkItem) -> Skip {
         let (trace, me) = (&work.trace_id, &self.config.id);
         let record = match self.client.instance(&work.instance_id).await {
             Ok(Some((record, _))) => record,
-            Ok(None) => return Err(Skip::Done),
+            Ok(None) => return Skip::Done,
             Err(e) => {
-                tracing::warn!(%trace, error = %e, "cannot tell whether the attempt started; redelivering");
-                return Err(Skip::Later);
+                tracing::warn!(%trace, error = %e, "cannot tell who started the attempt; redelivering");
+                return Skip::Later;
             }
         };
-        let started = record.trace_id == *trace
+        let started_here = record.trace_id == *trace
             && record.state == ax_bus::State::Running
             && record.tag == Tag::Executing
             && record.worker.as_ref() == Some(me);
-        if !started {
-            return Ok(());
+        if !started_here {
+            tracing::info!(%trace, worker = ?record.worker, "attempt not ours to run (started by another dispatch); skipped");
+            return Skip::Done;
         }
         tracing::warn!(%trace, instance = %work.instance_id, "a previous process of this worker started this attempt: lost, not run again under its trace");
         match crate::outcome::lost(&self.client, me, &work.instance_id, trace, me).await {
-            Ok(()) => Err(Skip::Done),
+            Ok(()) => Skip::Done,
             Err(e) => {
                 tracing::warn!(%trace, error = %e, "lost attempt not handed over yet; redelivering");
-                Err(Skip::Later)
-            }
-        }
-    }
-
-    /// The claim's revision, when this dispatch wins it, and whether this worker held it
-    /// already.
-    async fn claim(&self, work: &WorkItem, dispatch: &DispatchId) -> Result<(u64, bool), Skip> {
-        let trace = &work.trace_id;
-        let me = &self.config.id;
-        match self
-            .client
-            .claim_attempt(trace, dispatch, me, CLAIM_LEASE)
-            .await
-        {
-            Ok(ClaimOutcome::Won { revision, resumed }) => Ok((revision, resumed)),
-            Ok(ClaimOutcome::Lost(holder)) => {
-                tracing::info!(%trace, ?holder, "attempt not ours to run (claimed, reserved elsewhere or revoked); skipped");
-                Err(Skip::Done)
-            }
-            Err(e) => {
-                tracing::warn!(%trace, error = %e, "cannot claim; redelivering");
-                Err(Skip::Later)
+                Skip::Later
             }
         }
     }
@@ -239,8 +217,11 @@ impl Attempts {
                 publish::event(&self.client, &record).await;
                 Ok(StoredRecord { record, revision })
             }
+            Ok(Updated::Refused(TransitionRefused::AlreadyStarted)) => {
+                Err(self.lost_if_started(work).await)
+            }
             Ok(Updated::Refused(refused)) => {
-                tracing::info!(%trace, %refused, "attempt no longer current; skipped");
+                tracing::info!(%trace, %refused, "attempt not ours to run; skipped");
                 Err(Skip::Done)
             }
             Ok(Updated::Missing) => {
@@ -254,14 +235,14 @@ impl Attempts {
         }
     }
 
-    /// Runs the attempt, keeping the dispatch alive with progress acks and renewing the claim;
-    /// a renewal that finds the claim revoked stops the process at once.
+    /// Runs the attempt, keeping the dispatch alive with progress acks and renewing the claim
+    /// (the first renewal writes it); a renewal that finds the claim revoked stops the process
+    /// at once.
     async fn execute_watched(
         &self,
         work: &WorkItem,
         message: &jetstream::Message,
         dispatch: &DispatchId,
-        mut revision: u64,
         scratch: &Path,
         stop: &Notify,
     ) -> Result<AttemptEnd, Interrupted> {
@@ -273,6 +254,8 @@ impl Attempts {
         let mut renewal = tokio::time::interval(CLAIM_LEASE / 3);
         renewal.tick().await;
         let mut fence = tokio::time::interval(FENCE_CHECK);
+        // The claim's revision, once the first renewal wrote it.
+        let mut revision = None;
         // A renewal in flight, so that a slow one never holds up the fence.
         let mut renewing: Option<Renewal> = None;
         let mut interrupted = None;
@@ -295,7 +278,7 @@ impl Attempts {
                 renewed = async { renewing.as_mut().expect("guarded").await }, if renewing.is_some() => {
                     renewing = None;
                     match renewed {
-                        Ok(Some(next)) => revision = next,
+                        Ok(Some(next)) => revision = Some(next),
                         Ok(None) if interrupted.is_none() => {
                             tracing::warn!(%trace, "claim revoked: stopping the attempt");
                             interrupted = Some(Interrupted::Revoked);
@@ -356,7 +339,7 @@ impl Attempts {
         }
     }
 
-    /// Ends a claimed attempt `failed` with tag `clock_skew` without running it: times this
+    /// Ends an attempt not started `failed` with tag `clock_skew` without running it: times this
     /// node would write (start, end, lease expiries) cannot be trusted.
     async fn refuse_for_clock(&self, work: WorkItem, clock: &ClockGuard) {
         let message = format!(
@@ -374,7 +357,7 @@ impl Attempts {
         .await;
     }
 
-    /// Ends a claimed attempt `failed` with tag `unregistered` without running it: its
+    /// Ends an attempt not started `failed` with tag `unregistered` without running it: its
     /// definition is none the registry holds, so whoever sent it could have put anything in it.
     async fn refuse_unregistered(&self, work: WorkItem) {
         let message = format!(
@@ -420,7 +403,7 @@ impl Attempts {
 
     /// Tells the dispatching Router the attempt was received and is about to run (best
     /// effort, sent together with the others of the moment: a lost acknowledgement costs a look
-    /// at the claim at the deadline).
+    /// at the record at the deadline).
     fn acknowledge(&self, work: &WorkItem, dispatch: &DispatchId) {
         let Some(router) = &work.router else {
             return;
@@ -457,9 +440,15 @@ fn started_metrics(
 }
 
 /// How `work` reached this worker, for the record's `executing` write (the instance history's
-/// dispatch step): the dispatch message's server timestamp and delivery count, the claim's
-/// fence, the Router, the workers passed over before. Acknowledged just now.
-fn dispatch_note(work: &WorkItem, message: &jetstream::Message, fence: u64) -> DispatchNote {
+/// dispatch step): the dispatch message's server timestamp and delivery count, the dispatch and
+/// the record revision it started from (its fence), the Router, the workers passed over
+/// before. Acknowledged just now.
+fn dispatch_note(
+    work: &WorkItem,
+    message: &jetstream::Message,
+    dispatch: &DispatchId,
+    fence: u64,
+) -> DispatchNote {
     let now = ax_bus::time::now();
     let (at, delivery) = match message.info() {
         Ok(info) => (
@@ -472,6 +461,7 @@ fn dispatch_note(work: &WorkItem, message: &jetstream::Message, fence: u64) -> D
         router: work.router.clone(),
         at,
         delivery,
+        dispatch: Some(dispatch.clone()),
         fence,
         acknowledged_at: now,
         passed_over: work.passed_over.clone(),

@@ -1,27 +1,28 @@
 //! # WorkerSupervisor
 //! Owns the worker's slots ([`slots`]), its executors, the attempts running here and their
 //! processes. Reads `ax.internal.dispatch.<id>.<priority>` (one consumer per priority) and
-//! `ax.internal.cancel.<id>`; writes its heartbeat (workers bucket), the attempt's claim and its
-//! lease, the acknowledgement to the dispatching Router, the record's `executing` state and,
+//! `ax.internal.cancel.<id>`; writes its heartbeat (workers bucket), the acknowledgement to the
+//! dispatching Router, the record's `executing` state, the attempt's claim and its lease and,
 //! through its Reporter, the outcome.
 //!
-//! For each dispatch the worker takes a slot its priority may use, then **claims** the attempt for
-//! that dispatch (see [`ax_bus::client::claims`]): a dispatch that lost its claim — reserved for
-//! another dispatch after this worker was too slow to acknowledge, revoked after this worker was
-//! declared dead, or held by another worker — never runs. Having claimed, it **acknowledges** to
-//! the Router ("received, about to run"), marks the record `executing` and runs ([`attempt`]).
-//! While the attempt runs, the claim's lease is renewed and the dispatch message is kept alive
-//! with progress acks; a renewal that fails (the claim was revoked) stops the process at once.
-//! The dispatch is acknowledged to JetStream once the outcome is durable in the outbox.
+//! For each dispatch the worker takes a slot its priority may use, **acknowledges** to the
+//! Router ("received, about to run") and **starts** the attempt: a compare-and-swap of the
+//! record to `executing` from the revision it was dispatched with, which only one dispatch of
+//! an attempt passes (see [`ax_bus::client::claims`]) — a dispatch of an attempt started by
+//! another dispatch, moved on after this worker was declared dead, or ended never runs. Then it
+//! runs ([`attempt`]). While the attempt runs, its claim's lease is renewed — the first renewal,
+//! a third of the lease in, writes the claim, so an attempt shorter than that writes none — and
+//! the dispatch message is kept alive with progress acks; a renewal that fails (the claim was
+//! revoked) stops the process at once. The dispatch is acknowledged to JetStream once the
+//! outcome is durable in the outbox.
 //!
 //! A redelivered dispatch never runs twice: an outcome already in the outbox is acknowledged at
-//! once, an attempt claimed by another dispatch or already ended is skipped. This worker's own
-//! claim on an attempt not running here means a previous process of the worker was killed
-//! with it: if that process had marked the record `executing` (its command may have run), the
-//! attempt is **lost** — it ends with tag `worker_lost` and the instance moves to a new attempt
-//! under a new trace id, as when the janitor finds a dead worker's attempts — so that one trace
-//! id is one execution at most; only an attempt that provably did not start runs under its
-//! trace.
+//! once, an attempt started by another dispatch or already ended is skipped. An attempt whose
+//! record says this worker started it, though it does not run here, means a previous process
+//! of the worker was killed with it: its command may have run, so the attempt is **lost** — it
+//! ends with tag `worker_lost` and the instance moves to a new attempt under a new trace id, as
+//! when the janitor finds a dead worker's attempts — so that one trace id is one execution at
+//! most; only an attempt that provably did not start runs under its trace.
 //!
 //! The actor owns what runs here (for its heartbeat, cancellations and average durations) and
 //! changes it in its handlers; the attempts run on tasks of their own and tell it when they start
@@ -87,7 +88,7 @@ pub struct WorkerConfig {
     /// attempt sends in-progress acks three times per period, so a long task is never
     /// redelivered while it runs.
     pub dispatch_ack_wait: Duration,
-    /// Test hook: hold every dispatch this long before claiming it — a worker that receives
+    /// Test hook: hold every dispatch this long before starting it — a worker that receives
     /// but does not acknowledge in time.
     pub test_stall: Option<Duration>,
     /// Databases, plugin directory and interpreter of the executors.

@@ -93,7 +93,7 @@ pub(super) async fn dispatches(
 /// [`ax_bus::client::provision::Layout::drain_consumer`]): it was made when this worker was
 /// judged dead, and while it exists the worker cannot open its queue. Removing it under a
 /// janitor still draining is safe: each dispatch it re-sent elsewhere is reserved for that
-/// dispatch, so this worker's claim of the old copy is refused.
+/// dispatch in its record, so this worker's start of the old copy is refused.
 async fn remove_drain_consumer(
     client: &AxClient,
     id: &WorkerId,

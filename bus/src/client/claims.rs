@@ -1,15 +1,22 @@
-//! Claims: the right to execute one attempt, held by one worker at a time, with a lease.
+//! Claims: the lease of a running attempt, and its revocation.
 //!
-//! Each attempt (trace id) has at most one key in the claims bucket:
-//! - **reserved** for a dispatch: only that dispatch may claim it (the Router writes this when it
-//!   re-dispatches an attempt whose first worker never acknowledged — the first dispatch can then
-//!   never run);
-//! - **claimed** by a worker for a dispatch, with a lease the worker renews while it runs;
-//! - **revoked**: nobody may run it (its worker was declared dead; a new attempt replaces it). A
-//!   worker whose renewal finds its claim revoked or taken stops the attempt.
+//! What fences an attempt's start is its record: a worker starts it by compare-and-swapping the
+//! record to `executing` from the revision it was dispatched with, and
+//! [`InstanceRecord::started`](crate::InstanceRecord::started) refuses an attempt already
+//! started or reserved for another dispatch (a re-dispatch, see
+//! [`InstanceRecord::reserved_for`](crate::InstanceRecord::reserved_for)) — so of two
+//! dispatches of one attempt (a redelivery, a re-dispatch racing a late worker) exactly one
+//! runs it, whatever order their messages arrive in, and the record names it (worker and
+//! dispatch). The claims bucket holds at most one key per attempt (trace id) for what the
+//! record does not say while the attempt runs:
+//! - **claimed** by a worker for a dispatch, with a lease: written by the worker's first
+//!   renewal ([`AxClient::renew_claim`]), a third of the lease into the attempt — an attempt
+//!   shorter than that writes none — and renewed while it runs;
+//! - **revoked**: nobody may run it (its worker was declared dead; a new attempt replaces it) —
+//!   written from the record for an attempt not yet renewed. A worker whose renewal finds its
+//!   claim revoked or taken stops the attempt.
 //!
-//! Every change is a create-if-absent or a compare-and-swap on that key, so the claim is a fence:
-//! two workers can never both hold it, whatever order their messages arrive in.
+//! Every change is a create-if-absent or a compare-and-swap on that key.
 //!
 //! Business code gets the same guarantee for its own side effects with [`AxClient::claim`]:
 //! true for the first caller of a trace id, false for every later one.
@@ -23,7 +30,8 @@ use serde::{Deserialize, Serialize};
 use crate::client::{AxClient, ClientError};
 use crate::codec;
 use crate::error::{BoxError, NatsError};
-use crate::ids::{DispatchId, TraceId, WorkerId};
+use crate::ids::{DispatchId, InstanceId, TraceId, WorkerId};
+use crate::instance::{State, Tag};
 
 /// The value under an attempt's key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,30 +47,6 @@ pub struct Claim {
     pub lease_until: Option<DateTime<Utc>>,
     /// Nobody may run the attempt any more.
     pub revoked: bool,
-}
-
-/// What a worker's claim came to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// The attempt is this worker's to run; renew with this revision.
-    Won {
-        /// Revision of the claim key.
-        revision: u64,
-        /// The claim was this worker's already, for this dispatch: a previous process of the
-        /// worker claimed it (and may have started it) before it restarted.
-        resumed: bool,
-    },
-    /// Someone else holds it, or it was revoked or reserved for another dispatch.
-    Lost(Option<Claim>),
-}
-
-/// What a reservation came to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reservation {
-    /// The attempt is reserved for the new dispatch.
-    Reserved,
-    /// A worker claimed it meanwhile (its acknowledgement was late or lost).
-    Held(Claim),
 }
 
 fn failed<E: Into<BoxError>>(what: &str, trace: &str) -> impl FnOnce(E) -> ClientError {
@@ -103,159 +87,122 @@ impl AxClient {
         }
     }
 
-    /// A worker claims attempt `trace` for dispatch `dispatch`, with a lease of `lease`.
-    pub async fn claim_attempt(
-        &self,
-        trace: &TraceId,
-        dispatch: &DispatchId,
-        worker: &WorkerId,
-        lease: Duration,
-    ) -> Result<ClaimOutcome, ClientError> {
-        let mine = Claim {
-            dispatch: Some(dispatch.clone()),
-            worker: Some(worker.clone()),
-            lease_until: Some(lease_end(lease)),
-            revoked: false,
-        };
-        // Most attempts have no claim yet (nothing reserved them): create first, and read only
-        // when one is there — one round trip on the common path instead of two.
-        let mut current: Option<(Claim, u64)> = None;
-        loop {
-            let (written, resumed) = match &current {
-                None => match self.claims.create(trace, codec::encode(&mine)?).await {
-                    Ok(revision) => {
-                        return Ok(ClaimOutcome::Won {
-                            revision,
-                            resumed: false,
-                        })
-                    }
-                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
-                        current = self.read_claim(trace).await?;
-                        continue;
-                    }
-                    Err(e) => return Err(failed("claim", trace)(e)),
-                },
-                Some((claim, revision)) => {
-                    let reserved_for_me = !claim.revoked
-                        && claim.dispatch.as_ref() == Some(dispatch)
-                        && (claim.worker.is_none() || claim.worker.as_ref() == Some(worker));
-                    if !reserved_for_me {
-                        return Ok(ClaimOutcome::Lost(Some(claim.clone())));
-                    }
-                    let resumed = claim.worker.as_ref() == Some(worker);
-                    let written = self
-                        .claims
-                        .update(trace, codec::encode(&mine)?, *revision)
-                        .await;
-                    (written, resumed)
-                }
-            };
-            match written {
-                Ok(revision) => return Ok(ClaimOutcome::Won { revision, resumed }),
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
-                    current = self.read_claim(trace).await?;
-                }
-                Err(e) => return Err(failed("claim", trace)(e)),
-            }
-        }
-    }
-
-    /// Renews a held claim for another `lease`; `None` when it was revoked or taken (the
-    /// attempt must stop).
+    /// Renews the lease of the attempt `trace` that `worker` runs for `dispatch` for another
+    /// `lease`: the claim's revision, or `None` when it was revoked or another worker holds it
+    /// (the attempt must stop). The first renewal (`revision` none) writes the claim (or
+    /// renews the one an earlier try wrote, its answer lost).
     pub async fn renew_claim(
         &self,
         trace: &TraceId,
-        revision: u64,
+        revision: Option<u64>,
         dispatch: &DispatchId,
         worker: &WorkerId,
         lease: Duration,
     ) -> Result<Option<u64>, ClientError> {
-        let renewed = Claim {
+        let renewed = codec::encode(&Claim {
             dispatch: Some(dispatch.clone()),
             worker: Some(worker.clone()),
             lease_until: Some(lease_end(lease)),
             revoked: false,
+        })?;
+        let Some(revision) = revision else {
+            match self.claims.create(trace, renewed.clone()).await {
+                Ok(revision) => return Ok(Some(revision)),
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {}
+                Err(e) => return Err(failed("claim", trace)(e)),
+            }
+            loop {
+                let Some((claim, current)) = self.read_claim(trace).await? else {
+                    // Gone meanwhile (expired): nothing vouches for this worker any more.
+                    return Ok(None);
+                };
+                if claim.revoked || claim.worker.as_ref() != Some(worker) {
+                    return Ok(None);
+                }
+                match self.claims.update(trace, renewed.clone(), current).await {
+                    Ok(revision) => return Ok(Some(revision)),
+                    Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
+                    Err(e) => return Err(failed("claim", trace)(e)),
+                }
+            }
         };
-        match self
-            .claims
-            .update(trace, codec::encode(&renewed)?, revision)
-            .await
-        {
-            Ok(revision) => Ok(Some(revision)),
+        match self.claims.update(trace, renewed, revision).await {
+            Ok(next) => Ok(Some(next)),
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(None),
             Err(e) => Err(failed("renew claim", trace)(e)),
         }
     }
 
-    /// Reserves attempt `trace` for a new dispatch, unless a worker holds it.
-    pub async fn reserve_attempt(
-        &self,
-        trace: &TraceId,
-        dispatch: &DispatchId,
-    ) -> Result<Reservation, ClientError> {
-        let reserved = Claim {
-            dispatch: Some(dispatch.clone()),
-            worker: None,
-            lease_until: None,
-            revoked: false,
-        };
-        loop {
-            let written = match self.read_claim(trace).await? {
-                None => match self.claims.create(trace, codec::encode(&reserved)?).await {
-                    Ok(_) => return Ok(Reservation::Reserved),
-                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(failed("reserve", trace)(e)),
-                },
-                Some((claim, _)) if claim.worker.is_some() && !claim.revoked => {
-                    return Ok(Reservation::Held(claim))
-                }
-                Some((_, revision)) => {
-                    self.claims
-                        .update(trace, codec::encode(&reserved)?, revision)
-                        .await
-                }
-            };
-            match written {
-                Ok(_) => return Ok(Reservation::Reserved),
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(failed("reserve", trace)(e)),
-            }
-        }
-    }
-
-    /// Revokes the claim on `trace` held by `worker` (declared dead): nobody runs that attempt
-    /// any more, and the worker, should it come back, fails its next renewal. True when the
-    /// claim is revoked — now, or already, from `worker` (so that handling the loss can be run
-    /// again after a failure halfway); false when `worker` does not hold it.
+    /// Revokes the claim on attempt `trace` of `instance` held by `worker` (declared dead):
+    /// nobody runs that attempt any more, and the worker, should it come back, fails its next
+    /// renewal. An attempt its worker started but did not renew yet has no claim (or only the
+    /// reservation of its dispatch): its record says who started it, and the revoked claim is
+    /// written from it. True when the claim is revoked — now, or already, from `worker` (so that
+    /// handling the loss can be run again after a failure halfway); false when `worker` does
+    /// not hold the attempt.
     pub async fn revoke_claim(
         &self,
+        instance: &InstanceId,
         trace: &TraceId,
         worker: &WorkerId,
     ) -> Result<bool, ClientError> {
         loop {
-            let Some((claim, revision)) = self.read_claim(trace).await? else {
-                return Ok(false);
+            let current = self.read_claim(trace).await?;
+            let revoked = match &current {
+                Some((claim, _)) if claim.worker.is_some() => {
+                    if claim.worker.as_ref() != Some(worker) {
+                        return Ok(false);
+                    }
+                    if claim.revoked {
+                        return Ok(true);
+                    }
+                    Claim {
+                        revoked: true,
+                        ..claim.clone()
+                    }
+                }
+                _ => match self.started_by(instance, trace, worker).await? {
+                    Some(dispatch) => Claim {
+                        dispatch,
+                        worker: Some(worker.clone()),
+                        lease_until: None,
+                        revoked: true,
+                    },
+                    None => return Ok(false),
+                },
             };
-            if claim.worker.as_ref() != Some(worker) {
-                return Ok(false);
-            }
-            if claim.revoked {
-                return Ok(true);
-            }
-            let revoked = Claim {
-                revoked: true,
-                ..claim
-            };
-            match self
-                .claims
-                .update(trace, codec::encode(&revoked)?, revision)
-                .await
-            {
-                Ok(_) => return Ok(true),
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(failed("revoke", trace)(e)),
+            let revoked = codec::encode(&revoked)?;
+            match current {
+                None => match self.claims.create(trace, revoked).await {
+                    Ok(_) => return Ok(true),
+                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(failed("revoke", trace)(e)),
+                },
+                Some((_, revision)) => match self.claims.update(trace, revoked, revision).await {
+                    Ok(_) => return Ok(true),
+                    Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
+                    Err(e) => return Err(failed("revoke", trace)(e)),
+                },
             }
         }
+    }
+
+    /// The dispatch with which `worker` started attempt `trace` of `instance`, as its record
+    /// says; `None` when the record does not say `worker` started it.
+    async fn started_by(
+        &self,
+        instance: &InstanceId,
+        trace: &TraceId,
+        worker: &WorkerId,
+    ) -> Result<Option<Option<DispatchId>>, ClientError> {
+        let Some((record, _)) = self.instance(instance).await? else {
+            return Ok(None);
+        };
+        let started = record.trace_id == *trace
+            && record.state == State::Running
+            && record.tag == Tag::Executing
+            && record.worker.as_ref() == Some(worker);
+        Ok(started.then(|| record.dispatch.and_then(|note| note.dispatch)))
     }
 
     /// For business code: true for the first caller of `trace_id` (the attempt's `AX_TRACE_ID`),

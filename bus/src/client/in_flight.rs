@@ -2,14 +2,15 @@
 //!
 //! A first dispatch needs no record: it waits in its worker's queue, and if the worker dies
 //! the janitor drains the queue. A re-dispatch is different — the Router reserves the attempt
-//! for a new dispatch, which fences the first one off for good — so from the moment it
-//! decides to re-dispatch until a worker claims the attempt, the Router that made it is the
+//! for a new dispatch (in its record), which fences the first one off for good — so from the
+//! moment it
+//! decides to re-dispatch until a worker starts the attempt, the Router that made it is the
 //! only one that knows the attempt is in the air. Killed in between, it would leave the
 //! attempt reserved for a dispatch nobody sends or runs (issue #15). So the Router writes the
 //! intent here first (`ax_inflight`, one key per attempt: the work, where it goes, by when it
-//! must be claimed), then reserves, then sends; whichever Router holds the janitor lease
-//! sweeps the bucket and finishes what a dead one left: a claimed attempt's entry is removed,
-//! an overdue unclaimed one is re-dispatched under a new reservation.
+//! must be started), then reserves, then sends; whichever Router holds the janitor lease
+//! sweeps the bucket and finishes what a dead one left: a started attempt's entry is removed,
+//! an overdue one not started is re-dispatched under a new reservation.
 
 use async_nats::jetstream::kv::Operation;
 use chrono::{DateTime, Utc};
@@ -22,14 +23,14 @@ use crate::error::{During, NatsError};
 use crate::ids::{NodeId, TraceId, WorkerId};
 use crate::messages::WorkItem;
 
-/// A re-dispatch from its decision until a worker claims it.
+/// A re-dispatch from its decision until a worker starts it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InFlight {
     /// The attempt as re-dispatched, with the dispatch id it is reserved for.
     pub work: WorkItem,
     /// The worker it was sent to; none when it went back to the ready queue.
     pub to: Option<WorkerId>,
-    /// When its worker must have claimed it.
+    /// When its worker must have started it.
     #[serde(with = "crate::time::wire")]
     pub ack_by: DateTime<Utc>,
     /// Workers that already failed to take the attempt.
@@ -49,7 +50,7 @@ impl AxClient {
         Ok(())
     }
 
-    /// Forgets the re-dispatch of `trace`: claimed, or no longer needed.
+    /// Forgets the re-dispatch of `trace`: started, or no longer needed.
     pub async fn settle_in_flight(&self, trace: &TraceId) -> Result<(), ClientError> {
         self.in_flight
             .delete(trace.as_str())

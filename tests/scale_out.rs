@@ -17,7 +17,7 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use ax_bus::client::kv_view::KvFeed;
 use ax_bus::messages::{TickOutcome, TickRecord};
 use ax_bus::partition::{self, PartitionId};
-use ax_bus::{codec, AxClient};
+use ax_bus::{codec, AxClient, InstanceRecord, State};
 use chrono::{DateTime, Utc};
 use support::*;
 
@@ -417,4 +417,59 @@ async fn an_unreadable_or_foreign_owner_in_the_partitions_bucket_is_taken_back()
     let log = s1.log_text();
     assert!(log.contains("unreadable partition owner"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// A job created on its dependencies alone (no cron) whose upstream lives in another
+/// Scheduler's partition: the upstream's owner does not hold the downstream job, yet it must
+/// hand the upstream's fires to the DagCoordinator, which creates the downstream's instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependent_in_another_schedulers_partition_is_created_and_runs() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _schedulers: Vec<AxProcess> = ["s1", "s2"]
+        .into_iter()
+        .map(|name| AxProcess::node(&nats, name, "scheduler", &[]))
+        .collect();
+    let _core = AxProcess::node(&nats, "core", "dag,router,worker", &[]);
+    wait_balanced(&client, &["s1", "s2"], Duration::from_secs(30)).await;
+    let owners = client.partition_owners().await.unwrap();
+    let owner = |name: &str| {
+        owners[&partition::of(name, PARTITIONS)]
+            .node
+            .as_ref()
+            .map(|n| n.to_string())
+    };
+    let named = |prefix: &str, by: &str| {
+        (0..1000)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|name| owner(name).as_deref() == Some(by))
+            .expect("a name in the partitions of each Scheduler")
+    };
+    let (up, down) = (named("up", "s1"), named("down", "s2"));
+    apply_job(
+        &nats,
+        &up,
+        &format!(
+            "version: v1\njob:\n  name: {up}\n  cron: \"* * * * * *\"\n  exec: {{ type: shell, command: 'true' }}\n"
+        ),
+    )
+    .await;
+    apply_job(
+        &nats,
+        &down,
+        &format!(
+            "version: v1\njob:\n  name: {down}\n  deps: [ {{ name: {up} }} ]\n  exec: {{ type: shell, command: 'true' }}\n"
+        ),
+    )
+    .await;
+    let ran = wait_for(Duration::from_secs(30), "the dependent to run", || async {
+        let done: Vec<InstanceRecord> = instances(&client, &down)
+            .await
+            .into_iter()
+            .filter(|r| r.state == State::Success)
+            .collect();
+        (!done.is_empty()).then_some(done)
+    })
+    .await;
+    assert_eq!(ran[0].trigger, ax_bus::instance::Trigger::Deps, "{ran:?}");
 }

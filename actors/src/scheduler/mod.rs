@@ -447,6 +447,7 @@ impl Handler<RegistryChange> for Scheduler {
         let changed = guard(ACTOR, || match msg.0 {
             FeedItem::Put { key, value, .. } => match JobRecord::from_registry(&value) {
                 Ok(record) => {
+                    self.planner.note_deps(&record.spec);
                     let p = partition::of(&key, self.partition_count);
                     if !self.owned.contains(&p) {
                         // Another Scheduler's (or handed over since the feed started).
@@ -472,6 +473,7 @@ impl Handler<RegistryChange> for Scheduler {
                     // Never executed, and what it replaced is not what the registry says now.
                     tracing::error!(job = %key, error = %e, "registry entry ignored");
                     self.planner.remove(&key);
+                    self.planner.forget_deps(&key);
                     let (client, node) = (self.client.clone(), self.node.clone());
                     let message = format!("job registry entry `{key}` ignored: it {e}");
                     actix::spawn(async move {
@@ -482,6 +484,7 @@ impl Handler<RegistryChange> for Scheduler {
             },
             FeedItem::Deleted { key } => {
                 self.planner.remove(&key);
+                self.planner.forget_deps(&key);
                 true
             }
             FeedItem::Current => {

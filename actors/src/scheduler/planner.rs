@@ -92,8 +92,11 @@ struct Planned {
 /// Jobs and pending timers.
 #[derive(Debug)]
 pub(crate) struct Planner {
-    /// How many jobs depend on each job.
+    /// How many jobs of the whole registry depend on each job — not only of this Scheduler's
+    /// partitions: a job's dependent may live in another Scheduler's (see [`Planner::note_deps`]).
     dependents: HashMap<JobName, usize>,
+    /// The upstream jobs of each job of the registry that has dependencies.
+    upstreams: HashMap<JobName, Vec<JobName>>,
     jobs: Vec<Option<Planned>>,
     free_slots: Vec<u32>,
     by_name: HashMap<JobName, u32>,
@@ -115,6 +118,7 @@ impl Planner {
     pub(crate) fn new(now: DateTime<Utc>) -> Self {
         Self {
             dependents: HashMap::new(),
+            upstreams: HashMap::new(),
             jobs: Vec::new(),
             free_slots: Vec::new(),
             by_name: HashMap::new(),
@@ -159,13 +163,30 @@ impl Planner {
             || self.dependents.get(&spec.name).is_some_and(|n| *n > 0)
     }
 
-    fn count_dependents(&mut self, spec: &JobSpec, delta: isize) {
-        let mut upstreams: Vec<&JobName> = spec.deps.iter().map(|d| &d.name).collect();
+    /// Notes the dependencies of `spec`, a job of the registry whether this Scheduler holds it
+    /// or not (its dependencies decide whether their fires go to the coordinator).
+    pub(crate) fn note_deps(&mut self, spec: &JobSpec) {
+        self.forget_deps(&spec.name);
+        let mut upstreams: Vec<JobName> = spec.deps.iter().map(|d| d.name.clone()).collect();
         upstreams.sort_unstable();
         upstreams.dedup();
-        for upstream in upstreams {
-            let count = self.dependents.entry(upstream.clone()).or_default();
-            *count = count.saturating_add_signed(delta);
+        for upstream in &upstreams {
+            *self.dependents.entry(upstream.clone()).or_default() += 1;
+        }
+        if !upstreams.is_empty() {
+            self.upstreams.insert(spec.name.clone(), upstreams);
+        }
+    }
+
+    /// Forgets the dependencies of job `name` (deleted from the registry, or unreadable there).
+    pub(crate) fn forget_deps(&mut self, name: &str) {
+        for upstream in self.upstreams.remove(name).into_iter().flatten() {
+            if let Some(count) = self.dependents.get_mut(&upstream) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    self.dependents.remove(&upstream);
+                }
+            }
         }
     }
 
@@ -195,9 +216,7 @@ impl Planner {
                 self.jobs[slot as usize] = previous;
                 return Ok(());
             }
-            self.count_dependents(&prev.spec.clone(), -1);
         }
-        self.count_dependents(&spec, 1);
         let generation = previous
             .as_ref()
             .map_or(0, |p| p.generation.wrapping_add(1));
@@ -250,9 +269,7 @@ impl Planner {
     /// Removes a job; its pending timer turns stale.
     pub(crate) fn remove(&mut self, name: &str) {
         if let Some(slot) = self.by_name.remove(name) {
-            if let Some(old) = self.jobs[slot as usize].take() {
-                self.count_dependents(&old.spec, -1);
-            }
+            self.jobs[slot as usize] = None;
             self.free_slots.push(slot);
         }
     }
@@ -492,13 +509,19 @@ mod tests {
         let up = record("up", "* * * * *", false);
         let mut down = record("down", "* * * * *", false);
         down.spec.deps = vec![serde_json::from_value(serde_json::json!({"name": "up"})).unwrap()];
-        for r in [&lone, &up, &down] {
+        // `down` is another Scheduler's: only its dependencies are noted here.
+        for r in [&lone, &up] {
             planner.upsert(r, start).unwrap();
+        }
+        for r in [&lone, &up, &down] {
+            planner.note_deps(&r.spec);
         }
         assert!(!planner.needs_coordinator(&lone.spec));
         assert!(planner.needs_coordinator(&up.spec));
         assert!(planner.needs_coordinator(&down.spec));
-        planner.remove("down");
+        // Noted again (an edit, a replay): counted once.
+        planner.note_deps(&down.spec);
+        planner.forget_deps("down");
         assert!(!planner.needs_coordinator(&up.spec));
     }
 

@@ -65,11 +65,8 @@ async fn spread(url: &str, seconds: i64) -> Result<Vec<f64>> {
     let n = 1000 * seconds;
     let client = client_for(url, "lsp").await?;
     store_jobs(&client, &[manual_job("sp")]).await?;
-    // A manual trigger's instance is handed to the DagCoordinator (`created`), whatever its job.
-    let mut ready = client
-        .nats
-        .subscribe(client.subjects().created_all())
-        .await?;
+    // A job nothing in the dependency graph concerns: its triggers go straight to the Router.
+    let mut ready = client.nats.subscribe(client.subjects().ready_all()).await?;
     let scratch = tempfile::tempdir()?;
     let node = start_node(&client, "scheduler", 1, scratch.path()).await?;
     let first = ahead(4 + seconds)?;

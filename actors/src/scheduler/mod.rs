@@ -20,6 +20,7 @@ pub(crate) mod control;
 pub(crate) mod creator;
 pub(crate) mod delayed;
 pub(crate) mod fire_schedule;
+pub(crate) mod graph;
 pub(crate) mod misfire;
 pub(crate) mod new_instance;
 pub(crate) mod one_off;
@@ -57,6 +58,7 @@ use crate::node::progress;
 use crate::node::supervision::{guard, note_restart, spawn_pump};
 use crate::ActorError;
 use creator::Creator;
+use graph::Graph;
 use new_instance::NewInstance;
 use partitions::{Applied, Ownership, Partitions};
 use planner::{CatchUpCandidate, DueRetry, Planner};
@@ -99,6 +101,8 @@ pub struct Scheduler {
     clock: Arc<dyn Clock>,
     node: NodeId,
     planner: Planner,
+    /// The dependency graph over the whole registry, shared with the control desk.
+    graph: Graph,
     creator: Creator,
     wake: Option<SpawnHandle>,
     /// After a restart: the time of the last completed tick, from which the registry replay
@@ -147,6 +151,7 @@ impl Scheduler {
             clock,
             node,
             planner: Planner::new(now),
+            graph: Graph::default(),
             creator,
             wake: None,
             replay_from: None,
@@ -299,7 +304,7 @@ impl Scheduler {
                 Trigger::Cron,
                 now,
             );
-            instance.skip_coordinator = !self.planner.needs_coordinator(&fire.spec);
+            instance.skip_coordinator = !self.graph.needs_coordinator(&fire.spec);
             instance.tick = Some(TickOutcome::Fired);
             self.creator.submit(instance);
         }
@@ -362,6 +367,7 @@ impl Actor for Scheduler {
         let desk = control::Desk {
             client: self.client.clone(),
             creator: self.creator.clone(),
+            graph: self.graph.clone(),
             node: self.node.clone(),
             max_delay: self.max_delay,
             auth: self.auth,
@@ -447,7 +453,7 @@ impl Handler<RegistryChange> for Scheduler {
         let changed = guard(ACTOR, || match msg.0 {
             FeedItem::Put { key, value, .. } => match JobRecord::from_registry(&value) {
                 Ok(record) => {
-                    self.planner.note_deps(&record.spec);
+                    self.graph.note_deps(&record.spec);
                     let p = partition::of(&key, self.partition_count);
                     if !self.owned.contains(&p) {
                         // Another Scheduler's (or handed over since the feed started).
@@ -473,7 +479,7 @@ impl Handler<RegistryChange> for Scheduler {
                     // Never executed, and what it replaced is not what the registry says now.
                     tracing::error!(job = %key, error = %e, "registry entry ignored");
                     self.planner.remove(&key);
-                    self.planner.forget_deps(&key);
+                    self.graph.forget_deps(&key);
                     let (client, node) = (self.client.clone(), self.node.clone());
                     let message = format!("job registry entry `{key}` ignored: it {e}");
                     actix::spawn(async move {
@@ -484,10 +490,11 @@ impl Handler<RegistryChange> for Scheduler {
             },
             FeedItem::Deleted { key } => {
                 self.planner.remove(&key);
-                self.planner.forget_deps(&key);
+                self.graph.forget_deps(&key);
                 true
             }
             FeedItem::Current => {
+                self.graph.loaded();
                 self.replay_from = None;
                 tracing::info!(
                     jobs = self.planner.job_count(),
@@ -644,7 +651,7 @@ impl Handler<CatchUp> for Scheduler {
             tracing::info!(job = %spec.name, caught_up = plan.fire.len(), skipped = plan.skip.len() + plan.more_skipped, "missed ticks");
             let catch_up = {
                 let (spec, schedule) = (spec.clone(), candidate.schedule.clone());
-                let skip_coordinator = !self.planner.needs_coordinator(&spec);
+                let skip_coordinator = !self.graph.needs_coordinator(&spec);
                 move |tick| {
                     let biz_date = schedule.biz_date(tick);
                     let mut instance = NewInstance::new(

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 
 use ax_bus::ids::{InstanceId, JobName, TraceId};
 use ax_bus::messages::JobRecord;
-use ax_bus::spec::{JobSpec, Overlap};
+use ax_bus::spec::JobSpec;
 
 use crate::scheduler::fire_schedule::FireSchedule;
 use crate::scheduler::time_wheel::TimeWheel;
@@ -92,11 +92,6 @@ struct Planned {
 /// Jobs and pending timers.
 #[derive(Debug)]
 pub(crate) struct Planner {
-    /// How many jobs of the whole registry depend on each job — not only of this Scheduler's
-    /// partitions: a job's dependent may live in another Scheduler's (see [`Planner::note_deps`]).
-    dependents: HashMap<JobName, usize>,
-    /// The upstream jobs of each job of the registry that has dependencies.
-    upstreams: HashMap<JobName, Vec<JobName>>,
     jobs: Vec<Option<Planned>>,
     free_slots: Vec<u32>,
     by_name: HashMap<JobName, u32>,
@@ -117,8 +112,6 @@ impl Planner {
     /// An empty planner whose time is `now`.
     pub(crate) fn new(now: DateTime<Utc>) -> Self {
         Self {
-            dependents: HashMap::new(),
-            upstreams: HashMap::new(),
             jobs: Vec::new(),
             free_slots: Vec::new(),
             by_name: HashMap::new(),
@@ -151,43 +144,6 @@ impl Planner {
     /// Number of jobs.
     pub(crate) fn job_count(&self) -> usize {
         self.by_name.len()
-    }
-
-    /// Whether an instance of `spec` concerns the DagCoordinator: it has dependencies, some job
-    /// depends on it, its instances queue behind each other (the coordinator must know each of
-    /// them to hold the next), or it splits into shards (the coordinator joins them).
-    pub(crate) fn needs_coordinator(&self, spec: &JobSpec) -> bool {
-        !spec.deps.is_empty()
-            || spec.overlap == Overlap::Queue
-            || spec.splits()
-            || self.dependents.get(&spec.name).is_some_and(|n| *n > 0)
-    }
-
-    /// Notes the dependencies of `spec`, a job of the registry whether this Scheduler holds it
-    /// or not (its dependencies decide whether their fires go to the coordinator).
-    pub(crate) fn note_deps(&mut self, spec: &JobSpec) {
-        self.forget_deps(&spec.name);
-        let mut upstreams: Vec<JobName> = spec.deps.iter().map(|d| d.name.clone()).collect();
-        upstreams.sort_unstable();
-        upstreams.dedup();
-        for upstream in &upstreams {
-            *self.dependents.entry(upstream.clone()).or_default() += 1;
-        }
-        if !upstreams.is_empty() {
-            self.upstreams.insert(spec.name.clone(), upstreams);
-        }
-    }
-
-    /// Forgets the dependencies of job `name` (deleted from the registry, or unreadable there).
-    pub(crate) fn forget_deps(&mut self, name: &str) {
-        for upstream in self.upstreams.remove(name).into_iter().flatten() {
-            if let Some(count) = self.dependents.get_mut(&upstream) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    self.dependents.remove(&upstream);
-                }
-            }
-        }
     }
 
     /// Adds or replaces a job. An unchanged schedule keeps its pending fire; a new or changed one
@@ -499,30 +455,6 @@ mod tests {
         let fires = planner.advance(start + Duration::seconds(60)).fires;
         assert_eq!(fires.len(), 1);
         assert_eq!(fires[0].spec.exec.command.as_deref(), Some("echo changed"));
-    }
-
-    #[test]
-    fn the_coordinator_is_needed_by_jobs_in_the_graph_only() {
-        let start = t("2026-01-01T00:00:00Z");
-        let mut planner = Planner::new(start);
-        let lone = record("lone", "* * * * *", false);
-        let up = record("up", "* * * * *", false);
-        let mut down = record("down", "* * * * *", false);
-        down.spec.deps = vec![serde_json::from_value(serde_json::json!({"name": "up"})).unwrap()];
-        // `down` is another Scheduler's: only its dependencies are noted here.
-        for r in [&lone, &up] {
-            planner.upsert(r, start).unwrap();
-        }
-        for r in [&lone, &up, &down] {
-            planner.note_deps(&r.spec);
-        }
-        assert!(!planner.needs_coordinator(&lone.spec));
-        assert!(planner.needs_coordinator(&up.spec));
-        assert!(planner.needs_coordinator(&down.spec));
-        // Noted again (an edit, a replay): counted once.
-        planner.note_deps(&down.spec);
-        planner.forget_deps("down");
-        assert!(!planner.needs_coordinator(&up.spec));
     }
 
     #[test]

@@ -46,6 +46,7 @@ use ax_bus::{codec, reply_to, spec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::scheduler::creator::{Created, Creator};
+use crate::scheduler::graph::Graph;
 use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::one_off;
 use crate::ActorError;
@@ -59,6 +60,9 @@ use crate::jetstream::publish;
 pub(crate) struct Desk {
     pub(crate) client: AxClient,
     pub(crate) creator: Creator,
+    /// Whether the dependency graph concerns a triggered job (else its instance skips the
+    /// DagCoordinator).
+    pub(crate) graph: Graph,
     pub(crate) node: NodeId,
     pub(crate) max_delay: std::time::Duration,
     pub(crate) auth: AuthSettings,
@@ -321,7 +325,7 @@ async fn carry_out(
             Err(refusal) => Err(refusal),
         },
         commands::TRIGGER => match decode::<TriggerRequest>(message) {
-            Ok(request) => Box::pin(trigger(client, creator, request, published, *max_delay)).await,
+            Ok(request) => Box::pin(trigger(desk, request, published)).await,
             Err(refusal) => Err(refusal),
         },
         commands::RERUN => match decode::<RerunRequest>(message) {
@@ -629,12 +633,11 @@ async fn set_paused(
 /// timestamp, identical on every redelivery) and its id adds the command's stream sequence, so
 /// a redelivered trigger never runs twice and two triggers within a millisecond both run.
 async fn trigger(
-    client: &AxClient,
-    creator: &Creator,
+    desk: &Desk,
     request: TriggerRequest,
     (published, sequence): (chrono::DateTime<chrono::Utc>, u64),
-    max_delay: std::time::Duration,
 ) -> Result<ControlReply, CommandError> {
+    let (client, creator, max_delay) = (&desk.client, &desk.creator, desk.max_delay);
     let Some((job, _)) = client.job(&request.name).await? else {
         return Err(no_such_job(&request.name));
     };
@@ -696,6 +699,7 @@ async fn trigger(
     if let Some(due) = due {
         instance = instance.delayed_until(due);
     }
+    instance.skip_coordinator = !desk.graph.needs_coordinator(&job.spec);
     instance
         .too_big_for(client.nats.server_info().max_payload)
         .map_err(CommandError::refused)?;

@@ -597,3 +597,70 @@ async fn a_burst_of_triggers_keeps_a_key_single_and_commands_in_order() {
     );
     assert!(!client.job_exists(&"later".parse().unwrap()).await.unwrap());
 }
+
+/// A trigger of a job nothing in the dependency graph concerns is handed straight to the
+/// Router (`ready`); one of a job another job depends on passes the DagCoordinator
+/// (`created`), which creates the dependent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_passes_the_coordinator_only_when_the_graph_concerns_its_job() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "lone",
+        "version: v1\njob:\n  name: lone\n  exec: { type: shell, command: 'true' }\n",
+    )
+    .await;
+    apply_job(
+        &nats,
+        "up",
+        "version: v1\njob:\n  name: up\n  exec: { type: shell, command: 'true' }\n",
+    )
+    .await;
+    apply_job(
+        &nats,
+        "down",
+        "version: v1\njob:\n  name: down\n  deps: [ { name: up } ]\n  exec: { type: shell, command: 'true' }\n",
+    )
+    .await;
+    let mut created = client
+        .nats
+        .subscribe(client.subjects().created_all())
+        .await
+        .unwrap();
+    let mut ready = client
+        .nats
+        .subscribe(client.subjects().ready_all())
+        .await
+        .unwrap();
+    let handed = |message: Option<async_nats::Message>| {
+        let message = message.expect("a hand-off");
+        let work: ax_bus::messages::WorkItem = ax_bus::codec::decode(&message.payload).unwrap();
+        work.job().to_string()
+    };
+    let lone = trigger(&nats, &["lone"]);
+    let first = tokio::time::timeout(Duration::from_secs(20), ready.next())
+        .await
+        .expect("lone handed to the Router");
+    assert_eq!(handed(first), "lone");
+    final_record(&client, &lone, Duration::from_secs(20)).await;
+    // Its hand-off to the coordinator would have come before it ran.
+    let passed = tokio::time::timeout(Duration::from_millis(500), created.next()).await;
+    let passed = passed.map(|m| m.map(|m| m.subject.to_string()));
+    assert!(passed.is_err(), "lone passed the coordinator: {passed:?}");
+    let up = trigger(&nats, &["up"]);
+    let first = tokio::time::timeout(Duration::from_secs(20), created.next())
+        .await
+        .expect("up handed to the coordinator");
+    assert_eq!(handed(first), "up");
+    final_record(&client, &up, Duration::from_secs(20)).await;
+    let down = wait_for(Duration::from_secs(30), "the dependent to run", || async {
+        instances(&client, "down")
+            .await
+            .into_iter()
+            .find(|r| r.state == ax_bus::State::Success)
+    })
+    .await;
+    assert_eq!(down.trigger, ax_bus::instance::Trigger::Deps);
+}

@@ -230,8 +230,8 @@ async fn a_dispatch_delivered_twice_runs_once() {
 
 /// One fence: a second dispatch of an attempt running on one worker — another dispatch id, to
 /// the other worker — is refused by the record (started already), and the attempt runs and
-/// ends once, on the first. Shorter than a lease renewal, it leaves no claim behind: its start
-/// was its only fence.
+/// ends once, on the first; a copy refused for a forged definition does not end it either.
+/// Shorter than a lease renewal, it leaves no claim behind: its start was its only fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_dispatch_of_a_running_attempt_elsewhere_is_refused() {
     let nats = TestNats::start();
@@ -261,36 +261,51 @@ async fn a_second_dispatch_of_a_running_attempt_elsewhere_is_refused() {
         ("n1", &n1)
     };
     let (job, _) = client.job(&support::job("twice")).await.unwrap().unwrap();
-    let mut work = WorkItem::for_attempt(&record, job.spec);
-    work.dispatch = Some(ax_bus::ids::DispatchId::random());
-    work.worker = Some(support::node(other));
-    client
-        .js
-        .publish(
-            client
+    let send_copy = |spec: ax_bus::JobSpec| {
+        let mut work = WorkItem::for_attempt(&record, spec);
+        work.dispatch = Some(ax_bus::ids::DispatchId::random());
+        work.worker = Some(support::node(other));
+        let client = client.clone();
+        async move {
+            let subject = client
                 .subjects()
-                .dispatch(other, ax_bus::spec::Priority::Normal),
-            ax_bus::codec::encode(&work).unwrap(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+                .dispatch(other, ax_bus::spec::Priority::Normal);
+            let payload = ax_bus::codec::encode(&work).unwrap();
+            client
+                .js
+                .publish(subject, payload)
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    let refused_in_log = |what: &'static str| {
+        let log = other_log;
+        move || async move { log.log_text().contains(what).then_some(()) }
+    };
+    send_copy(job.spec.clone()).await;
+    wait_for(
+        Duration::from_secs(20),
+        "the second dispatch to be refused",
+        refused_in_log("not ours to run (started by another dispatch)"),
+    )
+    .await;
+    // A third copy, its definition forged: refused before it starts, and its refusal cannot
+    // end the attempt that runs elsewhere.
+    let mut forged = job.spec.clone();
+    forged.exec.command = Some("echo forged".into());
+    send_copy(forged).await;
+    wait_for(
+        Duration::from_secs(20),
+        "the forged dispatch's refusal dropped",
+        refused_in_log("result of a superseded attempt dropped"),
+    )
+    .await;
     let done = final_record(&client, &id, Duration::from_secs(30)).await;
     assert_eq!(done.state, State::Success, "{}", done.message);
     assert_eq!(done.worker.as_ref(), Some(&runner));
     assert_eq!((done.attempt, &done.trace_id), (1, &record.trace_id));
-    wait_for(
-        Duration::from_secs(20),
-        "the second dispatch to be refused",
-        || async {
-            other_log
-                .log_text()
-                .contains("not ours to run (started by another dispatch)")
-                .then_some(())
-        },
-    )
-    .await;
     let ran = std::fs::read_to_string(&ledger).unwrap();
     assert_eq!(
         ran.lines().collect::<Vec<_>>(),

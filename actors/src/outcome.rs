@@ -141,11 +141,12 @@ async fn failed_for_good(client: &AxClient, outcome: &Outcome) -> Result<(), Act
 /// Attempts an instance may lose with their worker before it fails.
 pub(crate) const MAX_WORKER_LOSSES: u32 = 3;
 
-/// Attempt `trace` of `instance_id`, started by `worker`, was lost with it (the worker died, or
-/// a process of it was killed while the command ran): its claim is revoked (written revoked,
-/// if the attempt had not renewed one yet) — so that it can never run or report again — and the instance moves to a new attempt under a new trace id
-/// (tag `worker_lost`; after [`MAX_WORKER_LOSSES`] it fails), whose result says the attempt was
-/// lost. Resumable: run again after a failure halfway, it finishes what is left.
+/// Attempt `trace` of `instance_id`, started by `worker`, was lost with it (the worker died, or a
+/// process of it was killed while the command ran): its claim is revoked (written revoked, if the
+/// attempt had not renewed one yet) — so that it can never run or report again — and the instance
+/// moves to a new attempt under a new trace id (tag `worker_lost`; after [`MAX_WORKER_LOSSES`] it
+/// fails), whose result says the attempt was lost. Resumable: run again after a failure halfway, it
+/// finishes what is left.
 pub(crate) async fn lost(
     client: &AxClient,
     node: &NodeId,

@@ -9,7 +9,8 @@
 //! - [`TraceId`]: one attempt of one instance, 32 hex digits, carried by every dispatch, claim,
 //!   report and log line of that attempt; random, except for a first attempt (derived from the
 //!   instance id, see [`TraceId::first_of`]).
-//! - [`DispatchId`]: one dispatch of an attempt to a worker (the record names the one that started it).
+//! - [`DispatchId`]: one dispatch of an attempt to a worker (the record names the one that
+//!   started it).
 //! - [`TriggerKey`]: a business's idempotency key for a trigger, `[A-Za-z0-9_.-]{1,128}`
 //!   without empty dot-separated parts; the instance of a keyed trigger is `<job>.key-<key>`,
 //!   so the same trigger sent twice (or retried after a lost reply) creates one instance.

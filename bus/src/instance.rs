@@ -449,6 +449,20 @@ impl InstanceRecord {
         next
     }
 
+    /// The worker that started attempt `trace_id`, if it is the current one and executing.
+    pub fn started_by(&self, trace_id: &TraceId) -> Option<&WorkerId> {
+        let started = self.trace_id == *trace_id
+            && self.state == State::Running
+            && self.tag == Tag::Executing;
+        self.worker.as_ref().filter(|_| started)
+    }
+
+    /// Whether attempt `trace_id` is the current one and no dispatch has started it yet: what
+    /// a re-dispatch of it is still for.
+    pub fn awaits_start(&self, trace_id: &TraceId) -> bool {
+        self.trace_id == *trace_id && self.state == State::Running && self.tag != Tag::Executing
+    }
+
     fn check_current(&self, trace_id: &TraceId) -> Result<(), TransitionRefused> {
         if self.trace_id != trace_id {
             return Err(TransitionRefused::StaleAttempt {
@@ -496,6 +510,8 @@ impl InstanceRecord {
             }
         }
         let mut next = self.clone();
+        // Spent: the record names the dispatch that started the attempt from now on.
+        next.reserved = None;
         next.tag = Tag::Executing;
         next.worker = Some(worker.clone());
         next.started_at = Some(at);
@@ -798,6 +814,9 @@ pub(crate) mod tests {
         let started = record().started(&tr(1), &w1, crate::time::now(), &note);
         let started = started.unwrap();
         assert_eq!(started.tag, Tag::Executing);
+        assert!(record().awaits_start(&tr(1)) && !started.awaits_start(&tr(1)));
+        assert_eq!(started.started_by(&tr(1)), Some(&w1));
+        assert_eq!(started.started_by(&tr(2)), None);
         let w2 = WorkerId::parse("w2").unwrap();
         for worker in [&w1, &w2] {
             assert_eq!(
@@ -838,6 +857,7 @@ pub(crate) mod tests {
         );
         let started = reserved.started(&tr(1), &w1, crate::time::now(), &note(&second));
         let started = started.unwrap();
+        assert_eq!(started.reserved, None, "spent once the attempt starts");
         // Once started, nothing can be reserved any more; a reservation of an earlier attempt
         // does not bind a later one.
         assert_eq!(

@@ -3,20 +3,20 @@
 //! its last change or its fire time — 45 s for a first attempt never handed on, which a
 //! Scheduler's orphan watch may be about to adopt.
 //!
-//! Each rule of ax gives every step a durable owner — a message in a work-queue stream, a
-//! record started by a live worker (then a claim with a lease), a re-dispatch in flight — so a stranded instance means a rule was broken
-//! somewhere (issue #15 found two such places). This sweep is the net under the rules: it
-//! follows the instances bucket (the records that are not final, in memory) and, on the node
-//! that holds the janitor lease, checks every record unchanged for [`STRANDED_AFTER`] (see
-//! [`quiet_for`]):
+//! Each rule of ax gives every step a durable owner — a message in a work-queue stream, a record
+//! started by a live worker (then a claim with a lease), a re-dispatch in flight — so a stranded
+//! instance means a rule was broken somewhere (issue #15 found two such places). This sweep is the
+//! net under the rules: it follows the instances bucket (the records that are not final, in memory)
+//! and, on the node that holds the janitor lease, checks every record unchanged for
+//! [`STRANDED_AFTER`] (see [`quiet_for`]):
 //! - **queued** (`queued`, `no_worker`): owned while a message of its attempt waits in
 //!   `AX_FLOW` or `AX_DISPATCH` (any of them: created, ready, dispatch), or while a re-dispatch
 //!   of it is in flight (its record reserved for it). Resumed by a re-dispatch, under a new
 //!   reservation.
 //! - **executing**: owned while its worker holds the claim with a live lease, or is still
 //!   known to the Router (the janitor judges a silent worker) and holds the claim or has not
-//!   renewed one yet (an attempt writes its claim at its first renewal). Resumed as a lost attempt (tag
-//!   `worker_lost`, a new attempt under a new trace id).
+//!   renewed one yet (an attempt writes its claim at its first renewal). Resumed as a lost
+//!   attempt (tag `worker_lost`, a new attempt under a new trace id).
 //! - **waiting for its retry** past its due time: owned while its retry message waits in
 //!   `AX_FLOW`. Resumed by running the retry.
 //!

@@ -227,11 +227,7 @@ impl Dispatcher {
             .client
             .instance(&pending.work.instance_id)
             .await?
-            .is_some_and(|(record, _)| {
-                record.trace_id == trace
-                    && record.state == State::Running
-                    && record.tag != Tag::Executing
-            });
+            .is_some_and(|(record, _)| record.awaits_start(&trace));
         if !waits {
             return Ok(());
         }

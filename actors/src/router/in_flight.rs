@@ -10,7 +10,6 @@
 
 use ax_bus::client::in_flight::InFlight;
 use ax_bus::messages::AlertKind;
-use ax_bus::{State, Tag};
 
 use super::Dispatcher;
 use crate::jetstream::publish;
@@ -37,10 +36,11 @@ async fn finish(shared: &Dispatcher, entry: InFlight) -> Result<(), ActorError> 
         _ => return Ok(()),
     }
     let instance = &entry.work.instance_id;
-    let current = client.instance(instance).await?.is_some_and(|(record, _)| {
-        // Started (by this dispatch or another of the attempt): nothing left to dispatch.
-        record.trace_id == *trace && record.state == State::Running && record.tag != Tag::Executing
-    });
+    // Started (by this dispatch or another of the attempt) or moved on: nothing to dispatch.
+    let current = client
+        .instance(instance)
+        .await?
+        .is_some_and(|(record, _)| record.awaits_start(trace));
     if !current {
         client.settle_in_flight(trace).await?;
         return Ok(());

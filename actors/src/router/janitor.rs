@@ -29,11 +29,11 @@ use async_nats::connection::State as ConnectionState;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use futures::StreamExt;
 
+use ax_bus::codec;
 use ax_bus::error::NatsError;
 use ax_bus::ids::WorkerId;
 use ax_bus::messages::{AlertKind, WorkItem, WorkerInfo};
 use ax_bus::spec::Priority;
-use ax_bus::{codec, State, Tag};
 
 use super::{consistency, in_flight, Dispatcher, Forget, Silent};
 use crate::jetstream::{consume, publish};
@@ -192,46 +192,31 @@ async fn drain_into(
     }
 }
 
-/// A dispatch the dead worker received or not: lost if the dead worker started it (its claim,
-/// or before its first renewal its record, says so), left alone if another worker started the
-/// attempt or the dispatch is stale (revoked, or reserved for a later dispatch, whose
+/// A dispatch the dead worker received or not, judged by its record: lost if the dead worker
+/// started it ([`crate::outcome::lost`] revokes its claim, written or not), left alone if
+/// another worker started it, if it moved on, or if it is reserved for a later dispatch (whose
 /// re-dispatch is in flight and owned by the sweep), re-dispatched otherwise.
 async fn lost_dispatch(
     shared: &Dispatcher,
     work: WorkItem,
     dead: &WorkerId,
 ) -> Result<(), ActorError> {
-    let client = &shared.client;
-    let lost = || {
-        crate::outcome::lost(
-            client,
-            &shared.node,
-            &work.instance_id,
-            &work.trace_id,
-            dead,
-        )
-    };
-    match client.claim_of(&work.trace_id).await? {
-        Some((claim, _)) if claim.revoked => return Ok(()),
-        Some((claim, _)) if claim.worker.as_ref() == Some(dead) => return lost().await,
-        Some(_) => return Ok(()),
-        None => {}
-    }
+    let (client, trace) = (&shared.client, &work.trace_id);
     let Some((record, _)) = client.instance(&work.instance_id).await? else {
         return Ok(());
     };
-    let current = record.trace_id == work.trace_id && record.state == State::Running;
-    let reserved_elsewhere = record.reserved.as_ref().is_some_and(|r| {
-        r.trace_id == work.trace_id && work.dispatch.as_ref() != Some(&r.dispatch)
-    });
-    if !current || record.tag != Tag::Executing {
-        if reserved_elsewhere {
+    if let Some(worker) = record.started_by(trace) {
+        if worker != dead {
             return Ok(());
         }
-        return shared.redispatch(work, vec![dead.clone()]).await;
+        return crate::outcome::lost(client, &shared.node, &work.instance_id, trace, dead).await;
     }
-    if record.worker.as_ref() == Some(dead) {
-        return lost().await;
+    let reserved_elsewhere = record
+        .reserved
+        .as_ref()
+        .is_some_and(|r| r.trace_id == *trace && work.dispatch.as_ref() != Some(&r.dispatch));
+    if !record.awaits_start(trace) || reserved_elsewhere {
+        return Ok(());
     }
-    Ok(())
+    shared.redispatch(work, vec![dead.clone()]).await
 }

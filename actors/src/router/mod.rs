@@ -2,11 +2,10 @@
 //! Owns the view of live workers and their load ([`fleet`]), the dispatches awaiting an
 //! acknowledgement ([`acks`]), and which priority queues are paused. Reads the workers bucket
 //! (heartbeats, replayed on start), the queues bucket (paused priorities),
-//! `ax.internal.ready.<priority>` (one consumer per priority) and `ax.internal.ack.<node>`;
-//! writes `ax.internal.dispatch.<worker>.<priority>`, re-dispatch reservations, and the `no_worker`
-//! and `worker_lost` outcomes. On the node that holds the janitor lease it also hands over the
-//! work of workers that died ([`janitor`]), and every Router keeps the dead letters
-//! ([`dead_letters`]).
+//! `ax.internal.ready.<priority>` (one consumer per priority) and `ax.internal.ack.<node>`; writes
+//! `ax.internal.dispatch.<worker>.<priority>`, re-dispatch reservations, and the `no_worker` and
+//! `worker_lost` outcomes. On the node that holds the janitor lease it also hands over the work of
+//! workers that died ([`janitor`]), and every Router keeps the dead letters ([`dead_letters`]).
 //!
 //! The actor owns that state and changes it only in its message handlers; its pumps ([`pumps`])
 //! read the streams and deliver to it — a heartbeat, a paused queue, an acknowledgement, a
@@ -15,9 +14,9 @@
 //!
 //! Each attempt goes to the eligible worker with the lowest score; a worker that does not
 //! acknowledge within `ack_timeout` loses it to the next best (the reservation written in the
-//! record makes sure the first dispatch can never start it afterwards). With no eligible worker the attempt stays
-//! `running` with tag `no_worker` and is looked at again every second. A paused priority's queue
-//! is not consumed: its messages wait in the stream.
+//! record makes sure the first dispatch can never start it afterwards). With no eligible worker the
+//! attempt stays `running` with tag `no_worker` and is looked at again every second. A paused
+//! priority's queue is not consumed: its messages wait in the stream.
 
 pub(crate) mod acks;
 pub(crate) mod backlog;

@@ -72,7 +72,7 @@ impl Graph {
             return true;
         }
         let known = self.known();
-        !known.loaded || known.dependents.get(&spec.name).is_some_and(|n| *n > 0)
+        !known.loaded || known.dependents.contains_key(&spec.name)
     }
 }
 

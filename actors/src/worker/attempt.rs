@@ -178,11 +178,7 @@ impl Attempts {
                 return Skip::Later;
             }
         };
-        let started_here = record.trace_id == *trace
-            && record.state == ax_bus::State::Running
-            && record.tag == Tag::Executing
-            && record.worker.as_ref() == Some(me);
-        if !started_here {
+        if record.started_by(trace) != Some(me) {
             tracing::info!(%trace, worker = ?record.worker, "attempt not ours to run (started by another dispatch); skipped");
             return Skip::Done;
         }

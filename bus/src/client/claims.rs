@@ -31,7 +31,6 @@ use crate::client::{AxClient, ClientError};
 use crate::codec;
 use crate::error::{BoxError, NatsError};
 use crate::ids::{DispatchId, InstanceId, TraceId, WorkerId};
-use crate::instance::{State, Tag};
 
 /// The value under an attempt's key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,10 +197,7 @@ impl AxClient {
         let Some((record, _)) = self.instance(instance).await? else {
             return Ok(None);
         };
-        let started = record.trace_id == *trace
-            && record.state == State::Running
-            && record.tag == Tag::Executing
-            && record.worker.as_ref() == Some(worker);
+        let started = record.started_by(trace) == Some(worker);
         Ok(started.then(|| record.dispatch.and_then(|note| note.dispatch)))
     }
 

@@ -126,7 +126,7 @@ async fn count<F, Fut, T>(
     monitor: &async_nats::Client,
     prefix: &'static str,
     until: F,
-) -> Result<BTreeMap<String, u64>>
+) -> Result<BTreeMap<String, Tally>>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
@@ -135,7 +135,7 @@ where
     monitor.flush().await?;
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let counting = tokio::spawn(async move {
-        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut counts: BTreeMap<String, Tally> = BTreeMap::new();
         loop {
             let message = tokio::select! {
                 message = everything.next() => message,
@@ -149,7 +149,9 @@ where
                 &message.subject,
                 message.reply.as_ref().map(|r| r.as_str()),
             );
-            *counts.entry(kind).or_default() += 1;
+            let tally = counts.entry(kind).or_default();
+            tally.messages += 1;
+            tally.bytes += message.length as u64;
         }
     });
     until().await?;
@@ -159,9 +161,18 @@ where
     Ok(tokio::time::timeout(Duration::from_secs(10), counting).await??)
 }
 
-/// The figures of one fire of `n` instances: the total per instance, then each kind.
-fn tally(n: usize, which: &str, counts: BTreeMap<String, u64>) -> Vec<Figure> {
-    let total: u64 = counts.values().sum();
+/// What one kind of message added up to.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    messages: u64,
+    /// Subjects, reply subjects, headers and payloads, as the server routed them.
+    bytes: u64,
+}
+
+/// The figures of one fire of `n` instances: the totals per instance, then each kind.
+fn tally(n: usize, which: &str, counts: BTreeMap<String, Tally>) -> Vec<Figure> {
+    let total: u64 = counts.values().map(|t| t.messages).sum();
+    let bytes: u64 = counts.values().map(|t| t.bytes).sum();
     let per = |count: u64| count as f64 / n as f64;
     let (name, note) = match which {
         "first" => (
@@ -173,21 +184,38 @@ fn tally(n: usize, which: &str, counts: BTreeMap<String, u64>) -> Vec<Figure> {
             format!("the same {n} jobs {BETWEEN} s later (what a job firing again and again costs), by kind below"),
         ),
     };
-    let mut figures = vec![Figure {
-        section: "wire",
-        name,
-        value: per(total),
-        unit: "msg",
-        note,
-    }];
-    let mut kinds: Vec<(String, u64)> = counts.into_iter().collect();
-    kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    figures.extend(kinds.into_iter().map(|(kind, count)| Figure {
+    let mut figures = vec![
+        Figure {
+            section: "wire",
+            name,
+            value: per(total),
+            unit: "msg",
+            note,
+        },
+        Figure {
+            section: "wire",
+            name: format!("{which} fire: bytes per instance on the wire"),
+            value: per(bytes),
+            unit: "B",
+            note: "subjects, reply subjects, headers and payloads of those messages".into(),
+        },
+    ];
+    let mut kinds: Vec<(String, Tally)> = counts.into_iter().collect();
+    kinds.sort_by(|a, b| {
+        (b.1.messages, b.1.bytes)
+            .cmp(&(a.1.messages, a.1.bytes))
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    figures.extend(kinds.into_iter().map(|(kind, tally)| Figure {
         section: "wire",
         name: format!("{which} fire: {kind}"),
-        value: per(count),
+        value: per(tally.messages),
         unit: "msg",
-        note: format!("{count} in all"),
+        note: format!(
+            "{} in all, {:.0} B per instance",
+            tally.messages,
+            per(tally.bytes)
+        ),
     }));
     figures
 }

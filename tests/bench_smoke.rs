@@ -37,7 +37,9 @@ fn quick_bench_prints_sane_figures() {
     }
     // The messages of an instance, by kind, add up to their total, for a job's first fire and
     // for a later one; a later one reads no definition, and no no-op attempt writes a claim
-    // (its start is fenced by its record; a claim is written by the first lease renewal).
+    // (its start is fenced by its record; a claim is written by the first lease renewal). The
+    // consistency sweep follows the record writes by their headers: its three deliveries carry
+    // no record (about 700 bytes each when they did).
     for which in ["first", "later"] {
         let wire: Vec<&serde_json::Value> =
             figures.iter().filter(|f| f["section"] == "wire").collect();
@@ -48,6 +50,7 @@ fn quick_bench_prints_sane_figures() {
         let kinds: Vec<&serde_json::Value> = wire[start..]
             .iter()
             .take_while(|f| f["name"].as_str().unwrap().starts_with(which))
+            .filter(|f| f["unit"] == "msg")
             .copied()
             .collect();
         let by_kind: f64 = kinds.iter().map(|f| f["value"].as_f64().unwrap()).sum();
@@ -59,6 +62,17 @@ fn quick_bench_prints_sane_figures() {
                 .any(|f| f["name"].as_str().unwrap().ends_with("kv write claims")),
             "{kinds:?}"
         );
+        let sweep = kinds
+            .iter()
+            .find(|f| f["name"] == format!("{which} fire: delivery (KV_wire_instances)"))
+            .unwrap_or_else(|| panic!("{kinds:?}"));
+        let bytes: f64 = sweep["note"]
+            .as_str()
+            .and_then(|note| note.split(", ").nth(1))
+            .and_then(|b| b.strip_suffix(" B per instance"))
+            .and_then(|b| b.parse().ok())
+            .unwrap_or_else(|| panic!("{sweep}"));
+        assert!(bytes < 3.0 * 250.0, "{sweep}");
         if which == "later" {
             assert!(
                 !kinds

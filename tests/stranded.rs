@@ -77,6 +77,23 @@ async fn a_queued_instance_whose_message_was_lost_is_resumed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_record_written_without_its_state_header_is_resumed() {
+    // The sweep follows the headers of the record writes, which name the state; a write that
+    // does not (an earlier version's, a foreign writer's) is read once it stayed unchanged.
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "router,worker", &[]);
+    let record = record_of(&nats, &client, "no-header").await;
+    let bucket = client.layout.instances_bucket();
+    let value = ax_bus::codec::encode(&record).unwrap();
+    let id = record.instance_id.as_str();
+    let put = client.kv_put_pipelined(&bucket, id, value).await.unwrap();
+    put.await.unwrap();
+    let done = resumed(&client, &record, &node).await;
+    assert_eq!((done.attempt, &done.trace_id), (1, &record.trace_id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_of_a_forgotten_worker_is_lost_and_run_again() {
     forgotten_worker_lost("forgotten-worker", true).await;
 }

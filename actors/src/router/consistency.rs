@@ -6,7 +6,7 @@
 //! Each rule of ax gives every step a durable owner — a message in a work-queue stream, a record
 //! started by a live worker (then a claim with a lease), a re-dispatch in flight — so a stranded
 //! instance means a rule was broken somewhere (issue #15 found two such places). This sweep is the
-//! net under the rules: it follows the instances bucket (the records that are not final, in memory)
+//! net under the rules: it follows the instances bucket (which records are not final, in memory)
 //! and, on the node that holds the janitor lease, checks every record unchanged for
 //! [`STRANDED_AFTER`] (see [`quiet_for`]):
 //! - **queued** (`queued`, `no_worker`): owned while a message of its attempt waits in
@@ -25,9 +25,12 @@
 //! second check, one period later, finds it unchanged and still without one: a step between
 //! two owners (a message consumed, its successor not yet written) is not a stranding.
 //!
-//! The cost: nothing while every open record changes within [`STRANDED_AFTER`]; otherwise one
-//! read of each waiting message's headers in the two streams, and a claim read per executing
-//! record left over, every [`CHECK_EVERY`].
+//! The cost: the headers of every record write (each names the record's state, see
+//! [`ax_bus::client::record_writes`]: a write that closes a record ends its watch, and the sweep
+//! never reads the record); nothing more while every open record changes within
+//! [`STRANDED_AFTER`]; otherwise one read of each record left open that long (once per
+//! revision), and every [`CHECK_EVERY`] one read of each waiting message's headers in the two
+//! streams and a claim read per executing record left over.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -36,8 +39,10 @@ use async_nats::jetstream::stream::DirectGetErrorKind;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
+use async_nats::jetstream::kv::Operation;
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
-use ax_bus::error::NatsError;
+use ax_bus::client::record_writes::state_of;
+use ax_bus::error::{During, NatsError};
 use ax_bus::ids::{InstanceId, WorkerId};
 use ax_bus::messages::{AlertKind, WorkItem};
 use ax_bus::{codec, InstanceRecord, State, Tag};
@@ -50,6 +55,10 @@ use crate::ActorError;
 const STRANDED_AFTER: Duration = Duration::from_secs(15);
 /// How often the records are checked.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
+/// The most records read in one check (each once, when it has stayed open and unchanged for
+/// [`STRANDED_AFTER`]; a backlog — the records of an earlier version, which name no state in
+/// their headers — is read over the following checks).
+const READS_PER_CHECK: usize = 2048;
 /// The longest a stranded instance goes unnoticed, in seconds: unchanged for
 /// [`STRANDED_AFTER`], then found twice, [`CHECK_EVERY`] apart, without an owner.
 const DETECTED_WITHIN_SECS: u64 = 30;
@@ -75,17 +84,21 @@ enum Step {
 /// An open record as last seen.
 #[derive(Debug)]
 struct Watched {
-    record: InstanceRecord,
+    /// The record, once read: the feed carries only the headers of each write.
+    record: Option<InstanceRecord>,
     revision: u64,
     changed: DateTime<Utc>,
 }
 
-/// Follows the instances bucket and checks the open records every [`CHECK_EVERY`], until the
-/// feed fails.
+/// Follows the instances bucket (the headers of each write: its state, see
+/// [`ax_bus::client::record_writes`]) and checks the open records every [`CHECK_EVERY`], until
+/// the feed fails.
 pub(super) async fn watch(shared: Dispatcher) -> Result<(), ActorError> {
     let client = &shared.client;
     let bucket = client.layout.instances_bucket();
-    let mut feed = KvFeed::open(&client.js, &bucket, ">").await?.into_stream();
+    let mut feed = KvFeed::open_headers_only(&client.js, &bucket, ">")
+        .await?
+        .into_stream();
     let mut open: HashMap<InstanceId, Watched> = HashMap::new();
     let mut suspects: HashMap<InstanceId, u64> = HashMap::new();
     let mut every = tokio::time::interval(CHECK_EVERY);
@@ -97,37 +110,36 @@ pub(super) async fn watch(shared: Dispatcher) -> Result<(), ActorError> {
                 None => return Err(ActorError::Stopped("the instances feed")),
             },
             _ = every.tick(), if loaded => {
-                suspects = check(&shared, &open, &suspects).await?;
+                suspects = check(&shared, &mut open, &suspects).await?;
             }
         }
     }
 }
 
-/// Applies one feed item to the open records; true once the snapshot is in.
+/// Applies one feed item to the open records; true once the snapshot is in. A write whose
+/// header names a final state closes its record; any other write (no header: an earlier
+/// version's or a foreign writer's) leaves it open, to be read when it has stayed unchanged.
 fn follow(open: &mut HashMap<InstanceId, Watched>, item: FeedItem) -> bool {
     match item {
         FeedItem::Put {
             key,
-            value,
             revision,
             at,
-        } => match codec::decode::<InstanceRecord>(&value) {
-            Ok(record) if !record.state.is_final() => {
-                let id = record.instance_id.clone();
-                let changed = at;
-                open.insert(
-                    id,
-                    Watched {
-                        record,
-                        revision,
-                        changed,
-                    },
-                );
+            headers,
+            ..
+        } => match InstanceId::parse(&key) {
+            Ok(id) if state_of(headers.as_ref()).is_some_and(State::is_final) => {
+                open.remove(&id);
             }
-            Ok(record) => {
-                open.remove(&record.instance_id);
+            Ok(id) => {
+                let watched = Watched {
+                    record: None,
+                    revision,
+                    changed: at,
+                };
+                open.insert(id, watched);
             }
-            Err(e) => tracing::debug!(%key, error = %e, "undecodable record not watched"),
+            Err(e) => tracing::debug!(%key, error = %e, "a record of no instance not watched"),
         },
         FeedItem::Deleted { key } => {
             if let Ok(id) = InstanceId::parse(&key) {
@@ -137,6 +149,59 @@ fn follow(open: &mut HashMap<InstanceId, Watched>, item: FeedItem) -> bool {
         FeedItem::Current => return true,
     }
     false
+}
+
+/// Reads the records unchanged for [`STRANDED_AFTER`] that were not read yet (at most
+/// [`READS_PER_CHECK`]); those found final, deleted or undecodable are no longer watched.
+async fn read_quiet(
+    shared: &Dispatcher,
+    open: &mut HashMap<InstanceId, Watched>,
+    now: DateTime<Utc>,
+) -> Result<(), ActorError> {
+    let unread: Vec<InstanceId> = open
+        .iter()
+        .filter(|(_, w)| w.record.is_none() && w.changed + since(STRANDED_AFTER) < now)
+        .map(|(id, _)| id.clone())
+        .take(READS_PER_CHECK)
+        .collect();
+    for id in unread {
+        let entry = shared
+            .client
+            .instances
+            .entry(&id)
+            .await
+            .during(|| format!("read instance {id}"))?;
+        let read = entry
+            .filter(|e| e.operation == Operation::Put)
+            .map(|e| (codec::decode::<InstanceRecord>(&e.value), e.revision));
+        let record = match read {
+            Some((Ok(record), revision)) if !record.state.is_final() => (record, revision),
+            Some((Err(e), _)) => {
+                tracing::debug!(instance = %id, error = %e, "undecodable record not watched");
+                open.remove(&id);
+                continue;
+            }
+            _ => {
+                open.remove(&id);
+                continue;
+            }
+        };
+        let (record, revision) = record;
+        match open.get_mut(&id) {
+            // A copy older than the feed's last word on it (a replica behind): read again later.
+            Some(watched) if revision < watched.revision => {}
+            Some(watched) => {
+                if revision > watched.revision {
+                    // Written since the feed's last word on it: changed no earlier than now.
+                    watched.revision = revision;
+                    watched.changed = now;
+                }
+                watched.record = Some(record);
+            }
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 /// The step `record` waits for, if it is one the sweep owns.
@@ -154,8 +219,8 @@ fn step_of(record: &InstanceRecord, now: DateTime<Utc>) -> Option<Step> {
 
 /// Since when a record has waited: its last change, or its fire time if that is later (a
 /// Scheduler hands an instance created ahead of its tick on at the tick).
-fn quiet_since(watched: &Watched) -> DateTime<Utc> {
-    watched.changed.max(watched.record.expected_time)
+fn quiet_since(watched: &Watched, record: &InstanceRecord) -> DateTime<Utc> {
+    watched.changed.max(record.expected_time)
 }
 
 /// How long a record may wait before its owner is checked: [`STRANDED_AFTER`], and for a
@@ -181,29 +246,30 @@ fn since(duration: Duration) -> chrono::Duration {
 /// in a row (at the same revision) and returns those found so for the first time.
 async fn check(
     shared: &Dispatcher,
-    open: &HashMap<InstanceId, Watched>,
+    open: &mut HashMap<InstanceId, Watched>,
     before: &HashMap<InstanceId, u64>,
 ) -> Result<HashMap<InstanceId, u64>, ActorError> {
     let now = ax_bus::time::now();
-    let stale: Vec<(&Watched, Step)> = open
+    read_quiet(shared, open, now).await?;
+    let stale: Vec<(&InstanceRecord, u64, Step)> = open
         .values()
-        .filter(|w| quiet_since(w) + since(quiet_for(&w.record)) < now)
-        .filter_map(|w| step_of(&w.record, now).map(|step| (w, step)))
+        .filter_map(|w| w.record.as_ref().map(|record| (w, record)))
+        .filter(|(w, record)| quiet_since(w, record) + since(quiet_for(record)) < now)
+        .filter_map(|(w, record)| step_of(record, now).map(|step| (record, w.revision, step)))
         .collect();
     if stale.is_empty() {
         return Ok(HashMap::new());
     }
     let waiting = attempts_in_queues(shared).await?;
     let mut suspects = HashMap::new();
-    for (watched, step) in stale {
-        let record = &watched.record;
+    for (record, revision, step) in stale {
         if owned(shared, record, &step, &waiting, now).await? {
             continue;
         }
-        if before.get(&record.instance_id) == Some(&watched.revision) {
+        if before.get(&record.instance_id) == Some(&revision) {
             resume(shared, record, &step).await?;
         } else {
-            suspects.insert(record.instance_id.clone(), watched.revision);
+            suspects.insert(record.instance_id.clone(), revision);
         }
     }
     Ok(suspects)

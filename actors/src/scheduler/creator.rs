@@ -24,15 +24,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
-use async_nats::jetstream::message::PublishMessage;
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
+use ax_bus::client::record_writes::{record_message, wrong_last_sequence};
 use ax_bus::error::{During, NatsError, Reason};
 use ax_bus::ids::NodeId;
 use ax_bus::messages::{AlertKind, StoredRecord, TickOutcome};
 use ax_bus::spec::Overlap;
-use ax_bus::{codec, AxClient, InstanceRecord, State, Tag};
+use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
 use crate::jetstream::publish;
 use crate::scheduler::delayed;
@@ -365,9 +365,7 @@ impl Batch<'_> {
     async fn publish_record(&self, request: &Request) -> Pending {
         let record = &request.instance.record;
         let bucket = self.client.layout.instances_bucket();
-        let message = PublishMessage::build()
-            .expected_last_subject_sequence(0)
-            .payload(codec::encode(record)?);
+        let message = record_message(record, 0)?;
         self.client
             .js
             .send_publish(format!("$KV.{bucket}.{}", record.instance_id), message)
@@ -395,7 +393,7 @@ impl Batch<'_> {
                 });
                 Existing::Ours
             }
-            Err(e) if record_exists(&e) => {
+            Err(e) if wrong_last_sequence(&e) => {
                 match existing(self.client, &request.instance.record).await {
                     Ok(found) => found,
                     Err(e) => {
@@ -542,19 +540,6 @@ async fn hand_off(
     }
     publish::event(client, &instance.record).await;
     Ok(acks)
-}
-
-/// Whether a create-if-absent publish failed because the key has a record already. The
-/// server answers with error code 10071 or, in some cases since 2.12, 10164 (the same
-/// refusal without the sequence in its text), which the client does not classify.
-fn record_exists(error: &PublishError) -> bool {
-    error.kind() == PublishErrorKind::WrongLastSequence
-        || std::error::Error::source(error)
-            .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
-            .is_some_and(|e| {
-                e.error_code()
-                    == async_nats::jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE_CONSTANT
-            })
 }
 
 /// Whether a publish was refused because a message with the same id is being stored right

@@ -24,6 +24,8 @@ pub enum FeedItem {
         revision: u64,
         /// When the server stored it.
         at: chrono::DateTime<chrono::Utc>,
+        /// The headers it was written with.
+        headers: Option<async_nats::HeaderMap>,
     },
     /// A key was deleted or purged.
     Deleted {
@@ -108,6 +110,25 @@ impl KvFeed {
         .await
     }
 
+    /// [`KvFeed::open`] delivering the headers of each write without its value (every
+    /// [`FeedItem::Put`] has an empty value): for followers that need to know only that a key
+    /// changed, and what its writer said of it in a header.
+    pub async fn open_headers_only(
+        js: &jetstream::Context,
+        bucket: &str,
+        pattern: &str,
+    ) -> Result<Self, FeedError> {
+        Self::open_with(
+            js,
+            &format!("KV_{bucket}"),
+            &format!("$KV.{bucket}."),
+            pattern,
+            consumer::DeliverPolicy::LastPerSubject,
+            true,
+        )
+        .await
+    }
+
     /// Opens a feed over the messages of `stream` whose subjects are `prefix` + `pattern`; keys
     /// are what follows `prefix`. With `LastPerSubject` it reads like a bucket; with `All` it
     /// gives every message kept (a history).
@@ -117,6 +138,17 @@ impl KvFeed {
         prefix: &str,
         pattern: &str,
         deliver_policy: consumer::DeliverPolicy,
+    ) -> Result<Self, FeedError> {
+        Self::open_with(js, stream, prefix, pattern, deliver_policy, false).await
+    }
+
+    async fn open_with(
+        js: &jetstream::Context,
+        stream: &str,
+        prefix: &str,
+        pattern: &str,
+        deliver_policy: consumer::DeliverPolicy,
+        headers_only: bool,
     ) -> Result<Self, FeedError> {
         let err = |source: crate::error::BoxError| FeedError {
             bucket: stream.to_string(),
@@ -129,6 +161,7 @@ impl KvFeed {
                 filter_subject: format!("{prefix}{pattern}"),
                 deliver_policy,
                 replay_policy: consumer::ReplayPolicy::Instant,
+                headers_only,
                 ..Default::default()
             })
             .await
@@ -238,6 +271,7 @@ impl KvFeed {
                 value: message.payload.clone(),
                 revision,
                 at,
+                headers: message.headers.clone(),
             },
         }))
     }
@@ -264,6 +298,7 @@ impl KvFeed {
                     value,
                     revision,
                     at,
+                    ..
                 } => {
                     values.insert(key, (value, revision, at));
                 }

@@ -11,6 +11,7 @@ pub mod in_flight;
 pub mod kv_view;
 pub mod local_server;
 pub mod provision;
+pub mod record_writes;
 pub mod registered;
 pub mod reports;
 pub mod status;
@@ -832,20 +833,17 @@ impl AxClient {
         let id = &record.instance_id;
         let mut stamped = record.clone();
         stamped.written_by = self.writer.clone();
-        match self.instances.create(id, codec::encode(&stamped)?).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                let ours = self
-                    .instance(id)
-                    .await?
-                    .is_some_and(|(r, _)| r.trace_id == record.trace_id);
-                if !ours {
-                    tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
-                }
-                Ok(ours)
-            }
-            Err(e) => Err(NatsError::new(format!("create instance {id}"), e).into()),
+        if self.create_record(&stamped).await? {
+            return Ok(true);
         }
+        let ours = self
+            .instance(id)
+            .await?
+            .is_some_and(|(r, _)| r.trace_id == record.trace_id);
+        if !ours {
+            tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
+        }
+        Ok(ours)
     }
 
     /// Puts `value` under `key` in `bucket` without waiting: the returned future is the
@@ -919,14 +917,8 @@ impl AxClient {
                 Err(refused) => return Ok(Updated::Refused(refused)),
             };
             next.written_by = self.writer.clone();
-            match self
-                .instances
-                .update(id, codec::encode(&next)?, revision)
-                .await
-            {
-                Ok(revision) => return Ok(Updated::Written(Box::new(next), revision)),
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(NatsError::new(format!("update instance {id}"), e).into()),
+            if let Some(revision) = self.write_record(id, &next, revision).await? {
+                return Ok(Updated::Written(Box::new(next), revision));
             }
         }
         Err(NatsError::new(

@@ -186,3 +186,62 @@ async fn next_ready(
         }
     }
 }
+
+/// The state header of the write stored under `revision`.
+async fn state_header(client: &AxClient, revision: u64) -> Option<String> {
+    let stream = client
+        .js
+        .get_stream(format!("KV_{}", client.layout.instances_bucket()))
+        .await
+        .unwrap();
+    let message = stream.get_raw_message(revision).await.unwrap();
+    let header = message
+        .headers
+        .get(ax_bus::client::record_writes::STATE_HEADER)
+        .map(|v| v.as_str().to_string());
+    header
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_write_names_its_state_and_a_deleted_record_is_created_again() {
+    // The consistency sweep reads the state from the header, never the record: a write
+    // without it would cost a read, a wrong one would hide a stranded instance.
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let created = queued();
+    let id = &created.instance_id.clone();
+    assert!(client.create_instance(&created).await.unwrap());
+    let (_, revision) = client.instance(id).await.unwrap().unwrap();
+    assert_eq!(
+        state_header(&client, revision).await.as_deref(),
+        Some("running")
+    );
+    // Its own earlier write (an ack lost): still ours; another trace's: not.
+    assert!(client.create_instance(&created).await.unwrap());
+    let mut other = created.clone();
+    other.trace_id = ax_bus::ids::TraceId::random();
+    assert!(!client.create_instance(&other).await.unwrap());
+
+    let finish = |r: &InstanceRecord| {
+        let mut next = r.clone();
+        next.state = ax_bus::State::Success;
+        Ok(next)
+    };
+    let update = client.update_instance(id, finish).await.unwrap();
+    let (_, revision) = written(&client, update).await;
+    assert_eq!(
+        state_header(&client, revision).await.as_deref(),
+        Some("success")
+    );
+
+    // Deleted (or purged), the key takes a new record, with its header.
+    client.instances.delete(id).await.unwrap();
+    assert!(client.instance(id).await.unwrap().is_none());
+    assert!(client.create_instance(&other).await.unwrap());
+    let (stored, revision) = client.instance(id).await.unwrap().unwrap();
+    assert_eq!(stored.trace_id, other.trace_id);
+    assert_eq!(
+        state_header(&client, revision).await.as_deref(),
+        Some("running")
+    );
+}

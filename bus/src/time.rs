@@ -22,9 +22,15 @@ pub fn from_millis(ms: i64) -> DateTime<Utc> {
 
 /// RFC 3339 with milliseconds and `Z`, e.g. `2026-11-29T18:37:00.123Z`.
 pub fn rfc3339(t: DateTime<Utc>) -> String {
-    match canonical(t) {
-        Some(bytes) => bytes.iter().map(|&b| char::from(b)).collect(),
-        None => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    with_rfc3339(t, str::to_owned)
+}
+
+/// `f` of [`rfc3339`]'s text, without allocating it in the usual case.
+fn with_rfc3339<R>(t: DateTime<Utc>, f: impl FnOnce(&str) -> R) -> R {
+    let text = canonical(t);
+    match text.as_ref().and_then(|b| std::str::from_utf8(b).ok()) {
+        Some(text) => f(text),
+        None => f(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
     }
 }
 
@@ -101,13 +107,7 @@ pub mod wire {
 
     /// Writes `t` as [`super::rfc3339`] does.
     pub fn serialize<S: Serializer>(t: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
-        match super::canonical(*t) {
-            Some(text) => match std::str::from_utf8(&text) {
-                Ok(text) => serializer.serialize_str(text),
-                Err(_) => serializer.serialize_str(&super::rfc3339(*t)),
-            },
-            None => serializer.serialize_str(&super::rfc3339(*t)),
-        }
+        super::with_rfc3339(*t, |text| serializer.serialize_str(text))
     }
 
     /// Reads any RFC 3339 instant.

@@ -152,7 +152,7 @@ fn follow(open: &mut HashMap<InstanceId, Watched>, item: FeedItem) -> bool {
 }
 
 /// Reads the records unchanged for [`STRANDED_AFTER`] that were not read yet (at most
-/// [`READS_PER_CHECK`]); those found final, deleted or undecodable are no longer watched.
+/// [`READS_PER_CHECK`]).
 async fn read_quiet(
     shared: &Dispatcher,
     open: &mut HashMap<InstanceId, Watched>,
@@ -174,34 +174,40 @@ async fn read_quiet(
         let read = entry
             .filter(|e| e.operation == Operation::Put)
             .map(|e| (codec::decode::<InstanceRecord>(&e.value), e.revision));
-        let record = match read {
-            Some((Ok(record), revision)) if !record.state.is_final() => (record, revision),
-            Some((Err(e), _)) => {
-                tracing::debug!(instance = %id, error = %e, "undecodable record not watched");
-                open.remove(&id);
-                continue;
-            }
-            _ => {
-                open.remove(&id);
-                continue;
-            }
-        };
-        let (record, revision) = record;
-        match open.get_mut(&id) {
-            // A copy older than the feed's last word on it (a replica behind): read again later.
-            Some(watched) if revision < watched.revision => {}
-            Some(watched) => {
-                if revision > watched.revision {
-                    // Written since the feed's last word on it: changed no earlier than now.
-                    watched.revision = revision;
-                    watched.changed = now;
-                }
-                watched.record = Some(record);
-            }
-            None => {}
-        }
+        note_read(open, &id, read, now);
     }
     Ok(())
+}
+
+/// Applies what reading `id` gave: a record found final, deleted or undecodable is no longer
+/// watched; one older than the feed's last word on it (a replica behind) is read again later;
+/// one newer is taken as changed now.
+fn note_read(
+    open: &mut HashMap<InstanceId, Watched>,
+    id: &InstanceId,
+    read: Option<(Result<InstanceRecord, codec::CodecError>, u64)>,
+    now: DateTime<Utc>,
+) {
+    let (record, revision) = match read {
+        Some((Ok(record), revision)) if !record.state.is_final() => (record, revision),
+        Some((Err(e), _)) => {
+            tracing::debug!(instance = %id, error = %e, "undecodable record not watched");
+            open.remove(id);
+            return;
+        }
+        _ => {
+            open.remove(id);
+            return;
+        }
+    };
+    let Some(watched) = open.get_mut(id).filter(|w| revision >= w.revision) else {
+        return;
+    };
+    if revision > watched.revision {
+        watched.revision = revision;
+        watched.changed = now;
+    }
+    watched.record = Some(record);
 }
 
 /// The step `record` waits for, if it is one the sweep owns.
@@ -376,6 +382,109 @@ async fn resume(
         }
         Step::Retry => {
             crate::scheduler::run_retry(client, &record.instance_id, &record.trace_id).await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ax_bus::instance::Trigger;
+
+    fn record() -> InstanceRecord {
+        let doc: ax_bus::spec::JobDocument = serde_json::from_value(serde_json::json!({
+            "version": "v1",
+            "job": {"name": "j", "exec": {"type": "noop"}}
+        }))
+        .unwrap();
+        let now = ax_bus::time::now();
+        InstanceRecord::first(
+            &doc.job,
+            now,
+            "2026-12-03".into(),
+            Default::default(),
+            Trigger::Manual,
+            now,
+        )
+    }
+
+    fn put(record: &InstanceRecord, revision: u64, state: Option<&str>) -> FeedItem {
+        let headers = state.map(|state| {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(ax_bus::client::record_writes::STATE_HEADER, state);
+            headers
+        });
+        FeedItem::Put {
+            key: record.instance_id.to_string(),
+            value: bytes::Bytes::new(),
+            revision,
+            at: ax_bus::time::now(),
+            headers,
+        }
+    }
+
+    #[test]
+    fn a_write_naming_a_final_state_ends_the_watch_and_any_other_keeps_it() {
+        let (mut open, r) = (HashMap::new(), record());
+        follow(&mut open, put(&r, 1, Some("running")));
+        assert_eq!(open[&r.instance_id].revision, 1);
+        follow(&mut open, put(&r, 2, Some("success")));
+        assert!(open.is_empty());
+        // Without the header (an earlier version's write), or naming no state: open, unread.
+        follow(&mut open, put(&r, 3, None));
+        follow(&mut open, put(&r, 4, Some("bogus")));
+        assert!(open[&r.instance_id].record.is_none());
+        let junk = FeedItem::Put {
+            key: "not an id!".into(),
+            value: bytes::Bytes::new(),
+            revision: 5,
+            at: ax_bus::time::now(),
+            headers: None,
+        };
+        follow(&mut open, junk);
+        assert_eq!(open.len(), 1);
+        follow(
+            &mut open,
+            FeedItem::Deleted {
+                key: r.instance_id.to_string(),
+            },
+        );
+        assert!(open.is_empty());
+        assert!(follow(&mut open, FeedItem::Current));
+    }
+
+    #[test]
+    fn a_read_record_is_kept_only_while_open_decodable_and_not_older_than_the_feed() {
+        let r = record();
+        let id = r.instance_id.clone();
+        let now = ax_bus::time::now();
+        let watched = |open: &mut HashMap<InstanceId, Watched>| {
+            follow(open, put(&r, 5, None));
+        };
+        let mut open = HashMap::new();
+        watched(&mut open);
+        let changed = open[&id].changed;
+        // A replica behind the feed: not taken, read again later.
+        note_read(&mut open, &id, Some((Ok(r.clone()), 4)), now);
+        assert!(open[&id].record.is_none());
+        note_read(&mut open, &id, Some((Ok(r.clone()), 5)), now);
+        assert_eq!((open[&id].revision, open[&id].changed), (5, changed));
+        assert!(open[&id].record.is_some());
+        // Written since the feed's last word: changed now.
+        let later = now + chrono::Duration::seconds(1);
+        note_read(&mut open, &id, Some((Ok(r.clone()), 7)), later);
+        assert_eq!((open[&id].revision, open[&id].changed), (7, later));
+        // Final, deleted, or undecodable (hostile bytes in the bucket): no longer watched.
+        let mut done = r.clone();
+        done.state = State::Success;
+        for read in [
+            Some((Ok(done), 8)),
+            None,
+            Some((codec::decode::<InstanceRecord>(b"\xc1"), 8)),
+        ] {
+            watched(&mut open);
+            note_read(&mut open, &id, read, now);
+            assert!(open.is_empty());
         }
     }
 }

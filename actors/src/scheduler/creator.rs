@@ -27,8 +27,8 @@ use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErro
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
-use ax_bus::client::record_writes::{record_message, wrong_last_sequence};
-use ax_bus::error::{During, NatsError, Reason};
+use ax_bus::client::record_writes::wrong_last_sequence;
+use ax_bus::error::{NatsError, Reason};
 use ax_bus::ids::NodeId;
 use ax_bus::messages::{AlertKind, StoredRecord, TickOutcome};
 use ax_bus::spec::Overlap;
@@ -364,14 +364,10 @@ impl Batch<'_> {
     /// Publishes the record with `expected last subject sequence = 0`: a create-if-absent.
     async fn publish_record(&self, request: &Request) -> Pending {
         let record = &request.instance.record;
-        let bucket = self.client.layout.instances_bucket();
-        let message = record_message(record, 0)?;
-        self.client
-            .js
-            .send_publish(format!("$KV.{bucket}.{}", record.instance_id), message)
-            .await
-            .during(|| "create instance")
-            .map_err(ActorError::from)
+        Ok(self
+            .client
+            .publish_record(&record.instance_id, record, 0)
+            .await?)
     }
 
     /// Awaits the record's ack and hands the instance on as what was found calls for.

@@ -100,14 +100,7 @@ impl KvFeed {
         bucket: &str,
         pattern: &str,
     ) -> Result<Self, FeedError> {
-        Self::open_stream(
-            js,
-            &format!("KV_{bucket}"),
-            &format!("$KV.{bucket}."),
-            pattern,
-            consumer::DeliverPolicy::LastPerSubject,
-        )
-        .await
+        Self::open_bucket(js, bucket, pattern, false).await
     }
 
     /// [`KvFeed::open`] delivering the headers of each write without its value (every
@@ -118,15 +111,18 @@ impl KvFeed {
         bucket: &str,
         pattern: &str,
     ) -> Result<Self, FeedError> {
-        Self::open_with(
-            js,
-            &format!("KV_{bucket}"),
-            &format!("$KV.{bucket}."),
-            pattern,
-            consumer::DeliverPolicy::LastPerSubject,
-            true,
-        )
-        .await
+        Self::open_bucket(js, bucket, pattern, true).await
+    }
+
+    async fn open_bucket(
+        js: &jetstream::Context,
+        bucket: &str,
+        pattern: &str,
+        headers_only: bool,
+    ) -> Result<Self, FeedError> {
+        let (stream, prefix) = (format!("KV_{bucket}"), format!("$KV.{bucket}."));
+        let last = consumer::DeliverPolicy::LastPerSubject;
+        Self::open_with(js, &stream, &prefix, pattern, last, headers_only).await
     }
 
     /// Opens a feed over the messages of `stream` whose subjects are `prefix` + `pattern`; keys
@@ -255,24 +251,25 @@ impl KvFeed {
             .strip_prefix(self.prefix.as_str())
             .unwrap_or(message.subject.as_str())
             .to_string();
-        let operation = message
+        let deleted = message
             .headers
             .as_ref()
             .and_then(|h| h.get("KV-Operation"))
-            .map(|v| v.as_str().to_string());
+            .is_some_and(|v| matches!(v.as_str(), "DEL" | "PURGE"));
+        if deleted {
+            return Some(Ok(FeedItem::Deleted { key }));
+        }
         let (revision, at) = message
             .info()
             .map(|i| (i.stream_sequence, crate::time::from_server(i.published)))
             .unwrap_or_else(|_| (0, crate::time::now()));
-        Some(Ok(match operation.as_deref() {
-            Some("DEL") | Some("PURGE") => FeedItem::Deleted { key },
-            _ => FeedItem::Put {
-                key,
-                value: message.payload.clone(),
-                revision,
-                at,
-                headers: message.headers.clone(),
-            },
+        let message = message.message;
+        Some(Ok(FeedItem::Put {
+            key,
+            value: message.payload,
+            revision,
+            at,
+            headers: message.headers,
         }))
     }
 

@@ -31,6 +31,7 @@ use crate::instance::{InstanceRecord, TransitionRefused};
 use chrono::{DateTime, Utc};
 
 use crate::client::provision::{Layout, ProvisionError};
+use crate::client::record_writes::Created;
 use crate::messages::{
     ControlReply, JobRecord, NodeStatus, QueueState, StoredRecord, TickRecord, WorkerInfo,
     REPLY_TO_HEADER,
@@ -833,17 +834,14 @@ impl AxClient {
         let id = &record.instance_id;
         let mut stamped = record.clone();
         stamped.written_by = self.writer.clone();
-        if self.create_record(&stamped).await? {
-            return Ok(true);
+        match self.create_record(&stamped).await? {
+            Created::Written => Ok(true),
+            Created::Exists(trace) if trace == record.trace_id => Ok(true),
+            Created::Exists(_) => {
+                tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
+                Ok(false)
+            }
         }
-        let ours = self
-            .instance(id)
-            .await?
-            .is_some_and(|(r, _)| r.trace_id == record.trace_id);
-        if !ours {
-            tracing::debug!(instance = %id, "already created elsewhere: deduplicated");
-        }
-        Ok(ours)
     }
 
     /// Puts `value` under `key` in `bucket` without waiting: the returned future is the

@@ -8,15 +8,15 @@
 //! open and unchanged long enough to be looked at. A write without the header (an earlier
 //! version's, a foreign writer's) is taken as open: it costs that read, never a missed record.
 
-use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::kv::Operation;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::HeaderMap;
 
 use crate::client::{AxClient, ClientError};
 use crate::codec::{self, CodecError};
-use crate::error::{During, NatsError};
-use crate::ids::InstanceId;
+use crate::error::{During, NatsError, Reason};
+use crate::ids::{InstanceId, TraceId};
 use crate::instance::{InstanceRecord, State};
 
 /// The header of an instance record's write that names its state (`running`, `success`, …).
@@ -24,10 +24,7 @@ pub const STATE_HEADER: &str = "Ax-State";
 
 /// The message that writes `record` if the key's last revision is `expected` (0: the key has
 /// no value).
-pub fn record_message(
-    record: &InstanceRecord,
-    expected: u64,
-) -> Result<PublishMessage, CodecError> {
+fn record_message(record: &InstanceRecord, expected: u64) -> Result<PublishMessage, CodecError> {
     Ok(PublishMessage::build()
         .expected_last_subject_sequence(expected)
         .header(STATE_HEADER, record.state.as_str())
@@ -52,7 +49,33 @@ pub fn wrong_last_sequence(error: &PublishError) -> bool {
             })
 }
 
+/// How a create-if-absent ended.
+#[derive(Debug)]
+pub(crate) enum Created {
+    /// This record is stored.
+    Written,
+    /// The key holds a record, of this attempt (its earlier write, whose ack was lost) or
+    /// another: the stored record's trace id.
+    Exists(TraceId),
+}
+
 impl AxClient {
+    /// Publishes `record` under `id` if that key's last revision is `expected`, without
+    /// waiting: the returned future is the server's answer (for writers that pipeline).
+    pub async fn publish_record(
+        &self,
+        id: &InstanceId,
+        record: &InstanceRecord,
+        expected: u64,
+    ) -> Result<PublishAckFuture, ClientError> {
+        let subject = format!("$KV.{}.{id}", self.layout.instances_bucket());
+        Ok(self
+            .js
+            .send_publish(subject, record_message(record, expected)?)
+            .await
+            .during(|| format!("write instance {id}"))?)
+    }
+
     /// Writes `record` under `id` if that key's last revision is `expected`: its new revision,
     /// or `None` when the key moved on.
     pub(crate) async fn write_record(
@@ -61,40 +84,52 @@ impl AxClient {
         record: &InstanceRecord,
         expected: u64,
     ) -> Result<Option<u64>, ClientError> {
-        let what = || format!("write instance {id}");
-        let subject = format!("$KV.{}.{id}", self.layout.instances_bucket());
-        let written = self
-            .js
-            .send_publish(subject, record_message(record, expected)?)
-            .await
-            .during(what)?
-            .await;
-        match written {
+        match self.publish_record(id, record, expected).await?.await {
             Ok(ack) => Ok(Some(ack.sequence)),
             Err(e) if wrong_last_sequence(&e) => Ok(None),
-            Err(e) => Err(NatsError::new(what(), e).into()),
+            Err(e) => Err(NatsError::new(format!("write instance {id}"), e).into()),
         }
     }
 
-    /// Writes `record` if its key has no value (never written, deleted or purged): whether it
-    /// was written.
-    pub(crate) async fn create_record(&self, record: &InstanceRecord) -> Result<bool, ClientError> {
+    /// Writes `record` if its key has no value (never written, deleted or purged); else the
+    /// trace id of the record the key holds (read once).
+    pub(crate) async fn create_record(
+        &self,
+        record: &InstanceRecord,
+    ) -> Result<Created, ClientError> {
         let id = &record.instance_id;
-        if self.write_record(id, record, 0).await?.is_some() {
-            return Ok(true);
+        for _ in 0..2 {
+            if self.write_record(id, record, 0).await?.is_some() {
+                return Ok(Created::Written);
+            }
+            let last = self
+                .instances
+                .entry(id)
+                .await
+                .during(|| format!("read instance {id}"))?;
+            match last {
+                Some(entry) if entry.operation == Operation::Put => {
+                    let stored: InstanceRecord = codec::decode(&entry.value)?;
+                    return Ok(Created::Exists(stored.trace_id));
+                }
+                // Deleted or purged: written over the marker, unless someone else was first.
+                Some(entry)
+                    if self
+                        .write_record(id, record, entry.revision)
+                        .await?
+                        .is_some() =>
+                {
+                    return Ok(Created::Written);
+                }
+                // Someone else was first, or gone between the two (the bucket's limits): again.
+                _ => {}
+            }
         }
-        let last = self
-            .instances
-            .entry(id)
-            .await
-            .during(|| format!("read instance {id}"))?;
-        match last {
-            Some(entry) if entry.operation != Operation::Put => Ok(self
-                .write_record(id, record, entry.revision)
-                .await?
-                .is_some()),
-            _ => Ok(false),
-        }
+        Err(NatsError::new(
+            format!("create instance {id}"),
+            Reason("its key kept changing".into()),
+        )
+        .into())
     }
 }
 

@@ -18,6 +18,7 @@ use ax_bus::spec::JobSpec;
 use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
 
 use super::state::{Action, DagState};
+use crate::jetstream::burst;
 use crate::jetstream::publish::{self, AckWindow};
 use crate::ActorError;
 
@@ -33,6 +34,8 @@ struct Execution {
     client: AxClient,
     node: NodeId,
     acks: AckWindow,
+    /// The deps entries to store, as one burst.
+    entries: Vec<burst::Item>,
     /// One record update per instance: the last action decides it.
     records: BTreeMap<InstanceId, RecordJob>,
     creates: Vec<(Arc<JobSpec>, NaiveDate)>,
@@ -52,6 +55,7 @@ pub(super) async fn execute(
         client: client.clone(),
         node: node.clone(),
         acks: AckWindow::new(ACK_WINDOW),
+        entries: Vec::new(),
         records: BTreeMap::new(),
         creates: Vec::new(),
         created_here: HashSet::new(),
@@ -69,6 +73,9 @@ pub(super) async fn execute(
             run.created_here.insert(work.instance_id.clone());
             queue.extend(state.on_created(work, now));
         }
+    }
+    for stored in burst::publish(client, std::mem::take(&mut run.entries)) {
+        stored.await?;
     }
     run.acks.flush().await?;
     let mut updates =
@@ -91,11 +98,12 @@ impl Execution {
             } => {
                 let bucket = self.client.layout.deps_bucket();
                 let key = entry_key(&job, date, &instance_id);
-                let put = self
-                    .client
-                    .kv_put_pipelined(&bucket, &key, encode_entry(attempt, state)?)
-                    .await?;
-                self.acks.push(put).await
+                self.entries.push(burst::Item::kv_put(
+                    &bucket,
+                    &key,
+                    encode_entry(attempt, state)?,
+                ));
+                Ok(())
             }
             Action::Hold {
                 work,

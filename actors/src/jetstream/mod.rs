@@ -1,5 +1,7 @@
-//! The JetStream plumbing every actor uses: durable pull consumers ([`consume`]) and publishes
-//! with message ids, acks awaited in windows, events and alerts ([`publish`]).
+//! The JetStream plumbing every actor uses: durable pull consumers ([`consume`]), publishes
+//! with message ids, acks awaited in windows, events and alerts ([`publish`]), and the bursts a
+//! hot path publishes together as one fast-ingest batch ([`burst`]).
 
+pub mod burst;
 pub mod consume;
 pub mod publish;

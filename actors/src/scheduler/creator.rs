@@ -28,13 +28,13 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
 use ax_bus::client::record_writes::wrong_last_sequence;
-use ax_bus::error::{NatsError, Reason};
+use ax_bus::error::{During, NatsError, Reason};
 use ax_bus::ids::NodeId;
 use ax_bus::messages::{AlertKind, StoredRecord, TickOutcome};
 use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
-use crate::jetstream::publish;
+use crate::jetstream::{burst, publish};
 use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::orphans;
@@ -229,12 +229,23 @@ fn finish(request: Request, created: Created) {
 type Pending = Result<PublishAckFuture, ActorError>;
 /// A hand-off sent: the request, what its creation came to, whether to watch it for an
 /// orphan, and the acks to await.
-type Sent = (
-    Request,
-    Created,
-    bool,
-    Result<Vec<PublishAckFuture>, ActorError>,
-);
+type Sent = (Request, Created, bool, Result<Vec<Ack>, ActorError>);
+
+/// The ack of one publish of a hand-off: the hand-off itself goes in the batch's burst, a
+/// delayed schedule and a tick record are plain publishes (other streams).
+enum Ack {
+    Plain(PublishAckFuture),
+    Burst(burst::Stored),
+}
+
+impl Ack {
+    async fn stored(self) -> Result<(), NatsError> {
+        match self {
+            Ack::Plain(ack) => ack.await.map(drop).during(|| "hand off"),
+            Ack::Burst(stored) => stored.await,
+        }
+    }
+}
 
 /// One batch of creations, phase by phase; what fails for a transient reason collects in
 /// `failed`, to be tried again.
@@ -271,11 +282,14 @@ async fn create_batch(
         let publish = batch.publish_record(&request).await;
         pending.push((request, publish));
     }
-    // 3. As each record is stored, its hand-off and tick record go out (pipelined).
+    // 3. As each record is stored, its hand-off and tick record go out (pipelined; the
+    //    hand-offs as one burst, which ends once the last is given to it).
     let mut sent = Vec::with_capacity(pending.len());
+    let hand_offs = burst::Open::new(client);
     for (request, publish) in pending {
-        sent.extend(batch.hand_on(request, publish).await);
+        sent.extend(batch.hand_on(request, publish, &hand_offs).await);
     }
+    drop(hand_offs);
     // 4. Once the hand-offs are stored, the creation is done.
     for sent in sent {
         batch.settle(sent).await;
@@ -371,7 +385,12 @@ impl Batch<'_> {
     }
 
     /// Awaits the record's ack and hands the instance on as what was found calls for.
-    async fn hand_on(&mut self, mut request: Request, publish: Pending) -> Option<Sent> {
+    async fn hand_on(
+        &mut self,
+        mut request: Request,
+        publish: Pending,
+        hand_offs: &burst::Open,
+    ) -> Option<Sent> {
         let stored = match publish {
             Ok(ack) => ack.await,
             Err(e) => {
@@ -403,7 +422,9 @@ impl Batch<'_> {
                 return None;
             }
         };
-        let (outcome, sent) = self.hand_off_found(&request.instance, found).await;
+        let (outcome, sent) = self
+            .hand_off_found(&request.instance, found, hand_offs)
+            .await;
         Some((request, outcome, found == Existing::Other, sent))
     }
 
@@ -411,7 +432,8 @@ impl Batch<'_> {
         &self,
         instance: &NewInstance,
         found: Existing,
-    ) -> (Created, Result<Vec<PublishAckFuture>, ActorError>) {
+        hand_offs: &burst::Open,
+    ) -> (Created, Result<Vec<Ack>, ActorError>) {
         let (client, node) = (self.client, self.node);
         let deduplicated = || {
             ticks::publish(
@@ -430,15 +452,18 @@ impl Batch<'_> {
         // instance record says so, nothing more to record.
         let raced = instance.tick == Some(TickOutcome::Fired);
         match (found, instance.tick) {
-            (Existing::Ours, _) => (Created::Fired, hand_off(client, node, instance).await),
+            (Existing::Ours, _) => (
+                Created::Fired,
+                hand_off(client, node, instance, hand_offs).await,
+            ),
             // Another creator wrote the same first attempt, and may have died before handing
             // it on: hand it on too (the message id makes a second hand-off a no-op).
             (Existing::SameAttempt, _) => {
-                let mut sent = hand_off_work(client, instance).await;
+                let mut sent = hand_off_work(client, instance, hand_offs).await;
                 if raced {
                     if let Ok(acks) = sent.as_mut() {
                         match deduplicated().await {
-                            Ok(ack) => acks.push(ack),
+                            Ok(ack) => acks.push(Ack::Plain(ack)),
                             Err(e) => sent = Err(e),
                         }
                     }
@@ -447,7 +472,7 @@ impl Batch<'_> {
             }
             (Existing::Other, _) if raced => (
                 Created::Deduplicated,
-                deduplicated().await.map(|ack| vec![ack]),
+                deduplicated().await.map(|ack| vec![Ack::Plain(ack)]),
             ),
             (Existing::Other, _) => (Created::Deduplicated, Ok(Vec::new())),
         }
@@ -461,9 +486,9 @@ impl Batch<'_> {
             Ok(acks) => {
                 let mut result = Ok(());
                 for ack in acks {
-                    if let Err(e) = ack.await {
+                    if let Err(e) = ack.stored().await {
                         in_process |= duplicate_in_process(&e);
-                        result = Err(NatsError::new("hand off", e).into());
+                        result = Err(e.into());
                     }
                 }
                 result
@@ -499,15 +524,14 @@ impl Batch<'_> {
 async fn hand_off_work(
     client: &AxClient,
     instance: &NewInstance,
-) -> Result<Vec<PublishAckFuture>, ActorError> {
+    hand_offs: &burst::Open,
+) -> Result<Vec<Ack>, ActorError> {
     if instance.delayed {
-        return Ok(vec![delayed::schedule(client, instance).await?]);
+        return Ok(vec![Ack::Plain(delayed::schedule(client, instance).await?)]);
     }
-    let work = &instance.work;
     let (subject, msg_id) = instance.hand_off_to(client.subjects());
-    Ok(vec![
-        publish::to_stream(client, subject, &msg_id, work).await?,
-    ])
+    let item = burst::Item::new(subject, &msg_id, &instance.work)?;
+    Ok(vec![Ack::Burst(hand_offs.push(item))])
 }
 
 /// Publishes the hand-off, the tick record of a caught-up tick and the event. A tick fired on
@@ -517,11 +541,12 @@ async fn hand_off(
     client: &AxClient,
     node: &NodeId,
     instance: &NewInstance,
-) -> Result<Vec<PublishAckFuture>, ActorError> {
+    hand_offs: &burst::Open,
+) -> Result<Vec<Ack>, ActorError> {
     let work = &instance.work;
-    let mut acks = hand_off_work(client, instance).await?;
+    let mut acks = hand_off_work(client, instance, hand_offs).await?;
     if let Some(outcome) = instance.tick.filter(|t| *t != TickOutcome::Fired) {
-        acks.push(
+        acks.push(Ack::Plain(
             ticks::publish(
                 client,
                 node,
@@ -532,7 +557,7 @@ async fn hand_off(
                 String::new(),
             )
             .await?,
-        );
+        ));
     }
     publish::event(client, &instance.record).await;
     Ok(acks)
@@ -540,12 +565,8 @@ async fn hand_off(
 
 /// Whether a publish was refused because a message with the same id is being stored right
 /// now (a clustered stream, error 10158 "duplicate message id is in process").
-fn duplicate_in_process(error: &PublishError) -> bool {
-    std::error::Error::source(error)
-        .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
-        .is_some_and(|e| {
-            e.error_code() == async_nats::jetstream::ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT
-        })
+fn duplicate_in_process(error: &NatsError) -> bool {
+    error.server_code() == Some(async_nats::jetstream::ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT)
 }
 
 /// Whether a creation or hand-off failed for a reason no retry changes: the message is larger

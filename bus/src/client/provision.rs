@@ -273,6 +273,9 @@ impl Layout {
             storage: stream::StorageType::File,
             duplicate_window: DUPLICATE_WINDOW,
             allow_direct: true,
+            // Fast-ingest batches (`actors::jetstream::burst`): a hot path's publishes made
+            // together are answered every so many messages instead of one by one.
+            allow_batch_publish: true,
             ..Default::default()
         };
         let history = |name: String, subject: String, max_age, per_subject| stream::Config {
@@ -473,6 +476,7 @@ fn bucket_stream(bucket: &str, history: i64, max_age: Duration) -> stream::Confi
         deny_delete: true,
         discard: stream::DiscardPolicy::New,
         allow_direct: false,
+        allow_batch_publish: true,
         ..Default::default()
     }
 }
@@ -487,6 +491,7 @@ fn differs(want: &stream::Config, have: &stream::Config) -> bool {
         || want.num_replicas != have.num_replicas
         || want.allow_direct != have.allow_direct
         || want.allow_message_schedules != have.allow_message_schedules
+        || want.allow_batch_publish != have.allow_batch_publish
         || per_subject(want.max_messages_per_subject) != per_subject(have.max_messages_per_subject)
         || (!want.duplicate_window.is_zero() && want.duplicate_window != have.duplicate_window)
 }

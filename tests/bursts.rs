@@ -1,0 +1,193 @@
+//! Bursts (`ax_actors::jetstream::burst`): a hot path's publishes sent as one fast-ingest batch.
+//! Against a real nats-server: each message is stored once and in order, with a few answers
+//! for the whole burst; a burst sent again stores nothing twice; a stream that takes no batches
+//! gets the messages one by one; a message the server cannot take fails alone; and across a
+//! NATS restart every message reported stored is in the stream, none twice.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use async_nats::jetstream::stream;
+use futures::StreamExt;
+
+use ax_actors::jetstream::burst::{self, Item};
+use ax_bus::codec;
+use ax_bus::spec::Priority;
+use ax_bus::AxClient;
+
+use support::*;
+
+/// `n` items numbered from `from`, each de-duplicated by its number, on the dispatch subjects.
+fn items(client: &AxClient, from: u64, n: u64) -> Vec<Item> {
+    (from..from + n)
+        .map(|i| {
+            let subject = client
+                .subjects()
+                .dispatch(&format!("w{}", i % 4), Priority::Normal);
+            Item::new(subject, &format!("burst-{i}"), &i).unwrap()
+        })
+        .collect()
+}
+
+/// What each stored message of `stream` says, in the stream's order.
+async fn stored(client: &AxClient, stream: &str) -> Vec<u64> {
+    let stream = client.js.get_stream(stream).await.unwrap();
+    let last = stream.get_info().await.unwrap().state.last_sequence;
+    let mut out = Vec::new();
+    for seq in 1..=last {
+        if let Ok(message) = stream.get_raw_message(seq).await {
+            out.push(codec::decode::<u64>(&message.payload).unwrap());
+        }
+    }
+    out
+}
+
+/// Awaits every answer; the numbers reported stored.
+async fn outcomes(stored: Vec<burst::Stored>, from: u64) -> (Vec<u64>, usize) {
+    let mut ok = Vec::new();
+    let mut failed = 0;
+    for (i, answer) in stored.into_iter().enumerate() {
+        match tokio::time::timeout(Duration::from_secs(60), answer.into_future())
+            .await
+            .expect("every message of a burst is answered")
+        {
+            Ok(()) => ok.push(from + i as u64),
+            Err(_) => failed += 1,
+        }
+    }
+    (ok, failed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_stored_once_in_order_with_a_few_answers() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let stream = client.layout.dispatch_stream();
+    // Every answer the server sends to a client inbox, the batch's included.
+    let monitor = async_nats::connect(nats.url()).await.unwrap();
+    let mut answers = monitor.subscribe("_INBOX.>").await.unwrap();
+    monitor.flush().await.unwrap();
+
+    let (ok, failed) = outcomes(burst::publish(&client, items(&client, 0, 1_000)), 0).await;
+    assert_eq!((ok.len(), failed), (1_000, 0));
+    let mut count = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(500), answers.next()).await {
+        count += 1;
+    }
+    drop(answers);
+    eprintln!("{count} answers for 1,000 messages");
+    // A plain publish is answered once per message; the batch every 128 or so, and at its
+    // start and end.
+    assert!(count <= 20, "{count} answers for 1,000 messages");
+    assert_eq!(
+        stored(&client, &stream).await,
+        (0..1_000).collect::<Vec<_>>()
+    );
+
+    // The same burst again (a redelivery of what caused it) with 500 new: nothing twice.
+    let (ok, failed) = outcomes(burst::publish(&client, items(&client, 500, 1_000)), 500).await;
+    assert_eq!((ok.len(), failed), (1_000, 0));
+    assert_eq!(
+        stored(&client, &stream).await,
+        (0..1_500).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_batches_gets_the_burst_one_by_one() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    client
+        .js
+        .create_stream(stream::Config {
+            name: "PLAIN".into(),
+            subjects: vec!["plain.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let items = (0..300)
+        .map(|i: u64| Item::new(format!("plain.{i}"), &format!("p-{i}"), &i).unwrap())
+        .collect();
+    let (ok, failed) = outcomes(burst::publish(&client, items), 0).await;
+    assert_eq!((ok.len(), failed), (300, 0));
+    assert_eq!(stored(&client, "PLAIN").await, (0..300).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_server_cannot_take_fails_alone() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let stream = client.layout.dispatch_stream();
+    let max_payload = client.nats.server_info().max_payload;
+    let mut items = items(&client, 0, 10);
+    // Larger than the server takes (its max_payload): refused before it leaves the client.
+    items[4] = Item::new(
+        client.subjects().dispatch("w0", Priority::Normal),
+        "burst-too-large",
+        &vec![7u8; max_payload + 1],
+    )
+    .unwrap();
+    let answers: Vec<_> = burst::publish(&client, items);
+    let mut results = Vec::new();
+    for answer in answers {
+        results.push(answer.await.is_ok());
+    }
+    assert_eq!(
+        results,
+        [true, true, true, true, false, true, true, true, true, true]
+    );
+    assert_eq!(stored(&client, &stream).await, [0, 1, 2, 3, 5, 6, 7, 8, 9]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_a_nats_restart_what_is_reported_stored_is_stored_once() {
+    let mut nats = TestNats::start();
+    let client = nats.client().await;
+    let stream = client.layout.dispatch_stream();
+    let answers = burst::publish(&client, items(&client, 0, 50_000));
+    // Restarted while the burst is on its way.
+    wait_for(
+        Duration::from_secs(60),
+        "part of the burst stored",
+        || async {
+            let info = client
+                .js
+                .get_stream(&stream)
+                .await
+                .ok()?
+                .get_info()
+                .await
+                .ok()?;
+            (info.state.messages >= 1_000).then_some(())
+        },
+    )
+    .await;
+    nats.server.restart().unwrap();
+    let (ok, failed) = outcomes(answers, 0).await;
+    let kept = wait_for(
+        Duration::from_secs(60),
+        "the stream readable again",
+        || async {
+            client.js.get_stream(&stream).await.ok()?;
+            Some(stored(&client, &stream).await)
+        },
+    )
+    .await;
+    let unique: BTreeSet<u64> = kept.iter().copied().collect();
+    eprintln!(
+        "{} reported stored, {failed} not; {} in the stream",
+        ok.len(),
+        kept.len()
+    );
+    assert_eq!(unique.len(), kept.len(), "a message stored twice");
+    let lost: Vec<_> = ok.iter().filter(|i| !unique.contains(i)).take(10).collect();
+    assert!(
+        lost.is_empty(),
+        "reported stored, not in the stream: {lost:?}"
+    );
+    assert!(!ok.is_empty());
+}

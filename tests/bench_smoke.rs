@@ -82,13 +82,13 @@ fn quick_bench_prints_sane_figures() {
                 "{kinds:?}"
             );
             // Seven writes are answered one by one without bursts (6.2 answers an instance,
-            // the acknowledgements to the Router gathered); the hand-offs, the dispatches and
-            // the deps entries go in fast-ingest batches, answered every so many messages.
+            // the acknowledgements to the Router gathered); the hand-offs and the deps entries
+            // go in fast-ingest batches, answered every so many messages (5.1).
             let answers = kinds
                 .iter()
                 .find(|f| f["name"] == "later fire: answer (publish ack, kv result, reply)")
                 .unwrap_or_else(|| panic!("{kinds:?}"));
-            assert!(answers["value"].as_f64().unwrap() < 5.0, "{answers}");
+            assert!(answers["value"].as_f64().unwrap() < 5.6, "{answers}");
         }
     }
     for figure in figures {

@@ -1,8 +1,9 @@
 //! Bursts (`ax_actors::jetstream::burst`): a hot path's publishes sent as one fast-ingest batch.
 //! Against a real nats-server: each message is stored once and in order, with a few answers
 //! for the whole burst; a burst sent again stores nothing twice; a stream that takes no batches
-//! gets the messages one by one; a message the server cannot take fails alone; and across a
-//! NATS restart every message reported stored is in the stream, none twice.
+//! gets the messages one by one; a message the server cannot take fails alone; bursts open
+//! together are each stored in full and in order; and across a NATS restart every message
+//! reported stored is in the stream, none twice.
 
 mod support;
 
@@ -190,4 +191,27 @@ async fn across_a_nats_restart_what_is_reported_stored_is_stored_once() {
         "reported stored, not in the stream: {lost:?}"
     );
     assert!(!ok.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_open_together_on_one_stream_are_each_stored_in_full() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let stream = client.layout.dispatch_stream();
+    // The second batch open on a stream starts at an answer a message and ramps up.
+    let first = burst::publish(&client, items(&client, 0, 2_000));
+    let second = burst::publish(&client, items(&client, 2_000, 2_000));
+    let ((ok_first, failed_first), (ok_second, failed_second)) =
+        tokio::join!(outcomes(first, 0), outcomes(second, 2_000));
+    assert_eq!(
+        (ok_first.len(), failed_first, ok_second.len(), failed_second),
+        (2_000, 0, 2_000, 0)
+    );
+    let kept = stored(&client, &stream).await;
+    assert_eq!(kept.iter().copied().collect::<BTreeSet<_>>().len(), 4_000);
+    // Each burst's messages are stored in its order.
+    for range in [0..2_000u64, 2_000..4_000] {
+        let own: Vec<u64> = kept.iter().copied().filter(|i| range.contains(i)).collect();
+        assert_eq!(own, range.collect::<Vec<_>>());
+    }
 }

@@ -22,7 +22,7 @@ use futures::{FutureExt, StreamExt};
 
 use ax_actors::bench::{routing_picks, simulated_worker};
 use ax_actors::jetstream::consume::{self, ConsumerSpec};
-use ax_actors::jetstream::{burst, publish};
+use ax_actors::jetstream::publish;
 use ax_actors::RouterConfig;
 use ax_actors::SystemClock;
 use ax_actors::WorkerConfig;
@@ -231,8 +231,7 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
                 // Settles one batch while the next is forwarded, as the Router does.
                 let mut settling = consume::SettleBehind::default();
                 while let Some(batch) = batches.next().await {
-                    let mut messages = Vec::with_capacity(batch.len());
-                    let mut items = Vec::with_capacity(batch.len());
+                    let mut pending = Vec::with_capacity(batch.len());
                     for message in batch {
                         let message = message?;
                         let mut work: WorkItem = codec::decode(&message.payload)?;
@@ -242,20 +241,15 @@ async fn forwarded_rate(url: &str, prefix: &str, n: usize) -> Result<f64> {
                         work.dispatch = Some(dispatch.clone());
                         work.worker = Some(worker.clone());
                         work.router = Some(forwarder.clone());
-                        items.push(burst::Item::new(
+                        let ack = publish::to_stream(
+                            &client,
                             client.subjects().dispatch(&worker, work.spec.priority),
                             &msg_id::dispatch(&work.trace_id, &dispatch),
                             &work,
-                        )?);
-                        messages.push(message);
+                        )
+                        .await?;
+                        pending.push((message, ack, ()));
                     }
-                    // Published as the Router publishes its dispatches: one burst a batch.
-                    let stored = burst::publish(&client, items);
-                    let pending = messages
-                        .into_iter()
-                        .zip(stored)
-                        .map(|(message, stored)| (message, stored, ()))
-                        .collect();
                     settling.settle(pending, |_| ()).await;
                 }
                 Ok::<(), crate::BenchError>(())

@@ -10,6 +10,15 @@
 //! one by one and in order, as a plain publish would have been: a stream message carries its
 //! message id, so the stream keeps one copy whatever was stored the first time, and a put
 //! written again leaves the same value. A burst of one is a plain publish.
+//!
+//! A burst pays a round trip at its start (the first answer must come before the rest is sent)
+//! and one at its end (the commit's answer confirms the last messages), and the server gives
+//! only the first batch open on a stream the flow asked for: a second one open at the same time
+//! starts at an answer every message and doubles from there (1, 2, 4 … 128, nats-server 2.15.1).
+//! So bursts suit a publisher with one batch open at a time — the Scheduler's creator, the
+//! DagCoordinator's deps entries. The Router's dispatches stay plain publishes: its batches of
+//! 256 overlap while they settle, and there the ramp cost more than the answers saved (the
+//! routed rate fell by a fifth to a third in `ax bench --only routing`, 2026-12-04).
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;

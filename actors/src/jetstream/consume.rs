@@ -9,13 +9,12 @@
 //! Router's "no worker yet", the Scheduler's retry timers) redeliver without limit. A message
 //! that does not decode is moved aside by its handler at once.
 
-use std::future::IntoFuture;
 use std::time::Duration;
 
 use async_nats::jetstream::{
     self,
     consumer::{pull, AckPolicy, DeliverPolicy},
-    context::{ConsumerInfoError, ConsumerInfoErrorKind},
+    context::{ConsumerInfoError, ConsumerInfoErrorKind, PublishAckFuture},
     AckKind,
 };
 use serde::de::DeserializeOwned;
@@ -337,17 +336,11 @@ pub struct SettleBehind(Option<tokio::task::JoinHandle<()>>);
 impl SettleBehind {
     /// Waits for the previous batch to settle, then starts settling `pending`; `then` gets the
     /// items handed off.
-    pub async fn settle<T, F, A, E>(
+    pub async fn settle<T: Send + 'static>(
         &mut self,
-        pending: Vec<(jetstream::Message, F, T)>,
+        pending: Vec<(jetstream::Message, PublishAckFuture, T)>,
         then: impl FnOnce(Vec<T>) + Send + 'static,
-    ) where
-        T: Send + 'static,
-        F: IntoFuture<Output = Result<A, E>> + Send + 'static,
-        F::IntoFuture: Send,
-        A: Send,
-        E: std::fmt::Display + Send,
-    {
+    ) {
         if let Some(previous) = self.0.take() {
             let _ = previous.await;
         }
@@ -357,11 +350,7 @@ impl SettleBehind {
 
 /// Settles a batch of hand-offs: each source message whose onward publish JetStream stored is
 /// acknowledged, the others are redelivered shortly. Returns the items handed off.
-pub async fn settle<T, F, A, E>(pending: Vec<(jetstream::Message, F, T)>) -> Vec<T>
-where
-    F: IntoFuture<Output = Result<A, E>>,
-    E: std::fmt::Display,
-{
+pub async fn settle<T>(pending: Vec<(jetstream::Message, PublishAckFuture, T)>) -> Vec<T> {
     let mut handed_off = Vec::with_capacity(pending.len());
     for (message, stored, item) in pending {
         match stored.await {

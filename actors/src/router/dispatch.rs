@@ -9,6 +9,7 @@ use actix::Addr;
 
 use ax_bus::client::in_flight::InFlight;
 use ax_bus::client::Updated;
+use ax_bus::error::During;
 use ax_bus::ids::{DispatchId, NodeId, WorkerId};
 use ax_bus::messages::{ResultMessage, StoredRecord, WorkItem};
 use ax_bus::{msg_id, AxClient, State, Tag};
@@ -16,7 +17,7 @@ use ax_bus::{msg_id, AxClient, State, Tag};
 use super::acks::Pending;
 use super::{Choose, Router, RouterConfig, Target, Track};
 use crate::failpoint;
-use crate::jetstream::{burst, publish};
+use crate::jetstream::publish;
 use crate::ActorError;
 
 /// How soon an unacknowledged dispatch whose handling failed is looked at again.
@@ -53,33 +54,25 @@ impl Dispatcher {
         self.router.do_send(Track { pending, after });
     }
 
-    /// Addresses `work` to `worker`: an attempt without a dispatch id gets a fresh one (a
-    /// re-dispatched attempt keeps the one it was reserved for). Returns the attempt as
-    /// dispatched and its message, for a [`burst`].
-    pub(super) fn address(
+    /// Publishes `work` to `worker`; an attempt without a dispatch id gets a fresh one (a
+    /// re-dispatched attempt keeps the one it was reserved for). The ack is the caller's to
+    /// await.
+    pub(super) async fn send(
         &self,
         mut work: WorkItem,
         worker: &WorkerId,
-    ) -> Result<(WorkItem, burst::Item), ActorError> {
+    ) -> Result<(WorkItem, async_nats::jetstream::context::PublishAckFuture), ActorError> {
         let dispatch = work.dispatch.get_or_insert_with(DispatchId::random).clone();
         work.worker = Some(worker.clone());
         work.router = Some(self.node.clone());
-        let item = burst::Item::new(
+        let ack = publish::to_stream(
+            &self.client,
             self.client.subjects().dispatch(worker, work.spec.priority),
             &msg_id::dispatch(&work.trace_id, &dispatch),
             &work,
-        )?;
-        Ok((work, item))
-    }
-
-    /// Publishes `work` to `worker` and waits until the stream has it; returns it as
-    /// dispatched.
-    async fn send(&self, work: WorkItem, worker: &WorkerId) -> Result<WorkItem, ActorError> {
-        let (work, item) = self.address(work, worker)?;
-        for stored in burst::publish(&self.client, vec![item]) {
-            stored.await?;
-        }
-        Ok(work)
+        )
+        .await?;
+        Ok((work, ack))
     }
 
     /// Dispatches `work` at once (a shard), or puts it back on the ready queue when nobody can
@@ -87,7 +80,8 @@ impl Dispatcher {
     pub(super) async fn dispatch_now(&self, work: WorkItem) -> Result<(), ActorError> {
         match self.target(&work, Vec::new()).await {
             Target::Worker(worker) => {
-                let work = self.send(work, &worker).await?;
+                let (work, ack) = self.send(work, &worker).await?;
+                ack.await.during(|| "dispatch")?;
                 self.track(
                     vec![Pending::new(work, worker, Vec::new())],
                     self.config.ack_timeout,
@@ -193,7 +187,8 @@ impl Dispatcher {
         match to {
             Some(worker) => {
                 tracing::info!(trace = %work.trace_id, to = %worker, passed_over = ?excluded, "re-dispatching");
-                let work = self.send(work, &worker).await?;
+                let (work, ack) = self.send(work, &worker).await?;
+                ack.await.during(|| "re-dispatch")?;
                 failpoint::hit("redispatch.sent");
                 self.track(
                     vec![Pending::new(work, worker, excluded)],

@@ -16,7 +16,6 @@ use ax_bus::spec::Priority;
 
 use super::acks::Pending;
 use super::{split, Acknowledged, Choose, Dispatcher, QueueGate, Target, WorkerNews, ACTOR};
-use crate::jetstream::burst;
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::node::progress;
 use crate::ActorError;
@@ -194,10 +193,14 @@ pub(super) async fn ready(
     }
 }
 
-type Sent = (async_nats::jetstream::Message, burst::Stored, Pending);
+type Sent = (
+    async_nats::jetstream::Message,
+    async_nats::jetstream::context::PublishAckFuture,
+    Pending,
+);
 
 /// Asks the Router where each attempt goes (one message for the batch) and publishes the
-/// dispatches as one burst; returns what was sent, for settling.
+/// dispatches; returns what was sent, for settling.
 async fn place(
     dispatcher: &Dispatcher,
     works: Vec<(WorkItem, async_nats::jetstream::Message)>,
@@ -213,14 +216,12 @@ async fn place(
         excluded: Vec::new(),
     };
     let targets = dispatcher.router.send(choice).await?;
-    let mut addressed = Vec::with_capacity(works.len());
-    let mut items = Vec::with_capacity(works.len());
+    let mut sent = Vec::with_capacity(works.len());
     for ((work, message), target) in works.into_iter().zip(targets) {
         match target {
             Target::Worker(worker) => {
-                let (work, item) = dispatcher.address(work, &worker)?;
-                items.push(item);
-                addressed.push((message, Pending::new(work, worker, Vec::new())));
+                let (work, ack) = dispatcher.send(work, &worker).await?;
+                sent.push((message, ack, Pending::new(work, worker, Vec::new())));
             }
             Target::NoWorker => no_worker_yet(dispatcher, &work, &message).await,
             Target::PinnedGone(worker) => {
@@ -229,12 +230,7 @@ async fn place(
             }
         }
     }
-    let stored = burst::publish(&dispatcher.client, items);
-    Ok(addressed
-        .into_iter()
-        .zip(stored)
-        .map(|((message, pending), stored)| (message, stored, pending))
-        .collect())
+    Ok(sent)
 }
 
 /// Nobody can take `work` now: tagged `no_worker` the first time, looked at again in a second.

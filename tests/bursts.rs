@@ -80,7 +80,7 @@ async fn a_burst_is_stored_once_in_order_with_a_few_answers() {
     }
     drop(answers);
     eprintln!("{count} answers for 1,000 messages");
-    // A plain publish is answered once per message; the batch every 128 or so, and at its
+    // A plain publish is answered once per message; the batch every 512 or so, and at its
     // start and end.
     assert!(count <= 20, "{count} answers for 1,000 messages");
     assert_eq!(

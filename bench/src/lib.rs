@@ -130,6 +130,7 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     let limit = limit::measure(&nats, quick).await?;
     let raw = limit.iter().map(|f| f.value).fold(f64::INFINITY, f64::min);
     figures.extend(limit);
+    figures.push(limit::batched(&server.url, quick).await?);
     if wanted("wire") {
         eprintln!("wire: every message of an instance, by kind…");
         figures.extend(wire::measure(&server.url, quick).await?);

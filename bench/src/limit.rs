@@ -1,12 +1,15 @@
 //! The limit: raw JetStream with the same client ax uses — publish with acks awaited in windows
 //! of 1024, and pull-consume with acks — in messages per second. Every other figure is read
-//! against these.
+//! against these. Beside them, for comparison only, the same messages published as one of ax's
+//! bursts (a fast-ingest batch): what answering every 128 messages instead of each is worth.
 
 use std::time::Instant;
 
 use crate::Result;
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures::StreamExt;
+
+use ax_actors::jetstream::burst::{self, Item};
 
 use crate::Figure;
 
@@ -95,4 +98,42 @@ pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Ve
             note: format!("{n} messages, batches of 512"),
         },
     ])
+}
+
+/// Publishes as many messages as the windowed publish, as one burst of ax's (each with its
+/// message id, as ax's are); the rate, from the first publish to the last answer.
+pub(crate) async fn batched(url: &str, quick: bool) -> Result<Figure> {
+    let client = crate::client_for(url, "rawbatch").await?;
+    let _ = client.js.delete_stream("BENCH_RAW_BATCH").await;
+    client
+        .js
+        .create_stream(stream::Config {
+            name: "BENCH_RAW_BATCH".parse()?,
+            subjects: vec!["bench.batch".into()],
+            storage: stream::StorageType::File,
+            allow_batch_publish: true,
+            ..Default::default()
+        })
+        .await?;
+    let n = count(quick);
+    // MessagePack of 253 small numbers: 256 bytes, as the windowed publish's payload.
+    let payload = vec![7u8; PAYLOAD - 3];
+    let items = (0..n)
+        .map(|i| Item::new("bench.batch".into(), &format!("raw-{i}"), &payload))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let started = Instant::now();
+    for stored in burst::publish(&client, items) {
+        stored.await?;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    client.js.delete_stream("BENCH_RAW_BATCH").await?;
+    Ok(Figure {
+        section: "limit",
+        name: "publish in one fast-ingest batch".into(),
+        value: rate,
+        unit: "msg/s",
+        note: format!(
+            "{n} messages of {PAYLOAD} B with message ids, as ax's bursts; for comparison, not a ratio's base"
+        ),
+    })
 }

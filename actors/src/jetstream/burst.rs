@@ -37,7 +37,7 @@ use ax_bus::error::{During, NatsError, Reason};
 use ax_bus::AxClient;
 
 /// The flow asked for: the server answers at most every this many messages.
-const FLOW: u16 = 128;
+const FLOW: u16 = 512;
 /// Answers outstanding before the publisher waits (ADR-50: two keeps the server busy while
 /// the client waits for the first).
 const OUTSTANDING: u64 = 2;

@@ -1,14 +1,14 @@
 //! Bursts (`ax_actors::jetstream::burst`): a hot path's publishes sent as one fast-ingest batch.
 //! Against a real nats-server: each message is stored once and in order, with a few answers
 //! for the whole burst; a burst sent again stores nothing twice; a stream that takes no batches
-//! gets the messages one by one; a message the server cannot take fails alone; bursts open
+//! gets the messages one by one; a message the server cannot take fails alone, and so does each
+//! one a full stream refuses; bursts open
 //! together are each stored in full and in order; and across a NATS restart every message
 //! reported stored is in the stream, none twice.
 
 mod support;
 
 use std::collections::BTreeSet;
-use std::future::IntoFuture;
 use std::time::Duration;
 
 use async_nats::jetstream::stream;
@@ -51,7 +51,7 @@ async fn outcomes(stored: Vec<burst::Stored>, from: u64) -> (Vec<u64>, usize) {
     let mut ok = Vec::new();
     let mut failed = 0;
     for (i, answer) in stored.into_iter().enumerate() {
-        match tokio::time::timeout(Duration::from_secs(60), answer.into_future())
+        match tokio::time::timeout(Duration::from_secs(60), answer)
             .await
             .expect("every message of a burst is answered")
         {
@@ -214,4 +214,36 @@ async fn bursts_open_together_on_one_stream_are_each_stored_in_full() {
         let own: Vec<u64> = kept.iter().copied().filter(|i| range.contains(i)).collect();
         assert_eq!(own, range.collect::<Vec<_>>());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_stream_stores_what_fits_and_the_rest_is_reported_not_stored() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    // Refuses the sixth message on: the batch ends there (an error in the batch), and what
+    // follows is published one by one, each refused for itself.
+    client
+        .js
+        .create_stream(stream::Config {
+            name: "FULL".into(),
+            subjects: vec!["full.>".into()],
+            max_messages: 5,
+            discard: stream::DiscardPolicy::New,
+            allow_batch_publish: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let items = (0..10)
+        .map(|i: u64| Item::new(format!("full.{i}"), &format!("f-{i}"), &i).unwrap())
+        .collect();
+    let mut results = Vec::new();
+    for answer in burst::publish(&client, items) {
+        results.push(answer.await.is_ok());
+    }
+    assert_eq!(
+        results,
+        [true, true, true, true, true, false, false, false, false, false]
+    );
+    assert_eq!(stored(&client, "FULL").await, [0, 1, 2, 3, 4]);
 }

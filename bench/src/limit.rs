@@ -1,7 +1,7 @@
 //! The limit: raw JetStream with the same client ax uses — publish with acks awaited in windows
 //! of 1024, and pull-consume with acks — in messages per second. Every other figure is read
 //! against these. Beside them, for comparison only, the same messages published as one of ax's
-//! bursts (a fast-ingest batch): what answering every 128 messages instead of each is worth.
+//! bursts (a fast-ingest batch): what answering every 512 messages instead of each is worth.
 
 use std::time::Instant;
 

@@ -1,4 +1,4 @@
-//! Bursts: the publishes a hot path makes together (a batch of dispatches), sent to their one
+//! Bursts: the publishes a hot path makes together (a batch's hand-offs), sent to their one
 //! stream as a JetStream fast-ingest batch (ADR-50; nats-server 2.14+, a stream with
 //! `allow_batched`).
 //!
@@ -20,8 +20,9 @@
 //! 256 overlap while they settle, and there the ramp cost more than the answers saved (the
 //! routed rate fell by a fifth to a third in `ax bench --only routing`, 2026-12-04).
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_nats::jetstream::context::PublishAckFuture;
@@ -88,25 +89,27 @@ impl Item {
 #[derive(Debug)]
 pub struct Stored(oneshot::Receiver<Result<(), NatsError>>);
 
-impl IntoFuture for Stored {
+impl Future for Stored {
     type Output = Result<(), NatsError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.0.map(|answer| {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|answer| {
             answer.unwrap_or_else(|_| {
                 Err(NatsError::new(
                     "publish a burst",
                     Reason("the publishing task ended".into()),
                 ))
             })
-        }))
+        })
     }
 }
 
 /// Publishes `items` — all to subjects of one stream — in the background, as one batch when
 /// there are several; one [`Stored`] for each, in order.
 pub fn publish(client: &AxClient, items: Vec<Item>) -> Vec<Stored> {
+    if items.is_empty() {
+        return Vec::new();
+    }
     let burst = Open::new(client);
     items.into_iter().map(|item| burst.push(item)).collect()
 }
@@ -126,7 +129,6 @@ impl Open {
         tokio::spawn(async move {
             let mut burst = Burst {
                 incoming: rx,
-                closed: false,
                 items: Vec::new(),
                 answers: Vec::new(),
             };
@@ -153,7 +155,6 @@ impl Open {
 /// A burst in progress: its items so far, the answers not yet given, and what is still to come.
 struct Burst {
     incoming: mpsc::UnboundedReceiver<(Item, Answer)>,
-    closed: bool,
     items: Vec<Item>,
     answers: Vec<Option<Answer>>,
 }
@@ -200,22 +201,15 @@ impl Said {
 }
 
 impl Burst {
-    /// Takes the next item into the burst; false once none will come.
+    /// Takes the next item into the burst; false once none will come (and at every call
+    /// after: a closed channel answers at once).
     async fn receive(&mut self) -> bool {
-        if self.closed {
+        let Some((item, answer)) = self.incoming.recv().await else {
             return false;
-        }
-        match self.incoming.recv().await {
-            Some((item, answer)) => {
-                self.items.push(item);
-                self.answers.push(Some(answer));
-                true
-            }
-            None => {
-                self.closed = true;
-                false
-            }
-        }
+        };
+        self.items.push(item);
+        self.answers.push(Some(answer));
+        true
     }
 
     fn confirm(&mut self, through: usize) {

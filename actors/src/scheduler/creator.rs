@@ -10,10 +10,10 @@
 //! publishes (`expected last subject sequence = 0` on the record's key), acks awaited together,
 //! then handed off as one burst (a fast-ingest batch, [`crate::jetstream::burst`]: each
 //! hand-off sent as its record is stored, answered every so many messages) — two round trips
-//! for a whole batch rather than for each instance. A cron tick fired on time needs no tick record: its instance record is its entry
-//! in the ledger, and [`InFlight`] tells how far the fires are settled (see
-//! [`crate::scheduler::partitions`]). A fire is never dropped for a transient failure: the failed ones are
-//! queued again with backoff until NATS answers. A retry after a lost ack finds the record with
+//! for a whole batch rather than for each instance. A cron tick fired on time needs no tick
+//! record: its instance record is its entry in the ledger, and [`InFlight`] tells how far the
+//! fires are settled (see [`crate::scheduler::partitions`]). A fire is never dropped for a
+//! transient failure: the failed ones are queued again with backoff until NATS answers. A retry after a lost ack finds the record with
 //! *its own* trace id and goes on to the hand-off, so an instance is never left created but not
 //! handed on by its own creator. The batches run on a task of their own, which outlives restarts
 //! of the Scheduler actor. An instance found already created is watched for a while, in case

@@ -25,7 +25,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::{HeaderMap, Subscriber};
 use bytes::Bytes;
@@ -36,6 +35,8 @@ use tokio::sync::{mpsc, oneshot};
 use ax_bus::codec;
 use ax_bus::error::{During, NatsError, Reason};
 use ax_bus::AxClient;
+
+use super::publish::{due, AckDue};
 
 /// The flow asked for: the server answers at most every this many messages.
 const FLOW: u16 = 512;
@@ -323,7 +324,7 @@ impl Burst {
                     .headers(item.headers.clone())
                     .payload(item.payload.clone());
                 match client.js.send_publish(subject.clone(), publish).await {
-                    Ok(ack) => acks.push((subject, ack, answer)),
+                    Ok(ack) => acks.push((subject, due(ack), answer)),
                     Err(e) => {
                         let _ = answer.send(Err(NatsError::new(format!("publish {subject}"), e)));
                     }
@@ -341,7 +342,7 @@ impl Burst {
 }
 
 /// Answers the plain publishes in `acks` as their acks come.
-async fn settle(acks: &mut Vec<(String, PublishAckFuture, Answer)>) {
+async fn settle(acks: &mut Vec<(String, AckDue, Answer)>) {
     for (subject, ack, answer) in acks.drain(..) {
         let _ = answer.send(ack.await.map(drop).during(|| format!("publish {subject}")));
     }

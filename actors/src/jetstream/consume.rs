@@ -352,6 +352,11 @@ impl SettleBehind {
 /// acknowledged, the others are redelivered shortly. Returns the items handed off.
 pub async fn settle<T>(pending: Vec<(jetstream::Message, PublishAckFuture, T)>) -> Vec<T> {
     let mut handed_off = Vec::with_capacity(pending.len());
+    // Every ack's deadline runs from now, not from when the loop reaches it.
+    let pending: Vec<_> = pending
+        .into_iter()
+        .map(|(message, ack, item)| (message, publish::due(ack), item))
+        .collect();
     for (message, stored, item) in pending {
         match stored.await {
             Ok(_) => {

@@ -2,8 +2,11 @@
 //! JetStream's de-duplication, and the ack awaited by the caller (in windows, never one by one on
 //! a hot path). Events and alerts are core NATS publishes: best effort, for listeners.
 
-use async_nats::jetstream::context::PublishAckFuture;
+use std::future::{Future, IntoFuture};
+
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::publish::PublishAck;
 use serde::Serialize;
 
 use async_nats::HeaderMap;
@@ -290,7 +293,7 @@ async fn raise(client: &AxClient, alert: Alert) {
 /// Publish acks awaited in windows: a publish holds one of the client's in-flight permits
 /// until its ack is awaited, so holding an unbounded number of them would stall publishing.
 pub struct AckWindow {
-    pending: Vec<PublishAckFuture>,
+    pending: Vec<AckDue>,
     size: usize,
 }
 
@@ -314,7 +317,7 @@ impl AckWindow {
 
     /// Adds an ack; awaits the whole window when it is full.
     pub async fn push(&mut self, ack: PublishAckFuture) -> Result<(), ActorError> {
-        self.pending.push(ack);
+        self.pending.push(due(ack));
         if self.pending.len() >= self.size {
             self.flush().await?;
         }
@@ -327,5 +330,43 @@ impl AckWindow {
             ack.await.during(|| "publish not stored")?;
         }
         Ok(())
+    }
+}
+
+/// How long a publish's ack may take from the moment it is sent (async-nats's default request
+/// timeout).
+const ACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A publish's ack whose deadline was fixed when the publish was sent. async-nats starts an
+/// ack's timeout only when the ack is first awaited: acks lost in a reconnect, awaited one
+/// after another, would each wait their full timeout — a window of 1,024 about 85 minutes, its
+/// publisher stalled all along (seen in tests/bursts.rs across a NATS restart). With the
+/// deadline fixed at the send, a window's lost acks all give up about 5 s after they were sent.
+pub struct AckDue(std::pin::Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>);
+
+impl std::fmt::Debug for AckDue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AckDue")
+    }
+}
+
+/// `ack`, due [`ACK_TIMEOUT`] from now.
+pub fn due(ack: PublishAckFuture) -> AckDue {
+    let deadline = tokio::time::Instant::now() + ACK_TIMEOUT;
+    AckDue(Box::pin(async move {
+        tokio::time::timeout_at(deadline, ack.into_future())
+            .await
+            .unwrap_or_else(|_| Err(PublishErrorKind::TimedOut.into()))
+    }))
+}
+
+impl Future for AckDue {
+    type Output = Result<PublishAck, PublishError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.0.as_mut().poll(cx)
     }
 }

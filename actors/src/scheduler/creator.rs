@@ -35,7 +35,8 @@ use ax_bus::messages::{AlertKind, StoredRecord, TickOutcome};
 use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
-use crate::jetstream::{burst, publish};
+use crate::jetstream::burst;
+use crate::jetstream::publish::{self, AckDue};
 use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::orphans;
@@ -227,7 +228,7 @@ fn finish(request: Request, created: Created) {
 }
 
 /// A publish whose ack is still to be awaited.
-type Pending = Result<PublishAckFuture, ActorError>;
+type Pending = Result<AckDue, ActorError>;
 /// A hand-off sent: the request, what its creation came to, whether to watch it for an
 /// orphan, and the acks to await.
 type Sent = (Request, Created, bool, Result<Vec<Ack>, ActorError>);
@@ -235,11 +236,16 @@ type Sent = (Request, Created, bool, Result<Vec<Ack>, ActorError>);
 /// The ack of one publish of a hand-off: the hand-off itself goes in the batch's burst, a
 /// delayed schedule and a tick record are plain publishes (other streams).
 enum Ack {
-    Plain(PublishAckFuture),
+    Plain(AckDue),
     Burst(burst::Stored),
 }
 
 impl Ack {
+    /// A plain publish's ack, due from now.
+    fn plain(ack: PublishAckFuture) -> Self {
+        Ack::Plain(publish::due(ack))
+    }
+
     async fn stored(self) -> Result<(), NatsError> {
         match self {
             Ack::Plain(ack) => ack.await.map(drop).during(|| "hand off"),
@@ -379,10 +385,11 @@ impl Batch<'_> {
     /// Publishes the record with `expected last subject sequence = 0`: a create-if-absent.
     async fn publish_record(&self, request: &Request) -> Pending {
         let record = &request.instance.record;
-        Ok(self
-            .client
-            .publish_record(&record.instance_id, record, 0)
-            .await?)
+        Ok(publish::due(
+            self.client
+                .publish_record(&record.instance_id, record, 0)
+                .await?,
+        ))
     }
 
     /// Awaits the record's ack and hands the instance on as what was found calls for.
@@ -464,7 +471,7 @@ impl Batch<'_> {
                 if raced {
                     if let Ok(acks) = sent.as_mut() {
                         match deduplicated().await {
-                            Ok(ack) => acks.push(Ack::Plain(ack)),
+                            Ok(ack) => acks.push(Ack::plain(ack)),
                             Err(e) => sent = Err(e),
                         }
                     }
@@ -473,7 +480,7 @@ impl Batch<'_> {
             }
             (Existing::Other, _) if raced => (
                 Created::Deduplicated,
-                deduplicated().await.map(|ack| vec![Ack::Plain(ack)]),
+                deduplicated().await.map(|ack| vec![Ack::plain(ack)]),
             ),
             (Existing::Other, _) => (Created::Deduplicated, Ok(Vec::new())),
         }
@@ -528,7 +535,7 @@ async fn hand_off_work(
     hand_offs: &burst::Open,
 ) -> Result<Vec<Ack>, ActorError> {
     if instance.delayed {
-        return Ok(vec![Ack::Plain(delayed::schedule(client, instance).await?)]);
+        return Ok(vec![Ack::plain(delayed::schedule(client, instance).await?)]);
     }
     let (subject, msg_id) = instance.hand_off_to(client.subjects());
     let item = burst::Item::new(subject, &msg_id, &instance.work)?;
@@ -547,7 +554,7 @@ async fn hand_off(
     let work = &instance.work;
     let mut acks = hand_off_work(client, instance, hand_offs).await?;
     if let Some(outcome) = instance.tick.filter(|t| *t != TickOutcome::Fired) {
-        acks.push(Ack::Plain(
+        acks.push(Ack::plain(
             ticks::publish(
                 client,
                 node,

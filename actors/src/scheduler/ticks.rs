@@ -26,7 +26,7 @@ pub(crate) async fn record_skipped(
         for (tick, reason) in chunk {
             let skipped = TickOutcome::Skipped;
             let ack = publish(client, node, job, *tick, skipped, None, reason.clone()).await?;
-            acks.push(ack);
+            acks.push(crate::jetstream::publish::due(ack));
         }
         for ack in acks {
             ack.await.during(|| format!("record tick of {job}"))?;

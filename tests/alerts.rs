@@ -2,7 +2,7 @@
 //! webhook; a webhook that fails at first gets the alert again, with backoff, until it takes
 //! it, and only once after that.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

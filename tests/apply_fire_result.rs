@@ -1,7 +1,7 @@
 //! The walking skeleton end to end: a YAML job applied with the CLI fires every second, runs on a
 //! worker, and its results reach the instance records, `ax.result.<job>` and the CLI.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! end later; a second report is ignored, a stale or unknown one refused, and no report ends
 //! the attempt at its timeout.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

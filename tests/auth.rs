@@ -2,7 +2,7 @@
 //! carries a command out, whatever door it came through (the CLI, a raw control message with
 //! valid NATS credentials), and every decision on the audit trail without a secret in it.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! the URL for the commands run in the same folder, runs jobs, and stops everything on SIGTERM —
 //! and its nats-server dies with it even when it is killed outright.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

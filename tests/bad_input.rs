@@ -2,7 +2,7 @@
 //! nothing is published; a malformed message sent straight to the control subject is answered
 //! with an alert and never takes a Scheduler down.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `ax bench --quick` runs on its own nats-server and prints sane, non-zero figures (the
 //! figures themselves are for docs/benchmarks.md, not for a test).
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -6,7 +6,7 @@
 //! together are each stored in full and in order; and across a NATS restart every message
 //! reported stored is in the stream, none twice.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -17,18 +17,18 @@
 //! `AX_CHAOS_MINUTES` sets the length of the chaos (1.5 by default: the short profile);
 //! `AX_CHAOS_SEED` replays a run's sequence of kills (its seed is printed); `AX_CHAOS_KEEP=1`
 //! keeps the cluster's and the nodes' logs. The short profile runs with every `cargo test`;
-//! `cargo test --test chaos -- --nocapture` shows its story.
+//! `cargo nextest run -E 'test(/^chaos::/)' --no-capture` shows its story.
 
-mod support;
+use crate::support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::TimeDelta;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use ax_bus::{InstanceRecord, State};
+use support::verdict::{ledger_job, Owed, Verdict};
 use support::*;
 
 const CORES: [&str; 2] = ["core-1", "core-2"];
@@ -88,24 +88,6 @@ impl Fleet {
     }
 }
 
-fn job(name: &str, cron: &str, deps: &str, ledger: &std::path::Path) -> String {
-    format!(
-        "version: v1
-job:
-  name: {name}
-  cron: '{cron}'
-  misfire: fire_all
-  catchup_window: 900
-{deps}  retry: {{ times: 10, interval: 1, max_interval: 4 }}
-  timeout: 20
-  exec:
-    type: shell
-    command: '{}'
-",
-        support::ledger::command(ledger, 1).replace('\'', "''")
-    )
-}
-
 /// The node-log lines that mention `needle` (for a failure's story).
 fn print_log_lines(root: &std::path::Path, needle: &str) {
     let mut logs: Vec<std::path::PathBuf> = Vec::new();
@@ -124,20 +106,6 @@ fn print_log_lines(root: &std::path::Path, needle: &str) {
             println!("  {}: {line}", log.display());
         }
     }
-}
-
-/// The fires of a cron of period `every` seconds in [from, to].
-fn fires(from: DateTime<Utc>, to: DateTime<Utc>, every: i64) -> BTreeSet<DateTime<Utc>> {
-    let mut t = from.duration_trunc(TimeDelta::seconds(every)).unwrap();
-    if t < from {
-        t += TimeDelta::seconds(every);
-    }
-    let mut all = BTreeSet::new();
-    while t <= to {
-        all.insert(t);
-        t += TimeDelta::seconds(every);
-    }
-    all
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,13 +137,15 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
     std::fs::write(
         &jobs,
         [
-            job("tick", "* * * * * *", "", &ledger_file),
-            job("dag_up", "*/3 * * * * *", "", &ledger_file),
-            job(
+            ledger_job("tick", "* * * * * *", "", &ledger_file, 1, 20),
+            ledger_job("dag_up", "*/3 * * * * *", "", &ledger_file, 1, 20),
+            ledger_job(
                 "dag_down",
                 "*/3 * * * * *",
                 "  deps: [ { name: dag_up, biz_date: current } ]\n",
                 &ledger_file,
+                1,
+                20,
             ),
         ]
         .join("---\n"),
@@ -226,207 +196,48 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
     );
 
     // Every fire up to the end of the chaos must end.
-    let checked_until = chaos_ended - TimeDelta::seconds(1);
-    let first_fire = applied_at + TimeDelta::seconds(2);
-    let expected: BTreeMap<&str, BTreeSet<DateTime<Utc>>> = [
-        ("tick", fires(first_fire, checked_until, 1)),
-        ("dag_up", fires(first_fire, checked_until, 3)),
-        ("dag_down", fires(first_fire, checked_until, 3)),
-    ]
-    .into();
-    let in_range =
-        |r: &InstanceRecord| r.expected_time >= first_fire && r.expected_time <= checked_until;
-    let unfinished = |records: &[InstanceRecord]| {
-        records
-            .iter()
-            .filter(|r| in_range(r) && !r.state.is_final())
-            .map(|r| r.instance_id.clone())
-            .collect::<Vec<_>>()
-    };
-    let settled = tokio::time::timeout(Duration::from_secs(180), async {
-        loop {
-            let mut all = Vec::new();
-            for name in expected.keys() {
-                all.extend(instances(&client, name).await);
-            }
-            let created: usize = expected
-                .iter()
-                .map(|(name, due)| {
-                    all.iter()
-                        .filter(|r| r.job == *name && due.contains(&r.expected_time))
-                        .count()
-                })
-                .sum();
-            let due: usize = expected.values().map(BTreeSet::len).sum();
-            if created >= due && unfinished(&all).is_empty() {
-                return all;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await;
-    // The records that settled the run are the ones judged. Read again right after a NATS node
-    // came back, a listing can be served by a new stream leader that has not applied the last
-    // writes yet, and miss the newest records (seen once: the last seconds' fires "lost" and two
-    // instances "unfinished" in the re-read, all of them present and final in the read before).
-    let all = match &settled {
-        Ok(all) => all.clone(),
-        Err(_) => {
-            let mut all = Vec::new();
-            for name in expected.keys() {
-                all.extend(instances(&client, name).await);
-            }
-            all
-        }
-    };
-
-    // The ledger's counts.
-    let mut lost = Vec::new();
-    let mut expected_count = 0;
-    let mut created_count = 0;
-    for (name, due) in &expected {
-        expected_count += due.len();
-        let got: BTreeSet<DateTime<Utc>> = all
-            .iter()
-            .filter(|r| r.job == *name)
-            .map(|r| r.expected_time)
-            .collect();
-        created_count += due.iter().filter(|t| got.contains(t)).count();
-        lost.extend(
-            due.iter()
-                .filter(|t| !got.contains(t))
-                .map(|t| format!("{name}@{t}")),
-        );
-    }
-    let not_final = unfinished(&all);
-    let findings = support::ledger::examine(&support::ledger::read(&ledger_file));
-    let results = all_results(&client).await;
-    let mut results_per_trace: BTreeMap<&str, usize> = BTreeMap::new();
-    for result in &results {
-        *results_per_trace.entry(&result.trace_id).or_default() += 1;
-    }
-    let double_results: Vec<(&&str, &usize)> =
-        results_per_trace.iter().filter(|(_, n)| **n > 1).collect();
-    let successes: Vec<&InstanceRecord> = all
-        .iter()
-        .filter(|r| in_range(r) && r.state == State::Success)
-        .collect();
-    let success_without_result: Vec<&str> = successes
-        .iter()
-        .filter(|r| !results_per_trace.contains_key(r.trace_id.as_str()))
-        .map(|r| r.instance_id.as_str())
-        .collect();
-    let success_without_run: Vec<&str> = successes
-        .iter()
-        .filter(|r| !findings.ended.contains(r.trace_id.as_str()))
-        .map(|r| r.instance_id.as_str())
-        .collect();
-    println!(
-        "chaos ledger: expected {expected_count}, created {created_count}, lost {}, \
-         duplicates {} (results) / {} (runs on two workers), unfinished {}, traces started \
-         twice {}, attempts of one instance overlapping {}; {} runs, {} results, {} successes",
-        lost.len(),
-        double_results.len(),
-        findings.on_two_workers.len(),
-        not_final.len(),
-        findings.started_twice.len(),
-        findings.overlapping.len(),
-        findings.starts,
-        results.len(),
-        successes.len(),
+    let owed = Owed::new(
+        applied_at + TimeDelta::seconds(2),
+        chaos_ended - TimeDelta::seconds(1),
+        &[("tick", 1), ("dag_up", 3), ("dag_down", 3)],
     );
-    for record in all.iter().filter(|r| not_final.contains(&r.instance_id)) {
-        println!(
-            "chaos: unfinished {} attempt {} {:?}/{} on {:?}: {}",
-            record.instance_id,
-            record.attempt,
-            record.state,
-            record.tag,
-            record.worker,
-            record.message
-        );
+    let settled = owed.settle(&client, Duration::from_secs(180)).await;
+    let verdict = Verdict::judge(&client, &owed, &settled, &ledger_file).await;
+    verdict.print("chaos");
+    let all = match &settled {
+        Ok(all) | Err(all) => all,
+    };
+    for record in owed.open(all) {
+        println!("chaos: unfinished {record:?}");
         print_log_lines(&root, &record.instance_id);
         print_log_lines(&root, &record.trace_id);
     }
-    // What befell the actors of the processes running now (each heartbeat counts since its
-    // process started): restarts are expected (NATS nodes went away), panics and stalls not.
-    let nodes = client.nodes().await.unwrap_or_default();
-    let restarts: u64 = nodes
-        .iter()
-        .flat_map(|n| n.actors.values())
-        .map(|h| h.restarts)
-        .sum();
-    let troubled: Vec<String> = nodes
-        .iter()
-        .flat_map(|n| {
-            n.actors
-                .iter()
-                .filter(|(_, h)| h.panics + h.stalls > 0)
-                .map(move |(actor, h)| format!("{} {actor}: {h:?}", n.node))
-        })
-        .collect();
-    println!(
-        "chaos nodes: {} heartbeats, {restarts} actor restarts in the running processes, \
-         panics or stalls: {troubled:?}",
-        nodes.len()
-    );
-    let failing = settled.is_err()
-        || !lost.is_empty()
-        || !not_final.is_empty()
-        || !findings.on_two_workers.is_empty()
-        || !findings.overlapping.is_empty()
-        || !double_results.is_empty()
-        || !findings.started_twice.is_empty()
-        || !success_without_result.is_empty()
-        || !success_without_run.is_empty()
-        || !troubled.is_empty();
-    if !lost.is_empty() {
+    if !verdict.lost.is_empty() {
         // What each Scheduler recorded around the lost fires.
-        for name in expected.keys() {
+        for name in owed.due.keys() {
             let ticks = client
                 .ticks(&support::job(name), 1000)
                 .await
                 .unwrap_or_default();
             for t in ticks.iter().filter(|t| {
-                lost.iter()
+                verdict
+                    .lost
+                    .iter()
                     .any(|l| l.starts_with(&format!("{name}@")) && l.ends_with(&t.tick.to_string()))
             }) {
                 println!("chaos: tick record {t:?}");
             }
         }
     }
-    if failing || std::env::var_os("AX_CHAOS_KEEP").is_some() {
+    if verdict.failing() || std::env::var_os("AX_CHAOS_KEEP").is_some() {
         println!("chaos: keeping {}", cluster.dir.path().display());
         let _ = cluster.dir.keep();
     }
-    assert!(settled.is_ok(), "not settled within 180 s after the chaos");
-    assert!(lost.is_empty(), "fires without an instance: {lost:?}");
-    assert!(not_final.is_empty(), "instances not final: {not_final:?}");
-    assert!(
-        findings.on_two_workers.is_empty(),
-        "attempts run on two workers: {:?}",
-        findings.on_two_workers
+    verdict.assert_clean();
+    assert_eq!(
+        verdict.heartbeats,
+        CORES.len() + WORKERS.len(),
+        "a node is missing its heartbeat"
     );
-    assert!(
-        findings.overlapping.is_empty(),
-        "attempts of one instance running at once: {:?}",
-        findings.overlapping
-    );
-    assert!(
-        double_results.is_empty(),
-        "results recorded twice: {double_results:?}"
-    );
-    assert!(
-        findings.started_twice.is_empty(),
-        "attempts started twice under one trace id ({worker_kills} worker kills): {:?}",
-        findings.started_twice
-    );
-    assert!(
-        success_without_result.is_empty(),
-        "{success_without_result:?}"
-    );
-    assert!(success_without_run.is_empty(), "{success_without_run:?}");
-    assert_eq!(nodes.len(), CORES.len() + WORKERS.len(), "{nodes:?}");
-    assert!(troubled.is_empty(), "{troubled:?}");
     drop(fleet);
 }

@@ -2,7 +2,7 @@
 //! raises an alert, its Scheduler fires nothing and its worker refuses work (`clock_skew`);
 //! once the clock is back, it says so and both resume.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! by `.ci/run`) against a real `ax up`: what an operator sees and does from the browser, with
 //! the CLI as the witness of what really happened.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;
@@ -466,10 +466,7 @@ async fn an_operator_runs_ax_from_the_browser() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_comes_with_the_admin_role() {
     let nats = TestNats::start();
-    let (admin_port, worker_port) = (
-        ax_bus::client::local_server::free_port().unwrap(),
-        ax_bus::client::local_server::free_port().unwrap(),
-    );
+    let (admin_port, worker_port) = (free_port(), free_port());
     let admin_addr = format!("127.0.0.1:{admin_port}");
     let worker_addr = format!("127.0.0.1:{worker_port}");
     let admin = AxProcess::node(&nats, "a1", "admin", &["--http", &admin_addr]);
@@ -503,7 +500,7 @@ async fn the_console_comes_with_the_admin_role() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_instance_list_follows_through_a_nats_restart() {
     let mut nats = TestNats::start();
-    let port = ax_bus::client::local_server::free_port().unwrap();
+    let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let node = AxProcess::node(&nats, "n1", "all,admin", &["--http", &addr]);
     apply_job(

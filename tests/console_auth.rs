@@ -2,7 +2,7 @@
 //! browser, pages without the controls a role may not use, forged and out-of-role changes
 //! refused, and each change sent with its caller's token so the Scheduler records who.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

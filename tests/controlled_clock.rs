@@ -1,7 +1,7 @@
 //! Misfire and overlap policies with a clock the test sets: the actors run in this process on a
 //! [`ManualClock`], so "five minutes without a Scheduler" takes no time and every tick is exact.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

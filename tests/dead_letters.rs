@@ -3,7 +3,7 @@
 //! dispatch that its worker never settles reaches its maximum deliveries, becomes a dead letter
 //! and fails its attempt instead of hanging; any other dead message is put back on its subject.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

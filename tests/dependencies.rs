@@ -1,7 +1,7 @@
 //! Dependencies by business date: the article's example, the failure cascade, a coordinator
 //! killed while instances wait, and the apply-time graph rules.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -85,14 +85,6 @@ async fn publish_success(
     record.instance_id
 }
 
-fn ledger_lines(path: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stat_job_runs_only_after_both_syncs_of_the_same_date() {
     let nats = TestNats::start();
@@ -123,7 +115,7 @@ async fn the_stat_job_runs_only_after_both_syncs_of_the_same_date() {
     assert_eq!(stat.state, State::Success, "{}", stat.message);
     assert!(stat.started_at.unwrap() >= pay.finished_at.unwrap());
     assert_eq!(
-        ledger_lines(&ledger),
+        lines_of(&ledger),
         [
             "order 2026-01-01",
             "pay 2026-01-02",
@@ -234,7 +226,7 @@ async fn a_coordinator_killed_while_instances_wait_loses_nothing() {
     let _successor = AxProcess::node(&nats, "d2", "dag", &[]);
     let stat = final_record(&client, &stat.instance_id, Duration::from_secs(30)).await;
     assert_eq!(stat.state, State::Success, "{}", stat.message);
-    let stats = ledger_lines(&ledger)
+    let stats = lines_of(&ledger)
         .into_iter()
         .filter(|l| l.starts_with("stat"))
         .count();

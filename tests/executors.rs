@@ -2,7 +2,7 @@
 //! `python3`, plugins from a plugin directory (the shipped example among them), and a
 //! downstream job reading its upstream's structured output. (SQL has its own file.)
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

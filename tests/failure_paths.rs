@@ -1,7 +1,7 @@
 //! Failure paths of the skeleton: a worker killed mid-attempt, NATS restarted under load, a
 //! dispatch delivered twice, failed attempts retried with backoff, a Scheduler restarted.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

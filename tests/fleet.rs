@@ -1,7 +1,7 @@
 //! The worker fleet with several real worker processes: tags, spreading the load, ACK before
 //! execute, a worker killed mid-attempt, priorities with reserved slots, pausing a queue.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,10 +9,6 @@ use std::time::Duration;
 use ax_bus::history::StepKind;
 use ax_bus::{AxClient, State, Tag};
 use support::*;
-
-fn job(name: &str, extra: &str, command: &str) -> String {
-    format!("version: v1\njob:\n  name: {name}\n{extra}  exec: {{ type: shell, command: '{command}' }}\n")
-}
 
 /// Runs per worker among the successful instances of `job`.
 async fn runs_per_worker(client: &AxClient, job: &str) -> BTreeMap<String, usize> {
@@ -27,14 +23,6 @@ async fn runs_per_worker(client: &AxClient, job: &str) -> BTreeMap<String, usize
     counts
 }
 
-fn ledger_lines(path: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tags_are_respected_and_a_job_nobody_can_run_waits() {
     let nats = TestNats::start();
@@ -46,9 +34,9 @@ async fn tags_are_respected_and_a_job_nobody_can_run_waits() {
         &nats,
         "tagged",
         &[
-            job("on_alpha", "  tags: [alpha]\n", "true"),
-            job("on_beta", "  tags: [beta, extra]\n", "true"),
-            job("on_gamma", "  tags: [gamma]\n", "true"),
+            shell_job("on_alpha", "  tags: [alpha]\n", "true"),
+            shell_job("on_beta", "  tags: [beta, extra]\n", "true"),
+            shell_job("on_gamma", "  tags: [gamma]\n", "true"),
         ]
         .join("---\n"),
     )
@@ -131,7 +119,7 @@ async fn load_spreads_over_equal_workers() {
         (client.workers().await.unwrap().len() == 3).then_some(())
     })
     .await;
-    apply_job(&nats, "short", &job("short", "", "sleep 0.05")).await;
+    apply_job(&nats, "short", &shell_job("short", "", "sleep 0.05")).await;
     let out = ax(
         &nats.url(),
         &[
@@ -187,7 +175,7 @@ async fn an_unacknowledged_dispatch_goes_elsewhere_and_never_runs() {
     apply_job(
         &nats,
         "once",
-        &job(
+        &shell_job(
             "once",
             "",
             &format!("echo $AX_WORKER >> {}", ledger.display()),
@@ -208,7 +196,7 @@ async fn an_unacknowledged_dispatch_goes_elsewhere_and_never_runs() {
         || async { slow.log_text().contains("not ours to run").then_some(()) },
     )
     .await;
-    assert_eq!(ledger_lines(&ledger), ["fast"], "the first dispatch ran");
+    assert_eq!(lines_of(&ledger), ["fast"], "the first dispatch ran");
     // The history tells the re-dispatch: one attempt, dispatched to the fast worker after the
     // slow one was passed over.
     let history = client
@@ -289,7 +277,7 @@ async fn router_dies_re_dispatching(
     apply_job(
         &nats,
         "once",
-        &job(
+        &shell_job(
             "once",
             "",
             &format!("echo $AX_WORKER $AX_TRACE_ID >> {}", ledger.display()),
@@ -339,7 +327,7 @@ async fn ran_once_after_all(
     )
     .await;
     assert_eq!(record.attempt, 1, "{record:?}");
-    let lines = ledger_lines(ledger);
+    let lines = lines_of(ledger);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].ends_with(record.trace_id.as_str()), "{lines:?}");
 }
@@ -382,7 +370,7 @@ async fn a_worker_killed_mid_attempt_leads_to_exactly_one_success() {
     apply_job(
         &nats,
         "long",
-        &job(
+        &shell_job(
             "long",
             "",
             &format!("sleep 3; echo $AX_WORKER >> {}", ledger.display()),
@@ -406,7 +394,7 @@ async fn a_worker_killed_mid_attempt_leads_to_exactly_one_success() {
     assert_eq!(record.worker.as_deref(), Some("survivor"));
     assert_eq!(record.attempt, 2);
     assert_eq!(record.worker_losses, 1);
-    assert_eq!(ledger_lines(&ledger), ["survivor"]);
+    assert_eq!(lines_of(&ledger), ["survivor"]);
     // The history shows both attempts, both workers, and who found the first one lost.
     let history = client
         .instance_history(&support::id(&id))
@@ -458,8 +446,8 @@ async fn high_priority_work_runs_while_the_low_queue_is_saturated() {
         &nats,
         "prio",
         &[
-            job("bulk", "  priority: low\n", "sleep 4"),
-            job("urgent", "  priority: high\n", "true"),
+            shell_job("bulk", "  priority: low\n", "sleep 4"),
+            shell_job("urgent", "  priority: high\n", "true"),
         ]
         .join("---\n"),
     )
@@ -501,7 +489,12 @@ async fn a_paused_queue_loses_nothing() {
     let nats = TestNats::start();
     let client = nats.client().await;
     let _node = AxProcess::node(&nats, "n1", "all", &[]);
-    apply_job(&nats, "later", &job("later", "  priority: low\n", "true")).await;
+    apply_job(
+        &nats,
+        "later",
+        &shell_job("later", "  priority: low\n", "true"),
+    )
+    .await;
     let out = ax(&nats.url(), &["queue", "pause", "low"]);
     assert!(
         out.status.success() && stdout(&out).contains("queue low paused"),
@@ -582,8 +575,8 @@ async fn a_backlogged_low_queue_is_paused_and_resumed_while_high_work_runs() {
         &nats,
         "prio",
         &[
-            job("bulk", "  priority: low\n", "sleep 0.1"),
-            job("urgent", "  priority: high\n", "true"),
+            shell_job("bulk", "  priority: low\n", "sleep 0.1"),
+            shell_job("urgent", "  priority: high\n", "true"),
         ]
         .join("---\n"),
     )

@@ -2,7 +2,7 @@
 //! the place and the reason, and never crashes, wedges, escalates or destroys (the spec bounds
 //! are in `bad_input.rs`, the executors' file and network rules in `executors.rs`).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

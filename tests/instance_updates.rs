@@ -3,7 +3,7 @@
 //! changed the record since, and the same outcome as a fresh read when somebody did. A first
 //! attempt's dispatch carries the record its creator stored, for the worker's first write.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 

@@ -1,7 +1,7 @@
 //! `ax job run` and `ax job init`: a job's attempt on this machine without a cluster, through
 //! the executors a worker uses, and the specs to start from.
 
-mod support;
+use crate::support;
 
 use support::*;
 

@@ -2,13 +2,12 @@
 //! `.ci/run`) scrapes an `ax up`, and its query API returns the counts of what ran; `promtool
 //! check metrics` accepts the text.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use ax_bus::client::local_server::free_port;
 use support::up::up;
 use support::*;
 
@@ -30,7 +29,7 @@ impl Prometheus {
             ),
         )
         .unwrap();
-        let port = free_port().unwrap();
+        let port = free_port();
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))

@@ -3,7 +3,7 @@
 //! trigger a job nor slip a dispatch onto an internal subject; and the per-role
 //! permission table, given to the server as it stands, is all each role needs.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

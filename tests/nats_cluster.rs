@@ -2,7 +2,7 @@
 //! node does not stop scheduling — a per-second cron job keeps firing, no second is lost
 //! (fires during the fail-over are created late, not dropped) and none runs twice.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

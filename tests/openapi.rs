@@ -5,7 +5,7 @@
 //! cannot say every rule (a YAML text that is a job, a re-run that names what to run), and
 //! those refusals are 400s naming the field, as the API promises.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

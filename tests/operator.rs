@@ -2,7 +2,7 @@
 //! kill an executing one (its whole process group), each refused with the reason where it does
 //! not apply, and each in the audit stream.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

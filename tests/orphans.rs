@@ -10,7 +10,7 @@
 //! - Left by a lone Scheduler that restarts and skips the missed ticks by its misfire policy:
 //!   the tick with a record is handed on, not skipped.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

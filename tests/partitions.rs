@@ -15,22 +15,22 @@
 //! lines); every success must have its run and its result, and no node a panic or a stall.
 //! `AX_PARTITION_SEED` picks which NATS node, worker and core node (printed).
 
-mod support;
+use crate::support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::TimeDelta;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use ax_bus::client::ConnectConfig;
-use ax_bus::{AxClient, InstanceRecord, State, Tag};
-use support::ledger;
+use ax_bus::{AxClient, State, Tag};
 use support::netns::Net;
+use support::verdict::{ledger_job, Owed, Verdict};
 use support::*;
 
 const SERVERS: [&str; 3] = ["s0", "s1", "s2"];
@@ -138,49 +138,6 @@ fn node(net: &Net, url: &str, name: &str, root: &Path) -> AxProcess {
     )
 }
 
-fn job(name: &str, cron: &str, deps: &str, ledger: &Path, ticks: u32) -> String {
-    format!(
-        "version: v1
-job:
-  name: {name}
-  cron: '{cron}'
-  misfire: fire_all
-  catchup_window: 900
-{deps}  retry: {{ times: 10, interval: 1, max_interval: 4 }}
-  timeout: 30
-  exec:
-    type: shell
-    command: '{}'
-",
-        ledger::command(ledger, ticks).replace('\'', "''")
-    )
-}
-
-/// The fires of a cron of period `every` seconds in [from, to].
-fn fires(from: DateTime<Utc>, to: DateTime<Utc>, every: i64) -> BTreeSet<DateTime<Utc>> {
-    let mut t = from.duration_trunc(TimeDelta::seconds(every)).unwrap();
-    if t < from {
-        t += TimeDelta::seconds(every);
-    }
-    let mut all = BTreeSet::new();
-    while t <= to {
-        all.insert(t);
-        t += TimeDelta::seconds(every);
-    }
-    all
-}
-
-/// Every record of the jobs.
-async fn records(client: &AxClient, jobs: &[&str]) -> Vec<InstanceRecord> {
-    let mut all = Vec::new();
-    for name in jobs {
-        if let Ok(found) = client.instances(Some(&support::job(name))).await {
-            all.extend(found);
-        }
-    }
-    all
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_lose_nothing_and_never_run_one_instance_twice_at_once() {
     let seed: u64 = std::env::var("AX_PARTITION_SEED")
@@ -220,16 +177,17 @@ async fn partitions_lose_nothing_and_never_run_one_instance_twice_at_once() {
     std::fs::write(
         &jobs_file,
         [
-            job("tick", "* * * * * *", "", &ledger_file, 1),
-            job("dag_up", "*/3 * * * * *", "", &ledger_file, 1),
-            job(
+            ledger_job("tick", "* * * * * *", "", &ledger_file, 1, 30),
+            ledger_job("dag_up", "*/3 * * * * *", "", &ledger_file, 1, 30),
+            ledger_job(
                 "dag_down",
                 "*/3 * * * * *",
                 "  deps: [ { name: dag_up, biz_date: current } ]\n",
                 &ledger_file,
                 1,
+                30,
             ),
-            job("long", "*/20 * * * * *", "", &ledger_file, 60),
+            ledger_job("long", "*/20 * * * * *", "", &ledger_file, 60, 30),
         ]
         .join("---\n"),
     )
@@ -244,7 +202,10 @@ async fn partitions_lose_nothing_and_never_run_one_instance_twice_at_once() {
         "the jobs to run",
         &everyone,
         || async {
-            let done = records(&client, &["tick"]).await;
+            let done = client
+                .instances(Some(&job("tick")))
+                .await
+                .unwrap_or_default();
             done.iter().any(|r| r.state == State::Success).then_some(())
         },
     )
@@ -272,7 +233,10 @@ async fn partitions_lose_nothing_and_never_run_one_instance_twice_at_once() {
         "a long attempt running",
         &everyone,
         || async {
-            let running = records(&client, &["long"]).await;
+            let running = client
+                .instances(Some(&job("long")))
+                .await
+                .unwrap_or_default();
             running
                 .into_iter()
                 // Just started: it has ~10 s of work left, more than the fence takes.
@@ -317,110 +281,15 @@ async fn partitions_lose_nothing_and_never_run_one_instance_twice_at_once() {
     println!("partitions: {healed_at} healed");
 
     // Settle, then check.
-    let checked_until = healed_at - TimeDelta::seconds(1);
-    let first_fire = applied_at + TimeDelta::seconds(2);
-    let expected: BTreeMap<&str, BTreeSet<DateTime<Utc>>> = [
-        ("tick", fires(first_fire, checked_until, 1)),
-        ("dag_up", fires(first_fire, checked_until, 3)),
-        ("dag_down", fires(first_fire, checked_until, 3)),
-        ("long", fires(first_fire, checked_until, 20)),
-    ]
-    .into();
-    let names: Vec<&str> = expected.keys().copied().collect();
-    let in_range =
-        |r: &InstanceRecord| r.expected_time >= first_fire && r.expected_time <= checked_until;
-    let settled = tokio::time::timeout(Duration::from_secs(180), async {
-        loop {
-            let all = records(&client, &names).await;
-            let created = expected
-                .iter()
-                .map(|(name, due)| {
-                    all.iter()
-                        .filter(|r| r.job == *name && due.contains(&r.expected_time))
-                        .count()
-                })
-                .sum::<usize>();
-            let due: usize = expected.values().map(BTreeSet::len).sum();
-            let open = all.iter().filter(|r| in_range(r) && !r.state.is_final());
-            if created >= due && open.count() == 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await;
-    let all = records(&client, &names).await;
-    let mut lost = Vec::new();
-    for (name, due) in &expected {
-        let got: BTreeSet<DateTime<Utc>> = all
-            .iter()
-            .filter(|r| r.job == *name)
-            .map(|r| r.expected_time)
-            .collect();
-        lost.extend(
-            due.iter()
-                .filter(|t| !got.contains(t))
-                .map(|t| format!("{name}@{t}")),
-        );
-    }
-    let not_final: Vec<String> = all
-        .iter()
-        .filter(|r| in_range(r) && !r.state.is_final())
-        .map(|r| format!("{} {:?}/{}", r.instance_id, r.state, r.tag))
-        .collect();
-    let findings = ledger::examine(&ledger::read(&ledger_file));
-    let results = all_results(&client).await;
-    let mut results_per_trace: BTreeMap<String, usize> = BTreeMap::new();
-    for result in &results {
-        *results_per_trace
-            .entry(result.trace_id.to_string())
-            .or_default() += 1;
-    }
-    let double_results: Vec<&String> = results_per_trace
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(t, _)| t)
-        .collect();
-    let successes: Vec<&InstanceRecord> = all
-        .iter()
-        .filter(|r| in_range(r) && r.state == State::Success)
-        .collect();
-    let without_result: Vec<&str> = successes
-        .iter()
-        .filter(|r| !results_per_trace.contains_key(r.trace_id.as_str()))
-        .map(|r| r.instance_id.as_str())
-        .collect();
-    let without_run: Vec<&str> = successes
-        .iter()
-        .filter(|r| !findings.ended.contains(r.trace_id.as_str()))
-        .map(|r| r.instance_id.as_str())
-        .collect();
-    let expected_count: usize = expected.values().map(BTreeSet::len).sum();
-    println!(
-        "partitions ledger: expected {expected_count}, lost {}, unfinished {}, runs {}, \
-         started twice {}, on two workers {}, overlapping {}, results {} (twice {}), \
-         successes {}",
-        lost.len(),
-        not_final.len(),
-        findings.starts,
-        findings.started_twice.len(),
-        findings.on_two_workers.len(),
-        findings.overlapping.len(),
-        results.len(),
-        double_results.len(),
-        successes.len()
+    let owed = Owed::new(
+        applied_at + TimeDelta::seconds(2),
+        healed_at - TimeDelta::seconds(1),
+        &[("tick", 1), ("dag_up", 3), ("dag_down", 3), ("long", 20)],
     );
-    let heartbeats = client.nodes().await.unwrap_or_default();
-    let troubled: Vec<String> = heartbeats
-        .iter()
-        .flat_map(|n| {
-            n.actors
-                .iter()
-                .filter(|(_, h)| h.panics + h.stalls > 0)
-                .map(move |(actor, h)| format!("{} {actor}: {h:?}", n.node))
-        })
-        .collect();
-    if settled.is_err() || !not_final.is_empty() || !troubled.is_empty() {
+    let settled = owed.settle(&client, Duration::from_secs(180)).await;
+    let verdict = Verdict::judge(&client, &owed, &settled, &ledger_file).await;
+    verdict.print("partitions");
+    if verdict.failing() {
         for process in nodes.values() {
             println!(
                 "---- {} ----\n{}",
@@ -429,30 +298,6 @@ async fn partitions_lose_nothing_and_never_run_one_instance_twice_at_once() {
             );
         }
     }
-    assert!(
-        settled.is_ok(),
-        "not settled within 180 s after the last heal: lost {lost:?}, not final {not_final:?}"
-    );
-    assert!(lost.is_empty(), "fires without an instance: {lost:?}");
-    assert!(not_final.is_empty(), "instances not final: {not_final:?}");
-    assert!(
-        findings.started_twice.is_empty(),
-        "{:?}",
-        findings.started_twice
-    );
-    assert!(
-        findings.on_two_workers.is_empty(),
-        "{:?}",
-        findings.on_two_workers
-    );
-    assert!(
-        findings.overlapping.is_empty(),
-        "{:?}",
-        findings.overlapping
-    );
-    assert!(double_results.is_empty(), "{double_results:?}");
-    assert!(without_result.is_empty(), "{without_result:?}");
-    assert!(without_run.is_empty(), "{without_run:?}");
-    assert!(troubled.is_empty(), "{troubled:?}");
+    verdict.assert_clean();
     drop(nodes);
 }

@@ -1,6 +1,6 @@
 //! Misfire and overlap policies, and the tick history that records what became of every tick.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

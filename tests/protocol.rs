@@ -1,7 +1,7 @@
 //! The wire protocol as a client in another language meets it: a plain NATS request gets the
 //! command's answer in the request's encoding, and instants keep their milliseconds.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

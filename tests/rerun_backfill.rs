@@ -1,6 +1,6 @@
 //! Manual re-runs in every mode, and backfills: each does exactly what its plan says.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -8,7 +8,7 @@
 //! one whose clock is good, and takes its share back once its clock is. Owners written into the
 //! partitions bucket by something else (garbage, a Scheduler that never lived) are taken back.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

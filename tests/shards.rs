@@ -3,27 +3,13 @@
 //! `shards_failed`; a shard whose worker is killed runs again elsewhere; a broadcast runs once on
 //! every eligible worker; a re-run of the parent splits again.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ax_bus::{AxClient, InstanceRecord, State, Tag};
 use support::*;
-
-fn job(name: &str, extra: &str, command: &str) -> String {
-    format!("version: v1\njob:\n  name: {name}\n{extra}  exec: {{ type: shell, command: '{command}' }}\n")
-}
-
-fn ledger_lines(path: &std::path::Path) -> Vec<String> {
-    let mut lines: Vec<String> = std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect();
-    lines.sort();
-    lines
-}
 
 /// The ended children of `parent`.
 async fn children(client: &AxClient, job: &str, parent: &str) -> Vec<InstanceRecord> {
@@ -52,12 +38,12 @@ async fn shards_spread_over_workers_and_join_into_the_parent() {
         "sleep 0.3; echo $AX_SHARD_INDEX/$AX_SHARD_TOTAL >> {}",
         ledger.display()
     );
-    apply_job(&nats, "split", &job("split", "  shards: 4\n", &line)).await;
+    apply_job(&nats, "split", &shell_job("split", "  shards: 4\n", &line)).await;
     let id = trigger(&nats, &["split"]);
     let parent = final_record(&client, &id, Duration::from_secs(40)).await;
     assert_eq!(parent.state, State::Success, "{}", parent.message);
     assert_eq!(parent.tag, Tag::Completed);
-    assert_eq!(ledger_lines(&ledger), ["0/4", "1/4", "2/4", "3/4"]);
+    assert_eq!(sorted_lines_of(&ledger), ["0/4", "1/4", "2/4", "3/4"]);
     let shards = children(&client, "split", &id).await;
     assert_eq!(shards.len(), 4);
     assert!(shards.iter().all(|r| r.state == State::Success));
@@ -73,7 +59,7 @@ async fn shards_spread_over_workers_and_join_into_the_parent() {
     })
     .await;
     assert_eq!(rerun.state, State::Success, "{}", rerun.message);
-    assert_eq!(ledger_lines(&ledger).len(), 8);
+    assert_eq!(sorted_lines_of(&ledger).len(), 8);
     assert!(children(&client, "split", &id)
         .await
         .iter()
@@ -89,7 +75,7 @@ async fn a_failed_shard_fails_the_parent_and_names_itself() {
     apply_job(
         &nats,
         "partly",
-        &job("partly", "  shards: 3\n", "test $AX_SHARD_INDEX != 1"),
+        &shell_job("partly", "  shards: 3\n", "test $AX_SHARD_INDEX != 1"),
     )
     .await;
     let id = trigger(&nats, &["partly"]);
@@ -128,7 +114,12 @@ async fn a_shard_whose_worker_is_killed_runs_again_elsewhere() {
         "sleep 3; echo $AX_SHARD_INDEX $AX_WORKER >> {}",
         ledger.display()
     );
-    apply_job(&nats, "sliced", &job("sliced", "  shards: 2\n", &line)).await;
+    apply_job(
+        &nats,
+        "sliced",
+        &shell_job("sliced", "  shards: 2\n", &line),
+    )
+    .await;
     let id = trigger(&nats, &["sliced"]);
     wait_for(
         Duration::from_secs(15),
@@ -143,7 +134,7 @@ async fn a_shard_whose_worker_is_killed_runs_again_elsewhere() {
     doomed.kill9();
     let parent = final_record(&client, &id, Duration::from_secs(60)).await;
     assert_eq!(parent.state, State::Success, "{}", parent.message);
-    assert_eq!(ledger_lines(&ledger), ["0 survivor", "1 survivor"]);
+    assert_eq!(sorted_lines_of(&ledger), ["0 survivor", "1 survivor"]);
     for shard in children(&client, "sliced", &id).await {
         assert_eq!(shard.worker_losses, 1, "{}", shard.instance_id);
     }
@@ -166,13 +157,13 @@ async fn a_broadcast_runs_once_on_every_eligible_worker() {
     apply_job(
         &nats,
         "everywhere",
-        &job("everywhere", "  tags: [edge]\n  broadcast: true\n", &line),
+        &shell_job("everywhere", "  tags: [edge]\n  broadcast: true\n", &line),
     )
     .await;
     let id = trigger(&nats, &["everywhere"]);
     let parent = final_record(&client, &id, Duration::from_secs(40)).await;
     assert_eq!(parent.state, State::Success, "{}", parent.message);
-    assert_eq!(ledger_lines(&ledger), ["edge-a", "edge-b"]);
+    assert_eq!(sorted_lines_of(&ledger), ["edge-a", "edge-b"]);
     let mut runs: Vec<_> = children(&client, "everywhere", &id)
         .await
         .into_iter()
@@ -201,7 +192,12 @@ async fn a_broadcast_run_whose_worker_dies_fails_instead_of_moving() {
     .await;
     let ledger = nats.path("jobs").join("ledger");
     let line = format!("sleep 3; echo $AX_WORKER >> {}", ledger.display());
-    apply_job(&nats, "each", &job("each", "  broadcast: true\n", &line)).await;
+    apply_job(
+        &nats,
+        "each",
+        &shell_job("each", "  broadcast: true\n", &line),
+    )
+    .await;
     let id = trigger(&nats, &["each"]);
     let doomed_run = format!("{id}.w-doomed");
     wait_for(
@@ -220,5 +216,5 @@ async fn a_broadcast_run_whose_worker_dies_fails_instead_of_moving() {
     let lost = final_record(&client, &doomed_run, Duration::from_secs(5)).await;
     assert_eq!(lost.state, State::Failed);
     assert_eq!(lost.tag, Tag::WorkerLost);
-    assert_eq!(ledger_lines(&ledger), ["steady"], "it did not move");
+    assert_eq!(sorted_lines_of(&ledger), ["steady"], "it did not move");
 }

@@ -1,7 +1,7 @@
 //! The shell executor through the whole system: a timeout kills the process tree, a param full
 //! of shell metacharacters stays a literal string, a failing command ends `failed`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

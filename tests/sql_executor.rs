@@ -4,7 +4,7 @@
 //! failing statement fails the attempt with the database's reason; the connection string
 //! (with its password) appears in no record and no log.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! message or a broken rule would leave them; the node runs a Router and a worker only, so
 //! that no Scheduler's orphan watch gets there first.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Triggers from business services: idempotent submission by key, and delayed work (`--in`,
 //! `--at`) kept by JetStream until it is due.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -21,7 +21,7 @@ pub(crate) struct Browser {
 impl Browser {
     /// Starts chromedriver and a headless Chromium session with a 1280×900 window.
     pub(crate) async fn start() -> Browser {
-        let port = ax_bus::client::local_server::free_port().expect("a free port");
+        let port = super::free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())

@@ -1,12 +1,12 @@
 //! What every integration test needs: its own nats-server (free port, temporary store, stopped
 //! on drop), `ax` processes that die with the test, and waiting on conditions with deadlines
 //! rather than bare sleeps.
-#![allow(dead_code)]
 
 pub(crate) mod browser;
 pub(crate) mod ledger;
 pub(crate) mod netns;
 pub(crate) mod up;
+pub(crate) mod verdict;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader};
@@ -43,14 +43,15 @@ impl TestNats {
             std::fs::write(&file, text).expect("write the server config");
             extra_args = vec!["-c".to_string(), file.display().to_string()];
         }
-        let server = LocalServer::start(ServerOptions {
-            binary: find_binary().expect("nats-server (run scripts/install-nats-server)"),
-            port: None,
-            store_dir: dir.path().join("store"),
-            log_file: None,
-            extra_args,
-        })
-        .expect("nats-server starts");
+        let server = start_on_a_free_port(|| {
+            LocalServer::start(ServerOptions {
+                binary: find_binary().expect("nats-server (run scripts/install-nats-server)"),
+                port: Some(free_port()),
+                store_dir: dir.path().join("store"),
+                log_file: None,
+                extra_args: extra_args.clone(),
+            })
+        });
         Self {
             server,
             dir,
@@ -82,6 +83,34 @@ impl TestNats {
     }
 }
 
+/// A port for a test's server: a random one below Linux's ephemeral range (32768 and up), so
+/// that no outgoing connection of the tests running at the same time can be holding it, and
+/// free when looked at.
+pub(crate) fn free_port() -> u16 {
+    loop {
+        let port = rand::random_range(20_000..32_768);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Starts what `start` starts, again while it fails because its port was taken: a port found
+/// free is free only until something binds it, and tests that run at the same time (and their
+/// outgoing connections) take ports too.
+pub(crate) fn start_on_a_free_port<T>(
+    mut start: impl FnMut() -> Result<T, ax_bus::client::local_server::LocalServerError>,
+) -> T {
+    let mut tries = 0;
+    loop {
+        match start() {
+            Ok(started) => return started,
+            Err(e) if tries < 5 && e.to_string().contains("address already in use") => tries += 1,
+            Err(e) => panic!("nats-server starts: {e}"),
+        }
+    }
+}
+
 /// Three clustered nats-servers on loopback, each with its own store.
 pub(crate) struct TestCluster {
     pub servers: Vec<LocalServer>,
@@ -91,22 +120,31 @@ pub(crate) struct TestCluster {
 impl TestCluster {
     pub(crate) fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let cluster_ports: Vec<u16> = (0..3)
-            .map(|_| ax_bus::client::local_server::free_port().unwrap())
-            .collect();
+        let servers = start_on_a_free_port(|| Self::start_servers(dir.path()));
+        Self { servers, dir }
+    }
+
+    /// The three servers, on new ports; none left running if one fails.
+    fn start_servers(
+        dir: &Path,
+    ) -> Result<Vec<LocalServer>, ax_bus::client::local_server::LocalServerError> {
+        let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let routes = cluster_ports
             .iter()
             .map(|p| format!("nats://127.0.0.1:{p}"))
             .collect::<Vec<_>>()
             .join(",");
-        let servers = cluster_ports
+        cluster_ports
             .iter()
             .enumerate()
             .map(|(i, port)| {
+                let store_dir = dir.join(format!("s{i}"));
+                // A try before this one may have left a store behind.
+                let _ = std::fs::remove_dir_all(&store_dir);
                 LocalServer::start(ServerOptions {
                     binary: find_binary().unwrap(),
-                    port: None,
-                    store_dir: dir.path().join(format!("s{i}")),
+                    port: Some(free_port()),
+                    store_dir,
                     log_file: None,
                     extra_args: vec![
                         "-n".into(),
@@ -119,10 +157,8 @@ impl TestCluster {
                         routes.clone(),
                     ],
                 })
-                .unwrap()
             })
-            .collect();
-        Self { servers, dir }
+            .collect()
     }
 
     pub(crate) fn url(&self) -> String {
@@ -421,6 +457,28 @@ where
 pub(crate) async fn instances(client: &AxClient, job: &str) -> Vec<InstanceRecord> {
     let job = job.parse().expect("a job name");
     client.instances(Some(&job)).await.expect("list instances")
+}
+
+/// A shell job's spec: `extra` (lines indented by two spaces, each ending in a newline) goes
+/// between the name and `exec`.
+pub(crate) fn shell_job(name: &str, extra: &str, command: &str) -> String {
+    format!("version: v1\njob:\n  name: {name}\n{extra}  exec: {{ type: shell, command: '{command}' }}\n")
+}
+
+/// The lines of a file the jobs' commands append to, in order (none while it does not exist).
+pub(crate) fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// [`lines_of`], sorted (for commands that ran in parallel).
+pub(crate) fn sorted_lines_of(path: &Path) -> Vec<String> {
+    let mut lines = lines_of(path);
+    lines.sort();
+    lines
 }
 
 /// Writes a job file in `dir` and returns its path.

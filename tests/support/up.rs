@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ax_bus::client::local_server::{find_binary, free_port, BINARY_ENV};
+use ax_bus::client::local_server::{find_binary, BINARY_ENV};
 
-use super::{wait_for_logged, AxProcess};
+use super::{free_port, wait_for_logged, AxProcess};
 
 /// An `ax up` of the test's own, with its console on a free port.
 pub(crate) struct Up {
@@ -26,7 +26,7 @@ pub(crate) async fn up(dir: &Path) -> Up {
 
 /// [`up`] with more arguments (`--auth`).
 pub(crate) async fn up_with(dir: &Path, extra: &[&str]) -> Up {
-    let (nats_port, http_port) = (free_port().unwrap(), free_port().unwrap());
+    let (nats_port, http_port) = (free_port(), free_port());
     let binary = find_binary().expect("pinned nats-server");
     let (nats_port_text, http_port_text) = (nats_port.to_string(), http_port.to_string());
     let mut args = vec![

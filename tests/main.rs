@@ -1,0 +1,46 @@
+//! The integration tests, as one crate: one binary to build and link instead of one per file,
+//! run by cargo-nextest one test per process and several at a time (`.config/nextest.toml`
+//! says which tests run alone). Each module is one topic; `support` holds what they share:
+//! test nats-servers and clusters, `ax` processes that die with the test, waiting on
+//! conditions with deadlines.
+
+mod alerts;
+mod apply_fire_result;
+mod async_report;
+mod auth;
+mod ax_up;
+mod bad_input;
+mod bench_smoke;
+mod bursts;
+mod chaos;
+mod clock_skew;
+mod console;
+mod console_auth;
+mod controlled_clock;
+mod dead_letters;
+mod dependencies;
+mod executors;
+mod failure_paths;
+mod fleet;
+mod hostile_input;
+mod instance_updates;
+mod local_run;
+mod metrics;
+mod nats_auth;
+mod nats_cluster;
+mod openapi;
+mod operator;
+mod orphans;
+mod partitions;
+mod policies;
+mod protocol;
+mod provisioning;
+mod python_client;
+mod rerun_backfill;
+mod scale_out;
+mod shards;
+mod shell_executor;
+mod sql_executor;
+mod stranded;
+mod support;
+mod triggers;

@@ -350,7 +350,7 @@ impl std::fmt::Debug for AckDue {
     }
 }
 
-/// `ack`, due [`ACK_TIMEOUT`] from now.
+/// `ack`, due `ACK_TIMEOUT` (5 s) from now.
 pub fn due(ack: PublishAckFuture) -> AckDue {
     let deadline = tokio::time::Instant::now() + ACK_TIMEOUT;
     AckDue(Box::pin(async move {

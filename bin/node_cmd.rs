@@ -1,14 +1,12 @@
 //! `ax node`: the actors of some roles, against an existing NATS server.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 
 use ax_actors::ExecutorsConfig;
 use ax_actors::WorkerConfig;
 use ax_actors::{parse_roles, Node, NodeConfig, Role};
-use ax_actors::{Clock, ShiftedClock, SystemClock};
 use ax_bus::client::{redact, AxClient, ConnectConfig};
 use ax_bus::ids::NodeId;
 
@@ -87,11 +85,6 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         reserved: file.worker.reserved.unwrap_or_default(),
         data_dir,
         dispatch_ack_wait: file.worker.dispatch_ack_wait()?,
-        // A test hook: a worker that holds each dispatch this many seconds before claiming it.
-        test_stall: std::env::var("AX_TEST_STALL_SECS")
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .map(std::time::Duration::from_secs_f64),
         executors: ExecutorsConfig {
             databases: file.databases.clone(),
             plugin_dir: file.worker.plugin_dir.clone(),
@@ -134,7 +127,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
             summary_timezone: file.status.timezone()?,
             auth,
         },
-        node_clock(),
+        ax_actors::test_hooks::node_clock(),
     )?;
     // The console (role admin) is served on 127.0.0.1:8080 unless told where.
     let console = roles.contains(&Role::Admin);
@@ -178,30 +171,4 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
     }
     node.stop();
     Ok(())
-}
-
-/// The system clock; or, as a test hook, the system clock shifted by the number of seconds
-/// written in the file `AX_TEST_CLOCK_OFFSET_FILE` (read every 200 ms): a node whose clock is
-/// wrong, then right again, for tests of the clock guard.
-fn node_clock() -> Arc<dyn Clock> {
-    let Ok(path) = std::env::var("AX_TEST_CLOCK_OFFSET_FILE") else {
-        return Arc::new(SystemClock);
-    };
-    let read = move |clock: &ShiftedClock| {
-        let seconds: f64 = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
-            .unwrap_or(0.0);
-        clock.shift((seconds * 1000.0) as i64);
-    };
-    let clock = ShiftedClock::default();
-    read(&clock);
-    let shifted = clock.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            read(&shifted);
-        }
-    });
-    Arc::new(clock)
 }

@@ -1,7 +1,8 @@
 //! ax-actors: the five actors and the node that runs them.
 //!
 //! The actors, each a supervised actix actor that owns its state, changes it only in its
-//! message handlers and talks to the others only through JetStream:
+//! message handlers and talks to the others through JetStream (a worker hands its outcomes to
+//! its own node's Reporter through the Reporter's mailbox):
 //! - [`Scheduler`]: job registry, time wheel, instance creation, retries, control commands;
 //! - [`DagCoordinator`]: dependencies by business date;
 //! - [`Router`]: live workers, load, dispatch, the janitor of dead workers;
@@ -19,7 +20,6 @@
 #[cfg(feature = "bench")]
 pub mod bench;
 mod dag;
-mod failpoint;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 pub mod jetstream;
@@ -29,11 +29,12 @@ mod outcome;
 mod reporter;
 mod router;
 mod scheduler;
+pub mod test_hooks;
 mod worker;
 
 pub use dag::DagCoordinator;
 pub use node::alert_webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
-pub use node::clock::{Clock, ManualClock, ShiftedClock, SystemClock};
+pub use node::clock::{Clock, ManualClock, SystemClock};
 pub use node::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
 pub use node::watchdog::DEFAULT_STALL_AFTER;
 pub use node::{parse_roles, Node, NodeConfig, Role, RoleError};

@@ -53,25 +53,3 @@ impl Clock for ManualClock {
         ax_bus::time::from_millis(self.millis.load(Ordering::SeqCst))
     }
 }
-
-/// The system clock shifted by an offset that can change while it runs: a node whose clock is
-/// wrong, for tests of the clock guard.
-#[derive(Clone, Debug, Default)]
-pub struct ShiftedClock {
-    offset_ms: Arc<AtomicI64>,
-}
-
-impl ShiftedClock {
-    /// Shows the system time plus `offset_ms` from now on.
-    pub fn shift(&self, offset_ms: i64) {
-        self.offset_ms.store(offset_ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ShiftedClock {
-    fn now(&self) -> DateTime<Utc> {
-        ax_bus::time::from_millis(
-            ax_bus::time::to_millis(ax_bus::time::now()) + self.offset_ms.load(Ordering::SeqCst),
-        )
-    }
-}

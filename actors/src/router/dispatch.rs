@@ -16,8 +16,8 @@ use ax_bus::{msg_id, AxClient, State, Tag};
 
 use super::acks::Pending;
 use super::{Choose, Router, RouterConfig, Target, Track};
-use crate::failpoint;
 use crate::jetstream::publish;
+use crate::test_hooks::failpoint;
 use crate::ActorError;
 
 /// How soon an unacknowledged dispatch whose handling failed is looked at again.

@@ -130,7 +130,7 @@ pub(crate) async fn follow(client: AxClient, node: NodeId) -> Result<(), ActorEr
             if let Ok(wait) = (due - ax_bus::time::now()).to_std() {
                 tokio::time::sleep(wait).await;
             }
-            crate::failpoint::hit("delayed.due");
+            crate::test_hooks::failpoint::hit("delayed.due");
             match release(&client, delayed, due, known).await {
                 Ok(()) => consume::ack(&message).await,
                 Err(e) => {
@@ -177,7 +177,7 @@ async fn release(
     );
     match released? {
         Updated::Written(record, revision) => {
-            crate::failpoint::hit("delayed.released");
+            crate::test_hooks::failpoint::hit("delayed.released");
             publish::event(client, &record).await;
             work.stored = Some(StoredRecord { record, revision });
         }

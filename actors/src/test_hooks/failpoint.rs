@@ -2,22 +2,22 @@
 //! `AX_FAILPOINT=<name>` in its environment, a process kills itself with SIGKILL — no cleanup,
 //! no flush — when it reaches the point of that name. Chaos by random kills finds a
 //! window that narrow only by luck; a test that names the point finds it every time. Without
-//! the variable (always, outside tests) a point costs one load of a cached value.
+//! the variable a point costs one load of a cached value; built without the `test-hooks` feature
+//! (every build but the tests') it is an empty function.
 //!
 //! The points: `redispatch.intent` (a re-dispatch recorded in flight, not yet reserved),
 //! `redispatch.reserved` (reserved, not yet sent), `redispatch.sent` (sent, not yet tracked),
 //! `delayed.due` (a Scheduler holding a delayed attempt at its due time, not yet released),
 //! `delayed.released` (its record released, the attempt not yet handed on).
 
-use std::sync::OnceLock;
-
 /// The variable naming the point to crash at.
-pub(crate) const FAILPOINT_ENV: &str = "AX_FAILPOINT";
-
-static ARMED: OnceLock<Option<String>> = OnceLock::new();
+#[cfg(feature = "test-hooks")]
+const FAILPOINT_ENV: &str = "AX_FAILPOINT";
 
 /// Aborts the process if `point` is the one armed.
+#[cfg(feature = "test-hooks")]
 pub(crate) fn hit(point: &str) {
+    static ARMED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let armed = ARMED.get_or_init(|| std::env::var(FAILPOINT_ENV).ok());
     if armed.as_deref() == Some(point) {
         eprintln!("failpoint {point} reached: killing this process");
@@ -26,3 +26,7 @@ pub(crate) fn hit(point: &str) {
         std::process::abort();
     }
 }
+
+/// Without the test hooks: nothing.
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) fn hit(_point: &str) {}

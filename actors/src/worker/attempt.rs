@@ -134,7 +134,7 @@ impl Attempts {
             // A redelivery while the attempt runs here; the running one acknowledges it.
             return Err(Skip::Running);
         }
-        if let Some(stall) = self.config.test_stall {
+        if let Some(stall) = crate::test_hooks::dispatch_stall() {
             tokio::time::sleep(stall).await;
         }
         let Some(dispatch) = work.dispatch.clone() else {

@@ -88,9 +88,6 @@ pub struct WorkerConfig {
     /// attempt sends in-progress acks three times per period, so a long task is never
     /// redelivered while it runs.
     pub dispatch_ack_wait: Duration,
-    /// Test hook: hold every dispatch this long before starting it — a worker that receives
-    /// but does not acknowledge in time.
-    pub test_stall: Option<Duration>,
     /// Databases, plugin directory and interpreter of the executors.
     pub executors: ExecutorsConfig,
 }
@@ -106,7 +103,6 @@ impl WorkerConfig {
             tags: Vec::new(),
             data_dir,
             dispatch_ack_wait: DEFAULT_DISPATCH_ACK_WAIT,
-            test_stall: None,
             executors: ExecutorsConfig::default(),
         }
     }

@@ -128,3 +128,39 @@ async fn a_node_started_before_its_nats_waits_for_it_and_comes_up() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_streams_and_buckets_a_node_creates_are_the_ones_the_guarantees_list() {
+    let nats = TestNats::start();
+    // Provisioning as a node does it.
+    let _client = nats.client().await;
+    let created: std::collections::BTreeSet<String> = stream_names(&nats.url())
+        .await
+        .into_iter()
+        .map(|name| match name.strip_prefix("KV_") {
+            Some(bucket) => bucket.to_string(),
+            None => name,
+        })
+        .collect();
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guarantees.md"),
+    )
+    .expect("docs/guarantees.md");
+    // The paragraph that lists them: from "Streams `AX_CONTROL`" to its end.
+    let start = doc
+        .find("Streams `AX_CONTROL`")
+        .expect("the list of streams");
+    let paragraph = &doc[start..];
+    let paragraph = &paragraph[..paragraph.find("\n\n").unwrap_or(paragraph.len())];
+    let listed: std::collections::BTreeSet<String> = paragraph
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| name.starts_with("AX_") || name.starts_with("ax_"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        listed, created,
+        "docs/guarantees.md lists other streams and buckets"
+    );
+}

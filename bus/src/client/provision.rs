@@ -13,7 +13,7 @@
 //!   business services' own consumers;
 //! - `<AX>_TICKS` (limits, `ax.internal.tick.>`, the last 1000 per job): what became of each
 //!   cron tick, for `ax job history` and the misfire policy;
-//! - `<AX>_AUDIT` (limits, `ax.audit.>`, 90 days): re-runs and backfills, who and how;
+//! - `<AX>_AUDIT` (limits, `ax.audit.>`, 400 days): the audit trail, who did what and how;
 //! - `<AX>_DEAD` (limits, `ax.internal.dead.>`, 30 days): dead letters, each the original payload
 //!   with why it died in its headers;
 //! - `<AX>_ADVISORIES` (work queue, the server's max-deliveries advisories about ax's streams):
@@ -29,8 +29,10 @@
 //!   roles, restarts, stalls), `<ax>_deps` (instances per business date and job, 40 days),
 //!   `<ax>_waiting` (instances held for their dependencies), `<ax>_latest` (each job's latest
 //!   instance), `<ax>_leases` (which node leads what; entries expire), `<ax>_queues` (which
-//!   priority queues are paused), `<ax>_summary` (each day's summary, 40 days) and `<ax>_inflight` (re-dispatches not yet claimed, see
-//!   [`crate::client::in_flight`]).
+//!   priority queues are paused), `<ax>_summary` (each day's summary, 40 days), `<ax>_inflight`
+//!   (re-dispatches not yet claimed, see [`crate::client::in_flight`]), `<ax>_tokens` (API
+//!   tokens' hashes by name) and `<ax>_approvals` (re-runs waiting for, or past, a second
+//!   person's decision).
 //!
 //! Message ids de-duplicate publishes within each stream's duplicate window; the buckets give
 //! create-if-absent and compare-and-swap, which is where uniqueness really comes from.

@@ -1,5 +1,5 @@
 //! `ax bench --quick` runs on its own nats-server and prints sane, non-zero figures (the
-//! figures themselves are for docs/benchmarks.md, not for a test).
+//! figures themselves are for docs/benchmarks.md, measured on a release build, not for a test).
 
 use crate::support;
 

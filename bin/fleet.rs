@@ -2,16 +2,12 @@
 
 use anyhow::{anyhow, Result};
 
-use ax_actors::{score, Weights};
 use ax_bus::messages::{commands, QueueRequest};
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
 use crate::jobs::CONTROL_TIMEOUT;
 use crate::table;
-
-/// How old a heartbeat may be for the worker to count as alive (the Router's default).
-const WORKER_TTL_SECS: i64 = 10;
 
 /// Every node that has written a heartbeat within the bucket's lifetime: its roles, its
 /// Scheduler's share of the cron jobs (partitions and jobs; the partitions themselves in JSON)
@@ -65,8 +61,10 @@ pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// Every worker with its score and liveness as the Routers judge them (their configured
+/// weights and TTL, read from a Router's node heartbeat).
 pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
-    let weights = Weights::default();
+    let policy = client.routing_policy().await?;
     let now = ax_bus::time::now();
     let mut rows = Vec::new();
     let mut docs = Vec::new();
@@ -74,8 +72,8 @@ pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
     workers.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     for (info, at) in workers {
         let age = (now - at).num_milliseconds() as f64 / 1000.0;
-        let alive = age < WORKER_TTL_SECS as f64;
-        let score = score(&weights, &info, 0);
+        let alive = policy.alive((now - at).to_std().unwrap_or_default());
+        let score = policy.score(&info, 0);
         rows.push(vec![
             info.id.to_string(),
             info.host.clone(),
@@ -125,8 +123,9 @@ pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
 /// One row per (live worker, executor), from the workers' heartbeats.
 pub(crate) async fn executors(client: &AxClient, json: bool) -> Result<()> {
     let now = ax_bus::time::now();
+    let policy = client.routing_policy().await?;
     let mut workers = client.workers().await?;
-    workers.retain(|(_, at)| (now - *at).num_seconds() < WORKER_TTL_SECS);
+    workers.retain(|(_, at)| policy.alive((now - *at).to_std().unwrap_or_default()));
     workers.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     let mut rows = Vec::new();
     let mut docs = Vec::new();

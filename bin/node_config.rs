@@ -53,6 +53,7 @@ use ax_actors::DEFAULT_MAX_CLOCK_SKEW;
 use ax_actors::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 use ax_bus::client::NatsAuth;
 use ax_bus::messages::Reserved;
+use ax_bus::routing::RoutingPolicy;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -375,17 +376,18 @@ impl RouterSection {
             }
         };
         config.ack_timeout = seconds("ack_timeout", self.ack_timeout, config.ack_timeout)?;
-        config.worker_ttl = seconds("worker_ttl", self.worker_ttl, config.worker_ttl)?;
+        let worker_ttl = seconds("worker_ttl", self.worker_ttl, config.policy.worker_ttl())?;
+        config.policy = RoutingPolicy::new(config.policy.weights.clone(), worker_ttl);
         for (name, value, slot) in [
             (
                 "weight_running",
                 self.weight_running,
-                &mut config.weights.running,
+                &mut config.policy.weights.running,
             ),
             (
                 "weight_duration",
                 self.weight_duration,
-                &mut config.weights.duration,
+                &mut config.policy.weights.duration,
             ),
         ] {
             if let Some(v) = value {

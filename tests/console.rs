@@ -360,6 +360,12 @@ async fn an_operator_runs_ax_from_the_browser() {
     // The fleet: the worker, the node, and a queue paused and resumed from its page.
     browser.open(&format!("{base}/workers")).await;
     assert!(browser.text("#workers").await.contains("local"));
+    // Scored as the Routers score: their policy, read from the node's heartbeat.
+    let policy = browser.text("#routing-policy").await;
+    assert!(
+        policy.contains("× 0.7") && policy.contains("10 s"),
+        "{policy}"
+    );
     browser.screenshot("workers").await;
     browser.open(&format!("{base}/nodes")).await;
     assert!(browser.text("#nodes").await.contains("scheduler"));

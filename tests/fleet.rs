@@ -107,6 +107,54 @@ async fn tags_are_respected_and_a_job_nobody_can_run_waits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_list_scores_with_the_routers_configured_weights() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    // The Router weighs load alone and waits 30 s for a heartbeat.
+    let config = nats.path("core").join("node.toml");
+    std::fs::write(
+        &config,
+        "[router]\nweight_running = 1.0\nweight_duration = 0.0\nworker_ttl = 30\n",
+    )
+    .unwrap();
+    let _core = AxProcess::node(
+        &nats,
+        "core",
+        "scheduler,dag,router",
+        &["--config", config.to_str().unwrap()],
+    );
+    let _worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    apply_job(&nats, "nap", &shell_job("nap", "", "sleep 0.3")).await;
+    let id = trigger(&nats, &["nap"]);
+    assert_eq!(
+        final_record(&client, &id, Duration::from_secs(30))
+            .await
+            .state,
+        State::Success
+    );
+    // Once the worker reports an average duration, a default policy would score it above 0.
+    let doc = wait_for(
+        Duration::from_secs(20),
+        "a worker with a duration",
+        || async {
+            let out = ax(&nats.url(), &["worker", "list", "--json"]);
+            let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            let worker = list.as_array()?.first()?.clone();
+            (worker["worker"]["avg_duration_ms"].as_f64()? > 0.0
+                && worker["worker"]["running"].as_u64()? == 0)
+                .then_some(worker)
+        },
+    )
+    .await;
+    assert_eq!(doc["score"].as_f64(), Some(0.0), "{doc}");
+    assert_eq!(doc["alive"], true);
+    let policy = client.routing_policy().await.unwrap();
+    assert_eq!(policy.weights.running, 1.0);
+    assert_eq!(policy.weights.duration, 0.0);
+    assert_eq!(policy.worker_ttl(), Duration::from_secs(30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_spreads_over_equal_workers() {
     let nats = TestNats::start();
     let client = nats.client().await;

@@ -16,7 +16,7 @@ use ax_bus::InstanceRecord;
 
 use crate::dag::state::{Action, DagState};
 pub use crate::dag::RESULTS as DAG_RESULTS;
-use crate::router::fleet::{Fleet, Weights};
+use crate::router::fleet::Fleet;
 use crate::scheduler::time_wheel::TimeWheel;
 
 /// A time wheel holding timers as the Scheduler's does (a job slot and a generation each), for
@@ -71,7 +71,10 @@ pub fn routing_picks(workers: usize, classes: usize, picks: usize) -> (Duration,
     let tag_sets: Vec<Vec<String>> = std::iter::once(Vec::new())
         .chain((0..classes).map(|c| vec![format!("class{c}")]))
         .collect();
-    let mut fleet = Fleet::new(Weights::default(), Duration::from_secs(3600));
+    let mut fleet = Fleet::new(ax_bus::routing::RoutingPolicy::new(
+        Default::default(),
+        Duration::from_secs(3600),
+    ));
     let now = Instant::now();
     for info in (0..workers).filter_map(|i| simulated_worker(i, classes)) {
         fleet.heartbeat(info, now);

@@ -40,7 +40,6 @@ pub use node::watchdog::DEFAULT_STALL_AFTER;
 pub use node::{parse_roles, Node, NodeConfig, Role, RoleError};
 pub use reporter::Reporter;
 pub use router::backlog::BacklogConfig;
-pub use router::fleet::{score, Weights};
 pub use router::{Router, RouterConfig};
 pub use scheduler::control::AuthSettings;
 pub use scheduler::delayed::DEFAULT_MAX_DELAY;

@@ -302,7 +302,10 @@ async fn routed_rate(url: &str, prefix: &str, n: usize) -> Result<(f64, String)>
                 // Acknowledgements come from the bench, perhaps late under load: the
                 // measurement must not see re-dispatches.
                 ack_timeout: Duration::from_secs(600),
-                worker_ttl: Duration::from_secs(600),
+                policy: ax_bus::routing::RoutingPolicy::new(
+                    Default::default(),
+                    Duration::from_secs(600),
+                ),
                 ..Default::default()
             },
             ..NodeConfig::new(

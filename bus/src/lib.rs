@@ -8,7 +8,8 @@
 //!   and headers;
 //! - [`subjects`]: the subject names, public (`ax.control.>`, `ax.result.<job>`,
 //!   `ax.event.<job>.<state>`) and internal (`ax.internal.>`); [`msg_id`]: the message ids;
-//! - [`partition`]: which Scheduler fires which cron jobs;
+//! - [`partition`]: which Scheduler fires which cron jobs; [`routing`]: how the Routers score
+//!   workers and judge them alive;
 //! - [`history`]: an instance's history, told from the revisions of its record;
 //! - [`codec`]: MessagePack with named fields (and JSON on the control subjects); [`time`].
 //!
@@ -35,6 +36,7 @@ pub mod messages;
 pub mod msg_id;
 pub mod partition;
 pub mod reply_to;
+pub mod routing;
 pub mod spec;
 pub mod subjects;
 pub mod time;

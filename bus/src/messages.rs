@@ -1051,6 +1051,9 @@ pub struct NodeStatus {
     /// What its Scheduler fires (nodes without one: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler: Option<SchedulerShare>,
+    /// How its Router scores workers and judges them alive (nodes without one: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<crate::routing::RoutingPolicy>,
 }
 
 /// A Scheduler's share of the cron jobs.
@@ -1211,6 +1214,7 @@ mod node_status_tests {
                 ),
             ]),
             scheduler: None,
+            router: None,
         };
         assert_eq!(node.troubles(), ["router: 2 restarts, 1 panics, 0 stalls"]);
         node.actors.clear();

@@ -1,6 +1,7 @@
 //! A node's heartbeat: every few seconds each node writes what it runs and what has befallen its
 //! actors (panics, restarts, ended pumps, stalls) under its name in the nodes bucket, whose
-//! entries expire when a node falls silent. `ax nodes` reads it: the way an operator sees that
+//! entries expire when a node falls silent; a Router's node adds its routing policy, so that
+//! the console and `ax worker list` score workers as the Routers do. `ax nodes` reads it: the way an operator sees that
 //! an actor keeps restarting without reading every node's log.
 
 use std::collections::BTreeSet;
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use ax_bus::ids::NodeId;
 use ax_bus::messages::{NodeStatus, SchedulerShare};
+use ax_bus::routing::RoutingPolicy;
 use ax_bus::{codec, AxClient};
 
 use crate::node::roles::Role;
@@ -24,12 +26,13 @@ pub(crate) fn host() -> String {
         .unwrap_or_default()
 }
 
-/// What `node` would write now.
+/// What `node` would write now (`router`: its Router's policy, when it runs one).
 pub(crate) fn status(
     node: &NodeId,
     roles: &BTreeSet<Role>,
     started_at: chrono::DateTime<chrono::Utc>,
     partitions: Option<&Partitions>,
+    router: Option<&RoutingPolicy>,
 ) -> NodeStatus {
     NodeStatus {
         node: node.clone(),
@@ -44,6 +47,7 @@ pub(crate) fn status(
             let (partitions, jobs) = p.share();
             SchedulerShare { partitions, jobs }
         }),
+        router: router.cloned(),
     }
 }
 
@@ -53,12 +57,20 @@ pub(crate) async fn beat(
     node: NodeId,
     roles: BTreeSet<Role>,
     partitions: Option<Partitions>,
+    router: Option<RoutingPolicy>,
 ) {
     let started_at = ax_bus::time::now();
     let mut every = tokio::time::interval(NODE_HEARTBEAT_EVERY);
     loop {
         every.tick().await;
-        let value = match codec::encode(&status(&node, &roles, started_at, partitions.as_ref())) {
+        let now = status(
+            &node,
+            &roles,
+            started_at,
+            partitions.as_ref(),
+            router.as_ref(),
+        );
+        let value = match codec::encode(&now) {
             Ok(value) => value,
             Err(e) => {
                 tracing::warn!(error = %e, "node heartbeat not encoded");

@@ -251,11 +251,14 @@ impl Starting {
         let actors = Arc::new(Mutex::new(self.actors));
         let (client, name) = (self.client.clone(), self.config.name.clone());
         let arbiter = Arbiter::new();
+        let routing =
+            (self.config.roles.contains(&Role::Router)).then(|| self.config.router.policy.clone());
         arbiter.spawn(heartbeat::beat(
             client.clone(),
             name.clone(),
             self.config.roles.clone(),
             self.partitions.clone(),
+            routing,
         ));
         let pending_of = consumer_backlog(client.clone());
         let alert = move |stall: watchdog::Stall| {

@@ -15,7 +15,7 @@ use ax_bus::messages::{ResultMessage, StoredRecord, WorkItem};
 use ax_bus::{msg_id, AxClient, State, Tag};
 
 use super::acks::Pending;
-use super::{Choose, Router, RouterConfig, Target, Track};
+use super::{Choose, Request, Router, RouterConfig, Target, Track};
 use crate::jetstream::publish;
 use crate::test_hooks::failpoint;
 use crate::ActorError;
@@ -36,11 +36,7 @@ impl Dispatcher {
     /// Where `work` goes now, as the Router's fleet sees it (one hand-off asks for a batch).
     pub(super) async fn target(&self, work: &WorkItem, excluded: Vec<WorkerId>) -> Target {
         let choice = Choose {
-            works: vec![(
-                work.pin.clone(),
-                work.spec.tags.clone(),
-                work.spec.exec.kind.clone(),
-            )],
+            works: vec![Request::of(work)],
             excluded,
         };
         match self.router.send(choice).await {

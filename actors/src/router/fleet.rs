@@ -1,39 +1,59 @@
 //! The Router's view of the workers: who is alive, what each can run, how loaded each is — and
-//! the choice of a worker for an attempt in O(log n).
+//! the choice of a worker for an attempt in O(log n), pins, exclusions and fallback included
+//! ([`Fleet::choose`]).
 //!
-//! A worker's score is `(running / cores) * w_running + (avg_duration_ms / 1000) * w_duration`
-//! (weights from the node config, 0.7 and 0.3 by default), where `running` counts its last
-//! heartbeat plus what this Router sent it since. Workers are grouped into classes by what they
-//! offer (tags and executor types); each class keeps its workers ordered by (score, a random
-//! draw, id), so the best of a class is its first entry and equal scores are broken at random.
-//! An attempt's eligible classes — those whose tags include all the job's tags and whose
-//! executors include its type — are computed once per (tags, type) and cached.
+//! A worker's score follows the Router's [`RoutingPolicy`] (`(running / cores) * 0.7 +
+//! (avg_duration_ms / 1000) * 0.3` by default), where `running` counts its last heartbeat plus
+//! what this Router sent it since. Workers are grouped into classes by what they offer (tags and
+//! executor types); each class keeps its workers ordered by (score, a random draw, id), so the
+//! best of a class is its first entry and equal scores are broken at random. An attempt's
+//! eligible classes — those whose tags include all the job's tags and whose executors include
+//! its type — are computed once per (tags, type) and cached. The clock and the random source
+//! are given to the fleet, so its choices can be tested exactly.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use ax_bus::ids::WorkerId;
-use ax_bus::messages::WorkerInfo;
+use ax_bus::messages::{WorkItem, WorkerInfo};
+use ax_bus::routing::RoutingPolicy;
 
-/// Score weights and liveness.
-#[derive(Clone, Debug)]
-pub struct Weights {
-    /// Weight of running attempts per core.
-    pub running: f64,
-    /// Weight of the average duration in seconds.
-    pub duration: f64,
+/// Where an attempt goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// This worker.
+    Worker(WorkerId),
+    /// Nobody can take it now.
+    NoWorker,
+    /// It may run on this worker only, and that worker is gone.
+    PinnedGone(WorkerId),
 }
 
-impl Default for Weights {
-    fn default() -> Self {
+/// What an attempt asks of the fleet: its pinned worker, if any, or the tags and the executor
+/// a worker must offer.
+#[derive(Clone, Debug)]
+pub(crate) struct Request {
+    pub(crate) pin: Option<WorkerId>,
+    pub(crate) tags: Vec<String>,
+    pub(crate) kind: String,
+}
+
+impl Request {
+    /// What `work` asks for.
+    pub(crate) fn of(work: &WorkItem) -> Self {
         Self {
-            running: 0.7,
-            duration: 0.3,
+            pin: work.pin.clone(),
+            tags: work.spec.tags.clone(),
+            kind: work.spec.exec.kind.clone(),
         }
     }
 }
+
+/// The fleet's clock (`Instant::now` in the Router).
+pub(crate) type Now = Box<dyn Fn() -> Instant + Send>;
 
 /// What a class of workers offers.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -73,13 +93,22 @@ struct Member {
 }
 
 /// The workers as this Router sees them.
-#[derive(Debug)]
 pub(crate) struct Fleet {
-    weights: Weights,
-    ttl: Duration,
+    policy: RoutingPolicy,
+    now: Now,
+    draws: StdRng,
     members: HashMap<WorkerId, Member>,
     classes: HashMap<Class, BTreeSet<Rank>>,
     eligible: HashMap<(Vec<String>, String), Vec<Class>>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("policy", &self.policy)
+            .field("members", &self.members)
+            .finish_non_exhaustive()
+    }
 }
 
 fn sorted(values: &[String]) -> Vec<String> {
@@ -89,30 +118,56 @@ fn sorted(values: &[String]) -> Vec<String> {
     v
 }
 
-/// A worker's score with `extra` running attempts counted.
-pub fn score(weights: &Weights, info: &WorkerInfo, extra: u32) -> f64 {
-    let running = f64::from(info.running + extra) / f64::from(info.cores.max(1));
-    running * weights.running + (info.avg_duration_ms / 1000.0) * weights.duration
-}
-
 impl Fleet {
-    /// An empty fleet; a worker without a heartbeat for `ttl` is dead.
-    pub(crate) fn new(weights: Weights, ttl: Duration) -> Self {
+    /// An empty fleet judging by `policy`, on the system clock, breaking ties with draws
+    /// from the operating system's randomness.
+    pub(crate) fn new(policy: RoutingPolicy) -> Self {
+        Self::with(policy, Box::new(Instant::now), StdRng::from_os_rng())
+    }
+
+    /// An empty fleet with its clock and its random source given.
+    pub(crate) fn with(policy: RoutingPolicy, now: Now, draws: StdRng) -> Self {
         Self {
-            weights,
-            ttl,
+            policy,
+            now,
+            draws,
             members: HashMap::new(),
             classes: HashMap::new(),
             eligible: HashMap::new(),
         }
     }
 
-    fn rank_of(&self, info: &WorkerInfo, recent: u32) -> Rank {
+    fn rank_of(&mut self, info: &WorkerInfo, recent: u32) -> Rank {
         (
-            Score(score(&self.weights, info, recent)),
-            rand::rng().random(),
+            Score(self.policy.score(info, recent)),
+            self.draws.random(),
             info.id.clone(),
         )
+    }
+
+    fn fresh(&self, member: &Member, now: Instant) -> bool {
+        self.policy
+            .alive(now.saturating_duration_since(member.last_seen))
+    }
+
+    /// Where the attempt `request` goes: its pinned worker if it has one (gone: nowhere else),
+    /// else the best live eligible worker not `excluded` — or an excluded one when no other can
+    /// take it. The chosen worker is charged, so the next choice sees its load.
+    pub(crate) fn choose(&mut self, request: &Request, excluded: &[WorkerId]) -> Target {
+        if let Some(worker) = &request.pin {
+            if !self.alive(worker) {
+                return Target::PinnedGone(worker.clone());
+            }
+            self.charge(worker);
+            return Target::Worker(worker.clone());
+        }
+        self.pick(&request.tags, &request.kind, excluded)
+            .or_else(|| {
+                (!excluded.is_empty())
+                    .then(|| self.pick(&request.tags, &request.kind, &[]))
+                    .flatten()
+            })
+            .map_or(Target::NoWorker, Target::Worker)
     }
 
     /// A heartbeat arrived (`seen` is when, for a heartbeat replayed at start).
@@ -172,7 +227,7 @@ impl Fleet {
                 .collect();
             self.eligible.insert(key.clone(), classes);
         }
-        let now = Instant::now();
+        let now = (self.now)();
         let mut best: Option<Rank> = None;
         for class in self.eligible.get(&key).into_iter().flatten() {
             let Some(set) = self.classes.get(class) else {
@@ -180,11 +235,7 @@ impl Fleet {
             };
             // Skip the excluded and the silent (few: the janitor removes the dead).
             let candidate = set.iter().find(|(_, _, id)| {
-                !exclude.contains(id)
-                    && self
-                        .members
-                        .get(id)
-                        .is_some_and(|m| now.duration_since(m.last_seen) < self.ttl)
+                !exclude.contains(id) && self.members.get(id).is_some_and(|m| self.fresh(m, now))
             });
             if let Some(rank) = candidate {
                 if best.as_ref().is_none_or(|b| rank < b) {
@@ -204,18 +255,18 @@ impl Fleet {
 
     /// Whether `id` is known and its heartbeat recent.
     pub(crate) fn alive(&self, id: &str) -> bool {
-        self.members
-            .get(id)
-            .is_some_and(|m| m.last_seen.elapsed() < self.ttl)
+        let now = (self.now)();
+        self.members.get(id).is_some_and(|m| self.fresh(m, now))
     }
 
     /// Every live worker that can run a job with `tags` and executor `kind`, sorted by id.
     pub(crate) fn eligible_all(&self, tags: &[String], kind: &str) -> Vec<WorkerId> {
+        let now = (self.now)();
         let mut ids: Vec<WorkerId> = self
             .members
             .iter()
             .filter(|(_, m)| {
-                m.last_seen.elapsed() < self.ttl
+                self.fresh(m, now)
                     && m.info.executors.iter().any(|e| e == kind)
                     && tags.iter().all(|t| m.info.tags.contains(t))
             })
@@ -225,16 +276,15 @@ impl Fleet {
         ids
     }
 
-    /// Counts one more attempt sent to `id` (re-ranks it); for dispatches not chosen by
-    /// [`Fleet::pick`] (pinned ones).
-    pub(crate) fn charge(&mut self, id: &str) {
+    /// Counts one more attempt sent to `id` (re-ranks it).
+    fn charge(&mut self, id: &str) {
         let Some(member) = self.members.get_mut(id) else {
             return;
         };
         member.recent += 1;
         let rank = (
-            Score(score(&self.weights, &member.info, member.recent)),
-            rand::rng().random(),
+            Score(self.policy.score(&member.info, member.recent)),
+            self.draws.random(),
             member.info.id.clone(),
         );
         let old = std::mem::replace(&mut member.rank, rank.clone());
@@ -246,10 +296,10 @@ impl Fleet {
 
     /// Workers whose heartbeat is older than the TTL.
     pub(crate) fn silent(&self) -> Vec<(WorkerId, WorkerInfo)> {
-        let now = Instant::now();
+        let now = (self.now)();
         self.members
             .iter()
-            .filter(|(_, m)| now.duration_since(m.last_seen) >= self.ttl)
+            .filter(|(_, m)| !self.fresh(m, now))
             .map(|(id, m)| (id.clone(), m.info.clone()))
             .collect()
     }
@@ -257,7 +307,8 @@ impl Fleet {
     /// Counts every known worker as just seen: after this Router could not hear heartbeats
     /// (its own NATS connection was down, or it has just taken over the janitor lease), their
     /// absence proves nothing, and each gets a full TTL to be heard again.
-    pub(crate) fn grant_grace(&mut self, now: Instant) {
+    pub(crate) fn grant_grace(&mut self) {
+        let now = (self.now)();
         for member in self.members.values_mut() {
             member.last_seen = member.last_seen.max(now);
         }
@@ -270,9 +321,10 @@ impl Fleet {
 
     /// The workers whose heartbeat is recent.
     pub(crate) fn live(&self) -> Vec<WorkerId> {
+        let now = (self.now)();
         self.members
             .values()
-            .filter(|m| m.last_seen.elapsed() < self.ttl)
+            .filter(|m| self.fresh(m, now))
             .map(|m| m.info.id.clone())
             .collect()
     }
@@ -280,6 +332,8 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn info(id: &str, tags: &[&str], running: u32, cores: u32, avg_ms: f64) -> WorkerInfo {
@@ -300,8 +354,55 @@ mod tests {
         }
     }
 
+    /// A clock the test moves by hand.
+    #[derive(Clone)]
+    struct TestClock {
+        start: Instant,
+        offset_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl TestClock {
+        fn new() -> Self {
+            Self {
+                start: Instant::now(),
+                offset_ms: Default::default(),
+            }
+        }
+
+        fn now(&self) -> Instant {
+            self.start
+                + Duration::from_millis(self.offset_ms.load(std::sync::atomic::Ordering::SeqCst))
+        }
+
+        fn advance(&self, by: Duration) {
+            self.offset_ms
+                .fetch_add(by.as_millis() as u64, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        fn fleet(&self, seed: u64) -> Fleet {
+            let clock = self.clone();
+            Fleet::with(
+                RoutingPolicy::default(),
+                Box::new(move || clock.now()),
+                StdRng::seed_from_u64(seed),
+            )
+        }
+    }
+
     fn fleet() -> Fleet {
-        Fleet::new(Weights::default(), Duration::from_secs(10))
+        Fleet::new(RoutingPolicy::default())
+    }
+
+    fn request(pin: Option<&str>, tags: &[&str], kind: &str) -> Request {
+        Request {
+            pin: pin.map(|p| WorkerId::parse(p).unwrap()),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            kind: kind.into(),
+        }
+    }
+
+    fn worker(id: &str) -> Target {
+        Target::Worker(WorkerId::parse(id).unwrap())
     }
 
     #[test]
@@ -321,11 +422,34 @@ mod tests {
     }
 
     #[test]
-    fn slow_workers_score_worse() {
-        let w = Weights::default();
-        assert!(
-            score(&w, &info("a", &[], 0, 2, 5_000.0), 0)
-                > score(&w, &info("b", &[], 1, 2, 100.0), 0)
+    fn the_policy_s_weights_decide() {
+        let clock = TestClock::new();
+        // Busy but quick against idle but slow: the default weights prefer the busy one
+        // (2/2 * 0.7 = 0.7 against 5 s * 0.3 = 1.5); weights on load alone prefer the idle one.
+        let heartbeats = |fleet: &mut Fleet| {
+            fleet.heartbeat(info("busy", &[], 2, 2, 0.0), clock.now());
+            fleet.heartbeat(info("slow", &[], 0, 2, 5_000.0), clock.now());
+        };
+        let mut default = clock.fleet(1);
+        heartbeats(&mut default);
+        assert_eq!(
+            default.choose(&request(None, &[], "shell"), &[]),
+            worker("busy")
+        );
+        let load_only = ax_bus::routing::Weights {
+            running: 1.0,
+            duration: 0.0,
+        };
+        let ticking = clock.clone();
+        let mut by_load = Fleet::with(
+            RoutingPolicy::new(load_only, Duration::from_secs(10)),
+            Box::new(move || ticking.now()),
+            StdRng::seed_from_u64(1),
+        );
+        heartbeats(&mut by_load);
+        assert_eq!(
+            by_load.choose(&request(None, &[], "shell"), &[]),
+            worker("slow")
         );
     }
 
@@ -346,33 +470,100 @@ mod tests {
             counts.values().copied().collect::<BTreeSet<_>>(),
             BTreeSet::from([100])
         );
-        // Among three equal workers, each is first sometimes.
-        let mut firsts = BTreeSet::new();
-        for _ in 0..100 {
-            let mut fresh = Fleet::new(Weights::default(), Duration::from_secs(10));
+        // Among three equal workers, each is first for some seed; the same seed, the same one.
+        let clock = TestClock::new();
+        let first = |seed: u64| {
+            let mut fresh = clock.fleet(seed);
             for id in ["a", "b", "c"] {
-                fresh.heartbeat(info(id, &[], 0, 1, 0.0), now);
+                fresh.heartbeat(info(id, &[], 0, 1, 0.0), clock.now());
             }
-            firsts.insert(fresh.pick(&[], "shell", &[]).unwrap());
-        }
+            fresh.pick(&[], "shell", &[]).unwrap()
+        };
+        let firsts: BTreeSet<WorkerId> = (0..100).map(first).collect();
         assert_eq!(firsts.len(), 3);
+        assert_eq!(first(42), first(42));
     }
 
     #[test]
     fn excluded_and_silent_workers_are_passed_over() {
-        let mut fleet = fleet();
-        let long_ago = Instant::now() - Duration::from_secs(60);
-        fleet.heartbeat(info("dead", &[], 0, 8, 0.0), long_ago);
-        fleet.heartbeat(info("a", &[], 3, 1, 0.0), Instant::now());
-        fleet.heartbeat(info("b", &[], 5, 1, 0.0), Instant::now());
+        let clock = TestClock::new();
+        let mut fleet = clock.fleet(7);
+        fleet.heartbeat(info("dead", &[], 0, 8, 0.0), clock.now());
+        clock.advance(Duration::from_secs(9));
+        fleet.heartbeat(info("a", &[], 3, 1, 0.0), clock.now());
+        fleet.heartbeat(info("b", &[], 5, 1, 0.0), clock.now());
+        // "dead" is the best score and still within its TTL of 10 s.
         assert_eq!(
-            fleet
-                .pick(&[], "shell", &[WorkerId::parse("a").unwrap()])
-                .as_deref(),
-            Some("b")
+            fleet.choose(&request(None, &[], "shell"), &[]),
+            worker("dead")
+        );
+        clock.advance(Duration::from_secs(1));
+        // Now it is silent: passed over, listed as silent, not alive.
+        let a = WorkerId::parse("a").unwrap();
+        assert_eq!(
+            fleet.choose(&request(None, &[], "shell"), std::slice::from_ref(&a)),
+            worker("b")
         );
         assert_eq!(fleet.silent().len(), 1);
+        assert!(!fleet.alive("dead"));
+        assert_eq!(fleet.live().len(), 2);
         assert!(fleet.remove("dead").is_some());
+    }
+
+    #[test]
+    fn a_pin_goes_to_its_worker_or_nowhere() {
+        let clock = TestClock::new();
+        let mut fleet = clock.fleet(3);
+        fleet.heartbeat(info("a", &[], 0, 1, 0.0), clock.now());
+        fleet.heartbeat(info("pinned", &["gpu"], 9, 1, 0.0), clock.now());
+        // Pinned: its worker whatever its load, tags and exclusions, and charged for it.
+        let pinned = WorkerId::parse("pinned").unwrap();
+        assert_eq!(
+            fleet.choose(
+                &request(Some("pinned"), &[], "shell"),
+                std::slice::from_ref(&pinned)
+            ),
+            worker("pinned")
+        );
+        assert_eq!(fleet.members["pinned"].recent, 1);
+        // Its worker silent: gone, never another worker.
+        clock.advance(Duration::from_secs(10));
+        fleet.heartbeat(info("a", &[], 0, 1, 0.0), clock.now());
+        assert_eq!(
+            fleet.choose(&request(Some("pinned"), &[], "shell"), &[]),
+            Target::PinnedGone(pinned)
+        );
+        // Unknown: gone too.
+        assert_eq!(
+            fleet.choose(&request(Some("ghost"), &[], "shell"), &[]),
+            Target::PinnedGone(WorkerId::parse("ghost").unwrap())
+        );
+    }
+
+    #[test]
+    fn an_excluded_worker_is_taken_when_no_other_can_and_nobody_is_no_worker() {
+        let clock = TestClock::new();
+        let mut fleet = clock.fleet(5);
+        fleet.heartbeat(info("only", &["etl"], 0, 1, 0.0), clock.now());
+        fleet.heartbeat(info("other", &[], 0, 1, 0.0), clock.now());
+        let only = WorkerId::parse("only").unwrap();
+        // The only worker with the tag was excluded (it did not acknowledge in time): better
+        // it again than nobody.
+        assert_eq!(
+            fleet.choose(
+                &request(None, &["etl"], "shell"),
+                std::slice::from_ref(&only)
+            ),
+            worker("only")
+        );
+        assert_eq!(
+            fleet.choose(&request(None, &["gpu"], "shell"), &[]),
+            Target::NoWorker
+        );
+        assert_eq!(
+            fleet.choose(&request(None, &[], "python"), &[]),
+            Target::NoWorker
+        );
     }
 
     #[test]

@@ -91,7 +91,7 @@ async fn handle_dead(
         AlertKind::Worker,
         format!(
             "worker {worker} has sent no heartbeat for {:?}; handing over its attempts",
-            shared.config.worker_ttl
+            shared.config.policy.worker_ttl()
         ),
         None,
     )

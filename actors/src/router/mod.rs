@@ -41,8 +41,10 @@ use ax_bus::AxClient;
 
 use crate::node::supervision::{note_restart, spawn_pump};
 use acks::{AckTracker, Pending};
+use ax_bus::routing::RoutingPolicy;
 pub(crate) use dispatch::Dispatcher;
-use fleet::{Fleet, Weights};
+use fleet::Fleet;
+pub(crate) use fleet::{Request, Target};
 
 /// The actor's name in counters, logs and `ax nodes`.
 pub(crate) const ACTOR: &str = "router";
@@ -52,10 +54,8 @@ const DEADLINE_CHECK: Duration = Duration::from_millis(100);
 /// The Router's settings.
 #[derive(Clone, Debug)]
 pub struct RouterConfig {
-    /// Score weights.
-    pub weights: Weights,
-    /// A worker without a heartbeat for this long is dead.
-    pub worker_ttl: Duration,
+    /// How workers are scored, and how long one may be silent before it is dead.
+    pub policy: RoutingPolicy,
     /// How long a worker has to acknowledge a dispatch.
     pub ack_timeout: Duration,
     /// The backlog control (run where the janitor runs).
@@ -65,8 +65,7 @@ pub struct RouterConfig {
 impl Default for RouterConfig {
     fn default() -> Self {
         Self {
-            weights: Weights::default(),
-            worker_ttl: Duration::from_secs(10),
+            policy: RoutingPolicy::default(),
             ack_timeout: Duration::from_secs(5),
             backlog: backlog::BacklogConfig::default(),
         }
@@ -90,7 +89,7 @@ impl Router {
     /// A router on `client`, named `node` (its acknowledgements come on `ax.internal.ack.<node>`).
     pub fn new(client: AxClient, node: NodeId, config: RouterConfig) -> Self {
         Self {
-            fleet: Fleet::new(config.weights.clone(), config.worker_ttl),
+            fleet: Fleet::new(config.policy.clone()),
             client,
             node,
             config,
@@ -156,28 +155,16 @@ impl Supervised for Router {
         note_restart(ACTOR);
         // The fleet is rebuilt from the heartbeats; the unacknowledged dispatches and the
         // gates stay.
-        self.fleet = Fleet::new(self.config.weights.clone(), self.config.worker_ttl);
+        self.fleet = Fleet::new(self.config.policy.clone());
     }
 }
 
-/// Where an attempt goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// This worker.
-    Worker(WorkerId),
-    /// Nobody can take it now.
-    NoWorker,
-    /// It may run on this worker only, and that worker is gone.
-    PinnedGone(WorkerId),
-}
-
-/// Chooses a worker for each attempt, given as (pin, tags, executor): its pinned worker if it
-/// has one, else the best eligible one not `excluded` — or an excluded one when no other can
-/// take it. Each chosen worker is charged, so the next choice sees its load.
+/// Chooses a worker for each attempt (see [`Fleet::choose`]), none of them `excluded` unless
+/// no other can take it. Each chosen worker is charged, so the next choice sees its load.
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<Target>")]
 pub(crate) struct Choose {
-    pub(crate) works: Vec<(Option<WorkerId>, Vec<String>, String)>,
+    pub(crate) works: Vec<Request>,
     pub(crate) excluded: Vec<WorkerId>,
 }
 
@@ -185,26 +172,10 @@ impl Handler<Choose> for Router {
     type Result = MessageResult<Choose>;
 
     fn handle(&mut self, msg: Choose, _: &mut Self::Context) -> Self::Result {
-        let fleet = &mut self.fleet;
         let targets = msg
             .works
-            .into_iter()
-            .map(|(pin, tags, kind)| match pin {
-                Some(worker) if fleet.alive(&worker) => {
-                    fleet.charge(&worker);
-                    Target::Worker(worker)
-                }
-                Some(worker) => Target::PinnedGone(worker),
-                None => fleet
-                    .pick(&tags, &kind, &msg.excluded)
-                    .or_else(|| {
-                        (!msg.excluded.is_empty())
-                            .then(|| fleet.pick(&tags, &kind, &[]))
-                            .flatten()
-                    })
-                    .map(Target::Worker)
-                    .unwrap_or(Target::NoWorker),
-            })
+            .iter()
+            .map(|request| self.fleet.choose(request, &msg.excluded))
             .collect();
         MessageResult(targets)
     }
@@ -320,7 +291,7 @@ impl Handler<Silent> for Router {
 
     fn handle(&mut self, msg: Silent, _: &mut Self::Context) -> Self::Result {
         if msg.grace {
-            self.fleet.grant_grace(Instant::now());
+            self.fleet.grant_grace();
         }
         MessageResult(self.fleet.silent())
     }

@@ -15,7 +15,9 @@ use ax_bus::messages::{AlertKind, DispatchAck, DispatchAcks, QueueState, WorkIte
 use ax_bus::spec::Priority;
 
 use super::acks::Pending;
-use super::{split, Acknowledged, Choose, Dispatcher, QueueGate, Target, WorkerNews, ACTOR};
+use super::{
+    split, Acknowledged, Choose, Dispatcher, QueueGate, Request, Target, WorkerNews, ACTOR,
+};
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::node::progress;
 use crate::ActorError;
@@ -30,7 +32,7 @@ pub(super) async fn workers(dispatcher: Dispatcher) -> Result<(), ActorError> {
     let feed = KvFeed::open(&client.js, &client.layout.workers_bucket(), ">").await?;
     let pump = progress::register(ACTOR, "workers", None);
     let mut feed = progress::Progressed::new(feed.into_stream(), pump);
-    let ttl = dispatcher.config.worker_ttl;
+    let ttl = dispatcher.config.policy.worker_ttl();
     let mut live = false;
     while let Some(item) = feed.next().await {
         let news = match item? {
@@ -209,10 +211,7 @@ async fn place(
         return Ok(Vec::new());
     }
     let choice = Choose {
-        works: works
-            .iter()
-            .map(|(w, _)| (w.pin.clone(), w.spec.tags.clone(), w.spec.exec.kind.clone()))
-            .collect(),
+        works: works.iter().map(|(w, _)| Request::of(w)).collect(),
         excluded: Vec::new(),
     };
     let targets = dispatcher.router.send(choice).await?;

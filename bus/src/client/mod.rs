@@ -734,6 +734,19 @@ impl AxClient {
             .collect()
     }
 
+    /// How the Routers score workers and judge them alive: the policy in the newest heartbeat
+    /// of a node running a Router, or the defaults when no Router has written one (a fleet with
+    /// no Router yet routes nothing; its workers are shown as a default Router would see them).
+    pub async fn routing_policy(&self) -> Result<crate::routing::RoutingPolicy, ClientError> {
+        let mut nodes = self.nodes().await?;
+        nodes.sort_by_key(|n| n.seen_at);
+        Ok(nodes
+            .into_iter()
+            .rev()
+            .find_map(|n| n.router)
+            .unwrap_or_default())
+    }
+
     /// The owner of every partition of the cron jobs that has had one (`None`: handed over
     /// and not taken yet), by partition.
     pub async fn partition_owners(

@@ -8,7 +8,6 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 
-use ax_actors::{score, Weights};
 use ax_bus::messages::{ControlReply, QueueRequest};
 use ax_bus::spec::Priority;
 
@@ -16,9 +15,6 @@ use crate::actions;
 use crate::pages::{self, Chrome};
 use crate::problem::Problem;
 use crate::server::State;
-
-/// How old a heartbeat may be for the worker to count as alive (the Routers' default).
-const WORKER_TTL_SECS: f64 = 10.0;
 
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config
@@ -48,6 +44,8 @@ struct WorkerRow {
 struct WorkersPage {
     chrome: Chrome,
     workers: Vec<WorkerRow>,
+    /// How the scores and liveness are judged: the Routers' policy, in words.
+    policy: String,
 }
 
 fn unavailable(request: &HttpRequest, e: impl std::fmt::Display) -> HttpResponse {
@@ -63,14 +61,18 @@ async fn workers(state: web::Data<State>, request: HttpRequest) -> HttpResponse 
         Ok(workers) => workers,
         Err(e) => return unavailable(&request, e),
     };
+    // Scores and liveness as the Routers judge them: their configured weights and TTL.
+    let policy = match client.routing_policy().await {
+        Ok(policy) => policy,
+        Err(e) => return unavailable(&request, e),
+    };
     workers.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     let now = chrono::Utc::now();
-    let weights = Weights::default();
     let rows = workers
         .into_iter()
         .map(|(info, at)| {
             let age = (now - at).num_milliseconds() as f64 / 1000.0;
-            let alive = age < WORKER_TTL_SECS;
+            let alive = policy.alive((now - at).to_std().unwrap_or_default());
             WorkerRow {
                 id: info.id.to_string(),
                 host: info.host.clone(),
@@ -78,7 +80,7 @@ async fn workers(state: web::Data<State>, request: HttpRequest) -> HttpResponse 
                 slots: info.slots,
                 cores: info.cores,
                 avg_ms: format!("{:.0}", info.avg_duration_ms),
-                score: format!("{:.3}", score(&weights, &info, 0)),
+                score: format!("{:.3}", policy.score(&info, 0)),
                 tags: info.tags.join(", "),
                 executors: info.executors.join(", "),
                 heartbeat: if alive {
@@ -98,6 +100,12 @@ async fn workers(state: web::Data<State>, request: HttpRequest) -> HttpResponse 
     let page = WorkersPage {
         chrome: Chrome::of(&pages::caller(&request), "workers"),
         workers: rows,
+        policy: format!(
+            "score = running per core × {} + average seconds × {}; dead after {:.0} s without a heartbeat",
+            policy.weights.running,
+            policy.weights.duration,
+            policy.worker_ttl().as_secs_f64()
+        ),
     };
     pages::html(StatusCode::OK, &page)
 }

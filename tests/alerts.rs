@@ -60,14 +60,8 @@ async fn a_failure_reaches_the_webhook_through_its_errors_once() {
     let nats = TestNats::start();
     let client = nats.client().await;
     let webhook = Webhook::start(2).await;
-    let config = nats.path("n1").join("node.toml");
-    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-    std::fs::write(
-        &config,
-        format!("[alerts]\nwebhook = \"{}\"\ntimeout = 2\n", webhook.url),
-    )
-    .unwrap();
-    let node = AxProcess::node(&nats, "n1", "all", &["--config", config.to_str().unwrap()]);
+    let config = format!("[alerts]\nwebhook = \"{}\"\ntimeout = 2\n", webhook.url);
+    let node = AxProcess::configured(&nats, "n1", "all", &config);
     apply_job(
         &nats,
         "broken",

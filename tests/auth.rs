@@ -313,13 +313,8 @@ async fn only_a_valid_token_of_a_high_enough_role_changes_anything() {
 async fn a_second_admin_approves_in_time_and_no_one_approves_their_own() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let config = nats.path("config").join("node.toml");
-    std::fs::write(
-        &config,
-        "[auth]\nenabled = true\nrequire_second_admin = true\napproval_ttl = \"3s\"\n",
-    )
-    .unwrap();
-    let _node = AxProcess::node(&nats, "n1", "all", &["--config", config.to_str().unwrap()]);
+    let config = "[auth]\nenabled = true\nrequire_second_admin = true\napproval_ttl = \"3s\"\n";
+    let _node = AxProcess::configured(&nats, "n1", "all", config);
     let admin = bootstrap(&nats).await;
     // A role that does not exist: one line, nothing made.
     let out = as_(

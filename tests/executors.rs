@@ -14,14 +14,6 @@ use tokio::net::TcpListener;
 use ax_bus::{State, Tag};
 use support::*;
 
-/// A node running every role with `config` (TOML).
-fn node_with(nats: &TestNats, config: &str) -> AxProcess {
-    let file = nats.path("n1").join("node.toml");
-    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    std::fs::write(&file, config).unwrap();
-    AxProcess::node(nats, "n1", "all", &["--config", file.to_str().unwrap()])
-}
-
 async fn run_job(nats: &TestNats, name: &str, yaml: &str) -> ax_bus::InstanceRecord {
     apply_job(nats, name, yaml).await;
     let id = trigger(nats, &[name]);
@@ -191,7 +183,7 @@ fn http_job(name: &str, url: &str, extra: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_posts_the_instance_and_judges_the_answer() {
     let nats = TestNats::start();
-    let _node = node_with(&nats, "");
+    let _node = AxProcess::configured(&nats, "n1", "all", "");
     let endpoint = Endpoint::start().await;
     let condition = "    success_when: { path: /status, equals: ok }\n";
 
@@ -281,7 +273,7 @@ async fn http_posts_the_instance_and_judges_the_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_runs_scripts_with_params_on_stdin_and_in_a_virtualenv() {
     let nats = TestNats::start();
-    let _node = node_with(&nats, "");
+    let _node = AxProcess::configured(&nats, "n1", "all", "");
     let dir = nats.path("py");
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("stat.py");
@@ -410,7 +402,7 @@ with open(os.environ["AX_OUTPUT_FILE"], "w") as f:
 async fn a_downstream_job_reads_its_upstreams_output() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let _node = node_with(&nats, "");
+    let _node = AxProcess::configured(&nats, "n1", "all", "");
     let seen = nats.path("files").join("seen");
     apply_job(
         &nats,
@@ -510,10 +502,8 @@ async fn plugins_are_loaded_from_the_plugin_dir_and_fail_alone() {
         "impostor",
         "#!/bin/sh\necho '{\"name\": \"shell\"}'\n",
     );
-    let _node = node_with(
-        &nats,
-        &format!("[worker]\nplugin_dir = \"{}\"\n", plugins.display()),
-    );
+    let config = format!("[worker]\nplugin_dir = \"{}\"\n", plugins.display());
+    let _node = AxProcess::configured(&nats, "n1", "all", &config);
     let data = nats.path("files").join("data.txt");
     std::fs::write(&data, "a\nb\nc\n").unwrap();
 

@@ -479,10 +479,8 @@ async fn a_waiting_retry_survives_its_scheduler_and_runs_on_another_worker() {
 async fn a_task_longer_than_the_ack_wait_is_never_redelivered() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let config = nats.path("w1").join("node.toml");
-    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-    std::fs::write(&config, "[worker]\ndispatch_ack_wait = 1.5\n").unwrap();
-    let _node = AxProcess::node(&nats, "w1", "all", &["--config", config.to_str().unwrap()]);
+    let config = "[worker]\ndispatch_ack_wait = 1.5\n";
+    let _node = AxProcess::configured(&nats, "w1", "all", config);
     let ledger = nats.path("jobs").join("ledger");
     apply_job(
         &nats,

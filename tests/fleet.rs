@@ -111,18 +111,8 @@ async fn worker_list_scores_with_the_routers_configured_weights() {
     let nats = TestNats::start();
     let client = nats.client().await;
     // The Router weighs load alone and waits 30 s for a heartbeat.
-    let config = nats.path("core").join("node.toml");
-    std::fs::write(
-        &config,
-        "[router]\nweight_running = 1.0\nweight_duration = 0.0\nworker_ttl = 30\n",
-    )
-    .unwrap();
-    let _core = AxProcess::node(
-        &nats,
-        "core",
-        "scheduler,dag,router",
-        &["--config", config.to_str().unwrap()],
-    );
+    let config = "[router]\nweight_running = 1.0\nweight_duration = 0.0\nworker_ttl = 30\n";
+    let _core = AxProcess::configured(&nats, "core", "scheduler,dag,router", config);
     let _worker = AxProcess::node(&nats, "w1", "worker", &[]);
     apply_job(&nats, "nap", &shell_job("nap", "", "sleep 0.3")).await;
     let id = trigger(&nats, &["nap"]);
@@ -482,14 +472,8 @@ async fn high_priority_work_runs_while_the_low_queue_is_saturated() {
     let nats = TestNats::start();
     let client = nats.client().await;
     let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
-    let config = nats.path("config").join("worker.toml");
-    std::fs::write(&config, "[worker]\nslots = 2\nreserved = { high = 1 }\n").unwrap();
-    let _worker = AxProcess::node(
-        &nats,
-        "w",
-        "worker",
-        &["--config", config.to_str().unwrap()],
-    );
+    let config = "[worker]\nslots = 2\nreserved = { high = 1 }\n";
+    let _worker = AxProcess::configured(&nats, "w", "worker", config);
     apply_job(
         &nats,
         "prio",
@@ -595,30 +579,10 @@ async fn a_paused_queue_loses_nothing() {
 async fn a_backlogged_low_queue_is_paused_and_resumed_while_high_work_runs() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let config = nats.path("config").join("core.toml");
-    std::fs::write(
-        &config,
-        "[backlog]\nfactor = 100\nfor = 2\nauto_pause_low = true\nresume_after = 2\n",
-    )
-    .unwrap();
-    let _core = AxProcess::node(
-        &nats,
-        "core",
-        "scheduler,dag,router",
-        &["--config", config.to_str().unwrap()],
-    );
-    let worker_config = nats.path("config").join("worker.toml");
-    std::fs::write(
-        &worker_config,
-        "[worker]\nslots = 2\nreserved = { high = 1 }\n",
-    )
-    .unwrap();
-    let _worker = AxProcess::node(
-        &nats,
-        "w",
-        "worker",
-        &["--config", worker_config.to_str().unwrap()],
-    );
+    let config = "[backlog]\nfactor = 100\nfor = 2\nauto_pause_low = true\nresume_after = 2\n";
+    let _core = AxProcess::configured(&nats, "core", "scheduler,dag,router", config);
+    let worker_config = "[worker]\nslots = 2\nreserved = { high = 1 }\n";
+    let _worker = AxProcess::configured(&nats, "w", "worker", worker_config);
     apply_job(
         &nats,
         "prio",

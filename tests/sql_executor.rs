@@ -92,17 +92,11 @@ async fn statements_bind_params_on_sqlite_postgres_and_mariadb() {
         format!("mysql://root@127.0.0.1:3306/{db}")
     })
     .await;
-    let config = nats.path("n1").join("node.toml");
-    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-    std::fs::write(
-        &config,
-        format!(
-            "[databases]\nlite = \"{sqlite}\"\npg = \"{}\"\nmaria = \"{}\"\n",
-            postgres.url, mariadb.url
-        ),
-    )
-    .unwrap();
-    let node = AxProcess::node(&nats, "n1", "all", &["--config", config.to_str().unwrap()]);
+    let config = format!(
+        "[databases]\nlite = \"{sqlite}\"\npg = \"{}\"\nmaria = \"{}\"\n",
+        postgres.url, mariadb.url
+    );
+    let node = AxProcess::configured(&nats, "n1", "all", &config);
 
     for (database, url) in [
         ("lite", sqlite.as_str()),

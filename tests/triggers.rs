@@ -335,15 +335,8 @@ async fn control_triggers_with_bad_times_are_refused_naming_the_field() {
     let nats = TestNats::start();
     let client = nats.client().await;
     // This cluster's Schedulers take delays of 30 days at most.
-    let config = nats.path("n1").join("node.toml");
-    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-    std::fs::write(&config, "[scheduler]\nmax_delay_days = 30\n").unwrap();
-    let _node = AxProcess::node(
-        &nats,
-        "n1",
-        "scheduler",
-        &["--config", config.to_str().unwrap()],
-    );
+    let config = "[scheduler]\nmax_delay_days = 30\n";
+    let _node = AxProcess::configured(&nats, "n1", "scheduler", config);
     apply_job(&nats, "later", NOOP).await;
     let far = ax_bus::time::rfc3339(ax_bus::time::now() + chrono::Duration::days(40));
     // A one-off job as far ahead is refused by the same limit, naming the field.

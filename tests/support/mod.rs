@@ -319,6 +319,18 @@ impl AxProcess {
         Self::node_at(&nats.url(), nats, name, roles, extra)
     }
 
+    /// [`AxProcess::node`] with `config` (TOML) as its config file, `<name>/node.toml`.
+    pub(crate) fn configured(nats: &TestNats, name: &str, roles: &str, config: &str) -> Self {
+        let file = nats.path(name).join("node.toml");
+        std::fs::write(&file, config).expect("write the node config");
+        Self::node(
+            nats,
+            name,
+            roles,
+            &["--config", file.to_str().expect("utf-8 path")],
+        )
+    }
+
     /// [`AxProcess::node`] reaching `nats` by `url` (another user's credentials, say).
     pub(crate) fn node_at(
         url: &str,

@@ -149,8 +149,9 @@ impl Browser {
         }
     }
 
-    /// Saves a screenshot of the page as `name`.png in `AX_SCREENSHOTS_DIR` when it is set
-    /// (how docs/console/ is made: `AX_SCREENSHOTS_DIR=docs/console cargo test --test console`).
+    /// Saves a screenshot of the page as `name`.png in `AX_SCREENSHOTS_DIR` when it is set (how
+    /// docs/console/ is made: `AX_SCREENSHOTS_DIR=docs/console cargo nextest run -E
+    /// 'test(/^console::/)'`).
     pub(crate) async fn screenshot(&self, name: &str) {
         let Some(dir) = std::env::var_os("AX_SCREENSHOTS_DIR").map(PathBuf::from) else {
             return;

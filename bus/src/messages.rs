@@ -58,6 +58,112 @@ pub mod commands {
         APPLY, DELETE, PAUSE, RESUME, TRIGGER, RERUN, BACKFILL, QUEUE, CANCEL, KILL, MARK, REPLAY,
         APPROVAL, AUTH, REPORT,
     ];
+
+    /// A control command by kind, one variant per `ax.control.<command>`. Matched exhaustively
+    /// where a command's treatment is decided — the role it needs
+    /// ([`crate::auth::needed`]), the Scheduler's dispatch — so that a new command cannot be
+    /// added without deciding each.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Command {
+        /// [`APPLY`].
+        Apply,
+        /// [`DELETE`].
+        Delete,
+        /// [`PAUSE`].
+        Pause,
+        /// [`RESUME`].
+        Resume,
+        /// [`TRIGGER`].
+        Trigger,
+        /// [`RERUN`].
+        Rerun,
+        /// [`BACKFILL`].
+        Backfill,
+        /// [`QUEUE`].
+        Queue,
+        /// [`CANCEL`].
+        Cancel,
+        /// [`KILL`].
+        Kill,
+        /// [`MARK`].
+        Mark,
+        /// [`REPLAY`].
+        Replay,
+        /// [`APPROVAL`].
+        Approval,
+        /// [`AUTH`].
+        Auth,
+        /// [`REPORT`].
+        Report,
+    }
+
+    impl Command {
+        /// Every command.
+        pub const ALL: [Command; 15] = [
+            Command::Apply,
+            Command::Delete,
+            Command::Pause,
+            Command::Resume,
+            Command::Trigger,
+            Command::Rerun,
+            Command::Backfill,
+            Command::Queue,
+            Command::Cancel,
+            Command::Kill,
+            Command::Mark,
+            Command::Replay,
+            Command::Approval,
+            Command::Auth,
+            Command::Report,
+        ];
+
+        /// Its name, the last token of its subject.
+        pub const fn name(self) -> &'static str {
+            match self {
+                Command::Apply => APPLY,
+                Command::Delete => DELETE,
+                Command::Pause => PAUSE,
+                Command::Resume => RESUME,
+                Command::Trigger => TRIGGER,
+                Command::Rerun => RERUN,
+                Command::Backfill => BACKFILL,
+                Command::Queue => QUEUE,
+                Command::Cancel => CANCEL,
+                Command::Kill => KILL,
+                Command::Mark => MARK,
+                Command::Replay => REPLAY,
+                Command::Approval => APPROVAL,
+                Command::Auth => AUTH,
+                Command::Report => REPORT,
+            }
+        }
+
+        /// The command named `name`, if there is one.
+        pub fn parse(name: &str) -> Option<Self> {
+            Self::ALL.into_iter().find(|c| c.name() == name)
+        }
+    }
+
+    impl std::fmt::Display for Command {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.name())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn every_command_is_one_kind_and_back() {
+            assert_eq!(Command::ALL.map(Command::name), ALL);
+            for command in Command::ALL {
+                assert_eq!(Command::parse(command.name()), Some(command));
+            }
+            assert_eq!(Command::parse("reboot"), None);
+            assert_eq!(Command::parse("Apply"), None);
+        }
+    }
 }
 
 /// `ax.control.report`: how the work of an attempt that was accepted for later (an http

@@ -22,7 +22,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::TokenName;
-use crate::messages::{commands, RerunRequest};
+use crate::messages::{commands::Command, RerunRequest};
 
 /// Header carrying the caller's API token on a control command.
 pub const TOKEN_HEADER: &str = "Ax-Token";
@@ -167,19 +167,27 @@ impl fmt::Display for Via {
 /// only works while no admin token exists). A re-run is an operator's, but one that forces
 /// succeeded downstream instances to run again or takes a whole business date also needs an
 /// admin's approval ([`needs_approval`]).
+/// A name that is no command needs an admin (and is refused as unknown after the check).
 pub fn needed(command: &str) -> Role {
+    Command::parse(command).map_or(Role::Admin, role_of)
+}
+
+/// The role `command` needs; every command decided here, none by default.
+pub fn role_of(command: Command) -> Role {
     match command {
-        commands::TRIGGER
-        | commands::PAUSE
-        | commands::RESUME
-        | commands::CANCEL
-        | commands::KILL
-        | commands::RERUN
-        | commands::BACKFILL
-        | commands::REPLAY
-        | commands::REPORT => Role::Operator,
-        commands::APPROVAL => Role::Viewer,
-        _ => Role::Admin,
+        Command::Trigger
+        | Command::Pause
+        | Command::Resume
+        | Command::Cancel
+        | Command::Kill
+        | Command::Rerun
+        | Command::Backfill
+        | Command::Replay
+        | Command::Report => Role::Operator,
+        Command::Approval => Role::Viewer,
+        Command::Apply | Command::Delete | Command::Queue | Command::Mark | Command::Auth => {
+            Role::Admin
+        }
     }
 }
 

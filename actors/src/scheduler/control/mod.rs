@@ -37,10 +37,10 @@ use ax_bus::error::NatsError;
 use ax_bus::ids::{JobName, NodeId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{
-    commands, AlertKind, ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, Change,
-    ControlReply, InstanceRequest, JobChange, JobNameRequest, JobRecord, MarkRequest, PlanStep,
-    QueueRequest, QueueState, ReplayRequest, ReportRequest, RerunRequest, TriggerRequest,
-    REPLY_TO_HEADER,
+    commands::{self, Command},
+    AlertKind, ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, Change, ControlReply,
+    InstanceRequest, JobChange, JobNameRequest, JobRecord, MarkRequest, PlanStep, QueueRequest,
+    QueueState, ReplayRequest, ReportRequest, RerunRequest, TriggerRequest, REPLY_TO_HEADER,
 };
 use ax_bus::{codec, reply_to, spec, AxClient};
 
@@ -302,57 +302,58 @@ async fn carry_out(
         max_delay,
         ..
     } = desk;
+    let Some(kind) = Command::parse(command) else {
+        return Err(CommandError::refused(format!(
+            "unknown control command `{command}` ({})",
+            commands::ALL.join(", ")
+        )));
+    };
     // Each command's future is boxed, so the control pump's future (and its poll frame) holds
     // a pointer per command rather than every command's state side by side.
-    match command {
-        commands::APPLY => match decode::<ApplyRequest>(message) {
+    match kind {
+        Command::Apply => match decode::<ApplyRequest>(message) {
             Ok(request) => Box::pin(apply(client, creator, request, *max_delay)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::DELETE => match decode::<JobNameRequest>(message) {
+        Command::Delete => match decode::<JobNameRequest>(message) {
             Ok(request) => Box::pin(delete(client, &request.name)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::PAUSE | commands::RESUME => match decode::<JobNameRequest>(message) {
+        Command::Pause | Command::Resume => match decode::<JobNameRequest>(message) {
             Ok(request) => {
-                Box::pin(set_paused(
-                    client,
-                    &request.name,
-                    command == commands::PAUSE,
-                ))
-                .await
+                Box::pin(set_paused(client, &request.name, kind == Command::Pause)).await
             }
             Err(refusal) => Err(refusal),
         },
-        commands::TRIGGER => match decode::<TriggerRequest>(message) {
+        Command::Trigger => match decode::<TriggerRequest>(message) {
             Ok(request) => Box::pin(trigger(desk, request, published)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::RERUN => match decode::<RerunRequest>(message) {
+        Command::Rerun => match decode::<RerunRequest>(message) {
             Ok(request) => Box::pin(approvals::rerun(desk, caller, request)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::APPROVAL => match decode::<ApprovalRequest>(message) {
+        Command::Approval => match decode::<ApprovalRequest>(message) {
             Ok(request) => Box::pin(approvals::decide(desk, caller, request, published.1)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::AUTH => match decode::<AuthRequest>(message) {
+        Command::Auth => match decode::<AuthRequest>(message) {
             Ok(request) => Box::pin(tokens::handle(client, caller, request)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::REPLAY => match decode::<ReplayRequest>(message) {
+        Command::Replay => match decode::<ReplayRequest>(message) {
             Ok(request) => Box::pin(replay::replay(client, &request)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::QUEUE => match decode::<QueueRequest>(message) {
+        Command::Queue => match decode::<QueueRequest>(message) {
             Ok(request) => Box::pin(set_queue(client, &request)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::BACKFILL => match decode::<BackfillRequest>(message) {
+        Command::Backfill => match decode::<BackfillRequest>(message) {
             Ok(request) => planned(Box::pin(backfill::backfill(client, creator, &request)).await),
             Err(refusal) => Err(refusal),
         },
-        commands::CANCEL => match decode::<InstanceRequest>(message) {
+        Command::Cancel => match decode::<InstanceRequest>(message) {
             Ok(request) => {
                 Box::pin(operator::act(
                     client,
@@ -364,7 +365,7 @@ async fn carry_out(
             }
             Err(refusal) => Err(refusal),
         },
-        commands::KILL => match decode::<InstanceRequest>(message) {
+        Command::Kill => match decode::<InstanceRequest>(message) {
             Ok(request) => {
                 Box::pin(operator::act(
                     client,
@@ -376,18 +377,14 @@ async fn carry_out(
             }
             Err(refusal) => Err(refusal),
         },
-        commands::MARK => match decode::<MarkRequest>(message) {
+        Command::Mark => match decode::<MarkRequest>(message) {
             Ok(request) => Box::pin(operator::mark(client, &caller.principal.name, request)).await,
             Err(refusal) => Err(refusal),
         },
-        commands::REPORT => match decode::<ReportRequest>(message) {
+        Command::Report => match decode::<ReportRequest>(message) {
             Ok(request) => Box::pin(report::report(client, request)).await,
             Err(refusal) => Err(refusal),
         },
-        other => Err(CommandError::refused(format!(
-            "unknown control command `{other}` ({})",
-            commands::ALL.join(", ")
-        ))),
     }
 }
 

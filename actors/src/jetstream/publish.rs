@@ -340,24 +340,27 @@ const ACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// A publish's ack whose deadline was fixed when the publish was sent. async-nats starts an
 /// ack's timeout only when the ack is first awaited: acks lost in a reconnect, awaited one
 /// after another, would each wait their full timeout — a window of 1,024 about 85 minutes, its
-/// publisher stalled all along (seen in tests/bursts.rs across a NATS restart). With the
-/// deadline fixed at the send, a window's lost acks all give up about 5 s after they were sent.
-pub struct AckDue(std::pin::Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>);
+/// publisher stalled all along (seen in tests/bursts.rs across a NATS restart). An `AckDue`
+/// polled after its deadline without its answer gives up at once, so a window's lost acks all
+/// give up within one timeout of being awaited. No timer of its own: while the deadline is
+/// ahead, async-nats's timeout (from the first poll, so never earlier) wakes it.
+pub struct AckDue {
+    ack: <PublishAckFuture as IntoFuture>::IntoFuture,
+    due: std::time::Instant,
+}
 
 impl std::fmt::Debug for AckDue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AckDue")
+        f.debug_struct("AckDue").field("due", &self.due).finish()
     }
 }
 
 /// `ack`, due `ACK_TIMEOUT` (5 s) from now.
 pub fn due(ack: PublishAckFuture) -> AckDue {
-    let deadline = tokio::time::Instant::now() + ACK_TIMEOUT;
-    AckDue(Box::pin(async move {
-        tokio::time::timeout_at(deadline, ack.into_future())
-            .await
-            .unwrap_or_else(|_| Err(PublishErrorKind::TimedOut.into()))
-    }))
+    AckDue {
+        ack: ack.into_future(),
+        due: std::time::Instant::now() + ACK_TIMEOUT,
+    }
 }
 
 impl Future for AckDue {
@@ -367,6 +370,11 @@ impl Future for AckDue {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        self.0.as_mut().poll(cx)
+        match self.ack.as_mut().poll(cx) {
+            std::task::Poll::Pending if std::time::Instant::now() >= self.due => {
+                std::task::Poll::Ready(Err(PublishErrorKind::TimedOut.into()))
+            }
+            polled => polled,
+        }
     }
 }

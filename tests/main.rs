@@ -44,3 +44,4 @@ mod sql_executor;
 mod stranded;
 mod support;
 mod triggers;
+mod worker_death;

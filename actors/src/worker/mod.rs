@@ -32,6 +32,8 @@ mod acks;
 mod attempt;
 mod contact;
 pub(crate) mod executor;
+mod leftovers;
+mod lifeline;
 pub(crate) mod local_run;
 pub(crate) mod process;
 mod pumps;
@@ -105,6 +107,11 @@ impl WorkerConfig {
             dispatch_ack_wait: DEFAULT_DISPATCH_ACK_WAIT,
             executors: ExecutorsConfig::default(),
         }
+    }
+
+    /// Where attempts keep their scratch files (and their process groups are recorded).
+    pub(crate) fn scratch(&self) -> PathBuf {
+        self.data_dir.join("scratch")
     }
 }
 
@@ -258,6 +265,9 @@ impl Actor for WorkerSupervisor {
         ctx.run_interval(HEARTBEAT_EVERY, |act, _| act.heartbeat());
         let reclaim = std::mem::replace(&mut self.first_start, false);
         if reclaim {
+            // Before any dispatch is taken, so no attempt is declared lost (and run again)
+            // while processes of a previous process's attempts may still run.
+            leftovers::reap(&leftovers::dir(&self.config.scratch()));
             // Outlives restarts of the actor, as the memory it keeps up does.
             self.registered.follow(self.client.clone());
         }

@@ -9,7 +9,10 @@
 //! `Child::kill` reaches only the direct child; a `sh -c` that started `sleep` in the background
 //! would leave it running. Every child here leads a new process group and the group is killed
 //! with `killpg` on timeout, and once more after a normal exit, so that nothing a task started
-//! outlives its attempt.
+//! outlives its attempt. A worker that dies takes the group with it: every command runs under a
+//! watcher tied to the worker by a pipe ([`super::lifeline`]), and its group is recorded in the
+//! worker's data directory for the next start to kill should the watcher have died too
+//! ([`super::leftovers`]).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -20,6 +23,9 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::Notify;
+
+use super::leftovers::GroupRecord;
+use super::lifeline::Lifeline;
 
 /// Bytes kept from the end of each of stdout and stderr.
 pub(crate) const TAIL_BYTES: usize = 8 * 1024;
@@ -46,6 +52,8 @@ pub(crate) struct ProcessSpec {
     /// Bytes kept from the end of stdout ([`TAIL_BYTES`] for a task; more where stdout is a
     /// reply that must be read whole).
     pub stdout_limit: usize,
+    /// Where the running group is recorded (see [`super::leftovers`]); not recorded when `None`.
+    pub groups: Option<PathBuf>,
 }
 
 /// The stack-dump step of a timeout.
@@ -92,8 +100,9 @@ pub(crate) struct ProcessEnd {
     pub stderr_tail: String,
 }
 
-/// The command of `spec`, in a process group of its own, dying with the worker.
-fn command(spec: &ProcessSpec) -> Command {
+/// The command of `spec`, in a process group of its own, dying with the worker (with the
+/// returned lifeline).
+fn command(spec: &ProcessSpec) -> std::io::Result<(Command, Lifeline)> {
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -107,24 +116,20 @@ fn command(spec: &ProcessSpec) -> Command {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // The direct child dies with the worker thread even on SIGKILL of the worker.
-    // SAFETY: set_pdeathsig is a single prctl call, async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
-    }
     if let Some(dir) = &spec.workdir {
         command.current_dir(dir);
     }
-    command
+    let lifeline = Lifeline::arm(command.as_std_mut())?;
+    Ok((command, lifeline))
 }
 
 /// Runs `spec` to its end, its timeout, or until `cancel` is notified (at a timeout or a
 /// cancel: the dump signal, its grace, then SIGKILL to the whole group).
 pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
-    let mut child = match command(spec).spawn() {
-        Ok(child) => child,
+    let (mut child, lifeline) = match command(spec)
+        .and_then(|(mut command, lifeline)| command.spawn().map(|child| (child, lifeline)))
+    {
+        Ok(started) => started,
         Err(e) => {
             return ProcessEnd {
                 exit: Exit::SpawnFailed(format!("cannot start {}: {e}", spec.program.display())),
@@ -133,7 +138,18 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
             }
         }
     };
-    let group = GroupKiller(child.id().map(|pid| Pid::from_raw(pid as i32)));
+    let leader = child.id().map(|pid| Pid::from_raw(pid as i32));
+    let record = match (leader, &spec.groups) {
+        (Some(leader), Some(dir)) => GroupRecord::write(dir, leader)
+            .inspect_err(|e| tracing::warn!(group = %leader, error = %e, "process group not recorded; only its watcher will kill it should the worker die"))
+            .ok(),
+        _ => None,
+    };
+    let group = GroupKiller {
+        group: leader,
+        _record: record,
+        _lifeline: lifeline,
+    };
     if let (Some(input), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
         // A process that does not read its stdin must not block the run: written aside, and
         // a broken pipe is its own business.
@@ -196,7 +212,7 @@ fn exit_of(status: std::process::ExitStatus) -> Exit {
 /// At a timeout: asks for a stack dump, and gives the whole group (not only the direct child:
 /// `sh -c` may die first while its python still writes) the grace period to write it and exit.
 async fn dump_and_wait(spec: &ProcessSpec, group: &GroupKiller, child: &mut tokio::process::Child) {
-    let (Some(signal), Some(pid)) = (spec.on_timeout.dump_signal, group.0) else {
+    let (Some(signal), Some(pid)) = (spec.on_timeout.dump_signal, group.group) else {
         return;
     };
     if killpg(pid, signal).is_err() {
@@ -217,12 +233,17 @@ async fn dump_and_wait(spec: &ProcessSpec, group: &GroupKiller, child: &mut toki
 const GROUP_POLL: Duration = Duration::from_millis(20);
 
 /// Kills the process group when dropped: at the end of a run, and also when the run is
-/// cancelled (its future dropped because the worker shuts down).
-struct GroupKiller(Option<Pid>);
+/// cancelled (its future dropped because the worker shuts down); then clears its record and
+/// lets go of its lifeline.
+struct GroupKiller {
+    group: Option<Pid>,
+    _record: Option<GroupRecord>,
+    _lifeline: Lifeline,
+}
 
 impl Drop for GroupKiller {
     fn drop(&mut self) {
-        if let Some(group) = self.0 {
+        if let Some(group) = self.group {
             let _ = killpg(group, Signal::SIGKILL);
         }
     }
@@ -270,6 +291,7 @@ mod tests {
             on_timeout: OnTimeout::default(),
             stdin: None,
             stdout_limit: TAIL_BYTES,
+            groups: None,
         }
     }
 

@@ -61,7 +61,7 @@ pub(super) async fn dispatches(
         reclaim_dispatches(client, &spec).await?;
     }
     remove_drain_consumer(client, id, priority).await?;
-    let scratch = attempts.config.data_dir.join("scratch");
+    let scratch = attempts.config.scratch();
     std::fs::create_dir_all(&scratch)?;
     let batch = attempts.slots.limit(priority) as usize;
     let pump = progress::register(

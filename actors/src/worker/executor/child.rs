@@ -56,6 +56,7 @@ impl Child {
             on_timeout: on_timeout(&work.spec.on_timeout),
             stdin: self.stdin,
             stdout_limit: self.stdout_limit,
+            groups: Some(crate::worker::leftovers::dir(ctx.scratch)),
         };
         let ran = process::run(&spec, Some(ctx.cancel)).await;
         let mut result = result_of(&ran, timeout, &work.spec.on_timeout);

@@ -1,0 +1,285 @@
+//! The lifeline: nothing an attempt started outlives its worker, however the worker dies.
+//!
+//! A parent-death signal reaches only the direct child (and fires when the spawning *thread*
+//! exits, not the process); `sh -c` forks its commands, so a worker killed by SIGKILL or the
+//! OOM killer used to leave the rest of the attempt's process group running — writing its
+//! output while a new attempt of the same instance ran. This module closes that gap.
+//!
+//! Every command starts under a **watcher**: the process the worker spawns leads the attempt's
+//! process group and, before it would exec, forks once more; the new process execs the command,
+//! the first stays behind as the watcher. The watcher holds the read end of a pipe whose only
+//! write end is the worker's (close-on-exec, and closed in every watcher). Whatever kills the
+//! worker, the kernel closes that write end; the watcher sees the pipe hang up and kills its
+//! whole process group with SIGKILL, itself included. While the worker lives, the watcher waits
+//! for the command and ends as it did (the same exit code, or the same signal), so the worker
+//! reads the command's own end. The command in turn dies with the watcher (a parent-death
+//! signal, which is exact here: the watcher has one thread).
+//!
+//! The watcher runs between a fork and an exec of a multi-threaded process, where only
+//! async-signal-safe calls are allowed: it makes raw system calls only — no allocation, no
+//! lock, no Rust I/O. It ignores the catchable signals the worker sends the group at a timeout
+//! or a cancel (the stack-dump signal is for the command), so it stays to report the end; the
+//! group's SIGKILL reaches it as well. It shares the worker's memory copy-on-write and writes
+//! next to none of it, though `ps` and the OOM killer count the worker's resident pages in its
+//! size; if it is killed on its own, the worker sees its attempt end and kills the group.
+//!
+//! A command that leaves its process group (`setsid`, a daemonizing double fork) escapes the
+//! watcher as it escapes every group kill.
+
+use std::io;
+use std::io::PipeWriter;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+
+use nix::libc;
+
+/// The worker's end of an attempt's lifeline: while it is held, the watcher lets the command
+/// run; dropping it (or the worker's death) kills the command's process group.
+#[derive(Debug)]
+pub(crate) struct Lifeline {
+    _held: PipeWriter,
+}
+
+impl Lifeline {
+    /// Makes `command` start under a watcher tied to the returned lifeline, which must be held
+    /// until the command's group is gone. The watcher's end of the pipe stays open in this
+    /// process until `command` is dropped (it is closed in every spawned command by
+    /// close-on-exec).
+    pub(crate) fn arm(command: &mut std::process::Command) -> io::Result<Self> {
+        // Both ends close-on-exec.
+        let (watched, held) = io::pipe()?;
+        let fd = watched.as_raw_fd();
+        // SAFETY: `stand_watch` makes async-signal-safe system calls only (see the module).
+        unsafe {
+            command.pre_exec(move || {
+                // Keeps the read end alive for as long as the command (and so this closure)
+                // lives: the pipe must still be open when the spawn forks.
+                let _keep = &watched;
+                stand_watch(fd)
+            });
+        }
+        Ok(Self { _held: held })
+    }
+}
+
+/// In the spawned child, before its exec: forks the command, which returns to the exec, while
+/// this process becomes its watcher and never returns.
+///
+/// # Safety
+/// Only between fork and exec of a `Command` spawn.
+unsafe fn stand_watch(lifeline: RawFd) -> io::Result<()> {
+    let watcher = libc::getpid();
+    let command = libc::fork();
+    if command < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if command == 0 {
+        // The command: dies with its single-threaded watcher, even one killed before it
+        // could kill the group.
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != watcher {
+            libc::_exit(127);
+        }
+        return Ok(());
+    }
+    watch(lifeline, command)
+}
+
+/// The watcher's life: see the module.
+///
+/// # Safety
+/// Only in the watcher (see [`stand_watch`]).
+unsafe fn watch(lifeline: RawFd, command: libc::pid_t) -> ! {
+    for signal in 1..32 {
+        if !matches!(
+            signal,
+            libc::SIGKILL
+                | libc::SIGSTOP
+                | libc::SIGCHLD
+                | libc::SIGSEGV
+                | libc::SIGBUS
+                | libc::SIGFPE
+                | libc::SIGILL
+                | libc::SIGTRAP
+                | libc::SIGSYS
+        ) {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+    }
+    libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    close_all_but(lifeline);
+    // Where the kernel has no process descriptors, the end is polled for instead.
+    let pidfd = libc::syscall(libc::SYS_pidfd_open, command, 0) as libc::c_int;
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: lifeline,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let (watched, timeout_ms) = if pidfd >= 0 { (2, -1) } else { (1, 50) };
+        let ready = libc::poll(fds.as_mut_ptr(), watched, timeout_ms);
+        if ready > 0 && fds[0].revents != 0 {
+            // Nobody ever writes to the lifeline: any event is its hang-up, the worker's end.
+            libc::kill(0, libc::SIGKILL);
+        }
+        let mut status = 0;
+        if libc::waitpid(command, &mut status, libc::WNOHANG) == command {
+            end_as(status);
+        }
+    }
+}
+
+/// Ends the watcher as the command ended.
+unsafe fn end_as(status: libc::c_int) -> ! {
+    if libc::WIFEXITED(status) {
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+    if libc::WIFSIGNALED(status) {
+        let signal = libc::WTERMSIG(status);
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(signal, libc::SIG_DFL);
+        let mut unblocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut unblocked);
+        libc::sigaddset(&mut unblocked, signal);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &unblocked, std::ptr::null_mut());
+        libc::kill(libc::getpid(), signal);
+        libc::_exit(128 + signal);
+    }
+    libc::_exit(1)
+}
+
+/// Closes every descriptor but `keep`: the watcher must hold no write end of another
+/// attempt's lifeline (two watchers holding each other's would never see the worker die), nor
+/// the worker's sockets and pipes.
+unsafe fn close_all_but(keep: RawFd) {
+    let ranged = |low: RawFd, high: libc::c_uint| {
+        libc::syscall(libc::SYS_close_range, low as libc::c_uint, high, 0) == 0
+    };
+    let below = keep == 0 || ranged(0, (keep - 1) as libc::c_uint);
+    let above = ranged(keep + 1, libc::c_uint::MAX);
+    if below && above {
+        return;
+    }
+    let limit = match libc::sysconf(libc::_SC_OPEN_MAX) {
+        n if n > 0 => n.min(1 << 20) as RawFd,
+        _ => 1 << 16,
+    };
+    for fd in (0..limit).filter(|&fd| fd != keep) {
+        libc::close(fd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Running or sleeping; a zombie counts as dead.
+    fn alive(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                .is_some_and(|state| state != 'Z' && state != 'X'),
+            Err(_) => false,
+        }
+    }
+
+    fn started(script: &str) -> (std::process::Child, Lifeline) {
+        let mut command = std::process::Command::new("/bin/sh");
+        command.args(["-c", script]).process_group(0);
+        let lifeline = Lifeline::arm(&mut command).unwrap();
+        (command.spawn().unwrap(), lifeline)
+    }
+
+    fn wait_for_pid(file: &std::path::Path) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(pid) = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+            {
+                return pid;
+            }
+            assert!(Instant::now() < deadline, "the script did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn the_watcher_ends_as_the_command_did() {
+        let (mut child, lifeline) = started("exit 7");
+        assert_eq!(child.wait().unwrap().code(), Some(7));
+        let (mut child, _lifeline2) = started("kill -TERM $$");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+        drop(lifeline);
+    }
+
+    #[test]
+    fn dropping_the_lifeline_kills_the_whole_group_however_deaf() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("grandchild.pid");
+        let script = format!(
+            "sh -c 'trap \"\" TERM INT HUP; sleep 300' & echo $! > {}; wait",
+            file.display()
+        );
+        let (mut child, lifeline) = started(&script);
+        let grandchild = wait_for_pid(&file);
+        assert!(alive(grandchild));
+        drop(lifeline);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(grandchild) {
+            assert!(
+                Instant::now() < deadline,
+                "grandchild {grandchild} survived"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn a_watcher_holds_no_other_lifeline() {
+        // Two commands started one after the other: the second's watcher must not keep the
+        // first's lifeline open, or the first would survive the loss of its lifeline.
+        let dir = tempfile::tempdir().unwrap();
+        let first_pid = dir.path().join("first.pid");
+        let (mut first, first_line) = started(&format!(
+            "sleep 300 & echo $! > {}; wait",
+            first_pid.display()
+        ));
+        let (mut second, second_line) = started("sleep 300");
+        let sleeper = wait_for_pid(&first_pid);
+        drop(first_line);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(sleeper) {
+            assert!(
+                Instant::now() < deadline,
+                "the first group survived its lifeline"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        first.wait().unwrap();
+        drop(second_line);
+        second.wait().unwrap();
+    }
+}

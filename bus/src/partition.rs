@@ -77,7 +77,7 @@ pub fn fired_key(node: &NodeId) -> String {
 /// What every [`fired_key`] starts with.
 pub const FIRED_PREFIX: &str = "fired.";
 
-/// How far a Scheduler's fires are settled, written by it about once a second under
+/// How far a Scheduler's fires are settled, written by it every half second under
 /// [`fired_key`]: every cron tick up to `through` of every job of `partitions` is created (or
 /// recorded in the tick ledger as skipped). The tick ledger records no `fired` tick (the
 /// instance record says it), so this is what the next owner of a partition whose Scheduler died

@@ -1,7 +1,10 @@
 //! The misfire policy: what becomes of the ticks a job missed while no Scheduler ran.
 //!
 //! A Scheduler starting up reads each job's last recorded tick; the ticks between it and the
-//! instant from which the Scheduler fires the job itself were missed. Inside `catchup_window`
+//! instant from which the Scheduler fires the job itself were missed. A failover is not a
+//! misfire: the ticks a partition's owner missed by dying, while the Scheduler that takes the
+//! partition over was already running, are all fired whatever the policy ([`with_failover`]).
+//! Inside `catchup_window`
 //! (counted back from that instant), `fire_all` runs every missed tick in order, `fire_once`
 //! runs the latest and skips the others, `skip` skips them all; ticks older than the window are
 //! always skipped. Nothing is dropped silently: every missed tick is recorded, as caught up or
@@ -27,6 +30,40 @@ pub(crate) struct CatchUp {
     pub skip: Vec<(DateTime<Utc>, String)>,
     /// Further missed ticks beyond [`MAX_RECORDED`], skipped (counted up to a million).
     pub more_skipped: usize,
+}
+
+/// The longest stretch before a take-over whose ticks count as missed by a failover: far
+/// longer than a take-over takes (a few seconds), so that only ticks missed while no Scheduler
+/// could fire (an outage of NATS, every Scheduler down) go to the policy.
+const FAILOVER_SPAN: Duration = Duration::seconds(60);
+
+/// [`plan`] for a job of a partition taken over: the ticks after `failover_from` (the latest of
+/// the instant its earlier owner said its fires were settled and the instant the taker
+/// started; `None` when neither is known) were missed only because the owner died, and are
+/// all fired, whatever the policy (at most [`FAILOVER_SPAN`] of them); the policy decides about
+/// those before.
+pub(crate) fn with_failover(
+    schedule: &FireSchedule,
+    policy: Misfire,
+    window_secs: u64,
+    last: DateTime<Utc>,
+    failover_from: Option<DateTime<Utc>>,
+    until: DateTime<Utc>,
+) -> CatchUp {
+    let split = match failover_from {
+        Some(from) => from.max(last).max(until - FAILOVER_SPAN).min(until),
+        None => until,
+    };
+    let mut result = plan(schedule, policy, window_secs, last, split);
+    let mut cursor = split;
+    while let Some(tick) = schedule.next_after(cursor) {
+        if tick > until {
+            break;
+        }
+        result.fire.push(tick);
+        cursor = tick;
+    }
+    result
 }
 
 /// Decides what becomes of the ticks strictly after `last` and up to `until`.
@@ -170,6 +207,87 @@ mod tests {
             t("2026-01-01T00:03:59Z"),
         );
         assert_eq!(plan, CatchUp::default());
+    }
+
+    #[test]
+    fn a_failover_fires_every_tick_the_dead_owner_missed_whatever_the_policy() {
+        let every_second = FireSchedule::new("* * * * * *", "UTC").unwrap();
+        // The owner settled through :10 and died; the taker, running since long before,
+        // took over at :15.
+        for policy in [Misfire::FireOnce, Misfire::Skip, Misfire::FireAll] {
+            let plan = with_failover(
+                &every_second,
+                policy,
+                60,
+                t("2026-01-01T00:00:10Z"),
+                Some(t("2026-01-01T00:00:10Z")),
+                t("2026-01-01T00:00:15Z"),
+            );
+            let seconds: Vec<u32> = plan
+                .fire
+                .iter()
+                .map(|t| t.timestamp() as u32 % 60)
+                .collect();
+            assert_eq!(seconds, [11, 12, 13, 14, 15], "{policy:?}");
+            assert!(plan.skip.is_empty(), "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn ticks_before_the_taker_ran_go_to_the_policy() {
+        let every_second = FireSchedule::new("* * * * * *", "UTC").unwrap();
+        // Settled through :10 by a Scheduler gone; the taker started at :13 (nobody ran in
+        // between), took the partition at :15.
+        let plan = with_failover(
+            &every_second,
+            Misfire::FireOnce,
+            60,
+            t("2026-01-01T00:00:10Z"),
+            Some(t("2026-01-01T00:00:13Z")),
+            t("2026-01-01T00:00:15Z"),
+        );
+        let fired: Vec<u32> = plan
+            .fire
+            .iter()
+            .map(|t| t.timestamp() as u32 % 60)
+            .collect();
+        assert_eq!(
+            fired,
+            [13, 14, 15],
+            "the latest before :13 by the policy, then all"
+        );
+        let skipped: Vec<u32> = plan
+            .skip
+            .iter()
+            .map(|(t, _)| t.timestamp() as u32 % 60)
+            .collect();
+        assert_eq!(skipped, [11, 12]);
+        // Nothing known of the earlier owners: the policy decides about everything.
+        let plan = with_failover(
+            &every_second,
+            Misfire::FireOnce,
+            60,
+            t("2026-01-01T00:00:10Z"),
+            None,
+            t("2026-01-01T00:00:15Z"),
+        );
+        assert_eq!(plan.fire, [t("2026-01-01T00:00:15Z")]);
+    }
+
+    #[test]
+    fn a_take_over_long_after_the_death_leaves_the_older_ticks_to_the_policy() {
+        let every_second = FireSchedule::new("* * * * * *", "UTC").unwrap();
+        let plan = with_failover(
+            &every_second,
+            Misfire::Skip,
+            3600,
+            t("2026-01-01T00:00:00Z"),
+            Some(t("2026-01-01T00:00:00Z")),
+            t("2026-01-01T00:10:00Z"),
+        );
+        assert_eq!(plan.fire.len(), 60, "the last minute only");
+        assert_eq!(plan.fire[0], t("2026-01-01T00:09:01Z"));
+        assert_eq!(plan.skip.len(), 540);
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct Scheduler {
     /// schedules fires, so the ticks of the restart gap still fire.
     replay_from: Option<chrono::DateTime<chrono::Utc>>,
     last_tick: chrono::DateTime<chrono::Utc>,
+    /// When this Scheduler was built: the ticks a partition's dead owner missed after it are
+    /// a failover's, fired whatever the misfire policy (see [`misfire::with_failover`]).
+    running_since: chrono::DateTime<chrono::Utc>,
     /// This node's partitions of the cron jobs.
     partitions: Partitions,
     /// The number of partitions (0 until the keeper knows it).
@@ -156,6 +159,7 @@ impl Scheduler {
             wake: None,
             replay_from: None,
             last_tick: now,
+            running_since: now,
             partitions,
             partition_count: 0,
             owned: BTreeSet::new(),
@@ -593,9 +597,10 @@ const CATCH_UP_CHUNK: usize = 1000;
 impl Handler<CatchUp> for Scheduler {
     type Result = ();
 
-    /// Applies each job's misfire policy to the ticks between the latest of: the instant its
-    /// partition was settled through by its earlier owners, its last record in the tick ledger
-    /// and its definition — and the instant this Scheduler started firing it.
+    /// Decides about each job's ticks between the latest of: the instant its partition was
+    /// settled through by its earlier owners, its last record in the tick ledger and its
+    /// definition — and the instant this Scheduler started firing it: those missed by a
+    /// failover are fired, the misfire policy decides about the others.
     fn handle(&mut self, mut msg: CatchUp, ctx: &mut Self::Context) {
         if self.clock_guard.as_ref().is_some_and(|g| g.skewed()) {
             // Held like every fire while the clock is off: the ticks it would count as missed
@@ -617,16 +622,17 @@ impl Handler<CatchUp> for Scheduler {
                 .into_iter()
                 .flatten()
                 .fold(candidate.defined_at, chrono::DateTime::max);
-            let policy = if candidate.paused {
-                Misfire::Skip
+            let (policy, failover_from) = if candidate.paused {
+                (Misfire::Skip, None)
             } else {
-                spec.misfire
+                (spec.misfire, covered.map(|c| c.max(self.running_since)))
             };
-            let mut plan = misfire::plan(
+            let mut plan = misfire::with_failover(
                 &candidate.schedule,
                 policy,
                 spec.catchup_window_secs(),
                 last,
+                failover_from,
                 candidate.scheduled_from,
             );
             if plan.fire.is_empty() && plan.skip.is_empty() {

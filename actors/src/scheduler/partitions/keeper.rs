@@ -6,7 +6,8 @@
 //! actor (which then reloads its partitions' jobs from the registry). Every change of an owner
 //! is a create-if-absent or a compare-and-swap on the revision read, so two Schedulers never
 //! both believe they took the same partition in the same round; a partition of a Scheduler
-//! whose member key is gone is taken only after the server confirms the key is gone.
+//! counted gone (no renewal of its member key seen for [`MEMBER_TTL`]) is taken only after the
+//! server confirms it holds no later renewal.
 //!
 //! A handover is ordered: the actor first drops the partition's jobs from its wheel and says up
 //! to which tick it fired them; only then is the partition stored as handed over with that
@@ -24,12 +25,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::kv::CreateErrorKind;
+use async_nats::jetstream::kv::{CreateErrorKind, Operation};
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
-use ax_bus::client::provision::LEASE_TTL;
 use ax_bus::ids::NodeId;
 use ax_bus::partition::{self, FiredThrough, PartitionId, PartitionOwner};
 use ax_bus::{codec, AxClient};
@@ -40,12 +40,16 @@ use crate::node::clock_guard::ClockGuard;
 use crate::ActorError;
 
 /// How often the keeper renews its member key and rebalances.
-const ROUND: Duration = Duration::from_secs(1);
-/// A member key not renewed for this long counts as gone (the bucket drops it then).
-const MEMBER_TTL: Duration = LEASE_TTL;
-/// How long before its member key may expire a Scheduler that cannot renew it drops its
-/// partitions.
-const FENCE_MARGIN: Duration = Duration::from_millis(1500);
+const ROUND: Duration = Duration::from_millis(500);
+/// A Scheduler whose member key no renewal has reached this node for this long (by this node's
+/// own monotonic clock, whatever the clocks say) counts as gone once the server confirms no
+/// later renewal: its partitions are taken within about three seconds of its death, and the
+/// ticks it missed are fired by the taker. (The bucket drops the key itself after the
+/// longer lease age.)
+const MEMBER_TTL: Duration = Duration::from_millis(2500);
+/// How long before the others may count it gone a Scheduler that cannot renew its member key
+/// drops its partitions.
+const FENCE_MARGIN: Duration = Duration::from_millis(1000);
 /// How long a handover waits for the actor to drop the partitions' jobs before it says that
 /// nothing is known of what was fired (the next owner then catches up by the misfire policy
 /// from the instant this node last said its fires were settled).
@@ -60,14 +64,24 @@ struct Stored {
     covered_through: Option<DateTime<Utc>>,
 }
 
+/// The last renewal of a Scheduler's member key this node saw.
+#[derive(Clone, Copy, Debug)]
+struct Renewal {
+    /// Its revision in the leases bucket.
+    revision: u64,
+    /// When it reached this node (for a key read at the start of the feed: when the server
+    /// stored it, by this node's clock).
+    seen: Instant,
+}
+
 /// The keeper's state.
 pub(crate) struct Keeper {
     client: AxClient,
     node: NodeId,
     count: u16,
     owners: BTreeMap<PartitionId, Stored>,
-    /// Live Schedulers' member keys, with when the server stored each.
-    members: BTreeMap<NodeId, DateTime<Utc>>,
+    /// Schedulers' member keys, with the last renewal seen of each.
+    members: BTreeMap<NodeId, Renewal>,
     /// What this node holds: the revision it wrote and where its fires start (its `covered`
     /// kept up with what this node has settled since).
     held: BTreeMap<PartitionId, (u64, Start)>,
@@ -212,7 +226,7 @@ impl Keeper {
                 },
                 item = members.next() => match item {
                     Some(item) => {
-                        if self.member(item?) {
+                        if self.member(item?, members_current) {
                             members_current = true;
                         }
                     }
@@ -281,12 +295,23 @@ impl Keeper {
         }
     }
 
-    /// Applies a change of a member key; true once the feed caught up.
-    fn member(&mut self, item: FeedItem) -> bool {
+    /// Applies a change of a member key (`live`: a renewal as it happens, not one read at the
+    /// start of the feed); true once the feed caught up.
+    fn member(&mut self, item: FeedItem, live: bool) -> bool {
         match item {
-            FeedItem::Put { key, at, .. } => {
+            FeedItem::Put {
+                key, revision, at, ..
+            } => {
                 if let Some(node) = partition::member_of(&key) {
-                    self.members.insert(node, at);
+                    let age = if live {
+                        Duration::ZERO
+                    } else {
+                        (ax_bus::time::now() - at)
+                            .to_std()
+                            .unwrap_or(Duration::ZERO)
+                    };
+                    let seen = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+                    self.members.insert(node, Renewal { revision, seen });
                 }
                 false
             }
@@ -302,13 +327,38 @@ impl Keeper {
 
     /// The Schedulers whose member key was renewed recently enough.
     fn live_members(&self) -> BTreeSet<NodeId> {
-        let ttl = chrono::Duration::from_std(MEMBER_TTL).unwrap_or(chrono::Duration::seconds(6));
-        let oldest = ax_bus::time::now() - ttl;
         self.members
             .iter()
-            .filter(|(_, at)| **at > oldest)
+            .filter(|(_, renewal)| renewal.seen.elapsed() < MEMBER_TTL)
             .map(|(node, _)| node.clone())
             .collect()
+    }
+
+    /// Whether the server confirms that Scheduler `node`, gone by this node's view, renewed
+    /// its member key no later than this node last saw (the view may lag behind the server).
+    async fn confirmed_gone(&mut self, node: &NodeId) -> bool {
+        let key = partition::member_key(node);
+        match self.client.leases.entry(key).await {
+            Ok(None) => true,
+            Ok(Some(entry)) if entry.operation != Operation::Put => true,
+            Ok(Some(entry)) => {
+                let seen = self.members.get(node).map(|r| r.revision);
+                if seen.is_some_and(|seen| entry.revision <= seen) {
+                    true
+                } else {
+                    let renewal = Renewal {
+                        revision: entry.revision,
+                        seen: Instant::now(),
+                    };
+                    self.members.insert(node.clone(), renewal);
+                    false
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check a Scheduler's member key");
+                false
+            }
+        }
     }
 
     /// Tells the actor what it owns now.
@@ -479,16 +529,9 @@ impl Keeper {
             ..
         }) = &stored
         {
-            if *other != self.node {
-                // Gone by this node's view: make sure the server agrees.
-                match self.client.leases.get(partition::member_key(other)).await {
-                    Ok(None) => {}
-                    Ok(Some(_)) => return false,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot check a Scheduler's member key");
-                        return false;
-                    }
-                }
+            // Gone by this node's view: make sure the server agrees.
+            if *other != self.node && !self.confirmed_gone(other).await {
+                return false;
             }
         }
         let covered = self.covered(p, stored.as_ref()).await;

@@ -8,11 +8,13 @@
 //! - [`Partitions`]: the handle the Scheduler actor (and the node, for a graceful stop) holds.
 //!
 //! Where a new owner starts: after a graceful handover, from the tick its previous owner fired
-//! through; after a death, the misfire policy looks at the ticks after the last instant the dead
-//! owner said its fires were settled ([`Progress`], written about once a second under
-//! [`ax_bus::partition::fired_key`]; the tick ledger records no tick fired on time, its instance
-//! record does). The instant lags the fires by a second or so: a tick fired in that second and
-//! caught up again finds its instance created, and nothing runs twice.
+//! through; after a death, from the last instant the dead owner said its fires were settled
+//! ([`Progress`], written every round under [`ax_bus::partition::fired_key`]; the tick ledger
+//! records no tick fired on time, its instance record does): every tick after it that the
+//! taker was running for is fired — a failover is not a misfire — and the misfire policy looks
+//! at those before (see `misfire::with_failover`). The instant lags the fires by a round or so:
+//! a tick fired in that moment and caught up again finds its instance created, and nothing runs
+//! twice.
 //!
 //! What is not partitioned needs no partition: delayed triggers wait in JetStream and come to
 //! whichever Scheduler pulls them from the shared consumer; commands (triggers, keyed triggers,
@@ -70,7 +72,7 @@ pub(crate) struct Applied {
 }
 
 /// How far a Scheduler's fires are settled, as its actor and its creator say: what its keeper
-/// writes under [`ax_bus::partition::fired_key`] about once a second.
+/// writes under [`ax_bus::partition::fired_key`] every round.
 #[derive(Debug, Default)]
 pub(crate) struct Progress {
     /// The last tick through which the wheel handed every fire due to the creator (`None`

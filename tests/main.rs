@@ -24,6 +24,7 @@ mod failure_paths;
 mod fleet;
 mod hostile_input;
 mod instance_updates;
+mod leases;
 mod local_run;
 mod metrics;
 mod nats_auth;

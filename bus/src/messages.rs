@@ -1236,6 +1236,10 @@ pub struct RunningAttempt {
     pub trace_id: TraceId,
     /// The dispatch it came with.
     pub dispatch: DispatchId,
+    /// Its job's `lease` in seconds: no Router hands it to another worker before this worker
+    /// has been silent that long (absent: the worker TTL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_secs: Option<u64>,
 }
 
 #[cfg(test)]

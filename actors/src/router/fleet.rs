@@ -12,7 +12,7 @@
 //! are given to the fleet, so its choices can be tested exactly.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -294,12 +294,19 @@ impl Fleet {
         }
     }
 
-    /// Workers whose heartbeat is older than the TTL.
+    /// Workers to hand over: silent for longer than the TTL and than the lease of every
+    /// attempt they said they run (a job's `lease`: until it has run out, the worker may still
+    /// be running it, cut off from NATS). New attempts stop going to a worker at the TTL.
     pub(crate) fn silent(&self) -> Vec<(WorkerId, WorkerInfo)> {
         let now = (self.now)();
         self.members
             .iter()
-            .filter(|(_, m)| !self.fresh(m, now))
+            .filter(|(_, m)| {
+                let silent_for = now.saturating_duration_since(m.last_seen);
+                let lease = m.info.attempts.iter().filter_map(|a| a.lease_secs).max();
+                !self.fresh(m, now)
+                    && lease.is_none_or(|secs| silent_for > Duration::from_secs(secs))
+            })
             .map(|(id, m)| (id.clone(), m.info.clone()))
             .collect()
     }
@@ -508,6 +515,35 @@ mod tests {
         assert!(!fleet.alive("dead"));
         assert_eq!(fleet.live().len(), 2);
         assert!(fleet.remove("dead").is_some());
+    }
+
+    #[test]
+    fn a_worker_running_a_leased_attempt_is_handed_over_only_once_the_lease_ran_out() {
+        let clock = TestClock::new();
+        let mut fleet = clock.fleet(5);
+        let mut leased = info("leased", &[], 1, 1, 0.0);
+        leased.attempts.push(ax_bus::messages::RunningAttempt {
+            instance_id: ax_bus::ids::InstanceId::parse("j.20260101T000000000Z").unwrap(),
+            trace_id: ax_bus::ids::TraceId::random(),
+            dispatch: ax_bus::ids::DispatchId::random(),
+            lease_secs: Some(60),
+        });
+        fleet.heartbeat(leased, clock.now());
+        fleet.heartbeat(info("plain", &[], 0, 1, 0.0), clock.now());
+        clock.advance(Duration::from_secs(11));
+        // Both past the TTL: no new attempt goes to either, only the one without a lease is
+        // handed over.
+        assert!(!fleet.alive("leased") && !fleet.alive("plain"));
+        let silent: Vec<String> = fleet
+            .silent()
+            .into_iter()
+            .map(|(id, _)| id.to_string())
+            .collect();
+        assert_eq!(silent, ["plain"]);
+        clock.advance(Duration::from_secs(49));
+        assert_eq!(fleet.silent().len(), 1, "60 s are not over yet");
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(fleet.silent().len(), 2);
     }
 
     #[test]

@@ -340,6 +340,7 @@ mod tests {
                 retry: None,
                 timeout: None,
                 on_timeout: Default::default(),
+                lease: None,
                 tags: vec![],
                 priority: Priority::Normal,
                 deps_timeout: None,

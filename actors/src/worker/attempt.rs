@@ -19,7 +19,7 @@ use ax_bus::messages::{AlertKind, DispatchAck, StoredRecord, WorkItem};
 use ax_bus::AxClient;
 
 use super::acks::Acks;
-use super::contact::{Contact, FENCE_AFTER};
+use super::contact::Contact;
 use super::executor::values::Values;
 use super::executor::{AttemptContext, ExecResult, Registry};
 use super::registered::Registered;
@@ -81,6 +81,7 @@ impl Attempts {
             trace: work.trace_id.clone(),
             instance: work.instance_id.clone(),
             dispatch: dispatch.clone(),
+            lease: work.spec.lease,
             stop: stop.clone(),
         });
         let watched = self
@@ -250,6 +251,7 @@ impl Attempts {
         let mut renewal = tokio::time::interval(CLAIM_LEASE / 3);
         renewal.tick().await;
         let mut fence = tokio::time::interval(FENCE_CHECK);
+        let fence_after = work.spec.fence_after();
         // The claim's revision, once the first renewal wrote it.
         let mut revision = None;
         // A renewal in flight, so that a slow one never holds up the fence.
@@ -284,8 +286,8 @@ impl Attempts {
                         Err(e) => tracing::warn!(%trace, error = %e, "lease not renewed; trying again"),
                     }
                 }
-                _ = fence.tick(), if interrupted.is_none() && self.contact.lost() => {
-                    tracing::error!(%trace, silent_for = ?self.contact.silent_for(), "no heartbeat stored for longer than {FENCE_AFTER:?}: stopping the attempt before the Routers hand it to another worker (self-fencing)");
+                _ = fence.tick(), if interrupted.is_none() && self.contact.lost(fence_after) => {
+                    tracing::error!(%trace, silent_for = ?self.contact.silent_for(), "no heartbeat stored for longer than {fence_after:?}, 5 s short of the attempt's lease: stopping it before the Routers hand it to another worker (self-fencing)");
                     interrupted = Some(Interrupted::Fenced);
                     stop.notify_one();
                 }

@@ -3,14 +3,13 @@
 //! last heartbeat and hand its attempts to others; a worker cut off from NATS cannot be told,
 //! so it must stop its commands on its own first — **self-fencing** — or two executions of one
 //! instance would overlap in time. Every running attempt checks the contact and stops its
-//! command once it is older than [`FENCE_AFTER`]: 5 s, which with a heartbeat every 2 s leaves
-//! 3 s before any Router can judge the worker dead.
+//! command once it is older than its job's `fence_after`: 5 s short of its lease, the time
+//! the Routers wait before they hand it to another worker (the worker TTL, 10 s, unless the
+//! job's `lease` is longer) — 5 s without a lease, which with a heartbeat every 2 s leaves 3 s
+//! before any Router can judge the worker dead.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// How long without a confirmed heartbeat before the running attempts are stopped.
-pub(crate) const FENCE_AFTER: Duration = Duration::from_secs(5);
 
 /// The last confirmed heartbeat; cheap to clone, shared by the attempts.
 #[derive(Clone, Debug)]
@@ -37,9 +36,9 @@ impl Contact {
             .unwrap_or(Duration::MAX)
     }
 
-    /// Whether the attempts must stop.
-    pub(crate) fn lost(&self) -> bool {
-        self.silent_for() > FENCE_AFTER
+    /// Whether an attempt that must stop `fence_after` without contact must stop now.
+    pub(crate) fn lost(&self, fence_after: Duration) -> bool {
+        self.silent_for() > fence_after
     }
 }
 
@@ -49,13 +48,18 @@ mod tests {
 
     #[test]
     fn contact_is_lost_only_after_the_fence_delay() {
+        let (short, long) = (Duration::from_secs(5), Duration::from_secs(55));
         let contact = Contact::new();
-        assert!(!contact.lost());
+        assert!(!contact.lost(short));
         if let Ok(mut last) = contact.0.lock() {
-            *last = Instant::now() - FENCE_AFTER - Duration::from_millis(1);
+            *last = Instant::now() - short - Duration::from_millis(1);
         }
-        assert!(contact.lost());
+        assert!(contact.lost(short));
+        assert!(
+            !contact.lost(long),
+            "a long lease keeps its attempt running"
+        );
         contact.heard();
-        assert!(!contact.lost());
+        assert!(!contact.lost(short));
     }
 }

@@ -120,6 +120,8 @@ impl WorkerConfig {
 struct InFlight {
     instance: InstanceId,
     dispatch: DispatchId,
+    /// Its job's `lease` (seconds).
+    lease: Option<u64>,
     stop: Arc<Notify>,
 }
 
@@ -231,6 +233,7 @@ impl WorkerSupervisor {
                     trace_id: trace.clone(),
                     instance_id: attempt.instance.clone(),
                     dispatch: attempt.dispatch.clone(),
+                    lease_secs: attempt.lease,
                 })
                 .collect(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -294,6 +297,7 @@ struct Running {
     trace: TraceId,
     instance: InstanceId,
     dispatch: DispatchId,
+    lease: Option<u64>,
     stop: Arc<Notify>,
 }
 
@@ -304,6 +308,7 @@ impl Handler<Running> for WorkerSupervisor {
         let attempt = InFlight {
             instance: msg.instance,
             dispatch: msg.dispatch,
+            lease: msg.lease,
             stop: msg.stop,
         };
         self.in_flight.insert(msg.trace, attempt);

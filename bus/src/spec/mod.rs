@@ -17,6 +17,7 @@ mod exec;
 pub mod files;
 pub mod graph;
 pub mod redact;
+pub mod seconds;
 pub mod template;
 pub mod yaml;
 
@@ -48,6 +49,14 @@ pub const MAX_TIMEOUT_SECS: u64 = 7 * 86_400;
 pub const MAX_RETRY_WAIT_SECS: u64 = 86_400;
 /// The longest `deps_timeout` (seconds): a week.
 pub const MAX_DEPS_TIMEOUT_SECS: u64 = 7 * 86_400;
+/// The shortest `lease` (seconds): the Routers' default worker TTL, which a lease lengthens.
+pub const MIN_LEASE_SECS: u64 = 10;
+/// The longest `lease` (seconds): a day.
+pub const MAX_LEASE_SECS: u64 = 86_400;
+/// How long before its lease ends a worker cut off from NATS stops an attempt (seconds): the
+/// margin between a worker's self-fencing and the earliest moment a Router may hand the
+/// attempt to another worker.
+pub const LEASE_FENCE_MARGIN_SECS: u64 = 5;
 /// The longest `catchup_window` (seconds): 31 days.
 pub const MAX_CATCHUP_WINDOW_SECS: u64 = 31 * 86_400;
 /// The most bytes of params, as JSON: a job's own, and a trigger's merged with them. (Params
@@ -101,6 +110,17 @@ pub struct JobSpec {
     /// What a timeout does before it kills: the stack-dump signal and its grace period.
     #[serde(default, skip_serializing_if = "is_default")]
     pub on_timeout: OnTimeoutSpec,
+    /// How long a running attempt may go without its worker being heard before another
+    /// attempt may start (`60s`, `5m`; at least 10 s): its worker cut off from NATS keeps the
+    /// command running until 5 s before the lease ends, and no Router hands the attempt to
+    /// another worker before it has. Absent: the Routers' worker TTL (10 s), the worker
+    /// stopping the command after 5 s without NATS.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "seconds::optional"
+    )]
+    pub lease: Option<u64>,
     /// Only workers having all these tags run the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
@@ -186,6 +206,13 @@ impl JobSpec {
     /// The timeout in seconds, defaulted.
     pub fn timeout_secs(&self) -> u64 {
         self.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS)
+    }
+
+    /// How long a worker cut off from NATS keeps an attempt of this job running: 5 s short of
+    /// its lease (5 s without a lease).
+    pub fn fence_after(&self) -> std::time::Duration {
+        let lease = self.lease.unwrap_or(MIN_LEASE_SECS);
+        std::time::Duration::from_secs(lease.saturating_sub(LEASE_FENCE_MARGIN_SECS))
     }
 
     /// The catch-up window in seconds, defaulted.
@@ -656,6 +683,13 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         errors.push(SpecError::new("job.timeout", "must be at least 1 second"));
     }
     at_most(errors, "job.timeout", job.timeout, MAX_TIMEOUT_SECS);
+    if job.lease.is_some_and(|lease| lease < MIN_LEASE_SECS) {
+        errors.push(SpecError::new(
+            "job.lease",
+            format!("must be at least {MIN_LEASE_SECS} seconds (the Routers' worker TTL)"),
+        ));
+    }
+    at_most(errors, "job.lease", job.lease, MAX_LEASE_SECS);
     if let Some(grace) = job.on_timeout.grace {
         if grace > MAX_TIMEOUT_GRACE_SECS {
             errors.push(SpecError::new(
@@ -829,6 +863,7 @@ mod tests {
             retry: None,
             timeout: None,
             on_timeout: OnTimeoutSpec::default(),
+            lease: None,
             tags: vec![],
             priority: Priority::Normal,
             deps_timeout: None,

@@ -110,6 +110,8 @@ struct RawJob {
     #[serde(default)]
     on_timeout: Option<Spanned<RawOnTimeout>>,
     #[serde(default)]
+    lease: Option<Spanned<super::seconds::Seconds>>,
+    #[serde(default)]
     tags: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     priority: Option<Spanned<Priority>>,
@@ -289,6 +291,7 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         retry,
         timeout: lines.take_opt("job.timeout", job.timeout),
         on_timeout,
+        lease: lines.take_opt("job.lease", job.lease).map(|s| s.0),
         tags: lines.take_opt("job.tags", job.tags).unwrap_or_default(),
         priority: lines
             .take_opt("job.priority", job.priority)
@@ -382,6 +385,36 @@ job:
             .unwrap_err()
             .to_string();
         assert!(line.starts_with("f.yaml:"), "{line}");
+    }
+
+    #[test]
+    fn a_lease_reads_with_or_without_a_unit_and_is_checked_on_its_line() {
+        let spec = |lease: &str| {
+            format!("version: v1\njob:\n  name: a\n  lease: {lease}\n  exec:\n    type: shell\n    command: x\n")
+        };
+        let jobs = parse_str("f.yaml", &spec("60s")).unwrap();
+        assert_eq!(jobs[0].doc.job.lease, Some(60));
+        assert_eq!(jobs[0].doc.job.fence_after().as_secs(), 55);
+        let jobs = parse_str("f.yaml", &spec("2m")).unwrap();
+        assert_eq!(jobs[0].doc.job.lease, Some(120));
+        let jobs = parse_str("f.yaml", &spec("30")).unwrap();
+        assert_eq!(jobs[0].doc.job.lease, Some(30));
+        // Without a lease, the worker fences after 5 s as it always did.
+        let jobs = parse_str("f.yaml", &spec("null")).unwrap();
+        assert_eq!(jobs[0].doc.job.fence_after().as_secs(), 5);
+        let line = parse_str("f.yaml", &spec("soon")).unwrap_err().to_string();
+        assert!(line.starts_with("f.yaml:4: "), "{line}");
+        assert!(line.contains("not a duration"), "{line}");
+        let jobs = parse_str("f.yaml", &spec("5s")).unwrap();
+        let errors = super::super::validate(&jobs[0].doc);
+        let located = jobs[0].locate(errors[0].clone()).to_string();
+        assert!(
+            located.starts_with("f.yaml:4: job.lease: must be at least 10 seconds"),
+            "{located}"
+        );
+        let jobs = parse_str("f.yaml", &spec("2d")).unwrap();
+        let errors = super::super::validate(&jobs[0].doc);
+        assert_eq!(errors[0].field, "job.lease", "{errors:?}");
     }
 
     #[test]

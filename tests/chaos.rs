@@ -11,7 +11,8 @@
 //!   restarted in between: an attempt whose command may have run is lost with its worker and
 //!   its instance gets a new attempt under a new trace id, worker kills or not;
 //! - no two attempts of one instance ran at the same time (the wall-clock spans of their
-//!   ledger lines, see `support/ledger.rs`);
+//!   ledger lines, see `support/ledger.rs`, written mostly by a grandchild of the worker's
+//!   command process, which must die with a killed worker);
 //! - every result is recorded once, and every success has its result.
 //!
 //! `AX_CHAOS_MINUTES` sets the length of the chaos (1.5 by default: the short profile);
@@ -147,6 +148,8 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
                 1,
                 20,
             ),
+            // Four seconds of ticks from a grandchild: worker kills land mid-command.
+            ledger_job("long", "*/10 * * * * *", "", &ledger_file, 20, 30),
         ]
         .join("---\n"),
     )
@@ -199,7 +202,7 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
     let owed = Owed::new(
         applied_at + TimeDelta::seconds(2),
         chaos_ended - TimeDelta::seconds(1),
-        &[("tick", 1), ("dag_up", 3), ("dag_down", 3)],
+        &[("tick", 1), ("dag_up", 3), ("dag_down", 3), ("long", 10)],
     );
     let settled = owed.settle(&client, Duration::from_secs(180)).await;
     let verdict = Verdict::judge(&client, &owed, &settled, &ledger_file).await;

@@ -521,6 +521,17 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
     // A leader stalled with a result in hand, then gone: the next leader reads it at once
     // (not after its ack wait of a minute), and the stalled one's consumer is removed.
     first.kill9();
+    // Its pull requests die with its connection; a result published while the server still
+    // held one would be in the dead leader's hands, not in the stalled one's.
+    wait_for(
+        Duration::from_secs(10),
+        "the killed leader's pulls gone",
+        || async {
+            let info = stream.consumer_info(&term).await.ok()?;
+            (info.num_waiting == 0).then_some(())
+        },
+    )
+    .await;
     succeed("2026-03-03").await;
     let stalled: async_nats::jetstream::consumer::PullConsumer =
         stream.get_consumer(&term).await.unwrap();

@@ -1,6 +1,7 @@
 //! ax on a 3-node NATS cluster with every stream and bucket at 3 replicas: losing one NATS
 //! node does not stop scheduling — a per-second cron job keeps firing, no second is lost
-//! (fires during the fail-over are created late, not dropped) and none runs twice.
+//! (fires during the fail-over are created late, not dropped) and none runs twice; nor does
+//! losing two of them, the quorum, for a minute.
 
 use crate::support;
 
@@ -190,4 +191,128 @@ async fn nodes_started_while_nats_nodes_are_down_wait_and_come_up() {
     assert_eq!(stream.cached_info().config.num_replicas, 3);
     cluster.servers[2].restart().unwrap();
     assert!(alive(n1.pid().as_raw()) && alive(n2.pid().as_raw()));
+}
+
+/// Two of three NATS nodes down for a minute: JetStream has no quorum and answers nothing. The
+/// node waits without exiting, and once the quorum is back the fires due meanwhile are made by
+/// their misfire policy — every one for `fire_all`, run once: nothing lost, nothing twice; the
+/// latest for the default `fire_once`, the others recorded as skipped: none missing silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minute_without_quorum_loses_nothing_and_runs_nothing_twice() {
+    let mut cluster = TestCluster::start();
+    let client = cluster.client().await;
+    let url = cluster.url();
+    let node = node_on(&cluster, &url, "n1");
+    let ledger = cluster.dir.path().join("ledger");
+    let job = cluster.dir.path().join("tick.yaml");
+    std::fs::write(
+        &job,
+        format!(
+            "version: v1\njob:\n  name: tick\n  cron: '* * * * * *'\n  misfire: fire_all\n  exec: {{ type: shell, command: 'echo $AX_INSTANCE_ID >> {l}' }}\n---\nversion: v1\njob:\n  name: once\n  cron: '* * * * * *'\n  exec: {{ type: shell, command: 'echo $AX_INSTANCE_ID >> {l}' }}\n",
+            l = ledger.display()
+        ),
+    )
+    .unwrap();
+    let applied = ax(&url, &["job", "apply", "-f", job.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    let succeeded = |after: chrono::DateTime<chrono::Utc>| {
+        let client = &client;
+        async move {
+            client
+                .instances(Some(&support::job("tick")))
+                .await
+                .ok()?
+                .into_iter()
+                .any(|r| r.state == State::Success && r.expected_time >= after)
+                .then_some(())
+        }
+    };
+    let first = ax_bus::time::now();
+    wait_for(Duration::from_secs(60), "the job to run", || {
+        succeeded(first)
+    })
+    .await;
+    cluster.wait_replicated(&client).await;
+
+    let lost_at = ax_bus::time::now();
+    cluster.servers[1].stop();
+    cluster.servers[2].stop();
+    std::thread::sleep(Duration::from_secs(60));
+    assert!(alive(node.pid().as_raw()), "{}", node.log_text());
+    cluster.servers[1].restart().unwrap();
+    cluster.servers[2].restart().unwrap();
+    let back_at = ax_bus::time::now();
+    println!("quorum lost at {lost_at}, back at {back_at}");
+    let checked_until =
+        back_at.duration_trunc(TimeDelta::seconds(1)).unwrap() + TimeDelta::seconds(10);
+    wait_for_logged(
+        Duration::from_secs(120),
+        "fires after the quorum came back to run",
+        &[&node],
+        || succeeded(checked_until),
+    )
+    .await;
+    // Every second, those without quorum included, has its instance, each run to its end once.
+    let records = instances(&client, "tick").await;
+    let seconds: BTreeSet<_> = records.iter().map(|r| r.expected_time).collect();
+    let start = records.iter().map(|r| r.expected_time).min().unwrap();
+    let mut second = start;
+    while second <= checked_until {
+        assert!(seconds.contains(&second), "no instance for {second}");
+        second += TimeDelta::seconds(1);
+    }
+    let finals = wait_for_logged(
+        Duration::from_secs(120),
+        "every instance to end",
+        &[&node],
+        || async {
+            let records = client.instances(Some(&support::job("tick"))).await.ok()?;
+            records
+                .iter()
+                .filter(|r| r.expected_time <= checked_until)
+                .all(|r| r.state.is_final())
+                .then_some(records)
+        },
+    )
+    .await;
+    let failed: Vec<_> = finals
+        .iter()
+        .filter(|r| r.expected_time <= checked_until && r.state != State::Success)
+        .map(|r| (r.instance_id.to_string(), r.message.clone()))
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    // The default policy: each second an instance or a tick recorded skipped, many skipped.
+    let made: BTreeSet<_> = instances(&client, "once")
+        .await
+        .iter()
+        .map(|r| r.expected_time)
+        .collect();
+    let skipped: BTreeSet<_> = client
+        .ticks(&support::job("once"), 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.outcome == ax_bus::messages::TickOutcome::Skipped)
+        .map(|t| t.tick)
+        .collect();
+    let start = made.iter().min().copied().unwrap();
+    let mut second = start;
+    while second <= checked_until {
+        assert!(
+            made.contains(&second) || skipped.contains(&second),
+            "{second} neither fired nor recorded skipped"
+        );
+        second += TimeDelta::seconds(1);
+    }
+    println!(
+        "fire_once: {} seconds skipped while there was no quorum",
+        skipped.len()
+    );
+    assert!(skipped.len() >= 30, "{} skipped", skipped.len());
+    let lines = std::fs::read_to_string(&ledger).unwrap();
+    let mut seen = BTreeSet::new();
+    for line in lines.lines() {
+        assert!(seen.insert(line.to_string()), "{line} ran twice");
+    }
+    assert!(alive(node.pid().as_raw()), "{}", node.log_text());
 }

@@ -34,8 +34,10 @@ pub(crate) fn read(path: &Path) -> Vec<Line> {
         .collect()
 }
 
-/// The shell command of a job that writes to `ledger`: `start`, `ticks` ticks 0.2 s apart,
-/// `end`.
+/// The shell command of a job that writes to `ledger`: `start`, then — from a subshell, a
+/// grandchild of the worker's command process, which a worker's death must end too — `ticks`
+/// ticks 0.2 s apart and `end`. A grandchild outliving its attempt would go on writing ticks
+/// while the next attempt of its instance runs: an overlap the verdict finds.
 pub(crate) fn command(ledger: &Path, ticks: u32) -> String {
     let line = |kind: &str| {
         format!(
@@ -44,7 +46,7 @@ pub(crate) fn command(ledger: &Path, ticks: u32) -> String {
         )
     };
     format!(
-        "{} && i=0 && while [ $i -lt {ticks} ]; do sleep 0.2; {}; i=$((i+1)); done && {}",
+        "{} || exit 1; ( i=0 && while [ $i -lt {ticks} ]; do sleep 0.2; {}; i=$((i+1)); done && {} ) & wait $!",
         line("start"),
         line("tick"),
         line("end")

@@ -60,7 +60,7 @@ use crate::ActorError;
 use creator::Creator;
 use graph::Graph;
 use new_instance::NewInstance;
-use partitions::{Applied, Ownership, Partitions};
+use partitions::{Applied, Covered, Ownership, Partitions};
 use planner::{CatchUpCandidate, DueRetry, Planner};
 
 use crate::jetstream::publish;
@@ -88,8 +88,8 @@ struct Loading {
     /// The tick its previous owner fired through, from a fresh handover (`None`: unknown, the
     /// misfire policy decides about the ticks before now).
     fired_through: Option<chrono::DateTime<chrono::Utc>>,
-    /// Every tick through this instant was settled by its earlier owners.
-    covered: Option<chrono::DateTime<chrono::Utc>>,
+    /// Where its earlier owners left it.
+    covered: Covered,
     /// The first reading of the registry that delivers all its jobs.
     reading: u64,
 }
@@ -120,9 +120,9 @@ pub struct Scheduler {
     owned: BTreeSet<PartitionId>,
     /// Partitions taken whose jobs the registry feed has not delivered in full yet.
     loading: BTreeMap<PartitionId, Loading>,
-    /// Partitions loaded whose missed ticks are still being looked at, with the instant their
-    /// earlier owners settled them through.
-    catching_up: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>>,
+    /// Partitions loaded whose missed ticks are still being looked at, with where their earlier
+    /// owners left them.
+    catching_up: BTreeMap<PartitionId, Covered>,
     /// Bumped to make the registry feed read everything again (partitions were taken).
     reload: Option<tokio::sync::watch::Sender<u64>>,
     /// Told the number of jobs each time the registry has been (re)loaded.
@@ -512,7 +512,7 @@ impl Handler<RegistryChange> for Scheduler {
             }
         });
         self.partitions.set_jobs(self.planner.job_count());
-        let taken: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>> = self
+        let taken: BTreeMap<PartitionId, Covered> = self
             .loading
             .iter()
             .filter(|(_, l)| loaded && l.reading <= reading)
@@ -548,10 +548,7 @@ impl Handler<RegistryChange> for Scheduler {
 /// with the instant its earlier owners settled it through).
 #[derive(Message)]
 #[rtype(result = "()")]
-struct LastTicks(
-    Vec<TickRecord>,
-    BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>>,
-);
+struct LastTicks(Vec<TickRecord>, BTreeMap<PartitionId, Covered>);
 
 impl Handler<LastTicks> for Scheduler {
     type Result = ();
@@ -585,8 +582,8 @@ impl Handler<LastTicks> for Scheduler {
 #[rtype(result = "()")]
 struct CatchUp {
     last: HashMap<JobName, chrono::DateTime<chrono::Utc>>,
-    /// The partitions looked at, each with the instant its earlier owners settled it through.
-    covered: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>>,
+    /// The partitions looked at, each with where its earlier owners left it.
+    covered: BTreeMap<PartitionId, Covered>,
     candidates: Vec<CatchUpCandidate>,
     now: chrono::DateTime<chrono::Utc>,
 }
@@ -615,17 +612,20 @@ impl Handler<CatchUp> for Scheduler {
         for candidate in std::mem::take(&mut msg.candidates) {
             let spec = &candidate.spec;
             let p = partition::of(&spec.name, self.partition_count);
-            let covered = msg.covered.get(&p).copied().flatten();
+            let Covered {
+                through: covered,
+                failover,
+            } = msg.covered.get(&p).copied().unwrap_or_default();
             // With nothing known of its partition, a job with no tick recorded has missed those
             // since its definition (its owner may have died before firing its first).
             let last = [covered, msg.last.get(&spec.name).copied()]
                 .into_iter()
                 .flatten()
                 .fold(candidate.defined_at, chrono::DateTime::max);
-            let (policy, failover_from) = if candidate.paused {
-                (Misfire::Skip, None)
-            } else {
-                (spec.misfire, covered.map(|c| c.max(self.running_since)))
+            let (policy, failover_from) = match (candidate.paused, failover) {
+                (true, _) => (Misfire::Skip, None),
+                (false, true) => (spec.misfire, covered.map(|c| c.max(self.running_since))),
+                (false, false) => (spec.misfire, None),
             };
             let mut plan = misfire::with_failover(
                 &candidate.schedule,
@@ -839,7 +839,10 @@ impl Handler<OwnershipChanged> for Scheduler {
                 self.owned.insert(*p);
                 let loading = Loading {
                     fired_through: fresh,
-                    covered: start.covered,
+                    covered: Covered {
+                        through: start.covered,
+                        failover: start.failover,
+                    },
                     reading,
                 };
                 self.loading.insert(*p, loading);

@@ -104,6 +104,9 @@ pub(crate) struct Keeper {
     /// What this node's previous process said it had settled, read at the start: where the
     /// partitions it takes back start.
     previous: Option<FiredThrough>,
+    /// What this process said it had settled of each partition it held: where a partition it
+    /// dropped (it could not renew its member key) and takes back starts.
+    said: BTreeMap<PartitionId, DateTime<Utc>>,
 }
 
 impl Keeper {
@@ -132,6 +135,7 @@ impl Keeper {
             aside: false,
             progress,
             previous: None,
+            said: BTreeMap::new(),
         }
     }
 
@@ -565,9 +569,11 @@ impl Keeper {
         };
         tracing::info!(partition = %p, from = ?stored.as_ref().map(|s| &s.owner), fired_through = ?base, covered_through = ?covered, "partition taken");
         handover("taken");
+        let failover = matches!(&stored, Some(Stored { owner: Owner::Node(other), .. }) if *other != self.node);
         let start = Start {
             fired_through: base,
             covered,
+            failover,
         };
         self.held.insert(p, (revision, start));
         if base.is_some() {
@@ -589,9 +595,14 @@ impl Keeper {
                 } else {
                     self.read_fired(node).await
                 };
-                fired
+                let said = fired
                     .filter(|f| f.partitions.contains(&p))
-                    .map(|f| f.through)
+                    .map(|f| f.through);
+                if *node == self.node {
+                    said.max(self.said.get(&p).copied())
+                } else {
+                    said
+                }
             }
         };
         said.max(stored.covered_through)
@@ -641,6 +652,7 @@ impl Keeper {
             if let Some((_, start)) = self.held.get_mut(p) {
                 start.covered = start.covered.max(Some(fired.through));
             }
+            self.said.insert(*p, fired.through);
         }
         let value = match codec::encode(&fired) {
             Ok(value) => value,

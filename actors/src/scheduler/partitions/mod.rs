@@ -48,6 +48,20 @@ pub(crate) struct Start {
     /// looks at the ticks after it (`None`: unknown, each job's last tick in the ledger or its
     /// definition).
     pub covered: Option<DateTime<Utc>>,
+    /// Taken from another Scheduler that died: the ticks it missed are a failover's, fired
+    /// whatever the misfire policy. Not for a partition of this node's own taken back (after a
+    /// restart, or after it could not reach NATS): no Scheduler could fire those ticks, and the
+    /// policy decides.
+    pub failover: bool,
+}
+
+/// Where a partition just taken stands, as the actor's catch-up sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Covered {
+    /// See [`Start::covered`].
+    pub through: Option<DateTime<Utc>>,
+    /// See [`Start::failover`].
+    pub failover: bool,
 }
 
 /// What a Scheduler owns, as its keeper last said.

@@ -42,6 +42,7 @@ mod scale_out;
 mod shards;
 mod shell_executor;
 mod sql_executor;
+mod storage_full;
 mod stranded;
 mod support;
 mod triggers;

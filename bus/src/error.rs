@@ -9,9 +9,10 @@ use async_nats::jetstream::ErrorCode;
 /// Any error, boxed with what it came from.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
-/// A NATS or JetStream operation that failed: what was attempted, and why.
+/// A NATS or JetStream operation that failed: what was attempted, and why. A refusal for want
+/// of storage says so in plain words (the client's own text repeats "insufficient resources"
+/// without the cause or the way out).
 #[derive(Debug, thiserror::Error)]
-#[error("{operation}: {source}")]
 pub struct NatsError {
     /// What was attempted (`publish ax.result.hello`, `read instance <id>`, ...).
     pub operation: String,
@@ -20,7 +21,29 @@ pub struct NatsError {
     pub source: BoxError,
 }
 
+impl std::fmt::Display for NatsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.server_code() {
+            Some(code) if self.storage_full() => write!(
+                f,
+                "{}: refused, JetStream's storage is full (NATS error {}): nothing was stored; free space on the NATS servers or raise their max_file_store, then try again",
+                self.operation, code.0
+            ),
+            _ => write!(f, "{}: {}", self.operation, self.source),
+        }
+    }
+}
+
 impl NatsError {
+    /// Whether the server refused for want of storage: "insufficient resources" (10023, a
+    /// store at its limit) or "insufficient storage resources" (10047).
+    pub fn storage_full(&self) -> bool {
+        matches!(
+            self.server_code(),
+            Some(ErrorCode::INSUFFICIENT_RESOURCES | ErrorCode::STORAGE_RESOURCES_EXCEEDED)
+        )
+    }
+
     /// `operation` failed with `source`.
     pub fn new(operation: impl Into<String>, source: impl Into<BoxError>) -> Self {
         Self {

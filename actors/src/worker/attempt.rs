@@ -71,6 +71,7 @@ impl Attempts {
         };
         // Only for the first write; the outbox keeps the work item without it.
         let stored = work.stored.take();
+        self.wait_for_contact(&work, &message).await;
         let started = match self.start(&work, stored, &message).await {
             Ok(started) => started,
             Err(skip) => return settle(&message, skip).await,
@@ -106,6 +107,29 @@ impl Attempts {
             }
         }
         consume::ack(&message).await;
+    }
+
+    /// Holds the dispatch while this worker's heartbeat has not been stored for longer than the
+    /// attempt's fence (JetStream refusing writes, its storage full, or out of reach): started
+    /// now, the attempt would be fenced at once — its command run, then stopped and declared
+    /// lost, again and again — and the Routers may count this worker dead meanwhile. It starts
+    /// once a heartbeat is stored; the dispatch is kept in progress until then.
+    async fn wait_for_contact(&self, work: &WorkItem, message: &jetstream::Message) {
+        let fence_after = work.spec.fence_after();
+        if !self.contact.lost(fence_after) {
+            return;
+        }
+        tracing::warn!(trace = %work.trace_id, silent_for = ?self.contact.silent_for(), "no heartbeat stored lately: the attempt waits for one before it starts");
+        let mut check = tokio::time::interval(CONTACT_CHECK);
+        let mut progress = tokio::time::interval(self.config.dispatch_ack_wait / 3);
+        loop {
+            tokio::select! {
+                _ = check.tick() => if !self.contact.lost(fence_after) {
+                    return;
+                },
+                _ = progress.tick() => consume::in_progress(message).await,
+            }
+        }
     }
 
     /// Acknowledges the dispatch to its Router and starts the attempt: its record marked
@@ -475,6 +499,8 @@ enum Interrupted {
     Fenced,
 }
 
+/// How often a dispatch held for the worker's contact with NATS looks at it again.
+const CONTACT_CHECK: Duration = Duration::from_millis(200);
 /// How often a running attempt checks the worker's contact with NATS.
 const FENCE_CHECK: Duration = Duration::from_millis(250);
 

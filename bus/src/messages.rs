@@ -1023,6 +1023,8 @@ pub enum AlertKind {
     Registry,
     /// A queue's backlog stayed above its limit (work waiting per worker).
     Backlog,
+    /// JetStream refused a node's writes for want of storage, or has room again.
+    Storage,
     /// A kind written by a newer ax.
     #[serde(other)]
     Other,
@@ -1047,6 +1049,7 @@ impl AlertKind {
             AlertKind::Stranded => "stranded",
             AlertKind::Registry => "registry",
             AlertKind::Backlog => "backlog",
+            AlertKind::Storage => "storage",
             AlertKind::Other => "other",
         }
     }

@@ -7,11 +7,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use ax_bus::error::NatsError;
 use ax_bus::ids::NodeId;
-use ax_bus::messages::{NodeStatus, SchedulerShare};
+use ax_bus::messages::{AlertKind, NodeStatus, SchedulerShare};
 use ax_bus::routing::RoutingPolicy;
 use ax_bus::{codec, AxClient};
 
+use crate::jetstream::publish;
 use crate::node::roles::Role;
 use crate::node::supervision;
 use crate::scheduler::partitions::Partitions;
@@ -51,7 +53,10 @@ pub(crate) fn status(
     }
 }
 
-/// Writes the heartbeat for ever; a failed write is logged and tried at the next beat.
+/// Writes the heartbeat for ever; a failed write is logged and tried at the next beat. A write
+/// refused for want of storage raises a `storage` alert naming the cause, once, and another
+/// once a write goes through again (the first is published while nothing can be stored:
+/// live subscribers see it; the second is kept).
 pub(crate) async fn beat(
     client: AxClient,
     node: NodeId,
@@ -61,6 +66,7 @@ pub(crate) async fn beat(
 ) {
     let started_at = ax_bus::time::now();
     let mut every = tokio::time::interval(NODE_HEARTBEAT_EVERY);
+    let mut full_since: Option<chrono::DateTime<chrono::Utc>> = None;
     loop {
         every.tick().await;
         let now = status(
@@ -77,8 +83,27 @@ pub(crate) async fn beat(
                 continue;
             }
         };
-        if let Err(e) = client.nodes.put(&node, value).await {
-            tracing::warn!(error = %e, "node heartbeat not stored");
+        match client.nodes.put(&node, value).await {
+            Ok(_) => {
+                if let Some(since) = full_since.take() {
+                    let message = format!(
+                        "JetStream's storage has room again: node {node}'s writes were refused for want of storage from {since} to {}; what the nodes retried meanwhile went through, and ticks missed went by their misfire policy",
+                        ax_bus::time::now()
+                    );
+                    publish::alert(&client, &node, AlertKind::Storage, message, None).await;
+                }
+            }
+            Err(e) => {
+                let e = NatsError::new("store the node heartbeat", e);
+                if e.storage_full() && full_since.is_none() {
+                    full_since = Some(ax_bus::time::now());
+                    let message = format!(
+                        "JetStream's storage is full: node {node}'s writes are refused ({e}); triggers are refused and workers hold their dispatches until there is room, then everything resumes"
+                    );
+                    publish::alert(&client, &node, AlertKind::Storage, message, None).await;
+                }
+                tracing::warn!(error = %e, "node heartbeat not stored");
+            }
         }
     }
 }

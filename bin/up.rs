@@ -67,8 +67,9 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
     config.prefix = prefix.to_string();
     let client = AxClient::connect_node(&config).await?;
     // Recorded once JetStream is set up: a command that finds the URL finds ax's streams.
+    // Readable by its owner only: the URL may carry a password.
     let url_file = data_dir.join(URL_FILE);
-    std::fs::write(&url_file, format!("{url}\n"))
+    record_url(&url_file, &url)
         .with_context(|| format!("cannot record the URL in {}", url_file.display()))?;
     let local: NodeId = "local".parse()?;
     let node = Node::start(
@@ -107,7 +108,11 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
             Err(_) => serve(0).context("HTTP server")?,
         },
     };
-    eprintln!("ax is up: NATS {url} (recorded in {})", url_file.display());
+    eprintln!(
+        "ax is up: NATS {} (recorded in {})",
+        ax_bus::client::redact(&url),
+        url_file.display()
+    );
     let client = if args.auth {
         let file = data_dir.join(ADMIN_TOKEN_FILE);
         let token = admin_token(&client, &file).await?;
@@ -175,6 +180,23 @@ async fn admin_token(
     writeln!(out, "{}", token.expose())
         .with_context(|| format!("cannot write {}", file.display()))?;
     Ok(token)
+}
+
+/// Writes `url` to `file`, mode 0600 (a file left by an earlier run is replaced, not reused with
+/// its mode).
+fn record_url(file: &Path, url: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)?;
+    writeln!(out, "{url}")
 }
 
 /// The executors of `ax up`'s worker (and of `ax job run`): a SQLite database `demo` in

@@ -113,3 +113,37 @@ async fn a_killed_up_takes_its_nats_server_with_it() {
     )
     .await;
 }
+
+/// `ax up --nats` with a password in the URL: the password is printed nowhere, and the recorded
+/// URL (which the commands in the folder need whole) is readable by its owner only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_the_nats_url_stays_secret() {
+    use std::os::unix::fs::PermissionsExt;
+    let nats = TestNats::start_with_config(
+        Some("authorization { users = [ { user: ax, password: \"pa55-secret\" } ] }\n"),
+        Some("ax:pa55-secret"),
+    );
+    let dir = nats.path("up");
+    let url = nats.url();
+    assert!(url.contains("pa55-secret"), "{url}");
+    let up = AxProcess::spawn(
+        None,
+        &["up", "--nats", &url, "--slots", "1"],
+        &dir,
+        &dir.join("up.log"),
+    );
+    let recorded = wait_for_url(&dir).await;
+    assert_eq!(recorded, url, "the commands need the whole URL");
+    let mode = std::fs::metadata(dir.join(".ax/nats.url"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let said = wait_for(Duration::from_secs(30), "ax up to say it is up", || async {
+        let log = up.log_text();
+        log.contains("ax is up").then_some(log)
+    })
+    .await;
+    assert!(!said.contains("pa55-secret"), "{said}");
+    assert!(said.contains("ax:***@"), "{said}");
+}

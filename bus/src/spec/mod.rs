@@ -18,6 +18,7 @@ pub mod files;
 pub mod graph;
 pub mod redact;
 pub mod seconds;
+mod shell_context;
 pub mod template;
 pub mod yaml;
 

@@ -17,6 +17,8 @@
 use crate::ids::JobName;
 use std::collections::BTreeMap;
 
+use super::shell_context::{Reader, Spot};
+
 /// A value a placeholder stands for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Placeholder {
@@ -178,21 +180,25 @@ impl Template {
 
     /// The command text for `/bin/sh -c`, each placeholder replaced by a quoted reference to
     /// its environment variable.
+    /// The spot is read as `/bin/sh` would (`spec::shell_context`): a quote in a comment or
+    /// a here-document is no quote, a command substitution starts afresh inside double quotes.
+    /// In a quoted here-document (`<<'EOF'`), where nothing is expanded, the reference stays
+    /// literal text.
     pub fn render_shell(&self) -> String {
         let mut out = String::new();
-        let mut quoting = Quoting::None;
+        let mut reader = Reader::default();
         for piece in &self.pieces {
             match piece {
                 Piece::Text(text) => {
-                    quoting = quoting.after(text);
+                    reader.read(text);
                     out.push_str(text);
                 }
                 Piece::Value(value) => {
                     let var = value.env_name();
-                    match quoting {
-                        Quoting::None => out.push_str(&format!("\"${{{var}}}\"")),
-                        Quoting::Double => out.push_str(&format!("${{{var}}}")),
-                        Quoting::Single => out.push_str(&format!("'\"${{{var}}}\"'")),
+                    match reader.placeholder() {
+                        Spot::Bare => out.push_str(&format!("\"${{{var}}}\"")),
+                        Spot::Quoted | Spot::Literal => out.push_str(&format!("${{{var}}}")),
+                        Spot::SingleQuoted => out.push_str(&format!("'\"${{{var}}}\"'")),
                     }
                 }
             }
@@ -253,35 +259,6 @@ fn placeholder(name: &str, scope: &Scope<'_>) -> Result<Placeholder, String> {
             }
         },
     })
-}
-
-/// The POSIX shell quoting context at a point of the command text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Quoting {
-    None,
-    Single,
-    Double,
-}
-
-impl Quoting {
-    fn after(self, text: &str) -> Quoting {
-        let mut state = self;
-        let mut chars = text.chars();
-        while let Some(c) = chars.next() {
-            state = match (state, c) {
-                (Quoting::None, '\\') | (Quoting::Double, '\\') => {
-                    chars.next();
-                    state
-                }
-                (Quoting::None, '\'') => Quoting::Single,
-                (Quoting::None, '"') => Quoting::Double,
-                (Quoting::Single, '\'') => Quoting::None,
-                (Quoting::Double, '"') => Quoting::None,
-                (s, _) => s,
-            };
-        }
-        state
-    }
 }
 
 #[cfg(test)]

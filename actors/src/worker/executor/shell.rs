@@ -135,6 +135,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn comments_here_documents_and_substitutions_do_not_fool_the_quoting() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("g1.txt"), "").unwrap();
+        std::fs::write(dir.path().join("g2.txt"), "").unwrap();
+        let each = "for a in \"$@\"; do printf '[%s]' \"$a\"; done";
+        // Each line prints its words in brackets: one bracket each means one whole word.
+        let command = [
+            format!("cd {}", dir.path().display()),
+            "# say \"hi".to_string(),
+            format!("sh -c '{each}' - {{{{params.p}}}}; echo"),
+            "# don't".to_string(),
+            format!("sh -c '{each}' - {{{{params.p}}}}; echo"),
+            "cat <<EOF".to_string(),
+            "it's [{{params.p}}]".to_string(),
+            "EOF".to_string(),
+            format!("sh -c '{each}' - \"$(printf %s {{{{params.p}}}})\"; echo"),
+        ]
+        .join("\n");
+        let w = work(&command, serde_json::json!({ "p": "a b *" }), 10);
+        let end = run(&w, "w1", dir.path(), None).await;
+        assert!(end.success, "{end:?}");
+        assert_eq!(
+            end.stdout_tail, "[a b *]\n[a b *]\nit's [a b *]\n[a b *]\n",
+            "{command}"
+        );
+    }
+
+    #[tokio::test]
     async fn output_file_becomes_structured_output() {
         let dir = tempfile::tempdir().unwrap();
         let w = work(

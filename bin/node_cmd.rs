@@ -146,6 +146,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                     console,
                     auth: auth.enabled,
                     node: Some(id.clone()),
+                    hosts: file.metrics.hosts.clone(),
                 },
             )
             .with_context(|| "--http (or [metrics] listen)")?,

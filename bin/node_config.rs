@@ -34,6 +34,10 @@
 //! creds = "/etc/ax/worker.creds"        # or: user + password, token, nkey_seed_file
 //! tls_ca = "/etc/ax/ca.pem"             # tls_cert + tls_key for mutual TLS; tls_required = true
 //!
+//! [metrics]
+//! listen = "0.0.0.0:8080"               # where /metrics (and, with role admin, the console) is served
+//! hosts = ["ax.example.com"]            # names the console answers for besides localhost and IPs
+//!
 //! [alerts]
 //! webhook = "https://hooks.example.com/ax"   # one JSON POST per alert, retried with backoff
 //! timeout = 5                                # seconds one POST may take
@@ -216,6 +220,10 @@ impl StatusSection {
 pub(crate) struct MetricsSection {
     /// Where the node serves HTTP (`/metrics`), `HOST:PORT`.
     pub listen: Option<String>,
+    /// DNS names the console answers for besides `localhost` and IP addresses (DNS rebinding:
+    /// a request sent to any other name is refused).
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 /// `[scheduler]`.

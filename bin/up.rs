@@ -97,6 +97,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
                 console: true,
                 auth: args.auth,
                 node: Some(local.clone()),
+                hosts: Vec::new(),
             },
         )
     };

@@ -567,3 +567,55 @@ async fn the_instance_list_follows_through_a_nats_restart() {
     .await;
     assert!(ids.contains(&before), "{ids:?}");
 }
+
+/// DNS rebinding: a page on a name its attacker points at the console is same-origin to itself
+/// (its `Origin` and `Host` agree), so only the name tells it apart. The console answers only
+/// for localhost, IP addresses and the names it is given (`[metrics] hosts`); a forwarding
+/// header the page sets itself does not help it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_on_a_rebound_name_is_refused() {
+    let nats = TestNats::start();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let node = AxProcess::configured(
+        &nats,
+        "a1",
+        "admin",
+        &format!("[metrics]\nlisten = \"{addr}\"\nhosts = [\"ax.example.com\"]\n"),
+    );
+    let http = reqwest::Client::new();
+    let create = |host: &'static str| {
+        let (http, addr) = (http.clone(), addr.clone());
+        async move {
+            let origin = format!("http://{host}:{}", addr.rsplit_once(':').unwrap().1);
+            http.post(format!("http://{addr}/api/v1/jobs"))
+                .header("Host", format!("{host}:{}", addr.rsplit_once(':').unwrap().1))
+                .header("Origin", origin)
+                .header("X-Forwarded-Host", addr.clone())
+                .header("Content-Type", "application/yaml")
+                .body("version: v1\njob:\n  name: rebound\n  exec: { type: shell, command: 'touch /tmp/rebound' }\n")
+                .send()
+                .await
+                .ok()
+        }
+    };
+    let refused = wait_for_logged(Duration::from_secs(60), "the console", &[&node], || {
+        create("rebind.example")
+    })
+    .await;
+    assert_eq!(refused.status().as_u16(), 403);
+    let body = refused.text().await.unwrap();
+    assert!(body.contains("rebind.example"), "{body}");
+    let client = nats.client().await;
+    assert!(client
+        .job(&support::job("rebound"))
+        .await
+        .unwrap()
+        .is_none());
+    // The same request sent to a served name gets past the host check (to the API's own
+    // answer about the job).
+    for host in ["127.0.0.1", "localhost", "ax.example.com"] {
+        let answered = create(host).await.expect("an answer");
+        assert_ne!(answered.status().as_u16(), 403, "{host}");
+    }
+}

@@ -104,6 +104,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             console: true,
             auth: false,
             node: None,
+            hosts: Vec::new(),
         },
     )?;
     let base = format!("http://{}", server.addr);

@@ -4,7 +4,10 @@
 //! caller may not do.
 //!
 //! The check also refuses a forged state change ([`crate::csrf`]): a page of another site
-//! cannot make a browser act, whatever the caller's role.
+//! cannot make a browser act, whatever the caller's role. And it answers only requests sent to
+//! a host it serves ([`host_served`]): a page whose DNS name an attacker points at this server
+//! (DNS rebinding) is same-origin to itself — its `Origin` and `Host` agree — so only the name
+//! tells it apart.
 //!
 //! Roles are `viewer` < `operator` < `admin` ([`ax_bus::auth::Role`]). With `[auth]` off every
 //! caller is the unverified anonymous admin of an open server — which is why the CLI binds it
@@ -53,6 +56,24 @@ pub struct Gate {
     pub sessions: Sessions,
     /// The node serving (for the audit).
     pub node: Option<ax_bus::ids::NodeId>,
+    /// DNS names it answers for besides `localhost` and IP addresses (`[metrics] hosts`).
+    pub hosts: Vec<String>,
+}
+
+/// Whether a request sent to `host` (its `Host`, with or without a port) is for this server:
+/// `localhost`, an IP address, or one of the `names` it was given. A DNS rebinding attack needs
+/// a name of the attacker's, which is none of these.
+pub fn host_served(host: &str, names: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(ip, _)| ip),
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || names.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 /// Why a request was refused.
@@ -81,6 +102,9 @@ pub enum Denied {
     /// A state change forged by another site, or without the page's token.
     #[error(transparent)]
     Forged(#[from] Forged),
+    /// Sent to a name this server does not answer for.
+    #[error("this server answers for localhost, IP addresses and the names in [metrics] hosts; not for `{0}`")]
+    Host(String),
 }
 
 /// The role a request needs: reading (`GET`, `HEAD`) needs a viewer; changing definitions
@@ -132,6 +156,9 @@ pub async fn check(
     request: Request<'_>,
     gate: &Gate,
 ) -> Result<(Principal, Option<Token>), Denied> {
+    if !host_served(request.host, &gate.hosts) {
+        return Err(Denied::Host(request.host.to_string()));
+    }
     csrf::verify(request.method, request.host, request.headers)?;
     if !gate.auth {
         return Ok((Principal::unverified("anonymous"), None));
@@ -286,6 +313,31 @@ mod tests {
         };
         let (who, token) = check(request, &Gate::default()).await.unwrap();
         assert_eq!((who.role, who.verified, token), (Role::Admin, false, None));
+    }
+
+    #[test]
+    fn only_localhost_addresses_and_named_hosts_are_served() {
+        let names = vec!["ax.example.com".to_string()];
+        for host in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "10.0.0.5",
+            "ax.example.com:443",
+            "AX.example.com",
+        ] {
+            assert!(host_served(host, &names), "{host}");
+        }
+        for host in [
+            "rebind.example:8080",
+            "localhost.rebind.example",
+            "127.0.0.1.nip.io:8080",
+            "ax.example.com.evil.org",
+            "",
+        ] {
+            assert!(!host_served(host, &names), "{host}");
+        }
     }
 
     #[actix_web::test]

@@ -64,6 +64,8 @@ pub struct Options {
     pub auth: bool,
     /// The node serving, named in the audit records of the requests it refuses.
     pub node: Option<ax_bus::ids::NodeId>,
+    /// DNS names it answers for besides `localhost` and IP addresses (`[metrics] hosts`).
+    pub hosts: Vec<String>,
 }
 
 /// What the handlers share.
@@ -92,6 +94,7 @@ pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
         client: options.client.clone(),
         sessions: crate::session::Sessions::default(),
         node: options.node.clone(),
+        hosts: options.hosts.clone(),
     };
     let state = web::Data::new(State {
         client: options.client,
@@ -151,7 +154,15 @@ async fn checked(
     request: ServiceRequest,
     next: Next<BoxBody>,
 ) -> Result<ServiceResponse<EitherBody<BoxBody>>, actix_web::Error> {
-    let host = request.connection_info().host().to_string();
+    // The `Host` the browser sent (the URI's authority in HTTP/2), never a forwarding header
+    // a page could set itself.
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_default();
     let gate = request
         .app_data::<web::Data<State>>()
         .map(|state| state.gate.clone())

@@ -40,6 +40,15 @@ const STACK_BYTES: usize = 64 * 1024 * 1024;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Up(_) | Command::Node(_)) {
+        // A command whose output is cut short (`ax instance list | head`) ends quietly, as
+        // Unix tools do, instead of panicking on the broken pipe. (Sockets are written with
+        // MSG_NOSIGNAL and are not concerned; `up` and `node` keep ignoring the signal.)
+        // SAFETY: one call, before any other thread exists.
+        unsafe {
+            nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_DFL);
+        }
+    }
     let default_level = match cli.command {
         Command::Up(_) | Command::Node(_) => "info",
         _ => "warn",

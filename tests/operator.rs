@@ -329,3 +329,30 @@ async fn a_marked_success_releases_the_downstream_and_a_verdict_needs_a_reason()
         ("mark", Some("running waiting_deps"), Some("success marked"))
     );
 }
+
+/// A listing cut short (`ax instance list | head`) ends quietly, as Unix tools do: no panic on
+/// the broken pipe, no error printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_cut_short_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let nats = TestNats::start();
+    let _client = nats.client().await;
+    let mut child = std::process::Command::new(ax_binary())
+        .args(["--nats", &nats.url(), "status"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader is gone before anything is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(nix::libc::SIGPIPE),
+        "{:?}",
+        out.status
+    );
+}

@@ -59,19 +59,7 @@ async fn losing_one_nats_node_does_not_stop_scheduling() {
     let applied = ax(&url, &["job", "apply", "-f", job.to_str().unwrap()]);
     assert!(applied.status.success(), "{}", stderr(&applied));
 
-    let succeeded = |after: chrono::DateTime<chrono::Utc>| {
-        let client = &client;
-        async move {
-            // Reads may fail while the cluster elects new leaders: not yet.
-            client
-                .instances(Some(&support::job("tick")))
-                .await
-                .ok()?
-                .into_iter()
-                .any(|r| r.state == State::Success && r.expected_time >= after)
-                .then_some(())
-        }
-    };
+    let succeeded = |after| succeeded_since(&client, "tick", after);
     let first = ax_bus::time::now();
     wait_for(Duration::from_secs(30), "the job to run", || {
         succeeded(first)
@@ -215,18 +203,7 @@ async fn a_minute_without_quorum_loses_nothing_and_runs_nothing_twice() {
     .unwrap();
     let applied = ax(&url, &["job", "apply", "-f", job.to_str().unwrap()]);
     assert!(applied.status.success(), "{}", stderr(&applied));
-    let succeeded = |after: chrono::DateTime<chrono::Utc>| {
-        let client = &client;
-        async move {
-            client
-                .instances(Some(&support::job("tick")))
-                .await
-                .ok()?
-                .into_iter()
-                .any(|r| r.state == State::Success && r.expected_time >= after)
-                .then_some(())
-        }
-    };
+    let succeeded = |after| succeeded_since(&client, "tick", after);
     let first = ax_bus::time::now();
     wait_for(Duration::from_secs(60), "the job to run", || {
         succeeded(first)

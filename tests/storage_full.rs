@@ -31,18 +31,7 @@ async fn a_full_store_refuses_triggers_plainly_and_everything_resumes_when_space
         ),
     )
     .await;
-    let succeeded = |after: chrono::DateTime<chrono::Utc>| {
-        let client = &client;
-        async move {
-            client
-                .instances(Some(&support::job("tick")))
-                .await
-                .ok()?
-                .into_iter()
-                .any(|r| r.state == State::Success && r.expected_time >= after)
-                .then_some(())
-        }
-    };
+    let succeeded = |after| succeeded_since(&client, "tick", after);
     let first = ax_bus::time::now();
     wait_for(Duration::from_secs(30), "the job to run", || {
         succeeded(first)

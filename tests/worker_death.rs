@@ -60,61 +60,87 @@ fn gone_within(pid: i32, limit: Duration) -> Duration {
     since.elapsed()
 }
 
+/// A core node and worker `w1` running the job's first attempt, its grandchild started.
+struct Running {
+    nats: TestNats,
+    client: ax_bus::AxClient,
+    _control: AxProcess,
+    worker: AxProcess,
+    ledger: std::path::PathBuf,
+    id: String,
+    grandchild: i32,
+    first: String,
+}
+
+impl Running {
+    async fn start() -> Self {
+        let nats = TestNats::start();
+        let client = nats.client().await;
+        let control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+        let worker = AxProcess::node(&nats, "w1", "worker", &[]);
+        let files = nats.path("files");
+        let (ledger, pids) = (files.join("ledger"), files.join("pids"));
+        apply_job(&nats, "deep", &job_yaml(&ledger, &pids)).await;
+        let id = trigger(&nats, &["deep"]);
+        let (grandchild, first) = first_grandchild(&ledger, &pids).await;
+        Self {
+            nats,
+            client,
+            _control: control,
+            worker,
+            ledger,
+            id,
+            grandchild,
+            first,
+        }
+    }
+
+    /// The instance once final, having succeeded under a new trace.
+    async fn succeeded_again(&self, within: Duration) -> ax_bus::InstanceRecord {
+        let record = final_record(&self.client, &self.id, within).await;
+        assert_eq!(record.state, State::Success, "{}", record.message);
+        assert_ne!(record.trace_id.as_str(), self.first);
+        record
+    }
+
+    /// The ledger: the first attempt's start, then the given attempt's start and end — never
+    /// the first's end.
+    fn assert_only_the_new_attempt_ended(&self, record: &ax_bus::InstanceRecord) {
+        assert_eq!(
+            lines_of(&self.ledger),
+            [
+                format!("start {}", self.first),
+                format!("start {}", record.trace_id),
+                format!("end {}", record.trace_id)
+            ],
+            "the first attempt's grandchild went on"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_workers_grandchild_dies_with_it_before_the_attempt_is_run_again() {
-    let nats = TestNats::start();
-    let client = nats.client().await;
-    let _control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
-    let mut worker = AxProcess::node(&nats, "w1", "worker", &[]);
-    let files = nats.path("files");
-    let (ledger, pids) = (files.join("ledger"), files.join("pids"));
-    apply_job(&nats, "deep", &job_yaml(&ledger, &pids)).await;
-    let id = trigger(&nats, &["deep"]);
-    let (grandchild, first) = first_grandchild(&ledger, &pids).await;
-    worker.kill9();
-    gone_within(grandchild, Duration::from_secs(1));
+    let mut run = Running::start().await;
+    run.worker.kill9();
+    gone_within(run.grandchild, Duration::from_secs(1));
     // Back at once: the attempt its previous process started is lost, a new one runs.
-    let _again = AxProcess::node(&nats, "w1", "worker", &[]);
-    let record = final_record(&client, &id, Duration::from_secs(40)).await;
-    assert_eq!(record.state, State::Success, "{}", record.message);
+    let _again = AxProcess::node(&run.nats, "w1", "worker", &[]);
+    let record = run.succeeded_again(Duration::from_secs(40)).await;
     assert_eq!(record.attempt, 2);
-    assert_ne!(record.trace_id.as_str(), first);
-    assert_eq!(
-        lines_of(&ledger),
-        [
-            format!("start {first}"),
-            format!("start {}", record.trace_id),
-            format!("end {}", record.trace_id)
-        ],
-        "the first attempt's grandchild went on"
-    );
+    run.assert_only_the_new_attempt_ended(&record);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_for_good_leaves_nothing_running() {
-    let nats = TestNats::start();
-    let client = nats.client().await;
-    let _control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
-    let mut doomed = AxProcess::node(&nats, "w1", "worker", &[]);
-    let files = nats.path("files");
-    let (ledger, pids) = (files.join("ledger"), files.join("pids"));
-    apply_job(&nats, "deep", &job_yaml(&ledger, &pids)).await;
-    let id = trigger(&nats, &["deep"]);
-    let (grandchild, first) = first_grandchild(&ledger, &pids).await;
+    let mut run = Running::start().await;
     // The second worker joins only now, so the first attempt ran on the doomed one.
-    let _other = AxProcess::node(&nats, "w2", "worker", &[]);
-    doomed.kill9();
-    gone_within(grandchild, Duration::from_secs(1));
+    let _other = AxProcess::node(&run.nats, "w2", "worker", &[]);
+    run.worker.kill9();
+    gone_within(run.grandchild, Duration::from_secs(1));
     // The janitor declares w1 dead and the instance runs again on w2.
-    let record = final_record(&client, &id, Duration::from_secs(60)).await;
-    assert_eq!(record.state, State::Success, "{}", record.message);
-    assert_ne!(record.trace_id.as_str(), first);
+    let record = run.succeeded_again(Duration::from_secs(60)).await;
     assert_eq!(record.worker.as_ref().map(|w| w.as_str()), Some("w2"));
-    assert!(
-        !lines_of(&ledger).contains(&format!("end {first}")),
-        "the first attempt's grandchild went on: {:?}",
-        lines_of(&ledger)
-    );
+    run.assert_only_the_new_attempt_ended(&record);
 }
 
 /// The parent of process `pid`.
@@ -134,38 +160,21 @@ fn parent_of(pid: i32) -> i32 {
 async fn a_group_whose_watcher_died_too_is_killed_when_the_worker_is_back() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
-    let nats = TestNats::start();
-    let client = nats.client().await;
-    let _control = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
-    let mut worker = AxProcess::node(&nats, "w1", "worker", &[]);
-    let files = nats.path("files");
-    let (ledger, pids) = (files.join("ledger"), files.join("pids"));
-    apply_job(&nats, "deep", &job_yaml(&ledger, &pids)).await;
-    let id = trigger(&nats, &["deep"]);
-    let (grandchild, first) = first_grandchild(&ledger, &pids).await;
+    let mut run = Running::start().await;
     // grandchild <- `sh -c` (the command) <- its watcher <- the worker.
-    let watcher = Pid::from_raw(parent_of(parent_of(grandchild)));
-    assert_eq!(parent_of(watcher.as_raw()), worker.pid().as_raw());
-    // Stopped, the worker cannot see its watcher die; then both are killed.
-    kill(worker.pid(), Signal::SIGSTOP).unwrap();
+    let watcher = Pid::from_raw(parent_of(parent_of(run.grandchild)));
+    assert_eq!(parent_of(watcher.as_raw()), run.worker.pid().as_raw());
+    // Stopped, the worker cannot see its watcher die; then both are killed. Nothing is left
+    // that could end the grandchild.
+    kill(run.worker.pid(), Signal::SIGSTOP).unwrap();
     kill(watcher, Signal::SIGKILL).unwrap();
-    worker.kill9();
-    std::thread::sleep(Duration::from_millis(300));
+    run.worker.kill9();
     assert!(
-        alive(grandchild),
+        alive(run.grandchild),
         "the grandchild should have outlived both"
     );
-    let _again = AxProcess::node(&nats, "w1", "worker", &[]);
-    gone_within(grandchild, Duration::from_secs(20));
-    let record = final_record(&client, &id, Duration::from_secs(40)).await;
-    assert_eq!(record.state, State::Success, "{}", record.message);
-    assert_ne!(record.trace_id.as_str(), first);
-    assert_eq!(
-        lines_of(&ledger),
-        [
-            format!("start {first}"),
-            format!("start {}", record.trace_id),
-            format!("end {}", record.trace_id)
-        ],
-    );
+    let _again = AxProcess::node(&run.nats, "w1", "worker", &[]);
+    gone_within(run.grandchild, Duration::from_secs(20));
+    let record = run.succeeded_again(Duration::from_secs(40)).await;
+    run.assert_only_the_new_attempt_ended(&record);
 }

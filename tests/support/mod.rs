@@ -471,6 +471,23 @@ pub(crate) async fn instances(client: &AxClient, job: &str) -> Vec<InstanceRecor
     client.instances(Some(&job)).await.expect("list instances")
 }
 
+/// `Some` once an instance of `job` expected at or after `after` has succeeded (`None` while
+/// reads fail too: a cluster electing leaders answers nothing for a moment).
+pub(crate) async fn succeeded_since(
+    client: &AxClient,
+    job: &str,
+    after: chrono::DateTime<chrono::Utc>,
+) -> Option<()> {
+    let job = job.parse().expect("a job name");
+    client
+        .instances(Some(&job))
+        .await
+        .ok()?
+        .into_iter()
+        .any(|r| r.state == ax_bus::State::Success && r.expected_time >= after)
+        .then_some(())
+}
+
 /// A shell job's spec: `extra` (lines indented by two spaces, each ending in a newline) goes
 /// between the name and `exec`.
 pub(crate) fn shell_job(name: &str, extra: &str, command: &str) -> String {

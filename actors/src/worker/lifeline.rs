@@ -189,18 +189,8 @@ unsafe fn close_all_but(keep: RawFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::process::tests::alive;
     use std::time::{Duration, Instant};
-
-    /// Running or sleeping; a zombie counts as dead.
-    fn alive(pid: i32) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next())
-                .is_some_and(|state| state != 'Z' && state != 'X'),
-            Err(_) => false,
-        }
-    }
 
     fn started(script: &str) -> (std::process::Child, Lifeline) {
         let mut command = std::process::Command::new("/bin/sh");

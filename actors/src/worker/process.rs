@@ -274,7 +274,7 @@ async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>, limit: usize) -> Strin
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     async fn run_plain(spec: &ProcessSpec) -> ProcessEnd {
@@ -383,7 +383,7 @@ mod tests {
     }
 
     /// Running or sleeping; a zombie waiting for init to reap it counts as dead.
-    fn alive(pid: i32) -> bool {
+    pub(crate) fn alive(pid: i32) -> bool {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Ok(stat) => stat
                 .rsplit_once(") ")

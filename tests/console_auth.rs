@@ -104,6 +104,30 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
         .unwrap()
         .to_string();
     final_record(&up.client, &id, Duration::from_secs(30)).await;
+    // Percent-escaped admin routes are the routes they decode to: the console refuses them
+    // itself, by the admin rule, before any command is sent.
+    for (method, path) in [
+        (reqwest::Method::POST, "/api/v1/%6Aobs"),
+        (reqwest::Method::POST, "/ui/jobs/%61pply"),
+        (reqwest::Method::POST, "/ui/%71ueues/low/pause"),
+        (reqwest::Method::POST, "/api/v1/instances/greet-x/%6Dark"),
+    ] {
+        let refused = http
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(&operator)
+            .header("Content-Type", "application/yaml")
+            .body("version: v1\njob: { name: sneaky, exec: { type: shell, command: 'true' } }\n")
+            .send()
+            .await
+            .unwrap();
+        let status = refused.status();
+        let body = refused.text().await.unwrap();
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(
+            body.contains("needs the admin role; ops is operator"),
+            "{path}: {body}"
+        );
+    }
     // The Scheduler recorded the operator, through the API.
     let records = up
         .client

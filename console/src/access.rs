@@ -140,7 +140,8 @@ fn public(path: &str) -> bool {
 pub struct Request<'a> {
     /// Its method.
     pub method: &'a Method,
-    /// Its path.
+    /// Its path as the router matches it: percent-escapes decoded (but `%2F`, `%25` and
+    /// `%2B`, which no route takes), so the role found is the routed handler's.
     pub path: &'a str,
     /// The `Host` it was sent to.
     pub host: &'a str,

@@ -43,6 +43,7 @@ mod tests {
             spec,
             paused: false,
             updated_at: chrono::Utc::now(),
+            defined_at: None,
         };
         let text = summary(&record).to_string();
         assert!(

@@ -167,18 +167,21 @@ async fn checked(
         .app_data::<web::Data<State>>()
         .map(|state| state.gate.clone())
         .unwrap_or_default();
+    // The role is found from the path the router matches (percent-escapes decoded), never
+    // the raw one: `/api/v1/%6Aobs` is routed to `/api/v1/jobs` and needs what it needs.
+    let routed = request.match_info().as_str().to_string();
     let verdict = access::check(
         access::Request {
             method: request.method(),
-            path: request.path(),
+            path: &routed,
             host: &host,
             headers: request.headers(),
         },
         &gate,
     )
     .await;
-    let cached = request.path().starts_with("/static/");
-    let api = request.path().starts_with("/api/") || request.path() == "/metrics";
+    let cached = routed.starts_with("/static/");
+    let api = routed.starts_with("/api/") || routed == "/metrics";
     let mut response = match verdict {
         Ok((principal, token)) => {
             let existing = csrf::cookie_token(request.headers());

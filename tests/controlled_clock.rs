@@ -70,6 +70,7 @@ async fn store(client: &AxClient, yaml: &str) -> usize {
             spec: doc.job.clone(),
             paused: false,
             updated_at: at("2026-01-01T00:00:00Z"),
+            defined_at: None,
         };
         client
             .jobs

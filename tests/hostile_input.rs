@@ -173,6 +173,7 @@ async fn registry_entries_written_past_the_checks_are_never_run() {
         spec: rogue.job,
         paused: false,
         updated_at: ax_bus::time::now(),
+        defined_at: None,
     };
     client
         .jobs

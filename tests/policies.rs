@@ -232,6 +232,7 @@ async fn missed_ticks_after_a_kill_are_counted_from_what_the_dead_scheduler_had_
         spec: doc.job,
         paused: false,
         updated_at: chrono::Utc::now() - chrono::Duration::hours(2),
+        defined_at: None,
     };
     client
         .jobs

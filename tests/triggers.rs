@@ -523,6 +523,54 @@ async fn triggers_without_a_key_published_within_one_millisecond_are_each_an_ins
     .await;
 }
 
+/// Delayed triggers belong to the job they were created under: deleted and applied again
+/// with another command before they are due, the job does not run them — not the deleted
+/// command, not the new one; each is cancelled saying why. An edit (no delete) keeps them, and
+/// a trigger of the job applied again runs its new command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_deleted_and_applied_again_runs_none_of_the_first_ones_delayed_triggers() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    let ledger = nats.path("ledger").join("ran");
+    let job = |word: &str| {
+        format!(
+            "version: v1\njob:\n  name: redefined\n  exec: {{ type: shell, command: 'echo {word} >> {}' }}\n",
+            ledger.display()
+        )
+    };
+    apply_job(&nats, "redefined", &job("old")).await;
+    let doomed: Vec<String> = (0..5)
+        .map(|_| trigger(&nats, &["redefined", "--in", "6s"]))
+        .collect();
+    let deleted = ax(&nats.url(), &["job", "delete", "redefined"]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    apply_job(&nats, "redefined", &job("new")).await;
+    let kept = trigger(&nats, &["redefined", "--in", "6s"]);
+    // An edit is the same job: the trigger just made stays due.
+    apply_job(&nats, "redefined", &job("new")).await;
+    for id in &doomed {
+        let record = final_record(&client, id, Duration::from_secs(60)).await;
+        assert_eq!(
+            record.state,
+            ax_bus::State::Cancelled,
+            "{id}: {record:?}\n{}",
+            node.log_text()
+        );
+        assert!(
+            record
+                .message
+                .contains("its job was deleted before the instance was due"),
+            "{}",
+            record.message
+        );
+    }
+    let record = final_record(&client, &kept, Duration::from_secs(60)).await;
+    assert_eq!(record.state, ax_bus::State::Success, "{record:?}");
+    let ran = std::fs::read_to_string(&ledger).unwrap_or_default();
+    assert_eq!(ran, "new\n", "what ran");
+}
+
 /// Triggers that arrive together are carried out side by side, yet a key sent five times in
 /// the burst makes one instance (one answer `triggered`, four `already triggered`), and a
 /// command behind them — deleting the job — waits for them: none is refused for a job gone.

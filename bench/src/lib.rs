@@ -191,6 +191,7 @@ async fn store_jobs(client: &AxClient, specs: &[JobSpec]) -> Result<()> {
             spec: spec.clone(),
             paused: false,
             updated_at: ax_bus::time::now(),
+            defined_at: None,
         };
         acks.push(
             client

@@ -401,6 +401,15 @@ pub struct JobRecord {
     /// Last change.
     #[serde(with = "crate::time::wire")]
     pub updated_at: DateTime<Utc>,
+    /// When a job of this name was created; every later apply keeps it. A job deleted and
+    /// applied again is another job: what the first one left waiting (a delayed trigger) is
+    /// cancelled, not run under the second one's name. Absent on records written before it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::time::wire_opt"
+    )]
+    pub defined_at: Option<DateTime<Utc>>,
 }
 
 impl JobRecord {
@@ -530,6 +539,14 @@ pub struct DelayedWork {
     pub work: WorkItem,
     /// Whether it goes straight to the Router when released (nothing in the DAG concerns it).
     pub skip_coordinator: bool,
+    /// The job it was created under ([`JobRecord::defined_at`]): released only while the
+    /// registry holds that job, cancelled once it was deleted, whatever was applied since.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::time::wire_opt"
+    )]
+    pub defined_at: Option<DateTime<Utc>>,
 }
 
 /// An instance split into sub-instances by the Router, on `ax.internal.split.<job>`: the

@@ -56,6 +56,7 @@ pub(crate) async fn schedule(
     let delayed = DelayedWork {
         work: work.clone(),
         skip_coordinator: instance.skip_coordinator,
+        defined_at: instance.defined_at,
     };
     let subjects = client.subjects();
     let mut headers = codec::msgpack_headers();
@@ -153,6 +154,26 @@ async fn released_unhanded(client: &AxClient, work: &WorkItem) -> Result<bool, A
         }))
 }
 
+/// Whether the job a delayed instance was created under is still in the registry: an entry
+/// of its name, and — when the instance knows which job it was created under — the same job,
+/// not one deleted and applied again since (whose definition it does not carry).
+async fn still_defined(
+    client: &AxClient,
+    job: &ax_bus::ids::JobName,
+    defined_at: Option<DateTime<Utc>>,
+) -> Result<bool, ax_bus::ClientError> {
+    let Some(created_under) = defined_at else {
+        return client.job_exists(job).await;
+    };
+    Ok(match client.job(job).await {
+        Ok(Some((record, _))) => record.defined_at.is_none_or(|now| now == created_under),
+        Ok(None) => false,
+        // An entry that does not decode is not the job it was created under.
+        Err(ax_bus::ClientError::Codec(_)) => false,
+        Err(e) => return Err(e),
+    })
+}
+
 /// Moves the record from `scheduled` to `queued` (from `known`, the record as read during the
 /// wait) and hands the attempt on, unless its job is gone — asked at the same time as the
 /// write, so the check adds no round trip to the lateness: the instance released for a job
@@ -167,10 +188,11 @@ async fn release(
     let DelayedWork {
         mut work,
         skip_coordinator,
+        defined_at,
     } = delayed;
     let late_ms = (ax_bus::time::now() - due).num_milliseconds().max(0);
     let (exists, released) = tokio::join!(
-        client.job_exists(work.job()),
+        still_defined(client, work.job(), defined_at),
         client.update_instance_from(&work.instance_id, known, |r| {
             r.released(&work.trace_id, late_ms)
         })
@@ -192,7 +214,7 @@ async fn release(
         Updated::Missing => return Ok(()),
     }
     if !exists? {
-        let why = "the job was deleted before the instance was due";
+        let why = "its job was deleted before the instance was due";
         return crate::outcome::cancel_for_deleted_job(
             client,
             &work.instance_id,

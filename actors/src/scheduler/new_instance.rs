@@ -28,6 +28,9 @@ pub struct NewInstance {
     /// A delayed trigger's: its attempt waits for its due time (`expected_time`) in JetStream
     /// instead of being handed on (see the Scheduler's `delayed` module).
     pub delayed: bool,
+    /// For a delayed trigger: the job it was created under ([`ax_bus::messages::JobRecord`]'s
+    /// `defined_at`), so that a job deleted and applied again does not run it.
+    pub defined_at: Option<DateTime<Utc>>,
 }
 
 impl NewInstance {
@@ -48,6 +51,7 @@ impl NewInstance {
             skip_coordinator: false,
             tick: None,
             delayed: false,
+            defined_at: None,
         }
     }
 

@@ -352,6 +352,7 @@ mod tests {
             },
             paused,
             updated_at: ax_bus::time::now(),
+            defined_at: None,
         }
     }
 

@@ -521,10 +521,16 @@ async fn store_job(client: &AxClient, spec: spec::JobSpec) -> Result<JobChange, 
             }
             Some(_) => Change::Updated,
         };
+        let now = ax_bus::time::now();
         let record = JobRecord {
             spec: spec.clone(),
             paused: existing.as_ref().is_some_and(|(r, _)| r.paused),
-            updated_at: ax_bus::time::now(),
+            updated_at: now,
+            // Created now, or kept: an edit is the same job.
+            defined_at: match &existing {
+                None => Some(now),
+                Some((r, _)) => r.defined_at,
+            },
         };
         let payload = codec::encode(&record)?;
         let written = match existing {
@@ -695,6 +701,7 @@ async fn trigger(
     };
     if let Some(due) = due {
         instance = instance.delayed_until(due);
+        instance.defined_at = job.defined_at;
     }
     instance.skip_coordinator = !desk.graph.needs_coordinator(&job.spec);
     instance

@@ -388,6 +388,11 @@ async fn control_triggers_with_bad_times_are_refused_naming_the_field() {
             r#"{"name": "later", "key": "a..b"}"#.to_string(),
             "not a valid trigger key",
         ),
+        // RFC 3339 allows a leap second; ax's records and the clients cannot hold one.
+        (
+            r#"{"name": "later", "at": "2027-06-30T23:59:60Z"}"#.to_string(),
+            "at: `2027-06-30T23:59:60Z` is a leap second",
+        ),
     ] {
         let reply = ask_json(&client, &body).await;
         assert!(!reply.ok, "{body}");

@@ -271,12 +271,27 @@ pub fn parse_delay(text: &str) -> Result<std::time::Duration, String> {
 }
 
 /// An instant as written after `--at` or in a trigger's `at`: RFC 3339 with its offset.
+/// Refused too, though RFC 3339 allows them, what ax's records and clients cannot hold: a
+/// leap second (`23:59:60`, which chrono keeps as a second's 1000th millisecond and Python's
+/// `datetime` rejects) and an instant outside the years 1 to 9999 in UTC.
 pub fn parse_instant(text: &str) -> Result<DateTime<Utc>, String> {
-    DateTime::parse_from_rfc3339(text)
+    use chrono::{Datelike, Timelike};
+    let at = DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|_| {
             format!("`{text}` is not an RFC 3339 instant such as 2026-12-01T14:03:05.250Z")
-        })
+        })?;
+    if at.nanosecond() >= 1_000_000_000 {
+        return Err(format!(
+            "`{text}` is a leap second, which ax does not keep: give the second after it"
+        ));
+    }
+    if !(1..=9999).contains(&at.year()) {
+        return Err(format!(
+            "`{text}` is outside the years 1 to 9999 (in UTC) that ax keeps"
+        ));
+    }
+    Ok(at)
 }
 
 #[cfg(test)]
@@ -306,6 +321,13 @@ mod tests {
         let t = super::parse_instant("2026-12-01T15:03:05.250+01:00").unwrap();
         assert_eq!(super::rfc3339(t), "2026-12-01T14:03:05.250Z");
         assert!(super::parse_instant("2026-12-01 14:03").is_err());
+        // Instants that RFC 3339 allows and ax's records and clients cannot hold.
+        let leap = super::parse_instant("2027-06-30T23:59:60Z").unwrap_err();
+        assert!(leap.contains("is a leap second"), "{leap}");
+        for far in ["9999-12-31T23:30:00-01:00", "0000-06-01T00:00:00Z"] {
+            let e = super::parse_instant(far).unwrap_err();
+            assert!(e.contains("outside the years 1 to 9999"), "{far}: {e}");
+        }
     }
 
     use super::*;

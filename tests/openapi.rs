@@ -101,6 +101,9 @@ async fn bad_requests_get_their_status_and_a_reason_that_names_the_field() {
             400,
             "body: EOF while parsing an object at line 1 column 18"),
         ("/api/v1/jobs/done/trigger", b"{\"in\": 5}".to_vec(), 400, "body: invalid type: integer `5`"),
+        // An object, as the document says; serde alone would read `[]` as `{}`.
+        ("/api/v1/jobs/done/trigger", b"[]".to_vec(), 400, "body: a JSON object is expected, not an array"),
+        ("/api/v1/rerun", b"[\"done.k.none\"]".to_vec(), 400, "body: a JSON object is expected, not an array"),
         ("/api/v1/jobs/nope/trigger", Vec::new(), 404, "name: no job `nope`"),
         ("/api/v1/jobs/Bad%20Name/trigger", Vec::new(), 400, "name: `Bad Name` is not a valid job name"),
         (&cancel, Vec::new(), 409, "has ended (success); there is nothing to cancel"),

@@ -47,12 +47,28 @@ fn body<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, Problem> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(bytes).map_err(|e| Problem::Malformed(format!("body: {e}")))
+    required(bytes)
 }
 
-/// A required JSON body.
+/// A required JSON body: an object, as the API document says of every body. (serde would
+/// also read a struct from an array of its fields in order, so `[]` would pass as `{}`.)
 fn required<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
-    serde_json::from_slice(bytes).map_err(|e| Problem::Malformed(format!("body: {e}")))
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| Problem::Malformed(format!("body: {e}")))?;
+    let kind = match &value {
+        serde_json::Value::Object(_) => {
+            return serde_json::from_value(value)
+                .map_err(|e| Problem::Malformed(format!("body: {e}")))
+        }
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Null => "null",
+    };
+    Err(Problem::Malformed(format!(
+        "body: a JSON object is expected, not {kind}"
+    )))
 }
 
 /// Who the API says acts, in the records and the audit.

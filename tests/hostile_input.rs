@@ -374,6 +374,52 @@ async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_r
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
 }
 
+/// A ready attempt naming an executor that no worker can ever offer (a path, as a stolen
+/// credential could write past the Schedulers' checks) ends `failed` at once, saying why,
+/// instead of waiting for a worker for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_attempt_naming_a_path_as_its_executor_fails_at_once() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(&nats, "held", HELD).await;
+    let (instance, record) = waiting_held(&nats, &client).await;
+    let (registered, _) = client.job(&job("held")).await.unwrap().unwrap();
+    let mut forged = registered.spec.clone();
+    forged.exec.kind = "../../bin/sh".into();
+    let work = ax_bus::messages::WorkItem::for_attempt(&record, forged);
+    client
+        .js
+        .publish(
+            client.subjects().ready(ax_bus::spec::Priority::Normal),
+            codec::encode(&work).unwrap(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let ended = wait_for_logged(Duration::from_secs(30), "the attempt to end", &[&node], || async {
+        client
+            .instance(&instance)
+            .await
+            .ok()
+            .flatten()
+            .map(|(r, _)| r)
+            .filter(|r| r.state.is_final())
+    })
+    .await;
+    assert_eq!(
+        (ended.state, ended.tag),
+        (ax_bus::State::Failed, ax_bus::Tag::ExecutorError),
+        "{ended:?}"
+    );
+    assert!(
+        ended.message.contains("no worker can offer executor `../../bin/sh`"),
+        "{}",
+        ended.message
+    );
+}
+
 /// A worker remembers the definitions it found in the registry until their jobs change: a job
 /// it has just run, once deleted, is not vouched for by that memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -104,10 +104,28 @@ impl Dispatcher {
         worker: &WorkerId,
     ) -> Result<(), ActorError> {
         let message = format!("its worker {worker} is gone");
+        self.fail(work, Tag::WorkerLost, &message).await
+    }
+
+    /// Fails an attempt that names an executor no worker can ever offer (not a built-in, not
+    /// a plugin's name: `../../bin/sh`), rather than waiting for a worker for ever. Only a
+    /// message written past the Schedulers' checks names one.
+    pub(super) async fn fail_unknown_executor(&self, work: &WorkItem) -> Result<(), ActorError> {
+        let message = format!(
+            "no worker can offer executor `{}`: an executor is one of {} or a plugin's name \
+             ([a-z][a-z0-9_-]*)",
+            work.spec.exec.kind.escape_debug(),
+            ax_bus::spec::BUILTIN_EXECUTORS.join(", ")
+        );
+        self.fail(work, Tag::ExecutorError, &message).await
+    }
+
+    /// Ends `work`'s attempt `failed` with `tag` before any worker took it, and says so.
+    async fn fail(&self, work: &WorkItem, tag: Tag, message: &str) -> Result<(), ActorError> {
         let updated = self
             .client
             .update_instance(&work.instance_id, |r| {
-                r.ended_early(&work.trace_id, State::Failed, Tag::WorkerLost, &message)
+                r.ended_early(&work.trace_id, State::Failed, tag, message)
             })
             .await?;
         if let Updated::Written(record, _) = updated {

@@ -179,6 +179,11 @@ pub(super) async fn ready(
                 consume::nak(&message, NO_WORKER_RETRY).await;
                 continue;
             }
+            if !ax_bus::spec::is_executor_name(&work.spec.exec.kind) {
+                dispatcher.fail_unknown_executor(&work).await?;
+                consume::ack(&message).await;
+                continue;
+            }
             if work.spec.splits() && work.shard.is_none() {
                 split_one(&dispatcher, work, message).await?;
                 continue;

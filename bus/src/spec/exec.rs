@@ -34,6 +34,11 @@ pub fn is_plugin_name(name: &str) -> bool {
         && !BUILTIN_EXECUTORS.contains(&name)
 }
 
+/// Whether `name` can name an executor at all: a built-in's or a possible plugin's.
+pub fn is_executor_name(name: &str) -> bool {
+    BUILTIN_EXECUTORS.contains(&name) || is_plugin_name(name)
+}
+
 /// The executor and its settings. Which fields apply depends on `type`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -31,7 +31,7 @@ use crate::ids::JobName;
 
 use exec::validate_exec;
 pub use exec::{
-    is_plugin_name, readable_upstream, ExecSpec, SqlOutput, SuccessWhen, BUILTIN_EXECUTORS,
+    is_executor_name, is_plugin_name, readable_upstream, ExecSpec, SqlOutput, SuccessWhen, BUILTIN_EXECUTORS,
 };
 
 /// The only spec version so far.

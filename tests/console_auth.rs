@@ -234,4 +234,48 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
     browser.click("#sign-out").await;
     browser.element("#token").await;
     browser.client.clone().close().await.unwrap();
+
+    // Wrong tokens from one address (the revoked viewer's, now): five are checked and refused
+    // (401; the right ones signed in above forgot the earlier wrong ones); then it must wait
+    // (429 with Retry-After), unchecked, even with a right token; after the wait a right token
+    // is taken again and the count starts afresh.
+    let jobs = |token: String| {
+        let http = http.clone();
+        let url = format!("{base}/api/v1/jobs");
+        async move { http.get(url).bearer_auth(token).send().await.unwrap() }
+    };
+    let mut refused = 0;
+    let throttled = loop {
+        let response = jobs(viewer.clone()).await;
+        match response.status().as_u16() {
+            401 => refused += 1,
+            429 => break response,
+            other => panic!("{other} after {refused} refusals"),
+        }
+        assert!(refused <= 5, "never slowed down");
+    };
+    assert_eq!(refused, 5, "refused before the slow-down");
+    let wait: u64 = throttled.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "Retry-After: {wait}");
+    assert!(throttled
+        .text()
+        .await
+        .unwrap()
+        .contains("too many wrong tokens"));
+    assert_eq!(jobs(operator.clone()).await.status(), 429);
+    let taken = wait_for(
+        Duration::from_secs(wait + 10),
+        "the wait to end",
+        || async {
+            let response = jobs(operator.clone()).await;
+            (response.status() != 429).then_some(response)
+        },
+    )
+    .await;
+    assert_eq!(taken.status(), 200);
+    assert_eq!(jobs(viewer.clone()).await.status(), 401);
 }

@@ -398,15 +398,20 @@ async fn a_ready_attempt_naming_a_path_as_its_executor_fails_at_once() {
         .unwrap()
         .await
         .unwrap();
-    let ended = wait_for_logged(Duration::from_secs(30), "the attempt to end", &[&node], || async {
-        client
-            .instance(&instance)
-            .await
-            .ok()
-            .flatten()
-            .map(|(r, _)| r)
-            .filter(|r| r.state.is_final())
-    })
+    let ended = wait_for_logged(
+        Duration::from_secs(30),
+        "the attempt to end",
+        &[&node],
+        || async {
+            client
+                .instance(&instance)
+                .await
+                .ok()
+                .flatten()
+                .map(|(r, _)| r)
+                .filter(|r| r.state.is_final())
+        },
+    )
     .await;
     assert_eq!(
         (ended.state, ended.tag),
@@ -414,7 +419,9 @@ async fn a_ready_attempt_naming_a_path_as_its_executor_fails_at_once() {
         "{ended:?}"
     );
     assert!(
-        ended.message.contains("no worker can offer executor `../../bin/sh`"),
+        ended
+            .message
+            .contains("no worker can offer executor `../../bin/sh`"),
         "{}",
         ended.message
     );

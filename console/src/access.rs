@@ -24,6 +24,7 @@ use ax_bus::AxClient;
 
 use crate::csrf::{self, Forged};
 use crate::session::Sessions;
+use crate::throttle::Throttle;
 
 /// Who is asking, as the handlers see it (the check puts it in the request's extensions).
 #[derive(Clone, Debug)]
@@ -58,6 +59,8 @@ pub struct Gate {
     pub node: Option<ax_bus::ids::NodeId>,
     /// DNS names it answers for besides `localhost` and IP addresses (`[metrics] hosts`).
     pub hosts: Vec<String>,
+    /// Failed sign-ins by address, and the waits they earn.
+    pub throttle: Throttle,
 }
 
 /// Whether a request sent to `host` (its `Host`, with or without a port) is for this server:
@@ -102,6 +105,9 @@ pub enum Denied {
     /// A state change forged by another site, or without the page's token.
     #[error(transparent)]
     Forged(#[from] Forged),
+    /// Too many wrong tokens from this address lately: 429, try again after the wait.
+    #[error("too many wrong tokens from this address; try again in {} s", .0.as_secs().max(1))]
+    Throttled(std::time::Duration),
     /// Sent to a name this server does not answer for.
     #[error("this server answers for localhost, IP addresses and the names in [metrics] hosts; not for `{0}`")]
     Host(String),
@@ -147,6 +153,8 @@ pub struct Request<'a> {
     pub host: &'a str,
     /// Its headers.
     pub headers: &'a HeaderMap,
+    /// The address it came from (failed sign-ins are counted by it).
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// The check: who the caller is and their token, if they may make this request. With auth
@@ -169,8 +177,22 @@ pub async fn check(
         .get(actix_web::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
+    let throttled = |peer| gate.throttle.wait(peer, std::time::Instant::now());
+    if let Some(wait) = request
+        .peer
+        .filter(|_| bearer.is_some())
+        .and_then(throttled)
+    {
+        return Err(Denied::Throttled(wait));
+    }
+    let wrong = |e: String| {
+        if let Some(peer) = request.peer {
+            gate.throttle.failed(peer, std::time::Instant::now());
+        }
+        Denied::Unauthenticated(e)
+    };
     let token = match bearer {
-        Some(text) => Some(Token::parse(text).map_err(|e| Denied::Unauthenticated(e.to_string()))?),
+        Some(text) => Some(Token::parse(text).map_err(|e| wrong(e.to_string()))?),
         None => {
             let token = gate.sessions.token(request.headers);
             if token.is_some()
@@ -191,7 +213,13 @@ pub async fn check(
         ));
     };
     let who = match client.check_token(token.as_ref()).await {
-        Ok(who) => who,
+        Ok(who) => {
+            if let Some(peer) = request.peer.filter(|_| bearer.is_some()) {
+                gate.throttle.succeeded(peer);
+            }
+            who
+        }
+        Err(CheckError::Token(e)) if bearer.is_some() => return Err(wrong(e.to_string())),
         Err(CheckError::Token(e)) => return Err(Denied::Unauthenticated(e.to_string())),
         Err(CheckError::Client(e)) => return Err(Denied::Unavailable(e.to_string())),
     };
@@ -228,6 +256,10 @@ pub fn audit_refusal(
         .and_then(|v| v.strip_prefix("Bearer "));
     let presented = bearer.is_some() || gate.sessions.token(headers).is_some();
     if csrf::is_safe(request.method()) && !presented && !matches!(denied, Denied::Role { .. }) {
+        return;
+    }
+    if matches!(denied, Denied::Throttled(_)) {
+        // Its wrong tokens are on the trail already; the waits they earned are not news.
         return;
     }
     let (actor, role, verified) = match denied {
@@ -311,6 +343,7 @@ mod tests {
             path: "/metrics",
             host: "127.0.0.1:8080",
             headers: &headers,
+            peer: None,
         };
         let (who, token) = check(request, &Gate::default()).await.unwrap();
         assert_eq!((who.role, who.verified, token), (Role::Admin, false, None));
@@ -352,6 +385,7 @@ mod tests {
             path,
             host: "127.0.0.1:8080",
             headers,
+            peer: None,
         };
         // No client: the check cannot be made, and says so.
         let none = HeaderMap::new();

@@ -32,3 +32,4 @@ mod pages;
 pub mod problem;
 pub mod server;
 pub mod session;
+pub mod throttle;

@@ -95,6 +95,7 @@ pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
         sessions: crate::session::Sessions::default(),
         node: options.node.clone(),
         hosts: options.hosts.clone(),
+        throttle: crate::throttle::Throttle::default(),
     };
     let state = web::Data::new(State {
         client: options.client,
@@ -176,6 +177,7 @@ async fn checked(
             path: &routed,
             host: &host,
             headers: request.headers(),
+            peer: request.peer_addr().map(|a| a.ip()),
         },
         &gate,
     )
@@ -220,10 +222,11 @@ async fn checked(
             let status = match &denied {
                 access::Denied::Unauthenticated(_) => actix_web::http::StatusCode::UNAUTHORIZED,
                 access::Denied::Unavailable(_) => actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+                access::Denied::Throttled(_) => actix_web::http::StatusCode::TOO_MANY_REQUESTS,
                 _ => actix_web::http::StatusCode::FORBIDDEN,
             };
             let login = matches!(denied, access::Denied::Unauthenticated(_));
-            let response =
+            let mut response =
                 if login && !api && !fragment && request.method() == actix_web::http::Method::GET {
                     // A page without a login: to the login, then back.
                     HttpResponse::SeeOther()
@@ -244,6 +247,12 @@ async fn checked(
                     }
                     response.json(error_body(&denied.to_string()))
                 };
+            if let access::Denied::Throttled(wait) = &denied {
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(wait.as_secs().max(1)),
+                );
+            }
             request.into_response(response).map_into_right_body()
         }
     };

@@ -31,7 +31,8 @@ use crate::ids::JobName;
 
 use exec::validate_exec;
 pub use exec::{
-    is_executor_name, is_plugin_name, readable_upstream, ExecSpec, SqlOutput, SuccessWhen, BUILTIN_EXECUTORS,
+    is_executor_name, is_plugin_name, readable_upstream, ExecSpec, SqlOutput, SuccessWhen,
+    BUILTIN_EXECUTORS,
 };
 
 /// The only spec version so far.

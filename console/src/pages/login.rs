@@ -2,7 +2,9 @@
 //! ([`crate::session`]); the token is checked as any bearer token is, and a wrong one is told
 //! in one line that never repeats it.
 
-use actix_web::http::StatusCode;
+use std::time::Instant;
+
+use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
@@ -10,6 +12,7 @@ use serde::Deserialize;
 use ax_bus::auth::token::Token;
 use ax_bus::client::auth::CheckError;
 
+use crate::access::Denied;
 use crate::pages::{self, Chrome, Outcome};
 use crate::server::State;
 use crate::session;
@@ -37,11 +40,34 @@ struct SignIn {
     token: String,
 }
 
-async fn sign_in(state: web::Data<State>, form: web::Form<SignIn>) -> HttpResponse {
+async fn sign_in(
+    state: web::Data<State>,
+    request: HttpRequest,
+    form: web::Form<SignIn>,
+) -> HttpResponse {
     let refused = |status, text: String| pages::html(status, &Outcome::failed(text));
+    let throttle = &state.gate.throttle;
+    let peer = request.peer_addr().map(|a| a.ip());
+    if let Some(wait) = peer.and_then(|peer| throttle.wait(peer, Instant::now())) {
+        let mut response = refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            Denied::Throttled(wait).to_string(),
+        );
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            header::HeaderValue::from(wait.as_secs().max(1)),
+        );
+        return response;
+    }
+    let wrong = |text: String| {
+        if let Some(peer) = peer {
+            throttle.failed(peer, Instant::now());
+        }
+        refused(StatusCode::UNAUTHORIZED, text)
+    };
     let token = match Token::parse(&form.token) {
         Ok(token) => token,
-        Err(e) => return refused(StatusCode::UNAUTHORIZED, e.to_string()),
+        Err(e) => return wrong(e.to_string()),
     };
     let Some(client) = &state.gate.client else {
         return refused(
@@ -51,6 +77,9 @@ async fn sign_in(state: web::Data<State>, form: web::Form<SignIn>) -> HttpRespon
     };
     match client.check_token(Some(&token)).await {
         Ok(who) => {
+            if let Some(peer) = peer {
+                throttle.succeeded(peer);
+            }
             let id = state.gate.sessions.open(token);
             tracing::info!(who = %who.name, role = %who.role, "signed in to the console");
             HttpResponse::Ok()
@@ -59,7 +88,7 @@ async fn sign_in(state: web::Data<State>, form: web::Form<SignIn>) -> HttpRespon
                 .content_type("text/html; charset=utf-8")
                 .body(format!("signed in as {}", who.name))
         }
-        Err(CheckError::Token(e)) => refused(StatusCode::UNAUTHORIZED, e.to_string()),
+        Err(CheckError::Token(e)) => wrong(e.to_string()),
         Err(CheckError::Client(e)) => refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }

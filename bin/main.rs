@@ -39,7 +39,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const STACK_BYTES: usize = 64 * 1024 * 1024;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
     if !matches!(cli.command, Command::Up(_) | Command::Node(_)) {
         // A command whose output is cut short (`ax instance list | head`) ends quietly, as
         // Unix tools do, instead of panicking on the broken pipe. (Sockets are written with
@@ -215,4 +218,46 @@ async fn run(cli: Cli) -> Result<()> {
             instances::tail_results(&client().await?, job.as_ref()).await
         }
     }
+}
+
+/// Help and version as clap prints them; any other argument error as one line on stderr, as
+/// every other error of the CLI is (`error: <what>`, the usage in brackets when clap gives
+/// one), without clap's closing "For more information" line. Exit code 2, clap's.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("{}", one_line(&e.render().to_string()));
+    ExitCode::from(2)
+}
+
+/// clap's rendering of an argument error folded into one line.
+fn one_line(rendered: &str) -> String {
+    let mut text = String::new();
+    let mut usage = None;
+    for line in rendered.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with("For more information") {
+            continue;
+        }
+        if let Some(u) = line.strip_prefix("Usage: ") {
+            usage = Some(u.to_string());
+            continue;
+        }
+        // A line that announces a list runs into it; separate remarks are set apart.
+        if !text.is_empty() {
+            text.push_str(if text.ends_with(':') { " " } else { "; " });
+        }
+        text.push_str(line);
+    }
+    if let Some(usage) = usage {
+        text.push_str(&format!(" (usage: {usage})"));
+    }
+    text
 }

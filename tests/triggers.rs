@@ -315,12 +315,17 @@ fn bad_delays_are_refused_before_anything_is_sent() {
             vec!["--at", "2026-12-01T14:03:05Z", "--in", "5s"],
             "cannot be used with",
         ),
+        (vec!["--at", "2027-06-30T23:59:60Z"], "is a leap second"),
+        (vec!["--bogus"], "unexpected argument '--bogus'"),
     ] {
         let mut full = vec!["job", "trigger", "later"];
         full.extend(args.iter().copied());
         let out = ax(nowhere, &full);
-        assert!(!out.status.success(), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(reason), "{args:?}: {}", stderr(&out));
+        // One line, like every other error of the CLI: no "For more information" after it.
+        assert_eq!(stderr(&out).trim_end().lines().count(), 1, "{}", stderr(&out));
+        assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
         let reached = ["NATS URL", "cannot reach", "cannot connect"];
         assert!(
             !reached.iter().any(|r| stderr(&out).contains(r)),

@@ -33,6 +33,7 @@
 //! [nats]                                # credentials and TLS; a user:password may also be in the URL
 //! creds = "/etc/ax/worker.creds"        # or: user + password, token, nkey_seed_file
 //! tls_ca = "/etc/ax/ca.pem"             # tls_cert + tls_key for mutual TLS; tls_required = true
+//! inbox_prefix = "_INBOX.worker"         # replies' prefix; `_INBOX.<user>` when a user is set
 //!
 //! [metrics]
 //! listen = "0.0.0.0:8080"               # where /metrics (and, with role admin, the console) is served
@@ -101,6 +102,7 @@ pub(crate) struct NatsSection {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_required: Option<bool>,
+    pub inbox_prefix: Option<String>,
 }
 
 impl NatsSection {
@@ -116,6 +118,7 @@ impl NatsSection {
             tls_cert: self.tls_cert.clone().or(base.tls_cert),
             tls_key: self.tls_key.clone().or(base.tls_key),
             tls_required: self.tls_required.unwrap_or(base.tls_required),
+            inbox_prefix: self.inbox_prefix.clone().or(base.inbox_prefix),
         }
     }
 }

@@ -151,6 +151,7 @@ fn backticked(cell: &str) -> impl Iterator<Item = &str> {
 /// What reading stream `s` takes, by the rule above the table.
 fn reads(s: &str) -> Vec<String> {
     [
+        format!("$JS.API.STREAM.INFO.{s}"),
         format!("$JS.API.STREAM.MSG.GET.{s}"),
         format!("$JS.API.DIRECT.GET.{s}"),
         format!("$JS.API.DIRECT.GET.{s}.>"),
@@ -187,11 +188,11 @@ fn roles_config() -> String {
         assert_eq!(cells.len(), 5, "row `{row}` has five columns");
         let mut publish = cell_subjects(cells[1]);
         let mut subscribe = cell_subjects(cells[2]);
-        subscribe.push("_INBOX.>".into());
-        publish.push("_INBOX.>".into());
+        subscribe.push(format!("_INBOX.{user}.>"));
         let mut read = cell_streams(cells[3]);
         let ax_process = user != "app";
         if ax_process {
+            publish.push("_INBOX.>".into());
             publish.push("$JS.API.INFO".into());
             publish.push("$KV.ax_nodes.>".into());
             publish.extend(streams.iter().map(|s| format!("$JS.API.STREAM.INFO.{s}")));
@@ -454,6 +455,7 @@ async fn connect_as(
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let client =
         async_nats::ConnectOptions::with_user_and_password(user.into(), format!("{user}-secret"))
+            .custom_inbox_prefix(format!("_INBOX.{user}"))
             .event_callback(move |event| {
                 let tx = tx.clone();
                 async move {
@@ -554,6 +556,23 @@ async fn a_stolen_worker_or_app_credential_cannot_define_start_or_destroy_work()
         ("$JS.API.STREAM.PURGE.AX_RESULTS", b"{}".as_slice()),
     ] {
         refused(&app, &mut errors, subject, payload).await;
+    }
+    // Other clients' replies: the app may not listen under anyone's inbox prefix but its own.
+    for subject in ["_INBOX.>", "_INBOX.operator.>", "_INBOX.*.*", ">"] {
+        let _ignored = app.subscribe(subject.to_string()).await.unwrap();
+        app.flush().await.unwrap();
+        let wanted = format!(
+            "permissions violation for subscription to \"{}\"",
+            subject.to_lowercase()
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match tokio::time::timeout_at(deadline, errors.recv()).await {
+                Ok(Some(error)) if error.contains(&wanted) => break,
+                Ok(Some(_)) => continue,
+                _ => panic!("the server let the app subscribe to {subject}"),
+            }
+        }
     }
     // What the app's row is for still works: a trigger, answered on its inbox.
     let inbox = app.new_inbox();

@@ -324,7 +324,12 @@ fn bad_delays_are_refused_before_anything_is_sent() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(reason), "{args:?}: {}", stderr(&out));
         // One line, like every other error of the CLI: no "For more information" after it.
-        assert_eq!(stderr(&out).trim_end().lines().count(), 1, "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out).trim_end().lines().count(),
+            1,
+            "{}",
+            stderr(&out)
+        );
         assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
         let reached = ["NATS URL", "cannot reach", "cannot connect"];
         assert!(

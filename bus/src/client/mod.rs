@@ -76,6 +76,10 @@ pub struct NatsAuth {
     pub tls_key: Option<PathBuf>,
     /// Refuse a connection without TLS.
     pub tls_required: bool,
+    /// Where replies to this client go (`_INBOX.<user>` when a user is given and this is not):
+    /// a server that lets each user subscribe to its own prefix only keeps one client from
+    /// reading the replies meant for another.
+    pub inbox_prefix: Option<String>,
 }
 
 impl NatsAuth {
@@ -95,6 +99,7 @@ impl NatsAuth {
             tls_cert: var("AX_NATS_TLS_CERT").map(PathBuf::from),
             tls_key: var("AX_NATS_TLS_KEY").map(PathBuf::from),
             tls_required: var("AX_NATS_TLS_REQUIRED").is_some_and(|v| v == "1" || v == "true"),
+            inbox_prefix: var("AX_NATS_INBOX_PREFIX"),
         }
     }
 
@@ -148,7 +153,36 @@ impl NatsAuth {
         if self.tls_required {
             options = options.require_tls(true);
         }
+        if let Some(prefix) = this.inbox(this.user.as_deref())? {
+            options = options.custom_inbox_prefix(prefix);
+        }
         Ok(options)
+    }
+
+    /// The inbox prefix: the one set, which must be `_INBOX` and tokens of letters, digits,
+    /// `_` and `-`; else `_INBOX.<user>` for a user whose name is such a token; else the
+    /// client library's (`_INBOX`).
+    fn inbox(&self, user: Option<&str>) -> Result<Option<String>, String> {
+        let token = |t: &str| {
+            !t.is_empty()
+                && t.len() <= 64
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        match &self.inbox_prefix {
+            Some(prefix) => {
+                let mut tokens = prefix.split('.');
+                if tokens.next() == Some("_INBOX") && tokens.all(token) {
+                    Ok(Some(prefix.clone()))
+                } else {
+                    Err(format!(
+                        "inbox_prefix `{prefix}`: give `_INBOX` followed by dot-separated \
+                         tokens of letters, digits, `_` and `-` (`_INBOX.app`)"
+                    ))
+                }
+            }
+            None => Ok(user.filter(|u| token(u)).map(|u| format!("_INBOX.{u}"))),
+        }
     }
 }
 
@@ -962,5 +996,38 @@ mod url_tests {
             redact(urls),
             "nats://10.0.0.1:4222,nats://ax:***@10.0.0.2:4222"
         );
+    }
+}
+
+#[cfg(test)]
+mod inbox_tests {
+    use super::NatsAuth;
+
+    #[test]
+    fn each_user_gets_its_own_inbox_prefix_unless_one_is_set() {
+        let auth = NatsAuth::default();
+        assert_eq!(auth.inbox(Some("app")), Ok(Some("_INBOX.app".into())));
+        assert_eq!(auth.inbox(None), Ok(None));
+        // A name that is not one subject token keeps the library's prefix.
+        assert_eq!(auth.inbox(Some("a.b")), Ok(None));
+        assert_eq!(auth.inbox(Some("a*")), Ok(None));
+        let set = |p: &str| NatsAuth {
+            inbox_prefix: Some(p.into()),
+            ..NatsAuth::default()
+        };
+        assert_eq!(
+            set("_INBOX.etl.w1").inbox(Some("app")),
+            Ok(Some("_INBOX.etl.w1".into()))
+        );
+        for bad in [
+            "INBOX.app",
+            "_INBOX.",
+            "_INBOX.a.>",
+            "_INBOX.a b",
+            "_INBOX..a",
+        ] {
+            let e = set(bad).inbox(None).unwrap_err();
+            assert!(e.contains(&format!("inbox_prefix `{bad}`")), "{e}");
+        }
     }
 }

@@ -434,6 +434,29 @@ async fn each_role_runs_with_only_its_row_of_the_permission_table() {
     )
     .await;
     assert_eq!(slow.attempt, 2, "{slow:?}");
+    // A business service with the app's row, through the Python client as its README shows:
+    // a trigger, the instance it made, and its end.
+    let python = support::python::venv();
+    let script = r#"
+import asyncio, sys
+import ax_client
+
+async def main():
+    client = await ax_client.connect(sys.argv[1])
+    instance = await client.trigger("up")
+    done = await client.wait(instance.instance_id, timeout=60)
+    print(done.instance_id, done.state)
+    await client.close()
+
+asyncio.run(main())
+"#;
+    let out = support::python::run(
+        std::process::Command::new(&python)
+            .args(["-c", script, &as_user("app")])
+            .current_dir(nats.path("python")),
+        "the Python client as the app",
+    );
+    assert!(out.trim_end().ends_with(" success"), "{out}");
     for process in nodes.iter().chain([&w1]) {
         let log = process.log_text();
         assert!(

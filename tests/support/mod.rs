@@ -5,6 +5,7 @@
 pub(crate) mod browser;
 pub(crate) mod ledger;
 pub(crate) mod netns;
+pub(crate) mod python;
 pub(crate) mod up;
 pub(crate) mod verdict;
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import json
+import re
+import urllib.parse
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 import msgpack
@@ -304,6 +306,19 @@ class Client:
             return False
 
 
+_INBOX_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _url_user(servers: Sequence[str]) -> Optional[str]:
+    """The user named (with a password) in the first server URL that names one; a URL's lone
+    userinfo is a token, not a name."""
+    for server in servers:
+        parsed = urllib.parse.urlparse(server)
+        if parsed.username and parsed.password is not None:
+            return urllib.parse.unquote(parsed.username)
+    return None
+
+
 async def connect(
     url: Union[str, Sequence[str]] = "nats://127.0.0.1:4222",
     token: Optional[str] = None,
@@ -314,10 +329,15 @@ async def connect(
 
     ``token`` is an ax API token (``axt_<name>_<secret>``, made by ``ax auth token create``),
     needed when the cluster's Schedulers require one. The connection reconnects for ever on its
-    own; other ``options`` go to ``nats.connect`` (credentials, TLS).
+    own; other ``options`` go to ``nats.connect`` (credentials, TLS). With a NATS user (``user=``
+    or in the URL) replies come under ``_INBOX.<user>``, the only inboxes a server configured
+    as ax's docs say lets that user read; ``inbox_prefix=`` sets another.
     """
     options.setdefault("max_reconnect_attempts", -1)
     options.setdefault("reconnect_time_wait", 0.5)
     servers = [url] if isinstance(url, str) else list(url)
+    user = options.get("user") or _url_user(servers)
+    if user and "inbox_prefix" not in options and _INBOX_TOKEN.fullmatch(user):
+        options["inbox_prefix"] = f"_INBOX.{user}"
     nc = await nats.connect(servers=servers, **options)
     return Client(nc, token, prefix)

@@ -106,14 +106,23 @@ async fn wrong_credentials_fail_at_once_and_readers_cannot_command() {
     assert!(!marker.exists(), "the reader's message ran a command");
 }
 
-/// The users of the permission table in docs/operations.md: (table row, NATS user).
-const ROWS: [(&str, &str); 6] = [
-    ("Scheduler", "scheduler"),
-    ("DagCoordinator", "dag"),
-    ("Router", "router"),
-    ("worker + Reporter", "worker"),
-    ("operators (`ax` CLI)", "operator"),
-    ("business services", "app"),
+/// The users of the role test, one per row of the permission table in docs/operations.md.
+const ROWS: [(&str, &[&str]); 6] = [
+    ("scheduler", &["Scheduler"]),
+    ("dag", &["DagCoordinator"]),
+    ("router", &["Router"]),
+    ("worker", &["worker + Reporter"]),
+    ("operator", &["operators (`ax` CLI)"]),
+    ("app", &["business services"]),
+];
+
+/// The users of the shipped cluster config (config/cluster): its core nodes run the
+/// Scheduler, the DagCoordinator and the Router, its workers the worker.
+const CLUSTER_USERS: [(&str, &[&str]); 4] = [
+    ("core", &["Scheduler", "DagCoordinator", "Router"]),
+    ("worker", &["worker + Reporter"]),
+    ("operator", &["operators (`ax` CLI)"]),
+    ("app", &["business services"]),
 ];
 
 /// The subjects of one cell of the table: every backticked subject, its `<placeholder>`
@@ -168,9 +177,15 @@ fn reads(s: &str) -> Vec<String> {
     .into()
 }
 
-/// The permission table of docs/operations.md as a server config: each user gets exactly its
-/// row, expanded into subjects by the rules the docs give above it.
+/// The permission table of docs/operations.md as a server config: each user of the role test
+/// gets exactly its row, expanded into subjects by the rules the docs give above it.
 fn roles_config() -> String {
+    authorization(&ROWS, |user| format!("\"{user}-secret\""))
+}
+
+/// An `authorization` block giving each of `users` the union of its rows of the table, and
+/// the password `password(user)` (as it stands in the config: quoted text or `$VARIABLE`).
+fn authorization(users: &[(&str, &[&str])], password: impl Fn(&str) -> String) -> String {
     let doc = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"),
     )
@@ -178,19 +193,27 @@ fn roles_config() -> String {
     let streams =
         ax_bus::client::provision::Layout::new(ax_bus::subjects::Subjects::new("ax"), None)
             .stream_names();
-    let mut users = Vec::new();
-    for (row, user) in ROWS {
-        let line = doc
-            .lines()
-            .find(|l| l.starts_with(&format!("| {row} |")))
-            .unwrap_or_else(|| panic!("docs/operations.md has no row `{row}`"));
-        let cells: Vec<&str> = line.split(" | ").collect();
-        assert_eq!(cells.len(), 5, "row `{row}` has five columns");
-        let mut publish = cell_subjects(cells[1]);
-        let mut subscribe = cell_subjects(cells[2]);
+    let mut blocks = Vec::new();
+    for (user, rows) in users {
+        let (mut publish, mut subscribe, mut read, mut write) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut ax_process, mut sets_up, mut everything) = (false, false, false);
+        for row in *rows {
+            let line = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| {row} |")))
+                .unwrap_or_else(|| panic!("docs/operations.md has no row `{row}`"));
+            let cells: Vec<&str> = line.split(" | ").collect();
+            assert_eq!(cells.len(), 5, "row `{row}` has five columns");
+            publish.extend(cell_subjects(cells[1]));
+            subscribe.extend(cell_subjects(cells[2]));
+            read.extend(cell_streams(cells[3]));
+            write.extend(cell_streams(cells[4].trim_end_matches(" |")));
+            ax_process |= *row != "business services";
+            sets_up |= cells[3].contains("sets up");
+            everything |= cells[3].contains("`$JS.API.>`");
+        }
         subscribe.push(format!("_INBOX.{user}.>"));
-        let mut read = cell_streams(cells[3]);
-        let ax_process = user != "app";
         if ax_process {
             publish.push("_INBOX.>".into());
             publish.push("$JS.API.INFO".into());
@@ -198,10 +221,10 @@ fn roles_config() -> String {
             publish.extend(streams.iter().map(|s| format!("$JS.API.STREAM.INFO.{s}")));
             read.push("AX_ALERTS".into());
         }
-        if cells[3].contains("`$JS.API.>`") {
+        if everything {
             publish.extend(["$JS.API.>".into(), "$JS.ACK.>".into(), "$JS.FC.>".into()]);
         }
-        if cells[3].contains("sets up") {
+        if sets_up {
             for s in &streams {
                 publish.push(format!("$JS.API.STREAM.CREATE.{s}"));
                 publish.push(format!("$JS.API.STREAM.UPDATE.{s}"));
@@ -210,25 +233,33 @@ fn roles_config() -> String {
         }
         publish.extend(read.iter().flat_map(|s| reads(s)));
         publish.extend(
-            cell_streams(cells[4].trim_end_matches(" |"))
+            write
                 .iter()
                 .map(|s| format!("${}.>", s.replacen("KV_", "KV.", 1))),
         );
-        let quote = |subjects: &[String]| {
+        let quote = |subjects: &mut Vec<String>| {
+            let mut seen = std::collections::BTreeSet::new();
+            subjects.retain(|s| seen.insert(s.clone()));
             subjects
                 .iter()
-                .map(|s| format!("\"{s}\""))
+                .map(|s| format!("        \"{s}\""))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join("\n")
         };
-        users.push(format!(
-            "{{ user: {user}, password: \"{user}-secret\", permissions: {{ \
-             publish: {{ allow: [{}] }}, subscribe: {{ allow: [{}] }} }} }}",
-            quote(&publish),
-            quote(&subscribe)
+        blocks.push(format!(
+            "    # {}\n    {{\n      user: {user}, password: {},\n      permissions: {{\n        \
+             publish: {{ allow: [\n{}\n        ] }}\n        subscribe: {{ allow: [\n{}\n        ] }}\n      \
+             }}\n    }}",
+            rows.join(", "),
+            password(user),
+            quote(&mut publish).replace("        \"", "          \""),
+            quote(&mut subscribe).replace("        \"", "          \""),
         ));
     }
-    format!("authorization {{ users = [ {} ] }}", users.join("\n"))
+    format!(
+        "authorization {{\n  users = [\n{}\n  ]\n}}\n",
+        blocks.join("\n")
+    )
 }
 
 const FLOW_JOBS: &str = "version: v1
@@ -463,6 +494,117 @@ asyncio.run(main())
             !log.to_lowercase().contains("permissions violation"),
             "{}",
             log
+        );
+    }
+}
+
+/// The shipped cluster config's password of `user`: a variable of the server's environment.
+fn cluster_password(user: &str) -> String {
+    format!("${}_NATS_PASSWORD", user.to_uppercase())
+}
+
+/// config/cluster/nats-*.conf grant exactly the table: each file's `authorization` block is
+/// what the table gives the cluster's users (`AX_WRITE_CLUSTER_CONFIG=1` writes it there).
+#[test]
+fn the_shipped_cluster_config_is_the_permission_table() {
+    let block = authorization(&CLUSTER_USERS, cluster_password);
+    let write = std::env::var("AX_WRITE_CLUSTER_CONFIG").is_ok_and(|v| v == "1");
+    for n in 1..=3 {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("config/cluster/nats-{n}.conf"));
+        let text = std::fs::read_to_string(&path).expect("a shipped server config");
+        let at = text
+            .find("authorization {")
+            .unwrap_or_else(|| panic!("{} has no authorization block", path.display()));
+        if write {
+            std::fs::write(&path, format!("{}{block}", &text[..at])).expect("write it");
+        } else {
+            assert!(
+                text[at..] == block,
+                "{} is not the table of docs/operations.md; write it with \
+                 AX_WRITE_CLUSTER_CONFIG=1 cargo nextest run -E \
+                 'test(/the_shipped_cluster_config_is/)'",
+                path.display()
+            );
+        }
+    }
+}
+
+/// ax runs on the shipped cluster config's users, each with only its rights: a core node
+/// (Scheduler, DagCoordinator, Router) and a worker run a chain, a failure for good and a
+/// delayed trigger that the operator's CLI sent; the business user triggers through the Python
+/// client; nobody's log has a permissions violation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ax_runs_on_the_shipped_cluster_configs_users() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/cluster/nats-1.conf");
+    let text = std::fs::read_to_string(path).expect("config/cluster/nats-1.conf");
+    let mut block = text[text.find("authorization {").expect("a block")..].to_string();
+    for (user, _) in CLUSTER_USERS {
+        block = block.replace(&cluster_password(user), &format!("\"{user}-secret\""));
+    }
+    let nats = TestNats::start_with_config(Some(&block), Some("operator:operator-secret"));
+    let as_user = |user: &str| {
+        nats.server
+            .url
+            .replacen("://", &format!("://{user}:{user}-secret@"), 1)
+    };
+    let client = nats.client().await;
+    let nodes = [
+        AxProcess::node_at(
+            &as_user("core"),
+            &nats,
+            "core-1",
+            "scheduler,dag,router",
+            &[],
+        ),
+        AxProcess::node_at(&as_user("worker"), &nats, "worker-1", "worker", &[]),
+    ];
+    let logs: Vec<&AxProcess> = nodes.iter().collect();
+    apply_job(&nats, "flow", FLOW_JOBS).await;
+    let up = trigger(&nats, &["up"]);
+    let doomed = trigger(&nats, &["doomed"]);
+    let later = trigger(&nats, &["later", "--in", "1500ms"]);
+    for (id, state) in [
+        (&up, State::Success),
+        (&doomed, State::Failed),
+        (&later, State::Success),
+    ] {
+        let record = final_record(&client, id, Duration::from_secs(60)).await;
+        assert_eq!(record.state, state, "{record:?}");
+    }
+    wait_for_logged(Duration::from_secs(30), "the downstream", &logs, || async {
+        instances(&client, "down")
+            .await
+            .into_iter()
+            .find(|r| r.state == State::Success)
+    })
+    .await;
+    let python = support::python::venv();
+    let script = r#"
+import asyncio, sys
+import ax_client
+
+async def main():
+    client = await ax_client.connect(sys.argv[1])
+    instance = await client.trigger("up", key="from-python")
+    done = await client.wait(instance.instance_id, timeout=60)
+    print(done.instance_id, done.state)
+    await client.close()
+
+asyncio.run(main())
+"#;
+    let out = support::python::run(
+        std::process::Command::new(&python)
+            .args(["-c", script, &as_user("app")])
+            .current_dir(nats.path("python")),
+        "the Python client as the app",
+    );
+    assert!(out.trim_end().ends_with(" success"), "{out}");
+    for process in &nodes {
+        let log = process.log_text();
+        assert!(
+            !log.to_lowercase().contains("permissions violation"),
+            "{log}"
         );
     }
 }

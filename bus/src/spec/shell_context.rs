@@ -139,6 +139,7 @@ impl Reader {
             Context::Comment => {
                 if c == '\n' {
                     self.stack.pop();
+                    self.word_start = true;
                     self.newline();
                 }
                 1

@@ -291,6 +291,12 @@ mod tests {
         assert_eq!(render("echo 'a {{job}} b'"), r#"echo 'a '"${AX_JOB}"' b'"#);
         assert_eq!(render(r#"echo \"{{job}}"#), r#"echo \""${AX_JOB}""#);
         assert_eq!(render("plain"), "plain");
+        // A comment ends at its line: the next line's `#` starts a comment again (found by
+        // the property below: two such lines once left the reader inside double quotes).
+        assert_eq!(
+            render("# say \"hi\n# say \"hi\necho {{params.x}}"),
+            "# say \"hi\n# say \"hi\necho \"${AX_PARAM_x}\""
+        );
     }
 
     #[test]
@@ -359,5 +365,86 @@ mod render_tests {
             .render_bind(&|_| "?".into())
             .unwrap_err()
             .contains("inside quotes"));
+    }
+}
+
+/// The shell rendering held against a real `sh -c`: whatever comes before a placeholder
+/// (comments and strings with stray quotes, here-documents, command substitutions) and
+/// wherever it stands (a bare word, inside double or single quotes, in `$( )` or backquotes,
+/// in a here-document), its value arrives as one piece, unsplit, unglobbed, never executed.
+#[cfg(test)]
+mod shell_property {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Lines that print nothing and leave the shell where a new command starts, each with a
+    /// quote or construct a naive reader would take for the start of a string.
+    const PREFIXES: &[&str] = &[
+        "# say \"hi",
+        "# don't",
+        "true # it's",
+        ": \"it's\"",
+        ": 'say \"hi'",
+        ": \"$(echo \"it's\")\"",
+        ": `echo \"'\"`",
+        ": $(: ')')",
+        ": <<EOF\nit's \"x\nEOF",
+        ": <<'EOF'\n\"it's\nEOF",
+        ": <<-EOF\n\tit's\n\tEOF",
+        "x='a \"b' y=\"c 'd\"",
+        ": \\' \\\"",
+        "case x in (x) : \"'\" ;; esac",
+    ];
+
+    /// Where the placeholder stands, and what the shell prints for value `v` there.
+    const SPOTS: &[(&str, fn(&str) -> String)] = &[
+        ("printf '[%s]' {{params.p}}", |v| format!("[{v}]")),
+        ("printf '[%s]' \"x{{params.p}}y\"", |v| format!("[x{v}y]")),
+        ("printf '[%s]' 'x{{params.p}}y'", |v| format!("[x{v}y]")),
+        ("printf '[%s]' \"$(printf %s {{params.p}})\"", |v| {
+            format!("[{}]", v.trim_end_matches('\n'))
+        }),
+        ("printf '[%s]' \"`printf %s {{params.p}}`\"", |v| {
+            format!("[{}]", v.trim_end_matches('\n'))
+        }),
+        ("cat <<EOF\n[{{params.p}}]\nEOF", |v| format!("[{v}]\n")),
+        (
+            "for a in {{params.p}}; do printf '[%s]' \"$a\"; done",
+            |v| format!("[{v}]"),
+        ),
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_value_arrives_whole_wherever_it_stands(
+            prefixes in proptest::collection::vec(0..PREFIXES.len(), 0..4),
+            spot in 0..SPOTS.len(),
+            value in "[ a-z*?'\"$`\\\\;|&(){}<>#~!\\[\\]\t\n%-]{1,12}",
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            for name in ["g1", "g2", "pwned-not"] {
+                std::fs::write(dir.path().join(name), "").unwrap();
+            }
+            let (text, expected) = SPOTS[spot];
+            let mut command: Vec<&str> = prefixes.iter().map(|i| PREFIXES[*i]).collect();
+            command.push(text);
+            let command = command.join("\n");
+            let declared = BTreeMap::from([("p".to_string(), serde_json::Value::Null)]);
+            let rendered = Template::parse(&command, &Scope::params(&declared))
+                .unwrap()
+                .render_shell();
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&rendered)
+                .env(param_env_name("p"), &value)
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            prop_assert!(out.status.success(), "{rendered}\n{}", String::from_utf8_lossy(&out.stderr));
+            prop_assert_eq!(stdout.as_ref(), expected(&value), "{}", rendered);
+        }
     }
 }

@@ -28,7 +28,10 @@ const PREFIXES: &[&str] = &[
     "case x in (x) : \"'\" ;; esac",
 ];
 
-const SPOTS: &[(&str, fn(&str) -> String)] = &[
+/// What the shell prints for a value at a spot.
+type Printed = fn(&str) -> String;
+
+const SPOTS: &[(&str, Printed)] = &[
     ("printf '[%s]' {{params.p}}", |v| format!("[{v}]")),
     ("printf '[%s]' \"x{{params.p}}y\"", |v| format!("[x{v}y]")),
     ("printf '[%s]' 'x{{params.p}}y'", |v| format!("[x{v}y]")),

@@ -396,8 +396,11 @@ mod shell_property {
         "case x in (x) : \"'\" ;; esac",
     ];
 
+    /// What the shell prints for a value at a spot.
+    type Printed = fn(&str) -> String;
+
     /// Where the placeholder stands, and what the shell prints for value `v` there.
-    const SPOTS: &[(&str, fn(&str) -> String)] = &[
+    const SPOTS: &[(&str, Printed)] = &[
         ("printf '[%s]' {{params.p}}", |v| format!("[{v}]")),
         ("printf '[%s]' \"x{{params.p}}y\"", |v| format!("[x{v}y]")),
         ("printf '[%s]' 'x{{params.p}}y'", |v| format!("[x{v}y]")),

@@ -105,6 +105,29 @@ async fn a_plain_request_gets_the_commands_answer_in_its_own_encoding() {
     assert_eq!(reply.message, "already triggered");
     assert_eq!(instances(&client, "ping").await.len(), 1);
 
+    // Two requests with one `Nats-Msg-Id`: JetStream keeps one command, and the repeat gets
+    // that command's answer — the same instance — instead of none.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/json");
+    headers.insert("Nats-Msg-Id", "order-7");
+    let mut replies = Vec::new();
+    for _ in 0..2 {
+        let answer = client
+            .nats
+            .request_with_headers(
+                "ax.request.trigger".to_string(),
+                headers.clone(),
+                br#"{"name": "ping"}"#.to_vec().into(),
+            )
+            .await
+            .expect("an answer to each request");
+        let reply: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+        assert_eq!(reply["ok"], true, "{reply}");
+        replies.push(reply["instance_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(replies[0], replies[1]);
+    assert_eq!(instances(&client, "ping").await.len(), 2);
+
     // A refusal is an answer too, naming the reason; nothing is created.
     let answer = request(
         &client,
@@ -131,7 +154,7 @@ async fn a_plain_request_gets_the_commands_answer_in_its_own_encoding() {
         reply.errors.iter().any(|e| e.contains("text/plain")),
         "{reply:?}"
     );
-    assert_eq!(instances(&client, "ping").await.len(), 1);
+    assert_eq!(instances(&client, "ping").await.len(), 2);
 
     // A request the control stream does not take (here its headers expect another stream) is
     // answered at once with the reason, and nothing is carried out.
@@ -151,7 +174,7 @@ async fn a_plain_request_gets_the_commands_answer_in_its_own_encoding() {
     assert_eq!(reply["ok"], false, "{reply}");
     let why = reply["errors"][0].as_str().unwrap();
     assert!(why.contains("not queued"), "{reply}");
-    assert_eq!(instances(&client, "ping").await.len(), 1);
+    assert_eq!(instances(&client, "ping").await.len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

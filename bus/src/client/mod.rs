@@ -378,6 +378,8 @@ pub struct AxClient {
     pub tokens: std::sync::Arc<kv::Store>,
     /// Re-runs waiting for a second person.
     pub approvals: std::sync::Arc<kv::Store>,
+    /// `ax_answers`: answers to commands sent with a message id, for a repeat of the id.
+    pub answers: std::sync::Arc<kv::Store>,
     /// The token this client's commands carry, if any.
     caller: Option<std::sync::Arc<crate::auth::token::Token>>,
     /// The door its commands say they came through.
@@ -545,6 +547,7 @@ impl AxClient {
             summary: std::sync::Arc::new(bucket(layout.summary_bucket()).await?),
             tokens: std::sync::Arc::new(bucket(layout.tokens_bucket()).await?),
             approvals: std::sync::Arc::new(bucket(layout.approvals_bucket()).await?),
+            answers: std::sync::Arc::new(bucket(layout.answers_bucket()).await?),
             caller: None,
             via: crate::auth::Via::Control,
             nats,

@@ -31,8 +31,9 @@
 //!   instance), `<ax>_leases` (which node leads what; entries expire), `<ax>_queues` (which
 //!   priority queues are paused), `<ax>_summary` (each day's summary, 40 days), `<ax>_inflight`
 //!   (re-dispatches not yet claimed, see [`crate::client::in_flight`]), `<ax>_tokens` (API
-//!   tokens' hashes by name) and `<ax>_approvals` (re-runs waiting for, or past, a second
-//!   person's decision).
+//!   tokens' hashes by name), `<ax>_approvals` (re-runs waiting for, or past, a second
+//!   person's decision) and `<ax>_answers` (the answers to commands sent with a message id,
+//!   by stream sequence, for a request repeating that id; a few minutes).
 //!
 //! Message ids de-duplicate publishes within each stream's duplicate window; the buckets give
 //! create-if-absent and compare-and-swap, which is where uniqueness really comes from.
@@ -76,6 +77,9 @@ pub const ALERTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const LEASE_TTL: Duration = Duration::from_secs(6);
 /// De-duplication window of the streams.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// How long the answer to a command sent with a message id is kept: past the duplicate window,
+/// in which a repeat of the id can come.
+pub const ANSWERS_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// Names of the streams and buckets for one subject prefix.
 #[derive(Clone, Debug)]
@@ -247,6 +251,10 @@ impl Layout {
     pub fn approvals_bucket(&self) -> String {
         self.bucket_name("approvals")
     }
+    /// `ax_answers`: the answers to commands sent with a message id, by stream sequence.
+    pub fn answers_bucket(&self) -> String {
+        self.bucket_name("answers")
+    }
 
     /// The names of every stream ax needs, the buckets' (`KV_<bucket>`) included: what a
     /// permission that names streams one by one must list.
@@ -358,6 +366,7 @@ impl Layout {
             (self.instances_bucket(), RECORD_REVISIONS, Duration::ZERO),
             (self.tokens_bucket(), 1, Duration::ZERO),
             (self.approvals_bucket(), 1, APPROVALS_MAX_AGE),
+            (self.answers_bucket(), 1, ANSWERS_MAX_AGE),
             (self.claims_bucket(), 1, CLAIMS_MAX_AGE),
             (self.workers_bucket(), 1, WORKERS_MAX_AGE),
             (self.in_flight_bucket(), 1, CLAIMS_MAX_AGE),

@@ -11,7 +11,10 @@
 //!
 //! A request that cannot be queued (JetStream away) is answered at once with the reason, when
 //! its reply subject is an inbox; a request is never queued twice, so a requester that times
-//! out reads the outcome or asks again (keyed triggers make that safe).
+//! out reads the outcome or asks again (keyed triggers make that safe). A request that repeats
+//! the message id (`Nats-Msg-Id`) of one queued within the stream's duplicate window is not
+//! queued again — JetStream says it is a duplicate of that command — and is answered with that
+//! command's answer, which the Scheduler carrying it out keeps in `ax_answers`.
 
 use std::time::Duration;
 
@@ -21,7 +24,7 @@ use futures::StreamExt;
 
 use ax_bus::error::During;
 use ax_bus::messages::{ControlReply, REPLY_TO_HEADER};
-use ax_bus::reply_to;
+use ax_bus::{codec, reply_to};
 
 use crate::node::progress::{self, Progressed};
 use crate::ActorError;
@@ -36,6 +39,11 @@ const IN_FLIGHT: usize = 256;
 
 /// How long a request waits for the control stream's ack before it is answered with a failure.
 const ACK_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a repeated request waits for the first one's answer.
+const REPEAT_WAIT: Duration = Duration::from_secs(30);
+/// How often it looks.
+const REPEAT_POLL: Duration = Duration::from_millis(100);
 
 /// A request handed to the control stream, waiting for its ack.
 struct Queued {
@@ -107,6 +115,9 @@ async fn queue(desk: &Desk, request: async_nats::Message) -> Option<Queued> {
 /// Waits for `queued`'s ack; a request the stream did not take is answered with the reason.
 async fn settle(desk: &Desk, queued: Queued) {
     let why = match tokio::time::timeout(ACK_WAIT, queued.ack).await {
+        Ok(Ok(ack)) if ack.duplicate => {
+            return repeated(desk, queued.reply, queued.headers, ack.sequence).await
+        }
         Ok(Ok(_)) => return,
         Ok(Err(e)) => e.to_string(),
         Err(_) => format!("no ack from the control stream within {ACK_WAIT:?}"),
@@ -129,4 +140,38 @@ async fn failed(
         "the command was not queued, nothing was carried out; try again: {why}"
     )]);
     super::answer(&desk.client, reply, headers, &answer).await;
+}
+
+/// Answers a request that repeats the message id of command `sequence` with that command's
+/// answer, once kept; after [`REPEAT_WAIT`] without it, says that the command runs once.
+async fn repeated(
+    desk: &Desk,
+    reply: Option<String>,
+    headers: Option<async_nats::HeaderMap>,
+    sequence: u64,
+) {
+    let Some(reply) = reply.filter(|r| reply_to::reply_subject(r).is_ok()) else {
+        return;
+    };
+    let key = sequence.to_string();
+    let deadline = tokio::time::Instant::now() + REPEAT_WAIT;
+    let answer = loop {
+        match desk.client.answers.get(&key).await {
+            Ok(Some(kept)) => match codec::decode::<ControlReply>(&kept) {
+                Ok(answer) => break answer,
+                Err(e) => tracing::warn!(sequence, error = %e, "a kept answer does not decode"),
+            },
+            Ok(None) => {}
+            Err(e) => tracing::debug!(sequence, error = %e, "cannot read a kept answer yet"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break ControlReply::refused(vec![format!(
+                "this request repeats the message id of command {sequence} of the control \
+                 stream, which is carried out once; its answer was not kept within \
+                 {REPEAT_WAIT:?} (see ax audit list)"
+            )]);
+        }
+        tokio::time::sleep(REPEAT_POLL).await;
+    };
+    super::answer(&desk.client, reply, headers.as_ref(), &answer).await;
 }

@@ -256,11 +256,43 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
         )
         .await;
     }
+    keep_answer(client, message, sequence, &reply).await;
     if let Some(reply_to) = reply_to {
         answer(client, reply_to, message.headers.as_ref(), &reply).await;
     }
     if let Err(e) = message.ack().await {
         tracing::warn!(error = %e, "cannot ack control message");
+    }
+}
+
+/// Keeps the answer to a command sent with a message id (`Nats-Msg-Id`) in `ax_answers` under
+/// its stream sequence: a request repeating the id within the duplicate window is not queued
+/// again, and the front door answers it with this. Best effort: without it, the repeat is told
+/// that the command ran once and where to look.
+async fn keep_answer(
+    client: &AxClient,
+    message: &jetstream::Message,
+    sequence: u64,
+    reply: &ControlReply,
+) {
+    let has_id = message
+        .headers
+        .as_ref()
+        .is_some_and(|h| h.get(async_nats::header::NATS_MESSAGE_ID).is_some());
+    if !has_id {
+        return;
+    }
+    let kept = match codec::encode(reply) {
+        Ok(payload) => client
+            .answers
+            .put(sequence.to_string(), payload)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = kept {
+        tracing::warn!(sequence, error = %e, "the answer to a command with a message id is not kept");
     }
 }
 

@@ -510,6 +510,86 @@ async fn malformed_control_messages_raise_alerts_and_change_nothing() {
     assert!(!node.log_text().contains("panicked"), "{}", node.log_text());
 }
 
+/// Every malformed command sent as a plain request is answered, refused with a reason that
+/// says what is wrong (the field, when one is): none is left without an answer. An `op` that
+/// is no operation once made an audit subject no stream takes (`ax.audit.token.`): the
+/// command was never recorded, so never answered, and went to the dead letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_malformed_request_is_answered_with_its_reason() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    let bodies: [&[u8]; 11] = [
+        b"",
+        b"[]",
+        b"5",
+        b"null",
+        b"{",
+        b"{}",
+        br#"{"op": ""}"#,
+        br#"{"op": "a.>"}"#,
+        br#"{"name": 5}"#,
+        br#"{"instance": ["x"]}"#,
+        br#"{"x": 1} {}"#,
+    ];
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(codec::CONTENT_TYPE, JSON);
+    for command in ax_bus::messages::commands::ALL {
+        for body in bodies {
+            let subject = format!("ax.request.{command}");
+            let shown = String::from_utf8_lossy(body);
+            let answer = wait_for_logged(
+                Duration::from_secs(30),
+                &format!("an answer to {command} {shown}"),
+                &[&node],
+                || async {
+                    match client
+                        .nats
+                        .request_with_headers(
+                            subject.clone(),
+                            headers.clone(),
+                            body.to_vec().into(),
+                        )
+                        .await
+                    {
+                        Ok(answer) => Some(answer),
+                        Err(e)
+                            if e.kind() == async_nats::client::RequestErrorKind::NoResponders =>
+                        {
+                            None
+                        }
+                        Err(e) => panic!("{command} {shown}: no answer: {e}"),
+                    }
+                },
+            )
+            .await;
+            let reply: ax_bus::messages::ControlReply =
+                serde_json::from_slice(&answer.payload).unwrap();
+            assert!(!reply.ok, "{command} {shown} was taken: {reply:?}");
+            assert!(
+                !reply.errors.is_empty() && reply.errors.iter().all(|e| e.len() > 10),
+                "{command} {shown}: {reply:?}"
+            );
+        }
+    }
+    // A field's problem names the field.
+    let answer = client
+        .nats
+        .request_with_headers(
+            "ax.request.delete",
+            headers.clone(),
+            br#"{"name": 5}"#.to_vec().into(),
+        )
+        .await
+        .unwrap();
+    let reply: ax_bus::messages::ControlReply = serde_json::from_slice(&answer.payload).unwrap();
+    assert!(
+        reply.errors[0].contains("`name`: invalid type: integer `5`"),
+        "{reply:?}"
+    );
+    assert!(client.dead_letters().await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_work_becomes_a_dead_letter_and_nothing_crashes() {
     let nats = TestNats::start();

@@ -31,6 +31,33 @@ pub enum CodecError {
     /// The Content-Type header names an encoding ax does not speak.
     #[error("unsupported Content-Type `{0}` (use application/msgpack or application/json)")]
     UnsupportedContentType(String),
+    /// A request is not a map (a JSON object) at the top.
+    #[error("malformed {encoding} payload: a request is a map (a JSON object), not {found}")]
+    NotAMap {
+        /// `json` or `msgpack`.
+        encoding: &'static str,
+        /// What it is instead.
+        found: &'static str,
+    },
+    /// A request's field does not decode.
+    #[error("malformed {encoding} payload: {}{message}", field_prefix(path))]
+    Field {
+        /// `json` or `msgpack`.
+        encoding: &'static str,
+        /// Where, as `jobs[0].job.name` (`.` for the whole request).
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// `` `path`: `` for a field, nothing for the whole request.
+fn field_prefix(path: &str) -> String {
+    if path == "." || path.is_empty() {
+        String::new()
+    } else {
+        format!("`{path}`: ")
+    }
 }
 
 /// Encodes `value` as MessagePack with named fields.
@@ -116,6 +143,65 @@ pub fn decode_by_header<T: DeserializeOwned>(
     Encoding::of(headers)?.decode(payload)
 }
 
+/// A request (a control command) decoded by its Content-Type: a map at the top — serde would
+/// also read a struct from an array of its fields in order — and a problem named with the
+/// field it is in (`` `name`: invalid type: integer `5`, expected a string ``).
+pub fn decode_request<T: DeserializeOwned>(
+    headers: Option<&HeaderMap>,
+    payload: &[u8],
+) -> Result<T, CodecError> {
+    match Encoding::of(headers)? {
+        Encoding::Json => {
+            let found = match payload.iter().find(|b| !b.is_ascii_whitespace()) {
+                None | Some(b'{') => None,
+                Some(b'[') => Some("an array"),
+                Some(b'"') => Some("a string"),
+                Some(b'n') => Some("null"),
+                Some(b't' | b'f') => Some("a boolean"),
+                Some(b'-' | b'0'..=b'9') => Some("a number"),
+                // Not JSON at all: the parser says where.
+                Some(_) => None,
+            };
+            if let Some(found) = found {
+                return Err(CodecError::NotAMap {
+                    encoding: "json",
+                    found,
+                });
+            }
+            let mut de = serde_json::Deserializer::from_slice(payload);
+            let value =
+                serde_path_to_error::deserialize(&mut de).map_err(|e| CodecError::Field {
+                    encoding: "json",
+                    path: e.path().to_string(),
+                    message: e.into_inner().to_string(),
+                })?;
+            de.end()?;
+            Ok(value)
+        }
+        Encoding::MsgPack => {
+            let found = match payload.first() {
+                None | Some(0x80..=0x8f | 0xde | 0xdf) => None,
+                Some(0x90..=0x9f | 0xdc | 0xdd) => Some("an array"),
+                Some(0xa0..=0xbf | 0xd9..=0xdb) => Some("a string"),
+                Some(0xc0) => Some("nil"),
+                Some(_) => Some("a single value"),
+            };
+            if let Some(found) = found {
+                return Err(CodecError::NotAMap {
+                    encoding: "msgpack",
+                    found,
+                });
+            }
+            let mut de = rmp_serde::Deserializer::from_read_ref(payload);
+            serde_path_to_error::deserialize(&mut de).map_err(|e| CodecError::Field {
+                encoding: "msgpack",
+                path: e.path().to_string(),
+                message: e.into_inner().to_string(),
+            })
+        }
+    }
+}
+
 /// An optional value that the wire writes as an empty string when absent (as results write
 /// the worker of an instance that no worker ran).
 pub mod empty_as_none {
@@ -153,6 +239,44 @@ pub mod empty_as_none {
 mod tests {
     use super::*;
     use serde::Deserialize;
+
+    #[test]
+    fn requests_are_maps_and_their_problems_name_the_field() {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Request {
+            name: String,
+            #[serde(default)]
+            params: Vec<u32>,
+        }
+        let mut json = HeaderMap::new();
+        json.insert(CONTENT_TYPE, JSON);
+        let err = |headers: Option<&HeaderMap>, payload: &[u8]| {
+            decode_request::<Request>(headers, payload)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(Some(&json), b" []"),
+            "malformed json payload: a request is a map (a JSON object), not an array"
+        );
+        assert!(err(Some(&json), br#"{"name": 5}"#)
+            .starts_with("malformed json payload: `name`: invalid type: integer `5`"));
+        assert!(err(Some(&json), br#"{"name": "a", "params": [1, "x"]}"#)
+            .starts_with("malformed json payload: `params[1]`: invalid type"));
+        assert!(err(Some(&json), br#"{"name": "a"} {}"#).contains("trailing characters"));
+        assert!(err(Some(&json), br#"{}"#).contains("missing field `name`"));
+        let array = encode(&("a", [1u32])).unwrap();
+        assert_eq!(
+            err(None, &array),
+            "malformed msgpack payload: a request is a map (a JSON object), not an array"
+        );
+        let wrong = encode(&serde_json::json!({"name": 5})).unwrap();
+        assert!(err(None, &wrong).starts_with("malformed msgpack payload: `name`: invalid type"));
+        let right = encode(&serde_json::json!({"name": "a", "params": [2]})).unwrap();
+        assert_eq!(decode_request::<Request>(None, &right).unwrap().params, [2]);
+    }
 
     #[test]
     fn content_types_compare_by_media_type() {

@@ -20,12 +20,22 @@ use crate::ActorError;
 /// operation (`token.create`, `approval.approve`, …); `None` for what changes nothing and is
 /// not recorded (listings).
 pub(crate) fn action_of(command: &str, request: &serde_json::Value) -> Option<String> {
-    let op = request.get("op").and_then(|op| op.as_str()).unwrap_or("");
-    match (command, op) {
-        (commands::AUTH | commands::APPROVAL, "list") => None,
-        (commands::AUTH, op) => Some(format!("token.{op}")),
-        (commands::APPROVAL, op) => Some(format!("approval.{op}")),
-        (command, _) => Some(command.to_string()),
+    let op = request.get("op").and_then(|op| op.as_str());
+    // Only an operation the command has becomes part of the action, and so of its subject
+    // (`ax.audit.token.create`): any other text — empty, a wildcard, a dot — would make a
+    // subject no stream takes, and the command would never be recorded nor answered.
+    let known = |ops: &[&str]| op.filter(|op| ops.contains(op));
+    match command {
+        commands::AUTH | commands::APPROVAL if op == Some("list") => None,
+        commands::AUTH => Some(match known(&["bootstrap", "create", "revoke"]) {
+            Some(op) => format!("token.{op}"),
+            None => "token".into(),
+        }),
+        commands::APPROVAL => Some(match known(&["approve", "reject"]) {
+            Some(op) => format!("approval.{op}"),
+            None => "approval".into(),
+        }),
+        command => Some(command.to_string()),
     }
 }
 

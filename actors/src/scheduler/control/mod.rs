@@ -456,7 +456,7 @@ fn planned(plan: Result<Vec<PlanStep>, CommandError>) -> Result<ControlReply, Co
 }
 
 fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, CommandError> {
-    codec::decode_by_header(message.headers.as_ref(), &message.payload)
+    codec::decode_request(message.headers.as_ref(), &message.payload)
         .map_err(|e| CommandError::refused(e.to_string()))
 }
 

@@ -20,6 +20,7 @@ use actix_web::http::Method;
 use ax_bus::auth::token::Token;
 pub use ax_bus::auth::{Principal, Role, Via};
 use ax_bus::client::auth::CheckError;
+use ax_bus::messages::commands::Command;
 use ax_bus::AxClient;
 
 use crate::csrf::{self, Forged};
@@ -113,26 +114,140 @@ pub enum Denied {
     Host(String),
 }
 
-/// The role a request needs: reading (`GET`, `HEAD`) needs a viewer; changing definitions
-/// (apply, delete), verdicts (mark), queues and approvals an admin; any other change an
-/// operator. The Scheduler checks the same again when the command reaches it.
+/// What a state-changing route does, for the role it needs.
+#[derive(Clone, Copy, Debug)]
+enum Does {
+    /// Sends this control command: it needs the command's role
+    /// ([`ax_bus::auth::role_of`], an exhaustive match), as the Scheduler checks again.
+    Command(Command),
+    /// Decides an approval: an admin's.
+    Decide,
+    /// Changes nothing anywhere (a check, the bulk page's plan, signing out): needs `role`.
+    Nothing(Role),
+}
+
+/// Every state-changing route, by method and path (`{}` one segment). A change not listed
+/// needs an admin: a route added without a line here is closed, not open, to operators.
+const CHANGES: &[(&str, &str, Does)] = &[
+    ("POST", "/api/v1/jobs", Does::Command(Command::Apply)),
+    ("DELETE", "/api/v1/jobs/{}", Does::Command(Command::Delete)),
+    (
+        "POST",
+        "/api/v1/jobs/{}/trigger",
+        Does::Command(Command::Trigger),
+    ),
+    (
+        "POST",
+        "/api/v1/jobs/{}/pause",
+        Does::Command(Command::Pause),
+    ),
+    (
+        "POST",
+        "/api/v1/jobs/{}/resume",
+        Does::Command(Command::Resume),
+    ),
+    (
+        "POST",
+        "/api/v1/instances/{}/cancel",
+        Does::Command(Command::Cancel),
+    ),
+    (
+        "POST",
+        "/api/v1/instances/{}/kill",
+        Does::Command(Command::Kill),
+    ),
+    (
+        "POST",
+        "/api/v1/instances/{}/mark",
+        Does::Command(Command::Mark),
+    ),
+    ("POST", "/api/v1/rerun", Does::Command(Command::Rerun)),
+    ("POST", "/api/v1/backfill", Does::Command(Command::Backfill)),
+    (
+        "POST",
+        "/api/v1/dead-letters/{}/replay",
+        Does::Command(Command::Replay),
+    ),
+    (
+        "POST",
+        "/api/v1/queues/{}/pause",
+        Does::Command(Command::Queue),
+    ),
+    (
+        "POST",
+        "/api/v1/queues/{}/resume",
+        Does::Command(Command::Queue),
+    ),
+    ("POST", "/ui/jobs/validate", Does::Nothing(Role::Operator)),
+    ("POST", "/ui/jobs/apply", Does::Command(Command::Apply)),
+    (
+        "POST",
+        "/ui/jobs/{}/trigger",
+        Does::Command(Command::Trigger),
+    ),
+    ("POST", "/ui/jobs/{}/pause", Does::Command(Command::Pause)),
+    ("POST", "/ui/jobs/{}/resume", Does::Command(Command::Resume)),
+    ("POST", "/ui/jobs/{}/delete", Does::Command(Command::Delete)),
+    ("POST", "/ui/queues/{}/pause", Does::Command(Command::Queue)),
+    (
+        "POST",
+        "/ui/queues/{}/resume",
+        Does::Command(Command::Queue),
+    ),
+    ("POST", "/ui/dlq/replay", Does::Command(Command::Replay)),
+    // Re-runs (planned dry or carried out) and cancellations, each checked again as a command.
+    ("POST", "/ui/instances/bulk", Does::Command(Command::Rerun)),
+    (
+        "POST",
+        "/ui/instances/{}/cancel",
+        Does::Command(Command::Cancel),
+    ),
+    (
+        "POST",
+        "/ui/instances/{}/kill",
+        Does::Command(Command::Kill),
+    ),
+    (
+        "POST",
+        "/ui/instances/{}/mark",
+        Does::Command(Command::Mark),
+    ),
+    ("POST", "/ui/rerun/plan", Does::Command(Command::Rerun)),
+    ("POST", "/ui/rerun/run", Does::Command(Command::Rerun)),
+    ("POST", "/ui/backfill", Does::Command(Command::Backfill)),
+    ("POST", "/ui/approvals/{}/approve", Does::Decide),
+    ("POST", "/ui/approvals/{}/reject", Does::Decide),
+    ("POST", "/logout", Does::Nothing(Role::Viewer)),
+];
+
+/// Whether `path` has `pattern`'s shape (`{}` standing for one non-empty segment).
+fn shaped(pattern: &str, path: &str) -> bool {
+    let (mut want, mut have) = (pattern.split('/'), path.split('/'));
+    loop {
+        match (want.next(), have.next()) {
+            (None, None) => return true,
+            (Some("{}"), Some(segment)) if !segment.is_empty() => {}
+            (Some(w), Some(h)) if w == h => {}
+            _ => return false,
+        }
+    }
+}
+
+/// The role a request needs: reading (`GET`, `HEAD`) needs a viewer; a change what its route
+/// does needs ([`CHANGES`]) — a command's role, the same the Scheduler checks again; any change
+/// not listed an admin.
 pub fn needed(method: &str, path: &str) -> Role {
-    if matches!(method, "GET" | "HEAD") || path == "/logout" {
+    if matches!(method, "GET" | "HEAD") {
         return Role::Viewer;
     }
-    let admin = method == "DELETE"
-        || path == "/api/v1/jobs"
-        || path == "/ui/jobs/apply"
-        || path.ends_with("/delete")
-        || path.ends_with("/mark")
-        || path.starts_with("/api/v1/queues/")
-        || path.starts_with("/ui/queues/")
-        || path.starts_with("/api/v1/approvals/")
-        || path.starts_with("/ui/approvals/");
-    if admin {
-        Role::Admin
-    } else {
-        Role::Operator
+    let does = CHANGES
+        .iter()
+        .find(|(m, pattern, _)| *m == method && shaped(pattern, path))
+        .map(|(_, _, does)| *does);
+    match does {
+        Some(Does::Command(command)) => ax_bus::auth::role_of(command),
+        Some(Does::Decide) | None => Role::Admin,
+        Some(Does::Nothing(role)) => role,
     }
 }
 
@@ -319,17 +434,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reading_needs_a_viewer_changing_an_operator_and_definitions_an_admin() {
+    fn reading_needs_a_viewer_a_change_its_commands_role_and_anything_else_an_admin() {
         assert_eq!(needed("GET", "/metrics"), Role::Viewer);
-        assert_eq!(needed("POST", "/api/v1/jobs/x/trigger"), Role::Operator);
-        assert_eq!(needed("POST", "/ui/rerun/run"), Role::Operator);
+        assert_eq!(needed("HEAD", "/api/v1/jobs"), Role::Viewer);
+        assert_eq!(needed("POST", "/logout"), Role::Viewer);
+        for operator in [
+            ("POST", "/api/v1/jobs/x/trigger"),
+            ("POST", "/api/v1/jobs/x/pause"),
+            ("POST", "/api/v1/instances/x.1/kill"),
+            ("POST", "/api/v1/rerun"),
+            ("POST", "/api/v1/dead-letters/7/replay"),
+            ("POST", "/ui/rerun/run"),
+            ("POST", "/ui/instances/bulk"),
+            ("POST", "/ui/jobs/validate"),
+        ] {
+            assert_eq!(
+                needed(operator.0, operator.1),
+                Role::Operator,
+                "{operator:?}"
+            );
+        }
         for admin in [
             ("POST", "/api/v1/jobs"),
             ("DELETE", "/api/v1/jobs/x"),
             ("POST", "/ui/jobs/x/delete"),
+            ("POST", "/ui/jobs/apply"),
             ("POST", "/ui/instances/x/mark"),
             ("POST", "/ui/queues/low/pause"),
+            ("POST", "/api/v1/queues/low/resume"),
             ("POST", "/ui/approvals/0123456789abcdef/approve"),
+            // Not a route of the table: closed to operators, whatever it would do.
+            ("POST", "/api/v1/jobs/x/trigger/now"),
+            ("POST", "/ui/jobs/x/explode"),
+            ("PUT", "/api/v1/jobs/x/trigger"),
+            ("POST", "/api/v1/jobs//trigger"),
+            ("POST", "/api/v1/new-thing"),
         ] {
             assert_eq!(needed(admin.0, admin.1), Role::Admin, "{admin:?}");
         }

@@ -388,7 +388,7 @@ pub(crate) struct RunArgs {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum InstanceCommand {
-    /// List instances, oldest first.
+    /// List instances, newest (latest expected time) first.
     List {
         #[arg(long)]
         job: Option<JobName>,
@@ -396,7 +396,13 @@ pub(crate) enum InstanceCommand {
         biz_date: Option<String>,
         /// running, success, failed, waiting_retry or cancelled.
         #[arg(long)]
-        state: Option<String>,
+        state: Option<ax_bus::State>,
+        /// At most this many (the newest); a note on stderr says how many more there are.
+        #[arg(long, default_value_t = 100, conflicts_with = "all")]
+        limit: usize,
+        /// Every one that matches.
+        #[arg(long)]
+        all: bool,
     },
     /// Print one instance.
     Get { id: InstanceId },

@@ -9,24 +9,29 @@ use ax_bus::{codec, AxClient, InstanceRecord, State};
 
 use crate::table;
 
-pub(crate) async fn list(
-    client: &AxClient,
-    job: Option<&JobName>,
-    biz_date: Option<&str>,
-    state: Option<&str>,
-    json: bool,
-) -> Result<()> {
-    let state: Option<State> = state
-        .map(str::parse)
-        .transpose()
-        .map_err(|e: String| anyhow!(e))?;
-    let records: Vec<InstanceRecord> = client
-        .instances(job)
+/// Which instances `ax instance list` shows.
+pub(crate) struct Filter {
+    pub(crate) job: Option<JobName>,
+    pub(crate) biz_date: Option<String>,
+    pub(crate) state: Option<State>,
+    /// The newest this many; `None` for all (`--all`).
+    pub(crate) limit: Option<usize>,
+}
+
+pub(crate) async fn list(client: &AxClient, filter: &Filter, json: bool) -> Result<()> {
+    let mut records: Vec<InstanceRecord> = client
+        .instances(filter.job.as_ref())
         .await?
         .into_iter()
-        .filter(|r| biz_date.is_none_or(|d| r.biz_date == d))
-        .filter(|r| state.is_none_or(|s| r.state == s))
+        .filter(|r| filter.biz_date.as_ref().is_none_or(|d| &r.biz_date == d))
+        .filter(|r| filter.state.is_none_or(|s| r.state == s))
         .collect();
+    newest_first(&mut records);
+    let matched = records.len();
+    if let Some(limit) = filter.limit.filter(|limit| *limit < matched) {
+        records.truncate(limit);
+        eprintln!("the newest {limit} of {matched} instances; --limit N or --all for more");
+    }
     if json {
         return table::json(&records);
     }
@@ -63,6 +68,13 @@ pub(crate) async fn list(
         &rows,
     );
     Ok(())
+}
+
+/// Newest first: the latest expected time first, ties by id (the greater first), so the order
+/// is the same on every run.
+fn newest_first(records: &mut [InstanceRecord]) {
+    records
+        .sort_by(|a, b| (b.expected_time, &b.instance_id).cmp(&(a.expected_time, &a.instance_id)));
 }
 
 async fn fetch(client: &AxClient, id: &InstanceId) -> Result<InstanceRecord> {

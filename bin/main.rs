@@ -146,15 +146,16 @@ async fn run(cli: Cli) -> Result<()> {
             job,
             biz_date,
             state,
+            limit,
+            all,
         }) => {
-            instances::list(
-                &client().await?,
-                job.as_ref(),
-                biz_date.as_deref(),
-                state.as_deref(),
-                json,
-            )
-            .await
+            let filter = instances::Filter {
+                job,
+                biz_date,
+                state,
+                limit: (!all).then_some(limit),
+            };
+            instances::list(&client().await?, &filter, json).await
         }
         Command::Instance(InstanceCommand::Get { id }) => {
             instances::get(&client().await?, &id, json).await

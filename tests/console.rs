@@ -34,7 +34,7 @@ fn trigger(up: &Up, job: &str) -> String {
 
 /// `ax instance list --json`, by state, for the test's witness.
 fn listed(up: &Up) -> Vec<serde_json::Value> {
-    let out = ax(&up.nats, &["instance", "list", "--json"]);
+    let out = ax(&up.nats, &["instance", "list", "--all", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     serde_json::from_slice(&out.stdout).unwrap()
 }

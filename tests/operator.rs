@@ -356,3 +356,69 @@ async fn a_listing_cut_short_ends_quietly() {
         out.status
     );
 }
+
+/// `ax instance list` shows the newest first, at most `--limit` (100 by default) with a note
+/// of how many more match, every one with `--all`; a state it does not know is refused before
+/// any NATS call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_listing_is_newest_first_and_limited() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "listed",
+        "version: v1\njob: { name: listed, exec: { type: noop } }\n",
+    )
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = trigger(&nats, &["listed"]);
+        final_record(&client, &id, Duration::from_secs(30)).await;
+        ids.push(id);
+    }
+    let first_column = |out: &std::process::Output| -> Vec<String> {
+        stdout(out)
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect()
+    };
+    let newest: Vec<String> = ids.iter().rev().cloned().collect();
+    let limited = ax(
+        &nats.url(),
+        &["instance", "list", "--job", "listed", "--limit", "2"],
+    );
+    assert!(limited.status.success(), "{}", stderr(&limited));
+    assert_eq!(first_column(&limited), newest[..2]);
+    assert!(
+        stderr(&limited).contains("the newest 2 of 3 instances; --limit N or --all for more"),
+        "{}",
+        stderr(&limited)
+    );
+    let all = ax(
+        &nats.url(),
+        &["instance", "list", "--job", "listed", "--all"],
+    );
+    assert_eq!(first_column(&all), newest);
+    assert!(stderr(&all).is_empty(), "{}", stderr(&all));
+    let json = ax(
+        &nats.url(),
+        &[
+            "instance", "list", "--job", "listed", "--limit", "1", "--json",
+        ],
+    );
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["instance_id"], newest[0].as_str());
+    let bad = ax(
+        "nats://127.0.0.1:1",
+        &["instance", "list", "--state", "nope"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("unknown state `nope`"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -52,17 +52,7 @@ fn main() -> ExitCode {
             nix::libc::signal(nix::libc::SIGPIPE, nix::libc::SIG_DFL);
         }
     }
-    let default_level = match cli.command {
-        Command::Up(_) | Command::Node(_) => "info",
-        _ => "warn",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    logging(&cli.command);
     // On a thread of its own with a large stack: a debug build polls the deeply nested futures
     // of a node or a benchmark in frames that overflowed the main thread's 8 MiB.
     let outcome = std::thread::Builder::new()
@@ -219,6 +209,37 @@ async fn run(cli: Cli) -> Result<()> {
             instances::tail_results(&client().await?, job.as_ref()).await
         }
     }
+}
+
+/// Where the log goes. A node logs at `info` on stderr (its supervisor keeps it). Every other
+/// command shows warnings only, `RUST_LOG` choosing otherwise; `ax up` also writes the whole
+/// log (`info`) to `<data-dir>/ax.log`, so that its terminal shows the build's progress, then
+/// its banner — console, metrics, NATS — and only warnings after it.
+fn logging(command: &Command) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{fmt, Layer};
+    let level = match command {
+        Command::Node(_) => "info",
+        _ => "warn",
+    };
+    let stderr = fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)));
+    let file = match command {
+        Command::Up(args) => up::log_file(&args.data_dir).map(|file| {
+            fmt::layer()
+                .with_writer(std::sync::Mutex::new(file))
+                .with_ansi(false)
+                .with_filter(EnvFilter::new("info"))
+        }),
+        _ => None,
+    };
+    tracing_subscriber::registry()
+        .with(stderr)
+        .with(file)
+        .init();
 }
 
 /// Help and version as clap prints them; any other argument error as one line on stderr, as

@@ -21,6 +21,8 @@ use crate::args::UpArgs;
 use crate::connect::URL_FILE;
 use crate::{jobs, shutdown};
 
+/// The log of `ax up`, in its data directory.
+const LOG_FILE: &str = "ax.log";
 const DEFAULT_PORT: u16 = 4222;
 /// The HTTP server's port, unless taken.
 const DEFAULT_HTTP_PORT: u16 = 8080;
@@ -131,6 +133,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
     // Last on screen: where to go next.
     eprintln!("console: http://{}/", http.addr);
     eprintln!("metrics: http://{}/metrics", http.addr);
+    eprintln!("log: {}", data_dir.join(LOG_FILE).display());
     eprintln!("Ctrl-C stops everything");
     shutdown::wait().await;
     node.hand_over().await;
@@ -212,4 +215,11 @@ pub(crate) fn local_executors(data_dir: &Path, plugin_dir: Option<PathBuf>) -> E
         plugin_dir,
         python: "python3".into(),
     }
+}
+
+/// The log of `ax up` in its data directory (made afresh at each start), or none when it
+/// cannot be made — the terminal still shows the warnings.
+pub(crate) fn log_file(data_dir: &std::path::Path) -> Option<std::fs::File> {
+    std::fs::create_dir_all(data_dir).ok()?;
+    std::fs::File::create(data_dir.join(LOG_FILE)).ok()
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 use ax_bus::client::local_server::{find_binary, BINARY_ENV};
 use support::*;
 
-/// `ax up` in `dir`, told where the pinned nats-server is (the test's folder has no .tools/).
+/// `ax up` in `dir`, told where the pinned nats-server is (the test's folder has no .tools/),
+/// its terminal as a user's (warnings only: `RUST_LOG` is `warn`, the default).
 fn spawn_up(dir: &Path) -> AxProcess {
     let binary = find_binary().expect("pinned nats-server");
     AxProcess::spawn_with_env(
@@ -18,7 +19,10 @@ fn spawn_up(dir: &Path) -> AxProcess {
         &["up", "--slots", "4"],
         dir,
         &dir.join("up.log"),
-        &[(BINARY_ENV, binary.to_str().expect("utf-8 path"))],
+        &[
+            (BINARY_ENV, binary.to_str().expect("utf-8 path")),
+            ("RUST_LOG", "warn"),
+        ],
     )
 }
 
@@ -79,6 +83,12 @@ async fn up_runs_jobs_and_stops_leaving_nothing_behind() {
         },
     )
     .await;
+    // The terminal shows the banner, not the log: that is in .ax/ax.log.
+    let terminal = up.log_text();
+    assert!(terminal.contains("console: http://"), "{terminal}");
+    assert!(!terminal.contains(" INFO "), "{terminal}");
+    let log = std::fs::read_to_string(dir.path().join(".ax/ax.log")).unwrap();
+    assert!(log.contains(" INFO "), "{log}");
 
     let status = up
         .terminate(Duration::from_secs(30))
@@ -146,4 +156,7 @@ async fn a_password_in_the_nats_url_stays_secret() {
     .await;
     assert!(!said.contains("pa55-secret"), "{said}");
     assert!(said.contains("ax:***@"), "{said}");
+    let log = std::fs::read_to_string(dir.join(".ax/ax.log")).unwrap();
+    assert!(log.contains(" INFO "), "{log}");
+    assert!(!log.contains("pa55-secret"), "{log}");
 }

@@ -291,12 +291,13 @@ impl AxProcess {
         log: &Path,
         env: &[(&str, &str)],
     ) -> Self {
-        command.envs(env.iter().copied());
         command
             .args(args)
             .current_dir(dir)
             .env_remove("AX_NATS_URL")
+            // The whole log on stderr, for a failing test's output, unless `env` says otherwise.
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log).expect("log file"));

@@ -199,6 +199,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
         pin: record.pin.clone(),
         stored: None,
         passed_over: Vec::new(),
+        trigger: Some(record.trigger),
     };
     // The same dispatch again, under a new message id so JetStream does not drop it.
     client

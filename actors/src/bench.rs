@@ -124,6 +124,7 @@ pub fn success(work: &WorkItem) -> ResultMessage {
         stdout_tail: String::new(),
         stderr_tail: String::new(),
         shard: None,
+        trigger: work.trigger,
     }
 }
 

@@ -136,6 +136,7 @@ async fn publish_ready(client: &AxClient, n: usize) -> Result<()> {
             pin: None,
             stored: None,
             passed_over: Vec::new(),
+            trigger: None,
         };
         acks.push(
             publish::to_stream(

@@ -495,6 +495,10 @@ pub struct WorkItem {
     /// the worker that claims it (the instance history's re-dispatch step).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passed_over: Vec<WorkerId>,
+    /// What made the instance (a cron tick, a trigger, a backfill…), carried to its result:
+    /// the day's summary leaves backfills out of trigger latency. Absent from older messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<crate::instance::Trigger>,
 }
 
 /// An instance record and the revision it was stored under.
@@ -527,6 +531,7 @@ impl WorkItem {
             pin: record.pin.clone(),
             stored: None,
             passed_over: Vec::new(),
+            trigger: Some(record.trigger),
         }
     }
 }
@@ -838,6 +843,10 @@ pub struct ResultMessage {
     /// For a shard: its parent and place.
     #[serde(default)]
     pub shard: Option<ShardRef>,
+    /// What made the instance (`cron`, `catch_up`, `manual`, `deps`, `backfill`); absent from
+    /// results of older versions.
+    #[serde(default)]
+    pub trigger: Option<crate::instance::Trigger>,
 }
 
 impl ResultMessage {
@@ -870,6 +879,7 @@ impl ResultMessage {
             stdout_tail: end.stdout_tail.clone(),
             stderr_tail: end.stderr_tail.clone(),
             shard: work.shard.clone(),
+            trigger: work.trigger,
         }
     }
 }
@@ -901,6 +911,7 @@ impl ResultMessage {
             stdout_tail: record.stdout_tail.clone(),
             stderr_tail: record.stderr_tail.clone(),
             shard: record.shard.clone(),
+            trigger: Some(record.trigger),
         }
     }
 }
@@ -923,7 +934,8 @@ pub struct DaySummary {
     pub failed: u64,
     /// Of which were cancelled.
     pub cancelled: u64,
-    /// Sum of the trigger latencies (expected time to start) of first attempts, in ms.
+    /// Sum of the trigger latencies (expected time to start) of first attempts, in ms; backfills
+    /// left out.
     pub latency_ms_total: u64,
     /// How many first attempts the sum holds.
     pub latency_count: u64,
@@ -969,7 +981,10 @@ impl DaySummary {
             State::Running | State::WaitingRetry => return,
         }
         self.finished += 1;
-        if let (1, Some(started)) = (result.attempt, result.started_at) {
+        // Trigger latency is that of work due now: a re-run (a later attempt) or a backfill
+        // (due on a past date's schedule) would count days of "lateness" it never had.
+        let backfill = result.trigger == Some(crate::instance::Trigger::Backfill);
+        if let (1, Some(started), false) = (result.attempt, result.started_at, backfill) {
             let late = (started - result.expected_time).num_milliseconds().max(0);
             self.latency_ms_total += u64::try_from(late).unwrap_or(0);
             self.latency_count += 1;
@@ -1288,6 +1303,7 @@ mod day_summary_tests {
             stdout_tail: String::new(),
             stderr_tail: String::new(),
             shard: None,
+            trigger: Some(crate::instance::Trigger::Cron),
         }
     }
 
@@ -1313,6 +1329,14 @@ mod day_summary_tests {
         assert_eq!(day.longest.as_ref().map(|l| l.duration_ms), Some(700));
         // First attempts only: a, c and the second b (attempt 1).
         assert_eq!(day.latency_count, 3);
+        assert_eq!(day.average_latency_ms(), Some(10.0));
+        // A backfill, due on a past date's schedule, ran "late" by months: counted as ended,
+        // left out of the latency.
+        let mut backfilled = result("d", State::Success, 1, 5);
+        backfilled.trigger = Some(crate::instance::Trigger::Backfill);
+        backfilled.started_at = Some(backfilled.expected_time + chrono::TimeDelta::days(60));
+        day.add(6, &backfilled);
+        assert_eq!((day.finished, day.latency_count), (5, 3));
         assert_eq!(day.average_latency_ms(), Some(10.0));
     }
 }

@@ -716,6 +716,7 @@ mod tests {
             pin: None,
             stored: None,
             passed_over: Vec::new(),
+            trigger: None,
         }
     }
 
@@ -740,6 +741,7 @@ mod tests {
             stdout_tail: String::new(),
             stderr_tail: String::new(),
             shard: None,
+            trigger: work.trigger,
         }
     }
 

@@ -245,6 +245,7 @@ mod tests {
                 pin: None,
                 stored: None,
                 passed_over: Vec::new(),
+                trigger: None,
             },
             end: AttemptEnd {
                 trace_id: trace,

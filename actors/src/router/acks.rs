@@ -134,6 +134,7 @@ mod tests {
             pin: None,
             stored: None,
             passed_over: Vec::new(),
+            trigger: None,
         }
     }
 

@@ -53,15 +53,22 @@ struct Page {
     body: Body,
 }
 
+/// The date a dashboard shows: the one asked for, whether or not it has a summary (a day
+/// nothing ended on shows zeros, never another day's figures); else the latest summarized;
+/// else today.
+fn shown_date(requested: &str, summarized: &str, today: &str) -> String {
+    [requested, summarized, today]
+        .into_iter()
+        .find(|d| !d.is_empty())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The body of the day's summary, `today` when none exists yet.
 fn body_of(status: Status, state: &State, requested: &str) -> Body {
     let today = chrono::Utc::now().date_naive().to_string();
     let day = status.day.unwrap_or_default();
-    let date = if day.date.is_empty() {
-        today
-    } else {
-        day.date.clone()
-    };
+    let date = shown_date(requested, &day.date, &today);
     let counts = match &state.index {
         Some(index) => index.counts(&Filter {
             biz_date: Some(date.clone()),
@@ -160,5 +167,21 @@ async fn body(
     match read(&state, &request, &query).await {
         Ok(body) => pages::html(StatusCode::OK, &body),
         Err(response) => *response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_date;
+
+    #[test]
+    fn the_date_asked_for_is_the_date_shown_even_without_a_summary() {
+        assert_eq!(shown_date("2026-10-01", "", "2026-12-04"), "2026-10-01");
+        assert_eq!(
+            shown_date("2026-10-01", "2026-12-03", "2026-12-04"),
+            "2026-10-01"
+        );
+        assert_eq!(shown_date("", "2026-12-03", "2026-12-04"), "2026-12-03");
+        assert_eq!(shown_date("", "", "2026-12-04"), "2026-12-04");
     }
 }

@@ -200,6 +200,10 @@ async fn an_operator_runs_ax_from_the_browser() {
         .await;
     let record = final_record(&up.client, &sleeper, Duration::from_secs(30)).await;
     assert_eq!(record.tag, ax_bus::Tag::Killed);
+    // Ended, it is offered neither cancel nor kill (only what applies to its state).
+    browser.open(&format!("{base}/instances/{sleeper}")).await;
+    browser.element("#rerun").await;
+    assert!(!browser.has("#cancel").await && !browser.has("#kill").await);
     wait_for(Duration::from_secs(30), "the sleep to end", || async {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
             .is_err()

@@ -389,6 +389,17 @@ pub struct AttemptEnd {
 }
 
 impl InstanceRecord {
+    /// Whether its attempt is executing on a worker: what `kill` stops.
+    pub fn executing(&self) -> bool {
+        self.state == State::Running && self.tag == Tag::Executing
+    }
+
+    /// Whether `cancel` applies: it waits (for its time, dependencies, a worker, a retry) and
+    /// has not ended.
+    pub fn cancellable(&self) -> bool {
+        !self.state.is_final() && !self.executing()
+    }
+
     /// The record of `spec`'s instance expected at `expected`, on its first attempt (tag
     /// `queued`). Its trace id is derived from the instance id ([`TraceId::first_of`]), the same
     /// for every creator: Schedulers racing for a fire all hold the same attempt.

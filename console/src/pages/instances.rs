@@ -244,6 +244,9 @@ struct InstancePage {
     biz_date: String,
     state: String,
     tag: String,
+    /// Only the actions that apply to the state are offered.
+    can_cancel: bool,
+    can_kill: bool,
     attempt: u32,
     trace_id: String,
     expected_time: String,
@@ -340,6 +343,8 @@ async fn page(
         biz_date: record.biz_date.clone(),
         state: record.state.to_string(),
         tag: record.tag.to_string(),
+        can_cancel: record.cancellable(),
+        can_kill: record.executing(),
         attempt: record.attempt,
         trace_id: record.trace_id.to_string(),
         expected_time: pages::time(Some(record.expected_time)),

@@ -72,8 +72,7 @@ fn refusal(action: &str, record: &InstanceRecord) -> Option<String> {
             record.state
         ));
     }
-    let executing = record.state == State::Running && record.tag == Tag::Executing;
-    match (action, executing) {
+    match (action, record.executing()) {
         (commands::CANCEL, true) => Some(format!(
             "instance {id} is executing on {}; kill it instead (ax instance kill)",
             record.worker.as_deref().unwrap_or("a worker")

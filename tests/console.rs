@@ -158,6 +158,26 @@ async fn an_operator_runs_ax_from_the_browser() {
         "{table}"
     );
     browser.screenshot("instances").await;
+    // A part of a job's name finds its instances; a tag is chosen from every tag.
+    browser.open(&format!("{base}/instances?job=roke")).await;
+    let table = browser.text("#instances").await;
+    assert!(
+        table.contains(&broken) && !table.contains(&created),
+        "{table}"
+    );
+    browser
+        .open(&format!("{base}/instances?tag=exit_code"))
+        .await;
+    let table = browser.text("#instances").await;
+    assert!(
+        table.contains(&broken) && !table.contains(&created),
+        "{table}"
+    );
+    let tags = browser.text("select[name=tag]").await;
+    assert!(
+        tags.contains("waiting_deps") && tags.contains("scheduled"),
+        "{tags}"
+    );
 
     // A re-run shows its plan first: nothing runs until it is confirmed.
     browser.open(&format!("{base}/instances/{broken}")).await;

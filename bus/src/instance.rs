@@ -138,6 +138,35 @@ pub enum Tag {
 }
 
 impl Tag {
+    /// Every tag but `other` (what a newer version's unknown tag reads as), for the choices of
+    /// a filter. The test below matches every variant, so a new tag is added here too.
+    pub const ALL: [Tag; 24] = [
+        Tag::Queued,
+        Tag::Scheduled,
+        Tag::WaitingDeps,
+        Tag::NoWorker,
+        Tag::Executing,
+        Tag::Completed,
+        Tag::ExitCode,
+        Tag::Killed,
+        Tag::Timeout,
+        Tag::SpawnFailed,
+        Tag::Rejected,
+        Tag::ExecutorError,
+        Tag::Operator,
+        Tag::Marked,
+        Tag::JobDeleted,
+        Tag::UpstreamFailed,
+        Tag::DepsTimeout,
+        Tag::Superseded,
+        Tag::WorkerLost,
+        Tag::Sharded,
+        Tag::ShardsFailed,
+        Tag::DeadLetter,
+        Tag::ClockSkew,
+        Tag::Unregistered,
+    ];
+
     /// The tag as written on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -914,5 +943,47 @@ pub(crate) mod tests {
         );
         assert_eq!("failed".parse::<State>(), Ok(State::Failed));
         assert!("done".parse::<State>().is_err());
+    }
+}
+
+#[cfg(test)]
+mod tag_tests {
+    use super::Tag;
+
+    #[test]
+    fn every_tag_is_listed_once() {
+        // Exhaustive: a new variant does not compile until it is placed here and in ALL.
+        let listed = |tag: Tag| match tag {
+            Tag::Other => false,
+            Tag::Queued
+            | Tag::Scheduled
+            | Tag::Operator
+            | Tag::Marked
+            | Tag::NoWorker
+            | Tag::Executing
+            | Tag::Completed
+            | Tag::ExitCode
+            | Tag::Killed
+            | Tag::Timeout
+            | Tag::SpawnFailed
+            | Tag::JobDeleted
+            | Tag::WaitingDeps
+            | Tag::UpstreamFailed
+            | Tag::DepsTimeout
+            | Tag::Superseded
+            | Tag::WorkerLost
+            | Tag::Sharded
+            | Tag::ShardsFailed
+            | Tag::DeadLetter
+            | Tag::ClockSkew
+            | Tag::Unregistered
+            | Tag::Rejected
+            | Tag::ExecutorError => true,
+        };
+        let mut names: Vec<&str> = Tag::ALL.iter().map(|t| t.as_str()).collect();
+        assert!(Tag::ALL.iter().all(|t| listed(*t)));
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Tag::ALL.len(), "a tag listed twice");
     }
 }

@@ -75,6 +75,8 @@ impl Row {
 pub struct Filter {
     /// Of this job.
     pub job: Option<JobName>,
+    /// Of a job whose name contains this (the pages' search box).
+    pub job_part: Option<String>,
     /// In this state.
     pub state: Option<State>,
     /// With this tag.
@@ -90,6 +92,10 @@ pub struct Filter {
 impl Filter {
     fn admits(&self, row: &Row) -> bool {
         self.job.as_ref().is_none_or(|j| *j == row.job)
+            && self
+                .job_part
+                .as_ref()
+                .is_none_or(|part| row.job.as_str().contains(part.as_str()))
             && self.state.is_none_or(|s| s == row.state)
             && self.tag.as_ref().is_none_or(|t| *t == row.tag)
             && self.biz_date.as_ref().is_none_or(|d| *d == row.biz_date)
@@ -221,6 +227,11 @@ impl InstanceIndex {
             }
         });
         index
+    }
+
+    /// Whether it holds an instance of `job`.
+    pub fn has_job(&self, job: &JobName) -> bool {
+        self.read().by_job.contains_key(job)
     }
 
     /// Whether every record that existed when the index started is in it.

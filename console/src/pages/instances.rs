@@ -100,6 +100,7 @@ impl ListQuery {
         };
         Ok(Filter {
             job,
+            job_part: None,
             state,
             tag: Some(self.tag.trim().to_string()).filter(|t| !t.is_empty()),
             biz_date,
@@ -168,6 +169,7 @@ struct ListPage {
     chrome: Chrome,
     query: ListQuery,
     states: Vec<String>,
+    tags: Vec<String>,
     problem: Option<String>,
     index_current: bool,
     rows: Vec<ListRow>,
@@ -176,13 +178,40 @@ struct ListPage {
     next: Option<String>,
 }
 
+/// The page's filter: as the API's, except that a job that is not one of the index's names
+/// the jobs whose names contain it (`order` finds `sync_order_daily` and `order_stat_daily`).
+fn searched(
+    query: &ListQuery,
+    index: Option<&crate::index::InstanceIndex>,
+) -> Result<Filter, Problem> {
+    let exact = query
+        .job
+        .trim()
+        .parse::<JobName>()
+        .ok()
+        .filter(|job| index.is_some_and(|index| index.has_job(job)));
+    if exact.is_some() || query.job.trim().is_empty() {
+        return query.filter();
+    }
+    let part = query.job.trim().to_string();
+    let filter = ListQuery {
+        job: String::new(),
+        ..query.clone()
+    }
+    .filter()?;
+    Ok(Filter {
+        job_part: Some(part),
+        ..filter
+    })
+}
+
 async fn list(
     state: web::Data<State>,
     request: HttpRequest,
     query: web::Query<ListQuery>,
 ) -> HttpResponse {
     let query = query.into_inner();
-    let (filter, problem) = match query.filter() {
+    let (filter, problem) = match searched(&query, state.index.as_ref()) {
         Ok(filter) => (Some(filter), None),
         Err(e) => (None, Some(e.to_string())),
     };
@@ -219,6 +248,7 @@ async fn list(
     let list = ListPage {
         chrome: Chrome::of(&pages::caller(&request), "instances"),
         states: InstanceState::ALL.iter().map(|s| s.to_string()).collect(),
+        tags: ax_bus::Tag::ALL.iter().map(|t| t.to_string()).collect(),
         problem,
         index_current: current,
         rows,

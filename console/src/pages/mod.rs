@@ -268,14 +268,26 @@ pub(crate) fn duration(ms: i64) -> String {
     }
 }
 
-/// An instant as the pages show it (UTC, to the second), or `–`.
+/// An instant as the pages show it (UTC, to the second, saying so), or `–`.
 pub(crate) fn time(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
-    at.map_or_else(|| "–".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+    at.map_or_else(
+        || "–".into(),
+        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_say_their_zone() {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-04T23:20:36.500Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        assert_eq!(time(Some(at)), "2026-12-04 23:20:36 UTC");
+        assert_eq!(time(None), "–");
+    }
 
     #[test]
     fn repeated_fields_are_all_read_and_decoded() {

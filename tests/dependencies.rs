@@ -100,7 +100,17 @@ async fn the_stat_job_runs_only_after_both_syncs_of_the_same_date() {
     // The stat job has no cron: its instance for the date appears with the first upstream and
     // waits for the other one.
     let stat = waiting_instance(&client, "order_stat_daily", "2026-01-01").await;
-    assert!(stat.message.contains("sync_pay_daily"), "{}", stat.message);
+    // Its record names only what is still missing: sync_order_daily came.
+    let said = wait_for(
+        Duration::from_secs(15),
+        "the missing upstream named",
+        || async {
+            let (record, _) = client.instance(&stat.instance_id).await.ok()??;
+            (!record.message.contains("sync_order_daily")).then_some(record.message)
+        },
+    )
+    .await;
+    assert_eq!(said, "waiting for `sync_pay_daily` for 2026-01-01");
 
     // Another date's success does not count.
     let other = trigger(&nats, &["sync_pay_daily", "--biz-date", "2026-01-02"]);

@@ -2,7 +2,7 @@
 //! awaited together, record updates run 64 at a time, and the instances of jobs without cron
 //! are created and fed back into the view (which may decide more).
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use chrono::NaiveDate;
@@ -39,8 +39,9 @@ struct Execution {
     /// One record update per instance: the last action decides it.
     records: BTreeMap<InstanceId, RecordJob>,
     creates: Vec<(Arc<JobSpec>, NaiveDate)>,
-    /// Instances created here are born tagged `waiting_deps`.
-    created_here: HashSet<InstanceId>,
+    /// Instances created here are born tagged `waiting_deps`, saying what they wait for: their
+    /// record is written again only when that is no longer all (one dependency was met).
+    created_here: HashMap<InstanceId, String>,
 }
 
 /// Carries out `actions` against JetStream; created instances are fed back into `state`. Once
@@ -58,7 +59,7 @@ pub(super) async fn execute(
         entries: Vec::new(),
         records: BTreeMap::new(),
         creates: Vec::new(),
-        created_here: HashSet::new(),
+        created_here: HashMap::new(),
     };
     let mut queue: VecDeque<Action> = actions.into();
     loop {
@@ -69,8 +70,8 @@ pub(super) async fn execute(
             break;
         }
         let now = ax_bus::time::now();
-        for work in run.create_pending().await? {
-            run.created_here.insert(work.instance_id.clone());
+        for (work, message) in run.create_pending().await? {
+            run.created_here.insert(work.instance_id.clone(), message);
             queue.extend(state.on_created(work, now));
         }
     }
@@ -111,6 +112,12 @@ impl Execution {
                 reason,
             } => self.hold(work, since, reason).await,
             Action::Release { work, held } => self.release(work, held).await,
+            Action::Note { work, reason } => {
+                let id = work.instance_id.clone();
+                self.records
+                    .insert(id, tag_waiting(self.client.clone(), work, reason).boxed());
+                Ok(())
+            }
             Action::End {
                 work,
                 state,
@@ -179,7 +186,7 @@ impl Execution {
             children: None,
         };
         self.store_waiting(&waiting).await?;
-        if !self.created_here.contains(&id) {
+        if self.created_here.get(&id) != Some(&reason) {
             self.records
                 .insert(id, tag_waiting(self.client.clone(), work, reason).boxed());
         }
@@ -204,8 +211,9 @@ impl Execution {
         Ok(())
     }
 
-    /// Creates the instances asked for so far; returns the attempts that wait.
-    async fn create_pending(&mut self) -> Result<Vec<WorkItem>, ActorError> {
+    /// Creates the instances asked for so far; returns the attempts that wait, each with what
+    /// its record says it waits for.
+    async fn create_pending(&mut self) -> Result<Vec<(WorkItem, String)>, ActorError> {
         let client = self.client.clone();
         let made: Vec<_> = futures::stream::iter(self.creates.drain(..))
             .map(|(spec, date)| create_for_date(client.clone(), spec, date))
@@ -264,12 +272,13 @@ async fn end_instance(
 }
 
 /// Creates the instance of a job without cron for `date`. When it exists already (a crash after
-/// creating it), its record tells whether it still waits.
+/// creating it), its record tells whether it still waits. With the attempt, its record's
+/// message.
 async fn create_for_date(
     client: AxClient,
     spec: Arc<JobSpec>,
     date: NaiveDate,
-) -> Result<Option<WorkItem>, ActorError> {
+) -> Result<Option<(WorkItem, String)>, ActorError> {
     let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
     let expected = ax_bus::time::start_of_day(tz, date);
     let mut record = InstanceRecord::first(
@@ -292,12 +301,18 @@ async fn create_for_date(
     record.message = format!("waiting for {}", deps.join(", "));
     if client.create_instance(&record).await? {
         publish::event(&client, &record).await;
-        return Ok(Some(WorkItem::for_attempt(&record, (*spec).clone())));
+        let work = WorkItem::for_attempt(&record, (*spec).clone());
+        return Ok(Some((work, record.message)));
     }
     let existing = client.instance(&record.instance_id).await?;
     Ok(existing.and_then(|(record, _)| {
         let waits =
             record.state == State::Running && matches!(record.tag, Tag::Queued | Tag::WaitingDeps);
-        waits.then(|| WorkItem::for_attempt(&record, (*spec).clone()))
+        waits.then(|| {
+            (
+                WorkItem::for_attempt(&record, (*spec).clone()),
+                record.message,
+            )
+        })
     }))
 }

@@ -48,6 +48,13 @@ pub(crate) enum Action {
         /// What it waits for, for humans.
         reason: String,
     },
+    /// Say in a held instance's record what it still waits for (something it waited for came).
+    Note {
+        /// The attempt.
+        work: WorkItem,
+        /// What it still waits for, for humans.
+        reason: String,
+    },
     /// Send the attempt to the Router (and forget it if it was held).
     Release {
         /// The attempt.
@@ -123,6 +130,8 @@ struct Held {
     work: WorkItem,
     conditions: Vec<Condition>,
     deadline: Option<DateTime<Utc>>,
+    /// What its record says it waits for.
+    reason: String,
 }
 
 /// A parent instance waiting for its shards; a child's state is known once it ended.
@@ -532,6 +541,7 @@ impl DagState {
             work,
             conditions,
             deadline,
+            reason: String::new(),
         };
         match self.verdict(&held) {
             Verdict::Met => actions.push(Action::Release {
@@ -548,6 +558,7 @@ impl DagState {
             Verdict::Pending(reason) => {
                 // The record is tagged `waiting_deps` now: the copy it came with is stale.
                 held.work.stored = None;
+                held.reason = reason.clone();
                 if held.deadline.is_some_and(|d| d <= now) {
                     let seconds = held.work.spec.deps_timeout.unwrap_or_default();
                     actions.push(Action::End {
@@ -602,7 +613,18 @@ impl DagState {
                 None => continue,
             };
             match verdict {
-                Verdict::Pending(_) => {}
+                Verdict::Pending(reason) => {
+                    // One of several dependencies met: the record names what is still missing.
+                    if let Some(held) = self.held.get_mut(&id) {
+                        if held.reason != reason {
+                            held.reason = reason.clone();
+                            actions.push(Action::Note {
+                                work: held.work.clone(),
+                                reason,
+                            });
+                        }
+                    }
+                }
                 Verdict::Met => {
                     if let Some(held) = self.unhold(&id) {
                         actions.push(Action::Release {
@@ -811,7 +833,14 @@ mod tests {
         );
         let held = dag.on_created(s1.clone(), now());
         assert!(matches!(held.last(), Some(Action::Hold { .. })), "{held:?}");
-        assert!(released(&dag.on_result(&result(&o1, State::Success), now())).is_empty());
+        let noted = dag.on_result(&result(&o1, State::Success), now());
+        assert!(released(&noted).is_empty());
+        // Its record now names only what is still missing.
+        assert!(
+            noted.iter().any(|a| matches!(a, Action::Note { reason, .. }
+                if reason == "waiting for `sync_pay_daily` for 2026-01-01")),
+            "{noted:?}"
+        );
         // Another date's success does not count.
         dag.on_created(p2.clone(), now());
         assert!(released(&dag.on_result(&result(&p2, State::Success), now())).is_empty());

@@ -403,6 +403,9 @@ pub(crate) enum InstanceCommand {
         /// Every one that matches.
         #[arg(long)]
         all: bool,
+        /// Only their ids, one per line (for `id=$(ax instance list … --limit 1 --ids)`).
+        #[arg(long)]
+        ids: bool,
     },
     /// Print one instance.
     Get { id: InstanceId },

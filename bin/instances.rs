@@ -18,7 +18,7 @@ pub(crate) struct Filter {
     pub(crate) limit: Option<usize>,
 }
 
-pub(crate) async fn list(client: &AxClient, filter: &Filter, json: bool) -> Result<()> {
+pub(crate) async fn list(client: &AxClient, filter: &Filter, json: bool, ids: bool) -> Result<()> {
     let mut records: Vec<InstanceRecord> = client
         .instances(filter.job.as_ref())
         .await?
@@ -34,6 +34,12 @@ pub(crate) async fn list(client: &AxClient, filter: &Filter, json: bool) -> Resu
     }
     if json {
         return table::json(&records);
+    }
+    if ids {
+        for record in &records {
+            println!("{}", record.instance_id);
+        }
+        return Ok(());
     }
     let rows: Vec<Vec<String>> = records
         .iter()

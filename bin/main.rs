@@ -138,6 +138,7 @@ async fn run(cli: Cli) -> Result<()> {
             state,
             limit,
             all,
+            ids,
         }) => {
             let filter = instances::Filter {
                 job,
@@ -145,7 +146,7 @@ async fn run(cli: Cli) -> Result<()> {
                 state,
                 limit: (!all).then_some(limit),
             };
-            instances::list(&client().await?, &filter, json).await
+            instances::list(&client().await?, &filter, json, ids).await
         }
         Command::Instance(InstanceCommand::Get { id }) => {
             instances::get(&client().await?, &id, json).await

@@ -411,6 +411,13 @@ async fn an_instance_listing_is_newest_first_and_limited() {
     let listed: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["instance_id"], newest[0].as_str());
+    let ids = ax(
+        &nats.url(),
+        &[
+            "instance", "list", "--job", "listed", "--limit", "1", "--ids",
+        ],
+    );
+    assert_eq!(stdout(&ids).trim(), newest[0]);
     let bad = ax(
         "nats://127.0.0.1:1",
         &["instance", "list", "--state", "nope"],

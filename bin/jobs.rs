@@ -60,15 +60,28 @@ pub(crate) async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) 
     for warning in &applied.warnings {
         eprintln!("warning: {warning}");
     }
-    if json {
-        return table::json(&applied.changes);
+    if applied.commands > 1 {
+        eprintln!(
+            "the set is larger than one NATS message: sent as {} commands, upstream jobs first",
+            applied.commands
+        );
     }
-    let rows: Vec<Vec<String>> = applied
-        .changes
-        .iter()
-        .map(|c| vec![c.name.to_string(), format!("{:?}", c.change).to_lowercase()])
-        .collect();
-    table::print(&["JOB", "CHANGE"], &rows);
+    if json {
+        table::json(&applied.changes)?;
+    } else {
+        let rows: Vec<Vec<String>> = applied
+            .changes
+            .iter()
+            .map(|c| vec![c.name.to_string(), format!("{:?}", c.change).to_lowercase()])
+            .collect();
+        table::print(&["JOB", "CHANGE"], &rows);
+    }
+    if let Some(problem) = &applied.unfinished {
+        bail!(
+            "the {} job(s) listed were applied and are kept; the rest were not: {problem}",
+            applied.changes.len()
+        );
+    }
     Ok(())
 }
 

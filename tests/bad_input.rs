@@ -401,8 +401,7 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
     );
     assert!(!out.status.success());
 
-    // A spec of 5 MB is refused at its line; jobs each within bounds but past the server's
-    // max_payload together are refused naming their files.
+    // A spec of 5 MB is refused at its line.
     let huge = job_file(
         &dir,
         "huge.yaml",
@@ -415,24 +414,6 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
         "{}",
         err.chars().take(300).collect::<String>()
     );
-    let many = nats.path("many");
-    for i in 0..10 {
-        job_file(
-            &many,
-            &format!("{i}.yaml"),
-            &GOOD
-                .replace("name: good", &format!("name: big-{i}"))
-                .replace("echo ok", &format!("echo {}", "x".repeat(120_000))),
-        );
-    }
-    let out = ax(&nats.url(), &["job", "apply", "-f", many.to_str().unwrap()]);
-    let err = stderr(&out);
-    assert!(!out.status.success(), "{err}");
-    assert!(
-        err.contains("0.yaml") && err.contains("max_payload") && err.contains("nothing applied"),
-        "{err}"
-    );
-
     // Nothing reached the control stream or the registry.
     let mut control = client.js.get_stream("AX_CONTROL").await.unwrap();
     assert_eq!(control.info().await.unwrap().state.messages, 0);
@@ -448,6 +429,58 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
         "{}",
         stderr(&out)
     );
+}
+
+/// A set of jobs larger together than one NATS message is applied in several commands that
+/// each fit, upstream jobs first (each command's dependencies are registered by then), and
+/// the CLI says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_larger_than_a_message_is_applied_in_commands_that_fit() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    set_up(&nats.url()).await;
+    let many = nats.path("many");
+    // Ten jobs of 120 KB, each depending on the one before; the files list them downstream
+    // first (9.yaml sorts last, 0.yaml first, but big-9 depends on big-8 ...).
+    for i in 0..10 {
+        let deps = if i > 0 {
+            format!("  deps: [{{ name: big-{} }}]\n", i - 1)
+        } else {
+            String::new()
+        };
+        job_file(
+            &many,
+            &format!("{}.yaml", 9 - i),
+            &format!(
+                "{}{deps}",
+                GOOD.replace("name: good", &format!("name: big-{i}"))
+                    .replace("echo ok", &format!("echo {}", "x".repeat(120_000)))
+            ),
+        );
+    }
+    let out = ax(&nats.url(), &["job", "apply", "-f", many.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("sent as 2 commands, upstream jobs first"),
+        "{err}"
+    );
+    assert_eq!(
+        stdout(&out).matches("created").count(),
+        10,
+        "{}",
+        stdout(&out)
+    );
+    let mut names: Vec<String> = client
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.spec.name.to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 10, "{names:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -198,6 +198,65 @@ pub struct Applied {
     /// Each `file:line: field: reason` worth a warning (a one-off in the past, an executor no
     /// live worker offers).
     pub warnings: Vec<String>,
+    /// How many commands carried them (a set larger than one message is split).
+    pub commands: usize,
+    /// Why the jobs after those in `changes` were not applied, when a command after the first
+    /// failed: what the earlier ones applied stays.
+    pub unfinished: Option<Problem>,
+}
+
+/// A set's jobs in commands that each fit in `limit` bytes, upstream jobs first: each command
+/// names only jobs already registered or applied by an earlier one. A job too large alone is
+/// an error naming it.
+fn split_for(jobs: Vec<LocatedJob>, limit: usize) -> Result<Vec<Vec<LocatedJob>>, Problem> {
+    // Upstream first (Kahn's order; the graph was checked for cycles).
+    let names: std::collections::BTreeSet<JobName> =
+        jobs.iter().map(|j| j.doc.job.name.clone()).collect();
+    let mut pending: Vec<LocatedJob> = jobs;
+    let mut ordered = Vec::with_capacity(pending.len());
+    let mut placed = std::collections::BTreeSet::new();
+    while !pending.is_empty() {
+        let (ready, rest): (Vec<LocatedJob>, Vec<LocatedJob>) =
+            pending.into_iter().partition(|job| {
+                job.doc
+                    .job
+                    .deps
+                    .iter()
+                    .all(|d| !names.contains(&d.name) || placed.contains(&d.name))
+            });
+        if ready.is_empty() {
+            // Not reached after the graph check; kept whole rather than dropped.
+            ordered.extend(rest);
+            break;
+        }
+        placed.extend(ready.iter().map(|j| j.doc.job.name.clone()));
+        ordered.extend(ready);
+        pending = rest;
+    }
+    let mut batches: Vec<Vec<LocatedJob>> = Vec::new();
+    let mut size = 0;
+    for job in ordered {
+        let own = ax_bus::codec::encode(&job.doc)
+            .map_err(|e| Problem::Malformed(format!("jobs: {e}")))?
+            .len()
+            + 16;
+        if own > limit {
+            return Err(Problem::Malformed(format!(
+                "{}: job {} alone is {own} bytes, more than the NATS server's max_payload allows \
+                 for a command ({limit} bytes); nothing applied",
+                job.file, job.doc.job.name
+            )));
+        }
+        match batches.last_mut() {
+            Some(batch) if size + own <= limit => batch.push(job),
+            _ => {
+                batches.push(vec![job]);
+                size = 0;
+            }
+        }
+        size += own;
+    }
+    Ok(batches)
 }
 
 /// Applies validated jobs (from files or an editor), as `ax job apply`: checked against the
@@ -249,30 +308,64 @@ pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>) -> Result<Applied, 
         })
         .collect();
     warnings.extend(unoffered_executors(client, &jobs).await);
-    let files: std::collections::BTreeSet<String> = jobs.iter().map(|j| j.file.clone()).collect();
-    let request = ApplyRequest {
-        jobs: jobs.into_iter().map(|j| j.doc).collect(),
-        yaml: None,
-    };
-    // One apply is one message: said here, naming the files, rather than by the server.
-    let size = ax_bus::codec::encode(&request)
-        .map_err(|e| Problem::Malformed(format!("jobs: {e}")))?
-        .len();
-    let limit = client.nats.server_info().max_payload;
-    if size > limit {
-        return Err(Problem::Malformed(format!(
-            "{}: the {} jobs are {size} bytes together, more than the NATS server's max_payload \
-             ({limit} bytes); apply them in smaller groups, upstream jobs first; nothing applied",
-            files.into_iter().collect::<Vec<_>>().join(", "),
-            request.jobs.len()
-        )));
+    // A command is one message: a set larger than the server takes goes in several, each all
+    // or nothing, upstream jobs first (room kept for the headers).
+    let limit = client
+        .nats
+        .server_info()
+        .max_payload
+        .saturating_sub(COMMAND_HEADROOM);
+    let batches = split_for(jobs, limit)?;
+    let commands = batches.len();
+    let mut changes = Vec::new();
+    for (number, batch) in batches.into_iter().enumerate() {
+        let request = ApplyRequest {
+            jobs: batch.into_iter().map(|j| j.doc).collect(),
+            yaml: None,
+        };
+        match send(client, commands::APPLY, &request, CONTROL_TIMEOUT).await {
+            Ok(reply) => changes.extend(reply.changes),
+            Err(problem) if number == 0 => return Err(problem),
+            Err(problem) => {
+                return Ok(Applied {
+                    changes,
+                    warnings,
+                    commands,
+                    unfinished: Some(problem),
+                })
+            }
+        }
     }
-    let reply = send(client, commands::APPLY, &request, CONTROL_TIMEOUT).await?;
     Ok(Applied {
-        changes: reply.changes,
+        changes,
         warnings,
+        commands,
+        unfinished: None,
     })
 }
+
+impl Applied {
+    /// All of it as a result: a set stopped part way is the reason, naming what was applied
+    /// and kept (for the API and the editor, which answer with one outcome).
+    pub fn finished(self) -> Result<Self, Problem> {
+        match &self.unfinished {
+            None => Ok(self),
+            Some(problem) => Err(Problem::Refused(vec![format!(
+                "{} job(s) applied by the first commands and kept ({}); the rest were not \
+                 applied: {problem}",
+                self.changes.len(),
+                self.changes
+                    .iter()
+                    .map(|c| c.name.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )])),
+        }
+    }
+}
+
+/// Bytes of a command's message kept for what is not the jobs (headers, the request's frame).
+const COMMAND_HEADROOM: usize = 8 * 1024;
 
 /// Jobs whose executor no live worker offers (a plugin not deployed yet): their instances will
 /// wait with tag `no_worker` until a worker offering it starts.
@@ -340,4 +433,63 @@ pub async fn approval(
 /// Pauses or resumes a priority's queue, as `ax queue pause|resume`.
 pub async fn queue(client: &AxClient, request: &QueueRequest) -> Result<ControlReply, Problem> {
     send(client, commands::QUEUE, request, CONTROL_TIMEOUT).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain `j0 <- j1 <- ... <- j{n-1}` plus `n` lone jobs, given downstream first.
+    fn jobs(n: usize) -> Vec<LocatedJob> {
+        let mut text = String::new();
+        for i in (0..n).rev() {
+            text.push_str(&format!(
+                "---\nversion: v1\njob:\n  name: j{i}\n  exec: {{ type: shell, command: 'echo {}' }}\n",
+                "x".repeat(200)
+            ));
+            if i > 0 {
+                text.push_str(&format!("  deps: [{{ name: j{} }}]\n", i - 1));
+            }
+            text.push_str(&format!(
+                "---\nversion: v1\njob:\n  name: lone{i}\n  exec: {{ type: noop }}\n"
+            ));
+        }
+        spec::files::load_text("set.yaml", &text).expect("valid jobs")
+    }
+
+    #[test]
+    fn a_large_set_goes_in_commands_that_fit_upstream_first() {
+        let set = jobs(40);
+        let batches = split_for(set, 4096).unwrap();
+        assert!(batches.len() > 1, "{}", batches.len());
+        let mut seen = std::collections::BTreeSet::new();
+        for batch in &batches {
+            let request = ApplyRequest {
+                jobs: batch.iter().map(|j| j.doc.clone()).collect(),
+                yaml: None,
+            };
+            assert!(ax_bus::codec::encode(&request).unwrap().len() <= 4096);
+            for job in batch {
+                // Every dependency was applied before, by this command or an earlier one.
+                for dep in &job.doc.job.deps {
+                    assert!(
+                        seen.contains(&dep.name),
+                        "{} before {}",
+                        job.doc.job.name,
+                        dep.name
+                    );
+                }
+                seen.insert(job.doc.job.name.clone());
+            }
+        }
+        assert_eq!(seen.len(), 80);
+        // One command when it fits.
+        assert_eq!(split_for(jobs(3), 1 << 20).unwrap().len(), 1);
+        // A job too large for any command is named; nothing is sent.
+        let e = split_for(jobs(1), 64).unwrap_err().to_string();
+        assert!(
+            e.contains("job j0 alone is") || e.contains("job lone0 alone is"),
+            "{e}"
+        );
+    }
 }

@@ -5,7 +5,7 @@
 use actix_web::http::StatusCode;
 
 /// Why a request was not answered, or an action not carried out.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum Problem {
     /// A value of the request is malformed; the text names the field.
     #[error("{0}")]

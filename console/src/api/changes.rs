@@ -273,7 +273,7 @@ async fn apply(state: web::Data<State>, bytes: web::Bytes) -> Result<HttpRespons
         let names: Vec<String> = jobs.iter().map(|j| j.doc.job.name.to_string()).collect();
         return Ok(HttpResponse::Ok().json(serde_json::json!({ "valid": names })));
     }
-    let applied = actions::apply(client(&state)?, jobs).await?;
+    let applied = actions::apply(client(&state)?, jobs).await?.finished()?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "changes": applied.changes,
         "warnings": applied.warnings,

@@ -181,7 +181,10 @@ async fn apply(
             return pages::html(StatusCode::BAD_REQUEST, &fragment);
         }
     };
-    match actions::apply(client, jobs).await {
+    match actions::apply(client, jobs)
+        .await
+        .and_then(actions::Applied::finished)
+    {
         Ok(applied) => pages::html(
             StatusCode::OK,
             &AppliedFragment {

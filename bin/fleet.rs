@@ -179,14 +179,18 @@ pub(crate) async fn status(client: &AxClient, date: Option<&str>, json: bool) ->
             );
             println!(
                 "trigger latency   {}",
-                day.average_latency_ms()
-                    .map_or("-".into(), |ms| format!("{ms:.1} ms on average"))
+                day.average_latency_ms().map_or("-".into(), |ms| format!(
+                    "{} on average (first attempts; backfills left out)",
+                    ax_bus::time::human_ms(ms.round() as i64)
+                ))
             );
             println!(
                 "longest run       {}",
                 day.longest.as_ref().map_or("-".into(), |l| format!(
-                    "{} ms, {} ({})",
-                    l.duration_ms, l.instance_id, l.job
+                    "{}, {} ({})",
+                    ax_bus::time::human_ms(l.duration_ms),
+                    l.instance_id,
+                    l.job
                 ))
             );
             let top: Vec<String> = day

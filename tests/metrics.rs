@@ -274,6 +274,17 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         "{}",
         stdout(&out)
     );
+    // Durations as people read them, saying what the average counts.
+    let latency = stdout(&out)
+        .lines()
+        .find(|l| l.starts_with("trigger latency"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        latency.ends_with("on average (first attempts; backfills left out)")
+            && (latency.contains(" ms ") || latency.contains(" s ")),
+        "{latency}"
+    );
     // What the node serves is valid Prometheus text.
     let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
         .await

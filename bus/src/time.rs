@@ -270,6 +270,17 @@ pub fn parse_delay(text: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(refused)
 }
 
+/// A duration of `ms` milliseconds as people read it: `850 ms`, `12.5 s`, `3m 07s`, `58h 32m`
+/// (what the console and `ax status` print).
+pub fn human_ms(ms: i64) -> String {
+    match ms {
+        ms if ms < 1_000 => format!("{ms} ms"),
+        ms if ms < 60_000 => format!("{:.1} s", ms as f64 / 1_000.0),
+        ms if ms < 3_600_000 => format!("{}m {:02}s", ms / 60_000, (ms / 1_000) % 60),
+        ms => format!("{}h {:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
 /// An instant as written after `--at` or in a trigger's `at`: RFC 3339 with its offset.
 /// Refused too, though RFC 3339 allows them, what ax's records and clients cannot hold: a
 /// leap second (`23:59:60`, which chrono keeps as a second's 1000th millisecond and Python's
@@ -331,6 +342,14 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(human_ms(850), "850 ms");
+        assert_eq!(human_ms(12_500), "12.5 s");
+        assert_eq!(human_ms(187_000), "3m 07s");
+        assert_eq!(human_ms(210_720_000), "58h 32m");
+    }
 
     #[test]
     fn a_window_starts_at_an_instant_or_a_while_ago() {

@@ -260,12 +260,7 @@ pub(crate) fn form_config() -> web::FormConfig {
 
 /// A duration in milliseconds as people read it.
 pub(crate) fn duration(ms: i64) -> String {
-    match ms {
-        ms if ms < 1_000 => format!("{ms} ms"),
-        ms if ms < 60_000 => format!("{:.1} s", ms as f64 / 1_000.0),
-        ms if ms < 3_600_000 => format!("{}m {:02}s", ms / 60_000, (ms / 1_000) % 60),
-        ms => format!("{}h {:02}m", ms / 3_600_000, (ms / 60_000) % 60),
-    }
+    ax_bus::time::human_ms(ms)
 }
 
 /// An instant as the pages show it (UTC, to the second, saying so), or `–`.

@@ -103,6 +103,18 @@ async fn an_operator_runs_ax_from_the_browser() {
         .contains("\"who\": \"console\""));
     assert!(browser.text("#history").await.contains("ended"));
     browser.screenshot("instance").await;
+    // The jobs list shows each job's last runs at a glance, each a link to its instance.
+    browser.open(&format!("{base}/jobs")).await;
+    let cell = browser
+        .element(&format!(
+            "td.runs[data-job=greet] a.run.success[href='/instances/{created}']"
+        ))
+        .await;
+    let title = cell.attr("title").await.unwrap().unwrap_or_default();
+    assert!(
+        title.starts_with(&format!("{created} · success (completed), ran ")),
+        "{title}"
+    );
     let record = final_record(&up.client, &created, Duration::from_secs(30)).await;
     assert_eq!(record.params["who"], "console");
 

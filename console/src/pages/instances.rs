@@ -159,6 +159,8 @@ struct ListRow {
     attempt: u32,
     due: String,
     finished: String,
+    /// How long its current attempt ran (`–` until it ended).
+    ran: String,
     worker: String,
     message: String,
 }
@@ -236,6 +238,10 @@ async fn list(
             attempt: r.attempt,
             due: pages::time(Some(r.expected_time)),
             finished: pages::time(r.finished_at),
+            ran: match (r.started_at, r.finished_at) {
+                (Some(start), Some(end)) => pages::duration((end - start).num_milliseconds()),
+                _ => "–".into(),
+            },
             worker: r.worker.unwrap_or_else(|| "–".into()),
             message: r.message,
         })

@@ -64,6 +64,53 @@ struct JobRow {
     tags: String,
     paused: bool,
     next_fire: String,
+    /// Its last runs, oldest first (left to right), each a coloured cell.
+    runs: Vec<RunCell>,
+}
+
+/// One run in a job's row of last runs.
+pub(crate) struct RunCell {
+    pub(crate) instance_id: String,
+    pub(crate) state: String,
+    /// What hovering it says: id, state, tag and how long it ran.
+    pub(crate) title: String,
+}
+
+/// How many last runs a job's row shows.
+const LAST_RUNS: usize = 10;
+
+/// The last `n` runs of `job` in the index, oldest first.
+pub(crate) fn last_runs(state: &State, job: &ax_bus::ids::JobName, n: usize) -> Vec<RunCell> {
+    let Some(index) = &state.index else {
+        return Vec::new();
+    };
+    let filter = crate::index::Filter {
+        job: Some(job.clone()),
+        ..crate::index::Filter::default()
+    };
+    let mut runs: Vec<RunCell> = index
+        .page(&filter, 0, n)
+        .rows
+        .into_iter()
+        .map(|row| {
+            let ran = match (row.started_at, row.finished_at) {
+                (Some(start), Some(end)) => {
+                    format!(
+                        ", ran {}",
+                        pages::duration((end - start).num_milliseconds())
+                    )
+                }
+                _ => String::new(),
+            };
+            RunCell {
+                title: format!("{} · {} ({}){ran}", row.instance_id, row.state, row.tag),
+                instance_id: row.instance_id.to_string(),
+                state: row.state.to_string(),
+            }
+        })
+        .collect();
+    runs.reverse();
+    runs
 }
 
 #[derive(Template)]
@@ -118,6 +165,7 @@ async fn list(
             tags: j.spec.tags.join(", "),
             paused: j.paused,
             next_fire: pages::time(next_fire(&j.spec, j.paused)),
+            runs: last_runs(&state, &j.spec.name, LAST_RUNS),
         })
         .collect();
     let page = ListPage {

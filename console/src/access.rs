@@ -234,7 +234,7 @@ fn shaped(pattern: &str, path: &str) -> bool {
 }
 
 /// The role a request needs: reading (`GET`, `HEAD`) needs a viewer; a change what its route
-/// does needs ([`CHANGES`]) — a command's role, the same the Scheduler checks again; any change
+/// does needs (`CHANGES`) — a command's role, the same the Scheduler checks again; any change
 /// not listed an admin.
 pub fn needed(method: &str, path: &str) -> Role {
     if matches!(method, "GET" | "HEAD") {

@@ -103,8 +103,14 @@ async fn an_operator_runs_ax_from_the_browser() {
         .contains("\"who\": \"console\""));
     assert!(browser.text("#history").await.contains("ended"));
     browser.screenshot("instance").await;
-    // The jobs list shows each job's last runs at a glance, each a link to its instance.
+    // The jobs list shows each job's last runs at a glance, each a link to its instance; every
+    // page links the API's document.
     browser.open(&format!("{base}/jobs")).await;
+    let api = browser.element("#api-doc").await;
+    assert_eq!(
+        api.attr("href").await.unwrap().as_deref(),
+        Some("/api/v1/openapi.json")
+    );
     let cell = browser
         .element(&format!(
             "td.runs[data-job=greet] a.run.success[href='/instances/{created}']"

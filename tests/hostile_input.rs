@@ -381,7 +381,7 @@ async fn a_dispatch_whose_definition_the_registry_does_not_hold_is_refused_not_r
 async fn a_ready_attempt_naming_a_path_as_its_executor_fails_at_once() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
     apply_job(&nats, "held", HELD).await;
     let (instance, record) = waiting_held(&nats, &client).await;
     let (registered, _) = client.job(&job("held")).await.unwrap().unwrap();
@@ -398,21 +398,7 @@ async fn a_ready_attempt_naming_a_path_as_its_executor_fails_at_once() {
         .unwrap()
         .await
         .unwrap();
-    let ended = wait_for_logged(
-        Duration::from_secs(30),
-        "the attempt to end",
-        &[&node],
-        || async {
-            client
-                .instance(&instance)
-                .await
-                .ok()
-                .flatten()
-                .map(|(r, _)| r)
-                .filter(|r| r.state.is_final())
-        },
-    )
-    .await;
+    let ended = final_record(&client, instance.as_str(), Duration::from_secs(30)).await;
     assert_eq!(
         (ended.state, ended.tag),
         (ax_bus::State::Failed, ax_bus::Tag::ExecutorError),

@@ -467,27 +467,7 @@ async fn each_role_runs_with_only_its_row_of_the_permission_table() {
     assert_eq!(slow.attempt, 2, "{slow:?}");
     // A business service with the app's row, through the Python client as its README shows:
     // a trigger, the instance it made, and its end.
-    let python = support::python::venv();
-    let script = r#"
-import asyncio, sys
-import ax_client
-
-async def main():
-    client = await ax_client.connect(sys.argv[1])
-    instance = await client.trigger("up")
-    done = await client.wait(instance.instance_id, timeout=60)
-    print(done.instance_id, done.state)
-    await client.close()
-
-asyncio.run(main())
-"#;
-    let out = support::python::run(
-        std::process::Command::new(&python)
-            .args(["-c", script, &as_user("app")])
-            .current_dir(nats.path("python")),
-        "the Python client as the app",
-    );
-    assert!(out.trim_end().ends_with(" success"), "{out}");
+    python_app_triggers_up(&nats, &as_user("app"));
     for process in nodes.iter().chain([&w1]) {
         let log = process.log_text();
         assert!(
@@ -579,27 +559,7 @@ async fn ax_runs_on_the_shipped_cluster_configs_users() {
             .find(|r| r.state == State::Success)
     })
     .await;
-    let python = support::python::venv();
-    let script = r#"
-import asyncio, sys
-import ax_client
-
-async def main():
-    client = await ax_client.connect(sys.argv[1])
-    instance = await client.trigger("up", key="from-python")
-    done = await client.wait(instance.instance_id, timeout=60)
-    print(done.instance_id, done.state)
-    await client.close()
-
-asyncio.run(main())
-"#;
-    let out = support::python::run(
-        std::process::Command::new(&python)
-            .args(["-c", script, &as_user("app")])
-            .current_dir(nats.path("python")),
-        "the Python client as the app",
-    );
-    assert!(out.trim_end().ends_with(" success"), "{out}");
+    python_app_triggers_up(&nats, &as_user("app"));
     for process in &nodes {
         let log = process.log_text();
         assert!(
@@ -607,6 +567,31 @@ asyncio.run(main())
             "{log}"
         );
     }
+}
+
+/// A business service as the README shows it: the Python client, connected with `url`'s user,
+/// triggers `up` and waits for it to succeed.
+fn python_app_triggers_up(nats: &TestNats, url: &str) {
+    let script = r#"
+import asyncio, sys
+import ax_client
+
+async def main():
+    client = await ax_client.connect(sys.argv[1])
+    instance = await client.trigger("up")
+    done = await client.wait(instance.instance_id, timeout=60)
+    print(done.instance_id, done.state)
+    await client.close()
+
+asyncio.run(main())
+"#;
+    let out = support::python::run(
+        std::process::Command::new(support::python::venv())
+            .args(["-c", script, url])
+            .current_dir(nats.path("python")),
+        "the Python client as the app",
+    );
+    assert!(out.trim_end().ends_with(" success"), "{out}");
 }
 
 /// A connection as `user` of the roles config, and the server's errors to it (lower case).

@@ -743,7 +743,19 @@ async fn follow_registry(
         loop {
             tokio::select! {
                 item = feed.next() => match item {
-                    Some(item) => addr.do_send(RegistryChange(item?, reading)),
+                    Some(item) => {
+                        let item = item?;
+                        if let (FeedItem::Current, Some(delay)) = (&item, crate::test_hooks::load_delay()) {
+                            tokio::select! {
+                                () = tokio::time::sleep(delay) => {}
+                                changed = reloads.changed() => {
+                                    changed.map_err(|_| ActorError::Stopped("the Scheduler"))?;
+                                    break;
+                                }
+                            }
+                        }
+                        addr.do_send(RegistryChange(item, reading));
+                    }
                     None => return Ok(()),
                 },
                 changed = reloads.changed() => {

@@ -7,6 +7,9 @@
 //! - `failpoint`: `AX_FAILPOINT=<name>` kills the process at a named point;
 //! - `dispatch_stall`: `AX_TEST_STALL_SECS` makes a worker hold each dispatch that long
 //!   before it starts it — a worker that receives but does not acknowledge in time;
+//! - `load_delay`: `AX_TEST_LOAD_DELAY_SECS` makes a Scheduler hold the end of each reading of
+//!   the job registry that long — partitions taken stay loading (their jobs read so far fire)
+//!   while the others rebalance;
 //! - [`node_clock`]: `AX_TEST_CLOCK_OFFSET_FILE` shifts the node's clock by the seconds the
 //!   file says (read every 200 ms), for tests of the clock guard.
 
@@ -33,6 +36,25 @@ pub(crate) fn dispatch_stall() -> Option<Duration> {
 /// Without the test hooks: never.
 #[cfg(not(feature = "test-hooks"))]
 pub(crate) fn dispatch_stall() -> Option<Duration> {
+    None
+}
+
+/// How long a Scheduler holds the end of each reading of the job registry
+/// (`AX_TEST_LOAD_DELAY_SECS`): partitions taken stay loading while the others rebalance.
+#[cfg(feature = "test-hooks")]
+pub(crate) fn load_delay() -> Option<Duration> {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        std::env::var("AX_TEST_LOAD_DELAY_SECS")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .map(Duration::from_secs_f64)
+    })
+}
+
+/// Without the test hooks: never.
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) fn load_delay() -> Option<Duration> {
     None
 }
 

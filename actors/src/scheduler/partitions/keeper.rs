@@ -11,7 +11,9 @@
 //!
 //! A handover is ordered: the actor first drops the partition's jobs from its wheel and says up
 //! to which tick it fired them; only then is the partition stored as handed over with that
-//! tick, and the next owner fires the ticks after it. A Scheduler that cannot renew its member
+//! tick, and the next owner fires the ticks after it. A rebalance hands on only partitions
+//! that are ready (loaded, caught up): one still loading has some jobs firing and others not
+//! yet, and no single tick would say what was fired. A Scheduler that cannot renew its member
 //! key drops all its partitions before the key can have expired (self-fencing); the
 //! create-if-absent of instance records covers the moment both may fire. A Scheduler whose
 //! clock is off (see the clock guard) hands its partitions over and leaves the members until
@@ -447,8 +449,9 @@ impl Keeper {
         let moves = assign::moves(&view, &self.node, &held);
         self.write_fired().await;
         let mut changed = !self.ownership.borrow().settled;
-        if !moves.release.is_empty() {
-            self.release(&moves.release).await;
+        let release = self.ready_of(&moves.release);
+        if !release.is_empty() {
+            self.release(&release).await;
             changed = false;
         }
         for p in moves.take {
@@ -457,6 +460,27 @@ impl Keeper {
         if changed {
             self.publish();
         }
+    }
+
+    /// Those of `partitions` that are ready to hand on: their jobs loaded and their missed
+    /// ticks looked at. Until then the wheel fires the jobs read so far from where the previous
+    /// owner left off and the others not at all, so no single tick says what was fired: a
+    /// rebalance waits a round or a few (a graceful stop does not wait, see
+    /// [`Keeper::hand_over_all`]).
+    fn ready_of(&self, partitions: &[PartitionId]) -> Vec<PartitionId> {
+        let progress = lock(&self.progress);
+        let ready: Vec<PartitionId> = partitions
+            .iter()
+            .filter(|p| progress.ready.contains(p))
+            .copied()
+            .collect();
+        if ready.len() < partitions.len() {
+            tracing::debug!(
+                held_back = partitions.len() - ready.len(),
+                "partitions still loading are handed on once loaded"
+            );
+        }
+        ready
     }
 
     /// Hands over `partitions`: the actor drops their jobs, then each is stored as handed over

@@ -445,7 +445,7 @@ async fn a_job_with_at_fires_once_then_and_stays_defined() {
     assert_eq!(instances(&client, "oneoff").await.len(), 1);
 
     // Moved before it fires: the old instant's instance is cancelled; deleted before the new
-    // one is due: that one is cancelled when it falls due.
+    // one is due: that one is cancelled at once.
     let second = ax_bus::time::now() + chrono::Duration::seconds(4);
     apply_job(&nats, "oneoff", &one_off(second)).await;
     let third = ax_bus::time::now() + chrono::Duration::seconds(5);
@@ -463,12 +463,11 @@ async fn a_job_with_at_fires_once_then_and_stays_defined() {
     );
     let deleted = ax(&nats.url(), &["job", "delete", "oneoff"]);
     assert!(deleted.status.success(), "{}", stderr(&deleted));
-    let last = final_record(
-        &client,
-        ax_bus::ids::InstanceId::for_fire(&job("oneoff"), third).as_str(),
-        Duration::from_secs(30),
-    )
-    .await;
+    let (last, _) = client
+        .instance(&ax_bus::ids::InstanceId::for_fire(&job("oneoff"), third))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (last.state, last.tag),
         (ax_bus::State::Cancelled, ax_bus::Tag::JobDeleted)
@@ -504,6 +503,95 @@ async fn a_job_with_at_fires_once_then_and_stays_defined() {
         3,
         "a past `at` fired when applied"
     );
+}
+
+/// The instance of a one-off job that still waits runs the job as last applied: deleted and
+/// applied again, changed, or moved away and back, the one instance of the instant (its id
+/// unchanged) runs the last definition once — never the one it was first created with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_one_off_instance_runs_its_job_as_last_applied() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    let ledger = nats.path("ledger");
+    std::fs::create_dir_all(&ledger).unwrap();
+    let spec = |name: &str, at: chrono::DateTime<chrono::Utc>, word: &str| {
+        format!(
+            "version: v1\njob:\n  name: {name}\n  at: '{}'\n  exec: {{ type: shell, command: 'echo {word} >> {}' }}\n",
+            ax_bus::time::rfc3339(at),
+            ledger.join(name).display()
+        )
+    };
+    let at = ax_bus::time::now() + chrono::Duration::seconds(8);
+    let later = at + chrono::Duration::seconds(60);
+    let record = |name: &str, at| {
+        let client = client.clone();
+        let id = ax_bus::ids::InstanceId::for_fire(&job(name), at);
+        async move { client.instance(&id).await.unwrap().unwrap().0 }
+    };
+
+    // Deleted (its instance cancelled at once), then applied again with another command.
+    apply_job(&nats, "again", &spec("again", at, "old")).await;
+    let deleted = ax(&nats.url(), &["job", "delete", "again"]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    let withdrawn = record("again", at).await;
+    assert_eq!(
+        (withdrawn.state, withdrawn.tag),
+        (ax_bus::State::Cancelled, ax_bus::Tag::JobDeleted),
+        "{withdrawn:?}"
+    );
+    apply_job(&nats, "again", &spec("again", at, "new")).await;
+    let back = record("again", at).await;
+    assert_eq!(
+        (back.state, back.tag, back.attempt),
+        (ax_bus::State::Running, ax_bus::Tag::Scheduled, 2),
+        "{back:?}"
+    );
+    assert!(
+        back.message.contains("its job was applied again"),
+        "{}",
+        back.message
+    );
+
+    // Changed in place: the waiting attempt gives way to one with the new command; the same
+    // definition applied again changes nothing.
+    apply_job(&nats, "changed", &spec("changed", at, "old")).await;
+    apply_job(&nats, "changed", &spec("changed", at, "new")).await;
+    apply_job(&nats, "changed", &spec("changed", at, "new")).await;
+    assert_eq!(record("changed", at).await.attempt, 2);
+
+    // Moved away and back: the first instant's instance is scheduled again, the other's
+    // cancelled.
+    apply_job(&nats, "moved", &spec("moved", at, "first")).await;
+    apply_job(&nats, "moved", &spec("moved", later, "second")).await;
+    apply_job(&nats, "moved", &spec("moved", at, "third")).await;
+    let away = record("moved", later).await;
+    assert_eq!(
+        (away.state, away.tag),
+        (ax_bus::State::Cancelled, ax_bus::Tag::Superseded)
+    );
+
+    for (name, ran) in [
+        ("again", "new\n"),
+        ("changed", "new\n"),
+        ("moved", "third\n"),
+    ] {
+        let id = ax_bus::ids::InstanceId::for_fire(&job(name), at);
+        let done = final_record(&client, id.as_str(), Duration::from_secs(60)).await;
+        assert_eq!(
+            done.state,
+            ax_bus::State::Success,
+            "{name}: {done:?}\n{}",
+            node.log_text()
+        );
+        assert!(done.started_at.unwrap() >= at, "{name} ran before its time");
+        let instances = instances(&client, name).await;
+        let wanted = if name == "moved" { 2 } else { 1 };
+        assert_eq!(instances.len(), wanted, "{name}: {instances:#?}");
+        // Each ran once, its last definition; the attempts before it stay in its history.
+        let written = std::fs::read_to_string(ledger.join(name)).unwrap_or_default();
+        assert_eq!(written, ran, "{name} ran");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

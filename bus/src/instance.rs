@@ -386,6 +386,10 @@ pub enum TransitionRefused {
     /// A delayed instance already released (or never delayed).
     #[error("the instance is {0}, not scheduled")]
     NotScheduled(Tag),
+    /// Only an instance cancelled before it was due (its job deleted or its time moved) is
+    /// brought back for its job applied again.
+    #[error("the instance is {0} ({1}), not withdrawn before its time")]
+    NotWithdrawn(State, Tag),
 }
 
 /// How an attempt ended, as its worker saw it.
@@ -674,6 +678,25 @@ impl InstanceRecord {
         Ok(next)
     }
 
+    /// A one-off job's instance brought back for the job applied again: a new attempt,
+    /// `scheduled` for the same instant, of an instance that was cancelled before it was due
+    /// (its job deleted, or its `at` moved away and back). The attempts before stay in its
+    /// history.
+    pub fn rearmed(&self, new_trace: &TraceId, why: &str) -> Result<Self, TransitionRefused> {
+        if self.state != State::Cancelled || !matches!(self.tag, Tag::JobDeleted | Tag::Superseded)
+        {
+            return Err(TransitionRefused::NotWithdrawn(self.state, self.tag));
+        }
+        let mut next = self.next_attempt(new_trace);
+        next.run_start = next.attempt;
+        next.tag = Tag::Scheduled;
+        next.message = format!(
+            "scheduled for {}: {why}",
+            crate::time::rfc3339(self.expected_time)
+        );
+        Ok(next)
+    }
+
     /// The instance ends without its current attempt running to the end: `cancelled` (an
     /// upstream failed, a newer fire superseded it, its job was deleted) or `failed` (it waited
     /// for its dependencies too long).
@@ -925,6 +948,61 @@ pub(crate) mod tests {
         );
         // The old attempt can no longer report.
         assert!(second.ended(&end(tr(1), true), None).is_err());
+    }
+
+    #[test]
+    fn only_an_instance_withdrawn_before_its_time_is_brought_back() {
+        let mut waiting = record();
+        waiting.tag = Tag::Scheduled;
+        let refused = |r: &InstanceRecord| r.rearmed(&tr(2), "applied again").unwrap_err();
+        assert_eq!(
+            refused(&waiting),
+            TransitionRefused::NotWithdrawn(State::Running, Tag::Scheduled)
+        );
+        let deleted = waiting
+            .ended_early(
+                &tr(1),
+                State::Cancelled,
+                Tag::JobDeleted,
+                "its job was deleted",
+            )
+            .unwrap();
+        let back = deleted
+            .rearmed(&tr(2), "its job was applied again")
+            .unwrap();
+        assert_eq!(
+            (
+                back.attempt,
+                back.run_start,
+                back.state,
+                back.tag,
+                &back.trace_id
+            ),
+            (2, 2, State::Running, Tag::Scheduled, &tr(2))
+        );
+        assert_eq!(back.expected_time, waiting.expected_time);
+        assert!(
+            back.message.ends_with(": its job was applied again"),
+            "{}",
+            back.message
+        );
+        // The old attempt's release is refused; the new one's passes.
+        assert!(back.released(&tr(1), 0).is_err());
+        assert!(back.released(&tr(2), 0).is_ok());
+        let moved = waiting
+            .ended_early(&tr(1), State::Cancelled, Tag::Superseded, "its `at` moved")
+            .unwrap();
+        assert!(moved.rearmed(&tr(2), "moved back").is_ok());
+        // Anything else that ended (it ran, an operator cancelled it) stays as it is.
+        for (state, tag) in [
+            (State::Cancelled, Tag::Operator),
+            (State::Success, Tag::Completed),
+            (State::Failed, Tag::ExitCode),
+        ] {
+            let mut ended = waiting.clone();
+            (ended.state, ended.tag) = (state, tag);
+            assert_eq!(refused(&ended), TransitionRefused::NotWithdrawn(state, tag));
+        }
     }
 
     #[test]

@@ -3,46 +3,74 @@
 //! Applying such a job creates its one instance at once, as a delayed trigger does (see
 //! [`crate::scheduler::delayed`]): the record is `scheduled` under the id of the fire
 //! (`<job>.<at>`), and JetStream keeps the wait. So it survives every Scheduler's death like
-//! any delayed instance, a re-apply finds the instance created (and changes nothing), and an
-//! `at` that has passed when the job is first applied creates nothing (apply warns). Moving
-//! `at` cancels the instance of the old instant if it still waits (tag `superseded`); deleting
-//! the job cancels it when it falls due (tag `job_deleted`).
+//! any delayed instance, a re-apply of the same definition finds the instance created (and
+//! changes nothing), and an `at` that has passed when the job is first applied creates nothing
+//! (apply warns).
+//!
+//! The instance that still waits always runs the job as last applied: moving `at` cancels the
+//! instance of the old instant (tag `superseded`); deleting the job cancels it at once (tag
+//! `job_deleted`; the due message, should that write fail, finds the job gone); changing the
+//! job otherwise, or applying it again after a delete, cancels the waiting attempt and
+//! schedules a new attempt of the same instance with the new definition — the instance id, the
+//! business code's idempotency key, stays that of the instant. Each waiting attempt carries
+//! the job's `defined_at`, so an attempt of a deleted job never runs under its successor.
 
 use chrono::{DateTime, Utc};
 
 use ax_bus::client::Updated;
-use ax_bus::ids::InstanceId;
+use ax_bus::error::During;
+use ax_bus::ids::{InstanceId, JobName, TraceId};
 use ax_bus::instance::Trigger;
+use ax_bus::messages::{Change, WorkItem};
 use ax_bus::spec::JobSpec;
 use ax_bus::{AxClient, State, Tag};
 
 use crate::jetstream::publish;
 use crate::scheduler::creator::Creator;
+use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
 
-/// After `spec` was stored (its `at` before was `previous`): the old instant's instance
-/// cancelled if `at` moved, the new one's created if it lies ahead.
+/// A job just stored, as [`on_apply`] needs it.
+pub(crate) struct Stored<'a> {
+    pub spec: &'a JobSpec,
+    /// How the store changed it.
+    pub change: Change,
+    /// When a job of this name was created (the registry's `defined_at`).
+    pub defined_at: Option<DateTime<Utc>>,
+    /// Its `at` before this apply.
+    pub previous_at: Option<&'a str>,
+}
+
+/// After a job was stored: the old instant's instance cancelled if `at` moved, the new one's
+/// created — or, if it exists and waits under an older definition or was withdrawn before its
+/// time, scheduled again with this one — if it lies ahead.
 pub(crate) async fn on_apply(
     client: &AxClient,
     creator: &Creator,
-    spec: &JobSpec,
-    previous: Option<&str>,
+    job: Stored<'_>,
 ) -> Result<(), ActorError> {
+    let spec = job.spec;
     let at = spec.at.as_deref().and_then(instant);
-    if let Some(before) = previous.and_then(instant).filter(|b| Some(*b) != at) {
+    if let Some(before) = job.previous_at.and_then(instant).filter(|b| Some(*b) != at) {
         let why = match at {
             Some(at) => format!("its job's `at` moved to {}", ax_bus::time::rfc3339(at)),
             None => "its job no longer has `at`".to_string(),
         };
-        supersede(client, &InstanceId::for_fire(&spec.name, before), &why).await?;
+        withdraw(
+            client,
+            &InstanceId::for_fire(&spec.name, before),
+            Tag::Superseded,
+            &why,
+        )
+        .await?;
     }
     let now = ax_bus::time::now();
     let Some(at) = at.filter(|at| *at > now) else {
         return Ok(());
     };
     let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
-    let instance = NewInstance::new(
+    let mut instance = NewInstance::new(
         spec,
         at,
         ax_bus::time::biz_date_in(tz, at),
@@ -51,7 +79,80 @@ pub(crate) async fn on_apply(
         now,
     )
     .delayed_until(at);
-    creator.create(instance).await?;
+    instance.defined_at = job.defined_at;
+    let id = instance.record.instance_id.clone();
+    match client.instance(&id).await? {
+        None => {
+            creator.create(instance).await?;
+        }
+        Some((record, _)) if record.state == State::Running && record.tag == Tag::Scheduled => {
+            if job.change == Change::Unchanged {
+                return Ok(());
+            }
+            let why = "its job was changed before the instance was due";
+            withdraw(client, &id, Tag::Superseded, why).await?;
+            rearm(client, instance, "its job was changed").await?;
+        }
+        Some((record, _))
+            if record.state == State::Cancelled
+                && matches!(record.tag, Tag::JobDeleted | Tag::Superseded) =>
+        {
+            rearm(client, instance, "its job was applied again").await?;
+        }
+        // It ran, runs, or an operator ended it: the one fire of the instant happened.
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// After job `name`, whose `at` was `at`, was deleted: its instance cancelled if it still
+/// waits.
+pub(crate) async fn on_delete(
+    client: &AxClient,
+    name: &JobName,
+    at: Option<&str>,
+) -> Result<(), ActorError> {
+    let Some(at) = at.and_then(instant) else {
+        return Ok(());
+    };
+    let why = "its job was deleted before the instance was due";
+    withdraw(
+        client,
+        &InstanceId::for_fire(name, at),
+        Tag::JobDeleted,
+        why,
+    )
+    .await
+}
+
+/// A new attempt of `instance`'s record (withdrawn before its time) scheduled with its
+/// definition: the wait published first, then the record moved to it — a wait whose record
+/// write failed finds another attempt current when due, and is dropped.
+async fn rearm(client: &AxClient, mut instance: NewInstance, why: &str) -> Result<(), ActorError> {
+    let trace = TraceId::random();
+    let id = instance.record.instance_id.clone();
+    let Some((current, _)) = client.instance(&id).await? else {
+        return Ok(());
+    };
+    let next = match current.rearmed(&trace, why) {
+        Ok(next) => next,
+        Err(refused) => {
+            tracing::debug!(instance = %id, %refused, "not scheduled again");
+            return Ok(());
+        }
+    };
+    instance.work = WorkItem::for_attempt(&next, instance.work.spec);
+    instance.record = next;
+    delayed::schedule(client, &instance)
+        .await?
+        .await
+        .during(|| format!("schedule {id} again"))?;
+    if let Updated::Written(record, _) = client
+        .update_instance(&id, |r| r.rearmed(&trace, why))
+        .await?
+    {
+        publish::event(client, &record).await;
+    }
     Ok(())
 }
 
@@ -59,14 +160,19 @@ fn instant(text: &str) -> Option<DateTime<Utc>> {
     ax_bus::time::parse_instant(text).ok()
 }
 
-/// Cancels `id` if it still waits for its time.
-async fn supersede(client: &AxClient, id: &InstanceId, why: &str) -> Result<(), ActorError> {
+/// Cancels `id` with `tag` if it still waits for its time.
+async fn withdraw(
+    client: &AxClient,
+    id: &InstanceId,
+    tag: Tag,
+    why: &str,
+) -> Result<(), ActorError> {
     let updated = client
         .update_instance(id, |r| {
             if r.tag != Tag::Scheduled {
                 return Err(ax_bus::instance::TransitionRefused::NotScheduled(r.tag));
             }
-            r.ended_early(&r.trace_id, State::Cancelled, Tag::Superseded, why)
+            r.ended_early(&r.trace_id, State::Cancelled, tag, why)
         })
         .await?;
     if let Updated::Written(record, _) = updated {

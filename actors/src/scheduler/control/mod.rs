@@ -528,8 +528,14 @@ async fn apply(
             Some((record, _)) => record.spec.at,
             None => None,
         };
-        let change = store_job(client, doc.job.clone()).await?;
-        one_off::on_apply(client, creator, &doc.job, previous_at.as_deref()).await?;
+        let (change, defined_at) = store_job(client, doc.job.clone()).await?;
+        let stored = one_off::Stored {
+            spec: &doc.job,
+            change: change.change,
+            defined_at,
+            previous_at: previous_at.as_deref(),
+        };
+        one_off::on_apply(client, creator, stored).await?;
         changes.push(change);
     }
     Ok(ControlReply {
@@ -539,17 +545,23 @@ async fn apply(
     })
 }
 
-async fn store_job(client: &AxClient, spec: spec::JobSpec) -> Result<JobChange, CommandError> {
+/// Stores `spec` (created, or changed if it differs from what is stored): how, and when a job
+/// of its name was created.
+async fn store_job(
+    client: &AxClient,
+    spec: spec::JobSpec,
+) -> Result<(JobChange, Option<chrono::DateTime<chrono::Utc>>), CommandError> {
     let name = spec.name.clone();
     loop {
         let existing = client.job(&name).await?;
         let change = match &existing {
             None => Change::Created,
             Some((record, _)) if record.spec == spec => {
-                return Ok(JobChange {
+                let change = JobChange {
                     name,
                     change: Change::Unchanged,
-                })
+                };
+                return Ok((change, record.defined_at));
             }
             Some(_) => Change::Updated,
         };
@@ -586,7 +598,7 @@ async fn store_job(client: &AxClient, spec: spec::JobSpec) -> Result<JobChange, 
             },
         };
         if written {
-            return Ok(JobChange { name, change });
+            return Ok((JobChange { name, change }, record.defined_at));
         }
         // A concurrent apply changed the job meanwhile: compare again.
     }
@@ -602,6 +614,12 @@ async fn delete(client: &AxClient, name: &JobName) -> Result<ControlReply, Comma
     if !client.job_exists(name).await? {
         return Err(no_such_job(name));
     }
+    // An entry that does not decode has no `at` to withdraw.
+    let at = match client.job(name).await {
+        Ok(found) => found.and_then(|(record, _)| record.spec.at),
+        Err(ax_bus::ClientError::Codec(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
     let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
     let dependents = spec::graph::dependents_of(name, &registered);
     if !dependents.is_empty() {
@@ -616,6 +634,7 @@ async fn delete(client: &AxClient, name: &JobName) -> Result<ControlReply, Comma
         .delete(name)
         .await
         .during(|| format!("delete job {name}"))?;
+    one_off::on_delete(client, name, at.as_deref()).await?;
     Ok(ControlReply {
         ok: true,
         message: format!("deleted {name}"),

@@ -409,8 +409,17 @@ pub(crate) enum InstanceCommand {
     },
     /// Print one instance.
     Get { id: InstanceId },
-    /// Print the stdout and stderr tails of an instance's last attempt.
-    Logs { id: InstanceId },
+    /// Print an attempt's stdout and stderr as the worker shipped them (the last attempt by
+    /// default); `--follow` prints them as they are written, until the attempt ends.
+    Logs {
+        id: InstanceId,
+        /// Which attempt (1, 2, …).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        attempt: Option<u32>,
+        /// Keep printing as the attempt writes, until it ends.
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
     /// Every step of every attempt, in order, each with its time and node: created,
     /// released, dispatched (to which worker, which delivery), claimed, started, ended,
     /// reported, retried, lost, cancelled, killed, marked.

@@ -1,9 +1,11 @@
 //! `ax instance ...` and `ax tail results`.
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use futures::StreamExt;
 
+use ax_bus::client::logs::LogItem;
 use ax_bus::ids::{InstanceId, JobName};
+use ax_bus::log::{LogPiece, LogStream};
 use ax_bus::messages::{commands, InstanceRequest, MarkRequest, ResultMessage};
 use ax_bus::{codec, AxClient, InstanceRecord, State};
 
@@ -130,25 +132,128 @@ pub(crate) async fn get(client: &AxClient, id: &InstanceId, json: bool) -> Resul
     Ok(())
 }
 
-pub(crate) async fn logs(client: &AxClient, id: &InstanceId, json: bool) -> Result<()> {
+/// `ax instance logs`: an attempt's shipped log (the record's tails for an attempt that
+/// shipped none: one that ran before logs were shipped, or whose log is past its retention).
+pub(crate) async fn logs(
+    client: &AxClient,
+    id: &InstanceId,
+    attempt: Option<u32>,
+    follow: bool,
+    json: bool,
+) -> Result<()> {
     let record = fetch(client, id).await?;
+    let attempt = attempt.unwrap_or(record.attempt);
+    if attempt > record.attempt {
+        bail!(
+            "instance `{id}` has {} attempt(s); there is no attempt {attempt}",
+            record.attempt
+        );
+    }
+    if follow && !json {
+        return follow_log(client, id, attempt).await;
+    }
+    let log = client.attempt_log(id, attempt).await?;
+    let current = attempt == record.attempt;
     if json {
+        let (stdout, stderr) = if log.is_empty() && current {
+            (record.stdout_tail.clone(), record.stderr_tail.clone())
+        } else {
+            (
+                String::from_utf8_lossy(&log.bytes_of(LogStream::Stdout)).into_owned(),
+                String::from_utf8_lossy(&log.bytes_of(LogStream::Stderr)).into_owned(),
+            )
+        };
+        let pieces: Vec<serde_json::Value> = log
+            .pieces()
+            .map(|p| {
+                serde_json::json!({
+                    "stream": p.stream.as_str(),
+                    "text": String::from_utf8_lossy(&p.data),
+                })
+            })
+            .collect();
         return table::json(&serde_json::json!({
             "instance_id": record.instance_id,
-            "trace_id": record.trace_id,
-            "attempt": record.attempt,
-            "stdout": record.stdout_tail,
-            "stderr": record.stderr_tail,
+            "attempt": attempt,
+            "shipped": !log.is_empty(),
+            "complete": log.end().is_some(),
+            "end": log.end(),
+            "stdout": stdout,
+            "stderr": stderr,
+            "pieces": pieces,
         }));
     }
-    println!(
-        "== {} attempt {} ({}) stdout ==",
-        record.instance_id, record.attempt, record.trace_id
-    );
-    print!("{}", record.stdout_tail);
-    println!("== stderr ==");
-    print!("{}", record.stderr_tail);
+    if log.is_empty() {
+        if current && !(record.stdout_tail.is_empty() && record.stderr_tail.is_empty()) {
+            eprintln!("(no shipped log for attempt {attempt}; the tails its record keeps)");
+            print!("{}", record.stdout_tail);
+            print!("{}", record.stderr_tail);
+        } else {
+            eprintln!("(attempt {attempt} of {id} has no log: it wrote nothing, has not run, or its log is past the retention)");
+        }
+        return Ok(());
+    }
+    print_pieces(log.pieces());
+    if log.end().is_none() {
+        eprintln!("(attempt {attempt} is still writing: `--follow` to see the rest)");
+    }
     Ok(())
+}
+
+/// Prints pieces of a log as they were written, stdout and stderr interleaved.
+fn print_pieces<'a>(pieces: impl Iterator<Item = &'a LogPiece>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for piece in pieces {
+        let _ = out.write_all(&piece.data);
+    }
+    let _ = out.flush();
+}
+
+/// How long a follow waits for more once the attempt is over without a last chunk (it wrote
+/// nothing, or ran before logs were shipped).
+const FOLLOW_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `ax instance logs --follow`: prints the chunks as they come, until the one with the end —
+/// or, for an attempt that ships none, until it is over.
+async fn follow_log(client: &AxClient, id: &InstanceId, attempt: u32) -> Result<()> {
+    let mut feed = Box::pin(client.follow_log(id, attempt).await?);
+    let mut log = ax_bus::log::AttemptLog::default();
+    let mut over_since: Option<std::time::Instant> = None;
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(1), feed.next()).await {
+            Ok(Some(item)) => match item? {
+                LogItem::Chunk(chunk) => {
+                    let end = chunk.end;
+                    let pieces = chunk.pieces.clone();
+                    if log.add(chunk) {
+                        print_pieces(pieces.iter());
+                    }
+                    if end.is_some() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                LogItem::Current => continue,
+            },
+            Ok(None) => bail!("the log of {id} attempt {attempt} stopped being delivered"),
+            Err(_) => {}
+        }
+        // A second without a chunk: is the attempt over?
+        let record = fetch(client, id).await?;
+        let over = record.attempt > attempt || (record.state.is_final() && !record.executing());
+        match (over, over_since) {
+            (false, _) => over_since = None,
+            (true, None) => over_since = Some(std::time::Instant::now()),
+            (true, Some(since)) if since.elapsed() >= FOLLOW_GRACE => {
+                if log.is_empty() {
+                    eprintln!("(attempt {attempt} of {id} is over and shipped no log)");
+                }
+                return Ok(());
+            }
+            (true, Some(_)) => {}
+        }
+    }
 }
 
 /// `ax instance history`: one row per step, oldest first.

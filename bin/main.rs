@@ -151,9 +151,11 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::Get { id }) => {
             instances::get(&client().await?, &id, json).await
         }
-        Command::Instance(InstanceCommand::Logs { id }) => {
-            instances::logs(&client().await?, &id, json).await
-        }
+        Command::Instance(InstanceCommand::Logs {
+            id,
+            attempt,
+            follow,
+        }) => instances::logs(&client().await?, &id, attempt, follow, json).await,
         Command::Instance(InstanceCommand::History { id }) => {
             instances::history(&client().await?, &id, json).await
         }

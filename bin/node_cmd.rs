@@ -85,6 +85,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         reserved: file.worker.reserved.unwrap_or_default(),
         data_dir,
         dispatch_ack_wait: file.worker.dispatch_ack_wait()?,
+        log_max_bytes: file.worker.log_max_bytes()?,
         executors: ExecutorsConfig {
             databases: file.databases.clone(),
             plugin_dir: file.worker.plugin_dir.clone(),

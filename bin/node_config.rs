@@ -18,6 +18,7 @@
 //! dispatch_ack_wait = 30                # seconds before an unacknowledged dispatch is redelivered
 //! plugin_dir = "/opt/ax/plugins"        # plugin executors, loaded at start
 //! python = "python3"                    # the python executor's interpreter outside a venv
+//! log_max_bytes = 8388608               # cap of an attempt's shipped log (head and tail kept)
 //!
 //! [databases]                           # for the sql executor; jobs name them, never the URL
 //! warehouse = "postgres://etl@10.0.0.7/warehouse"
@@ -346,9 +347,23 @@ pub(crate) struct WorkerSection {
     pub plugin_dir: Option<PathBuf>,
     /// Python interpreter of the python executor outside a virtualenv (`python3`).
     pub python: Option<String>,
+    /// The cap of an attempt's shipped log, in bytes (8 MiB).
+    pub log_max_bytes: Option<u64>,
 }
 
 impl WorkerSection {
+    /// The cap of an attempt's log, defaulted; an error names the field.
+    pub(crate) fn log_max_bytes(&self) -> Result<usize> {
+        const RANGE: std::ops::RangeInclusive<u64> = 4096..=(1 << 30);
+        match self.log_max_bytes {
+            None => Ok(ax_actors::DEFAULT_LOG_MAX_BYTES),
+            Some(v) if RANGE.contains(&v) => Ok(usize::try_from(v)?),
+            Some(v) => anyhow::bail!(
+                "[worker] log_max_bytes = {v}: must be between 4096 and 1073741824 (1 GiB)"
+            ),
+        }
+    }
+
     /// The dispatch ack wait, defaulted; an error names the field.
     pub(crate) fn dispatch_ack_wait(&self) -> Result<Duration> {
         match self.dispatch_ack_wait {

@@ -7,6 +7,7 @@
 mod alerts;
 mod apply_fire_result;
 mod async_report;
+mod attempt_logs;
 mod auth;
 mod ax_up;
 mod bad_input;

@@ -49,7 +49,9 @@ pub use scheduler::partitions::Partitions;
 pub use scheduler::Scheduler;
 pub use worker::executor::{ExecResult, ExecutorError, ExecutorsConfig};
 pub use worker::local_run::{run_locally, LocalRun, LocalRunEnd};
-pub use worker::{WorkerConfig, WorkerSupervisor, DEFAULT_DISPATCH_ACK_WAIT};
+pub use worker::{
+    WorkerConfig, WorkerSupervisor, DEFAULT_DISPATCH_ACK_WAIT, DEFAULT_LOG_MAX_BYTES,
+};
 
 use ax_bus::client::kv_view::FeedError;
 use ax_bus::client::ClientError;

@@ -10,7 +10,8 @@
 //!   `ax.event.<job>.<state>`) and internal (`ax.internal.>`); [`msg_id`]: the message ids;
 //! - [`partition`]: which Scheduler fires which cron jobs; [`routing`]: how the Routers score
 //!   workers and judge them alive;
-//! - [`history`]: an instance's history, told from the revisions of its record;
+//! - [`history`]: an instance's history, told from the revisions of its record; [`log`]: the
+//!   attempts' logs, shipped while they run;
 //! - [`codec`]: MessagePack with named fields (and JSON on the control subjects); [`time`].
 //!
 //! Who may do what, in [`auth`]: roles, API tokens, approvals and the audit record.
@@ -32,6 +33,7 @@ pub mod error;
 pub mod history;
 pub mod ids;
 pub mod instance;
+pub mod log;
 pub mod messages;
 pub mod msg_id;
 pub mod partition;

@@ -5,7 +5,8 @@
 //! - `<prefix>.request.<command>`: the same commands as plain NATS requests;
 //! - `<prefix>.result.<job>`: one message per finished attempt;
 //! - `<prefix>.event.<job>.<state>`: lifecycle events;
-//! - `<prefix>.alert.<kind>`: problems an operator should see (malformed control messages, ...).
+//! - `<prefix>.alert.<kind>`: problems an operator should see (malformed control messages, ...);
+//! - `<prefix>.log.<instance>.<attempt>`: an attempt's stdout and stderr, while it runs.
 //!
 //! Internal (`<prefix>.internal.>`): the hand-offs between actors.
 
@@ -73,6 +74,16 @@ impl Subjects {
     /// `ax.event.<job>.<state>`.
     pub fn event(&self, job: &str, state: &str) -> String {
         format!("{}.event.{job}.{state}", self.prefix)
+    }
+
+    /// `ax.log.<instance>.<attempt>`: the log of one attempt.
+    pub fn log(&self, instance: &str, attempt: u32) -> String {
+        format!("{}.log.{instance}.{attempt}", self.prefix)
+    }
+
+    /// `ax.log.>`.
+    pub fn log_all(&self) -> String {
+        format!("{}.log.>", self.prefix)
     }
 
     /// `ax.alert.<kind>`.

@@ -22,6 +22,7 @@ use super::acks::Acks;
 use super::contact::Contact;
 use super::executor::values::Values;
 use super::executor::{AttemptContext, ExecResult, Registry};
+use super::logs;
 use super::registered::Registered;
 use super::slots::Slots;
 use super::{Ended, IsRunning, Running, WorkerConfig, WorkerSupervisor, CLAIM_LEASE};
@@ -543,6 +544,13 @@ async fn execute(
         Some(executor) => match Values::resolve(&attempts.client, work).await {
             Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),
             Ok(values) => {
+                let log = logs::start(
+                    &attempts.client,
+                    &work.instance_id,
+                    work.attempt,
+                    &work.trace_id,
+                    attempts.config.log_max_bytes,
+                );
                 let ctx = AttemptContext {
                     work,
                     worker,
@@ -550,11 +558,14 @@ async fn execute(
                     cancel: stop,
                     values: &values,
                     cluster: Some(&attempts.client),
+                    log: Some(&log),
                 };
-                match executor.prepare(&ctx).await {
+                let result = match executor.prepare(&ctx).await {
                     Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),
                     Ok(()) => executor.run(&ctx).await,
-                }
+                };
+                log.finish();
+                result
             }
         },
     };

@@ -87,6 +87,7 @@ pub async fn run_locally(run: LocalRun, scratch: &Path) -> Result<LocalRunEnd, E
                 cancel: &cancel,
                 values: &values,
                 cluster: None,
+                log: None,
             };
             match executor.prepare(&ctx).await {
                 Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),

@@ -35,10 +35,13 @@ pub(crate) mod executor;
 mod leftovers;
 mod lifeline;
 pub(crate) mod local_run;
+pub(crate) mod logs;
 pub(crate) mod process;
 mod pumps;
 mod registered;
 pub(crate) mod slots;
+
+pub use logs::DEFAULT_LOG_MAX_BYTES;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -92,6 +95,8 @@ pub struct WorkerConfig {
     pub dispatch_ack_wait: Duration,
     /// Databases, plugin directory and interpreter of the executors.
     pub executors: ExecutorsConfig,
+    /// The cap of an attempt's shipped log, in bytes (see [`ax_bus::log`]).
+    pub log_max_bytes: usize,
 }
 
 impl WorkerConfig {
@@ -106,6 +111,7 @@ impl WorkerConfig {
             data_dir,
             dispatch_ack_wait: DEFAULT_DISPATCH_ACK_WAIT,
             executors: ExecutorsConfig::default(),
+            log_max_bytes: logs::DEFAULT_LOG_MAX_BYTES,
         }
     }
 

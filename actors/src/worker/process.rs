@@ -16,7 +16,10 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
+
+use ax_bus::log::LogStream;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -26,6 +29,7 @@ use tokio::sync::Notify;
 
 use super::leftovers::GroupRecord;
 use super::lifeline::Lifeline;
+use super::logs::LogSink;
 
 /// Bytes kept from the end of each of stdout and stderr.
 pub(crate) const TAIL_BYTES: usize = 8 * 1024;
@@ -54,6 +58,9 @@ pub(crate) struct ProcessSpec {
     pub stdout_limit: usize,
     /// Where the running group is recorded (see [`super::leftovers`]); not recorded when `None`.
     pub groups: Option<PathBuf>,
+    /// Where everything read from stdout and stderr also goes, as it is read (the attempt's
+    /// shipped log); nowhere when `None`.
+    pub log: Option<Arc<LogSink>>,
 }
 
 /// The stack-dump step of a timeout.
@@ -158,8 +165,17 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
             let _ = pipe.write_all(&input).await;
         });
     }
-    let stdout = tokio::spawn(read_tail(child.stdout.take(), spec.stdout_limit));
-    let stderr = tokio::spawn(read_tail(child.stderr.take(), TAIL_BYTES));
+    let to_log = |stream| spec.log.clone().map(|sink| (sink, stream));
+    let stdout = tokio::spawn(read_tail(
+        child.stdout.take(),
+        spec.stdout_limit,
+        to_log(LogStream::Stdout),
+    ));
+    let stderr = tokio::spawn(read_tail(
+        child.stderr.take(),
+        TAIL_BYTES,
+        to_log(LogStream::Stderr),
+    ));
     let cancelled = async {
         match cancel {
             Some(notify) => notify.notified().await,
@@ -249,8 +265,12 @@ impl Drop for GroupKiller {
     }
 }
 
-/// Reads a pipe to its end, keeping the last `limit` bytes.
-async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>, limit: usize) -> String {
+/// Reads a pipe to its end, keeping the last `limit` bytes, and handing each read to `log`.
+async fn read_tail<R: AsyncRead + Unpin>(
+    pipe: Option<R>,
+    limit: usize,
+    log: Option<(Arc<LogSink>, LogStream)>,
+) -> String {
     let Some(mut pipe) = pipe else {
         return String::new();
     };
@@ -260,6 +280,9 @@ async fn read_tail<R: AsyncRead + Unpin>(pipe: Option<R>, limit: usize) -> Strin
         match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if let Some((sink, stream)) = &log {
+                    sink.write(*stream, &buf[..n]);
+                }
                 kept.extend_from_slice(&buf[..n]);
                 if kept.len() > 2 * limit {
                     kept.drain(..kept.len() - limit);
@@ -292,6 +315,7 @@ pub(crate) mod tests {
             stdin: None,
             stdout_limit: TAIL_BYTES,
             groups: None,
+            log: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod history;
 pub mod in_flight;
 pub mod kv_view;
 pub mod local_server;
+pub mod logs;
 pub mod provision;
 pub mod record_writes;
 pub mod registered;

@@ -71,6 +71,8 @@ pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(400 * 24 * 3600);
 pub const APPROVALS_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long dead letters are kept.
 pub const DEAD_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long attempt logs are kept.
+pub const LOGS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long alerts are kept.
 pub const ALERTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a lease lives without renewal.
@@ -193,6 +195,10 @@ impl Layout {
     /// `<AX>_ALERTS`.
     pub fn alerts_stream(&self) -> String {
         self.stream_name("ALERTS")
+    }
+    /// `<AX>_LOGS`.
+    pub fn logs_stream(&self) -> String {
+        self.stream_name("LOGS")
     }
     /// `<AX>_CLOCK`.
     pub fn clock_stream(&self) -> String {
@@ -349,6 +355,7 @@ impl Layout {
                 Limits,
                 ALERTS_MAX_AGE,
             ),
+            plain(self.logs_stream(), vec![s.log_all()], Limits, LOGS_MAX_AGE),
         ]
     }
 

@@ -57,6 +57,7 @@ impl Child {
             stdin: self.stdin,
             stdout_limit: self.stdout_limit,
             groups: Some(crate::worker::leftovers::dir(ctx.scratch)),
+            log: ctx.log.cloned(),
         };
         let ran = process::run(&spec, Some(ctx.cancel)).await;
         let mut result = result_of(&ran, timeout, &work.spec.on_timeout);

@@ -64,6 +64,8 @@ pub struct AttemptContext<'a> {
     pub values: &'a Values,
     /// The cluster, for work reported later (an http `202`); none in a local run.
     pub cluster: Option<&'a ax_bus::AxClient>,
+    /// Where a process's output is shipped while it runs; none in a local run.
+    pub log: Option<&'a std::sync::Arc<crate::worker::logs::LogSink>>,
 }
 
 /// How an attempt's work ended.

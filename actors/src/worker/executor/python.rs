@@ -131,6 +131,7 @@ async fn step(program: &str, args: &[&str], what: &str) -> Result<(), String> {
         stdin: None,
         stdout_limit: TAIL_BYTES,
         groups: None,
+        log: None,
     };
     let ran = process::run(&spec, None).await;
     match ran.exit {

@@ -71,6 +71,7 @@ mod tests {
             cancel: &cancel,
             values: &values,
             cluster: None,
+            log: None,
         };
         Shell.run(&ctx).await
     }

@@ -1,0 +1,203 @@
+//! Attempt logs (`ax.log.<instance>.<attempt>`): shipped while the command runs, followed live
+//! with `ax instance logs --follow`, complete for a long output, capped with head and tail, kept
+//! through a kill and a NATS restart, one per attempt.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use ax_bus::ids::InstanceId;
+use ax_bus::log::{AttemptLog, LogStream};
+use ax_bus::AxClient;
+use support::*;
+
+/// Waits until attempt `attempt` of `id` has shipped a log that satisfies `done`.
+async fn wait_log(
+    client: &AxClient,
+    id: &str,
+    attempt: u32,
+    what: &str,
+    done: impl Fn(&AttemptLog) -> bool,
+) -> AttemptLog {
+    let id: InstanceId = id.parse().unwrap();
+    wait_for(Duration::from_secs(60), what, || {
+        let (client, id) = (client.clone(), id.clone());
+        let done = &done;
+        async move {
+            let log = client.attempt_log(&id, attempt).await.ok()?;
+            done(&log).then_some(log)
+        }
+    })
+    .await
+}
+
+fn text(log: &AttemptLog, stream: LogStream) -> String {
+    String::from_utf8_lossy(&log.bytes_of(stream)).into_owned()
+}
+
+/// The lines of a job that prints one a second are printed by `ax instance logs --follow` as
+/// they are written — the first while the instance still runs — and the follow ends with the
+/// attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_attempts_lines_are_followed_as_they_are_written() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let command = "for i in 1 2 3 4 5 6; do echo line $i; echo warn $i >&2; sleep 1; done";
+    apply_job(&nats, "ticker", &shell_job("ticker", "", command)).await;
+    let id = trigger(&nats, &["ticker"]);
+    let dir = nats.path("follow");
+    let mut follow = AxProcess::spawn(
+        Some(&nats.url()),
+        &["instance", "logs", &id, "--follow"],
+        &dir,
+        &dir.join("follow.log"),
+    );
+    let lines = follow.stdout_lines();
+    let first = lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a first line");
+    assert!(first == "line 1" || first == "warn 1", "{first}");
+    let (record, _) = client
+        .instance(&id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !record.state.is_final(),
+        "the first line came only after the end: {record:?}"
+    );
+    let mut seen = vec![first];
+    let started = Instant::now();
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(30)) {
+        seen.push(line);
+    }
+    assert!(started.elapsed() >= Duration::from_secs(3), "not live");
+    let stdout: Vec<&String> = seen.iter().filter(|l| l.starts_with("line")).collect();
+    let stderr: Vec<&String> = seen.iter().filter(|l| l.starts_with("warn")).collect();
+    let want = |word: &str| (1..=6).map(|i| format!("{word} {i}")).collect::<Vec<_>>();
+    assert_eq!(stdout, want("line").iter().collect::<Vec<_>>());
+    assert_eq!(stderr, want("warn").iter().collect::<Vec<_>>());
+    let status = follow.child.wait().unwrap();
+    assert!(status.success(), "{}", follow.log_text());
+
+    // Read afterwards: the same lines, the end said, the record's tails still there.
+    let out = ax(&nats.url(), &["instance", "logs", &id, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["complete"], true, "{json}");
+    assert_eq!(json["stdout"], want("line").join("\n") + "\n");
+    assert_eq!(json["stderr"], want("warn").join("\n") + "\n");
+}
+
+/// A 200,000-line output is shipped whole; past a node's cap, the head and the last bytes are
+/// kept with a note of what was left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_log_is_complete_and_one_past_the_cap_keeps_its_head_and_tail() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    // One worker capped at 64 KiB, one with the default cap; the jobs' tags pick them.
+    let _capped = AxProcess::configured(
+        &nats,
+        "n1",
+        "all",
+        "[worker]\nlog_max_bytes = 65536\ntags = [\"capped\"]\n",
+    );
+    let _wide = AxProcess::configured(&nats, "n2", "worker", "[worker]\ntags = [\"wide\"]\n");
+    let job =
+        |name: &str, tag: &str| shell_job(name, &format!("  tags: [{tag}]\n"), "seq 1 200000");
+    apply_job(&nats, "many", &job("many", "wide")).await;
+    apply_job(&nats, "capped", &job("capped", "capped")).await;
+    let many = trigger(&nats, &["many"]);
+    let capped = trigger(&nats, &["capped"]);
+    let log = wait_log(&client, &many, 1, "the whole log", |l| l.end().is_some()).await;
+    let want: String = (1..=200_000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(text(&log, LogStream::Stdout), want);
+    assert_eq!(log.end().unwrap().left_out, 0);
+
+    let record = final_record(&client, &capped, Duration::from_secs(60)).await;
+    let log = wait_log(&client, &capped, 1, "the capped log", |l| l.end().is_some()).await;
+    let end = log.end().unwrap();
+    assert_eq!(end.bytes, want.len() as u64);
+    let stdout = text(&log, LogStream::Stdout);
+    assert_eq!(stdout.len() as u64, 65536, "{record:?}");
+    assert!(want.starts_with(&stdout[..49152]));
+    assert!(want.ends_with(&stdout[49152..]));
+    assert_eq!(end.left_out, want.len() as u64 - 65536);
+    let note = text(&log, LogStream::Note);
+    assert!(note.contains("bytes left out"), "{note}");
+}
+
+/// What an attempt wrote before it was killed stays, and a re-run's attempt has a log of its
+/// own beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_attempts_log_is_kept_and_each_attempt_has_its_own() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let command = "echo attempt $AX_ATTEMPT; echo still going >&2; sleep 120";
+    apply_job(&nats, "stuck", &shell_job("stuck", "", command)).await;
+    let id = trigger(&nats, &["stuck"]);
+    wait_log(&client, &id, 1, "the first lines", |l| {
+        text(l, LogStream::Stderr).contains("still going")
+    })
+    .await;
+    let killed = ax(&nats.url(), &["instance", "kill", &id]);
+    assert!(killed.status.success(), "{}", stderr(&killed));
+    final_record(&client, &id, Duration::from_secs(60)).await;
+    let log = wait_log(&client, &id, 1, "the end of the killed attempt", |l| {
+        l.end().is_some()
+    })
+    .await;
+    assert_eq!(text(&log, LogStream::Stdout), "attempt 1\n");
+    assert_eq!(text(&log, LogStream::Stderr), "still going\n");
+
+    let rerun = ax(&nats.url(), &["rerun", "--instance", &id]);
+    assert!(rerun.status.success(), "{}", stderr(&rerun));
+    wait_log(&client, &id, 2, "the re-run's lines", |l| {
+        text(l, LogStream::Stdout) == "attempt 2\n"
+    })
+    .await;
+    let first = ax(&nats.url(), &["instance", "logs", &id, "--attempt", "1"]);
+    assert_eq!(
+        stdout(&first),
+        "attempt 1\nstill going\n",
+        "{}",
+        stderr(&first)
+    );
+    let none = ax(&nats.url(), &["instance", "logs", &id, "--attempt", "3"]);
+    assert!(!none.status.success());
+    assert!(
+        stderr(&none).contains("there is no attempt 3"),
+        "{}",
+        stderr(&none)
+    );
+    let killed = ax(&nats.url(), &["instance", "kill", &id]);
+    assert!(killed.status.success(), "{}", stderr(&killed));
+}
+
+/// NATS restarted while a command writes: the lines written while it was away are kept on the
+/// worker and shipped when it is back; nothing is lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_written_while_nats_is_away_are_shipped_when_it_returns() {
+    let mut nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    let command = "for i in $(seq 1 20); do echo line $i; sleep 0.5; done";
+    apply_job(&nats, "steady", &shell_job("steady", "", command)).await;
+    let id = trigger(&nats, &["steady"]);
+    wait_log(&client, &id, 1, "a few lines", |l| {
+        text(l, LogStream::Stdout).contains("line 3\n")
+    })
+    .await;
+    nats.server.stop();
+    std::thread::sleep(Duration::from_secs(3));
+    nats.server
+        .restart()
+        .expect("nats-server restarts on its store");
+    let client = nats.client().await;
+    let record = final_record(&client, &id, Duration::from_secs(90)).await;
+    assert_eq!(record.state, ax_bus::State::Success, "{}", node.log_text());
+    let log = wait_log(&client, &id, 1, "the whole log", |l| l.end().is_some()).await;
+    let want: String = (1..=20).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(text(&log, LogStream::Stdout), want, "{}", node.log_text());
+}

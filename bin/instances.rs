@@ -223,7 +223,7 @@ async fn follow_log(client: &AxClient, id: &InstanceId, attempt: u32) -> Result<
     loop {
         match tokio::time::timeout(std::time::Duration::from_secs(1), feed.next()).await {
             Ok(Some(item)) => match item? {
-                LogItem::Chunk(chunk) => {
+                LogItem::Chunk(chunk, _) => {
                     let end = chunk.end;
                     let pieces = chunk.pieces.clone();
                     if log.add(chunk) {

@@ -96,7 +96,7 @@ async fn an_operator_runs_ax_from_the_browser() {
     browser
         .reload_until("the instance to succeed", "#state", |t| t == "success")
         .await;
-    assert!(browser.text("#stdout").await.contains("hello console"));
+    assert!(browser.text("#log").await.contains("hello console"));
     assert!(browser
         .text("#output")
         .await
@@ -511,6 +511,68 @@ async fn an_operator_runs_ax_from_the_browser() {
 
 /// A node serves the console only with the `admin` role; any node given an address serves
 /// `/metrics`.
+/// A running attempt's lines appear on its page as they are written (no reload), the state
+/// follows when it ends, and after a re-run each attempt has a tab with its own log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_attempts_log_is_followed_on_its_page_with_a_tab_per_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = up(dir.path()).await;
+    apply(
+        &up,
+        dir.path(),
+        &[(
+            "ticker",
+            "  exec: { type: shell, command: 'for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 1; done; echo done >&2' }\n",
+        )],
+    );
+    let browser = Browser::start().await;
+    let id = trigger(&up, "ticker");
+    let page = format!("{}/instances/{id}", up.http);
+    browser.open(&page).await;
+    let first = browser.text("#log").await;
+    assert!(!first.contains("line 6"), "opened too late: {first}");
+    // Without a reload: the poller appends what was shipped since.
+    browser
+        .until("the lines written since the page opened", "#log", |t| {
+            t.contains("line 6")
+        })
+        .await;
+    browser
+        .until("the end of the log", "#log-more", |t| {
+            t.contains("bytes written")
+        })
+        .await;
+    browser
+        .until("the state brought up to date", "#state", |t| t == "success")
+        .await;
+    let log = browser.text("#log").await;
+    let want: Vec<String> = (1..=8).map(|i| format!("line {i}")).collect();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.starts_with("line"))
+            .collect::<Vec<_>>(),
+        want
+    );
+    assert!(browser.has("#log .stderr").await, "stderr is shown apart");
+    browser.screenshot("instance-log").await;
+
+    let rerun = ax(&up.nats, &["rerun", "--instance", &id]);
+    assert!(rerun.status.success(), "{}", stderr(&rerun));
+    browser
+        .reload_until("the re-run's tab", "#logs", |t| t.contains("attempt 2"))
+        .await;
+    browser.click("#attempt-1").await;
+    let first = browser
+        .until("the first attempt's log", "#log", |t| t.contains("line 8"))
+        .await;
+    assert!(first.contains("line 1"), "{first}");
+    let current = browser.element("#attempt-1").await;
+    assert_eq!(
+        current.attr("aria-current").await.unwrap().as_deref(),
+        Some("page")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_comes_with_the_admin_role() {
     let nats = TestNats::start();

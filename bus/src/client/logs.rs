@@ -18,8 +18,9 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// An item of a followed log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogItem {
-    /// A chunk (possibly one already delivered: see [`AttemptLog::add`]).
-    Chunk(LogChunk),
+    /// A chunk (possibly one already delivered: see [`AttemptLog::add`]), with its sequence in
+    /// the stream (to follow on from it later: [`AxClient::follow_log_after`]).
+    Chunk(LogChunk, u64),
     /// Every chunk stored when the follow started has been delivered.
     Current,
 }
@@ -32,18 +33,31 @@ impl AxClient {
         id: &InstanceId,
         attempt: u32,
     ) -> Result<AttemptLog, ClientError> {
+        Ok(self.attempt_log_after(id, attempt, 0).await?.0)
+    }
+
+    /// The chunks of attempt `attempt` of instance `id`'s log stored after stream sequence
+    /// `after` (0: all), and the stream sequence of the last one (`after` if none).
+    pub async fn attempt_log_after(
+        &self,
+        id: &InstanceId,
+        attempt: u32,
+        after: u64,
+    ) -> Result<(AttemptLog, u64), ClientError> {
         let read = async {
             let mut log = AttemptLog::default();
-            let mut feed = self.follow_log(id, attempt).await?;
+            let mut last = after;
+            let mut feed = Box::pin(self.follow_log_after(id, attempt, after).await?);
             while let Some(item) = feed.next().await {
                 match item? {
-                    LogItem::Chunk(chunk) => {
+                    LogItem::Chunk(chunk, sequence) => {
+                        last = last.max(sequence);
                         log.add(chunk);
                     }
                     LogItem::Current => break,
                 }
             }
-            Ok::<_, ClientError>(log)
+            Ok::<_, ClientError>((log, last))
         };
         tokio::time::timeout(READ_TIMEOUT, read)
             .await
@@ -62,20 +76,33 @@ impl AxClient {
         attempt: u32,
     ) -> Result<impl Stream<Item = Result<LogItem, ClientError>> + Send + 'static, ClientError>
     {
+        self.follow_log_after(id, attempt, 0).await
+    }
+
+    /// [`AxClient::follow_log`] from the chunks stored after stream sequence `after` (0: all).
+    pub async fn follow_log_after(
+        &self,
+        id: &InstanceId,
+        attempt: u32,
+        after: u64,
+    ) -> Result<impl Stream<Item = Result<LogItem, ClientError>> + Send + 'static, ClientError>
+    {
         let subject = self.subjects().log(id.as_str(), attempt);
-        let feed = KvFeed::open_stream(
-            &self.js,
-            &self.layout.logs_stream(),
-            "",
-            &subject,
-            DeliverPolicy::All,
-        )
-        .await?;
+        let deliver = match after {
+            0 => DeliverPolicy::All,
+            after => DeliverPolicy::ByStartSequence {
+                start_sequence: after + 1,
+            },
+        };
+        let feed = KvFeed::open_stream(&self.js, &self.layout.logs_stream(), "", &subject, deliver)
+            .await?;
         Ok(feed.into_stream().filter_map(|item| {
             futures::future::ready(match item {
-                Ok(FeedItem::Put { value, .. }) => Some(
+                Ok(FeedItem::Put {
+                    value, revision, ..
+                }) => Some(
                     codec::decode::<LogChunk>(&value)
-                        .map(LogItem::Chunk)
+                        .map(|chunk| LogItem::Chunk(chunk, revision))
                         .map_err(ClientError::from),
                 ),
                 Ok(FeedItem::Current) => Some(Ok(LogItem::Current)),

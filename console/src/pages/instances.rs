@@ -14,6 +14,7 @@ use ax_bus::State as InstanceState;
 
 use crate::actions::{self, InstanceAction};
 use crate::index::Filter;
+use crate::pages::instance_log::{self, LogView};
 use crate::pages::{self, Chrome, Done, Results};
 use crate::problem::Problem;
 use crate::server::State;
@@ -299,6 +300,7 @@ struct InstancePage {
     params: String,
     stdout: String,
     stderr: String,
+    log: LogView,
 }
 
 /// A value's serde name (`manual`, `high`, ...).
@@ -315,10 +317,17 @@ fn instance_id(text: &str) -> Result<InstanceId, Problem> {
         .map_err(|e| Problem::Malformed(format!("instance: {e}")))
 }
 
+/// Which attempt's log the instance page shows (the last by default).
+#[derive(Deserialize)]
+struct PageQuery {
+    attempt: Option<u32>,
+}
+
 async fn page(
     state: web::Data<State>,
     request: HttpRequest,
     id: web::Path<String>,
+    query: web::Query<PageQuery>,
 ) -> HttpResponse {
     let client = match pages::client(&state, &request) {
         Ok(client) => client,
@@ -343,6 +352,16 @@ async fn page(
                 &request,
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("the instance could not be read: {e}"),
+            )
+        }
+    };
+    let log = match instance_log::view(client, &record, query.attempt).await {
+        Ok(log) => log,
+        Err(e) => {
+            return pages::error_page(
+                &request,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the instance's log could not be read: {e}"),
             )
         }
     };
@@ -402,6 +421,7 @@ async fn page(
         params: pretty(&serde_json::to_value(&record.params).unwrap_or_default()),
         stdout: record.stdout_tail.clone(),
         stderr: record.stderr_tail.clone(),
+        log,
     };
     pages::html(StatusCode::OK, &page)
 }

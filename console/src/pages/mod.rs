@@ -10,7 +10,7 @@
 //! - [`dead_letters`]: what ax gave up on, inspected and replayed (in bulk too);
 //! - [`fleet`]: workers, nodes and queues (paused and resumed here);
 //! - [`instances`]: the instance list (filtered and paged on the server) and an instance's page,
-//!   with its actions.
+//!   with its actions; [`instance_log`]: its attempts' logs, followed while they run.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -25,6 +25,7 @@ pub(crate) mod dashboard;
 pub(crate) mod dead_letters;
 pub(crate) mod editor;
 pub(crate) mod fleet;
+pub(crate) mod instance_log;
 pub(crate) mod instances;
 pub(crate) mod jobs;
 pub(crate) mod login;
@@ -39,6 +40,7 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
     editor::routes(config);
     jobs::routes(config);
     instances::routes(config);
+    instance_log::routes(config);
     login::routes(config);
     trail::routes(config);
 }

@@ -25,6 +25,7 @@ from ._types import (
     AxError,
     CommandRefused,
     Instance,
+    Log,
     Reply,
     ReportRefused,
     Result,
@@ -215,6 +216,47 @@ class Client:
                 state = f"{last.state} ({last.tag})" if last else "no record"
                 raise TimeoutError(f"{instance_id} is not final after {timeout}s: {state}")
             await asyncio.sleep(poll)
+
+    async def logs(
+        self, instance_id: str, attempt: Optional[int] = None, timeout: float = COMMAND_TIMEOUT
+    ) -> Log:
+        """Attempt ``attempt`` (the last one when None) of ``instance_id``'s log, as shipped so
+        far: read whole from ``AX_LOGS``, each chunk once (a chunk sent again after a NATS
+        outage is kept once). ``complete`` says whether its end arrived."""
+        if attempt is None:
+            record = await self.get_instance(instance_id)
+            if record is None:
+                raise AxError(f"no instance {instance_id}")
+            attempt = record.attempt
+        subject = f"{self._prefix}.log.{instance_id}.{attempt}"
+        stream = f"{self._tag.upper()}_LOGS"
+        chunks: Dict[int, Mapping[str, Any]] = {}
+        subscription = await self._js.subscribe(subject, stream=stream, ordered_consumer=True)
+        try:
+            info = await subscription.consumer_info()
+            if info.num_pending or (info.delivered and info.delivered.consumer_seq):
+                while True:
+                    message = await subscription.next_msg(timeout=timeout)
+                    chunk = msgpack.unpackb(message.data, raw=False)
+                    chunks.setdefault(int(chunk["seq"]), chunk)
+                    if message.metadata.num_pending == 0:
+                        break
+        finally:
+            await subscription.unsubscribe()
+        pieces = []
+        end: Optional[Mapping[str, Any]] = None
+        for seq in sorted(chunks):
+            chunk = chunks[seq]
+            for piece in chunk.get("pieces") or []:
+                pieces.append((piece["stream"], bytes(piece["data"])))
+            end = chunk.get("end") or end
+        return Log(
+            instance_id=instance_id,
+            attempt=attempt,
+            pieces=pieces,
+            complete=end is not None,
+            left_out=int((end or {}).get("left_out") or 0),
+        )
 
     async def results(
         self,

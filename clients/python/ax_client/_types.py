@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 #: States after which nothing more happens to an instance (until a manual re-run).
 FINAL_STATES = frozenset({"success", "failed", "cancelled"})
@@ -158,3 +158,30 @@ class Result:
             exit_code=raw.get("exit_code"),
             raw=raw,
         )
+
+
+@dataclass(frozen=True)
+class Log:
+    """An attempt's stdout and stderr as its worker shipped them (``ax.log.<instance>.<attempt>``,
+    docs/protocol.md): the pieces in the order they were written."""
+
+    instance_id: str
+    attempt: int
+    #: ``(stream, data)``: ``stdout``, ``stderr`` or ``note`` (ax's own: what a cap left out).
+    pieces: List[Tuple[str, bytes]]
+    #: Whether the last chunk arrived (the attempt ended and everything it wrote is here).
+    complete: bool
+    #: Bytes left out of a log past its cap.
+    left_out: int
+
+    def text(self, stream: str) -> str:
+        """One stream's bytes, decoded (undecodable bytes replaced)."""
+        return b"".join(data for s, data in self.pieces if s == stream).decode("utf-8", "replace")
+
+    @property
+    def stdout(self) -> str:
+        return self.text("stdout")
+
+    @property
+    def stderr(self) -> str:
+        return self.text("stderr")

@@ -40,6 +40,27 @@ async def test_apply_then_a_key_sent_twice_makes_one_instance(cluster):
         assert done.raw["params"]["order"] == 42
 
 
+async def test_an_attempts_log_is_read_in_order_with_its_end(cluster):
+    async with await ax_client.connect(cluster.url) as client:
+        await client.apply(
+            {
+                "name": "py_talk",
+                "exec": {"type": "shell", "command": "echo one; echo two >&2; echo three"},
+            }
+        )
+        done = await client.wait((await client.trigger("py_talk")).instance_id, timeout=60)
+        assert done.state == "success"
+        deadline = asyncio.get_running_loop().time() + 30
+        log = await client.logs(done.instance_id)
+        while not log.complete and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+            log = await client.logs(done.instance_id)
+        assert log.complete and log.attempt == 1
+        assert (log.stdout, log.stderr, log.left_out) == ("one\nthree\n", "two\n", 0)
+        empty = await client.logs(done.instance_id, attempt=2)
+        assert (empty.pieces, empty.complete) == ([], False)
+
+
 async def test_a_refused_command_names_the_line_and_changes_nothing(cluster):
     async with await ax_client.connect(cluster.url) as client:
         bad = NOOP.replace("py_noop", "py_bad").replace("exec:", "cron: '0 61 * * *'\n  exec:")

@@ -41,7 +41,9 @@ impl LogStream {
 pub struct LogPiece {
     /// Where it comes from.
     pub stream: LogStream,
-    /// The bytes (not necessarily whole lines, nor whole UTF-8 characters).
+    /// The bytes (not necessarily whole lines, nor whole UTF-8 characters); MessagePack `bin`
+    /// on the wire.
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 

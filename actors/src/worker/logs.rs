@@ -47,8 +47,11 @@ struct Buffer {
     pending_bytes: usize,
     /// Bytes that may still be shipped as they come.
     head_left: usize,
-    /// Past the head: the last bytes, shipped at the end.
+    /// Past the head: the last bytes, shipped at the end — pieces of at most [`RING_PIECE`]
+    /// bytes, the first of them starting `skip` bytes in (cut from the front without moving
+    /// what stays).
     tail: VecDeque<LogPiece>,
+    skip: usize,
     tail_bytes: usize,
     tail_cap: usize,
     /// Bytes written in all, and left out of the ring.
@@ -83,13 +86,16 @@ impl Buffer {
         self.tail_bytes += data.len();
         while self.tail_bytes > self.tail_cap {
             let over = self.tail_bytes - self.tail_cap;
-            let Some(front) = self.tail.front_mut() else {
+            let Some(front) = self.tail.front() else {
                 break;
             };
-            let cut = over.min(front.data.len());
-            front.data.drain(..cut);
-            if front.data.is_empty() {
+            let left = front.data.len() - self.skip;
+            let cut = over.min(left);
+            if cut == left {
                 self.tail.pop_front();
+                self.skip = 0;
+            } else {
+                self.skip += cut;
             }
             self.tail_bytes -= cut;
             self.left_out += cut as u64;
@@ -115,7 +121,13 @@ impl Buffer {
             });
         }
         let tail = self.tail_bytes as u64;
-        pieces.extend(std::mem::take(&mut self.tail));
+        let skip = std::mem::take(&mut self.skip);
+        for (i, mut piece) in std::mem::take(&mut self.tail).into_iter().enumerate() {
+            if i == 0 {
+                piece.data.drain(..skip);
+            }
+            push(&mut pieces, piece.stream, &piece.data);
+        }
         self.tail_bytes = 0;
         let end = LogEnd {
             bytes: self.total,
@@ -137,15 +149,22 @@ fn push(pieces: &mut Vec<LogPiece>, stream: LogStream, data: &[u8]) {
     }
 }
 
+/// Appends to the ring: to its last piece while that is of the same stream and under
+/// [`RING_PIECE`] bytes.
 fn push_back(pieces: &mut VecDeque<LogPiece>, stream: LogStream, data: &[u8]) {
     match pieces.back_mut() {
-        Some(last) if last.stream == stream => last.data.extend_from_slice(data),
+        Some(last) if last.stream == stream && last.data.len() < RING_PIECE => {
+            last.data.extend_from_slice(data)
+        }
         _ => pieces.push_back(LogPiece {
             stream,
             data: data.to_vec(),
         }),
     }
 }
+
+/// The size past which the ring starts a new piece: what its front is cut by, at most.
+const RING_PIECE: usize = 64 * 1024;
 
 /// Where an attempt's pipes write: never blocks beyond a short lock.
 #[derive(Debug)]
@@ -347,6 +366,45 @@ mod tests {
         assert_eq!(rest[0].stream, LogStream::Note);
         assert!(text(&rest[..1]).contains("600 bytes left out"));
         assert_eq!(text(&rest[1..]), all[900..]);
+    }
+
+    #[test]
+    fn the_kept_tail_is_exactly_the_last_bytes_across_ring_pieces() {
+        // A ring of 200 KiB (several pieces) cut from the front over and over.
+        let cap = 800 * 1024;
+        let mut buffer = Buffer::new(cap);
+        let mut all = Vec::new();
+        for i in 0..400u32 {
+            let stream = if i % 7 == 0 {
+                LogStream::Stderr
+            } else {
+                LogStream::Stdout
+            };
+            let read: Vec<u8> = (0..8192u32).map(|j| ((i * 31 + j) % 251) as u8).collect();
+            buffer.write(stream, &read);
+            all.push((stream, read));
+        }
+        let (head, _) = buffer.take();
+        buffer.finished = true;
+        let (rest, end) = buffer.take();
+        let end = end.unwrap();
+        let bytes: Vec<u8> = all.iter().flat_map(|(_, d)| d.iter().copied()).collect();
+        assert_eq!(end.bytes, bytes.len() as u64);
+        assert_eq!(end.tail, tail_of(cap) as u64);
+        let shipped: Vec<u8> = head.iter().flat_map(|p| p.data.iter().copied()).collect();
+        assert_eq!(shipped, bytes[..cap - tail_of(cap)]);
+        let kept: Vec<u8> = rest[1..]
+            .iter()
+            .flat_map(|p| p.data.iter().copied())
+            .collect();
+        assert_eq!(kept, bytes[bytes.len() - tail_of(cap)..]);
+        // Each byte kept with its stream.
+        let stderr_kept: usize = rest[1..]
+            .iter()
+            .filter(|p| p.stream == LogStream::Stderr)
+            .map(|p| p.data.len())
+            .sum();
+        assert!(stderr_kept > 0 && stderr_kept % 8192 == 0, "{stderr_kept}");
     }
 
     #[test]

@@ -164,6 +164,23 @@ async fn an_operator_runs_ax_from_the_browser() {
         assert_eq!(shown, count(state).to_string(), "{state}");
     }
     assert!(browser.text("#top-failing").await.contains("broken"));
+    // The failures are listed with the last line they wrote to stderr, each a link.
+    let failed = browser.text("#failed-list").await;
+    assert!(failed.contains("doomed"), "{failed}");
+    browser
+        .element(&format!("#failed-list a[href='/instances/{broken}']"))
+        .await;
+    // What ended on the date is `ax status`'s count, and the page says which rule is which.
+    let status = ax(&up.nats, &["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(
+        browser.text("#ended").await,
+        status["day"]["finished"].to_string()
+    );
+    assert!(browser
+        .text("#counting-rule")
+        .await
+        .contains("each once in its current state"));
     browser.screenshot("dashboard").await;
 
     // The instance list filters on the server.
@@ -223,6 +240,50 @@ async fn an_operator_runs_ax_from_the_browser() {
         (record.attempt == 2 && record.state.is_final()).then_some(())
     })
     .await;
+
+    // With a re-run and a backfill of two past dates, the day's numbers are still those of
+    // `ax instance list` for the date: each instance once, the backfill on its own dates.
+    let today = chrono::Utc::now().date_naive();
+    let days_ago = |n: i64| (today - chrono::Duration::days(n)).to_string();
+    let out = ax(
+        &up.nats,
+        &[
+            "backfill",
+            "greet",
+            "--from",
+            &days_ago(2),
+            "--to",
+            &days_ago(1),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    browser.open(&format!("{base}/")).await;
+    let date = browser.text("#date").await;
+    let of_date = wait_for(Duration::from_secs(60), "the backfill to end", || async {
+        let records = listed(&up);
+        let backfilled = records
+            .iter()
+            .filter(|r| r["trigger"] == "backfill" && r["state"] == "success")
+            .count();
+        (backfilled == 2).then(|| {
+            records
+                .into_iter()
+                .filter(|r| r["biz_date"] == date.as_str())
+                .collect::<Vec<_>>()
+        })
+    })
+    .await;
+    let count = |state: &str| of_date.iter().filter(|r| r["state"] == state).count();
+    browser.client.refresh().await.unwrap();
+    assert_eq!(
+        browser.text("#instances-today").await,
+        of_date.len().to_string()
+    );
+    assert_eq!(browser.text("#failures").await, count("failed").to_string());
+    assert_eq!(
+        browser.text("#finished").await,
+        (count("success") + count("failed") + count("cancelled")).to_string()
+    );
 
     // Kill ends a running `sleep`: its process is gone.
     let sleeper = trigger(&up, "sleeper");

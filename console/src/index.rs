@@ -50,6 +50,8 @@ pub struct Row {
     pub worker: Option<String>,
     /// The start of the state's message.
     pub message: String,
+    /// The start of the last line the current attempt wrote to stderr (empty if none).
+    pub last_line: String,
 }
 
 impl Row {
@@ -66,6 +68,15 @@ impl Row {
             finished_at: record.finished_at,
             worker: record.worker.as_ref().map(|w| w.to_string()),
             message: record.message.chars().take(MESSAGE_CHARS).collect(),
+            last_line: record
+                .stderr_tail
+                .lines()
+                .rev()
+                .find(|line| !line.trim().is_empty())
+                .unwrap_or_default()
+                .chars()
+                .take(MESSAGE_CHARS)
+                .collect(),
         }
     }
 }
@@ -299,6 +310,30 @@ impl InstanceIndex {
         self.page(&filter, 0, limit).rows
     }
 
+    /// Every row of business date `date`, newest due first.
+    pub fn of_date(&self, date: &str) -> Vec<Row> {
+        let filter = Filter {
+            biz_date: Some(date.to_string()),
+            ..Filter::default()
+        };
+        self.read().candidates(&filter).cloned().collect()
+    }
+
+    /// How long `job` usually runs: the median duration of its last
+    /// [`crate::attention::USUAL_OF`] successful runs, when it has at least three.
+    pub fn usual_duration(&self, job: &JobName) -> Option<chrono::Duration> {
+        let rows = self.read();
+        let keys = rows.by_job.get(job)?;
+        let durations: Vec<chrono::Duration> = keys
+            .iter()
+            .filter_map(|(_, id)| rows.by_id.get(id))
+            .filter(|row| row.state == State::Success)
+            .filter_map(|row| Some(row.finished_at? - row.started_at?))
+            .take(crate::attention::USUAL_OF)
+            .collect();
+        crate::attention::median(durations)
+    }
+
     /// The latest-due instance of each job for business date `date`.
     pub fn latest_of_date(&self, date: &str) -> HashMap<JobName, Row> {
         let rows = self.read();
@@ -367,6 +402,7 @@ mod tests {
             finished_at: None,
             worker: None,
             message: String::new(),
+            last_line: String::new(),
         }
     }
 

@@ -24,6 +24,7 @@ pub mod access;
 pub mod actions;
 mod api;
 mod assets;
+pub mod attention;
 pub mod csrf;
 pub mod index;
 pub mod job_view;

@@ -404,7 +404,10 @@ mod tests {
             .filter(|p| p.stream == LogStream::Stderr)
             .map(|p| p.data.len())
             .sum();
-        assert!(stderr_kept > 0 && stderr_kept.is_multiple_of(8192), "{stderr_kept}");
+        assert!(
+            stderr_kept > 0 && stderr_kept.is_multiple_of(8192),
+            "{stderr_kept}"
+        );
     }
 
     #[test]

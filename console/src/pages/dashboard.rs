@@ -1,8 +1,14 @@
 //! The dashboard: the article's five figures of a day (instances, failures, average trigger
-//! latency, longest execution, the five jobs failing most), the backlog of each queue, the
-//! live workers and the last hour's alerts. The figures come from the day's summary the
-//! DagCoordinator keeps and from the instance index — nothing scans the records — and the
-//! body refreshes itself every five seconds.
+//! latency, longest execution, the five jobs failing most), what needs a look (failed, stuck
+//! and long-running instances, each a link), the backlog of each queue, the live workers and
+//! the last hour's alerts. The body refreshes itself every five seconds.
+//!
+//! Two counting rules, each written on the page. The instances of a business date are counted
+//! from the instance index, each once in its current state (a re-run counts once): the
+//! cards, the state table, the failing jobs and the lists. What ended on a date — every
+//! attempt that ended an instance, by its end time, re-runs again — comes from the day's
+//! summary the DagCoordinator keeps, as `ax status` prints it: ended, trigger latency,
+//! longest execution. Nothing scans the records.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -10,6 +16,7 @@ use askama::Template;
 
 use ax_bus::client::status::{QueueDepth, Status};
 
+use crate::attention::{self, Attention};
 use crate::index::{Counts, Filter};
 use crate::pages::{self, Chrome};
 use crate::server::State;
@@ -35,15 +42,27 @@ pub(crate) struct Body {
     timezone: String,
     read_at: String,
     counts: Counts,
+    /// Instances of the date that have ended (success, failed, cancelled) and that failed.
     finished: u64,
     failed: u64,
+    /// What the summary says ended on the date (`ax status`): ended, of which failed.
+    ended: u64,
+    ended_failed: u64,
     latency: String,
     longest: Option<Longest>,
     top_failing: Vec<(String, u64)>,
+    attention: Attention,
     queues: Vec<QueueDepth>,
     workers_live: usize,
     alerts: Vec<(String, u64)>,
     nodes: String,
+}
+
+impl Body {
+    /// A duration as the pages write it.
+    fn human(&self, duration: &chrono::Duration) -> String {
+        pages::duration(duration.num_milliseconds())
+    }
 }
 
 #[derive(Template)]
@@ -69,16 +88,36 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
     let today = chrono::Utc::now().date_naive().to_string();
     let day = status.day.unwrap_or_default();
     let date = shown_date(requested, &day.date, &today);
-    let counts = match &state.index {
-        Some(index) => index.counts(&Filter {
-            biz_date: Some(date.clone()),
-            ..Filter::default()
-        }),
-        None => Counts::default(),
+    let (counts, rows) = match &state.index {
+        Some(index) => (
+            index.counts(&Filter {
+                biz_date: Some(date.clone()),
+                ..Filter::default()
+            }),
+            index.of_date(&date),
+        ),
+        None => (Counts::default(), Vec::new()),
     };
-    let mut top_failing: Vec<(String, u64)> = day.failures_by_job.clone().into_iter().collect();
+    let of_state = |wanted: ax_bus::State| {
+        counts
+            .by_state
+            .iter()
+            .find(|(s, _)| *s == wanted)
+            .map_or(0, |(_, n)| *n)
+    };
+    let failed = of_state(ax_bus::State::Failed);
+    let finished = failed + of_state(ax_bus::State::Success) + of_state(ax_bus::State::Cancelled);
+    let mut by_job: std::collections::BTreeMap<String, u64> = Default::default();
+    for row in rows.iter().filter(|r| r.state == ax_bus::State::Failed) {
+        *by_job.entry(row.job.to_string()).or_default() += 1;
+    }
+    let mut top_failing: Vec<(String, u64)> = by_job.into_iter().collect();
     top_failing.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     top_failing.truncate(5);
+    let attention = match &state.index {
+        Some(index) => attention::of(&rows, |job| index.usual_duration(job), chrono::Utc::now()),
+        None => Attention::default(),
+    };
     let latency = match day.latency_ms_total.checked_div(day.latency_count) {
         Some(ms) if day.latency_count > 0 => pages::duration(i64::try_from(ms).unwrap_or(i64::MAX)),
         _ => "–".into(),
@@ -93,8 +132,10 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
         date,
         read_at: chrono::Utc::now().format("%H:%M:%S UTC").to_string(),
         counts,
-        finished: day.finished,
-        failed: day.failed,
+        finished,
+        failed,
+        ended: day.finished,
+        ended_failed: day.failed,
         latency,
         longest: day.longest.map(|l| Longest {
             instance_id: l.instance_id.to_string(),
@@ -102,6 +143,7 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
             duration: pages::duration(l.duration_ms),
         }),
         top_failing,
+        attention,
         queues: status.queues,
         workers_live: status.workers_live,
         alerts: status.alerts_last_hour.into_iter().collect(),

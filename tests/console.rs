@@ -274,11 +274,10 @@ async fn an_operator_runs_ax_from_the_browser() {
     })
     .await;
     let count = |state: &str| of_date.iter().filter(|r| r["state"] == state).count();
-    browser.client.refresh().await.unwrap();
-    assert_eq!(
-        browser.text("#instances-today").await,
-        of_date.len().to_string()
-    );
+    let total = of_date.len().to_string();
+    browser
+        .reload_until("the day's instances", "#instances-today", |t| t == total)
+        .await;
     assert_eq!(browser.text("#failures").await, count("failed").to_string());
     assert_eq!(
         browser.text("#finished").await,

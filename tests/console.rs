@@ -633,6 +633,78 @@ async fn a_running_attempts_log_is_followed_on_its_page_with_a_tab_per_attempt()
     );
 }
 
+/// At a phone's width (390 px) every page fits: the navigation wraps with every link in view,
+/// nothing makes the page scroll sideways. With the system set to dark, the console is dark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_fits_a_phone_and_follows_the_dark_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = up(dir.path()).await;
+    apply(
+        &up,
+        dir.path(),
+        &[(
+            "a_job_with_a_rather_long_name_for_a_small_screen",
+            "  exec: { type: shell, command: 'echo a line long enough to need wrapping on a phone screen, and then some more' }\n",
+        )],
+    );
+    let id = trigger(&up, "a_job_with_a_rather_long_name_for_a_small_screen");
+    final_record(&up.client, &id, Duration::from_secs(60)).await;
+    let phone = Browser::start_with((390, 844), false).await;
+    let fits = "const w = window.innerWidth; \
+        const links = [...document.querySelectorAll('nav a')]; \
+        const out = links.filter(a => { const r = a.getBoundingClientRect(); \
+            return r.width === 0 || r.right > w + 0.5 || r.left < 0; }).map(a => a.textContent); \
+        const wide = [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 391).slice(0, 4).map(e => e.outerHTML.slice(0, 80) + ':' + Math.round(e.getBoundingClientRect().left) + '-' + Math.round(e.getBoundingClientRect().right)); \
+        return { page: document.documentElement.scrollWidth, window: w, out: out, links: links.length, wide: wide };";
+    for path in [
+        "/".to_string(),
+        "/jobs".into(),
+        "/instances".into(),
+        format!("/instances/{id}"),
+        "/jobs/a_job_with_a_rather_long_name_for_a_small_screen".into(),
+        "/dag".into(),
+        "/rerun".into(),
+        "/workers".into(),
+        "/nodes".into(),
+        "/queues".into(),
+        "/dlq".into(),
+        "/approvals".into(),
+        "/audit".into(),
+    ] {
+        phone.open(&format!("{}{path}", up.http)).await;
+        let seen = phone.client.execute(fits, vec![]).await.unwrap();
+        assert!(
+            seen["page"].as_u64() <= Some(390)
+                && seen["window"].as_u64() == Some(390)
+                && seen["out"].as_array().is_some_and(|o| o.is_empty())
+                && seen["links"].as_u64() >= Some(11),
+            "{path} at 390 px: {seen}"
+        );
+        if path == "/" {
+            phone.screenshot("phone-dashboard").await;
+        }
+    }
+    drop(phone);
+
+    let dark = Browser::start_with((1280, 900), true).await;
+    dark.open(&format!("{}/instances/{id}", up.http)).await;
+    let colours = dark
+        .client
+        .execute(
+            "return [getComputedStyle(document.body).backgroundColor, \
+                     getComputedStyle(document.querySelector('pre#log')).backgroundColor];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        colours,
+        serde_json::json!(["rgb(20, 24, 29)", "rgb(28, 33, 40)"]),
+        "the page and its log in the dark colours"
+    );
+    dark.screenshot("dark-instance").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_comes_with_the_admin_role() {
     let nats = TestNats::start();

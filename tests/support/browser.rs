@@ -21,6 +21,12 @@ pub(crate) struct Browser {
 impl Browser {
     /// Starts chromedriver and a headless Chromium session with a 1280×900 window.
     pub(crate) async fn start() -> Browser {
+        Self::start_with((1280, 900), false).await
+    }
+
+    /// [`Browser::start`] with a window of `width`×`height` and, when `dark`, the system's
+    /// colour scheme set to dark (`prefers-color-scheme: dark`).
+    pub(crate) async fn start_with((width, height): (u32, u32), dark: bool) -> Browser {
         let port = super::free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
@@ -30,15 +36,27 @@ impl Browser {
             .process_group(0)
             .spawn()
             .expect("chromedriver (Debian's package `chromium-driver`; .ci/run installs it)");
+        let mut args: Vec<String> = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(format!("--window-size={width},{height}"));
+        if dark {
+            args.push("--force-dark-mode".into());
+        }
+        let mut options = serde_json::json!({ "binary": "/usr/bin/chromium", "args": args });
+        if width < 500 {
+            // A desktop window is 500 px wide at least: a phone's viewport is emulated.
+            options["mobileEmulation"] = serde_json::json!({
+                "deviceMetrics": { "width": width, "height": height, "pixelRatio": 3.0 },
+            });
+        }
         let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".into(),
-            serde_json::json!({
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1280,900"],
-            }),
-        );
+        capabilities.insert("goog:chromeOptions".into(), options);
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         let client = loop {

@@ -124,14 +124,23 @@ async fn an_operator_runs_ax_from_the_browser() {
     let record = final_record(&up.client, &created, Duration::from_secs(30)).await;
     assert_eq!(record.params["who"], "console");
 
-    // A bad value is shown beside the control, and nothing is created.
+    // Bad values are shown beside the control, every one at once, and nothing is created.
     browser.open(&format!("{base}/jobs/greet")).await;
     browser.fill("input[name=key]", "not a key!").await;
+    browser.fill("textarea[name=params]", "who=x\noops").await;
+    browser.fill("input[name=biz_date]", "yesterday").await;
     browser.click("#trigger").await;
     let refused = browser
         .until("the refusal", "#trigger-result .error", |t| !t.is_empty())
         .await;
-    assert!(refused.starts_with("key:"), "{refused}");
+    let lines: Vec<&str> = refused.lines().collect();
+    assert!(
+        lines.len() == 3
+            && lines[0].starts_with("params, line 2:")
+            && lines[1].starts_with("key:")
+            && lines[2].starts_with("biz_date: `yesterday`"),
+        "{refused}"
+    );
     assert_eq!(
         listed(&up).iter().filter(|r| r["job"] == "greet").count(),
         1

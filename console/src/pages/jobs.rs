@@ -306,35 +306,74 @@ fn filled(text: &str) -> Option<String> {
 }
 
 impl TriggerForm {
+    /// The trigger the form asks for, or every problem of its fields at once (one per line):
+    /// its own (a params line, the key) and those the Scheduler would refuse it for, checked
+    /// by the same functions (the date, the params' names, `at` and `in`). The Scheduler still
+    /// checks what depends on it (how far ahead it takes delays).
     fn request(&self, name: JobName) -> Result<TriggerRequest, Problem> {
+        let mut errors = Vec::new();
         let mut params = BTreeMap::new();
         for (number, line) in self.params.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() {
                 continue;
             }
-            let (key, value) = line.split_once('=').ok_or_else(|| {
-                Problem::Malformed(format!(
+            let Some((key, value)) = line.split_once('=') else {
+                errors.push(format!(
                     "params, line {}: expected KEY=VALUE, got `{line}`",
                     number + 1
-                ))
-            })?;
+                ));
+                continue;
+            };
+            let key = key.trim();
+            if !spec::is_valid_param_name(key) {
+                errors.push(format!(
+                    "params, line {}: `{key}` is not a param name ([A-Za-z_][A-Za-z0-9_]{{0,63}})",
+                    number + 1
+                ));
+            }
             params.insert(
-                key.trim().to_string(),
+                key.to_string(),
                 serde_json::Value::String(value.trim().to_string()),
             );
         }
-        let key = filled(&self.key)
-            .map(|k| k.parse::<TriggerKey>())
-            .transpose()
-            .map_err(|e| Problem::Malformed(format!("key: {e}")))?;
+        let key = match filled(&self.key).map(|k| k.parse::<TriggerKey>()) {
+            Some(Err(e)) => {
+                errors.push(format!("key: {e}"));
+                None
+            }
+            Some(Ok(key)) => Some(key),
+            None => None,
+        };
+        let (biz_date, at, delay) = (
+            filled(&self.biz_date),
+            filled(&self.at),
+            filled(&self.delay),
+        );
+        if let Some(date) = biz_date.as_deref() {
+            if ax_bus::time::parse_biz_date(date).is_none() {
+                errors.push(format!("biz_date: `{date}` is not a date (YYYY-MM-DD)"));
+            }
+        }
+        if let Some(Err(e)) = at.as_deref().map(ax_bus::time::parse_instant) {
+            errors.push(format!("at: {e}"));
+        }
+        if let Some(Err(e)) = delay.as_deref().map(ax_bus::time::parse_delay) {
+            errors.push(format!("in: {e}"));
+        }
+        if at.is_some() && delay.is_some() {
+            errors.push("at and in: give one of them, not both".into());
+        }
+        if !errors.is_empty() {
+            return Err(Problem::Malformed(errors.join("\n")));
+        }
         Ok(TriggerRequest {
             name,
-            biz_date: filled(&self.biz_date),
+            biz_date,
             params,
             key,
-            at: filled(&self.at),
-            delay: filled(&self.delay),
+            at,
+            delay,
         })
     }
 }

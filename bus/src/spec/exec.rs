@@ -34,6 +34,38 @@ pub fn is_plugin_name(name: &str) -> bool {
         && !BUILTIN_EXECUTORS.contains(&name)
 }
 
+/// The built-in executor `name` is most likely a misspelling of (one letter off, two for a
+/// name of five letters or more), if any: `shel` → `shell`.
+pub fn meant_builtin(name: &str) -> Option<&'static str> {
+    if BUILTIN_EXECUTORS.contains(&name) {
+        return None;
+    }
+    BUILTIN_EXECUTORS
+        .iter()
+        .map(|builtin| (edit_distance(name, builtin), *builtin))
+        .filter(|(distance, builtin)| *distance <= if builtin.len() < 5 { 1 } else { 2 })
+        .min()
+        .map(|(_, builtin)| builtin)
+}
+
+/// The Levenshtein distance between `a` and `b` (short names: the plain table).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// Whether `name` can name an executor at all: a built-in's or a possible plugin's.
 pub fn is_executor_name(name: &str) -> bool {
     BUILTIN_EXECUTORS.contains(&name) || is_plugin_name(name)
@@ -245,10 +277,13 @@ pub(super) fn validate_exec(job: &JobSpec, errors: &mut Vec<SpecError>) {
             } else {
                 format!("the {family} executor")
             };
+            let hint = meant_builtin(&exec.kind)
+                .map(|meant| format!("; did you mean `type: {meant}`?"))
+                .unwrap_or_default();
             errors.push(SpecError::new(
                 format!("job.exec.{setting}"),
                 format!(
-                    "{who} takes no `{setting}` (a setting of: {})",
+                    "{who} takes no `{setting}` (a setting of: {}){hint}",
                     takers.join(", ")
                 ),
             ));

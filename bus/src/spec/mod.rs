@@ -31,8 +31,8 @@ use crate::ids::JobName;
 
 use exec::validate_exec;
 pub use exec::{
-    is_executor_name, is_plugin_name, readable_upstream, ExecSpec, SqlOutput, SuccessWhen,
-    BUILTIN_EXECUTORS,
+    is_executor_name, is_plugin_name, meant_builtin, readable_upstream, ExecSpec, SqlOutput,
+    SuccessWhen, BUILTIN_EXECUTORS,
 };
 
 /// The only spec version so far.
@@ -979,6 +979,30 @@ mod tests {
         job.exec.command = None;
         job.exec.with = Some(serde_json::Map::new());
         assert!(validate(&doc(job)).is_empty());
+    }
+
+    #[test]
+    fn a_misspelt_builtin_executor_is_named_in_the_error() {
+        let mut job = shell_job("typo", "echo hi");
+        job.exec.kind = "shel".into();
+        let errors = validate(&doc(job));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].reason.ends_with("; did you mean `type: shell`?"),
+            "{}",
+            errors[0].reason
+        );
+        assert_eq!(meant_builtin("shel"), Some("shell"));
+        assert_eq!(meant_builtin("pyhton"), Some("python"));
+        assert_eq!(meant_builtin("htp"), Some("http"));
+        assert_eq!(meant_builtin("shell"), None, "a builtin is meant as itself");
+        assert_eq!(meant_builtin("sqlx"), Some("sql"));
+        assert_eq!(meant_builtin("spark"), None);
+        assert_eq!(
+            meant_builtin("no"),
+            None,
+            "two letters off `noop` is most of it"
+        );
     }
 
     #[test]

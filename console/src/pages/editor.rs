@@ -131,27 +131,79 @@ impl Line {
 struct Problems {
     problems: Vec<Line>,
     summary: String,
+    /// What would not stop an apply but is likely a mistake.
+    warnings: Vec<String>,
 }
 
-/// `POST /ui/jobs/validate`: the text's problems at their lines, or that it is valid.
-async fn validate(form: web::Form<EditorForm>) -> HttpResponse {
-    let fragment = match load_text(SOURCE, &form.yaml) {
-        Ok(jobs) => Problems {
-            problems: Vec::new(),
-            summary: format!(
-                "valid: {}",
-                jobs.iter()
-                    .map(|j| j.doc.job.name.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        },
-        Err(errors) => Problems {
-            problems: errors.iter().map(Line::of).collect(),
-            summary: String::new(),
-        },
+/// `POST /ui/jobs/validate`: the text's problems at their lines, or that it is valid. With a
+/// NATS connection, the text is also checked against the registry as an apply would
+/// (dependencies on jobs that exist neither there nor in the text, cycles), and an executor
+/// no live worker offers is pointed out, with the built-in one likely meant.
+async fn validate(state: web::Data<State>, form: web::Form<EditorForm>) -> HttpResponse {
+    let jobs = match load_text(SOURCE, &form.yaml) {
+        Ok(jobs) => jobs,
+        Err(errors) => {
+            let fragment = Problems {
+                problems: errors.iter().map(Line::of).collect(),
+                summary: String::new(),
+                warnings: Vec::new(),
+            };
+            return pages::html(StatusCode::OK, &fragment);
+        }
     };
-    pages::html(StatusCode::OK, &fragment)
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    if let Some(client) = &state.client {
+        if let Ok(registered) = client.jobs().await {
+            let registered: Vec<spec::JobSpec> = registered.into_iter().map(|r| r.spec).collect();
+            let applied: Vec<&spec::JobSpec> = jobs.iter().map(|j| &j.doc.job).collect();
+            for (job, e) in spec::graph::validate_graph(&applied, &registered) {
+                problems.push(Line {
+                    line: 0,
+                    text: format!("{job}: {}: {}", e.field, e.reason),
+                });
+            }
+        }
+        if let Ok(workers) = client.workers().await {
+            let offered: std::collections::BTreeSet<String> = workers
+                .into_iter()
+                .flat_map(|(worker, _)| worker.executors)
+                .collect();
+            for job in &jobs {
+                let kind = &job.doc.job.exec.kind;
+                if offered.is_empty() || offered.contains(kind) {
+                    continue;
+                }
+                let meant = spec::meant_builtin(kind)
+                    .map(|m| format!("; did you mean `type: {m}`?"))
+                    .unwrap_or_default();
+                warnings.push(format!(
+                    "{}: job.exec.type: no worker offers `{kind}` (offered: {}){meant}",
+                    job.doc.job.name,
+                    offered.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+    }
+    let summary = if problems.is_empty() {
+        format!(
+            "valid: {}",
+            jobs.iter()
+                .map(|j| j.doc.job.name.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        String::new()
+    };
+    pages::html(
+        StatusCode::OK,
+        &Problems {
+            problems,
+            summary,
+            warnings,
+        },
+    )
 }
 
 #[derive(Template)]
@@ -177,6 +229,7 @@ async fn apply(
             let fragment = Problems {
                 problems: errors.iter().map(Line::of).collect(),
                 summary: String::new(),
+                warnings: Vec::new(),
             };
             return pages::html(StatusCode::BAD_REQUEST, &fragment);
         }
@@ -208,6 +261,7 @@ async fn apply(
                         })
                         .collect(),
                     summary: String::new(),
+                    warnings: Vec::new(),
                 },
             ),
             other => pages::action_failed(&other),

@@ -357,6 +357,14 @@ async fn an_operator_runs_ax_from_the_browser() {
         !browser.text("#dag").await.contains("broken"),
         "only the chain of the root"
     );
+    // Under it, the Gantt of the date: the upstream ran (a bar, in its colour, a link), the
+    // downstream cancelled before running has none.
+    let bar = browser.element("#gantt a g[data-job=extract]").await;
+    assert_eq!(
+        bar.attr("class").await.unwrap().as_deref(),
+        Some("bar failed")
+    );
+    assert!(!browser.has("#gantt g[data-job=load]").await);
     browser.screenshot("dag").await;
 
     // A dead letter replayed from its page's list: the failed upstream runs again.
@@ -537,10 +545,9 @@ async fn an_operator_runs_ax_from_the_browser() {
             t.contains("did you mean `type: shell`?")
         })
         .await;
-    let missing = bad.replace("not a cron", "0 3 * * *").replace(
-        "  exec:",
-        "  deps: [ { name: no_such_job } ]\n  exec:",
-    );
+    let missing = bad
+        .replace("not a cron", "0 3 * * *")
+        .replace("  exec:", "  deps: [ { name: no_such_job } ]\n  exec:");
     browser.fill("#yaml", &missing).await;
     browser
         .until("the missing dependency", "#problems li", |t| {

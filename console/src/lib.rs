@@ -26,6 +26,7 @@ mod api;
 mod assets;
 pub mod attention;
 pub mod csrf;
+pub mod gantt;
 pub mod index;
 pub mod job_view;
 pub mod layout;

@@ -1,6 +1,7 @@
 //! The DAG of a business date: the jobs of the chains (or of the one through a root job), each
 //! coloured by the state of its latest instance that date and linked to it, laid out in layers
-//! ([`crate::layout`]) and drawn as SVG on the server.
+//! ([`crate::layout`]) and drawn as SVG on the server; under it, the Gantt chart of those
+//! instances' runs ([`crate::gantt`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,6 +10,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
 
+use crate::gantt::{self, Gantt};
+use crate::index::Row;
 use crate::layout::{self, Edge};
 use crate::pages::{self, Chrome};
 use crate::server::State;
@@ -51,6 +54,8 @@ struct DagPage {
     height: f64,
     node_width: f64,
     node_height: f64,
+    /// When each job of the drawing ran.
+    gantt: Gantt,
 }
 
 /// The nodes connected to `root` through the edges, whichever the direction.
@@ -129,6 +134,11 @@ async fn page(
         .into_iter()
         .map(|(j, r)| (j.to_string(), r))
         .collect();
+    let ran: Vec<Row> = members
+        .iter()
+        .filter_map(|job| latest.get(job).cloned())
+        .collect();
+    let gantt = gantt::of(&ran, chrono::Utc::now());
     let drawn = layout::layered(&members, &edges);
     let nodes = drawn
         .nodes
@@ -171,6 +181,7 @@ async fn page(
         height: drawn.height,
         node_width: layout::NODE_WIDTH,
         node_height: layout::NODE_HEIGHT,
+        gantt,
     };
     pages::html(status, &page)
 }

@@ -63,7 +63,7 @@ struct JobRow {
     executor: String,
     tags: String,
     paused: bool,
-    next_fire: String,
+    next_fire: pages::Zoned,
     /// Its last runs, oldest first (left to right), each a coloured cell.
     runs: Vec<RunCell>,
 }
@@ -164,7 +164,7 @@ async fn list(
             executor: j.spec.exec.kind.clone(),
             tags: j.spec.tags.join(", "),
             paused: j.paused,
-            next_fire: pages::time(next_fire(&j.spec, j.paused)),
+            next_fire: pages::zoned(next_fire(&j.spec, j.paused), &j.spec.timezone),
             runs: last_runs(&state, &j.spec.name, LAST_RUNS),
         })
         .collect();
@@ -200,7 +200,7 @@ struct JobPage {
     chrome: Chrome,
     name: String,
     paused: bool,
-    next_fire: String,
+    next_fire: pages::Zoned,
     updated_at: String,
     yaml: String,
     recent: Vec<RecentRow>,
@@ -276,7 +276,7 @@ async fn page(
         chrome: Chrome::of(&pages::caller(&request), "jobs"),
         name: name.to_string(),
         paused: record.paused,
-        next_fire: pages::time(next_fire(&record.spec, record.paused)),
+        next_fire: pages::zoned(next_fire(&record.spec, record.paused), &record.spec.timezone),
         updated_at: pages::time(Some(record.updated_at)),
         yaml,
         recent,

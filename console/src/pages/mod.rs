@@ -265,6 +265,26 @@ pub(crate) fn duration(ms: i64) -> String {
     ax_bus::time::human_ms(ms)
 }
 
+/// An instant in a job's time zone, with UTC beside it for a hover (`<time title=…>`).
+pub(crate) struct Zoned {
+    /// In the job's zone, naming it (`2026-12-05 08:00:00 Asia/Shanghai`), or `–`.
+    pub(crate) local: String,
+    /// In UTC, as [`time`] writes it.
+    pub(crate) utc: String,
+}
+
+/// `at` in time zone `zone` (UTC when it is not a zone), and in UTC.
+pub(crate) fn zoned(at: Option<chrono::DateTime<chrono::Utc>>, zone: &str) -> Zoned {
+    let tz: chrono_tz::Tz = zone.parse().unwrap_or(chrono_tz::UTC);
+    Zoned {
+        local: at.map_or_else(
+            || "–".into(),
+            |t| format!("{} {}", t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S"), tz.name()),
+        ),
+        utc: time(at),
+    }
+}
+
 /// An instant as the pages show it (UTC, to the second, saying so), or `–`.
 pub(crate) fn time(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
     at.map_or_else(
@@ -284,6 +304,14 @@ mod tests {
             .with_timezone(&chrono::Utc);
         assert_eq!(time(Some(at)), "2026-12-04 23:20:36 UTC");
         assert_eq!(time(None), "–");
+        // A job's next fire in its own zone, UTC for the hover; a name that is no zone is UTC.
+        let shanghai = zoned(Some(at), "Asia/Shanghai");
+        assert_eq!(
+            (shanghai.local.as_str(), shanghai.utc.as_str()),
+            ("2026-12-05 07:20:36 Asia/Shanghai", "2026-12-04 23:20:36 UTC")
+        );
+        assert_eq!(zoned(Some(at), "Mars/Base").local, "2026-12-04 23:20:36 UTC");
+        assert_eq!(zoned(None, "UTC").local, "–");
     }
 
     #[test]

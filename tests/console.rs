@@ -202,6 +202,15 @@ async fn an_operator_runs_ax_from_the_browser() {
         "{table}"
     );
     browser.screenshot("instances").await;
+    // A busy job can be hidden from the list.
+    browser
+        .open(&format!("{base}/instances?hide=greet,+extract"))
+        .await;
+    let table = browser.text("#instances").await;
+    assert!(
+        table.contains(&broken) && !table.contains(&created),
+        "{table}"
+    );
     // A part of a job's name finds its instances; a tag is chosen from every tag.
     browser.open(&format!("{base}/instances?job=roke")).await;
     let table = browser.text("#instances").await;

@@ -98,6 +98,8 @@ pub struct Filter {
     pub from: Option<DateTime<Utc>>,
     /// Due before this instant.
     pub to: Option<DateTime<Utc>>,
+    /// Not of these jobs (a busy job hidden from a list).
+    pub hide: Vec<JobName>,
 }
 
 impl Filter {
@@ -112,6 +114,7 @@ impl Filter {
             && self.biz_date.as_ref().is_none_or(|d| *d == row.biz_date)
             && self.from.is_none_or(|f| row.expected_time >= f)
             && self.to.is_none_or(|t| row.expected_time < t)
+            && !self.hide.contains(&row.job)
     }
 }
 

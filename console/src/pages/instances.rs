@@ -50,6 +50,9 @@ pub(crate) struct ListQuery {
     pub(crate) from: String,
     #[serde(default)]
     pub(crate) to: String,
+    /// Jobs left out, by name, separated by commas or spaces.
+    #[serde(default)]
+    pub(crate) hide: String,
     /// 0-based.
     #[serde(default)]
     pub(crate) page: usize,
@@ -99,6 +102,15 @@ impl ListQuery {
                 Some(date.to_string())
             }
         };
+        let hide = self
+            .hide
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|name| !name.is_empty())
+            .map(|name| {
+                name.parse::<JobName>()
+                    .map_err(|e| Problem::Malformed(format!("hide: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Filter {
             job,
             job_part: None,
@@ -107,6 +119,7 @@ impl ListQuery {
             biz_date,
             from: instant("from", &self.from)?,
             to: instant("to", &self.to)?,
+            hide,
         })
     }
 
@@ -129,6 +142,7 @@ fn serde_urlencoded_pairs(query: &ListQuery) -> String {
         ("biz_date", query.biz_date.as_str()),
         ("from", query.from.as_str()),
         ("to", query.to.as_str()),
+        ("hide", query.hide.as_str()),
     ];
     let mut parts: Vec<String> = pairs
         .iter()

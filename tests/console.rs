@@ -676,6 +676,13 @@ async fn a_running_attempts_log_is_followed_on_its_page_with_a_tab_per_attempt()
     browser
         .reload_until("the re-run's tab", "#logs", |t| t.contains("attempt 2"))
         .await;
+    // The history is grouped by attempt, each saying how long it ran.
+    let first = browser.text("#history-1").await;
+    assert!(
+        first.starts_with("Attempt 1 — ran ") && first.ends_with(" on local"),
+        "{first}"
+    );
+    browser.element("#history-2").await;
     browser.click("#attempt-1").await;
     let first = browser
         .until("the first attempt's log", "#log", |t| t.contains("line 8"))

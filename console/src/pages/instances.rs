@@ -286,6 +286,78 @@ struct HistoryLine {
     text: String,
 }
 
+/// One attempt's steps, under a line that says how long it ran.
+struct AttemptSteps {
+    attempt: u32,
+    /// `ran 3s on w1`, `running on w1 for 2m 10s`, `did not start`.
+    summary: String,
+    steps: Vec<HistoryLine>,
+}
+
+/// The steps of an instance's history grouped by attempt (oldest first), each attempt with
+/// how long it ran: from its start to its end, or to `now` while it runs.
+fn by_attempt(steps: Vec<ax_bus::history::Step>, now: chrono::DateTime<chrono::Utc>) -> Vec<AttemptSteps> {
+    use ax_bus::history::StepKind;
+    let mut groups: Vec<(u32, Vec<ax_bus::history::Step>)> = Vec::new();
+    for step in steps {
+        match groups.last_mut() {
+            Some((attempt, group)) if *attempt == step.attempt => group.push(step),
+            _ => groups.push((step.attempt, vec![step])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(attempt, steps)| {
+            let started = steps.iter().find(|s| s.step == StepKind::Started);
+            let ended = steps
+                .iter()
+                .find(|s| matches!(s.step, StepKind::Ended | StepKind::Killed | StepKind::Lost));
+            let worker = started
+                .and_then(|s| s.worker.as_ref())
+                .map(|w| format!(" on {w}"))
+                .unwrap_or_default();
+            let summary = match (started, ended) {
+                (Some(start), Some(end)) => format!(
+                    "ran {}{worker}",
+                    pages::duration((end.at - start.at).num_milliseconds())
+                ),
+                (Some(start), None) => format!(
+                    "running{worker} for {}",
+                    pages::duration((now - start.at).num_milliseconds())
+                ),
+                (None, _) => "did not start".into(),
+            };
+            let steps = steps.into_iter().map(history_line).collect();
+            AttemptSteps {
+                attempt,
+                summary,
+                steps,
+            }
+        })
+        .collect()
+}
+
+/// One step as the page writes it.
+fn history_line(step: ax_bus::history::Step) -> HistoryLine {
+    HistoryLine {
+        at: pages::time(Some(step.at)),
+        text: format!(
+            "{} ({}, {}){}{}",
+            step.step.as_str(),
+            step.state,
+            step.tag,
+            step.worker
+                .map(|w| format!(", worker {w}"))
+                .unwrap_or_default(),
+            if step.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", step.detail)
+            }
+        ),
+    }
+}
+
 #[derive(Template)]
 #[template(path = "instance.html")]
 struct InstancePage {
@@ -309,7 +381,7 @@ struct InstancePage {
     priority: String,
     next_attempt_at: String,
     message: String,
-    history: Vec<HistoryLine>,
+    history: Vec<AttemptSteps>,
     output: String,
     params: String,
     stdout: String,
@@ -379,29 +451,10 @@ async fn page(
             )
         }
     };
-    let history = history
-        .map(|h| h.steps)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|step| HistoryLine {
-            at: pages::time(Some(step.at)),
-            text: format!(
-                "{} — attempt {}, {} ({}){}{}",
-                step.step.as_str(),
-                step.attempt,
-                step.state,
-                step.tag,
-                step.worker
-                    .map(|w| format!(", worker {w}"))
-                    .unwrap_or_default(),
-                if step.detail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", step.detail)
-                }
-            ),
-        })
-        .collect();
+    let history = by_attempt(
+        history.map(|h| h.steps).unwrap_or_default(),
+        chrono::Utc::now(),
+    );
     let pretty = |value: &serde_json::Value| {
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     };

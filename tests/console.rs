@@ -123,6 +123,15 @@ async fn an_operator_runs_ax_from_the_browser() {
     );
     let record = final_record(&up.client, &created, Duration::from_secs(30)).await;
     assert_eq!(record.params["who"], "console");
+    // The job's page shows its last runs too, and how long each ran.
+    browser.open(&format!("{base}/jobs/greet")).await;
+    browser
+        .element(&format!(
+            "#last-runs a.run.success[href='/instances/{created}']"
+        ))
+        .await;
+    let ran = browser.text("#recent tbody tr td:last-child").await;
+    assert!(ran != "–" && !ran.is_empty(), "{ran}");
 
     // Bad values are shown beside the control, every one at once, and nothing is created.
     browser.open(&format!("{base}/jobs/greet")).await;

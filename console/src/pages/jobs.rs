@@ -184,6 +184,8 @@ struct RecentRow {
     state: String,
     attempt: u32,
     finished: String,
+    /// How long its current attempt ran (`–` until it ended).
+    ran: String,
 }
 
 struct TickRow {
@@ -204,6 +206,8 @@ struct JobPage {
     updated_at: String,
     yaml: String,
     recent: Vec<RecentRow>,
+    /// The last runs at a glance, oldest first.
+    runs: Vec<RunCell>,
     ticks: Vec<TickRow>,
 }
 
@@ -260,6 +264,10 @@ async fn page(
             state: r.state.to_string(),
             attempt: r.attempt,
             finished: pages::time(r.finished_at),
+            ran: match (r.started_at, r.finished_at) {
+                (Some(start), Some(end)) => pages::duration((end - start).num_milliseconds()),
+                _ => "–".into(),
+            },
         })
         .collect();
     let ticks = ticks
@@ -280,6 +288,7 @@ async fn page(
         updated_at: pages::time(Some(record.updated_at)),
         yaml,
         recent,
+        runs: last_runs(&state, &name, 30),
         ticks,
     };
     pages::html(StatusCode::OK, &page)

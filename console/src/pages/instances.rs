@@ -296,7 +296,10 @@ struct AttemptSteps {
 
 /// The steps of an instance's history grouped by attempt (oldest first), each attempt with
 /// how long it ran: from its start to its end, or to `now` while it runs.
-fn by_attempt(steps: Vec<ax_bus::history::Step>, now: chrono::DateTime<chrono::Utc>) -> Vec<AttemptSteps> {
+fn by_attempt(
+    steps: Vec<ax_bus::history::Step>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<AttemptSteps> {
     use ax_bus::history::StepKind;
     let mut groups: Vec<(u32, Vec<ax_bus::history::Step>)> = Vec::new();
     for step in steps {
@@ -840,6 +843,17 @@ struct BulkPlan {
 
 /// `POST /ui/instances/bulk` with `id`s and an `action`: `plan` (the re-run of each, dry),
 /// `rerun` (the same, carried out) or `cancel`.
+/// Adds a plan's steps to the bulk plan, each instance once: one listed already runs if either
+/// plan runs it (the first reason is kept).
+fn merge_plan(steps: &mut Vec<PlanStep>, plan: Vec<PlanStep>) {
+    for step in plan {
+        match steps.iter_mut().find(|s| s.instance_id == step.instance_id) {
+            Some(listed) => listed.will_run |= step.will_run,
+            None => steps.push(step),
+        }
+    }
+}
+
 async fn bulk(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
     let client = match pages::client(&state, &request) {
         Ok(client) => client,
@@ -856,8 +870,16 @@ async fn bulk(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -
     match action.as_str() {
         "plan" | "rerun" => {
             let dry_run = action == "plan";
-            let (mut steps, mut problems) = (Vec::new(), Vec::new());
+            let (mut steps, mut problems): (Vec<PlanStep>, Vec<String>) = (Vec::new(), Vec::new());
             for id in &ids {
+                // Already in an earlier selection's plan (its downstream): re-run with it, not
+                // twice.
+                if steps
+                    .iter()
+                    .any(|s| s.will_run && s.instance_id.as_str() == id.as_str())
+                {
+                    continue;
+                }
                 let result = match instance_id(id) {
                     Ok(instance) => {
                         let rerun = RerunRequest {
@@ -874,7 +896,7 @@ async fn bulk(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -
                     Err(e) => Err(e),
                 };
                 match result {
-                    Ok(reply) => steps.extend(reply.plan),
+                    Ok(reply) => merge_plan(&mut steps, reply.plan),
                     Err(e) => problems.push(format!("{id}: {e}")),
                 }
             }
@@ -917,5 +939,41 @@ async fn bulk(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -
         other => pages::action_failed(&Problem::Malformed(format!(
             "action: `{other}` is no bulk action (plan, rerun, cancel)"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(id: &str, will_run: bool) -> PlanStep {
+        PlanStep {
+            instance_id: id.parse().unwrap(),
+            job: id.split('.').next().unwrap().parse().unwrap(),
+            biz_date: "2026-12-01".into(),
+            state: InstanceState::Failed,
+            will_run,
+            why: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_bulk_plan_lists_each_instance_once() {
+        let mut steps = Vec::new();
+        merge_plan(
+            &mut steps,
+            vec![step("extract.1", true), step("load.1", true)],
+        );
+        merge_plan(
+            &mut steps,
+            vec![step("load.1", true), step("report.1", false)],
+        );
+        merge_plan(&mut steps, vec![step("report.1", true)]);
+        let listed: Vec<(String, bool)> = steps
+            .iter()
+            .map(|s| (s.instance_id.to_string(), s.will_run))
+            .collect();
+        let want = [("extract.1", true), ("load.1", true), ("report.1", true)];
+        assert_eq!(listed, want.map(|(id, run)| (id.to_string(), run)).to_vec());
     }
 }

@@ -284,7 +284,10 @@ async fn page(
         chrome: Chrome::of(&pages::caller(&request), "jobs"),
         name: name.to_string(),
         paused: record.paused,
-        next_fire: pages::zoned(next_fire(&record.spec, record.paused), &record.spec.timezone),
+        next_fire: pages::zoned(
+            next_fire(&record.spec, record.paused),
+            &record.spec.timezone,
+        ),
         updated_at: pages::time(Some(record.updated_at)),
         yaml,
         recent,

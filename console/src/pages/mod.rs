@@ -279,7 +279,13 @@ pub(crate) fn zoned(at: Option<chrono::DateTime<chrono::Utc>>, zone: &str) -> Zo
     Zoned {
         local: at.map_or_else(
             || "–".into(),
-            |t| format!("{} {}", t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S"), tz.name()),
+            |t| {
+                format!(
+                    "{} {}",
+                    t.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S"),
+                    tz.name()
+                )
+            },
         ),
         utc: time(at),
     }
@@ -308,9 +314,15 @@ mod tests {
         let shanghai = zoned(Some(at), "Asia/Shanghai");
         assert_eq!(
             (shanghai.local.as_str(), shanghai.utc.as_str()),
-            ("2026-12-05 07:20:36 Asia/Shanghai", "2026-12-04 23:20:36 UTC")
+            (
+                "2026-12-05 07:20:36 Asia/Shanghai",
+                "2026-12-04 23:20:36 UTC"
+            )
         );
-        assert_eq!(zoned(Some(at), "Mars/Base").local, "2026-12-04 23:20:36 UTC");
+        assert_eq!(
+            zoned(Some(at), "Mars/Base").local,
+            "2026-12-04 23:20:36 UTC"
+        );
         assert_eq!(zoned(None, "UTC").local, "–");
     }
 

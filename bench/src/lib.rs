@@ -11,6 +11,7 @@
 //! minutes.
 
 mod console;
+mod cpu;
 mod dag;
 mod lateness;
 mod limit;
@@ -127,8 +128,8 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
         figures.extend(memory::measure());
     }
     eprintln!("limit: raw JetStream…");
-    let limit = limit::measure(&nats, quick).await?;
-    let raw = limit.iter().map(|f| f.value).fold(f64::INFINITY, f64::min);
+    let (limit, rates) = limit::measure(&nats, quick, server.pid()).await?;
+    let raw = rates.publish.min(rates.consume);
     figures.extend(limit);
     figures.push(limit::batched(&server.url, quick).await?);
     if wanted("wire") {
@@ -137,7 +138,8 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     }
     if wanted("throughput") {
         eprintln!("throughput: no-op instances end to end…");
-        figures.extend(throughput::measure(&server.url, quick, raw).await?);
+        let raw_cpu = rates.publish_cpu.0 + rates.publish_cpu.1;
+        figures.extend(throughput::measure(&server.url, quick, raw, server.pid(), raw_cpu).await?);
     }
     if wanted("triggers") {
         eprintln!("triggers: keyed triggers end to end, pending delayed instances…");

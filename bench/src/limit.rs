@@ -11,6 +11,7 @@ use futures::StreamExt;
 
 use ax_actors::jetstream::burst::{self, Item};
 
+use crate::cpu::Snapshot;
 use crate::Figure;
 
 const WINDOW: usize = 1024;
@@ -25,8 +26,21 @@ fn count(quick: bool) -> usize {
     }
 }
 
-/// Publishes then consumes `count` messages; returns (publish/s, consume/s).
-pub(crate) async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64, f64)> {
+/// The raw rates, and what the publishes cost in CPU.
+pub(crate) struct Rates {
+    pub(crate) publish: f64,
+    pub(crate) consume: f64,
+    /// CPU per windowed publish, in µs: the publishing client's (this process) and the
+    /// server's.
+    pub(crate) publish_cpu: (f64, f64),
+}
+
+/// Publishes then consumes `count` messages, nats-server `server` measured for CPU.
+pub(crate) async fn rates(
+    nats: &async_nats::Client,
+    quick: bool,
+    server: Option<u32>,
+) -> Result<Rates> {
     let js = jetstream::new(nats.clone());
     let _ = js.delete_stream("BENCH_RAW").await;
     let stream = js
@@ -39,6 +53,7 @@ pub(crate) async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64
         .await?;
     let n = count(quick);
     let payload = bytes::Bytes::from(vec![7u8; PAYLOAD]);
+    let cpu_before = Snapshot::take(server)?;
     let started = Instant::now();
     let mut acks = Vec::with_capacity(WINDOW);
     for _ in 0..n {
@@ -53,6 +68,7 @@ pub(crate) async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64
         ack.await?;
     }
     let publish = n as f64 / started.elapsed().as_secs_f64();
+    let publish_cpu = Snapshot::take(server)?.per(&cpu_before, n);
     let consumer = stream
         .create_consumer(pull::Config {
             durable_name: Some("bench".into()),
@@ -76,13 +92,26 @@ pub(crate) async fn rates(nats: &async_nats::Client, quick: bool) -> Result<(f64
     }
     let consume = seen as f64 / started.elapsed().as_secs_f64();
     js.delete_stream("BENCH_RAW").await?;
-    Ok((publish, consume))
+    Ok(Rates {
+        publish,
+        consume,
+        publish_cpu,
+    })
 }
 
-pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
-    let (publish, consume) = rates(nats, quick).await?;
+pub(crate) async fn measure(
+    nats: &async_nats::Client,
+    quick: bool,
+    server: Option<u32>,
+) -> Result<(Vec<Figure>, Rates)> {
+    let rates = rates(nats, quick, server).await?;
+    let Rates {
+        publish,
+        consume,
+        publish_cpu: (client, broker),
+    } = rates;
     let n = count(quick);
-    Ok(vec![
+    let figures = vec![
         Figure {
             section: "limit",
             name: "publish, acks in windows of 1024".into(),
@@ -97,7 +126,17 @@ pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Ve
             unit: "msg/s",
             note: format!("{n} messages, batches of 512"),
         },
-    ])
+        Figure {
+            section: "limit",
+            name: "CPU per raw publish".into(),
+            value: client + broker,
+            unit: "µs",
+            note: format!(
+                "client {client:.1} µs + nats-server {broker:.1} µs, acks in windows of 1024"
+            ),
+        },
+    ];
+    Ok((figures, rates))
 }
 
 /// Publishes as many messages as the windowed publish, as one burst of ax's (each with its

@@ -4,19 +4,30 @@
 //!
 //! N no-op jobs all fire at the same second; the clock runs from that second to the last
 //! success result. One node runs every actor, on a connection of its own whose message counts
-//! are read before and after.
+//! are read before and after. Beside the rate, the CPU per instance of this process (the node
+//! runs in it) and of nats-server, from the jobs loaded to the last result, against one raw
+//! publish's.
 
 use std::time::Duration;
 
+use crate::cpu::Snapshot;
 use crate::Result;
 
 use crate::{
     client_for, fire_soon, messages_so_far, noop_job, start_node, store_jobs, successes, Figure,
 };
 
-pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
+/// `server` is the nats-server's pid, `raw_cpu` the CPU of one raw publish (µs, client and
+/// server) measured in the limit section.
+pub(crate) async fn measure(
+    url: &str,
+    quick: bool,
+    raw: f64,
+    server: Option<u32>,
+    raw_cpu: f64,
+) -> Result<Vec<Figure>> {
     let n = if quick { 5_000 } else { 20_000 };
-    let first = run(url, "tp", n, quick).await?;
+    let first = run(url, "tp", n, quick, server).await?;
     // What the metrics cost the hot path: the same run without recording them, then (in a
     // full run) both once more, alternating, so that neither side gets the warmer machine.
     let mut on = vec![first.rate];
@@ -24,11 +35,15 @@ pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figu
     let pairs = if quick { 1 } else { 2 };
     for pair in 0..pairs {
         ax_actors::metrics::set_recording(false);
-        let without = run(url, &format!("tpoff{pair}"), n, quick).await;
+        let without = run(url, &format!("tpoff{pair}"), n, quick, server).await;
         ax_actors::metrics::set_recording(true);
         off.push(without?.rate);
         if pair + 1 < pairs {
-            on.push(run(url, &format!("tpon{pair}"), n, quick).await?.rate);
+            on.push(
+                run(url, &format!("tpon{pair}"), n, quick, server)
+                    .await?
+                    .rate,
+            );
         }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
@@ -38,6 +53,7 @@ pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figu
         seconds,
         sent,
         received,
+        cpu: (ax, nats),
     } = first;
     Ok(vec![
         Figure {
@@ -48,6 +64,16 @@ pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figu
             note: format!(
                 "{n} fired at one second, all final in {seconds:.2} s; {:.1}% of the raw limit (target 8%)",
                 100.0 * rate / raw
+            ),
+        },
+        Figure {
+            section: "throughput",
+            name: "CPU per instance".into(),
+            value: ax + nats,
+            unit: "µs",
+            note: format!(
+                "ax {ax:.0} µs + nats-server {nats:.0} µs, from the fire to the last result; {:.0}× a raw publish ({raw_cpu:.1} µs)",
+                (ax + nats) / raw_cpu.max(0.001)
             ),
         },
         Figure {
@@ -82,10 +108,13 @@ struct Run {
     seconds: f64,
     sent: u64,
     received: u64,
+    /// CPU per instance in µs: ax's (this process, the node in it) and nats-server's.
+    cpu: (f64, f64),
 }
 
-/// N no-op jobs under `prefix` fired at one second, run to their results.
-async fn run(url: &str, prefix: &str, n: usize, quick: bool) -> Result<Run> {
+/// N no-op jobs under `prefix` fired at one second, run to their results; nats-server `server`
+/// measured for CPU.
+async fn run(url: &str, prefix: &str, n: usize, quick: bool, server: Option<u32>) -> Result<Run> {
     let client = client_for(url, prefix).await?;
     let scratch = tempfile::tempdir()?;
     let (fire_at, cron) = fire_soon(if quick { 4 } else { 8 })?;
@@ -97,7 +126,10 @@ async fn run(url: &str, prefix: &str, n: usize, quick: bool) -> Result<Run> {
         .await?;
     let (sent_before, received_before) = messages_so_far(&client);
     let node = start_node(&client, "all", 512, scratch.path()).await?;
+    // The jobs are loaded and due in a few seconds: from here on, the CPU is the fires'.
+    let cpu_before = Snapshot::take(server)?;
     let last = successes("throughput", &mut results, n, Duration::from_secs(300)).await?;
+    let cpu = Snapshot::take(server)?.per(&cpu_before, n);
     let (sent, received) = messages_so_far(&client);
     node.stop();
     let seconds = (last - fire_at).num_milliseconds().max(1) as f64 / 1000.0;
@@ -106,5 +138,6 @@ async fn run(url: &str, prefix: &str, n: usize, quick: bool) -> Result<Run> {
         seconds,
         sent: sent - sent_before,
         received: received - received_before,
+        cpu,
     })
 }

@@ -1,0 +1,76 @@
+//! CPU time of a process, from `/proc/<pid>/stat` (user + system, every thread): what an
+//! instance costs ax and nats-server, a figure that holds better than instances per second on a
+//! machine that other work shares.
+
+use std::time::Duration;
+
+use crate::{bail, Result};
+
+/// Clock ticks per second of `/proc`'s times: `USER_HZ`, 100 in Linux's ABI on every
+/// architecture ax runs on.
+const USER_HZ: u64 = 100;
+
+/// The CPU time process `pid` has used so far.
+pub(crate) fn of(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        bail!("/proc/{pid}/stat: no command name");
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, utime field 14, stime field 15.
+    let tick = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<u64>().ok());
+    match (tick(14), tick(15)) {
+        (Some(user), Some(system)) => Ok(Duration::from_millis((user + system) * 1000 / USER_HZ)),
+        _ => bail!("/proc/{pid}/stat: no utime and stime"),
+    }
+}
+
+/// The CPU time of this process (the bench, with the in-process node) and of the nats-server.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) ax: Duration,
+    pub(crate) nats: Duration,
+}
+
+impl Snapshot {
+    /// Now, for this process and nats-server `server` (zero for it when unknown).
+    pub(crate) fn take(server: Option<u32>) -> Result<Self> {
+        Ok(Self {
+            ax: of(std::process::id())?,
+            nats: match server {
+                Some(pid) => of(pid)?,
+                None => Duration::ZERO,
+            },
+        })
+    }
+
+    /// The CPU used since `before`, in µs per one of `n` things.
+    pub(crate) fn per(&self, before: &Snapshot, n: usize) -> (f64, f64) {
+        let micros = |now: Duration, then: Duration| {
+            now.saturating_sub(then).as_secs_f64() * 1e6 / n.max(1) as f64
+        };
+        (micros(self.ax, before.ax), micros(self.nats, before.nats))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_used_some_cpu_and_it_grows() {
+        let before = of(std::process::id()).unwrap();
+        let mut x = 0u64;
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_millis(60) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        assert!(x != 1);
+        let after = of(std::process::id()).unwrap();
+        assert!(
+            after >= before + Duration::from_millis(20),
+            "{before:?} -> {after:?}"
+        );
+    }
+}

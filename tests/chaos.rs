@@ -154,6 +154,16 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
         .join("---\n"),
     )
     .unwrap();
+    // The fleet up first (on a loaded machine a three-server cluster and five nodes take a
+    // while): an apply nobody answers within its 10 s would fail the test before the chaos.
+    wait_for(Duration::from_secs(120), "every node's heartbeat", || {
+        let client = client.clone();
+        async move {
+            let nodes = client.nodes().await.ok()?;
+            (nodes.len() >= CORES.len() + WORKERS.len()).then_some(())
+        }
+    })
+    .await;
     let applied = ax(&fleet.url, &["job", "apply", "-f", jobs.to_str().unwrap()]);
     assert!(applied.status.success(), "{}", stderr(&applied));
     let applied_at = ax_bus::time::now();

@@ -692,7 +692,13 @@ impl Handler<CatchUp> for Scheduler {
     }
 }
 
-/// Records skipped ticks (a failure is logged: the ticks stay unrecorded, nothing else is lost).
+/// How long the records of skipped ticks are tried again (NATS back from an outage may take
+/// seconds more before its streams answer) before they are given up.
+const RECORD_SKIPPED_FOR: Duration = Duration::from_secs(120);
+
+/// Records skipped ticks, trying again with backoff while NATS does not take them (each record
+/// has its message id: a repeat stores nothing twice). After [`RECORD_SKIPPED_FOR`] the failure
+/// is logged: the ticks stay unrecorded, nothing else is lost.
 async fn record_skipped(
     client: &AxClient,
     node: &NodeId,
@@ -702,8 +708,21 @@ async fn record_skipped(
     if skipped.is_empty() {
         return;
     }
-    if let Err(e) = ticks::record_skipped(client, node, job, skipped).await {
-        tracing::warn!(%job, error = %e, "skipped ticks not recorded");
+    let deadline = tokio::time::Instant::now() + RECORD_SKIPPED_FOR;
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        match ticks::record_skipped(client, node, job, skipped.clone()).await {
+            Ok(()) => return,
+            Err(e) if tokio::time::Instant::now() + backoff >= deadline => {
+                tracing::warn!(%job, error = %e, "skipped ticks not recorded");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(%job, error = %e, retry_in = ?backoff, "skipped ticks not recorded yet");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
     }
 }
 

@@ -47,4 +47,5 @@ mod storage_full;
 mod stranded;
 mod support;
 mod triggers;
+mod wire_corpus;
 mod worker_death;

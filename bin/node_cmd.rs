@@ -64,6 +64,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         .clone()
         .unwrap_or_else(|| prefix_flag.to_string());
     config.replicas = args.replicas.or(file.node.replicas);
+    config.retention = file.retention.retention()?;
     config.auth = file.nats.over(config.auth);
     let client = AxClient::connect_node(&config)
         .await

@@ -43,6 +43,10 @@
 //! [alerts]
 //! webhook = "https://hooks.example.com/ax"   # one JSON POST per alert, retried with backoff
 //! timeout = 5                                # seconds one POST may take
+//!
+//! [retention]                           # how long each is kept; unset: what the stream has
+//! results = "7d"                        # also: logs, audit, ticks, dead_letters, alerts,
+//! audit = "400d"                        # summaries (`ax status --date`); 20s, 12h, 30d
 //! ```
 
 use std::collections::BTreeMap;
@@ -88,6 +92,46 @@ pub(crate) struct FileConfig {
     pub databases: BTreeMap<String, String>,
     #[serde(default)]
     pub nats: NatsSection,
+    #[serde(default)]
+    pub retention: RetentionSection,
+}
+
+/// `[retention]`: how long each thing kept for a while is kept, as `20s`, `12h`, `30d`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetentionSection {
+    pub results: Option<String>,
+    pub logs: Option<String>,
+    pub audit: Option<String>,
+    pub ticks: Option<String>,
+    pub dead_letters: Option<String>,
+    pub alerts: Option<String>,
+    pub summaries: Option<String>,
+}
+
+impl RetentionSection {
+    /// The settings; an error names the field and the reason (at least a second).
+    pub(crate) fn retention(&self) -> Result<ax_bus::client::provision::Retention> {
+        let age = |field: &str, text: &Option<String>| -> Result<Option<Duration>> {
+            let Some(text) = text else {
+                return Ok(None);
+            };
+            match ax_bus::time::parse_delay(text) {
+                Ok(age) if age >= Duration::from_secs(1) => Ok(Some(age)),
+                Ok(_) => anyhow::bail!("[retention] {field} = {text:?}: at least 1s"),
+                Err(e) => anyhow::bail!("[retention] {field} = {text:?}: {e}"),
+            }
+        };
+        Ok(ax_bus::client::provision::Retention {
+            results: age("results", &self.results)?,
+            logs: age("logs", &self.logs)?,
+            audit: age("audit", &self.audit)?,
+            ticks: age("ticks", &self.ticks)?,
+            dead_letters: age("dead_letters", &self.dead_letters)?,
+            alerts: age("alerts", &self.alerts)?,
+            summaries: age("summaries", &self.summaries)?,
+        })
+    }
 }
 
 /// `[nats]`: credentials and TLS (each overrides its `AX_NATS_*` variable).

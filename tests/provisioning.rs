@@ -164,3 +164,92 @@ async fn the_streams_and_buckets_a_node_creates_are_the_ones_the_guarantees_list
         "docs/guarantees.md lists other streams and buckets"
     );
 }
+
+/// `[retention]` sets how long the streams keep what they keep for a while; a node without it
+/// keeps what the streams have; a result older than its retention is gone; a malformed value
+/// stops the node, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_settings_set_the_streams_ages_and_a_node_without_them_keeps_them() {
+    let nats = TestNats::start();
+    let config = "[retention]\nresults = \"3s\"\naudit = \"30d\"\nsummaries = \"400d\"\n";
+    let _set = AxProcess::configured(&nats, "set", "all", config);
+    let client = nats.client().await;
+    let age = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            let mut stream = client.js.get_stream(name).await.ok()?;
+            let config = &stream.info().await.ok()?.config;
+            Some((config.max_age, config.duplicate_window))
+        }
+    };
+    let want = (Duration::from_secs(3), Duration::from_secs(3));
+    wait_for(Duration::from_secs(30), "results kept 3 s", || async {
+        (age("AX_RESULTS").await? == want).then_some(())
+    })
+    .await;
+    let days = |n: u64| Duration::from_secs(n * 24 * 3600);
+    assert_eq!(age("AX_AUDIT").await.map(|a| a.0), Some(days(30)));
+    assert_eq!(age("KV_ax_summary").await.map(|a| a.0), Some(days(400)));
+    // Unset: the default.
+    assert_eq!(age("AX_LOGS").await.map(|a| a.0), Some(days(7)));
+
+    // Another node without the setting sets the streams up too, and changes none of it.
+    let other = AxProcess::node(&nats, "other", "worker", &[]);
+    wait_for(
+        Duration::from_secs(30),
+        "the other node's heartbeat",
+        || {
+            let client = client.clone();
+            async move {
+                let nodes = client.nodes().await.ok()?;
+                nodes
+                    .iter()
+                    .any(|n| n.node.as_str() == "other")
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(age("AX_RESULTS").await, Some(want), "{}", other.log_text());
+
+    // A result lives its three seconds, then the stream lets it go.
+    apply_job(
+        &nats,
+        "brief",
+        "version: v1\njob:\n  name: brief\n  exec: { type: noop }\n",
+    )
+    .await;
+    let id = trigger(&nats, &["brief"]);
+    final_record(&client, &id, Duration::from_secs(30)).await;
+    let kept = || {
+        let client = client.clone();
+        async move {
+            let mut stream = client.js.get_stream("AX_RESULTS").await.ok()?;
+            Some(stream.info().await.ok()?.state.messages)
+        }
+    };
+    wait_for(Duration::from_secs(30), "the result stored", || async {
+        (kept().await? > 0).then_some(())
+    })
+    .await;
+    wait_for(
+        Duration::from_secs(30),
+        "the result gone after 3 s",
+        || async { (kept().await? == 0).then_some(()) },
+    )
+    .await;
+
+    // A value that is no duration stops the node, naming the field.
+    let mut bad = AxProcess::configured(&nats, "bad", "worker", "[retention]\nlogs = \"soon\"\n");
+    let status = wait_for(Duration::from_secs(30), "the node to stop", || {
+        let status = bad.child.try_wait().ok().flatten();
+        async move { status }
+    })
+    .await;
+    assert!(!status.success());
+    assert!(
+        bad.log_text().contains("[retention] logs = \"soon\": "),
+        "{}",
+        bad.log_text()
+    );
+}

@@ -53,6 +53,8 @@ pub struct ConnectConfig {
     pub replicas: Option<usize>,
     /// Credentials and TLS.
     pub auth: NatsAuth,
+    /// How long what is kept for a while is kept (see [`Layout::retention`]).
+    pub retention: crate::client::provision::Retention,
 }
 
 /// How to authenticate to NATS and secure the connection. A user and password may also be
@@ -218,6 +220,7 @@ impl ConnectConfig {
             prefix: crate::subjects::DEFAULT_PREFIX.to_string(),
             replicas: None,
             auth: NatsAuth::from_env(),
+            retention: Default::default(),
         }
     }
 }
@@ -470,7 +473,10 @@ impl AxClient {
     }
 
     fn layout_of(config: &ConnectConfig) -> Layout {
-        Layout::new(Subjects::new(&config.prefix), config.replicas)
+        Layout {
+            retention: config.retention.clone(),
+            ..Layout::new(Subjects::new(&config.prefix), config.replicas)
+        }
     }
 
     async fn connect_nats(config: &ConnectConfig) -> Result<async_nats::Client, ClientError> {

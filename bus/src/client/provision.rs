@@ -83,6 +83,27 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// in which a repeat of the id can come.
 pub const ANSWERS_MAX_AGE: Duration = Duration::from_secs(300);
 
+/// How long ax keeps what it keeps for a while (a node config's `[retention]`). `None` keeps
+/// what the stream has (the default below for one that is made): a node without the setting
+/// never undoes another's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Results (`AX_RESULTS`; [`RESULTS_MAX_AGE`]).
+    pub results: Option<Duration>,
+    /// Attempt logs (`AX_LOGS`; [`LOGS_MAX_AGE`]).
+    pub logs: Option<Duration>,
+    /// The audit trail (`AX_AUDIT`; [`AUDIT_MAX_AGE`]).
+    pub audit: Option<Duration>,
+    /// The tick ledger (`AX_TICKS`; [`HISTORY_MAX_AGE`]).
+    pub ticks: Option<Duration>,
+    /// Dead letters (`AX_DEAD`; [`DEAD_MAX_AGE`]).
+    pub dead_letters: Option<Duration>,
+    /// Alerts (`AX_ALERTS`; [`ALERTS_MAX_AGE`]).
+    pub alerts: Option<Duration>,
+    /// The day summaries of `ax status --date` (`ax_summary`; [`HISTORY_MAX_AGE`]).
+    pub summaries: Option<Duration>,
+}
+
 /// Names of the streams and buckets for one subject prefix.
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -92,6 +113,8 @@ pub struct Layout {
     /// keeps what each one has (1 for one that is created) — what a CLI command or a node
     /// without the setting does, so that it never scales a cluster's streams down.
     pub replicas: Option<usize>,
+    /// How long what is kept for a while is kept.
+    pub retention: Retention,
 }
 
 /// A provisioning failure, naming the object.
@@ -111,7 +134,27 @@ impl Layout {
         Self {
             subjects,
             replicas: replicas.map(|n| n.max(1)),
+            retention: Retention::default(),
         }
+    }
+
+    /// The stream `name`'s retention setting: `Some(setting)` for a stream whose age is a
+    /// setting (the setting itself `None` when this layout keeps what the stream has), `None`
+    /// for a stream whose age is ax's own.
+    fn age_setting(&self, name: &str) -> Option<Option<Duration>> {
+        let r = &self.retention;
+        let kept = [
+            (self.results_stream(), r.results),
+            (self.logs_stream(), r.logs),
+            (self.audit_stream(), r.audit),
+            (self.ticks_stream(), r.ticks),
+            (self.dead_stream(), r.dead_letters),
+            (self.alerts_stream(), r.alerts),
+            (format!("KV_{}", self.summary_bucket()), r.summaries),
+        ];
+        kept.into_iter()
+            .find(|(stream, _)| stream == name)
+            .map(|(_, setting)| setting)
     }
 
     fn stream_name(&self, what: &str) -> String {
@@ -438,6 +481,15 @@ impl Layout {
         };
         let have = Self::existing(js, &name).await?;
         config.num_replicas = self.replicas_for(have.as_ref());
+        match (self.age_setting(&name), &have) {
+            (Some(Some(age)), _) => config.max_age = age,
+            (Some(None), Some(have)) => config.max_age = have.max_age,
+            _ => {}
+        }
+        // JetStream takes no de-duplication window longer than the age.
+        if !config.max_age.is_zero() && config.duplicate_window > config.max_age {
+            config.duplicate_window = config.max_age;
+        }
         match have {
             Some(have) if !differs(&config, &have) => Ok(()),
             Some(_) => js

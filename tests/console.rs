@@ -443,6 +443,39 @@ async fn an_operator_runs_ax_from_the_browser() {
         .await;
     assert!(plan.starts_with("2 instance"), "{plan}");
     browser.screenshot("rerun").await;
+    // The backfill form reports every bad field at once (the browser's own checks set aside).
+    browser
+        .client
+        .execute(
+            "document.querySelectorAll('#backfill-form input').forEach(i => { i.removeAttribute('required'); i.removeAttribute('min'); i.type = 'text'; });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    browser
+        .fill("#backfill-form input[name=from]", "someday")
+        .await;
+    browser
+        .fill("#backfill-form input[name=to]", "2026-13-01")
+        .await;
+    browser
+        .fill("#backfill-form input[name=parallel]", "0")
+        .await;
+    browser.click("#backfill").await;
+    browser.accept().await;
+    let refused = browser
+        .until("the backfill's refusal", "#backfill-result .error", |t| {
+            !t.is_empty()
+        })
+        .await;
+    let lines: Vec<&str> = refused.lines().collect();
+    assert!(
+        lines.len() == 3
+            && lines[0].starts_with("parallel:")
+            && lines[1].starts_with("from: `someday`")
+            && lines[2].starts_with("to: `2026-13-01`"),
+        "{refused}"
+    );
     browser.click("#run-plan").await;
     let refused = browser
         .until("the refusal", "#run-problem", |t| !t.is_empty())

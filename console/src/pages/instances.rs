@@ -792,24 +792,34 @@ async fn backfill(
         Ok(client) => client,
         Err(response) => return *response,
     };
+    // Every problem of the form at once, one per line.
+    let mut errors = Vec::new();
     let parallel = match form.parallel.trim() {
-        "" => Ok(None),
-        text => text
-            .parse::<u32>()
-            .ok()
-            .filter(|p| *p > 0)
-            .map(Some)
-            .ok_or_else(|| {
-                Problem::Malformed(format!("parallel: `{text}` is not a count above 0"))
-            }),
+        "" => None,
+        text => match text.parse::<u32>().ok().filter(|p| *p > 0) {
+            Some(p) => Some(p),
+            None => {
+                errors.push(format!("parallel: `{text}` is not a count above 0"));
+                None
+            }
+        },
     };
     let job = form
         .job
         .trim()
         .parse::<JobName>()
-        .map_err(|e| Problem::Malformed(format!("job: {e}")));
-    let result = match (job, parallel) {
-        (Ok(job), Ok(parallel)) => {
+        .map_err(|e| errors.push(format!("job: {e}")))
+        .ok();
+    for (field, text) in [("from", &form.from), ("to", &form.to)] {
+        if ax_bus::time::parse_biz_date(text.trim()).is_none() {
+            errors.push(format!(
+                "{field}: `{}` is not a date (YYYY-MM-DD)",
+                text.trim()
+            ));
+        }
+    }
+    let result = match job {
+        Some(job) if errors.is_empty() => {
             let backfill = ax_bus::messages::BackfillRequest {
                 job,
                 from: form.from.trim().to_string(),
@@ -820,7 +830,7 @@ async fn backfill(
             };
             actions::backfill(client, &backfill).await
         }
-        (Err(e), _) | (_, Err(e)) => Err(e),
+        _ => Err(Problem::Malformed(errors.join("\n"))),
     };
     match result {
         Ok(reply) => pages::html(StatusCode::OK, &Backfilled { steps: reply.plan }),

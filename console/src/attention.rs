@@ -1,8 +1,10 @@
-//! What on a business date needs an operator's look, as the dashboard lists it: the instances
-//! that failed (with the last line they wrote to stderr), those stuck before they ran (waiting
+//! What on a business date needs an operator's look, as the dashboard lists it: the jobs
+//! failing most, the instances that failed (with the last line they wrote to stderr), those stuck before they ran (waiting
 //! on dependencies, for a worker, or for their time, well past when they were due), and those
 //! running far longer than their job usually takes. Pure: the index hands the rows and each
 //! job's usual duration.
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -56,6 +58,8 @@ pub struct Attention {
     pub long: Vec<Long>,
     /// How many run long.
     pub long_count: usize,
+    /// The jobs with the most failed instances, most first (at most five).
+    pub failing_jobs: Vec<(String, u64)>,
 }
 
 /// Whether an attempt that has run `running` runs long for a job that usually takes `usual`:
@@ -76,15 +80,17 @@ pub fn median(mut durations: Vec<Duration>) -> Option<Duration> {
 
 /// The lists of `rows` (one business date's, newest due first) at `now`; `usual` gives a job's
 /// usual duration.
-pub fn of(
-    rows: &[Row],
+pub fn of<'a>(
+    rows: impl IntoIterator<Item = &'a Row>,
     usual: impl Fn(&JobName) -> Option<Duration>,
     now: DateTime<Utc>,
 ) -> Attention {
     let mut attention = Attention::default();
+    let mut failing: BTreeMap<&str, u64> = BTreeMap::new();
     for row in rows {
         match row.state {
             State::Failed => {
+                *failing.entry(row.job.as_str()).or_default() += 1;
                 attention.failed_count += 1;
                 if attention.failed.len() < LISTED {
                     attention.failed.push(row.clone());
@@ -124,8 +130,18 @@ pub fn of(
             _ => {}
         }
     }
+    let mut failing: Vec<(String, u64)> = failing
+        .into_iter()
+        .map(|(job, n)| (job.to_string(), n))
+        .collect();
+    failing.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    failing.truncate(FAILING_JOBS);
+    attention.failing_jobs = failing;
     attention
 }
+
+/// How many of the jobs failing most are named.
+const FAILING_JOBS: usize = 5;
 
 #[cfg(test)]
 mod tests {
@@ -140,20 +156,7 @@ mod tests {
     }
 
     fn row(id: &str, job: &str, state: State, tag: &str, due: i64) -> Row {
-        Row {
-            instance_id: id.parse().expect("an id"),
-            job: job.parse().expect("a job"),
-            biz_date: "2026-12-01".into(),
-            state,
-            tag: tag.into(),
-            attempt: 1,
-            expected_time: at(due),
-            started_at: None,
-            finished_at: None,
-            worker: None,
-            message: String::new(),
-            last_line: String::new(),
-        }
+        Row::sample(id, job, state, tag, at(due))
     }
 
     #[test]

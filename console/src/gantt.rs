@@ -136,18 +136,9 @@ mod tests {
 
     fn row(job: &str, state: State, start: Option<i64>, end: Option<i64>) -> Row {
         Row {
-            instance_id: format!("{job}.20261201").parse().expect("an id"),
-            job: job.parse().expect("a job"),
-            biz_date: "2026-12-01".into(),
-            state,
-            tag: String::new(),
-            attempt: 1,
-            expected_time: at(0),
             started_at: start.map(at),
             finished_at: end.map(at),
-            worker: None,
-            message: String::new(),
-            last_line: String::new(),
+            ..Row::sample(&format!("{job}.20261201"), job, state, "", at(0))
         }
     }
 

@@ -55,6 +55,26 @@ pub struct Row {
 }
 
 impl Row {
+    /// A row for the tests: instance `id` of `job` on 2026-12-01, in `state` with `tag`, due at
+    /// `due`, not started.
+    #[cfg(test)]
+    pub(crate) fn sample(id: &str, job: &str, state: State, tag: &str, due: DateTime<Utc>) -> Row {
+        Row {
+            instance_id: id.parse().expect("an id"),
+            job: job.parse().expect("a job"),
+            biz_date: "2026-12-01".into(),
+            state,
+            tag: tag.into(),
+            attempt: 1,
+            expected_time: due,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            message: String::new(),
+            last_line: String::new(),
+        }
+    }
+
     fn of(record: &InstanceRecord) -> Row {
         Row {
             instance_id: record.instance_id.clone(),
@@ -188,6 +208,21 @@ impl Rows {
         }
     }
 
+    /// How long `job` usually runs: the median duration of its last
+    /// [`crate::attention::USUAL_OF`] successful runs, when it has at least three.
+    fn usual(&self, job: &JobName) -> Option<chrono::Duration> {
+        let durations: Vec<chrono::Duration> = self
+            .by_job
+            .get(job)?
+            .iter()
+            .filter_map(|(_, id)| self.by_id.get(id))
+            .filter(|row| row.state == State::Success)
+            .filter_map(|row| Some(row.finished_at? - row.started_at?))
+            .take(crate::attention::USUAL_OF)
+            .collect();
+        crate::attention::median(durations)
+    }
+
     fn clear(&mut self) {
         self.by_id.clear();
         self.order.clear();
@@ -313,28 +348,15 @@ impl InstanceIndex {
         self.page(&filter, 0, limit).rows
     }
 
-    /// Every row of business date `date`, newest due first.
-    pub fn of_date(&self, date: &str) -> Vec<Row> {
+    /// What on business date `date` needs a look at `now` (see [`crate::attention`]): one walk
+    /// of the date's rows under one read of the index, copying only the rows listed.
+    pub fn attention(&self, date: &str, now: DateTime<Utc>) -> crate::attention::Attention {
+        let rows = self.read();
         let filter = Filter {
             biz_date: Some(date.to_string()),
             ..Filter::default()
         };
-        self.read().candidates(&filter).cloned().collect()
-    }
-
-    /// How long `job` usually runs: the median duration of its last
-    /// [`crate::attention::USUAL_OF`] successful runs, when it has at least three.
-    pub fn usual_duration(&self, job: &JobName) -> Option<chrono::Duration> {
-        let rows = self.read();
-        let keys = rows.by_job.get(job)?;
-        let durations: Vec<chrono::Duration> = keys
-            .iter()
-            .filter_map(|(_, id)| rows.by_id.get(id))
-            .filter(|row| row.state == State::Success)
-            .filter_map(|row| Some(row.finished_at? - row.started_at?))
-            .take(crate::attention::USUAL_OF)
-            .collect();
-        crate::attention::median(durations)
+        crate::attention::of(rows.candidates(&filter), |job| rows.usual(job), now)
     }
 
     /// The latest-due instance of each job for business date `date`.
@@ -393,20 +415,7 @@ mod tests {
             .and_then(|d| d.and_hms_opt(10, minute, 0))
             .map(|t| t.and_utc())
             .unwrap_or_default();
-        Row {
-            instance_id: id.parse().expect("an id"),
-            job: job.parse().expect("a job"),
-            biz_date: "2026-12-01".into(),
-            state,
-            tag: "completed".into(),
-            attempt: 1,
-            expected_time: at,
-            started_at: None,
-            finished_at: None,
-            worker: None,
-            message: String::new(),
-            last_line: String::new(),
-        }
+        Row::sample(id, job, state, "completed", at)
     }
 
     #[test]

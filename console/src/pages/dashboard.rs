@@ -16,7 +16,7 @@ use askama::Template;
 
 use ax_bus::client::status::{QueueDepth, Status};
 
-use crate::attention::{self, Attention};
+use crate::attention::Attention;
 use crate::index::{Counts, Filter};
 use crate::pages::{self, Chrome};
 use crate::server::State;
@@ -50,7 +50,6 @@ pub(crate) struct Body {
     ended_failed: u64,
     latency: String,
     longest: Option<Longest>,
-    top_failing: Vec<(String, u64)>,
     attention: Attention,
     queues: Vec<QueueDepth>,
     workers_live: usize,
@@ -88,15 +87,16 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
     let today = chrono::Utc::now().date_naive().to_string();
     let day = status.day.unwrap_or_default();
     let date = shown_date(requested, &day.date, &today);
-    let (counts, rows) = match &state.index {
+    let now = chrono::Utc::now();
+    let (counts, attention) = match &state.index {
         Some(index) => (
             index.counts(&Filter {
                 biz_date: Some(date.clone()),
                 ..Filter::default()
             }),
-            index.of_date(&date),
+            index.attention(&date, now),
         ),
-        None => (Counts::default(), Vec::new()),
+        None => (Counts::default(), Attention::default()),
     };
     let of_state = |wanted: ax_bus::State| {
         counts
@@ -107,17 +107,6 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
     };
     let failed = of_state(ax_bus::State::Failed);
     let finished = failed + of_state(ax_bus::State::Success) + of_state(ax_bus::State::Cancelled);
-    let mut by_job: std::collections::BTreeMap<String, u64> = Default::default();
-    for row in rows.iter().filter(|r| r.state == ax_bus::State::Failed) {
-        *by_job.entry(row.job.to_string()).or_default() += 1;
-    }
-    let mut top_failing: Vec<(String, u64)> = by_job.into_iter().collect();
-    top_failing.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    top_failing.truncate(5);
-    let attention = match &state.index {
-        Some(index) => attention::of(&rows, |job| index.usual_duration(job), chrono::Utc::now()),
-        None => Attention::default(),
-    };
     let latency = match day.latency_ms_total.checked_div(day.latency_count) {
         Some(ms) if day.latency_count > 0 => pages::duration(i64::try_from(ms).unwrap_or(i64::MAX)),
         _ => "–".into(),
@@ -142,7 +131,6 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
             job: l.job.to_string(),
             duration: pages::duration(l.duration_ms),
         }),
-        top_failing,
         attention,
         queues: status.queues,
         workers_live: status.workers_live,

@@ -135,6 +135,17 @@ struct Problems {
     warnings: Vec<String>,
 }
 
+impl Problems {
+    /// The text's own problems, at their lines.
+    fn of(errors: &[LocatedError]) -> Problems {
+        Problems {
+            problems: errors.iter().map(Line::of).collect(),
+            summary: String::new(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
 /// `POST /ui/jobs/validate`: the text's problems at their lines, or that it is valid. With a
 /// NATS connection, the text is also checked against the registry as an apply would
 /// (dependencies on jobs that exist neither there nor in the text, cycles), and an executor
@@ -143,12 +154,7 @@ async fn validate(state: web::Data<State>, form: web::Form<EditorForm>) -> HttpR
     let jobs = match load_text(SOURCE, &form.yaml) {
         Ok(jobs) => jobs,
         Err(errors) => {
-            let fragment = Problems {
-                problems: errors.iter().map(Line::of).collect(),
-                summary: String::new(),
-                warnings: Vec::new(),
-            };
-            return pages::html(StatusCode::OK, &fragment);
+            return pages::html(StatusCode::OK, &Problems::of(&errors));
         }
     };
     let mut problems = Vec::new();
@@ -226,12 +232,7 @@ async fn apply(
     let jobs = match load_text(SOURCE, &form.yaml) {
         Ok(jobs) => jobs,
         Err(errors) => {
-            let fragment = Problems {
-                problems: errors.iter().map(Line::of).collect(),
-                summary: String::new(),
-                warnings: Vec::new(),
-            };
-            return pages::html(StatusCode::BAD_REQUEST, &fragment);
+            return pages::html(StatusCode::BAD_REQUEST, &Problems::of(&errors));
         }
     };
     match actions::apply(client, jobs)

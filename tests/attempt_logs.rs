@@ -201,3 +201,43 @@ async fn lines_written_while_nats_is_away_are_shipped_when_it_returns() {
     let want: String = (1..=20).map(|i| format!("line {i}\n")).collect();
     assert_eq!(text(&log, LogStream::Stdout), want, "{}", node.log_text());
 }
+
+/// A log NATS will not take (its stream gone) neither holds the attempt up nor is lost: the
+/// chunks are kept and sent again every second, and arrive once the stream is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_nats_refuses_holds_nothing_up_and_arrives_once_it_is_taken() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "refused",
+        &shell_job("refused", "", "for i in 1 2 3; do echo line $i; done"),
+    )
+    .await;
+    client.js.delete_stream("AX_LOGS").await.unwrap();
+    let id = trigger(&nats, &["refused"]);
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(record.state, ax_bus::State::Success, "{}", node.log_text());
+    let ran = record.finished_at.unwrap() - record.started_at.unwrap();
+    assert!(ran < chrono::Duration::seconds(5), "held up: ran {ran}");
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the refused chunk",
+        &[&node],
+        || async {
+            node.log_text()
+                .contains("log chunk not shipped")
+                .then_some(())
+        },
+    )
+    .await;
+    // Another node starting sets the stream up again; the kept chunks arrive, once each.
+    let _again = AxProcess::node(&nats, "n2", "worker", &[]);
+    let log = wait_log(&client, &id, 1, "the kept log", |l| l.end().is_some()).await;
+    assert_eq!(text(&log, LogStream::Stdout), "line 1\nline 2\nline 3\n");
+    assert_eq!(
+        log.chunks.len(),
+        log.chunks.iter().map(|c| c.seq).max().unwrap() as usize
+    );
+}

@@ -189,11 +189,7 @@ async fn lines_written_while_nats_is_away_are_shipped_when_it_returns() {
         text(l, LogStream::Stdout).contains("line 3\n")
     })
     .await;
-    nats.server.stop();
-    std::thread::sleep(Duration::from_secs(3));
-    nats.server
-        .restart()
-        .expect("nats-server restarts on its store");
+    nats.outage(Duration::from_secs(3)).await;
     let client = nats.client().await;
     let record = final_record(&client, &id, Duration::from_secs(90)).await;
     assert_eq!(record.state, ax_bus::State::Success, "{}", node.log_text());

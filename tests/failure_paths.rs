@@ -112,11 +112,7 @@ async fn a_nats_restart_loses_no_fire_and_no_result() {
     )
     .await;
     let before_outage = ax_bus::time::now();
-    nats.server.stop();
-    std::thread::sleep(Duration::from_secs(3));
-    nats.server
-        .restart()
-        .expect("nats-server restarts on its store");
+    nats.outage(Duration::from_secs(3)).await;
     let client = nats.client().await;
     let after_outage = ax_bus::time::now();
     wait_for_logged(

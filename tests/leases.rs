@@ -74,11 +74,7 @@ async fn a_long_lease_rides_out_a_nats_outage_that_stops_a_step_without_one() {
         (!lines_of(&leased_ledger).is_empty() && !lines_of(&plain_ledger).is_empty()).then_some(())
     })
     .await;
-    nats.server.stop();
-    std::thread::sleep(Duration::from_secs(20));
-    nats.server
-        .restart()
-        .expect("nats-server restarts on its store");
+    nats.outage(Duration::from_secs(20)).await;
     let client_again = nats.client().await;
     let done = |id: String| {
         let client = client_again.clone();

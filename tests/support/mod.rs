@@ -76,6 +76,16 @@ impl TestNats {
             .expect("connect to the test server")
     }
 
+    /// An outage of `length`: the server stopped, and restarted on its port and store after
+    /// that long (the length is what is tested, not a wait for something).
+    pub(crate) async fn outage(&mut self, length: Duration) {
+        self.server.stop();
+        tokio::time::sleep(length).await;
+        self.server
+            .restart()
+            .expect("nats-server restarts on its store");
+    }
+
     /// A fresh directory inside the test's temp dir.
     pub(crate) fn path(&self, name: &str) -> PathBuf {
         let path = self.dir.path().join(name);

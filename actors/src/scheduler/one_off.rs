@@ -21,7 +21,7 @@ use ax_bus::client::Updated;
 use ax_bus::error::During;
 use ax_bus::ids::{InstanceId, JobName, TraceId};
 use ax_bus::instance::Trigger;
-use ax_bus::messages::{Change, WorkItem};
+use ax_bus::messages::{Change, StoredRecord, WorkItem};
 use ax_bus::spec::JobSpec;
 use ax_bus::{AxClient, State, Tag};
 
@@ -90,14 +90,20 @@ pub(crate) async fn on_apply(
                 return Ok(());
             }
             let why = "its job was changed before the instance was due";
-            withdraw(client, &id, Tag::Superseded, why).await?;
-            rearm(client, instance, "its job was changed").await?;
+            // Released meanwhile (it fell due): that fire has happened.
+            if let Some(withdrawn) = withdraw(client, &id, Tag::Superseded, why).await? {
+                rearm(client, instance, withdrawn, "its job was changed").await?;
+            }
         }
-        Some((record, _))
+        Some((record, revision))
             if record.state == State::Cancelled
                 && matches!(record.tag, Tag::JobDeleted | Tag::Superseded) =>
         {
-            rearm(client, instance, "its job was applied again").await?;
+            let known = StoredRecord {
+                record: Box::new(record),
+                revision,
+            };
+            rearm(client, instance, known, "its job was applied again").await?;
         }
         // It ran, runs, or an operator ended it: the one fire of the instant happened.
         Some(_) => {}
@@ -116,25 +122,23 @@ pub(crate) async fn on_delete(
         return Ok(());
     };
     let why = "its job was deleted before the instance was due";
-    withdraw(
-        client,
-        &InstanceId::for_fire(name, at),
-        Tag::JobDeleted,
-        why,
-    )
-    .await
+    let id = InstanceId::for_fire(name, at);
+    withdraw(client, &id, Tag::JobDeleted, why).await.map(drop)
 }
 
-/// A new attempt of `instance`'s record (withdrawn before its time) scheduled with its
-/// definition: the wait published first, then the record moved to it — a wait whose record
-/// write failed finds another attempt current when due, and is dropped.
-async fn rearm(client: &AxClient, mut instance: NewInstance, why: &str) -> Result<(), ActorError> {
+/// A new attempt of `instance`'s record (withdrawn before its time; `known` as last read or
+/// written) scheduled with its definition: the wait published first, then the record moved to
+/// it — a wait whose record write failed finds another attempt current when due, and is
+/// dropped.
+async fn rearm(
+    client: &AxClient,
+    mut instance: NewInstance,
+    known: StoredRecord,
+    why: &str,
+) -> Result<(), ActorError> {
     let trace = TraceId::random();
     let id = instance.record.instance_id.clone();
-    let Some((current, _)) = client.instance(&id).await? else {
-        return Ok(());
-    };
-    let next = match current.rearmed(&trace, why) {
+    let next = match known.record.rearmed(&trace, why) {
         Ok(next) => next,
         Err(refused) => {
             tracing::debug!(instance = %id, %refused, "not scheduled again");
@@ -148,7 +152,7 @@ async fn rearm(client: &AxClient, mut instance: NewInstance, why: &str) -> Resul
         .await
         .during(|| format!("schedule {id} again"))?;
     if let Updated::Written(record, _) = client
-        .update_instance(&id, |r| r.rearmed(&trace, why))
+        .update_instance_from(&id, Some(known), |r| r.rearmed(&trace, why))
         .await?
     {
         publish::event(client, &record).await;
@@ -160,13 +164,13 @@ fn instant(text: &str) -> Option<DateTime<Utc>> {
     ax_bus::time::parse_instant(text).ok()
 }
 
-/// Cancels `id` with `tag` if it still waits for its time.
+/// Cancels `id` with `tag` if it still waits for its time: the record written, if it did.
 async fn withdraw(
     client: &AxClient,
     id: &InstanceId,
     tag: Tag,
     why: &str,
-) -> Result<(), ActorError> {
+) -> Result<Option<StoredRecord>, ActorError> {
     let updated = client
         .update_instance(id, |r| {
             if r.tag != Tag::Scheduled {
@@ -175,8 +179,9 @@ async fn withdraw(
             r.ended_early(&r.trace_id, State::Cancelled, tag, why)
         })
         .await?;
-    if let Updated::Written(record, _) = updated {
-        publish::event(client, &record).await;
-    }
-    Ok(())
+    let Updated::Written(record, revision) = updated else {
+        return Ok(None);
+    };
+    publish::event(client, &record).await;
+    Ok(Some(StoredRecord { record, revision }))
 }

@@ -587,33 +587,27 @@ async fn an_operator_runs_ax_from_the_browser() {
         .is_none());
     // A misspelt executor is named; a dependency on a job that does not exist is a problem
     // of the text, as an apply would say; an executor no worker offers is pointed out.
-    let typo = bad
-        .replace("not a cron", "0 3 * * *")
-        .replace("type: shell", "type: shel");
-    browser.fill("#yaml", &typo).await;
-    browser
-        .until("the executor meant", "#problems li", |t| {
-            t.contains("did you mean `type: shell`?")
-        })
-        .await;
-    let missing = bad
-        .replace("not a cron", "0 3 * * *")
-        .replace("  exec:", "  deps: [ { name: no_such_job } ]\n  exec:");
-    browser.fill("#yaml", &missing).await;
-    browser
-        .until("the missing dependency", "#problems li", |t| {
-            t.contains("unknown job `no_such_job`")
-        })
-        .await;
-    let plugin = bad
-        .replace("not a cron", "0 3 * * *")
-        .replace("{ type: shell, command: 'true' }", "{ type: sparkle }");
-    browser.fill("#yaml", &plugin).await;
-    browser
-        .until("the executor nobody offers", "#warnings", |t| {
-            t.contains("no worker offers `sparkle`")
-        })
-        .await;
+    let good = bad.replace("not a cron", "0 3 * * *");
+    for (text, shown_in, said) in [
+        (
+            good.replace("type: shell", "type: shel"),
+            "#problems li",
+            "did you mean `type: shell`?",
+        ),
+        (
+            good.replace("  exec:", "  deps: [ { name: no_such_job } ]\n  exec:"),
+            "#problems li",
+            "unknown job `no_such_job`",
+        ),
+        (
+            good.replace("{ type: shell, command: 'true' }", "{ type: sparkle }"),
+            "#warnings",
+            "no worker offers `sparkle`",
+        ),
+    ] {
+        browser.fill("#yaml", &text).await;
+        browser.until(said, shown_in, |t| t.contains(said)).await;
+    }
     browser
         .fill("#yaml", &bad.replace("not a cron", "0 3 * * *"))
         .await;

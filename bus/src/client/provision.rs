@@ -472,37 +472,41 @@ impl Layout {
     async fn ensure_stream(
         &self,
         js: &jetstream::Context,
-        mut config: stream::Config,
+        want: stream::Config,
     ) -> Result<(), ProvisionError> {
-        let name = config.name.clone();
+        let name = want.name.clone();
         let failed = |source: crate::error::BoxError| ProvisionError {
             object: format!("stream {name}"),
             source,
         };
-        let have = Self::existing(js, &name).await?;
-        config.num_replicas = self.replicas_for(have.as_ref());
-        match (self.age_setting(&name), &have) {
-            (Some(Some(age)), _) => config.max_age = age,
-            (Some(None), Some(have)) => config.max_age = have.max_age,
-            _ => {}
-        }
-        // JetStream takes no de-duplication window longer than the age.
-        if !config.max_age.is_zero() && config.duplicate_window > config.max_age {
-            config.duplicate_window = config.max_age;
-        }
-        match have {
-            Some(have) if !differs(&config, &have) => Ok(()),
-            Some(_) => js
-                .update_stream(config)
-                .await
-                .map(drop)
-                .map_err(|e| failed(e.into())),
-            None => match js.create_stream(config).await {
-                Ok(_) => Ok(()),
-                // Another node made it meanwhile (with the same config: the same code).
-                Err(e) if created_meanwhile(&e) => Ok(()),
-                Err(e) => Err(failed(e.into())),
-            },
+        loop {
+            let have = Self::existing(js, &name).await?;
+            let mut config = want.clone();
+            config.num_replicas = self.replicas_for(have.as_ref());
+            match (self.age_setting(&name), &have) {
+                (Some(Some(age)), _) => config.max_age = age,
+                (Some(None), Some(have)) => config.max_age = have.max_age,
+                _ => {}
+            }
+            // JetStream takes no de-duplication window longer than the age.
+            if !config.max_age.is_zero() && config.duplicate_window > config.max_age {
+                config.duplicate_window = config.max_age;
+            }
+            return match have {
+                Some(have) if !differs(&config, &have) => Ok(()),
+                Some(_) => js
+                    .update_stream(config)
+                    .await
+                    .map(drop)
+                    .map_err(|e| failed(e.into())),
+                None => match js.create_stream(config).await {
+                    Ok(_) => Ok(()),
+                    // Another node made it meanwhile, perhaps with other settings (replicas,
+                    // retention): read it and update what differs.
+                    Err(e) if created_meanwhile(&e) => continue,
+                    Err(e) => Err(failed(e.into())),
+                },
+            };
         }
     }
 

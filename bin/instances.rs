@@ -90,7 +90,7 @@ async fn fetch(client: &AxClient, id: &InstanceId) -> Result<InstanceRecord> {
         .instance(id)
         .await?
         .map(|(r, _)| r)
-        .ok_or_else(|| anyhow!("no instance `{id}`"))
+        .ok_or_else(|| anyhow!(ax_bus::client::retention::missing(id)))
 }
 
 pub(crate) async fn get(client: &AxClient, id: &InstanceId, json: bool) -> Result<()> {
@@ -261,7 +261,7 @@ pub(crate) async fn history(client: &AxClient, id: &InstanceId, json: bool) -> R
     let history = client
         .instance_history(id)
         .await?
-        .ok_or_else(|| anyhow!("no instance `{id}`"))?;
+        .ok_or_else(|| anyhow!(ax_bus::client::retention::missing(id)))?;
     if json {
         return table::json(&history);
     }
@@ -345,7 +345,7 @@ pub(crate) async fn report(
     let (record, _) = client
         .instance(&id)
         .await?
-        .ok_or_else(|| anyhow::anyhow!("no instance {id}"))?;
+        .ok_or_else(|| anyhow::anyhow!(ax_bus::client::retention::missing(id)))?;
     let request = ax_bus::messages::ReportRequest {
         trace_id: record.trace_id,
         success,

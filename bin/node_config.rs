@@ -45,6 +45,7 @@
 //! timeout = 5                                # seconds one POST may take
 //!
 //! [retention]                           # how long each is kept; unset: what the stream has
+//! instances = "30d"                     # finished instances' records, after they end
 //! results = "7d"                        # also: logs, audit, ticks, dead_letters, alerts,
 //! audit = "400d"                        # summaries (`ax status --date`); 20s, 12h, 30d
 //! ```
@@ -100,6 +101,7 @@ pub(crate) struct FileConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RetentionSection {
+    pub instances: Option<String>,
     pub results: Option<String>,
     pub logs: Option<String>,
     pub audit: Option<String>,
@@ -123,6 +125,7 @@ impl RetentionSection {
             }
         };
         Ok(ax_bus::client::provision::Retention {
+            instances: age("instances", &self.instances)?,
             results: age("results", &self.results)?,
             logs: age("logs", &self.logs)?,
             audit: age("audit", &self.audit)?,

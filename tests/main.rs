@@ -39,6 +39,7 @@ mod protocol;
 mod provisioning;
 mod python_client;
 mod rerun_backfill;
+mod retention;
 mod scale_out;
 mod shards;
 mod shell_executor;

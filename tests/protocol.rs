@@ -318,6 +318,7 @@ async fn stream_values(client: &ax_bus::AxClient, stream: &str) -> Vec<serde_jso
 const TRAFFIC: &str = "version: v1
 job:
   name: works
+  retention: 90d
   exec: { type: shell, command: 'echo hi && printf \"{\\\"rows\\\": 3}\" > \"$AX_OUTPUT_FILE\"' }
 ---
 version: v1

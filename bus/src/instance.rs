@@ -307,6 +307,12 @@ pub struct InstanceRecord {
     /// the revision's server time, who did each step of the instance history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_by: Option<NodeId>,
+    /// How long the record is kept once it is final, in seconds, decided when the instance is
+    /// created (its job's `retention`, else the creating node's `[retention] instances`);
+    /// absent (a record of an earlier version): [`crate::client::provision::INSTANCES_MAX_AGE`].
+    /// See [`crate::client::retention`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<u64>,
 }
 
 /// An attempt reserved for one of its dispatches: the Router re-dispatching an attempt whose
@@ -475,7 +481,15 @@ impl InstanceRecord {
             dispatch: None,
             reserved: None,
             written_by: None,
+            retention: spec.retention,
         }
+    }
+
+    /// How long this record is kept once it is final.
+    pub fn kept_for(&self) -> std::time::Duration {
+        self.retention
+            .map(std::time::Duration::from_secs)
+            .unwrap_or(crate::client::provision::INSTANCES_MAX_AGE)
     }
 
     /// The record's next attempt under `new_trace`, queued, with nothing of the last one.
@@ -823,6 +837,7 @@ pub(crate) mod tests {
             dispatch: None,
             reserved: None,
             written_by: None,
+            retention: None,
         }
     }
 

@@ -206,6 +206,17 @@ impl Subjects {
         format!("{}.internal.due.>", self.prefix)
     }
 
+    /// `ax.internal.expiry.<seconds>`: the instances whose records became final, one message
+    /// each, by how long they are kept (see [`crate::client::retention`]).
+    pub fn expiry(&self, kept_secs: u64) -> String {
+        format!("{}.internal.expiry.{kept_secs}", self.prefix)
+    }
+
+    /// `ax.internal.expiry.>`.
+    pub fn expiry_all(&self) -> String {
+        format!("{}.internal.expiry.>", self.prefix)
+    }
+
     /// `ax.internal.clock.<node>`: a node's clock probes (see the clock guard).
     pub fn clock(&self, node: &str) -> String {
         format!("{}.internal.clock.{node}", self.prefix)

@@ -93,7 +93,10 @@ pub async fn known_job(client: &AxClient, name: &JobName) -> Result<(), Problem>
 pub async fn known_instance(client: &AxClient, id: &InstanceId) -> Result<(), Problem> {
     match client.instance(id).await.map_err(unavailable)? {
         Some(_) => Ok(()),
-        None => Err(Problem::NotFound(format!("instance: no instance `{id}`"))),
+        None => Err(Problem::NotFound(format!(
+            "instance: {}",
+            ax_bus::client::retention::missing(id)
+        ))),
     }
 }
 

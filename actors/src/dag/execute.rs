@@ -290,6 +290,7 @@ async fn create_for_date(
         ax_bus::time::now(),
     );
     record.tag = Tag::WaitingDeps;
+    client.stamp_retention(&mut record);
     let deps: Vec<String> = spec
         .deps
         .iter()

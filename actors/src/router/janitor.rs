@@ -21,7 +21,8 @@
 //!
 //! Every second, too, the janitor finishes the re-dispatches that their Routers did not live
 //! to finish ([`in_flight`]), and it runs the [`consistency`] sweep: an open instance whose
-//! next step has no owner is alerted and resumed.
+//! next step has no owner is alerted and resumed. And it removes the finished instance
+//! records whose retention has passed ([`retention`]).
 
 use std::time::Duration;
 
@@ -45,12 +46,13 @@ const LEASE: &str = "router-janitor";
 /// Holds the janitor lease and sweeps for dead workers while it does.
 pub(crate) async fn run(shared: Dispatcher) -> Result<(), ActorError> {
     let lease = Lease::acquire(&shared.client, LEASE, &shared.node).await?;
-    // Boxed: side by side in this future, the three loops' states overflowed an arbiter
+    // Boxed: side by side in this future, the loops' states overflowed an arbiter
     // thread's stack in a debug build.
     tokio::select! {
         lost = lease.keep() => Err(lost),
         ended = Box::pin(consistency::watch(shared.clone())) => ended,
         ended = Box::pin(super::backlog::watch(shared.clone())) => ended,
+        ended = Box::pin(super::retention::sweep(shared.clone())) => ended,
         ended = Box::pin(sweep(shared)) => ended,
     }
 }

@@ -27,6 +27,7 @@ pub(crate) mod fleet;
 mod in_flight;
 pub(crate) mod janitor;
 mod pumps;
+mod retention;
 pub(crate) mod split;
 
 use std::time::{Duration, Instant};

@@ -138,6 +138,8 @@ impl Drop for Unfinished {
 pub(crate) struct Creator {
     tx: mpsc::UnboundedSender<Request>,
     in_flight: Arc<InFlight>,
+    /// Stamps this node's `[retention] instances` on the records it creates.
+    client: AxClient,
 }
 
 impl Creator {
@@ -145,6 +147,7 @@ impl Creator {
     pub(crate) fn start(client: AxClient, node: NodeId) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
         let again = tx.clone();
+        let stamps = client.clone();
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(BATCH);
             while rx.recv_many(&mut batch, BATCH).await > 0 {
@@ -162,6 +165,7 @@ impl Creator {
         Self {
             tx,
             in_flight: Arc::default(),
+            client: stamps,
         }
     }
 
@@ -192,9 +196,10 @@ impl Creator {
 
     fn send(
         &self,
-        instance: NewInstance,
+        mut instance: NewInstance,
         reply: Option<oneshot::Sender<Created>>,
     ) -> Result<(), ActorError> {
+        self.client.stamp_retention(&mut instance.record);
         let tick = instance.tick.map(|_| instance.record.expected_time);
         self.tx
             .send(Request {

@@ -349,6 +349,7 @@ mod tests {
                 overlap: Default::default(),
                 shards: None,
                 broadcast: false,
+                retention: None,
             },
             paused,
             updated_at: ax_bus::time::now(),

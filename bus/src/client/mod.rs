@@ -15,6 +15,7 @@ pub mod provision;
 pub mod record_writes;
 pub mod registered;
 pub mod reports;
+pub mod retention;
 pub mod status;
 
 use std::path::PathBuf;

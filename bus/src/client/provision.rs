@@ -21,10 +21,13 @@
 //!   dead-letter keeper turns each into a dead letter;
 //! - `<AX>_ALERTS` (limits, `ax.alert.>`, 7 days): every alert, for the webhook forwarder and
 //!   for whoever wants to read them later;
+//! - `<AX>_EXPIRY` (work queue, `ax.internal.expiry.>`): the instances whose records became
+//!   final, by how long each is kept, until the janitor removes the records past it (see
+//!   [`crate::client::retention`]);
 //! - `<AX>_CLOCK` (file, `ax.internal.clock.>`, the last probe per node): where nodes read
 //!   the server's clock (see the clock guard);
 //! - buckets `<ax>_jobs` (registry), `<ax>_instances` (records, their last 64 revisions: the
-//!   instance history), `<ax>_claims` (one key per
+//!   instance history; a final one removed after its retention), `<ax>_claims` (one key per
 //!   attempt that ran), `<ax>_workers` (worker heartbeats), `<ax>_nodes` (node heartbeats:
 //!   roles, restarts, stalls), `<ax>_deps` (instances per business date and job, 40 days),
 //!   `<ax>_waiting` (instances held for their dependencies), `<ax>_latest` (each job's latest
@@ -65,6 +68,12 @@ pub const TICKS_PER_JOB: i64 = 1000;
 /// read from them, so every step that writes the record is kept with the record — the most a
 /// key-value bucket keeps.
 pub const RECORD_REVISIONS: i64 = 64;
+/// How long a finished instance's record is kept unless its job or the creating node's config
+/// says otherwise.
+pub const INSTANCES_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long the marker left by a removed record stays (a reader of the bucket that is behind
+/// sees the removal within it).
+pub const REMOVAL_MARKER_TTL: Duration = Duration::from_secs(3600);
 /// How long audit records are kept.
 pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(400 * 24 * 3600);
 /// How long approvals are kept, decided or not (the audit keeps their story 400 days).
@@ -88,6 +97,9 @@ pub const ANSWERS_MAX_AGE: Duration = Duration::from_secs(300);
 /// never undoes another's.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
+    /// Finished instances' records (`ax_instances`; [`INSTANCES_MAX_AGE`]): stamped on the
+    /// records this node creates, see [`crate::client::retention`].
+    pub instances: Option<Duration>,
     /// Results (`AX_RESULTS`; [`RESULTS_MAX_AGE`]).
     pub results: Option<Duration>,
     /// Attempt logs (`AX_LOGS`; [`LOGS_MAX_AGE`]).
@@ -242,6 +254,10 @@ impl Layout {
     /// `<AX>_LOGS`.
     pub fn logs_stream(&self) -> String {
         self.stream_name("LOGS")
+    }
+    /// `<AX>_EXPIRY`.
+    pub fn expiry_stream(&self) -> String {
+        self.stream_name("EXPIRY")
     }
     /// `<AX>_CLOCK`.
     pub fn clock_stream(&self) -> String {
@@ -399,6 +415,12 @@ impl Layout {
                 ALERTS_MAX_AGE,
             ),
             plain(self.logs_stream(), vec![s.log_all()], Limits, LOGS_MAX_AGE),
+            plain(
+                self.expiry_stream(),
+                vec![s.expiry_all()],
+                WorkQueue,
+                Duration::ZERO,
+            ),
         ]
     }
 
@@ -551,6 +573,8 @@ fn bucket_stream(bucket: &str, history: i64, max_age: Duration) -> stream::Confi
         discard: stream::DiscardPolicy::New,
         allow_direct: false,
         allow_batch_publish: true,
+        // A removed record leaves a marker that expires (see `retention`).
+        allow_message_ttl: true,
         ..Default::default()
     }
 }
@@ -566,6 +590,7 @@ fn differs(want: &stream::Config, have: &stream::Config) -> bool {
         || want.allow_direct != have.allow_direct
         || want.allow_message_schedules != have.allow_message_schedules
         || want.allow_batch_publish != have.allow_batch_publish
+        || want.allow_message_ttl != have.allow_message_ttl
         || per_subject(want.max_messages_per_subject) != per_subject(have.max_messages_per_subject)
         || (!want.duplicate_window.is_zero() && want.duplicate_window != have.duplicate_window)
 }

@@ -61,13 +61,17 @@ pub(crate) enum Created {
 
 impl AxClient {
     /// Publishes `record` under `id` if that key's last revision is `expected`, without
-    /// waiting: the returned future is the server's answer (for writers that pipeline).
+    /// waiting: the returned future is the server's answer (for writers that pipeline). A
+    /// final record is noted for its retention first (see [`crate::client::retention`]).
     pub async fn publish_record(
         &self,
         id: &InstanceId,
         record: &InstanceRecord,
         expected: u64,
     ) -> Result<PublishAckFuture, ClientError> {
+        if record.state.is_final() {
+            self.note_final(id, record).await?;
+        }
         let subject = format!("$KV.{}.{id}", self.layout.instances_bucket());
         Ok(self
             .js

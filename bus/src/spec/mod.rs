@@ -59,6 +59,10 @@ pub const MAX_LEASE_SECS: u64 = 86_400;
 /// margin between a worker's self-fencing and the earliest moment a Router may hand the
 /// attempt to another worker.
 pub const LEASE_FENCE_MARGIN_SECS: u64 = 5;
+/// The shortest `retention` (seconds).
+pub const MIN_RETENTION_SECS: u64 = 1;
+/// The longest `retention` (seconds): ten years.
+pub const MAX_RETENTION_SECS: u64 = 3660 * 86_400;
 /// The longest `catchup_window` (seconds): 31 days.
 pub const MAX_CATCHUP_WINDOW_SECS: u64 = 31 * 86_400;
 /// The most bytes of params, as JSON: a job's own, and a trigger's merged with them. (Params
@@ -148,6 +152,15 @@ pub struct JobSpec {
     /// Run each instance once on every eligible worker.
     #[serde(default, skip_serializing_if = "is_default")]
     pub broadcast: bool,
+    /// How long its finished instances' records are kept after they end (`90d`; from
+    /// [`MIN_RETENTION_SECS`] to [`MAX_RETENTION_SECS`]). Absent: the Schedulers' `[retention]
+    /// instances` (30 days by default).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "seconds::optional"
+    )]
+    pub retention: Option<u64>,
 }
 
 /// The most shards an instance may have.
@@ -692,6 +705,13 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         ));
     }
     at_most(errors, "job.lease", job.lease, MAX_LEASE_SECS);
+    if job.retention.is_some_and(|r| r < MIN_RETENTION_SECS) {
+        errors.push(SpecError::new(
+            "job.retention",
+            format!("must be at least {MIN_RETENTION_SECS} second"),
+        ));
+    }
+    at_most(errors, "job.retention", job.retention, MAX_RETENTION_SECS);
     if let Some(grace) = job.on_timeout.grace {
         if grace > MAX_TIMEOUT_GRACE_SECS {
             errors.push(SpecError::new(
@@ -874,6 +894,7 @@ mod tests {
             overlap: Overlap::default(),
             shards: None,
             broadcast: false,
+            retention: None,
         }
     }
 

@@ -127,6 +127,8 @@ struct RawJob {
     shards: Option<Spanned<u32>>,
     #[serde(default)]
     broadcast: Option<Spanned<bool>>,
+    #[serde(default)]
+    retention: Option<Spanned<super::seconds::Seconds>>,
 }
 
 #[derive(Deserialize)]
@@ -308,6 +310,7 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         broadcast: lines
             .take_opt("job.broadcast", job.broadcast)
             .unwrap_or_default(),
+        retention: lines.take_opt("job.retention", job.retention).map(|s| s.0),
     };
     LocatedJob {
         file: file.to_string(),
@@ -385,6 +388,32 @@ job:
             .unwrap_err()
             .to_string();
         assert!(line.starts_with("f.yaml:"), "{line}");
+    }
+
+    #[test]
+    fn a_retention_reads_with_a_unit_and_is_bounded_on_its_line() {
+        let spec = |retention: &str| {
+            format!("version: v1\njob:\n  name: a\n  exec: {{ type: noop }}\n  retention: {retention}\n")
+        };
+        let jobs = parse_str("f.yaml", &spec("90d")).unwrap();
+        assert_eq!(jobs[0].doc.job.retention, Some(90 * 86_400));
+        assert!(super::super::validate(&jobs[0].doc).is_empty());
+        let line = parse_str("f.yaml", &spec("a while"))
+            .unwrap_err()
+            .to_string();
+        assert!(line.starts_with("f.yaml:5: "), "{line}");
+        for (text, reason) in [
+            ("0", "must be at least 1 second"),
+            ("3661d", "is more than"),
+        ] {
+            let jobs = parse_str("f.yaml", &spec(text)).unwrap();
+            let errors = super::super::validate(&jobs[0].doc);
+            let located = jobs[0].locate(errors[0].clone()).to_string();
+            assert!(
+                located.starts_with("f.yaml:5: job.retention: ") && located.contains(reason),
+                "{located}"
+            );
+        }
     }
 
     #[test]

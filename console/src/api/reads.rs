@@ -47,7 +47,7 @@ pub(super) fn job_name(text: &str) -> Result<JobName, Problem> {
 }
 
 fn no_instance(id: &InstanceId) -> Problem {
-    Problem::NotFound(format!("id: no instance `{id}`"))
+    Problem::NotFound(format!("id: {}", ax_bus::client::retention::missing(id)))
 }
 
 /// The query of `/api/v1/status`.

@@ -174,7 +174,7 @@ async fn more(
         Ok((None, _)) => {
             return failed(
                 StatusCode::NOT_FOUND,
-                format!("instance: no instance `{id}`"),
+                format!("instance: {}", ax_bus::client::retention::missing(id)),
             )
         }
         Err(e) => {

@@ -433,7 +433,7 @@ async fn page(
             return pages::error_page(
                 &request,
                 StatusCode::NOT_FOUND,
-                format!("instance: no instance `{id}`"),
+                format!("instance: {}", ax_bus::client::retention::missing(id)),
             )
         }
         Err(e) => {
@@ -713,7 +713,12 @@ async fn confirmed(
         (Some(date), _) => date.clone(),
         (None, Some(id)) => match client.instance(id).await {
             Ok(Some((record, _))) => record.biz_date,
-            Ok(None) => return Err(Problem::NotFound(format!("instance: no instance `{id}`"))),
+            Ok(None) => {
+                return Err(Problem::NotFound(format!(
+                    "instance: {}",
+                    ax_bus::client::retention::missing(id)
+                )))
+            }
             Err(e) => return Err(Problem::Unavailable(e.to_string())),
         },
         (None, None) => String::new(),

@@ -37,7 +37,9 @@ pub(super) async fn mark(
         ));
     }
     let Some((before, _)) = client.instance(id).await? else {
-        return Err(CommandError::refused(format!("no instance `{id}`")));
+        return Err(CommandError::refused(ax_bus::client::retention::missing(
+            id,
+        )));
     };
     let message = format!("marked {} by {who}: {}", request.state, request.reason);
     let record = match client
@@ -56,7 +58,11 @@ pub(super) async fn mark(
                 request.state
             )))
         }
-        Updated::Missing => return Err(CommandError::refused(format!("no instance `{id}`"))),
+        Updated::Missing => {
+            return Err(CommandError::refused(ax_bus::client::retention::missing(
+                id,
+            )))
+        }
     };
     let marked = msg_id::marked(&record.trace_id, record.state.as_str());
     publish::ended(client, &record, &marked).await?;
@@ -96,7 +102,9 @@ pub(super) async fn act(
 ) -> Result<ControlReply, CommandError> {
     let id = &request.instance;
     let Some((before, _)) = client.instance(id).await? else {
-        return Err(CommandError::refused(format!("no instance `{id}`")));
+        return Err(CommandError::refused(ax_bus::client::retention::missing(
+            id,
+        )));
     };
     if let Some(why) = refusal(action, &before) {
         return Err(CommandError::refused(why));
@@ -133,7 +141,11 @@ pub(super) async fn act(
                 .unwrap_or_else(|| format!("instance {id} changed meanwhile; try again"));
             return Err(CommandError::refused(why));
         }
-        Updated::Missing => return Err(CommandError::refused(format!("no instance `{id}`"))),
+        Updated::Missing => {
+            return Err(CommandError::refused(ax_bus::client::retention::missing(
+                id,
+            )))
+        }
     };
     if let (commands::KILL, Some(worker)) = (action, &before.worker) {
         // The worker stops the attempt's process group (dump signal, grace, SIGKILL).

@@ -58,12 +58,37 @@ pub(crate) async fn rerun(
         }
     }
     let mut plan = decide(request, &dependents, &entries, &roots);
+    refuse_removed(client, &plan).await?;
     if !request.dry_run {
         for step in plan.iter_mut().filter(|s| s.will_run) {
             start_again(client, &registry, step).await?;
         }
     }
     Ok(plan)
+}
+
+/// Refuses a plan that would re-run an instance whose record is gone (its retention passed,
+/// while the dependency history, kept longer, still lists it): a re-run starts again from the
+/// record, so none of the plan is carried out.
+async fn refuse_removed(client: &AxClient, plan: &[PlanStep]) -> Result<(), CommandError> {
+    let mut removed = Vec::new();
+    for step in plan.iter().filter(|s| s.will_run) {
+        if client.instance(&step.instance_id).await?.is_none() {
+            removed.push(step.instance_id.to_string());
+        }
+    }
+    if removed.is_empty() {
+        return Ok(());
+    }
+    let count = removed.len();
+    removed.truncate(5);
+    Err(CommandError::refused(format!(
+        "cannot re-run: {count} instance(s) of the plan ended longer ago than their retention \
+         (their job's `retention`, else `[retention] instances`) and their records were removed \
+         ({}{}); nothing was re-run",
+        removed.join(", "),
+        if count > removed.len() { ", …" } else { "" }
+    )))
 }
 
 /// Which instances are roots, with the (job, date) entries they belong to.
@@ -89,7 +114,9 @@ async fn find_roots(
                 ));
             }
             let Some((record, _)) = client.instance(id).await? else {
-                return Err(CommandError::refused(format!("no instance `{id}`")));
+                return Err(CommandError::refused(ax_bus::client::retention::missing(
+                    id,
+                )));
             };
             let Some(date) = parse_biz_date(&record.biz_date) else {
                 return Err(CommandError::refused(format!(

@@ -1,0 +1,151 @@
+//! Instance records and their retention: a final record leaves the instances bucket once its
+//! retention has passed, never before; an open one (a delayed trigger due later) stays; a job's
+//! own `retention` outlasts the node's; the sweep goes on after its node is killed; a re-run
+//! of a removed instance is refused, naming the retention.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::support;
+use ax_bus::{State, Tag};
+use support::*;
+
+const KEPT_SECS: i64 = 10;
+const CONFIG: &str = "[retention]\ninstances = \"10s\"\n";
+
+/// Every record of job `tick`, by id: when it ended (`None` while open).
+async fn ticks(client: &ax_bus::AxClient) -> BTreeMap<String, Option<DateTime<Utc>>> {
+    let job = "tick".parse().expect("a job name");
+    client
+        .instances(Some(&job))
+        .await
+        .expect("list the instances")
+        .into_iter()
+        .map(|r| (r.instance_id.to_string(), r.finished_at))
+        .collect()
+}
+
+/// Samples the `tick` records once a second for `seconds`: none that ended less than the
+/// retention ago may be missing (never removed early). Returns the ids seen final.
+async fn watch_ticks(
+    client: &ax_bus::AxClient,
+    seen: &mut BTreeMap<String, DateTime<Utc>>,
+    seconds: u64,
+) {
+    for _ in 0..seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let asked = ax_bus::time::now();
+        let now = ticks(client).await;
+        for (id, ended) in seen.iter() {
+            let age = asked - *ended;
+            assert!(
+                now.contains_key(id) || age >= chrono::Duration::seconds(KEPT_SECS),
+                "{id} removed {} ms after it ended, before its {KEPT_SECS} s",
+                age.num_milliseconds()
+            );
+        }
+        seen.extend(now.into_iter().filter_map(|(id, ended)| Some((id, ended?))));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_records_leave_after_their_retention_and_open_ones_stay() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut core = AxProcess::configured(&nats, "core", "all", CONFIG);
+    apply_job(
+        &nats,
+        "tick",
+        "version: v1\njob:\n  name: tick\n  cron: '* * * * * *'\n  exec: { type: noop }\n",
+    )
+    .await;
+    apply_job(
+        &nats,
+        "kept",
+        "version: v1\njob:\n  name: kept\n  retention: 1h\n  exec: { type: noop }\n",
+    )
+    .await;
+    apply_job(
+        &nats,
+        "later",
+        "version: v1\njob:\n  name: later\n  exec: { type: noop }\n",
+    )
+    .await;
+    let kept = trigger(&nats, &["kept"]);
+    final_record(&client, &kept, Duration::from_secs(30)).await;
+    let later = trigger(&nats, &["later", "--in", "10m"]);
+
+    let mut seen = BTreeMap::new();
+    watch_ticks(&client, &mut seen, 20).await;
+    let first = seen.keys().next().cloned().expect("a tick ran");
+
+    // The node holding the sweep dies; another takes it over and goes on.
+    core.kill9();
+    let _core2 = AxProcess::configured(&nats, "core2", "all", CONFIG);
+    watch_ticks(&client, &mut seen, 15).await;
+
+    // No record that ended more than the retention (and the sweep's delays) ago is left.
+    let slack = chrono::Duration::seconds(KEPT_SECS + 3);
+    let left = wait_for(
+        Duration::from_secs(90),
+        "the records past their retention to go",
+        || async {
+            let now = ax_bus::time::now();
+            let left = ticks(&client).await;
+            let stale = left
+                .values()
+                .flatten()
+                .filter(|ended| now - **ended > slack)
+                .count();
+            (stale == 0 && !left.contains_key(&first)).then_some(left)
+        },
+    )
+    .await;
+    assert!(
+        left.len() <= 2 * KEPT_SECS as usize,
+        "{} tick records kept: {left:?}",
+        left.len()
+    );
+    assert!(seen.len() > left.len(), "nothing was removed");
+
+    // The job that keeps its own for an hour, and the delayed instance still waiting.
+    let (kept_record, _) = client.instance(&id(&kept)).await.unwrap().expect("kept");
+    assert_eq!(kept_record.state, State::Success);
+    assert_eq!(kept_record.retention, Some(3600));
+    let (waiting, _) = client.instance(&id(&later)).await.unwrap().expect("later");
+    assert_eq!(
+        (waiting.state, waiting.tag),
+        (State::Running, Tag::Scheduled)
+    );
+
+    // A removed instance: the CLI and a re-run say why it is not there.
+    let shown = ax(&nats.url(), &["instance", "get", &first]);
+    assert!(!shown.status.success());
+    assert!(
+        stderr(&shown).contains("longer ago than its retention"),
+        "{}",
+        stderr(&shown)
+    );
+    let rerun = ax(&nats.url(), &["rerun", "--instance", &first]);
+    assert!(!rerun.status.success());
+    assert!(
+        stderr(&rerun).contains("longer ago than its retention"),
+        "{}",
+        stderr(&rerun)
+    );
+    // By date: the dependency history still lists the removed instances; the plan is refused.
+    let date = format!("{}-{}-{}", &first[5..9], &first[9..11], &first[11..13]);
+    let by_date = ax(
+        &nats.url(),
+        &["rerun", "--biz-date", &date, "--root", "tick"],
+    );
+    assert!(!by_date.status.success());
+    assert!(
+        stderr(&by_date).contains("ended longer ago than their retention")
+            && stderr(&by_date).contains("nothing was re-run"),
+        "{}",
+        stderr(&by_date)
+    );
+}

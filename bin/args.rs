@@ -73,6 +73,22 @@ pub(crate) enum Command {
     /// The audit trail: who did what, when, through which door.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Finished instances, kept elsewhere before their retention removes them.
+    #[command(subcommand)]
+    History(HistoryCommand),
+    /// Copy every stream and bucket of the deployment (jobs, instances and their history,
+    /// tokens, pending delayed work, results, logs, audit) into a new folder.
+    Backup {
+        /// The folder to write (it must not exist).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Bring a backup into a NATS that has none of ax's streams; then start the nodes.
+    Restore {
+        /// The backup folder.
+        #[arg(long)]
+        from: std::path::PathBuf,
+    },
     /// Measure speed against raw JetStream (its own nats-server).
     Bench {
         /// A shorter run (under two minutes).
@@ -192,6 +208,23 @@ pub(crate) enum ApprovalsCommand {
         /// Why.
         #[arg(long)]
         reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum HistoryCommand {
+    /// Every finished instance that ended within a span, as JSON Lines on stdout: its record
+    /// (output included) and its history (every step of every attempt).
+    Export {
+        /// From this date (YYYY-MM-DD, UTC) or instant (RFC 3339).
+        #[arg(long)]
+        from: String,
+        /// To this date, included, or this instant, excluded.
+        #[arg(long)]
+        to: String,
+        /// Only this job's.
+        #[arg(long)]
+        job: Option<JobName>,
     },
 }
 

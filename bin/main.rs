@@ -3,10 +3,12 @@
 
 mod args;
 mod auth;
+mod backup;
 mod bench;
 mod connect;
 mod dlq;
 mod fleet;
+mod history;
 mod instances;
 mod jobs;
 mod local;
@@ -24,8 +26,8 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use args::{
-    AuditCommand, Cli, Command, DlqCommand, InstanceCommand, JobCommand, QueueCommand, TailCommand,
-    WorkerCommand,
+    AuditCommand, Cli, Command, DlqCommand, HistoryCommand, InstanceCommand, JobCommand,
+    QueueCommand, TailCommand, WorkerCommand,
 };
 use ax_bus::messages::commands;
 
@@ -208,6 +210,12 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
         Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
+        Command::Backup { out } => backup::take(nats, prefix, &out).await,
+        Command::Restore { from } => backup::restore(nats, prefix, &from).await,
+        Command::History(HistoryCommand::Export { from, to, job }) => {
+            let span = history::Span::parse(&from, &to)?;
+            history::export(&client().await?, &span, job.as_ref()).await
+        }
         Command::Tail(TailCommand::Results { job }) => {
             instances::tail_results(&client().await?, job.as_ref()).await
         }

@@ -10,6 +10,7 @@ mod async_report;
 mod attempt_logs;
 mod auth;
 mod ax_up;
+mod backup;
 mod bad_input;
 mod bench_smoke;
 mod bursts;

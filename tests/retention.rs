@@ -149,3 +149,88 @@ async fn finished_records_leave_after_their_retention_and_open_ones_stay() {
         stderr(&by_date)
     );
 }
+
+/// `ax history export` writes each finished instance of the span (of a job) as one JSON line:
+/// its record and its history; a malformed bound is refused naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_instances_export_as_json_lines() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "ok",
+        "version: v1\njob:\n  name: ok\n  exec: { type: shell, command: 'printf \"{\\\"rows\\\": 7}\" > \"$AX_OUTPUT_FILE\"' }\n",
+    )
+    .await;
+    apply_job(
+        &nats,
+        "bad",
+        "version: v1\njob:\n  name: bad\n  exec: { type: shell, command: 'exit 3' }\n",
+    )
+    .await;
+    let ids = [
+        trigger(&nats, &["ok"]),
+        trigger(&nats, &["ok"]),
+        trigger(&nats, &["bad"]),
+    ];
+    for id in &ids {
+        final_record(&client, id, Duration::from_secs(30)).await;
+    }
+    let open = trigger(&nats, &["ok", "--in", "10m"]);
+    let today = ax_bus::time::now().date_naive();
+    let export = |args: &[&str]| {
+        let mut full = vec!["history", "export"];
+        full.extend_from_slice(args);
+        let out = ax(&nats.url(), &full);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+            .collect::<Vec<_>>()
+    };
+    let (from, to) = (
+        (today - chrono::Duration::days(1)).to_string(),
+        (today + chrono::Duration::days(1)).to_string(),
+    );
+    let all = export(&["--from", &from, "--to", &to]);
+    let mut exported: Vec<&str> = all
+        .iter()
+        .map(|l| l["record"]["instance_id"].as_str().unwrap())
+        .collect();
+    exported.sort();
+    let mut want: Vec<&str> = ids.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(exported, want, "the open {open} is not exported");
+    for line in &all {
+        let steps = line["history"].as_array().expect("a history");
+        assert_eq!(steps[0]["step"], "created", "{line}");
+        assert_eq!(steps.last().unwrap()["step"], "reported", "{line}");
+        match line["record"]["job"].as_str() {
+            Some("ok") => {
+                assert_eq!(line["record"]["state"], "success");
+                assert_eq!(line["record"]["output"]["rows"], 7);
+            }
+            _ => {
+                assert_eq!(line["record"]["state"], "failed");
+                assert_eq!(line["record"]["exit_code"], 3);
+            }
+        }
+    }
+    assert_eq!(
+        export(&["--from", &from, "--to", &to, "--job", "ok"]).len(),
+        2
+    );
+    let tomorrow = (today + chrono::Duration::days(1)).to_string();
+    assert!(export(&["--from", &tomorrow, "--to", &tomorrow]).is_empty());
+    let bad = ax(
+        &nats.url(),
+        &["history", "export", "--from", "last week", "--to", &to],
+    );
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("--from \"last week\": "),
+        "{}",
+        stderr(&bad)
+    );
+}

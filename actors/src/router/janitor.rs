@@ -22,7 +22,7 @@
 //! Every second, too, the janitor finishes the re-dispatches that their Routers did not live
 //! to finish ([`in_flight`]), and it runs the [`consistency`] sweep: an open instance whose
 //! next step has no owner is alerted and resumed. And it removes the finished instance
-//! records whose retention has passed ([`retention`]).
+//! records whose retention has passed ([`super::retention`]).
 
 use std::time::Duration;
 

@@ -10,6 +10,8 @@
 //! - `load_delay`: `AX_TEST_LOAD_DELAY_SECS` makes a Scheduler hold the end of each reading of
 //!   the job registry that long — partitions taken stay loading (their jobs read so far fire)
 //!   while the others rebalance;
+//! - [`backup_pause`]: `AX_TEST_BACKUP_PAUSE_SECS` makes `ax backup` wait that long before
+//!   its second stream, for a test to restart NATS in the middle of a backup;
 //! - [`node_clock`]: `AX_TEST_CLOCK_OFFSET_FILE` shifts the node's clock by the seconds the
 //!   file says (read every 200 ms), for tests of the clock guard.
 
@@ -36,6 +38,21 @@ pub(crate) fn dispatch_stall() -> Option<Duration> {
 /// Without the test hooks: never.
 #[cfg(not(feature = "test-hooks"))]
 pub(crate) fn dispatch_stall() -> Option<Duration> {
+    None
+}
+
+/// How long `ax backup` waits before its second stream (`AX_TEST_BACKUP_PAUSE_SECS`).
+#[cfg(feature = "test-hooks")]
+pub fn backup_pause() -> Option<Duration> {
+    std::env::var("AX_TEST_BACKUP_PAUSE_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(Duration::from_secs_f64)
+}
+
+/// Without the test hooks: never.
+#[cfg(not(feature = "test-hooks"))]
+pub fn backup_pause() -> Option<Duration> {
     None
 }
 

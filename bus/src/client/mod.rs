@@ -3,6 +3,7 @@
 //! jobs and instances, compare-and-swap on instance records).
 
 pub mod auth;
+pub mod backup;
 pub mod claims;
 pub mod dead_letters;
 pub mod deps;
@@ -480,6 +481,12 @@ impl AxClient {
         }
     }
 
+    /// Connects to NATS without opening anything of ax: for a restore, into a NATS that has
+    /// none of it yet.
+    pub async fn connect_bare(config: &ConnectConfig) -> Result<async_nats::Client, ClientError> {
+        Self::connect_nats(config).await
+    }
+
     async fn connect_nats(config: &ConnectConfig) -> Result<async_nats::Client, ClientError> {
         let url = redact(&config.url);
         let servers = server_list(&config.url);
@@ -863,16 +870,22 @@ impl AxClient {
         Ok(KvFeed::open(&self.js, &self.layout.instances_bucket(), ">").await?)
     }
 
+    /// A feed over the records of one job's instances (or all), for readers that go through
+    /// them one at a time instead of holding them all ([`AxClient::instances`]).
+    pub async fn instances_feed(&self, job: Option<&JobName>) -> Result<KvFeed, ClientError> {
+        let pattern = match job {
+            Some(job) => format!("{job}.>"),
+            None => ">".to_string(),
+        };
+        Ok(KvFeed::open(&self.js, &self.layout.instances_bucket(), &pattern).await?)
+    }
+
     /// The records of one job's instances (or all), oldest first.
     pub async fn instances(
         &self,
         job: Option<&JobName>,
     ) -> Result<Vec<InstanceRecord>, ClientError> {
-        let pattern = match job {
-            Some(job) => format!("{job}.>"),
-            None => ">".to_string(),
-        };
-        let feed = KvFeed::open(&self.js, &self.layout.instances_bucket(), &pattern).await?;
+        let feed = self.instances_feed(job).await?;
         let mut records: Vec<InstanceRecord> = feed
             .snapshot()
             .await?

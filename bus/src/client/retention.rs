@@ -11,7 +11,7 @@
 //! month of instances at a million a day would be thirty million of them.
 //!
 //! So every write that makes a record final is preceded by one small message in `<AX>_EXPIRY`,
-//! on `ax.internal.expiry.<seconds kept>` ([`AxClient::note_final`]). Within one subject the
+//! on `ax.internal.expiry.<seconds kept>` (`AxClient::note_final`). Within one subject the
 //! messages come in the order of their records' ends, which is the order they fall due: the
 //! janitor reads each subject from its head and removes each record whose time has come
 //! ([`AxClient::remove_expired`]), waiting for the head otherwise. What it costs: about 60

@@ -149,6 +149,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                     auth: auth.enabled,
                     node: Some(id.clone()),
                     hosts: file.metrics.hosts.clone(),
+                    index_window: file.console.index_window()?,
                 },
             )
             .with_context(|| "--http (or [metrics] listen)")?,

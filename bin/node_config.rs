@@ -44,6 +44,9 @@
 //! webhook = "https://hooks.example.com/ax"   # one JSON POST per alert, retried with backoff
 //! timeout = 5                                # seconds one POST may take
 //!
+//! [console]
+//! index_window = "7d"                   # finished instances the console's lists hold, by end
+//!
 //! [retention]                           # how long each is kept; unset: what the stream has
 //! instances = "30d"                     # finished instances' records, after they end
 //! results = "7d"                        # also: logs, audit, ticks, dead_letters, alerts,
@@ -95,6 +98,30 @@ pub(crate) struct FileConfig {
     pub nats: NatsSection,
     #[serde(default)]
     pub retention: RetentionSection,
+    #[serde(default)]
+    pub console: ConsoleSection,
+}
+
+/// `[console]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConsoleSection {
+    /// How long after their end finished instances stay in the console's index (`7d`).
+    pub index_window: Option<String>,
+}
+
+impl ConsoleSection {
+    /// The index window, if set; an error names the field.
+    pub(crate) fn index_window(&self) -> Result<Option<Duration>> {
+        let Some(text) = &self.index_window else {
+            return Ok(None);
+        };
+        match ax_bus::time::parse_delay(text) {
+            Ok(window) if window >= Duration::from_secs(1) => Ok(Some(window)),
+            Ok(_) => anyhow::bail!("[console] index_window = {text:?}: at least 1s"),
+            Err(e) => anyhow::bail!("[console] index_window = {text:?}: {e}"),
+        }
+    }
 }
 
 /// `[retention]`: how long each thing kept for a while is kept, as `20s`, `12h`, `30d`.

@@ -100,6 +100,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
                 auth: args.auth,
                 node: Some(local.clone()),
                 hosts: Vec::new(),
+                index_window: None,
             },
         )
     };

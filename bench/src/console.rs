@@ -105,6 +105,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             auth: false,
             node: None,
             hosts: Vec::new(),
+            index_window: None,
         },
     )?;
     let base = format!("http://{}", server.addr);

@@ -13,6 +13,7 @@
 mod console;
 mod cpu;
 mod dag;
+mod history;
 mod lateness;
 mod limit;
 mod memory;
@@ -81,7 +82,7 @@ pub struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "memory",
     "wire",
     "throughput",
@@ -92,6 +93,7 @@ const SECTIONS: [&str; 10] = [
     "recovery",
     "scale",
     "console",
+    "history",
 ];
 
 /// Runs the sections named in `only` (every one when empty) against a nats-server of its own.
@@ -168,6 +170,10 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     if wanted("console") {
         eprintln!("console: page renders with 1,000 jobs and 100,000 instances…");
         figures.extend(console::measure(&server.url, quick).await?);
+    }
+    if wanted("history") {
+        eprintln!("history: store per finished instance, the store under a retention…");
+        figures.extend(history::measure(&server.url, quick).await?);
     }
     Ok(Report {
         machine: machine(),

@@ -4,9 +4,15 @@
 //! Why: the instance list must filter and page on the server and stay fast with a million
 //! records (the grids of other schedulers slow down because they read every run per page).
 //! Reading the bucket per request costs a consumer and every record; the index costs one feed
-//! and about a hundred bytes per instance, and a page is a walk over rows already in memory,
-//! newest first, that stops as soon as the page is full. The instance page itself still reads
-//! the record from the bucket, so what it shows is never older than the index.
+//! and about a kilobyte per row (993 MB measured with a million rows), and a page is a walk over
+//! rows already in memory, newest first, that stops as soon as the page is full. The instance
+//! page itself still reads the record from the bucket, so what it shows is never older than
+//! the index.
+//!
+//! What it holds is bounded by a window ([`DEFAULT_WINDOW`], `[console] index_window`): every
+//! open instance, and the final ones that ended within the window; older ones are dropped as
+//! they age out (looked for every [`EVICT_EVERY`]). An older instance is still shown by its id
+//! (the instance page reads the bucket), and `ax history export` writes them all.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
@@ -24,6 +30,11 @@ use ax_bus::{codec, AxClient, InstanceRecord, State};
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
 /// The longest message kept per row (the instance page shows the whole one).
 const MESSAGE_CHARS: usize = 160;
+/// How long after their end final instances stay in the index unless the node's config says
+/// otherwise.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How often rows that aged out of the window are dropped.
+const EVICT_EVERY: Duration = Duration::from_secs(60);
 
 /// One instance, as lists show it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -223,6 +234,19 @@ impl Rows {
         crate::attention::median(durations)
     }
 
+    /// Drops the final rows that ended before `since`.
+    fn evict(&mut self, since: DateTime<Utc>) {
+        let old: Vec<InstanceId> = self
+            .by_id
+            .values()
+            .filter(|row| !held(row.state, row.finished_at, row.expected_time, since))
+            .map(|row| row.instance_id.clone())
+            .collect();
+        for id in old {
+            self.remove(&id);
+        }
+    }
+
     fn clear(&mut self) {
         self.by_id.clear();
         self.order.clear();
@@ -255,6 +279,17 @@ impl Rows {
     }
 }
 
+/// Whether an instance in `state`, ended at `finished` (due at `due`), belongs in an index
+/// holding what ended since `since`: every open one, and the final ones that ended since.
+fn held(
+    state: State,
+    finished: Option<DateTime<Utc>>,
+    due: DateTime<Utc>,
+    since: DateTime<Utc>,
+) -> bool {
+    !state.is_final() || finished.unwrap_or(due) >= since
+}
+
 /// The index: cheap to clone, shared by every request.
 #[derive(Clone, Debug, Default)]
 pub struct InstanceIndex {
@@ -263,13 +298,13 @@ pub struct InstanceIndex {
 
 impl InstanceIndex {
     /// An index kept current from `client`'s instances bucket, by a task of the current
-    /// runtime that lives as long as the connection.
-    pub fn follow(client: AxClient) -> InstanceIndex {
+    /// runtime that lives as long as the connection, holding what ended within `window`.
+    pub fn follow(client: AxClient, window: Duration) -> InstanceIndex {
         let index = InstanceIndex::default();
         let rows = index.rows.clone();
         tokio::spawn(async move {
             loop {
-                if let Err(e) = feed(&client, &rows).await {
+                if let Err(e) = feed(&client, &rows, window).await {
                     tracing::warn!(error = %e, "the console's instance index stopped; reopening");
                 }
                 tokio::time::sleep(REOPEN_AFTER).await;
@@ -382,15 +417,39 @@ impl InstanceIndex {
 }
 
 /// Follows the bucket until the feed ends or breaks; starts from an empty index each time
-/// (a record deleted while the feed was down must not stay).
-async fn feed(client: &AxClient, rows: &RwLock<Rows>) -> Result<(), ax_bus::ClientError> {
+/// (a record deleted while the feed was down must not stay). Holds what ended within `window`.
+async fn feed(
+    client: &AxClient,
+    rows: &RwLock<Rows>,
+    window: Duration,
+) -> Result<(), ax_bus::ClientError> {
     let mut feed = client.instance_feed().await?;
     let write = || rows.write().unwrap_or_else(|e| e.into_inner());
+    let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
+    let since = || ax_bus::time::now() - window;
     write().clear();
-    while let Some(item) = feed.next().await {
+    let mut evict = tokio::time::interval(EVICT_EVERY);
+    loop {
+        let item = tokio::select! {
+            item = feed.next() => match item {
+                Some(item) => item,
+                None => return Ok(()),
+            },
+            _ = evict.tick() => {
+                write().evict(since());
+                continue;
+            }
+        };
         match item.map_err(ax_bus::ClientError::from)? {
             FeedItem::Put { key, value, .. } => match codec::decode::<InstanceRecord>(&value) {
-                Ok(record) => write().put(Row::of(&record)),
+                Ok(record) => {
+                    let row = Row::of(&record);
+                    if held(row.state, row.finished_at, row.expected_time, since()) {
+                        write().put(row);
+                    } else {
+                        write().remove(&row.instance_id);
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(key, error = %e, "undecodable instance record: not indexed")
                 }
@@ -403,7 +462,6 @@ async fn feed(client: &AxClient, rows: &RwLock<Rows>) -> Result<(), ax_bus::Clie
             FeedItem::Current => write().current = true,
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -416,6 +474,34 @@ mod tests {
             .map(|t| t.and_utc())
             .unwrap_or_default();
         Row::sample(id, job, state, "completed", at)
+    }
+
+    #[test]
+    fn rows_that_ended_before_the_window_go_and_open_ones_stay() {
+        let index = InstanceIndex::default();
+        let mut rows = index.rows.write().unwrap();
+        for minute in 0..10 {
+            let mut ended = row(&format!("a.m{minute:02}"), "a", State::Success, minute);
+            ended.finished_at = Some(ended.expected_time);
+            rows.put(ended);
+        }
+        rows.put(row("a.open", "a", State::Running, 0));
+        let since = row("x", "a", State::Success, 5).expected_time;
+        rows.evict(since);
+        let mut kept: Vec<String> = rows.by_id.keys().map(|id| id.to_string()).collect();
+        kept.sort();
+        assert_eq!(
+            kept,
+            ["a.m05", "a.m06", "a.m07", "a.m08", "a.m09", "a.open"],
+            "an open instance stays however old"
+        );
+        assert_eq!(rows.order.len(), 6);
+        assert_eq!(
+            rows.by_job
+                .get(&"a".parse::<JobName>().unwrap())
+                .map(BTreeSet::len),
+            Some(6)
+        );
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub struct Options {
     pub node: Option<ax_bus::ids::NodeId>,
     /// DNS names it answers for besides `localhost` and IP addresses (`[metrics] hosts`).
     pub hosts: Vec<String>,
+    /// How long after their end the console's index holds finished instances
+    /// (`[console] index_window`; `None`: [`crate::index::DEFAULT_WINDOW`]).
+    pub index_window: Option<std::time::Duration>,
 }
 
 /// What the handlers share.
@@ -86,7 +89,10 @@ pub(crate) struct State {
 pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
     let console = options.console;
     let index = match (&options.client, console) {
-        (Some(client), true) => Some(InstanceIndex::follow(client.clone())),
+        (Some(client), true) => Some(InstanceIndex::follow(
+            client.clone(),
+            options.index_window.unwrap_or(crate::index::DEFAULT_WINDOW),
+        )),
         _ => None,
     };
     let gate = access::Gate {

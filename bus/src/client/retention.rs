@@ -21,7 +21,7 @@
 //! revision read: a record written meanwhile (re-run, say) is left alone, and its own final
 //! write is in the index again. The purge's marker tells every view of the bucket (the
 //! console's index, the consistency sweep) to drop the row, and expires itself after
-//! [`REMOVAL_MARKER_TTL`].
+//! [`marker_ttl`] (an hour, or the retention if shorter).
 
 use std::time::Duration;
 
@@ -61,6 +61,16 @@ pub fn missing(id: impl std::fmt::Display) -> String {
         INSTANCES_MAX_AGE.as_secs() / 86_400
     )
 }
+
+/// How long the marker of a record removed after `kept` stays: [`REMOVAL_MARKER_TTL`], or as
+/// long as the record was kept if that is shorter (not under [`MIN_MARKER_TTL`]), so that a
+/// short retention leaves no hour of markers behind.
+pub fn marker_ttl(kept: Duration) -> Duration {
+    kept.clamp(MIN_MARKER_TTL, REMOVAL_MARKER_TTL)
+}
+
+/// The shortest a removal marker stays.
+pub const MIN_MARKER_TTL: Duration = Duration::from_secs(10);
 
 /// The seconds an instance's record is kept once final.
 pub fn kept_secs(record: &InstanceRecord) -> u64 {
@@ -142,7 +152,7 @@ impl AxClient {
         headers.insert("Nats-Rollup", "sub");
         headers.insert(
             "Nats-TTL",
-            format!("{}s", REMOVAL_MARKER_TTL.as_secs()).as_str(),
+            format!("{}s", marker_ttl(kept).as_secs()).as_str(),
         );
         let purge = PublishMessage::build()
             .headers(headers)
@@ -172,6 +182,14 @@ mod tests {
         assert_eq!(subject_secs("ax.internal.expiry.20"), Some(20));
         assert_eq!(subject_secs("ax.internal.expiry.0"), None);
         assert_eq!(subject_secs("ax.internal.expiry.x"), None);
+    }
+
+    #[test]
+    fn a_removal_marker_lives_an_hour_or_the_retention_if_shorter() {
+        let secs = |s| Duration::from_secs(s);
+        assert_eq!(marker_ttl(secs(30 * 86_400)), secs(3600));
+        assert_eq!(marker_ttl(secs(120)), secs(120));
+        assert_eq!(marker_ttl(secs(3)), secs(10));
     }
 
     #[test]

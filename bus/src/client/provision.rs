@@ -32,7 +32,7 @@
 //!   roles, restarts, stalls), `<ax>_deps` (instances per business date and job, 40 days),
 //!   `<ax>_waiting` (instances held for their dependencies), `<ax>_latest` (each job's latest
 //!   instance), `<ax>_leases` (which node leads what; entries expire), `<ax>_queues` (which
-//!   priority queues are paused), `<ax>_summary` (each day's summary, 40 days), `<ax>_inflight`
+//!   priority queues are paused), `<ax>_summary` (each day's summary, 400 days), `<ax>_inflight`
 //!   (re-dispatches not yet claimed, see [`crate::client::in_flight`]), `<ax>_tokens` (API
 //!   tokens' hashes by name), `<ax>_approvals` (re-runs waiting for, or past, a second
 //!   person's decision) and `<ax>_answers` (the answers to commands sent with a message id,
@@ -74,6 +74,9 @@ pub const INSTANCES_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long the marker left by a removed record stays (a reader of the bucket that is behind
 /// sees the removal within it).
 pub const REMOVAL_MARKER_TTL: Duration = Duration::from_secs(3600);
+/// How long the day summaries are kept (one key a day: `ax status --date` answers for a year
+/// back and more).
+pub const SUMMARIES_MAX_AGE: Duration = Duration::from_secs(400 * 24 * 3600);
 /// How long audit records are kept.
 pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(400 * 24 * 3600);
 /// How long approvals are kept, decided or not (the audit keeps their story 400 days).
@@ -112,7 +115,7 @@ pub struct Retention {
     pub dead_letters: Option<Duration>,
     /// Alerts (`AX_ALERTS`; [`ALERTS_MAX_AGE`]).
     pub alerts: Option<Duration>,
-    /// The day summaries of `ax status --date` (`ax_summary`; [`HISTORY_MAX_AGE`]).
+    /// The day summaries of `ax status --date` (`ax_summary`; [`SUMMARIES_MAX_AGE`]).
     pub summaries: Option<Duration>,
 }
 
@@ -434,7 +437,7 @@ impl Layout {
             (self.leases_bucket(), 1, LEASE_TTL),
             (self.partitions_bucket(), 1, Duration::ZERO),
             (self.queues_bucket(), 1, Duration::ZERO),
-            (self.summary_bucket(), 1, HISTORY_MAX_AGE),
+            (self.summary_bucket(), 1, SUMMARIES_MAX_AGE),
             (self.instances_bucket(), RECORD_REVISIONS, Duration::ZERO),
             (self.tokens_bucket(), 1, Duration::ZERO),
             (self.approvals_bucket(), 1, APPROVALS_MAX_AGE),

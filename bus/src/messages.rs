@@ -150,6 +150,93 @@ pub mod commands {
         }
     }
 
+    /// A control command with what it asks, decoded: one variant per command, so that the one
+    /// match that carries commands out takes each request in its type (a new command is a new
+    /// variant here, then every match the compiler points at).
+    #[derive(Clone, Debug)]
+    pub enum Request {
+        /// [`APPLY`].
+        Apply(super::ApplyRequest),
+        /// [`DELETE`].
+        Delete(super::JobNameRequest),
+        /// [`PAUSE`].
+        Pause(super::JobNameRequest),
+        /// [`RESUME`].
+        Resume(super::JobNameRequest),
+        /// [`TRIGGER`].
+        Trigger(super::TriggerRequest),
+        /// [`RERUN`].
+        Rerun(super::RerunRequest),
+        /// [`BACKFILL`].
+        Backfill(super::BackfillRequest),
+        /// [`QUEUE`].
+        Queue(super::QueueRequest),
+        /// [`CANCEL`].
+        Cancel(super::InstanceRequest),
+        /// [`KILL`].
+        Kill(super::InstanceRequest),
+        /// [`MARK`].
+        Mark(super::MarkRequest),
+        /// [`REPLAY`].
+        Replay(super::ReplayRequest),
+        /// [`APPROVAL`].
+        Approval(super::ApprovalRequest),
+        /// [`AUTH`].
+        Auth(super::AuthRequest),
+        /// [`REPORT`].
+        Report(super::ReportRequest),
+    }
+
+    impl Request {
+        /// The request of command `kind` in `payload` (MessagePack, or JSON when the headers
+        /// say so).
+        pub fn decode(
+            kind: Command,
+            headers: Option<&async_nats::HeaderMap>,
+            payload: &[u8],
+        ) -> Result<Self, crate::codec::CodecError> {
+            use crate::codec::decode_request as read;
+            Ok(match kind {
+                Command::Apply => Self::Apply(read(headers, payload)?),
+                Command::Delete => Self::Delete(read(headers, payload)?),
+                Command::Pause => Self::Pause(read(headers, payload)?),
+                Command::Resume => Self::Resume(read(headers, payload)?),
+                Command::Trigger => Self::Trigger(read(headers, payload)?),
+                Command::Rerun => Self::Rerun(read(headers, payload)?),
+                Command::Backfill => Self::Backfill(read(headers, payload)?),
+                Command::Queue => Self::Queue(read(headers, payload)?),
+                Command::Cancel => Self::Cancel(read(headers, payload)?),
+                Command::Kill => Self::Kill(read(headers, payload)?),
+                Command::Mark => Self::Mark(read(headers, payload)?),
+                Command::Replay => Self::Replay(read(headers, payload)?),
+                Command::Approval => Self::Approval(read(headers, payload)?),
+                Command::Auth => Self::Auth(read(headers, payload)?),
+                Command::Report => Self::Report(read(headers, payload)?),
+            })
+        }
+
+        /// Which command it is.
+        pub fn kind(&self) -> Command {
+            match self {
+                Self::Apply(_) => Command::Apply,
+                Self::Delete(_) => Command::Delete,
+                Self::Pause(_) => Command::Pause,
+                Self::Resume(_) => Command::Resume,
+                Self::Trigger(_) => Command::Trigger,
+                Self::Rerun(_) => Command::Rerun,
+                Self::Backfill(_) => Command::Backfill,
+                Self::Queue(_) => Command::Queue,
+                Self::Cancel(_) => Command::Cancel,
+                Self::Kill(_) => Command::Kill,
+                Self::Mark(_) => Command::Mark,
+                Self::Replay(_) => Command::Replay,
+                Self::Approval(_) => Command::Approval,
+                Self::Auth(_) => Command::Auth,
+                Self::Report(_) => Command::Report,
+            }
+        }
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
@@ -162,6 +249,24 @@ pub mod commands {
             }
             assert_eq!(Command::parse("reboot"), None);
             assert_eq!(Command::parse("Apply"), None);
+        }
+
+        #[test]
+        fn a_request_decodes_as_its_command_and_says_which() {
+            let json = |text: &str| {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Content-Type", "application/json");
+                (headers, text.as_bytes().to_vec())
+            };
+            let (headers, payload) = json(r#"{"name": "nightly"}"#);
+            for kind in [Command::Delete, Command::Pause, Command::Resume] {
+                let request = Request::decode(kind, Some(&headers), &payload).unwrap();
+                assert_eq!(request.kind(), kind);
+            }
+            let (headers, payload) = json(r#"{"instance": "nightly.k"}"#);
+            let request = Request::decode(Command::Kill, Some(&headers), &payload).unwrap();
+            assert!(matches!(request, Request::Kill(ref r) if r.instance.as_str() == "nightly.k"));
+            assert!(Request::decode(Command::Trigger, Some(&headers), &payload).is_err());
         }
     }
 }

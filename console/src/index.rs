@@ -11,7 +11,7 @@
 //!
 //! What it holds is bounded by a window ([`DEFAULT_WINDOW`], `[console] index_window`): every
 //! open instance, and the final ones that ended within the window; older ones are dropped as
-//! they age out (looked for every [`EVICT_EVERY`]). An older instance is still shown by its id
+//! they age out (looked for every minute). An older instance is still shown by its id
 //! (the instance page reads the bucket), and `ax history export` writes them all.
 
 use std::cmp::Reverse;

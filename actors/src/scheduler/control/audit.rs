@@ -61,7 +61,8 @@ pub(crate) fn request_of(command: &str, mut request: serde_json::Value) -> serde
                 .filter_map(|doc| doc.pointer("/job/name").cloned())
                 .collect();
             if let Some(serde_json::Value::String(text)) = map.remove("yaml") {
-                let parsed = spec::yaml::parse_str(super::YAML_SOURCE, &text).unwrap_or_default();
+                let parsed =
+                    spec::yaml::parse_str(super::jobs::YAML_SOURCE, &text).unwrap_or_default();
                 names.extend(
                     parsed
                         .into_iter()

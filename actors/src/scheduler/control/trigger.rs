@@ -1,0 +1,158 @@
+//! `trigger`: one instance of a job now, or at a time (`at`, `in`: a delayed trigger), under a
+//! business key or the command's own identity.
+
+use std::collections::BTreeMap;
+
+use ax_bus::instance::Trigger;
+use ax_bus::messages::{ControlReply, TriggerRequest};
+use ax_bus::spec;
+use ax_bus::time::biz_date_in;
+
+use super::{CommandError, Desk};
+use crate::scheduler::creator::Created;
+use crate::scheduler::new_instance::NewInstance;
+
+/// A manual run. Its expected time is when the command reached the server (the JetStream
+/// timestamp, identical on every redelivery) and its id adds the command's stream sequence, so
+/// a redelivered trigger never runs twice and two triggers within a millisecond both run.
+pub(super) async fn trigger(
+    desk: &Desk,
+    request: TriggerRequest,
+    (published, sequence): (chrono::DateTime<chrono::Utc>, u64),
+) -> Result<ControlReply, CommandError> {
+    let (client, creator, max_delay) = (&desk.client, &desk.creator, desk.max_delay);
+    let Some((job, _)) = client.job(&request.name).await? else {
+        return Err(super::jobs::no_such_job(&request.name));
+    };
+    let invalid = spec::validate_spec(&job.spec);
+    if !invalid.is_empty() {
+        // Written past the Schedulers' checks: never run.
+        return Err(CommandError::Refused(
+            invalid
+                .iter()
+                .map(|e| format!("the registry's `{}` is not a valid job: {e}", request.name))
+                .collect(),
+        ));
+    }
+    let mut errors = Vec::new();
+    if let Some(date) = &request.biz_date {
+        if ax_bus::time::parse_biz_date(date).is_none() {
+            errors.push(format!("biz_date: `{date}` is not a date (YYYY-MM-DD)"));
+        }
+    }
+    for name in request.params.keys() {
+        if !spec::is_valid_param_name(name) {
+            errors.push(format!(
+                "params.{name}: a param name must match [A-Za-z_][A-Za-z0-9_]{{0,63}}"
+            ));
+        }
+    }
+    let due = due_of(&request, published, max_delay).unwrap_or_else(|e| {
+        errors.push(e);
+        None
+    });
+    if !errors.is_empty() {
+        return Err(CommandError::Refused(errors));
+    }
+    let tz: chrono_tz::Tz = job.spec.timezone.parse().unwrap_or(chrono_tz::UTC);
+    let biz_date = request
+        .biz_date
+        .unwrap_or_else(|| biz_date_in(tz, due.unwrap_or(published)));
+    let mut params: BTreeMap<String, serde_json::Value> = job.spec.params.clone();
+    params.extend(request.params);
+    if let Err(size) = spec::params_fit(&params) {
+        // Refused here, before a record exists: every hand-off of the attempt carries them.
+        return Err(CommandError::refused(format!(
+            "params: {size} bytes as JSON (the job's merged with the trigger's) is more than {}",
+            spec::MAX_PARAMS_BYTES
+        )));
+    }
+    let mut instance = NewInstance::new(
+        &job.spec,
+        published,
+        biz_date,
+        params,
+        Trigger::Manual,
+        ax_bus::time::now(),
+    );
+    instance = match &request.key {
+        Some(key) => instance.under_key(key),
+        None => instance.under_command(published, sequence),
+    };
+    if let Some(due) = due {
+        instance = instance.delayed_until(due);
+        instance.defined_at = job.defined_at;
+    }
+    instance.skip_coordinator = !desk.graph.needs_coordinator(&job.spec);
+    instance
+        .too_big_for(client.nats.server_info().max_payload)
+        .map_err(CommandError::refused)?;
+    let id = instance.record.instance_id.clone();
+    let created = creator.create(instance).await?;
+    if created == Created::SetAside {
+        return Err(CommandError::refused(format!(
+            "instance {id} was set aside: it cannot be handed on (see its record and \
+             ax.alert.flow)"
+        )));
+    }
+    Ok(ControlReply {
+        ok: true,
+        instance_id: Some(id),
+        message: match created {
+            Created::Fired => match due {
+                Some(due) => format!("scheduled for {}", ax_bus::time::rfc3339(due)),
+                None => "triggered".into(),
+            },
+            Created::Deduplicated => "already triggered".into(),
+            Created::Skipped => "skipped".into(),
+            Created::SetAside => "set aside".into(),
+        },
+        ..ControlReply::default()
+    })
+}
+
+/// When a delayed trigger is due (`at` or `in`, counted from the command's publication so a
+/// redelivered command means the same instant); `None` for one that runs now.
+fn due_of(
+    request: &TriggerRequest,
+    published: chrono::DateTime<chrono::Utc>,
+    max_delay: std::time::Duration,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, String> {
+    let due = match (&request.at, &request.delay) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => return Err("at and in: give one of them, not both".into()),
+        (Some(at), None) => ax_bus::time::parse_instant(at).map_err(|e| format!("at: {e}"))?,
+        (None, Some(delay)) => {
+            let delay = ax_bus::time::parse_delay(delay).map_err(|e| format!("in: {e}"))?;
+            chrono::Duration::from_std(delay)
+                .ok()
+                .and_then(|d| published.checked_add_signed(d))
+                .ok_or_else(|| {
+                    format!(
+                        "in: `{}` is too far ahead",
+                        request.delay.as_deref().unwrap_or_default()
+                    )
+                })?
+        }
+    };
+    within(due, published, max_delay)
+        .map_err(|e| format!("{}: {e}", if request.at.is_some() { "at" } else { "in" }))?;
+    Ok(Some(due))
+}
+
+/// Whether `due` is at most `max_delay` after `from` (the node's `[scheduler] max_delay_days`).
+pub(super) fn within(
+    due: chrono::DateTime<chrono::Utc>,
+    from: chrono::DateTime<chrono::Utc>,
+    max_delay: std::time::Duration,
+) -> Result<(), String> {
+    let limit = chrono::Duration::from_std(max_delay).unwrap_or(chrono::Duration::MAX);
+    match from.checked_add_signed(limit) {
+        Some(last) if due > last => Err(format!(
+            "{} is more than {} days ahead (the Schedulers' max_delay_days)",
+            ax_bus::time::rfc3339(due),
+            limit.num_days()
+        )),
+        _ => Ok(()),
+    }
+}

@@ -43,6 +43,21 @@ pub(crate) enum Command {
     Rerun(RerunArgs),
     /// Create a job's instances for past dates, in date order.
     Backfill(BackfillArgs),
+    /// Where a dataset's data comes from and where it goes (or a job's), as the jobs'
+    /// `produces:` and `consumes:` declare it.
+    Lineage {
+        /// A dataset URI (`warehouse://orders`) or a job name.
+        target: String,
+        /// Only towards where the data comes from.
+        #[arg(long, conflicts_with = "downstream")]
+        upstream: bool,
+        /// Only towards what reads it.
+        #[arg(long)]
+        downstream: bool,
+        /// At most this many steps away.
+        #[arg(long)]
+        depth: Option<usize>,
+    },
     /// Every node: its roles and its actors' restarts, panics and stalls.
     Nodes,
     /// The health summary: the day's instances, failures, average trigger latency, longest

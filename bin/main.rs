@@ -11,6 +11,7 @@ mod fleet;
 mod history;
 mod instances;
 mod jobs;
+mod lineage;
 mod local;
 mod node_cmd;
 mod node_config;
@@ -210,6 +211,20 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Rerun(args) => jobs::rerun(&client().await?, args, json).await,
         Command::Backfill(args) => jobs::backfill(&client().await?, args, json).await,
+        Command::Lineage {
+            target,
+            upstream,
+            downstream,
+            depth,
+        } => {
+            use ax_bus::spec::dataset::Direction;
+            let direction = match (upstream, downstream) {
+                (true, _) => Some(Direction::Upstream),
+                (_, true) => Some(Direction::Downstream),
+                _ => None,
+            };
+            lineage::show(&client().await?, &target, direction, depth, json).await
+        }
         Command::Backup { out } => backup::take(nats, prefix, &out).await,
         Command::Restore { from } => backup::restore(nats, prefix, &from).await,
         Command::History(HistoryCommand::Export { from, to, job }) => {

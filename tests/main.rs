@@ -27,6 +27,7 @@ mod fleet;
 mod hostile_input;
 mod instance_updates;
 mod leases;
+mod lineage;
 mod local_run;
 mod metrics;
 mod nats_auth;

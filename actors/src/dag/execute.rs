@@ -36,6 +36,8 @@ struct Execution {
     acks: AckWindow,
     /// The deps entries to store, as one burst.
     entries: Vec<burst::Item>,
+    /// The datasets' updates to store, as one burst.
+    updates: Vec<burst::Item>,
     /// One record update per instance: the last action decides it.
     records: BTreeMap<InstanceId, RecordJob>,
     creates: Vec<(Arc<JobSpec>, NaiveDate)>,
@@ -57,6 +59,7 @@ pub(super) async fn execute(
         node: node.clone(),
         acks: AckWindow::new(ACK_WINDOW),
         entries: Vec::new(),
+        updates: Vec::new(),
         records: BTreeMap::new(),
         creates: Vec::new(),
         created_here: HashMap::new(),
@@ -76,6 +79,9 @@ pub(super) async fn execute(
         }
     }
     for stored in burst::publish(client, std::mem::take(&mut run.entries)) {
+        stored.await?;
+    }
+    for stored in burst::publish(client, std::mem::take(&mut run.updates)) {
         stored.await?;
     }
     run.acks.flush().await?;
@@ -140,6 +146,18 @@ impl Execution {
                 Ok(())
             }
             Action::Forget { instance_id } => self.forget(&instance_id).await,
+            Action::Updated(updates) => {
+                let bucket = self.client.layout.datasets_bucket();
+                for update in updates {
+                    let Some(date) = ax_bus::time::parse_biz_date(&update.biz_date) else {
+                        continue;
+                    };
+                    let key = ax_bus::client::datasets::update_key(&update.dataset, date);
+                    self.updates
+                        .push(burst::Item::kv_put(&bucket, &key, codec::encode(&update)?));
+                }
+                Ok(())
+            }
             Action::HoldSplit { work, children } => {
                 let waiting = Waiting {
                     work,

@@ -94,6 +94,8 @@ pub(crate) enum Action {
         /// The date.
         date: NaiveDate,
     },
+    /// Store that an instance's success updated its job's datasets for its business date.
+    Updated(Vec<ax_bus::client::datasets::DatasetUpdate>),
 }
 
 #[derive(Clone, Debug)]
@@ -365,6 +367,9 @@ impl DagState {
         let Some(date) = ax_bus::time::parse_biz_date(&result.biz_date) else {
             return actions;
         };
+        if let Some(updated) = self.datasets_updated(result) {
+            actions.push(updated);
+        }
         let superseded = self
             .held
             .get(&result.instance_id)
@@ -384,6 +389,31 @@ impl DagState {
             &mut actions,
         );
         actions
+    }
+
+    /// The datasets a successful instance's job declares it `produces`, updated for its
+    /// business date.
+    fn datasets_updated(&self, result: &ResultMessage) -> Option<Action> {
+        if result.state != State::Success {
+            return None;
+        }
+        let spec = self.jobs.get(&result.job)?;
+        if spec.produces.is_empty() {
+            return None;
+        }
+        Some(Action::Updated(
+            spec.produces
+                .iter()
+                .map(|uri| ax_bus::client::datasets::DatasetUpdate {
+                    dataset: uri.clone(),
+                    biz_date: result.biz_date.clone(),
+                    job: result.job.clone(),
+                    instance_id: result.instance_id.clone(),
+                    attempt: result.attempt,
+                    at: result.finished_at,
+                })
+                .collect(),
+        ))
     }
 
     /// Ends the waits that outlived their `deps_timeout`, and forgets (job, date) entries that

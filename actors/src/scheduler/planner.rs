@@ -350,6 +350,8 @@ mod tests {
                 shards: None,
                 broadcast: false,
                 retention: None,
+                produces: vec![],
+                consumes: vec![],
             },
             paused,
             updated_at: ax_bus::time::now(),

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod backup;
 pub mod claims;
+pub mod datasets;
 pub mod dead_letters;
 pub mod deps;
 pub mod history;

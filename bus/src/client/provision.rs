@@ -30,6 +30,7 @@
 //!   instance history; a final one removed after its retention), `<ax>_claims` (one key per
 //!   attempt that ran), `<ax>_workers` (worker heartbeats), `<ax>_nodes` (node heartbeats:
 //!   roles, restarts, stalls), `<ax>_deps` (instances per business date and job, 40 days),
+//!   `<ax>_datasets` (each dataset's last update per business date, 40 days),
 //!   `<ax>_waiting` (instances held for their dependencies), `<ax>_latest` (each job's latest
 //!   instance), `<ax>_leases` (which node leads what; entries expire), `<ax>_queues` (which
 //!   priority queues are paused), `<ax>_summary` (each day's summary, 400 days), `<ax>_inflight`
@@ -323,6 +324,10 @@ impl Layout {
     pub fn answers_bucket(&self) -> String {
         self.bucket_name("answers")
     }
+    /// `ax_datasets`: each dataset's last update per business date.
+    pub fn datasets_bucket(&self) -> String {
+        self.bucket_name("datasets")
+    }
 
     /// The names of every stream ax needs, the buckets' (`KV_<bucket>`) included: what a
     /// permission that names streams one by one must list.
@@ -432,6 +437,7 @@ impl Layout {
         vec![
             (self.jobs_bucket(), 10, Duration::ZERO),
             (self.deps_bucket(), 1, HISTORY_MAX_AGE),
+            (self.datasets_bucket(), 1, HISTORY_MAX_AGE),
             (self.waiting_bucket(), 1, Duration::ZERO),
             (self.latest_bucket(), 1, Duration::ZERO),
             (self.leases_bucket(), 1, LEASE_TTL),

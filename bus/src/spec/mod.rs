@@ -13,6 +13,7 @@
 //! (on receipt, for clients that skip the CLI) apply exactly the same rules.
 
 pub mod cron_expr;
+pub mod dataset;
 mod exec;
 pub mod files;
 pub mod graph;
@@ -161,6 +162,12 @@ pub struct JobSpec {
         deserialize_with = "seconds::optional"
     )]
     pub retention: Option<u64>,
+    /// The datasets its runs write (`scheme://name[/path]`, see [`dataset`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub produces: Vec<dataset::DatasetUri>,
+    /// The datasets its runs read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumes: Vec<dataset::DatasetUri>,
 }
 
 /// The most shards an instance may have.
@@ -712,6 +719,29 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         ));
     }
     at_most(errors, "job.retention", job.retention, MAX_RETENTION_SECS);
+    for (field, uris) in [("produces", &job.produces), ("consumes", &job.consumes)] {
+        if uris.len() > dataset::MAX_DATASETS {
+            errors.push(SpecError::new(
+                format!("job.{field}"),
+                format!(
+                    "{} datasets is more than {}",
+                    uris.len(),
+                    dataset::MAX_DATASETS
+                ),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, uri) in uris.iter().enumerate() {
+            if let Err(reason) = uri.check() {
+                errors.push(SpecError::new(format!("job.{field}[{i}]"), reason));
+            } else if !seen.insert(uri) {
+                errors.push(SpecError::new(
+                    format!("job.{field}[{i}]"),
+                    format!("`{uri}` is listed twice"),
+                ));
+            }
+        }
+    }
     if let Some(grace) = job.on_timeout.grace {
         if grace > MAX_TIMEOUT_GRACE_SECS {
             errors.push(SpecError::new(
@@ -869,7 +899,7 @@ mod tests {
         }
     }
 
-    fn shell_job(name: &str, command: &str) -> JobSpec {
+    pub(crate) fn shell_job(name: &str, command: &str) -> JobSpec {
         JobSpec {
             name: JobName::unchecked(name.to_string()),
             cron: Some("*/5 * * * *".into()),
@@ -895,6 +925,8 @@ mod tests {
             shards: None,
             broadcast: false,
             retention: None,
+            produces: vec![],
+            consumes: vec![],
         }
     }
 

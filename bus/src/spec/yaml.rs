@@ -129,6 +129,10 @@ struct RawJob {
     broadcast: Option<Spanned<bool>>,
     #[serde(default)]
     retention: Option<Spanned<super::seconds::Seconds>>,
+    #[serde(default)]
+    produces: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
+    #[serde(default)]
+    consumes: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
 }
 
 #[derive(Deserialize)]
@@ -311,6 +315,20 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
             .take_opt("job.broadcast", job.broadcast)
             .unwrap_or_default(),
         retention: lines.take_opt("job.retention", job.retention).map(|s| s.0),
+        produces: lines
+            .take_opt("job.produces", job.produces)
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, uri)| lines.take(&format!("job.produces[{i}]"), uri))
+            .collect(),
+        consumes: lines
+            .take_opt("job.consumes", job.consumes)
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, uri)| lines.take(&format!("job.consumes[{i}]"), uri))
+            .collect(),
     };
     LocatedJob {
         file: file.to_string(),

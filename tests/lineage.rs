@@ -1,0 +1,147 @@
+//! Datasets in the spec and `ax lineage`: what a job writes (`produces:`) and reads
+//! (`consumes:`), walked up and down from a dataset or a job; a producer's success recorded as
+//! the dataset's update for its business date; a malformed URI refused on its line.
+
+use crate::support;
+use support::*;
+
+const CHAIN: &str = "version: v1
+job:
+  name: load
+  consumes: [ 's3://raw/orders' ]
+  produces: [ 'warehouse://orders' ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: report
+  consumes: [ 'warehouse://orders' ]
+  produces: [ 'warehouse://report' ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: mail
+  consumes: [ 'warehouse://report' ]
+  exec: { type: noop }
+";
+
+fn lineage(nats: &TestNats, args: &[&str]) -> std::process::Output {
+    let mut full = vec!["lineage"];
+    full.extend_from_slice(args);
+    ax(&nats.url(), &full)
+}
+
+fn edges(value: &serde_json::Value, way: &str) -> Vec<String> {
+    value[way]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .map(|e| {
+            format!(
+                "{}>{}",
+                e["from"]["name"].as_str().unwrap(),
+                e["to"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lineage_follows_the_declared_datasets_both_ways() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let file = job_file(&nats.path("jobs"), "chain.yaml", CHAIN);
+    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+
+    let out = lineage(&nats, &["--json", "warehouse://orders", "--downstream"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["target"]["kind"], "dataset");
+    assert_eq!(
+        edges(&value, "downstream"),
+        [
+            "warehouse://orders>report",
+            "report>warehouse://report",
+            "warehouse://report>mail"
+        ]
+    );
+    assert!(value.get("upstream").is_none());
+
+    let out = lineage(&nats, &["--json", "mail", "--upstream", "--depth", "2"]);
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        edges(&value, "upstream"),
+        ["warehouse://report>mail", "report>warehouse://report"]
+    );
+
+    // Both ways, as text.
+    let out = lineage(&nats, &["report"]);
+    let text = stdout(&out);
+    assert!(text.starts_with("job report\nupstream:\n"), "{text}");
+    assert!(text.contains("  warehouse://orders → job report"), "{text}");
+    assert!(text.contains("    job load → warehouse://orders"), "{text}");
+    assert!(
+        text.contains("downstream:\n  job report → warehouse://report"),
+        "{text}"
+    );
+
+    // Bad input: one clear line each.
+    for (args, says) in [
+        (vec!["warehouse://"], "DATASET: "),
+        (
+            vec!["warehouse://elsewhere"],
+            "no job produces or consumes `warehouse://elsewhere`",
+        ),
+        (vec!["nobody"], "no job named `nobody`"),
+    ] {
+        let out = lineage(&nats, &args);
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    // A success records its job's datasets as updated for its business date; a dataset
+    // nothing wrote yet has no update.
+    let run = trigger(&nats, &["load", "--biz-date", "2026-12-01"]);
+    final_record(&client, &run, std::time::Duration::from_secs(30)).await;
+    let updates = wait_for(
+        std::time::Duration::from_secs(30),
+        "the update of warehouse://orders",
+        || async {
+            let out = lineage(&nats, &["--json", "warehouse://orders"]);
+            let value: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            let updates = value["updates"].as_array()?.clone();
+            (!updates.is_empty()).then_some(updates)
+        },
+    )
+    .await;
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    assert_eq!(updates[0]["job"], "load");
+    assert_eq!(updates[0]["instance_id"], run.as_str());
+    assert_eq!(updates[0]["biz_date"], "2026-12-01");
+    assert_eq!(updates[0]["attempt"], 1);
+    let report = stdout(&lineage(&nats, &["warehouse://report"]));
+    assert!(
+        report.contains("last updates (by business date):\n  (none recorded)"),
+        "{report}"
+    );
+    let orders = stdout(&lineage(&nats, &["warehouse://orders"]));
+    assert!(
+        orders.contains(&format!("  2026-12-01  job load, {run} attempt 1, ")),
+        "{orders}"
+    );
+
+    let bad = job_file(
+        &nats.path("jobs"),
+        "bad.yaml",
+        "version: v1\njob:\n  name: bad\n  exec: { type: noop }\n  produces:\n    - 'warehouse://ok'\n    - 'orders'\n",
+    );
+    let refused = ax(&nats.url(), &["job", "apply", "-f", bad.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("bad.yaml:7: job.produces[1]: `orders`: a dataset is"),
+        "{}",
+        stderr(&refused)
+    );
+}

@@ -268,10 +268,22 @@ pub(crate) fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result
                 s.state.to_string(),
                 if s.will_run { "run" } else { "stays" }.to_string(),
                 s.why.clone(),
+                if s.will_run && !s.rewrites.is_empty() {
+                    s.rewrites
+                        .iter()
+                        .map(|d| d.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                } else {
+                    "-".to_string()
+                },
             ]
         })
         .collect();
-    table::print(&["INSTANCE", "BIZ DATE", "STATE", "ACTION", "WHY"], &rows);
+    table::print(
+        &["INSTANCE", "BIZ DATE", "STATE", "ACTION", "WHY", "REWRITES"],
+        &rows,
+    );
     let runs = plan.iter().filter(|s| s.will_run).count();
     if dry_run {
         println!("dry run: {runs} would run, nothing changed");

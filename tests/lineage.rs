@@ -132,6 +132,51 @@ async fn lineage_follows_the_declared_datasets_both_ways() {
         "{orders}"
     );
 
+    // A re-run's plan names the datasets each step rewrites, and --force-downstream follows
+    // the readers of what it rewrites (report has no `deps` on load).
+    let read = trigger(&nats, &["report", "--biz-date", "2026-12-01"]);
+    final_record(&client, &read, std::time::Duration::from_secs(30)).await;
+    let plan = |force: bool| {
+        let mut args = vec![
+            "rerun",
+            "--json",
+            "--dry-run",
+            "--biz-date",
+            "2026-12-01",
+            "--root",
+            "load",
+        ];
+        if force {
+            args.push("--force-downstream");
+        }
+        let out = ax(&nats.url(), &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let steps: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        steps
+            .iter()
+            .map(|s| {
+                let rewrites: Vec<&str> = s["rewrites"]
+                    .as_array()
+                    .map(|r| r.iter().filter_map(|d| d.as_str()).collect())
+                    .unwrap_or_default();
+                format!(
+                    "{} {} {}",
+                    s["job"].as_str().unwrap(),
+                    s["will_run"],
+                    rewrites.join(",")
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(plan(false), ["load true warehouse://orders"]);
+    assert_eq!(
+        plan(true),
+        [
+            "load true warehouse://orders",
+            "report true warehouse://report"
+        ]
+    );
+
     let bad = job_file(
         &nats.path("jobs"),
         "bad.yaml",

@@ -868,6 +868,9 @@ pub struct PlanStep {
     pub will_run: bool,
     /// Why (or why not).
     pub why: String,
+    /// The datasets its job `produces`: what running it again rewrites for its business date.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rewrites: Vec<crate::spec::dataset::DatasetUri>,
 }
 
 /// A dead letter submitted again: the `detail` of a replay's answer and audit record.

@@ -969,6 +969,7 @@ mod tests {
             state: InstanceState::Failed,
             will_run,
             why: String::new(),
+            rewrites: Vec::new(),
         }
     }
 

@@ -161,6 +161,7 @@ async fn create(
             state: State::Running,
             will_run,
             why,
+            rewrites: spec.produces.clone(),
         },
     ))
 }

@@ -42,7 +42,7 @@ pub(crate) async fn rerun(
 ) -> Result<Vec<PlanStep>, CommandError> {
     let registry = client.job_specs().await?;
     let (roots, mut entries) = find_roots(client, request, &registry).await?;
-    let dependents = dependents(&registry);
+    let dependents = dependents(&registry, request.force_downstream);
     let mut queue: VecDeque<DayKey> = entries.keys().cloned().collect();
     while let Some((job, date)) = queue.pop_front() {
         for (downstream, offset) in dependents.get(&job).into_iter().flatten() {
@@ -58,6 +58,12 @@ pub(crate) async fn rerun(
         }
     }
     let mut plan = decide(request, &dependents, &entries, &roots);
+    for step in &mut plan {
+        step.rewrites = registry
+            .get(&step.job)
+            .map(|spec| spec.produces.clone())
+            .unwrap_or_default();
+    }
     refuse_removed(client, &plan).await?;
     if !request.dry_run {
         for step in plan.iter_mut().filter(|s| s.will_run) {
@@ -178,7 +184,10 @@ async fn find_roots(
 }
 
 /// upstream job → (downstream job, offset).
-fn dependents(registry: &BTreeMap<JobName, JobSpec>) -> Dependents {
+///
+/// With `datasets`, a job that consumes a dataset another writes counts as its dependent for
+/// the same business date too (what `--force-downstream` follows).
+fn dependents(registry: &BTreeMap<JobName, JobSpec>, datasets: bool) -> Dependents {
     let mut map = Dependents::new();
     for spec in registry.values() {
         for dep in &spec.deps {
@@ -186,6 +195,19 @@ fn dependents(registry: &BTreeMap<JobName, JobSpec>) -> Dependents {
                 map.entry(dep.name.clone())
                     .or_default()
                     .push((spec.name.clone(), offset));
+            }
+        }
+    }
+    if datasets {
+        let lineage = ax_bus::spec::dataset::Lineage::of(registry.values());
+        for spec in registry.values() {
+            for uri in &spec.produces {
+                for reader in lineage.consumers(uri).filter(|j| **j != spec.name) {
+                    let edges = map.entry(spec.name.clone()).or_default();
+                    if !edges.contains(&(reader.clone(), 0)) {
+                        edges.push((reader.clone(), 0));
+                    }
+                }
             }
         }
     }
@@ -256,6 +278,7 @@ pub(crate) fn decide(
                 state: *state,
                 will_run,
                 why,
+                rewrites: Vec::new(),
             });
         }
     }

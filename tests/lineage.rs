@@ -190,3 +190,63 @@ async fn lineage_follows_the_declared_datasets_both_ways() {
         stderr(&refused)
     );
 }
+
+/// A produced dataset with a `freshness` that gets no update in time for today raises a
+/// `freshness` alert naming it and the date; the update that comes later clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_dataset_raises_a_freshness_alert_and_its_update_clears_it() {
+    use chrono::Timelike;
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let mut alerts = client.nats.subscribe("ax.alert.freshness").await.unwrap();
+    // Today's deadline is set 15 s ahead: wait out the last minute of a day.
+    while ax_bus::time::now().num_seconds_from_midnight() > 86_400 - 60 {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    }
+    let now = ax_bus::time::now();
+    let today = now.date_naive().to_string();
+    let freshness = u64::from(now.num_seconds_from_midnight()) + 15;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "load",
+        &format!(
+            "version: v1\njob:\n  name: load\n  produces: [ 'warehouse://orders' ]\n  \
+             freshness: {{ 'warehouse://orders': {freshness}s }}\n  exec: {{ type: noop }}\n"
+        ),
+    )
+    .await;
+    let late = next_alert(&mut alerts).await;
+    assert!(
+        late.message.starts_with(&format!(
+            "dataset warehouse://orders has no update for {today}: "
+        )),
+        "{}",
+        late.message
+    );
+    assert!(
+        late.message.contains("produced by job load"),
+        "{}",
+        late.message
+    );
+    let run = trigger(&nats, &["load"]);
+    final_record(&client, &run, std::time::Duration::from_secs(30)).await;
+    let fresh = next_alert(&mut alerts).await;
+    assert!(
+        fresh.message.starts_with(&format!(
+            "dataset warehouse://orders is fresh again: updated for {today} by {run} at "
+        )),
+        "{}",
+        fresh.message
+    );
+}
+
+/// The next alert on `alerts`, within a minute.
+async fn next_alert(alerts: &mut async_nats::Subscriber) -> ax_bus::messages::Alert {
+    use futures::StreamExt;
+    let message = tokio::time::timeout(std::time::Duration::from_secs(60), alerts.next())
+        .await
+        .expect("a freshness alert within a minute")
+        .expect("the subscription");
+    ax_bus::codec::decode::<ax_bus::messages::Alert>(&message.payload).unwrap()
+}

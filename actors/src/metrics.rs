@@ -64,6 +64,9 @@ pub struct Metrics {
     pub partition_handovers: Family<Kind, Counter>,
     /// Instances this node's DagCoordinator holds for their dependencies.
     pub deps_waiting: Gauge,
+    /// Datasets whose update for a business date is late (`freshness`), as the leading
+    /// DagCoordinator last found them.
+    pub datasets_late: Gauge,
     /// Outcomes this worker's outbox holds that are not reported yet.
     pub outbox_unreported: Gauge,
     /// Workers with a recent heartbeat, as the janitor's Router sees them.
@@ -186,6 +189,11 @@ impl Metrics {
             "deps_waiting",
             "Instances this node's DagCoordinator holds for their dependencies",
         );
+        let datasets_late = gauge(
+            registry,
+            "datasets_late",
+            "Datasets whose update for a business date is late (freshness), on the leading DagCoordinator",
+        );
         let outbox_unreported = gauge(
             registry,
             "outbox_unreported",
@@ -248,6 +256,7 @@ impl Metrics {
             partitions_owned,
             partition_handovers,
             deps_waiting,
+            datasets_late,
             outbox_unreported,
             workers_live,
             clock_offset,

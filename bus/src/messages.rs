@@ -1165,6 +1165,8 @@ pub enum AlertKind {
     Backlog,
     /// JetStream refused a node's writes for want of storage, or has room again.
     Storage,
+    /// A dataset with a `freshness` got no update in time for a business date, or got it late.
+    Freshness,
     /// A kind written by a newer ax.
     #[serde(other)]
     Other,
@@ -1190,6 +1192,7 @@ impl AlertKind {
             AlertKind::Registry => "registry",
             AlertKind::Backlog => "backlog",
             AlertKind::Storage => "storage",
+            AlertKind::Freshness => "freshness",
             AlertKind::Other => "other",
         }
     }

@@ -19,6 +19,7 @@
 
 pub(crate) mod day_store;
 mod execute;
+mod freshness;
 mod lead;
 pub(crate) mod state;
 mod summary;
@@ -172,6 +173,12 @@ impl Handler<Lead> for DagCoordinator {
             "registry",
             ctx,
             follow_registry(msg.registry, addr.clone()),
+        );
+        spawn_pump(
+            ACTOR,
+            "freshness",
+            ctx,
+            freshness::watch(self.client.clone(), self.node.clone()),
         );
         for source in Source::ALL {
             let pump = follow(

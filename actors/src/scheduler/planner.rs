@@ -352,6 +352,7 @@ mod tests {
                 retention: None,
                 produces: vec![],
                 consumes: vec![],
+                freshness: Default::default(),
             },
             paused,
             updated_at: ax_bus::time::now(),

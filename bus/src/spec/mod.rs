@@ -60,6 +60,8 @@ pub const MAX_LEASE_SECS: u64 = 86_400;
 /// margin between a worker's self-fencing and the earliest moment a Router may hand the
 /// attempt to another worker.
 pub const LEASE_FENCE_MARGIN_SECS: u64 = 5;
+/// The longest `freshness` (seconds): 31 days.
+pub const MAX_FRESHNESS_SECS: u64 = 31 * 86_400;
 /// The shortest `retention` (seconds).
 pub const MIN_RETENTION_SECS: u64 = 1;
 /// The longest `retention` (seconds): ten years.
@@ -168,6 +170,14 @@ pub struct JobSpec {
     /// The datasets its runs read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumes: Vec<dataset::DatasetUri>,
+    /// How long after the start of a business date each of these produced datasets must have
+    /// been updated for that date (seconds; `26h` written): later, a `freshness` alert.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "seconds::map"
+    )]
+    pub freshness: BTreeMap<dataset::DatasetUri, u64>,
 }
 
 /// The most shards an instance may have.
@@ -719,6 +729,19 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         ));
     }
     at_most(errors, "job.retention", job.retention, MAX_RETENTION_SECS);
+    for (uri, secs) in &job.freshness {
+        let field = format!("job.freshness.{uri}");
+        if !job.produces.contains(uri) {
+            errors.push(SpecError::new(
+                field.clone(),
+                format!("`{uri}` is not one of the datasets the job produces"),
+            ));
+        }
+        if *secs == 0 {
+            errors.push(SpecError::new(field.clone(), "must be at least 1 second"));
+        }
+        at_most(errors, &field, Some(*secs), MAX_FRESHNESS_SECS);
+    }
     for (field, uris) in [("produces", &job.produces), ("consumes", &job.consumes)] {
         if uris.len() > dataset::MAX_DATASETS {
             errors.push(SpecError::new(
@@ -927,6 +950,7 @@ mod tests {
             retention: None,
             produces: vec![],
             consumes: vec![],
+            freshness: BTreeMap::new(),
         }
     }
 

@@ -49,6 +49,18 @@ impl<'de> Deserialize<'de> for Seconds {
     }
 }
 
+/// Deserializes a map whose values are durations given as seconds or as text with a unit.
+pub fn map<'de, D: Deserializer<'de>, K: Deserialize<'de> + Ord>(
+    deserializer: D,
+) -> Result<std::collections::BTreeMap<K, u64>, D::Error> {
+    Ok(
+        std::collections::BTreeMap::<K, Seconds>::deserialize(deserializer)?
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect(),
+    )
+}
+
 /// Deserializes an optional duration given as seconds or as text with a unit.
 pub fn optional<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
     Ok(Option::<Seconds>::deserialize(deserializer)?.map(|s| s.0))

@@ -133,6 +133,8 @@ struct RawJob {
     produces: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
     #[serde(default)]
     consumes: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
+    #[serde(default)]
+    freshness: Option<Spanned<BTreeMap<super::dataset::DatasetUri, super::seconds::Seconds>>>,
 }
 
 #[derive(Deserialize)]
@@ -329,6 +331,12 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
             .enumerate()
             .map(|(i, uri)| lines.take(&format!("job.consumes[{i}]"), uri))
             .collect(),
+        freshness: lines
+            .take_opt("job.freshness", job.freshness)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(uri, secs)| (uri, secs.0))
+            .collect(),
     };
     LocatedJob {
         file: file.to_string(),
@@ -431,6 +439,38 @@ job:
                 located.starts_with("f.yaml:5: job.retention: ") && located.contains(reason),
                 "{located}"
             );
+        }
+    }
+
+    #[test]
+    fn a_freshness_names_a_produced_dataset_and_is_bounded() {
+        let spec = |freshness: &str| {
+            format!(
+                "version: v1\njob:\n  name: a\n  exec: {{ type: noop }}\n  produces: [ 'w://a' ]\n  freshness: {freshness}\n"
+            )
+        };
+        let jobs = parse_str("f.yaml", &spec("{ 'w://a': 26h }")).unwrap();
+        let uri = super::super::dataset::DatasetUri::parse("w://a").unwrap();
+        assert_eq!(jobs[0].doc.job.freshness.get(&uri), Some(&(26 * 3600)));
+        assert!(super::super::validate(&jobs[0].doc).is_empty());
+        for (text, says) in [
+            (
+                "{ 'w://b': 1h }",
+                "job.freshness.w://b: `w://b` is not one of the datasets",
+            ),
+            (
+                "{ 'w://a': 0 }",
+                "job.freshness.w://a: must be at least 1 second",
+            ),
+            (
+                "{ 'w://a': 32d }",
+                "job.freshness.w://a: 2764800 s is more than",
+            ),
+        ] {
+            let jobs = parse_str("f.yaml", &spec(text)).unwrap();
+            let errors = super::super::validate(&jobs[0].doc);
+            let told: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            assert!(told.iter().any(|e| e.starts_with(says)), "{text}: {told:?}");
         }
     }
 

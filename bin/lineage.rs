@@ -25,8 +25,8 @@ pub(crate) async fn show(
     let lineage = Lineage::of(specs.values());
     let start = if target.contains("://") {
         let uri = DatasetUri::parse(target).map_err(|e| anyhow!("DATASET: {e}"))?;
-        if !lineage.knows(&uri) {
-            bail!("no job produces or consumes `{uri}`");
+        if !lineage.knows(&uri) && client.dataset_updates(&uri).await?.is_empty() {
+            bail!("no job produces or consumes `{uri}`, and no run said it updated it");
         }
         Node::Dataset(uri)
     } else {

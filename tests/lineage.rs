@@ -177,6 +177,33 @@ async fn lineage_follows_the_declared_datasets_both_ways() {
         ]
     );
 
+    // A run may say what it updated, and for which date, in its output: that is recorded.
+    apply_job(
+        &nats,
+        "emit",
+        "version: v1\njob:\n  name: emit\n  exec: { type: shell, command: 'printf \"{\\\"datasets\\\": [\\\"warehouse://side\\\", {\\\"uri\\\": \\\"warehouse://orders\\\", \\\"biz_date\\\": \\\"2026-11-30\\\"}]}\" > \"$AX_OUTPUT_FILE\"' }\n",
+    )
+    .await;
+    let emitted = trigger(&nats, &["emit", "--biz-date", "2026-12-02"]);
+    let record = final_record(&client, &emitted, std::time::Duration::from_secs(30)).await;
+    assert_eq!(record.state, ax_bus::State::Success, "{}", record.message);
+    let side = wait_for(
+        std::time::Duration::from_secs(30),
+        "emit's updates",
+        || async {
+            let out = lineage(&nats, &["warehouse://side"]);
+            let text = stdout(&out);
+            text.contains("  2026-12-02  job emit, ").then_some(text)
+        },
+    )
+    .await;
+    assert!(side.contains("upstream:\n  (nothing declared)"), "{side}");
+    let orders = stdout(&lineage(&nats, &["warehouse://orders"]));
+    assert!(
+        orders.contains(&format!("  2026-11-30  job emit, {emitted} attempt 1, ")),
+        "{orders}"
+    );
+
     let bad = job_file(
         &nats.path("jobs"),
         "bad.yaml",

@@ -391,27 +391,40 @@ impl DagState {
         actions
     }
 
-    /// The datasets a successful instance's job declares it `produces`, updated for its
+    /// The datasets a successful instance updated: those its output names (see
+    /// [`ax_bus::spec::dataset::named_in`]), else those its job declares it `produces`, for its
     /// business date.
     fn datasets_updated(&self, result: &ResultMessage) -> Option<Action> {
         if result.state != State::Success {
             return None;
         }
-        let spec = self.jobs.get(&result.job)?;
-        if spec.produces.is_empty() {
+        let named = ax_bus::spec::dataset::named_in(&result.output, &result.biz_date);
+        let updated: Vec<(ax_bus::spec::dataset::DatasetUri, String)> = match named {
+            Some(named) => named,
+            None => self
+                .jobs
+                .get(&result.job)?
+                .produces
+                .iter()
+                .map(|uri| (uri.clone(), result.biz_date.clone()))
+                .collect(),
+        };
+        if updated.is_empty() {
             return None;
         }
         Some(Action::Updated(
-            spec.produces
-                .iter()
-                .map(|uri| ax_bus::client::datasets::DatasetUpdate {
-                    dataset: uri.clone(),
-                    biz_date: result.biz_date.clone(),
-                    job: result.job.clone(),
-                    instance_id: result.instance_id.clone(),
-                    attempt: result.attempt,
-                    at: result.finished_at,
-                })
+            updated
+                .into_iter()
+                .map(
+                    |(dataset, biz_date)| ax_bus::client::datasets::DatasetUpdate {
+                        dataset,
+                        biz_date,
+                        job: result.job.clone(),
+                        instance_id: result.instance_id.clone(),
+                        attempt: result.attempt,
+                        at: result.finished_at,
+                    },
+                )
                 .collect(),
         ))
     }

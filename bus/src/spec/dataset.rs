@@ -84,6 +84,34 @@ impl std::fmt::Display for DatasetUri {
     }
 }
 
+/// The datasets an attempt's structured output says it updated: its `datasets` field, a list
+/// of URIs or of `{uri, biz_date}` (the instance's business date when absent). `None` when the
+/// output names none (its job's `produces` stand then); entries that are not a valid URI and
+/// date are left out.
+pub fn named_in(output: &serde_json::Value, biz_date: &str) -> Option<Vec<(DatasetUri, String)>> {
+    let listed = output.get("datasets")?.as_array()?;
+    Some(
+        listed
+            .iter()
+            .filter_map(|entry| {
+                let (uri, date) = match entry {
+                    serde_json::Value::String(uri) => (uri.as_str(), biz_date),
+                    serde_json::Value::Object(fields) => (
+                        fields.get("uri")?.as_str()?,
+                        match fields.get("biz_date") {
+                            Some(date) => date.as_str()?,
+                            None => biz_date,
+                        },
+                    ),
+                    _ => return None,
+                };
+                crate::time::parse_biz_date(date)?;
+                Some((DatasetUri::parse(uri).ok()?, date.to_string()))
+            })
+            .collect(),
+    )
+}
+
 /// A node of the lineage graph.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(tag = "kind", content = "name", rename_all = "snake_case")]
@@ -268,6 +296,37 @@ mod tests {
         assert!(DatasetUri::parse(&long)
             .unwrap_err()
             .contains("longer than"));
+    }
+
+    #[test]
+    fn an_output_may_name_what_it_updated_and_for_which_date() {
+        let output = serde_json::json!({
+            "rows": 3,
+            "datasets": [
+                "warehouse://a",
+                {"uri": "warehouse://b", "biz_date": "2026-11-30"},
+                {"uri": "not a uri"},
+                {"uri": "warehouse://c", "biz_date": "yesterday"},
+                7
+            ]
+        });
+        let named: Vec<(String, String)> = named_in(&output, "2026-12-01")
+            .unwrap()
+            .into_iter()
+            .map(|(uri, date)| (uri.to_string(), date))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("warehouse://a".to_string(), "2026-12-01".to_string()),
+                ("warehouse://b".to_string(), "2026-11-30".to_string()),
+            ]
+        );
+        assert_eq!(
+            named_in(&serde_json::json!({"rows": 3}), "2026-12-01"),
+            None
+        );
+        assert_eq!(named_in(&serde_json::Value::Null, "2026-12-01"), None);
     }
 
     fn job(name: &str, consumes: &[&str], produces: &[&str]) -> JobSpec {

@@ -1,7 +1,8 @@
 //! Instance records and their retention: a final record leaves the instances bucket once its
 //! retention has passed, never before; an open one (a delayed trigger due later) stays; a job's
-//! own `retention` outlasts the node's; the sweep goes on after its node is killed; a re-run
-//! of a removed instance is refused, naming the retention.
+//! own `retention` outlasts the node's; the sweep goes on after its node is killed; a record an
+//! earlier version left without a note goes too; a re-run of a removed instance is refused,
+//! naming the retention.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -54,6 +55,8 @@ async fn watch_ticks(
 async fn finished_records_leave_after_their_retention_and_open_ones_stay() {
     let nats = TestNats::start();
     let client = nats.client().await;
+    // A record that ended before its deployment noted ends (an earlier version wrote it).
+    let earlier = earlier_record(&client).await;
     let mut core = AxProcess::configured(&nats, "core", "all", CONFIG);
     apply_job(
         &nats,
@@ -109,6 +112,21 @@ async fn finished_records_leave_after_their_retention_and_open_ones_stay() {
         left.len()
     );
     assert!(seen.len() > left.len(), "nothing was removed");
+
+    // The earlier record went too: noted once by the first janitor, as ending then.
+    wait_for(
+        Duration::from_secs(60),
+        "the earlier record to go",
+        || async {
+            client
+                .instance(&earlier)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
 
     // The job that keeps its own for an hour, and the delayed instance still waiting.
     let (kept_record, _) = client.instance(&id(&kept)).await.unwrap().expect("kept");
@@ -233,4 +251,42 @@ async fn finished_instances_export_as_json_lines() {
         "{}",
         stderr(&bad)
     );
+}
+
+/// Writes a final record as an earlier version did: its state in a header, no note of its end.
+async fn earlier_record(client: &ax_bus::AxClient) -> ax_bus::ids::InstanceId {
+    let spec: ax_bus::spec::JobSpec = serde_json::from_value(serde_json::json!({
+        "name": "gone",
+        "exec": {"type": "noop"},
+    }))
+    .unwrap();
+    let long_ago = ax_bus::time::now() - chrono::Duration::days(400);
+    let mut record = ax_bus::InstanceRecord::first(
+        &spec,
+        long_ago,
+        long_ago.date_naive().to_string(),
+        Default::default(),
+        ax_bus::instance::Trigger::Manual,
+        long_ago,
+    );
+    record.state = State::Success;
+    record.finished_at = Some(long_ago);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(ax_bus::client::record_writes::STATE_HEADER, "success");
+    client
+        .js
+        .publish_with_headers(
+            format!(
+                "$KV.{}.{}",
+                client.layout.instances_bucket(),
+                record.instance_id
+            ),
+            headers,
+            ax_bus::codec::encode(&record).unwrap(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    record.instance_id
 }

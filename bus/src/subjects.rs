@@ -212,6 +212,11 @@ impl Subjects {
         format!("{}.internal.expiry.{kept_secs}", self.prefix)
     }
 
+    /// `ax.internal.expiry.<mark>`: a mark in the expiry stream (not a length of retention).
+    pub fn expiry_mark(&self, mark: &str) -> String {
+        format!("{}.internal.expiry.{mark}", self.prefix)
+    }
+
     /// `ax.internal.expiry.>`.
     pub fn expiry_all(&self) -> String {
         format!("{}.internal.expiry.>", self.prefix)

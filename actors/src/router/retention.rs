@@ -7,7 +7,9 @@
 //! for it, holding the few messages it has fetched (kept from redelivery by progress acks). A
 //! janitor that dies leaves them unacknowledged: the next one gets them after [`ACK_WAIT`].
 //! A record is removed at the earliest when its retention has passed, and at the latest about
-//! a second after — or later while NATS is away or the sweep is behind, never early.
+//! a second after — or later while NATS is away or the sweep is behind, never early. The
+//! first janitor of a deployment notes the records that ended before their ends were noted
+//! (an earlier version's), as ending then ([`AxClient::note_unnoted`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -56,6 +58,17 @@ pub(super) async fn sweep(shared: Dispatcher) -> Result<(), ActorError> {
         .get_stream(client.layout.expiry_stream())
         .await
         .map_err(|e| failed("open the expiry stream", e.into()))?;
+    // Once per deployment: the records that ended before their ends were noted.
+    match client.note_unnoted().await {
+        Ok(Some(noted)) => {
+            tracing::info!(
+                noted,
+                "retention: the records that ended before it was noted"
+            );
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "retention: earlier records not noted; next term"),
+    }
     let mut subjects: BTreeMap<u64, Subject> = BTreeMap::new();
     loop {
         if let Err(e) = look_for_subjects(client, &stream, &mut subjects).await {

@@ -85,7 +85,83 @@ pub fn subject_secs(subject: &str) -> Option<u64> {
     subject.rsplit('.').next()?.parse().ok().filter(|s| *s > 0)
 }
 
+/// The subject part of the mark that the records of a deployment older than retention were
+/// noted once (see [`AxClient::note_unnoted`]).
+pub const BACKFILLED: &str = "backfilled";
+
 impl AxClient {
+    /// Notes every final record once, for a deployment whose records ended before their ends
+    /// were noted (an earlier version's): each is noted as ending now, so it goes a retention
+    /// from now — later than its own end would say, never earlier. A mark in `<AX>_EXPIRY`
+    /// (`ax.internal.expiry.backfilled`) says it was done; true when this call did it. A record
+    /// noted already is noted twice, which removes it once. Records written without their state
+    /// in a header (older still) are not looked at.
+    pub async fn note_unnoted(&self) -> Result<Option<u64>, ClientError> {
+        use futures::StreamExt;
+        let mark = self.subjects().expiry_mark(BACKFILLED);
+        let stream = self
+            .js
+            .get_stream(self.layout.expiry_stream())
+            .await
+            .during(|| "open the expiry stream")?;
+        match stream.direct_get_last_for_subject(&mark).await {
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == async_nats::jetstream::stream::DirectGetErrorKind::NotFound => {}
+            Err(e) => return Err(NatsError::new("read the backfill mark", e).into()),
+        }
+        let default = self
+            .layout
+            .retention
+            .instances
+            .unwrap_or(INSTANCES_MAX_AGE)
+            .as_secs()
+            .max(1);
+        let subject = self.subjects().expiry(default);
+        let mut feed = crate::client::kv_view::KvFeed::open_headers_only(
+            &self.js,
+            &self.layout.instances_bucket(),
+            ">",
+        )
+        .await?
+        .into_stream();
+        let mut pending = Vec::new();
+        let mut noted = 0u64;
+        while let Some(item) = feed.next().await {
+            let (key, headers) = match item? {
+                crate::client::kv_view::FeedItem::Put { key, headers, .. } => (key, headers),
+                crate::client::kv_view::FeedItem::Deleted { .. } => continue,
+                crate::client::kv_view::FeedItem::Current => break,
+            };
+            let final_state = crate::client::record_writes::state_of(headers.as_ref())
+                .is_some_and(crate::instance::State::is_final);
+            if !final_state {
+                continue;
+            }
+            pending.push(
+                self.js
+                    .send_publish(subject.clone(), PublishMessage::build().payload(key.into()))
+                    .await
+                    .during(|| "note an earlier record's end")?,
+            );
+            noted += 1;
+            if pending.len() >= 1024 {
+                for ack in pending.drain(..) {
+                    ack.await.during(|| "note an earlier record's end")?;
+                }
+            }
+        }
+        for ack in pending {
+            ack.await.during(|| "note an earlier record's end")?;
+        }
+        self.js
+            .publish(mark, noted.to_string().into())
+            .await
+            .during(|| "mark the backfill")?
+            .await
+            .during(|| "mark the backfill")?;
+        Ok(Some(noted))
+    }
+
     /// The retention a record created by this node gets: its job's, else this node's
     /// `[retention] instances` (else none: [`INSTANCES_MAX_AGE`] when it ends).
     pub fn stamp_retention(&self, record: &mut InstanceRecord) {

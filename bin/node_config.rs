@@ -113,14 +113,20 @@ pub(crate) struct ConsoleSection {
 impl ConsoleSection {
     /// The index window, if set; an error names the field.
     pub(crate) fn index_window(&self) -> Result<Option<Duration>> {
-        let Some(text) = &self.index_window else {
-            return Ok(None);
-        };
-        match ax_bus::time::parse_delay(text) {
-            Ok(window) if window >= Duration::from_secs(1) => Ok(Some(window)),
-            Ok(_) => anyhow::bail!("[console] index_window = {text:?}: at least 1s"),
-            Err(e) => anyhow::bail!("[console] index_window = {text:?}: {e}"),
-        }
+        duration_setting("[console] index_window", &self.index_window)
+    }
+}
+
+/// A duration setting (`20s`, `12h`, `30d`; at least a second), if set; an error names it
+/// (`name`, as `[section] key`) and says why.
+fn duration_setting(name: &str, text: &Option<String>) -> Result<Option<Duration>> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    match ax_bus::time::parse_delay(text) {
+        Ok(age) if age >= Duration::from_secs(1) => Ok(Some(age)),
+        Ok(_) => anyhow::bail!("{name} = {text:?}: at least 1s"),
+        Err(e) => anyhow::bail!("{name} = {text:?}: {e}"),
     }
 }
 
@@ -141,15 +147,8 @@ pub(crate) struct RetentionSection {
 impl RetentionSection {
     /// The settings; an error names the field and the reason (at least a second).
     pub(crate) fn retention(&self) -> Result<ax_bus::client::provision::Retention> {
-        let age = |field: &str, text: &Option<String>| -> Result<Option<Duration>> {
-            let Some(text) = text else {
-                return Ok(None);
-            };
-            match ax_bus::time::parse_delay(text) {
-                Ok(age) if age >= Duration::from_secs(1) => Ok(Some(age)),
-                Ok(_) => anyhow::bail!("[retention] {field} = {text:?}: at least 1s"),
-                Err(e) => anyhow::bail!("[retention] {field} = {text:?}: {e}"),
-            }
+        let age = |field: &str, text: &Option<String>| {
+            duration_setting(&format!("[retention] {field}"), text)
         };
         Ok(ax_bus::client::provision::Retention {
             instances: age("instances", &self.instances)?,

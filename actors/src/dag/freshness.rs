@@ -9,15 +9,20 @@
 //! What has been alerted is kept in memory: a coordinator taking the lead tells an alert still
 //! open once more.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use async_nats::jetstream;
 use chrono::{DateTime, NaiveDate, Utc};
+use futures::StreamExt;
 
+use ax_bus::client::datasets::{update_key, DatasetUpdate};
+use ax_bus::client::kv_view::{FeedItem, KvFeed};
+use ax_bus::error::NatsError;
 use ax_bus::ids::NodeId;
-use ax_bus::messages::AlertKind;
+use ax_bus::messages::{AlertKind, JobRecord};
 use ax_bus::spec::dataset::DatasetUri;
-use ax_bus::AxClient;
+use ax_bus::{codec, AxClient};
 
 use crate::jetstream::publish;
 use crate::ActorError;
@@ -46,56 +51,108 @@ pub(crate) fn date_due(
     None
 }
 
-/// Looks at the datasets every [`CHECK_EVERY`] until the connection fails.
+/// Looks at the datasets every [`CHECK_EVERY`] until the connection fails. The jobs with a
+/// `freshness` are kept from a feed over the registry (read once, then its changes); each check
+/// reads one key of `ax_datasets` per dataset.
 pub(crate) async fn watch(client: AxClient, node: NodeId) -> Result<(), ActorError> {
+    let datasets = client
+        .js
+        .get_key_value(client.layout.datasets_bucket())
+        .await
+        .map_err(|e| NatsError::new("open the datasets bucket", e))?;
+    let mut registry = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">")
+        .await?
+        .into_stream();
+    let mut watched: BTreeMap<String, JobRecord> = BTreeMap::new();
     let mut late: BTreeSet<(DatasetUri, NaiveDate)> = BTreeSet::new();
     let mut every = tokio::time::interval(CHECK_EVERY);
     loop {
-        every.tick().await;
-        let now = ax_bus::time::now();
-        for record in client.jobs().await? {
-            let spec = &record.spec;
-            let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
-            let since = record.defined_at.unwrap_or(record.updated_at);
-            for (uri, secs) in &spec.freshness {
-                let Some((date, deadline)) = date_due(tz, Duration::from_secs(*secs), since, now)
-                else {
-                    continue;
-                };
-                let date_text = date.format("%Y-%m-%d").to_string();
-                let updates = client.dataset_updates(uri).await?;
-                let update = updates.iter().find(|u| u.biz_date == date_text);
-                let key = (uri.clone(), date);
-                match update {
-                    None if late.insert(key.clone()) => {
-                        let message = format!(
-                            "dataset {uri} has no update for {date_text}: it was due by {} \
-                             (freshness {}, produced by job {})",
-                            ax_bus::time::rfc3339(deadline),
-                            ax_bus::time::human_ms(i64::try_from(*secs).unwrap_or(i64::MAX) * 1000),
-                            spec.name
-                        );
-                        publish::alert(&client, &node, AlertKind::Freshness, message, None).await;
-                    }
-                    Some(update) if late.remove(&key) => {
-                        let message = format!(
-                            "dataset {uri} is fresh again: updated for {date_text} by {} at {}",
-                            update.instance_id,
-                            ax_bus::time::rfc3339(update.at)
-                        );
-                        publish::alert(&client, &node, AlertKind::Freshness, message, None).await;
-                    }
-                    _ => {}
-                }
+        tokio::select! {
+            item = registry.next() => match item {
+                Some(item) => follow(&mut watched, item?),
+                None => return Err(ActorError::Stopped("the registry feed")),
+            },
+            _ = every.tick() => {
+                check(&client, &node, &datasets, &watched, &mut late).await?;
             }
         }
-        // A date checked no more (the next one is due, or the dataset's freshness went): its
-        // alert is not cleared, it is forgotten.
-        late.retain(|(_, date)| now.date_naive() - *date <= chrono::Duration::days(32));
-        crate::metrics::metrics()
-            .datasets_late
-            .set(i64::try_from(late.len()).unwrap_or(i64::MAX));
     }
+}
+
+/// Keeps the registry's jobs that have a `freshness`.
+fn follow(watched: &mut BTreeMap<String, JobRecord>, item: FeedItem) {
+    match item {
+        FeedItem::Put { key, value, .. } => match codec::decode::<JobRecord>(&value) {
+            Ok(record) if !record.spec.freshness.is_empty() => {
+                watched.insert(key, record);
+            }
+            _ => {
+                watched.remove(&key);
+            }
+        },
+        FeedItem::Deleted { key } => {
+            watched.remove(&key);
+        }
+        FeedItem::Current => {}
+    }
+}
+
+/// One look: an alert for each dataset newly late, one for each late one updated since.
+async fn check(
+    client: &AxClient,
+    node: &NodeId,
+    datasets: &jetstream::kv::Store,
+    watched: &BTreeMap<String, JobRecord>,
+    late: &mut BTreeSet<(DatasetUri, NaiveDate)>,
+) -> Result<(), ActorError> {
+    let now = ax_bus::time::now();
+    for record in watched.values() {
+        let spec = &record.spec;
+        let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
+        let since = record.defined_at.unwrap_or(record.updated_at);
+        for (uri, secs) in &spec.freshness {
+            let Some((date, deadline)) = date_due(tz, Duration::from_secs(*secs), since, now)
+            else {
+                continue;
+            };
+            let key = update_key(uri, date);
+            let update = datasets
+                .get(&key)
+                .await
+                .map_err(|e| NatsError::new(format!("read dataset update {key}"), e))?
+                .and_then(|bytes| codec::decode::<DatasetUpdate>(&bytes).ok());
+            let date_text = date.format("%Y-%m-%d").to_string();
+            let seen = (uri.clone(), date);
+            match update {
+                None if late.insert(seen.clone()) => {
+                    let message = format!(
+                        "dataset {uri} has no update for {date_text}: it was due by {} \
+                         (freshness {}, produced by job {})",
+                        ax_bus::time::rfc3339(deadline),
+                        ax_bus::time::human_ms(i64::try_from(*secs).unwrap_or(i64::MAX) * 1000),
+                        spec.name
+                    );
+                    publish::alert(client, node, AlertKind::Freshness, message, None).await;
+                }
+                Some(update) if late.remove(&seen) => {
+                    let message = format!(
+                        "dataset {uri} is fresh again: updated for {date_text} by {} at {}",
+                        update.instance_id,
+                        ax_bus::time::rfc3339(update.at)
+                    );
+                    publish::alert(client, node, AlertKind::Freshness, message, None).await;
+                }
+                _ => {}
+            }
+        }
+    }
+    // A date checked no more (the next one is due, or the dataset's freshness went): its alert
+    // is not cleared, it is forgotten.
+    late.retain(|(_, date)| now.date_naive() - *date <= chrono::Duration::days(32));
+    crate::metrics::metrics()
+        .datasets_late
+        .set(i64::try_from(late.len()).unwrap_or(i64::MAX));
+    Ok(())
 }
 
 #[cfg(test)]

@@ -166,29 +166,24 @@ impl Lineage {
     pub fn of<'a>(specs: impl IntoIterator<Item = &'a JobSpec>) -> Self {
         let mut lineage = Self::default();
         for spec in specs {
-            for uri in &spec.produces {
-                lineage
-                    .produces
-                    .entry(spec.name.clone())
-                    .or_default()
-                    .insert(uri.clone());
-                lineage
-                    .producers
-                    .entry(uri.clone())
-                    .or_default()
-                    .insert(spec.name.clone());
-            }
-            for uri in &spec.consumes {
-                lineage
-                    .consumes
-                    .entry(spec.name.clone())
-                    .or_default()
-                    .insert(uri.clone());
-                lineage
-                    .consumers
-                    .entry(uri.clone())
-                    .or_default()
-                    .insert(spec.name.clone());
+            let job = &spec.name;
+            let sides = [
+                (
+                    &spec.produces,
+                    &mut lineage.produces,
+                    &mut lineage.producers,
+                ),
+                (
+                    &spec.consumes,
+                    &mut lineage.consumes,
+                    &mut lineage.consumers,
+                ),
+            ];
+            for (uris, by_job, by_uri) in sides {
+                for uri in uris {
+                    by_job.entry(job.clone()).or_default().insert(uri.clone());
+                    by_uri.entry(uri.clone()).or_default().insert(job.clone());
+                }
             }
         }
         lineage

@@ -208,6 +208,16 @@ impl Lines {
     fn take_opt<T>(&mut self, field: &str, value: Option<Spanned<T>>) -> Option<T> {
         value.map(|v| self.take(field, v))
     }
+
+    /// A list whose every item keeps its own line, as `field[i]`.
+    fn take_list<T>(&mut self, field: &str, value: Option<Spanned<Vec<Spanned<T>>>>) -> Vec<T> {
+        self.take_opt(field, value)
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| self.take(&format!("{field}[{i}]"), item))
+            .collect()
+    }
 }
 
 /// Parses every job document of one file. Syntax and type errors stop the file (one error);
@@ -287,13 +297,7 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
         timezone: lines
             .take_opt("job.timezone", job.timezone)
             .unwrap_or_else(super::default_timezone),
-        deps: lines
-            .take_opt("job.deps", job.deps)
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, dep)| lines.take(&format!("job.deps[{i}]"), dep))
-            .collect(),
+        deps: lines.take_list("job.deps", job.deps),
         exec,
         params: lines.take_opt("job.params", job.params).unwrap_or_default(),
         retry,
@@ -317,20 +321,8 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
             .take_opt("job.broadcast", job.broadcast)
             .unwrap_or_default(),
         retention: lines.take_opt("job.retention", job.retention).map(|s| s.0),
-        produces: lines
-            .take_opt("job.produces", job.produces)
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, uri)| lines.take(&format!("job.produces[{i}]"), uri))
-            .collect(),
-        consumes: lines
-            .take_opt("job.consumes", job.consumes)
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, uri)| lines.take(&format!("job.consumes[{i}]"), uri))
-            .collect(),
+        produces: lines.take_list("job.produces", job.produces),
+        consumes: lines.take_list("job.consumes", job.consumes),
         freshness: lines
             .take_opt("job.freshness", job.freshness)
             .unwrap_or_default()

@@ -31,7 +31,7 @@ pub(crate) mod planner;
 pub(crate) mod ticks;
 pub(crate) mod time_wheel;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,6 +60,7 @@ use crate::ActorError;
 use creator::Creator;
 use graph::Graph;
 use new_instance::NewInstance;
+use partitions::handover::Handover;
 use partitions::{Applied, Covered, Ownership, Partitions};
 use planner::{CatchUpCandidate, DueRetry, Planner};
 
@@ -69,30 +70,10 @@ use crate::jetstream::publish;
 pub(crate) const ACTOR: &str = "scheduler";
 /// The longest the wheel sleeps, so that a jump of the wall clock is noticed.
 const MAX_SLEEP: Duration = Duration::from_millis(500);
-/// How far before the last completed tick a restart replays the jobs defined or changed since:
-/// longer than a registry watch can stay silent before it is found dead (two missed idle
-/// heartbeats of 5 s, plus a request timeout). The fires it repeats are de-duplicated by their
-/// instance ids.
-const REPLAY_MARGIN: chrono::Duration = chrono::Duration::seconds(30);
-/// How long after a handover its fired-through tick still says where the next owner starts:
-/// longer than a rebalance takes, far shorter than a stop and start of every Scheduler.
-const HANDOVER_FRESH: chrono::Duration = chrono::Duration::seconds(30);
 /// How long a handover waits for the creations already submitted to be recorded.
 const HANDOVER_SETTLE: Duration = Duration::from_secs(3);
 /// How long after its due time a retry's result comes back to any Scheduler.
 const RETRY_BACKSTOP: chrono::Duration = chrono::Duration::seconds(3);
-
-/// A partition taken whose jobs are being loaded.
-#[derive(Clone, Copy, Debug)]
-struct Loading {
-    /// The tick its previous owner fired through, from a fresh handover (`None`: unknown, the
-    /// misfire policy decides about the ticks before now).
-    fired_through: Option<chrono::DateTime<chrono::Utc>>,
-    /// Where its earlier owners left it.
-    covered: Covered,
-    /// The first reading of the registry that delivers all its jobs.
-    reading: u64,
-}
 
 /// The Scheduler actor.
 #[derive(Debug)]
@@ -114,15 +95,8 @@ pub struct Scheduler {
     running_since: chrono::DateTime<chrono::Utc>,
     /// This node's partitions of the cron jobs.
     partitions: Partitions,
-    /// The number of partitions (0 until the keeper knows it).
-    partition_count: u16,
-    /// The partitions whose jobs this Scheduler keeps (or is loading).
-    owned: BTreeSet<PartitionId>,
-    /// Partitions taken whose jobs the registry feed has not delivered in full yet.
-    loading: BTreeMap<PartitionId, Loading>,
-    /// Partitions loaded whose missed ticks are still being looked at, with where their earlier
-    /// owners left them.
-    catching_up: BTreeMap<PartitionId, Covered>,
+    /// The partitions whose jobs this Scheduler keeps, each loading, catching up or ready.
+    handover: Handover,
     /// Bumped to make the registry feed read everything again (partitions were taken).
     reload: Option<tokio::sync::watch::Sender<u64>>,
     /// Told the number of jobs each time the registry has been (re)loaded.
@@ -161,10 +135,7 @@ impl Scheduler {
             last_tick: now,
             running_since: now,
             partitions,
-            partition_count: 0,
-            owned: BTreeSet::new(),
-            loading: BTreeMap::new(),
-            catching_up: BTreeMap::new(),
+            handover: Handover::default(),
             reload: None,
             loaded: None,
             clock_guard: None,
@@ -215,13 +186,7 @@ impl Scheduler {
 
     /// Tells the keeper which partitions are ready: loaded, their missed ticks looked at.
     fn tell_ready(&self) {
-        let ready = self
-            .owned
-            .iter()
-            .filter(|p| !self.loading.contains_key(p) && !self.catching_up.contains_key(p))
-            .copied()
-            .collect();
-        self.partitions.set_ready(ready);
+        self.partitions.set_ready(self.handover.ready());
     }
 
     /// Records the ticks a misfire policy skipped (oldest first) — except the first ones that
@@ -410,35 +375,7 @@ impl Supervised for Scheduler {
         // catching up from the last completed tick. Pending retries come back from JetStream.
         self.planner = Planner::new(self.last_tick);
         self.replay_from = Some(self.last_tick);
-        // The next start reads the registry afresh (its readings count from 0 again); a
-        // catch-up cut short is looked at again (what it created is found created).
-        for loading in self.loading.values_mut() {
-            loading.reading = 0;
-        }
-        for (p, covered) in std::mem::take(&mut self.catching_up) {
-            let loading = Loading {
-                fired_through: None,
-                covered,
-                reading: 0,
-            };
-            self.loading.insert(p, loading);
-        }
-    }
-}
-
-/// The instant after which a job read from the registry fires: now for a live change; after a
-/// restart, the last completed tick — unless the job was defined or changed shortly before it,
-/// when that tick may not have seen it (a registry watch goes silent for seconds before it is
-/// found dead): then every tick after its definition.
-fn fires_from(
-    replay_from: Option<chrono::DateTime<chrono::Utc>>,
-    updated_at: chrono::DateTime<chrono::Utc>,
-    now: chrono::DateTime<chrono::Utc>,
-) -> chrono::DateTime<chrono::Utc> {
-    match replay_from {
-        Some(base) if updated_at > base - REPLAY_MARGIN => updated_at,
-        Some(base) => base,
-        None => now,
+        self.handover.restarted();
     }
 }
 
@@ -458,21 +395,13 @@ impl Handler<RegistryChange> for Scheduler {
             FeedItem::Put { key, value, .. } => match JobRecord::from_registry(&value) {
                 Ok(record) => {
                     self.graph.note_deps(&record.spec);
-                    let p = partition::of(&key, self.partition_count);
-                    if !self.owned.contains(&p) {
+                    let Some(from) =
+                        self.handover
+                            .fires_from(&key, record.updated_at, self.replay_from, now)
+                    else {
                         // Another Scheduler's (or handed over since the feed started).
                         self.planner.remove(&key);
                         return false;
-                    }
-                    let from = match self.loading.get(&p).map(|l| l.fired_through) {
-                        // Handed over: after the tick its previous owner fired through (or
-                        // the job's definition, if later) — no later than now, should a clock
-                        // have been ahead (what was fired early, firing again finds created).
-                        Some(Some(through)) => through.max(record.updated_at).min(now),
-                        // Taken from a Scheduler gone (or from nobody), as at a process start:
-                        // from now; the misfire policy looks at the ticks before.
-                        Some(None) => now,
-                        None => fires_from(self.replay_from, record.updated_at, now),
                     };
                     if let Err(e) = self.planner.upsert(&record, from) {
                         tracing::error!(job = %key, error = %e, "registry holds an invalid job; not scheduled");
@@ -502,7 +431,7 @@ impl Handler<RegistryChange> for Scheduler {
                 self.replay_from = None;
                 tracing::info!(
                     jobs = self.planner.job_count(),
-                    partitions = self.owned.len(),
+                    partitions = self.handover.kept(),
                     "job registry loaded"
                 );
                 if let Some(loaded) = &self.loaded {
@@ -512,16 +441,13 @@ impl Handler<RegistryChange> for Scheduler {
             }
         });
         self.partitions.set_jobs(self.planner.job_count());
-        let taken: BTreeMap<PartitionId, Covered> = self
-            .loading
-            .iter()
-            .filter(|(_, l)| loaded && l.reading <= reading)
-            .map(|(p, l)| (*p, l.covered))
-            .collect();
+        let taken = if loaded {
+            self.handover.loaded(reading)
+        } else {
+            BTreeMap::new()
+        };
         if !taken.is_empty() {
             // The partitions taken are loaded: catch up what their jobs missed.
-            self.loading.retain(|p, _| !taken.contains_key(p));
-            self.catching_up.extend(taken.clone());
             let (client, addr) = (self.client.clone(), ctx.address());
             actix::spawn(async move {
                 loop {
@@ -560,7 +486,7 @@ impl Handler<LastTicks> for Scheduler {
             let entry = last.entry(record.job).or_insert(record.tick);
             *entry = (*entry).max(record.tick);
         }
-        let (count, taken) = (self.partition_count, msg.1);
+        let (count, taken) = (self.handover.count(), msg.1);
         let candidates: Vec<CatchUpCandidate> = self
             .planner
             .catch_up_candidates()
@@ -611,7 +537,7 @@ impl Handler<CatchUp> for Scheduler {
         let now = msg.now;
         for candidate in std::mem::take(&mut msg.candidates) {
             let spec = &candidate.spec;
-            let p = partition::of(&spec.name, self.partition_count);
+            let p = partition::of(&spec.name, self.handover.count());
             let Covered {
                 through: covered,
                 failover,
@@ -685,9 +611,7 @@ impl Handler<CatchUp> for Scheduler {
         }
         // Everything missed is handed to the creator: the partitions' fires are settled as
         // soon as it has finished.
-        for p in msg.covered.keys() {
-            self.catching_up.remove(p);
-        }
+        self.handover.caught_up(msg.covered.keys());
         self.tell_ready();
     }
 }
@@ -813,71 +737,27 @@ impl Handler<OwnershipChanged> for Scheduler {
     /// loading those of partitions taken.
     fn handle(&mut self, msg: OwnershipChanged, ctx: &mut Self::Context) {
         let ownership = msg.0;
-        if !ownership.settled {
+        let now = self.clock.now();
+        let Some(change) = self.handover.apply(&ownership, self.last_tick, now) else {
             return;
-        }
-        self.partition_count = ownership.count;
-        let lost: BTreeSet<PartitionId> = self
-            .owned
-            .iter()
-            .filter(|p| !ownership.held.contains_key(p))
-            .copied()
-            .collect();
-        let mut fired_through: BTreeMap<PartitionId, Option<chrono::DateTime<chrono::Utc>>> =
-            BTreeMap::new();
-        for p in &lost {
-            let through = match (self.loading.remove(p), self.catching_up.remove(p)) {
-                (Some(loading), _) => loading.fired_through,
-                // Its missed ticks not all looked at: the next owner looks at them.
-                (None, Some(_)) => None,
-                (None, None) => Some(self.last_tick),
-            };
-            fired_through.insert(*p, through);
-            self.owned.remove(p);
-        }
-        if !lost.is_empty() {
-            let count = self.partition_count;
+        };
+        let mut fired_through = change.released;
+        if !fired_through.is_empty() {
+            let count = self.handover.count();
             self.planner
-                .retain_jobs(|name| !lost.contains(&partition::of(name, count)));
+                .retain_jobs(|name| !fired_through.contains_key(&partition::of(name, count)));
             tracing::info!(
-                partitions = lost.len(),
+                partitions = fired_through.len(),
                 jobs = self.planner.job_count(),
                 "partitions handed over"
             );
         }
-        let gained: Vec<_> = ownership
-            .held
-            .iter()
-            .filter(|(p, _)| !self.owned.contains(p))
-            .collect();
-        if !gained.is_empty() {
+        if let (Some(reading), Some(reload)) = (change.reload, &self.reload) {
             tracing::info!(
-                partitions = gained.len(),
+                kept = self.handover.kept(),
                 "partitions taken; loading their jobs"
             );
-            let mut reading = 0;
-            if let Some(reload) = &self.reload {
-                reload.send_modify(|generation| *generation += 1);
-                reading = *reload.borrow();
-            }
-            let now = self.clock.now();
-            for (p, start) in gained {
-                // A handover long past (every Scheduler was stopped meanwhile) is a restart:
-                // the misfire policy decides about the ticks since.
-                let fresh = start
-                    .fired_through
-                    .filter(|through| now - *through <= HANDOVER_FRESH);
-                self.owned.insert(*p);
-                let loading = Loading {
-                    fired_through: fresh,
-                    covered: Covered {
-                        through: start.covered,
-                        failover: start.failover,
-                    },
-                    reading,
-                };
-                self.loading.insert(*p, loading);
-            }
+            reload.send_replace(reading);
         }
         self.tell_ready();
         self.partitions.set_jobs(self.planner.job_count());
@@ -984,27 +864,4 @@ pub(crate) async fn run_retry(
     .await?;
     publish::event(client, &record).await;
     Ok(())
-}
-
-#[cfg(test)]
-mod replay_tests {
-    use super::*;
-    use chrono::{Duration, TimeZone, Utc};
-
-    #[test]
-    fn a_restart_replays_a_recent_job_from_its_definition_and_the_others_from_the_last_tick() {
-        let base = Utc.with_ymd_and_hms(2026, 12, 1, 17, 55, 40).unwrap();
-        let now = base + Duration::seconds(16);
-        // Applied while the registry watch was silent, before the last completed tick.
-        let recent = base - Duration::seconds(8);
-        assert_eq!(fires_from(Some(base), recent, now), recent);
-        // Applied after it.
-        let after = base + Duration::seconds(3);
-        assert_eq!(fires_from(Some(base), after, now), after);
-        // Unchanged for long: from the last completed tick, as before.
-        let old = base - Duration::days(3);
-        assert_eq!(fires_from(Some(base), old, now), base);
-        // A live change: from now.
-        assert_eq!(fires_from(None, recent, now), now);
-    }
 }

@@ -4,6 +4,8 @@
 //! number of Schedulers, and each holds only its share of the registry.
 //!
 //! - [`assign`]: the fair shares and which partitions move (pure);
+//! - [`handover`]: where each partition a Scheduler keeps stands: loading, catching up, ready
+//!   (pure);
 //! - [`keeper`]: the task that keeps a node's member key and its partitions;
 //! - [`Partitions`]: the handle the Scheduler actor (and the node, for a graceful stop) holds.
 //!
@@ -21,6 +23,7 @@
 //! re-runs) go to one Scheduler of the shared control consumer; retries likewise.
 
 pub(crate) mod assign;
+pub(crate) mod handover;
 pub(crate) mod keeper;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -62,7 +62,7 @@ async fn an_operator_runs_ax_from_the_browser() {
             (
                 "sleeper",
                 &format!(
-                    "  exec: {{ type: shell, command: 'echo $$ > {}; exec sleep 300' }}\n",
+                    "  exec: {{ type: shell, command: 'echo before the kill; echo $$ > {}; exec sleep 300' }}\n",
                     pid_file.display()
                 ),
             ),
@@ -325,8 +325,14 @@ async fn an_operator_runs_ax_from_the_browser() {
         .await;
     let record = final_record(&up.client, &sleeper, Duration::from_secs(30)).await;
     assert_eq!(record.tag, ax_bus::Tag::Killed);
-    // Ended, it is offered neither cancel nor kill (only what applies to its state).
+    // Ended, it is offered neither cancel nor kill (only what applies to its state), and what
+    // it wrote before the kill is kept on its page.
     browser.open(&format!("{base}/instances/{sleeper}")).await;
+    browser
+        .reload_until("the log kept after the kill", "#log", |t| {
+            t.contains("before the kill")
+        })
+        .await;
     browser.element("#rerun").await;
     assert!(!browser.has("#cancel").await && !browser.has("#kill").await);
     wait_for(Duration::from_secs(30), "the sleep to end", || async {

@@ -557,3 +557,24 @@ fn checked_delay(text: &str) -> Result<String, String> {
 fn json_value(text: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// README's layout names every subcommand (what `bin/` holds is read there first).
+    #[test]
+    fn the_readme_layout_names_every_subcommand() {
+        let readme = include_str!("../README.md");
+        let start = readme.find("bin/ ").expect("README's layout has bin/");
+        let end = start + readme[start..].find(")\n").expect("the list ends with `)`");
+        let named: Vec<&str> = readme[start..end]
+            .split(['(', ',', ' ', '\n'])
+            .filter(|w| !w.is_empty())
+            .collect();
+        for sub in super::Cli::command().get_subcommands() {
+            let name = sub.get_name();
+            assert!(named.contains(&name), "README's layout misses `{name}`");
+        }
+    }
+}

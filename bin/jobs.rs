@@ -98,7 +98,7 @@ pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
                 j.spec.name.to_string(),
                 j.spec.cron.clone().unwrap_or_else(|| "-".into()),
                 j.spec.timezone.clone(),
-                j.spec.exec.kind.clone(),
+                j.spec.exec.name().to_string(),
                 if j.paused { "yes" } else { "no" }.into(),
                 table::time(ax_console::job_view::next_fire(&j.spec, j.paused)),
             ]

@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use ax_actors::{run_locally, LocalRun, LocalRunEnd};
 use ax_bus::ids::JobName;
 use ax_bus::spec::files::load_files;
+use ax_bus::spec::{Builtin, PluginExec};
 
 use crate::args::RunArgs;
 use crate::{jobs, node_config, table, up};
@@ -173,61 +174,9 @@ pub(crate) fn init(name: &JobName, kind: &str, out: Option<PathBuf>) -> Result<(
 
 /// The commented spec: the fields most jobs set, the executor's settings, the rest mentioned.
 fn starting_spec(name: &JobName, kind: &str) -> String {
-    let exec = match kind {
-        "shell" => "  exec:
-    type: shell
-    # Run by /bin/sh -c in its own process group; {{biz_date}}, {{instance_id}} and
-    # {{params.<name>}} are filled in, and params are also in $AX_PARAM_<name>. JSON written to
-    # $AX_OUTPUT_FILE becomes the result's output.
-    command: >-
-      echo \"working on {{biz_date}} for {{params.customer}}\" &&
-      printf '{\"rows\": %d}' 3 > \"$AX_OUTPUT_FILE\"
-    # workdir: /srv/app
-    # env: { LOG_LEVEL: info }
-"
-        .to_string(),
-        "http" => "  exec:
-    type: http
-    # POSTs {instanceId, traceId, job, bizDate, params, attempt, expectedTime} as JSON. A 2xx
-    # answer is a success; 202 Accepted means the work is reported later with
-    # `report(traceId, success, message)` (docs/integration.md). Use instanceId as the request
-    # id your service de-duplicates on.
-    url: http://127.0.0.1:8000/jobs/run
-    # headers: { X-Team: billing }
-    # header_env: { Authorization: BILLING_API_TOKEN }   # the value comes from the worker's env
-    # success_when: { path: /status, equals: ok }
-"
-        .to_string(),
-        "python" => "  exec:
-    type: python
-    # The params arrive as JSON on stdin; JSON written to $AX_OUTPUT_FILE becomes the output.
-    script: jobs/report.py
-    # module: mypackage.report        # instead of script
-    # args: [\"--date\", \"{{biz_date}}\"]
-    # venv: report-env                 # one virtualenv per job, made on the worker
-    # requirements: [\"requests==2.32.3\"]
-"
-        .to_string(),
-        "sql" => "  exec:
-    type: sql
-    # A database of the worker's [databases] (`ax up` has `demo`, a SQLite file); every
-    # placeholder is a bound parameter, never SQL text.
-    database: demo
-    statement: SELECT {{biz_date}} AS day, 1 AS ok
-    output: first_row                  # or rows_affected
-"
-        .to_string(),
-        "noop" => "  exec:
-    type: noop                         # does nothing and succeeds: for wiring and tests
-"
-        .to_string(),
-        plugin => format!(
-            "  exec:
-    type: {plugin}
-    # A plugin executor of the workers' plugin_dir; `with` is handed to it as it is.
-    with: {{}}
-"
-        ),
+    let exec = match Builtin::named(kind) {
+        Some(builtin) => builtin.starting_spec().to_string(),
+        None => PluginExec::starting_spec(kind),
     };
     format!(
         "# Job `{name}`: apply with `ax job apply -f FILE`, try here with `ax job run -f FILE`.
@@ -255,14 +204,15 @@ mod tests {
     #[test]
     fn every_starting_spec_is_a_valid_job() {
         let name: JobName = "nightly_report".parse().unwrap();
-        for kind in ["shell", "http", "python", "sql", "noop", "line-count"] {
+        let builtins = Builtin::ALL.map(Builtin::name);
+        for kind in builtins.into_iter().chain(["line-count"]) {
             let text = starting_spec(&name, kind);
             let jobs = ax_bus::spec::yaml::parse_str("init.yaml", &text)
                 .unwrap_or_else(|e| panic!("{kind}: {e}\n{text}"));
             let docs: Vec<_> = jobs.iter().map(|j| &j.doc).collect();
             let problems = ax_bus::spec::check_documents(&docs, |i| format!("document {i}"));
             assert!(problems.is_empty(), "{kind}: {problems:?}\n{text}");
-            assert_eq!(jobs[0].doc.job.exec.kind, kind);
+            assert_eq!(jobs[0].doc.job.exec.name(), kind);
         }
     }
 }

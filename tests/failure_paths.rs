@@ -291,7 +291,7 @@ async fn a_second_dispatch_of_a_running_attempt_elsewhere_is_refused() {
     // A third copy, its definition forged: refused before it starts, and its refusal cannot
     // end the attempt that runs elsewhere.
     let mut forged = job.spec.clone();
-    forged.exec.command = Some("echo forged".into());
+    forged.exec = ax_bus::spec::ExecSpec::shell("echo forged");
     send_copy(forged).await;
     wait_for(
         Duration::from_secs(20),

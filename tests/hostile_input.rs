@@ -386,7 +386,13 @@ async fn a_ready_attempt_naming_a_path_as_its_executor_fails_at_once() {
     let (instance, record) = waiting_held(&nats, &client).await;
     let (registered, _) = client.job(&job("held")).await.unwrap().unwrap();
     let mut forged = registered.spec.clone();
-    forged.exec.kind = "../../bin/sh".into();
+    // Past the spec's rules a path is still a plugin's name to the wire: the Router fails it.
+    forged.exec = ax_bus::spec::ExecSpec::Plugin(ax_bus::spec::PluginExec {
+        name: "../../bin/sh".into(),
+        with: None,
+        workdir: None,
+        env: Default::default(),
+    });
     let work = ax_bus::messages::WorkItem::for_attempt(&record, forged);
     client
         .js

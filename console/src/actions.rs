@@ -387,12 +387,13 @@ async fn unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) -> Vec<Stri
         return Vec::new();
     }
     jobs.iter()
-        .filter(|job| !offered.contains(job.doc.job.exec.kind.as_str()))
+        .filter(|job| !offered.contains(job.doc.job.exec.name()))
         .map(|job| {
             format!(
                 "job {}: no live worker offers executor `{}`; its instances wait (tag \
                  no_worker) until one does",
-                job.doc.job.name, job.doc.job.exec.kind
+                job.doc.job.name,
+                job.doc.job.exec.name()
             )
         })
         .collect()

@@ -114,8 +114,8 @@ impl Dispatcher {
         let message = format!(
             "no worker can offer executor `{}`: an executor is one of {} or a plugin's name \
              ([a-z][a-z0-9_-]*)",
-            work.spec.exec.kind.escape_debug(),
-            ax_bus::spec::BUILTIN_EXECUTORS.join(", ")
+            work.spec.exec.name().escape_debug(),
+            ax_bus::spec::builtin_names()
         );
         self.fail(work, Tag::ExecutorError, &message).await
     }

@@ -47,7 +47,7 @@ impl Request {
         Self {
             pin: work.pin.clone(),
             tags: work.spec.tags.clone(),
-            kind: work.spec.exec.kind.clone(),
+            kind: work.spec.exec.name().to_string(),
         }
     }
 }

@@ -179,7 +179,7 @@ pub(super) async fn ready(
                 consume::nak(&message, NO_WORKER_RETRY).await;
                 continue;
             }
-            if !ax_bus::spec::is_executor_name(&work.spec.exec.kind) {
+            if !ax_bus::spec::is_executor_name(work.spec.exec.name()) {
                 dispatcher.fail_unknown_executor(&work).await?;
                 consume::ack(&message).await;
                 continue;

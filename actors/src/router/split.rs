@@ -60,7 +60,7 @@ async fn children_of(
     }
     let eligible = Eligible {
         tags: spec.tags.clone(),
-        kind: spec.exec.kind.clone(),
+        kind: spec.exec.name().to_string(),
     };
     let workers = dispatcher.router.send(eligible).await?;
     if workers.is_empty() {

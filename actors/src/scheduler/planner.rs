@@ -331,11 +331,7 @@ mod tests {
                 at: None,
                 timezone: "UTC".into(),
                 deps: vec![],
-                exec: ExecSpec {
-                    kind: "shell".into(),
-                    command: Some("true".into()),
-                    ..Default::default()
-                },
+                exec: ExecSpec::shell("true"),
                 params: Default::default(),
                 retry: None,
                 timeout: None,
@@ -454,13 +450,13 @@ mod tests {
             .upsert(&record("a", "0 * * * * *", false), start)
             .unwrap();
         let mut edited = record("a", "0 * * * * *", false);
-        edited.spec.exec.command = Some("echo changed".into());
+        edited.spec.exec = ExecSpec::shell("echo changed");
         planner
             .upsert(&edited, start + Duration::seconds(59))
             .unwrap();
         let fires = planner.advance(start + Duration::seconds(60)).fires;
         assert_eq!(fires.len(), 1);
-        assert_eq!(fires[0].spec.exec.command.as_deref(), Some("echo changed"));
+        assert_eq!(fires[0].spec.exec, ExecSpec::shell("echo changed"));
     }
 
     #[test]

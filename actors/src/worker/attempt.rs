@@ -532,12 +532,12 @@ async fn execute(
 ) -> AttemptEnd {
     let worker = &attempts.config.id;
     let started_at = ax_bus::time::now();
-    let result = match attempts.executors.get(&work.spec.exec.kind) {
+    let result = match attempts.executors.get(work.spec.exec.name()) {
         None => ExecResult::failed(
             Tag::ExecutorError,
             format!(
                 "worker {worker} has no executor `{}` (it offers: {})",
-                work.spec.exec.kind,
+                work.spec.exec.name(),
                 attempts.executors.names().join(", ")
             ),
         ),

@@ -66,14 +66,14 @@ pub async fn run_locally(run: LocalRun, scratch: &Path) -> Result<LocalRunEnd, E
     })?;
     let started = Instant::now();
     let result = match (
-        registry.get(&work.spec.exec.kind),
+        registry.get(work.spec.exec.name()),
         missing_upstream(&work, &run.upstream),
     ) {
         (None, _) => ExecResult::failed(
             Tag::ExecutorError,
             format!(
                 "no executor `{}` here (this machine offers: {}; a plugin needs --plugin-dir)",
-                work.spec.exec.kind,
+                work.spec.exec.name(),
                 registry.names().join(", ")
             ),
         ),

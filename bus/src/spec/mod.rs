@@ -32,8 +32,9 @@ use crate::ids::JobName;
 
 use exec::validate_exec;
 pub use exec::{
-    is_executor_name, is_plugin_name, meant_builtin, readable_upstream, ExecSpec, SqlOutput,
-    SuccessWhen, BUILTIN_EXECUTORS,
+    builtin_names, is_executor_name, is_plugin_name, meant_builtin, readable_upstream, Builtin,
+    ExecFields, ExecProblems, ExecSpec, HttpExec, PluginExec, PythonEntry, PythonExec, ShellExec,
+    SqlExec, SqlOutput, SuccessWhen,
 };
 
 /// The only spec version so far.
@@ -929,11 +930,7 @@ mod tests {
             at: None,
             timezone: "UTC".into(),
             deps: vec![],
-            exec: ExecSpec {
-                kind: "shell".into(),
-                command: Some(command.into()),
-                ..Default::default()
-            },
+            exec: ExecSpec::shell(command),
             params: BTreeMap::new(),
             retry: None,
             timeout: None,
@@ -1033,42 +1030,27 @@ mod tests {
     }
 
     #[test]
-    fn noop_takes_no_settings() {
-        let mut job = shell_job("x", "true");
-        job.exec.kind = "noop".into();
-        assert_eq!(validate(&doc(job.clone()))[0].field, "job.exec.command");
-        job.exec.command = None;
-        assert!(validate(&doc(job)).is_empty());
-    }
-
-    #[test]
     fn unknown_executor_is_refused() {
         let mut job = shell_job("x", "true");
-        job.exec.kind = "Cobol!".into();
+        let plugin = |name: &str| {
+            ExecSpec::Plugin(PluginExec {
+                name: name.into(),
+                with: Some(serde_json::Map::new()),
+                workdir: None,
+                env: BTreeMap::new(),
+            })
+        };
+        job.exec = plugin("Cobol!");
         let errors = validate(&doc(job.clone()));
         assert_eq!(errors[0].field, "job.exec.type");
         assert!(errors[0].reason.contains("Cobol!"));
-        // A well-formed name is a plugin's, which takes `with`, not a command.
-        job.exec.kind = "cobol".into();
-        let errors = validate(&doc(job.clone()));
-        assert_eq!(errors[0].field, "job.exec.command");
-        assert!(errors[0].reason.contains("plugin"), "{}", errors[0].reason);
-        job.exec.command = None;
-        job.exec.with = Some(serde_json::Map::new());
+        // A well-formed name is a plugin's.
+        job.exec = plugin("cobol");
         assert!(validate(&doc(job)).is_empty());
     }
 
     #[test]
-    fn a_misspelt_builtin_executor_is_named_in_the_error() {
-        let mut job = shell_job("typo", "echo hi");
-        job.exec.kind = "shel".into();
-        let errors = validate(&doc(job));
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(
-            errors[0].reason.ends_with("; did you mean `type: shell`?"),
-            "{}",
-            errors[0].reason
-        );
+    fn a_misspelt_builtin_executor_is_meant() {
         assert_eq!(meant_builtin("shel"), Some("shell"));
         assert_eq!(meant_builtin("pyhton"), Some("python"));
         assert_eq!(meant_builtin("htp"), Some("http"));
@@ -1083,7 +1065,7 @@ mod tests {
     }
 
     #[test]
-    fn each_executor_needs_its_settings_and_takes_no_others() {
+    fn each_executor_checks_its_own_rules() {
         let first = |job: &JobSpec| {
             validate(&doc(job.clone()))
                 .into_iter()
@@ -1091,47 +1073,48 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let mut http = shell_job("h", "true");
-        http.exec.kind = "http".into();
-        assert_eq!(
-            first(&http),
-            vec![
-                "job.exec.command: the http executor takes no `command` (a setting of: shell)",
-                "job.exec.url: the http executor needs `url`"
-            ]
-        );
-        http.exec.command = None;
-        http.exec.url = Some("ftp://x".into());
+        let with_url = |url: &str| {
+            ExecSpec::Http(HttpExec {
+                url: url.into(),
+                headers: BTreeMap::new(),
+                header_env: BTreeMap::new(),
+                success_when: None,
+            })
+        };
+        http.exec = with_url("ftp://x");
         assert!(first(&http)[0].contains("not an http"));
-        http.exec.url = Some("http://127.0.0.1:9/hook".into());
+        http.exec = with_url(" ");
+        assert_eq!(first(&http), vec!["job.exec.url: `url` is empty"]);
+        http.exec = with_url("http://127.0.0.1:9/hook");
         assert!(first(&http).is_empty());
 
         let mut sql = shell_job("s", "true");
-        sql.exec = ExecSpec {
-            kind: "sql".into(),
-            database: Some("main".into()),
-            ..Default::default()
+        let statement = |statement: &str| {
+            ExecSpec::Sql(SqlExec {
+                database: "main".into(),
+                statement: statement.into(),
+                output: SqlOutput::default(),
+            })
         };
-        assert_eq!(
-            first(&sql),
-            vec!["job.exec.statement: the sql executor needs `statement`"]
-        );
-        sql.exec.statement = Some("select '{{biz_date}}'".into());
+        sql.exec = statement("select '{{biz_date}}'");
         assert!(first(&sql)[0].contains("inside quotes"));
-        sql.exec.statement = Some("select {{biz_date}}".into());
+        sql.exec = statement("select {{biz_date}}");
         assert!(first(&sql).is_empty());
 
         let mut python = shell_job("p", "true");
-        python.exec = ExecSpec {
-            kind: "python".into(),
+        let mut settings = PythonExec {
+            entry: PythonEntry::Module("http.server".into()),
+            args: vec![],
+            venv: None,
             requirements: vec!["requests".into()],
-            ..Default::default()
+            workdir: None,
+            env: BTreeMap::new(),
         };
-        let errors = first(&python);
-        assert!(errors[0].contains("`script` or `module`"), "{errors:?}");
-        assert!(errors[1].contains("set `venv` too"), "{errors:?}");
-        python.exec.module = Some("http.server".into());
-        python.exec.venv = Some("/tmp/v".into());
-        python.exec.args = vec!["--date={{biz_date}}".into(), "{{deps.up.output.x}}".into()];
+        python.exec = ExecSpec::Python(settings.clone());
+        assert!(first(&python)[0].contains("set `venv` too"));
+        settings.venv = Some("/tmp/v".into());
+        settings.args = vec!["--date={{biz_date}}".into(), "{{deps.up.output.x}}".into()];
+        python.exec = ExecSpec::Python(settings);
         assert!(first(&python)[0].contains("does not list"));
         python.deps = vec![DepSpec {
             name: JobName::unchecked("up".to_string()),

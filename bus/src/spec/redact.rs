@@ -7,7 +7,7 @@
 //! takes such a header from the worker's environment (`exec.header_env`) and the spec never
 //! holds it.
 
-use super::JobSpec;
+use super::{ExecSpec, JobSpec};
 
 /// What a redacted value shows.
 pub const REDACTED: &str = "***";
@@ -39,12 +39,12 @@ pub fn is_secret_header(name: &str) -> bool {
 /// `spec` as it may be shown.
 pub fn spec(spec: &JobSpec) -> JobSpec {
     let mut shown = spec.clone();
-    if let Some(u) = &mut shown.exec.url {
-        *u = url(u);
-    }
-    for (name, value) in shown.exec.headers.iter_mut() {
-        if is_secret_header(name) {
-            *value = REDACTED.to_string();
+    if let ExecSpec::Http(http) = &mut shown.exec {
+        http.url = url(&http.url);
+        for (name, value) in http.headers.iter_mut() {
+            if is_secret_header(name) {
+                *value = REDACTED.to_string();
+            }
         }
     }
     shown
@@ -54,13 +54,13 @@ pub fn spec(spec: &JobSpec) -> JobSpec {
 /// document copied from `ax job get` or the console, which must not be applied as it is (the
 /// secret would become `***`).
 pub fn redacted_field(spec: &JobSpec) -> Option<String> {
-    if let Some(u) = &spec.exec.url {
-        if u.contains(&format!(":{REDACTED}@")) {
-            return Some("job.exec.url".into());
-        }
+    let ExecSpec::Http(http) = &spec.exec else {
+        return None;
+    };
+    if http.url.contains(&format!(":{REDACTED}@")) {
+        return Some("job.exec.url".into());
     }
-    spec.exec
-        .headers
+    http.headers
         .iter()
         .find(|(name, value)| is_secret_header(name) && value.as_str() == REDACTED)
         .map(|(name, _)| format!("job.exec.headers.{name}"))
@@ -81,7 +81,9 @@ mod tests {
         assert_eq!(redacted_field(&job), None);
         let shown = spec(&job);
         assert_eq!(redacted_field(&shown).as_deref(), Some("job.exec.url"));
-        job.exec.headers.insert("X-Api-Key".into(), REDACTED.into());
+        if let ExecSpec::Http(http) = &mut job.exec {
+            http.headers.insert("X-Api-Key".into(), REDACTED.into());
+        }
         assert_eq!(
             redacted_field(&job).as_deref(),
             Some("job.exec.headers.X-Api-Key")

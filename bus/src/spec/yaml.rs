@@ -13,8 +13,8 @@ use serde_saphyr::Spanned;
 use crate::ids::JobName;
 
 use super::{
-    DepSpec, DumpSignal, ExecSpec, JobDocument, JobSpec, Misfire, OnTimeoutSpec, Overlap, Priority,
-    RetrySpec, SpecError, SqlOutput, SuccessWhen,
+    DepSpec, DumpSignal, ExecFields, ExecProblems, ExecSpec, JobDocument, JobSpec, Misfire,
+    OnTimeoutSpec, Overlap, Priority, RetrySpec, SpecError, SqlOutput, SuccessWhen,
 };
 
 /// A job read from a file, with where it came from.
@@ -32,16 +32,7 @@ pub struct LocatedJob {
 impl LocatedJob {
     /// The line of `field` (or of its closest parent that has one).
     pub fn line_of(&self, field: &str) -> u64 {
-        let mut path = field;
-        loop {
-            if let Some(line) = self.lines.get(path) {
-                return *line;
-            }
-            match path.rsplit_once('.') {
-                Some((parent, _)) => path = parent,
-                None => return self.line,
-            }
-        }
+        line_in(&self.lines, self.line, field)
     }
 
     /// Places a validation error in this job's file.
@@ -51,6 +42,20 @@ impl LocatedJob {
             line: Some(self.line_of(&error.field)),
             field: Some(error.field),
             reason: error.reason,
+        }
+    }
+}
+
+/// The line of `field` (or of its closest parent that has one; else `otherwise`).
+fn line_in(lines: &HashMap<String, u64>, otherwise: u64, field: &str) -> u64 {
+    let mut path = field;
+    loop {
+        if let Some(line) = lines.get(path) {
+            return *line;
+        }
+        match path.rsplit_once('.') {
+            Some((parent, _)) => path = parent,
+            None => return otherwise,
         }
     }
 }
@@ -229,22 +234,24 @@ pub fn parse_str(file: &str, text: &str) -> Result<Vec<LocatedJob>, LocatedError
         field: None,
         reason: serde_error_reason(&e),
     })?;
-    Ok(raws
-        .into_iter()
+    raws.into_iter()
         .map(|raw| into_located(file, raw))
-        .collect())
+        .collect()
 }
 
 /// A parsed document with the line of each field. Long on purpose: one line per field of the
 /// spec, which must stay in step with [`JobSpec`] field by field.
-fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
+///
+/// An `exec` map that is no executor's (a setting of another, one missing) is refused here,
+/// at the line of its first problem, with every problem of the map.
+fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError> {
     let mut lines = Lines(HashMap::new());
     let version = lines.take("version", raw.version);
     let job = lines.take("job", raw.job);
     let name_line = job.name.referenced.line();
     let name = lines.take("job.name", job.name);
     let exec = lines.take("job.exec", job.exec);
-    let exec = ExecSpec {
+    let exec = ExecFields {
         kind: lines.take("job.exec.type", exec.kind),
         command: lines.take_opt("job.exec.command", exec.command),
         workdir: lines.take_opt("job.exec.workdir", exec.workdir),
@@ -273,6 +280,22 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
             .unwrap_or_default(),
         with: lines.take_opt("job.exec.with", exec.with),
     };
+    let exec = ExecSpec::try_from(exec).map_err(|ExecProblems(problems)| {
+        let mut problems = problems.into_iter();
+        let first = problems
+            .next()
+            .unwrap_or_else(|| super::SpecError::new("job.exec", ""));
+        let mut reason = first.reason;
+        for more in problems {
+            reason.push_str(&format!("; {more}"));
+        }
+        LocatedError {
+            file: file.to_string(),
+            line: Some(line_in(&lines.0, name_line, &first.field)),
+            field: Some(first.field),
+            reason,
+        }
+    })?;
     let retry = lines.take_opt("job.retry", job.retry).map(|r| RetrySpec {
         times: lines.take("job.retry.times", r.times),
         interval: lines.take("job.retry.interval", r.interval),
@@ -330,12 +353,12 @@ fn into_located(file: &str, raw: RawDocument) -> LocatedJob {
             .map(|(uri, secs)| (uri, secs.0))
             .collect(),
     };
-    LocatedJob {
+    Ok(LocatedJob {
         file: file.to_string(),
         line: name_line,
         doc: JobDocument { version, job: spec },
         lines: lines.0,
-    }
+    })
 }
 
 /// The error's message without the source snippet serde-saphyr may attach.

@@ -176,7 +176,7 @@ async fn validate(state: web::Data<State>, form: web::Form<EditorForm>) -> HttpR
                 .flat_map(|(worker, _)| worker.executors)
                 .collect();
             for job in &jobs {
-                let kind = &job.doc.job.exec.kind;
+                let kind = job.doc.job.exec.name();
                 if offered.is_empty() || offered.contains(kind) {
                     continue;
                 }

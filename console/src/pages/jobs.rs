@@ -46,7 +46,7 @@ pub(crate) struct JobFilter {
 impl JobFilter {
     pub(crate) fn admits(&self, job: &JobRecord) -> bool {
         (self.q.is_empty() || job.spec.name.as_str().contains(self.q.trim()))
-            && (self.executor.is_empty() || job.spec.exec.kind == self.executor)
+            && (self.executor.is_empty() || job.spec.exec.name() == self.executor)
             && (self.tag.is_empty() || job.spec.tags.contains(&self.tag))
             && match self.paused.as_str() {
                 "yes" => job.paused,
@@ -151,7 +151,10 @@ async fn list(
             )
         }
     };
-    let mut executors: Vec<String> = jobs.iter().map(|j| j.spec.exec.kind.clone()).collect();
+    let mut executors: Vec<String> = jobs
+        .iter()
+        .map(|j| j.spec.exec.name().to_string())
+        .collect();
     executors.sort();
     executors.dedup();
     let rows = jobs
@@ -161,7 +164,7 @@ async fn list(
             name: j.spec.name.to_string(),
             schedule: schedule(&j.spec),
             timezone: j.spec.timezone.clone(),
-            executor: j.spec.exec.kind.clone(),
+            executor: j.spec.exec.name().to_string(),
             tags: j.spec.tags.join(", "),
             paused: j.paused,
             next_fire: pages::zoned(next_fire(&j.spec, j.paused), &j.spec.timezone),

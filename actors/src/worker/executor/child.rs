@@ -51,7 +51,7 @@ impl Child {
             program: self.program,
             args: self.args,
             env: ctx.values.env(work, ctx.worker, &output_file),
-            workdir: work.spec.exec.workdir.as_ref().map(PathBuf::from),
+            workdir: work.spec.exec.workdir().map(PathBuf::from),
             timeout,
             on_timeout: on_timeout(&work.spec.on_timeout),
             stdin: self.stdin,

@@ -29,10 +29,11 @@ use futures::StreamExt;
 use ax_bus::client::reports::Report;
 use ax_bus::instance::Tag;
 use ax_bus::messages::ExecutorInfo;
-use ax_bus::spec::{redact, SuccessWhen};
+use ax_bus::spec::{redact, Builtin, ExecSpec, SuccessWhen};
 
 use super::{
-    attempt_json, builtin, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig,
+    attempt_json, builtin, mismatched, AttemptContext, ExecResult, Executor, ExecutorError,
+    ExecutorsConfig,
 };
 
 /// Most bytes of a response body read.
@@ -214,13 +215,13 @@ const CLOSE_TRIES: usize = 5;
 impl Http {
     async fn exchange(&self, ctx: &AttemptContext<'_>) -> Answer {
         let work = ctx.work;
-        let exec = &work.spec.exec;
-        let (Some(client), Some(url)) = (&self.client, &exec.url) else {
-            return ExecResult::failed(
-                Tag::ExecutorError,
-                "exec.url: the http executor needs a url",
-            )
-            .into();
+        let ExecSpec::Http(exec) = &work.spec.exec else {
+            return mismatched(work, Builtin::Http).into();
+        };
+        let url = &exec.url;
+        let Some(client) = &self.client else {
+            return ExecResult::failed(Tag::ExecutorError, "the http executor is not initialised")
+                .into();
         };
         let shown = redact::url(url);
         let from_env = match headers_from_env(&exec.header_env) {
@@ -310,7 +311,7 @@ impl Executor for Http {
 
     fn describe(&self) -> ExecutorInfo {
         builtin(
-            "http",
+            Builtin::Http,
             "POSTs the instance as JSON to exec.url; 2xx (and exec.success_when) is success",
         )
     }

@@ -31,6 +31,7 @@ use tokio::sync::Notify;
 use ax_bus::ids::WorkerId;
 use ax_bus::instance::Tag;
 use ax_bus::messages::{ExecutorInfo, WorkItem};
+use ax_bus::spec::Builtin;
 
 use values::Values;
 
@@ -164,12 +165,36 @@ pub(crate) fn attempt_json(work: &WorkItem) -> serde_json::Map<String, serde_jso
 }
 
 /// A built-in's self-description.
-pub(crate) fn builtin(name: &str, description: &str) -> ExecutorInfo {
+pub(crate) fn builtin(which: Builtin, description: &str) -> ExecutorInfo {
     ExecutorInfo {
-        name: name.to_string(),
+        name: which.name().to_string(),
         kind: "builtin".to_string(),
         version: BUILTIN_VERSION.to_string(),
         description: description.to_string(),
+    }
+}
+
+/// The end of an attempt handed to the built-in executor `expected` although its job names
+/// another: workers pick the executor by the job's `type`, so only a bug gets here.
+pub(crate) fn mismatched(work: &WorkItem, expected: Builtin) -> ExecResult {
+    ExecResult::failed(
+        Tag::ExecutorError,
+        format!(
+            "the {} executor was handed a `{}` job",
+            expected.name(),
+            work.spec.exec.name()
+        ),
+    )
+}
+
+/// The built-in executor of each type (a new built-in is added here, the compiler says).
+fn builtin_executor(which: Builtin) -> Box<dyn Executor> {
+    match which {
+        Builtin::Http => Box::new(http::Http::default()),
+        Builtin::Noop => Box::new(noop::Noop),
+        Builtin::Python => Box::new(python::Python::default()),
+        Builtin::Shell => Box::new(shell::Shell),
+        Builtin::Sql => Box::new(sql::Sql::default()),
     }
 }
 
@@ -190,13 +215,8 @@ impl Registry {
     /// that does not describe itself is left out with a warning; it does not stop the worker.
     /// A plugin directory that cannot be read, or a database URL of no known kind, does.
     pub fn load(config: &ExecutorsConfig) -> Result<Self, ExecutorError> {
-        let mut all: Vec<Box<dyn Executor>> = vec![
-            Box::new(shell::Shell),
-            Box::new(noop::Noop),
-            Box::new(python::Python::default()),
-            Box::new(http::Http::default()),
-            Box::new(sql::Sql::default()),
-        ];
+        let mut all: Vec<Box<dyn Executor>> =
+            Builtin::ALL.into_iter().map(builtin_executor).collect();
         if let Some(dir) = &config.plugin_dir {
             for found in plugin::discover(dir)? {
                 match found {

@@ -4,6 +4,7 @@
 use futures::future::BoxFuture;
 
 use ax_bus::messages::ExecutorInfo;
+use ax_bus::spec::Builtin;
 
 use super::{builtin, AttemptContext, ExecResult, Executor};
 
@@ -12,7 +13,7 @@ pub(crate) struct Noop;
 
 impl Executor for Noop {
     fn describe(&self) -> ExecutorInfo {
-        builtin("noop", "succeeds at once without running anything")
+        builtin(Builtin::Noop, "succeeds at once without running anything")
     }
 
     fn run<'a>(&'a self, _ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult> {

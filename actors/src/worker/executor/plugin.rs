@@ -35,7 +35,7 @@ use serde::Deserialize;
 
 use ax_bus::instance::Tag;
 use ax_bus::messages::ExecutorInfo;
-use ax_bus::spec::is_plugin_name;
+use ax_bus::spec::{is_plugin_name, ExecSpec};
 
 use super::child::Child;
 use super::{attempt_json, AttemptContext, ExecResult, Executor, ExecutorError};
@@ -136,7 +136,10 @@ impl Plugin {
         request.insert("worker".into(), ctx.worker.as_str().into());
         request.insert(
             "with".into(),
-            serde_json::Value::Object(work.spec.exec.with.clone().unwrap_or_default()),
+            serde_json::Value::Object(match &work.spec.exec {
+                ExecSpec::Plugin(plugin) => plugin.with.clone().unwrap_or_default(),
+                _ => serde_json::Map::new(),
+            }),
         );
         serde_json::to_vec(&request).unwrap_or_default()
     }

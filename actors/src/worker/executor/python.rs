@@ -18,11 +18,13 @@ use dashmap::DashMap;
 use futures::future::BoxFuture;
 
 use ax_bus::messages::ExecutorInfo;
-use ax_bus::spec::readable_upstream;
 use ax_bus::spec::template::{Scope, Template};
+use ax_bus::spec::{readable_upstream, Builtin, ExecSpec, PythonEntry};
 
 use super::child::Child;
-use super::{builtin, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig};
+use super::{
+    builtin, mismatched, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig,
+};
 use crate::worker::process::{self, Exit, OnTimeout, ProcessSpec, TAIL_BYTES};
 use ax_bus::instance::Tag;
 
@@ -156,15 +158,17 @@ impl Executor for Python {
 
     fn describe(&self) -> ExecutorInfo {
         builtin(
-            "python",
+            Builtin::Python,
             "runs exec.script or exec.module (params as JSON on stdin), optionally in a per-job virtualenv",
         )
     }
 
     fn prepare<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            let exec = &ctx.work.spec.exec;
-            if let Some(script) = &exec.script {
+            let ExecSpec::Python(exec) = &ctx.work.spec.exec else {
+                return Ok(());
+            };
+            if let PythonEntry::Script(script) = &exec.entry {
                 let path = match &exec.workdir {
                     Some(dir) => Path::new(dir).join(script),
                     None => PathBuf::from(script),
@@ -186,16 +190,12 @@ impl Executor for Python {
     fn run<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult> {
         Box::pin(async move {
             let work = ctx.work;
-            let exec = &work.spec.exec;
-            let mut args = match (&exec.script, &exec.module) {
-                (Some(script), _) => vec![script.clone()],
-                (None, Some(module)) => vec!["-m".to_string(), module.clone()],
-                (None, None) => {
-                    return ExecResult::failed(
-                        Tag::ExecutorError,
-                        "exec: the python executor needs `script` or `module`",
-                    )
-                }
+            let ExecSpec::Python(exec) = &work.spec.exec else {
+                return mismatched(work, Builtin::Python);
+            };
+            let mut args = match &exec.entry {
+                PythonEntry::Script(script) => vec![script.clone()],
+                PythonEntry::Module(module) => vec!["-m".to_string(), module.clone()],
             };
             let upstream = readable_upstream(&work.spec);
             let scope = Scope {

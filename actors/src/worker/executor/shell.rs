@@ -9,11 +9,11 @@ use futures::future::BoxFuture;
 
 use ax_bus::instance::Tag;
 use ax_bus::messages::ExecutorInfo;
-use ax_bus::spec::readable_upstream;
 use ax_bus::spec::template::{Scope, Template};
+use ax_bus::spec::{readable_upstream, Builtin, ExecSpec};
 
 use super::child::Child;
-use super::{builtin, AttemptContext, ExecResult, Executor};
+use super::{builtin, mismatched, AttemptContext, ExecResult, Executor};
 
 /// See the module.
 pub(crate) struct Shell;
@@ -21,7 +21,7 @@ pub(crate) struct Shell;
 impl Executor for Shell {
     fn describe(&self) -> ExecutorInfo {
         builtin(
-            "shell",
+            Builtin::Shell,
             "runs exec.command with /bin/sh -c in its own process group",
         )
     }
@@ -29,7 +29,10 @@ impl Executor for Shell {
     fn run<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, ExecResult> {
         Box::pin(async move {
             let work = ctx.work;
-            let command = work.spec.exec.command.as_deref().unwrap_or_default();
+            let ExecSpec::Shell(shell) = &work.spec.exec else {
+                return mismatched(work, Builtin::Shell);
+            };
+            let command = &shell.command;
             let upstream = readable_upstream(&work.spec);
             let scope = Scope {
                 params: &work.params,

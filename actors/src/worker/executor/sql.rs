@@ -22,11 +22,13 @@ use sqlx::{AnyPool, Column, Row, ValueRef};
 
 use ax_bus::instance::Tag;
 use ax_bus::messages::ExecutorInfo;
-use ax_bus::spec::readable_upstream;
 use ax_bus::spec::template::{Scope, Template};
 use ax_bus::spec::SqlOutput;
+use ax_bus::spec::{readable_upstream, Builtin, ExecSpec};
 
-use super::{builtin, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig};
+use super::{
+    builtin, mismatched, AttemptContext, ExecResult, Executor, ExecutorError, ExecutorsConfig,
+};
 
 /// Connections kept per database.
 const POOL_SIZE: u32 = 4;
@@ -141,8 +143,10 @@ fn row_json(row: &AnyRow) -> Result<serde_json::Value, String> {
 impl Sql {
     async fn execute(&self, ctx: &AttemptContext<'_>) -> ExecResult {
         let work = ctx.work;
-        let exec = &work.spec.exec;
-        let name = exec.database.as_deref().unwrap_or_default();
+        let ExecSpec::Sql(exec) = &work.spec.exec else {
+            return mismatched(work, Builtin::Sql);
+        };
+        let name = exec.database.as_str();
         let Some(database) = self.databases.get(name) else {
             return ExecResult::failed(
                 Tag::ExecutorError,
@@ -154,8 +158,7 @@ impl Sql {
             params: &work.params,
             upstream: &upstream,
         };
-        let statement = exec.statement.as_deref().unwrap_or_default();
-        let bound = Template::parse(statement, &scope).and_then(|t| {
+        let bound = Template::parse(&exec.statement, &scope).and_then(|t| {
             t.render_bind(&|n| match database.markers {
                 Markers::Numbered => format!("${n}"),
                 Markers::Question => "?".to_string(),
@@ -233,7 +236,7 @@ impl Executor for Sql {
 
     fn describe(&self) -> ExecutorInfo {
         let mut info = builtin(
-            "sql",
+            Builtin::Sql,
             "runs exec.statement on a database of the worker's config, placeholders bound as parameters",
         );
         if !self.databases.is_empty() {
@@ -245,7 +248,10 @@ impl Executor for Sql {
 
     fn prepare<'a>(&'a self, ctx: &'a AttemptContext<'a>) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            let name = ctx.work.spec.exec.database.as_deref().unwrap_or_default();
+            let ExecSpec::Sql(exec) = &ctx.work.spec.exec else {
+                return Ok(());
+            };
+            let name = exec.database.as_str();
             if self.databases.contains_key(name) {
                 return Ok(());
             }

@@ -43,11 +43,9 @@ pub(crate) fn templates(
         params,
         upstream: &upstream,
     };
-    let exec = &spec.exec;
-    exec.command
-        .iter()
-        .chain(exec.args.iter())
-        .chain(exec.statement.iter())
+    spec.exec
+        .templates()
+        .into_iter()
         .filter_map(|text| Template::parse(text, &scope).ok())
         .collect()
 }
@@ -161,7 +159,7 @@ impl Values {
         env.extend(
             work.spec
                 .exec
-                .env
+                .env()
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone())),
         );

@@ -29,6 +29,8 @@ mod outcome;
 mod reporter;
 mod router;
 mod scheduler;
+#[cfg(test)]
+mod test_fixtures;
 pub mod test_hooks;
 mod worker;
 

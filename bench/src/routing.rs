@@ -119,25 +119,12 @@ async fn publish_ready(client: &AxClient, n: usize) -> Result<()> {
         if i % 2 == 1 {
             spec.tags = vec![format!("class{}", i % CLASSES)];
         }
-        let work = WorkItem {
-            instance_id: format!("routed.{i}").parse()?,
-            trace_id: TraceId::random(),
-            attempt: 1,
-            run_start: 1,
-            biz_date: "2026-01-01".into(),
-            expected_time: ax_bus::time::now(),
-            params: Default::default(),
+        let work = WorkItem::first(
+            format!("routed.{i}").parse()?,
+            TraceId::random(),
+            "2026-01-01",
             spec,
-            worker: None,
-            gate: None,
-            dispatch: None,
-            router: None,
-            shard: None,
-            pin: None,
-            stored: None,
-            passed_over: Vec::new(),
-            trigger: None,
-        };
+        );
         acks.push(
             publish::to_stream(
                 client,

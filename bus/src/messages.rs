@@ -639,6 +639,35 @@ impl WorkItem {
             trigger: Some(record.trigger),
         }
     }
+
+    /// A first attempt of `spec` for `biz_date`, due now with the job's own params, on its way
+    /// to routing (no worker, gate, dispatch or router yet): what a benchmark hands a Router.
+    pub fn first(
+        instance_id: InstanceId,
+        trace_id: TraceId,
+        biz_date: impl Into<String>,
+        spec: crate::spec::JobSpec,
+    ) -> Self {
+        Self {
+            instance_id,
+            trace_id,
+            attempt: 1,
+            run_start: 1,
+            biz_date: biz_date.into(),
+            expected_time: crate::time::now(),
+            params: spec.params.clone(),
+            spec,
+            worker: None,
+            gate: None,
+            dispatch: None,
+            router: None,
+            shard: None,
+            pin: None,
+            stored: None,
+            passed_over: Vec::new(),
+            trigger: None,
+        }
+    }
 }
 
 /// A delayed trigger's first attempt waiting for its due time (its `expected_time`) in

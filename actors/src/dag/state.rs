@@ -747,41 +747,20 @@ impl DagState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_fixtures::spec;
     use ax_bus::ids::{TraceId, WorkerId};
     use ax_bus::instance::Tag;
     use ax_bus::messages::Gate;
 
-    fn spec(name: &str, cron: Option<&str>, deps: &[(&str, &str)]) -> JobSpec {
-        let mut value = serde_json::json!({
-            "name": name,
-            "exec": {"type": "shell", "command": "true"},
-            "deps": deps.iter().map(|(n, d)| serde_json::json!({"name": n, "biz_date": d})).collect::<Vec<_>>(),
-        });
-        if let Some(cron) = cron {
-            value["cron"] = cron.into();
-        }
-        serde_json::from_value(value).unwrap()
-    }
-
     fn work(spec: &JobSpec, date: &str, attempt: u32) -> WorkItem {
         WorkItem {
-            instance_id: id(&format!("{}.{date}", spec.name)),
-            trace_id: TraceId::first_of(&id(&format!("{}.{date}.{attempt}", spec.name))),
             attempt,
-            run_start: 1,
-            biz_date: date.into(),
-            expected_time: ax_bus::time::now(),
-            params: Default::default(),
-            spec: spec.clone(),
-            worker: None,
-            gate: None,
-            dispatch: None,
-            router: None,
-            shard: None,
-            pin: None,
-            stored: None,
-            passed_over: Vec::new(),
-            trigger: None,
+            ..WorkItem::first(
+                id(&format!("{}.{date}", spec.name)),
+                TraceId::first_of(&id(&format!("{}.{date}.{attempt}", spec.name))),
+                date,
+                spec.clone(),
+            )
         }
     }
 

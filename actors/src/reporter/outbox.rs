@@ -229,23 +229,13 @@ mod tests {
         .unwrap();
         Outcome {
             work: WorkItem {
-                instance_id: InstanceId::parse("j.20260101T000000000Z").unwrap(),
-                trace_id: trace.clone(),
-                attempt: 1,
-                run_start: 1,
-                biz_date: "2026-01-01".into(),
-                expected_time: ax_bus::time::now(),
-                params: Default::default(),
-                spec: spec.job,
                 worker: Some(WorkerId::parse("w").unwrap()),
-                gate: None,
-                dispatch: None,
-                router: None,
-                shard: None,
-                pin: None,
-                stored: None,
-                passed_over: Vec::new(),
-                trigger: None,
+                ..WorkItem::first(
+                    InstanceId::parse("j.20260101T000000000Z").unwrap(),
+                    trace.clone(),
+                    "2026-01-01",
+                    spec.job,
+                )
             },
             end: AttemptEnd {
                 trace_id: trace,

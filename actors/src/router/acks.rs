@@ -118,23 +118,13 @@ mod tests {
             serde_json::from_str(r#"{"version":"v1","job":{"name":"j","exec":{"type":"noop"}}}"#)
                 .unwrap();
         WorkItem {
-            instance_id: InstanceId::parse("j.x").unwrap(),
-            trace_id: tr(trace),
-            attempt: 1,
-            run_start: 1,
-            biz_date: "2026-01-01".into(),
-            expected_time: ax_bus::time::now(),
-            params: Default::default(),
-            spec: spec.job,
-            worker: None,
-            gate: None,
             dispatch: Some(di(dispatch)),
-            router: None,
-            shard: None,
-            pin: None,
-            stored: None,
-            passed_over: Vec::new(),
-            trigger: None,
+            ..WorkItem::first(
+                InstanceId::parse("j.x").unwrap(),
+                tr(trace),
+                "2026-01-01",
+                spec.job,
+            )
         }
     }
 

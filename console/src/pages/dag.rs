@@ -84,15 +84,9 @@ async fn page(
     request: HttpRequest,
     query: web::Query<DagQuery>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
-    let jobs = match client.jobs().await {
+    let jobs = match pages::jobs(&state, &request).await {
         Ok(jobs) => jobs,
-        Err(e) => {
-            return pages::error_page(&request, StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-        }
+        Err(response) => return *response,
     };
     let mut problem = None;
     let date = match query.date.trim() {

@@ -752,15 +752,9 @@ async fn rerun_page(
     request: HttpRequest,
     query: web::Query<RerunQuery>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
-    let jobs = match client.jobs().await {
+    let jobs = match pages::jobs(&state, &request).await {
         Ok(jobs) => jobs.into_iter().map(|j| j.spec.name.to_string()).collect(),
-        Err(e) => {
-            return pages::error_page(&request, StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-        }
+        Err(response) => return *response,
     };
     let page = RerunPage {
         chrome: Chrome::of(&pages::caller(&request), "rerun"),

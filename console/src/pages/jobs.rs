@@ -137,19 +137,9 @@ async fn list(
     request: HttpRequest,
     filter: web::Query<JobFilter>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
-    let jobs = match client.jobs().await {
+    let jobs = match pages::jobs(&state, &request).await {
         Ok(jobs) => jobs,
-        Err(e) => {
-            return pages::error_page(
-                &request,
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the jobs could not be read: {e}"),
-            )
-        }
+        Err(response) => return *response,
     };
     let mut executors: Vec<String> = jobs
         .iter()

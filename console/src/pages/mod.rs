@@ -247,6 +247,21 @@ pub(crate) fn client<'a>(
     })
 }
 
+/// Every job of the registry, for a page that lists or draws them (an error page when NATS
+/// cannot be asked).
+pub(crate) async fn jobs(
+    state: &State,
+    request: &HttpRequest,
+) -> Result<Vec<ax_bus::messages::JobRecord>, Box<HttpResponse>> {
+    client(state, request)?.jobs().await.map_err(|e| {
+        Box::new(error_page(
+            request,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the jobs could not be read: {e}"),
+        ))
+    })
+}
+
 /// Forms: the body limit, and a malformed form answered beside its control.
 pub(crate) fn form_config() -> web::FormConfig {
     web::FormConfig::default()

@@ -193,18 +193,7 @@ fn cron_downstream(registry: &BTreeMap<JobName, JobSpec>, root: &JobName) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(name: &str, cron: Option<&str>, deps: &[(&str, &str)]) -> JobSpec {
-        let mut value = serde_json::json!({
-            "name": name,
-            "exec": {"type": "shell", "command": "true"},
-            "deps": deps.iter().map(|(n, d)| serde_json::json!({"name": n, "biz_date": d})).collect::<Vec<_>>(),
-        });
-        if let Some(cron) = cron {
-            value["cron"] = cron.into();
-        }
-        serde_json::from_value(value).unwrap()
-    }
+    use crate::test_fixtures::spec;
 
     #[test]
     fn downstream_cron_jobs_are_found_with_their_offsets() {

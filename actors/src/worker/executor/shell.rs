@@ -87,23 +87,13 @@ mod tests {
         }))
         .unwrap();
         WorkItem {
-            instance_id: InstanceId::parse("j.20260101T000000000Z").unwrap(),
-            trace_id: TraceId::random(),
             attempt: 2,
-            run_start: 1,
-            biz_date: "2026-01-01".into(),
-            expected_time: ax_bus::time::now(),
-            params: doc.job.params.clone(),
-            spec: doc.job,
-            worker: None,
-            gate: None,
-            dispatch: None,
-            router: None,
-            shard: None,
-            pin: None,
-            stored: None,
-            passed_over: Vec::new(),
-            trigger: None,
+            ..WorkItem::first(
+                InstanceId::parse("j.20260101T000000000Z").unwrap(),
+                TraceId::random(),
+                "2026-01-01",
+                doc.job,
+            )
         }
     }
 

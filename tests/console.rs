@@ -767,6 +767,7 @@ async fn the_console_fits_a_phone_and_follows_the_dark_setting() {
         format!("/instances/{id}"),
         "/jobs/a_job_with_a_rather_long_name_for_a_small_screen".into(),
         "/dag".into(),
+        "/datasets".into(),
         "/rerun".into(),
         "/workers".into(),
         "/nodes".into(),
@@ -957,5 +958,145 @@ async fn a_page_on_a_rebound_name_is_refused() {
     for host in ["127.0.0.1", "localhost", "ax.example.com"] {
         let answered = create(host).await.expect("an answer");
         assert_ne!(answered.status().as_u16(), 403, "{host}");
+    }
+}
+
+/// The datasets the jobs name, listed; a dataset's page: who writes and reads it, its
+/// freshness, the update a producer's success recorded (linked to its instance) and its
+/// lineage drawn both ways, each node a link; an unknown dataset is a 404, a malformed URI a
+/// 400, each saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datasets_page_shows_its_writers_readers_updates_and_lineage() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = up(dir.path()).await;
+    apply(
+        &up,
+        dir.path(),
+        &[
+            (
+                "load",
+                "  consumes: [ 's3://raw/orders' ]\n  produces: [ 'warehouse://orders' ]\n  freshness: { 'warehouse://orders': 26h }\n  exec: { type: noop }\n",
+            ),
+            (
+                "report",
+                "  consumes: [ 'warehouse://orders' ]\n  produces: [ 'warehouse://report' ]\n  exec: { type: noop }\n",
+            ),
+            (
+                "mail",
+                "  consumes: [ 'warehouse://report' ]\n  exec: { type: noop }\n",
+            ),
+        ],
+    );
+    let load = trigger(&up, "load");
+    let record = final_record(&up.client, &load, Duration::from_secs(60)).await;
+    assert_eq!(record.state, ax_bus::State::Success);
+    let base = &up.http;
+    let browser = Browser::start().await;
+
+    browser.open(&format!("{base}/datasets")).await;
+    let listed = browser.text("#datasets").await;
+    for uri in [
+        "s3://raw/orders",
+        "warehouse://orders",
+        "warehouse://report",
+    ] {
+        assert!(listed.contains(uri), "{uri} not in {listed}");
+    }
+    browser.screenshot("datasets").await;
+    browser
+        .click("tr[data-uri='warehouse://orders'] td:first-child a")
+        .await;
+    browser
+        .until("the dataset's page", "#uri", |t| t == "warehouse://orders")
+        .await;
+    assert_eq!(browser.text("#writers").await, "load");
+    assert_eq!(browser.text("#readers").await, "report");
+    assert_eq!(browser.text("#freshness").await, "26h 00m");
+    // The producer's success is the update of its business date, linked to its instance.
+    let row = browser
+        .reload_until("the load's update", "#updates", |t| {
+            t.contains(load.as_str())
+        })
+        .await;
+    assert!(row.contains(&record.biz_date), "{row}");
+    let link = browser
+        .element(&format!("#updates a[href='/instances/{load}']"))
+        .await;
+    assert_eq!(link.text().await.unwrap(), load);
+    // The lineage, three steps each way: every dataset and job of the chain, the page's own
+    // marked, each edge from a writer to what it writes or from a dataset to its reader.
+    let drawn = browser
+        .client
+        .execute(
+            "return { nodes: [...document.querySelectorAll('#lineage g.node')].map(g => g.dataset.name + '|' + g.getAttribute('class')), \
+                      edges: [...document.querySelectorAll('#lineage path.edge')].map(p => p.dataset.from + '>' + p.dataset.to).sort(), \
+                      links: [...document.querySelectorAll('#lineage a')].map(a => a.getAttribute('href')) };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let mut nodes: Vec<String> = serde_json::from_value(drawn["nodes"].clone()).unwrap();
+    nodes.sort();
+    assert_eq!(
+        nodes,
+        [
+            "load|node job",
+            "mail|node job",
+            "report|node job",
+            "s3://raw/orders|node dataset",
+            "warehouse://orders|node dataset here",
+            "warehouse://report|node dataset",
+        ]
+    );
+    assert_eq!(
+        drawn["edges"],
+        serde_json::json!([
+            "load>warehouse://orders",
+            "report>warehouse://report",
+            "s3://raw/orders>load",
+            "warehouse://orders>report",
+            "warehouse://report>mail"
+        ])
+    );
+    let links = drawn["links"].to_string();
+    assert!(
+        links.contains("/jobs/mail")
+            && links.contains("/datasets/show?uri=s3%3A%2F%2Fraw%2Forders"),
+        "{links}"
+    );
+    browser.screenshot("dataset").await;
+    browser
+        .click("#lineage a[href='/datasets/show?uri=s3%3A%2F%2Fraw%2Forders']")
+        .await;
+    browser
+        .until("the upstream dataset's page", "#uri", |t| {
+            t == "s3://raw/orders"
+        })
+        .await;
+    assert_eq!(browser.text("#readers").await, "load");
+    assert!(browser.text("#writers").await.contains("nobody"));
+    assert!(browser.has("#no-updates").await);
+    // A job's page names what it reads and writes, each a link to the dataset's page.
+    browser.open(&format!("{base}/jobs/report")).await;
+    assert_eq!(
+        browser.text("#job-datasets").await,
+        "Reads warehouse://orders · writes warehouse://report"
+    );
+
+    // Asked for what is not there, or not a URI: the answer says which.
+    for (uri, status, says) in [
+        (
+            "nowhere://nothing",
+            404,
+            "no job writes or reads nowhere://nothing",
+        ),
+        ("orders", 400, "scheme://name"),
+    ] {
+        let response = reqwest::get(format!("{base}/datasets/show?uri={uri}"))
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{uri}");
+        let body = response.text().await.unwrap();
+        assert!(body.contains(says), "{uri}: {body}");
     }
 }

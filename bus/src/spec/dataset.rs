@@ -189,6 +189,13 @@ impl Lineage {
         lineage
     }
 
+    /// Every dataset a definition names, in order.
+    pub fn datasets(&self) -> impl Iterator<Item = &DatasetUri> {
+        let named: BTreeSet<&DatasetUri> =
+            self.producers.keys().chain(self.consumers.keys()).collect();
+        named.into_iter()
+    }
+
     /// Whether any definition names `uri`.
     pub fn knows(&self, uri: &DatasetUri) -> bool {
         self.producers.contains_key(uri) || self.consumers.contains_key(uri)

@@ -84,7 +84,7 @@ async fn page(
     request: HttpRequest,
     query: web::Query<DagQuery>,
 ) -> HttpResponse {
-    let jobs = match pages::jobs(&state, &request).await {
+    let jobs = match pages::registry_jobs(&state, &request).await {
         Ok(jobs) => jobs,
         Err(response) => return *response,
     };

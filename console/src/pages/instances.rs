@@ -752,7 +752,7 @@ async fn rerun_page(
     request: HttpRequest,
     query: web::Query<RerunQuery>,
 ) -> HttpResponse {
-    let jobs = match pages::jobs(&state, &request).await {
+    let jobs = match pages::registry_jobs(&state, &request).await {
         Ok(jobs) => jobs.into_iter().map(|j| j.spec.name.to_string()).collect(),
         Err(response) => return *response,
     };

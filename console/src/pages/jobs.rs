@@ -137,7 +137,7 @@ async fn list(
     request: HttpRequest,
     filter: web::Query<JobFilter>,
 ) -> HttpResponse {
-    let jobs = match pages::jobs(&state, &request).await {
+    let jobs = match pages::registry_jobs(&state, &request).await {
         Ok(jobs) => jobs,
         Err(response) => return *response,
     };
@@ -202,6 +202,10 @@ struct JobPage {
     /// The last runs at a glance, oldest first.
     runs: Vec<RunCell>,
     ticks: Vec<TickRow>,
+    /// The datasets it writes, each with its page.
+    writes: Vec<(String, String)>,
+    /// The datasets it reads, each with its page.
+    reads: Vec<(String, String)>,
 }
 
 fn job_name(text: &str) -> Result<JobName, Problem> {
@@ -286,6 +290,18 @@ async fn page(
         recent,
         runs: last_runs(&state, &name, 30),
         ticks,
+        writes: record
+            .spec
+            .produces
+            .iter()
+            .map(|uri| (uri.to_string(), super::datasets::link_of(uri.as_str())))
+            .collect(),
+        reads: record
+            .spec
+            .consumes
+            .iter()
+            .map(|uri| (uri.to_string(), super::datasets::link_of(uri.as_str())))
+            .collect(),
     };
     pages::html(StatusCode::OK, &page)
 }

@@ -7,6 +7,7 @@
 //! - [`jobs`]: the job list and a job's page, with its actions; [`editor`]: a job's YAML,
 //!   checked as it is typed, applied;
 //! - [`dag`]: a business date's chains as an SVG, each job coloured by its instance;
+//! - [`datasets`]: the datasets the jobs write and read, each with its updates and lineage;
 //! - [`dead_letters`]: what ax gave up on, inspected and replayed (in bulk too);
 //! - [`fleet`]: workers, nodes and queues (paused and resumed here);
 //! - [`instances`]: the instance list (filtered and paged on the server) and an instance's page,
@@ -22,6 +23,7 @@ use crate::server::State;
 
 pub(crate) mod dag;
 pub(crate) mod dashboard;
+pub(crate) mod datasets;
 pub(crate) mod dead_letters;
 pub(crate) mod editor;
 pub(crate) mod fleet;
@@ -35,6 +37,7 @@ pub(crate) mod trail;
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     dashboard::routes(config);
     dag::routes(config);
+    datasets::routes(config);
     dead_letters::routes(config);
     fleet::routes(config);
     editor::routes(config);
@@ -249,7 +252,7 @@ pub(crate) fn client<'a>(
 
 /// Every job of the registry, for a page that lists or draws them (an error page when NATS
 /// cannot be asked).
-pub(crate) async fn jobs(
+pub(crate) async fn registry_jobs(
     state: &State,
     request: &HttpRequest,
 ) -> Result<Vec<ax_bus::messages::JobRecord>, Box<HttpResponse>> {

@@ -119,6 +119,8 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
             scheduler_loaded: None,
             max_clock_skew: file.node.max_clock_skew()?,
             alert_webhook: file.alerts.webhook()?,
+            lineage_endpoint: node_config::lineage_endpoint(&file.openlineage)?,
+            lineage_namespace: node_config::lineage_namespace(&file.openlineage)?,
             stall_after: file.node.stall_after()?,
             router: ax_actors::RouterConfig {
                 backlog: file.backlog.config()?,

@@ -100,6 +100,59 @@ pub(crate) struct FileConfig {
     pub retention: RetentionSection,
     #[serde(default)]
     pub console: ConsoleSection,
+    /// Present: this node's DagCoordinator makes OpenLineage events (and, with a `url`, the
+    /// node POSTs them).
+    pub openlineage: Option<OpenLineageSection>,
+}
+
+/// `[openlineage]`: the attempts' OpenLineage events — made by the nodes with the dag role
+/// whose config has the section, in its `namespace`, and POSTed by the nodes that name a `url`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OpenLineageSection {
+    /// The endpoint, e.g. Marquez's `http://marquez:5000/api/v1/lineage`.
+    pub url: Option<String>,
+    /// Seconds one POST may take (5).
+    pub timeout: Option<f64>,
+    /// The jobs' namespace (`ax`).
+    pub namespace: Option<String>,
+}
+
+/// The OpenLineage endpoint of `section`, when one is configured; an error names the bad
+/// field.
+pub(crate) fn lineage_endpoint(
+    section: &Option<OpenLineageSection>,
+) -> Result<Option<WebhookConfig>> {
+    match section {
+        None => Ok(None),
+        Some(s) => webhook_setting(
+            "[openlineage] url",
+            "[openlineage] timeout",
+            &s.url,
+            s.timeout,
+        ),
+    }
+}
+
+/// The namespace the events are made in, when `section` is there (no events without it).
+pub(crate) fn lineage_namespace(section: &Option<OpenLineageSection>) -> Result<Option<String>> {
+    section
+        .as_ref()
+        .map(OpenLineageSection::namespace)
+        .transpose()
+}
+
+impl OpenLineageSection {
+    /// The namespace of ax's jobs in the events; an error names a blank one.
+    fn namespace(&self) -> Result<String> {
+        match &self.namespace {
+            None => Ok(ax_bus::openlineage::DEFAULT_NAMESPACE.to_string()),
+            Some(ns) if ns.trim().is_empty() => {
+                anyhow::bail!("[openlineage] namespace = {ns:?}: empty")
+            }
+            Some(ns) => Ok(ns.clone()),
+        }
+    }
 }
 
 /// `[console]`.
@@ -141,6 +194,7 @@ pub(crate) struct RetentionSection {
     pub ticks: Option<String>,
     pub dead_letters: Option<String>,
     pub alerts: Option<String>,
+    pub lineage: Option<String>,
     pub summaries: Option<String>,
 }
 
@@ -158,6 +212,7 @@ impl RetentionSection {
             ticks: age("ticks", &self.ticks)?,
             dead_letters: age("dead_letters", &self.dead_letters)?,
             alerts: age("alerts", &self.alerts)?,
+            lineage: age("lineage", &self.lineage)?,
             summaries: age("summaries", &self.summaries)?,
         })
     }
@@ -210,24 +265,38 @@ pub(crate) struct AlertsSection {
 impl AlertsSection {
     /// The webhook, when one is configured; an error names the bad field.
     pub(crate) fn webhook(&self) -> Result<Option<WebhookConfig>> {
-        let Some(url) = &self.webhook else {
-            return Ok(None);
-        };
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            anyhow::bail!("[alerts] webhook = {url:?}: must be an http:// or https:// URL");
-        }
-        let timeout = match self.timeout {
-            None => DEFAULT_WEBHOOK_TIMEOUT,
-            Some(v) if v.is_finite() && v > 0.0 => Duration::from_secs_f64(v),
-            Some(v) => {
-                anyhow::bail!("[alerts] timeout = {v}: must be a positive number of seconds")
-            }
-        };
-        Ok(Some(WebhookConfig {
-            url: url.clone(),
-            timeout,
-        }))
+        webhook_setting(
+            "[alerts] webhook",
+            "[alerts] timeout",
+            &self.webhook,
+            self.timeout,
+        )
     }
+}
+
+/// An endpoint ax POSTs to, when `url` is set: an http(s) URL and a positive timeout in
+/// seconds (5 by default); an error names the setting (`url_name`, `timeout_name`).
+fn webhook_setting(
+    url_name: &str,
+    timeout_name: &str,
+    url: &Option<String>,
+    timeout: Option<f64>,
+) -> Result<Option<WebhookConfig>> {
+    let Some(url) = url else {
+        return Ok(None);
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        anyhow::bail!("{url_name} = {url:?}: must be an http:// or https:// URL");
+    }
+    let timeout = match timeout {
+        None => DEFAULT_WEBHOOK_TIMEOUT,
+        Some(v) if v.is_finite() && v > 0.0 => Duration::from_secs_f64(v),
+        Some(v) => anyhow::bail!("{timeout_name} = {v}: must be a positive number of seconds"),
+    };
+    Ok(Some(WebhookConfig {
+        url: url.clone(),
+        timeout,
+    }))
 }
 
 /// `[backlog]`: the Routers' backlog control.
@@ -536,6 +605,44 @@ mod tests {
             }
         }
         assert_eq!(tomls, 4);
+    }
+
+    #[test]
+    fn openlineage_events_are_made_only_with_the_section() {
+        let parse = |text: &str| -> FileConfig { toml::from_str(text).unwrap() };
+        let none = parse("");
+        assert_eq!(lineage_namespace(&none.openlineage).unwrap(), None);
+        assert_eq!(lineage_endpoint(&none.openlineage).unwrap(), None);
+        let bare = parse("[openlineage]\n");
+        assert_eq!(
+            lineage_namespace(&bare.openlineage).unwrap().as_deref(),
+            Some("ax")
+        );
+        assert_eq!(lineage_endpoint(&bare.openlineage).unwrap(), None);
+        let posted =
+            parse("[openlineage]\nurl = \"http://m:5000/api/v1/lineage\"\nnamespace = \"etl\"\n");
+        assert_eq!(
+            lineage_namespace(&posted.openlineage).unwrap().as_deref(),
+            Some("etl")
+        );
+        assert_eq!(
+            lineage_endpoint(&posted.openlineage)
+                .unwrap()
+                .map(|e| e.url),
+            Some("http://m:5000/api/v1/lineage".to_string())
+        );
+        for (bad, says) in [
+            ("url = \"ftp://m\"", "[openlineage] url"),
+            ("url = \"http://m\"\ntimeout = -1", "[openlineage] timeout"),
+            ("namespace = \" \"", "[openlineage] namespace"),
+        ] {
+            let config = parse(&format!("[openlineage]\n{bad}\n"));
+            let error = lineage_endpoint(&config.openlineage)
+                .and_then(|_| lineage_namespace(&config.openlineage))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod metrics;
 mod nats_auth;
 mod nats_cluster;
 mod openapi;
+mod openlineage;
 mod operator;
 mod orphans;
 mod partitions;

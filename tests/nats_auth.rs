@@ -220,6 +220,7 @@ fn authorization(users: &[(&str, &[&str])], password: impl Fn(&str) -> String) -
             publish.push("$KV.ax_nodes.>".into());
             publish.extend(streams.iter().map(|s| format!("$JS.API.STREAM.INFO.{s}")));
             read.push("AX_ALERTS".into());
+            read.push("AX_LINEAGE".into());
         }
         if everything {
             publish.extend(["$JS.API.>".into(), "$JS.ACK.>".into(), "$JS.FC.>".into()]);

@@ -35,10 +35,10 @@ pub mod test_hooks;
 mod worker;
 
 pub use dag::DagCoordinator;
-pub use node::alert_webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 pub use node::clock::{Clock, ManualClock, SystemClock};
 pub use node::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
 pub use node::watchdog::DEFAULT_STALL_AFTER;
+pub use node::webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 pub use node::{parse_roles, Node, NodeConfig, Role, RoleError};
 pub use reporter::Reporter;
 pub use router::backlog::BacklogConfig;

@@ -36,6 +36,7 @@ pub mod instance;
 pub mod log;
 pub mod messages;
 pub mod msg_id;
+pub mod openlineage;
 pub mod partition;
 pub mod reply_to;
 pub mod routing;

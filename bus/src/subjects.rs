@@ -86,6 +86,16 @@ impl Subjects {
         format!("{}.log.>", self.prefix)
     }
 
+    /// `ax.lineage.<job>`: the job's attempts as OpenLineage run events (JSON).
+    pub fn lineage(&self, job: &str) -> String {
+        format!("{}.lineage.{job}", self.prefix)
+    }
+
+    /// `ax.lineage.>`.
+    pub fn lineage_all(&self) -> String {
+        format!("{}.lineage.>", self.prefix)
+    }
+
     /// `ax.alert.<kind>`.
     pub fn alert(&self, kind: &str) -> String {
         format!("{}.alert.{kind}", self.prefix)

@@ -8,6 +8,7 @@ pub(crate) mod netns;
 pub(crate) mod python;
 pub(crate) mod up;
 pub(crate) mod verdict;
+pub(crate) mod webhook;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader};

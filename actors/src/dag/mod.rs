@@ -6,7 +6,8 @@
 //! `ax.internal.ready.<priority>` (released attempts), cancellations and `deps_timeout` failures
 //! (records, results and events), the instances of jobs that run on their dependencies alone,
 //! and its own state: the `ax_deps` bucket (instances per date and job) and the `ax_waiting`
-//! bucket (held attempts).
+//! bucket (held attempts). While it leads it also watches the datasets' freshness
+//! ([`freshness`]) and makes every attempt's OpenLineage events ([`openlineage`]).
 //!
 //! Decisions come from memory, so one coordinator leads at a time (a lease); others stand by
 //! and take over within seconds. Taking the lead ([`lead`]) rebuilds the view by replaying the
@@ -21,6 +22,7 @@ pub(crate) mod day_store;
 mod execute;
 mod freshness;
 mod lead;
+mod openlineage;
 pub(crate) mod state;
 mod summary;
 
@@ -62,6 +64,8 @@ pub struct DagCoordinator {
     node: NodeId,
     /// The time zone of the day summaries' dates.
     summary_tz: chrono_tz::Tz,
+    /// The namespace of ax's jobs in the OpenLineage events it makes (none without).
+    lineage_namespace: Option<String>,
     /// The view, while this coordinator leads.
     state: Option<DagState>,
 }
@@ -73,6 +77,7 @@ impl DagCoordinator {
             client,
             node,
             summary_tz: chrono_tz::UTC,
+            lineage_namespace: None,
             state: None,
         }
     }
@@ -80,6 +85,13 @@ impl DagCoordinator {
     /// Dates the day summaries in `tz` (UTC unless said otherwise).
     pub fn summarizing_in(mut self, tz: chrono_tz::Tz) -> Self {
         self.summary_tz = tz;
+        self
+    }
+
+    /// Makes every attempt's OpenLineage events while it leads, naming ax's jobs in
+    /// `namespace` (no events when `None`).
+    pub fn naming_lineage(mut self, namespace: Option<String>) -> Self {
+        self.lineage_namespace = namespace;
         self
     }
 
@@ -180,6 +192,14 @@ impl Handler<Lead> for DagCoordinator {
             ctx,
             freshness::watch(self.client.clone(), self.node.clone()),
         );
+        if let Some(namespace) = self.lineage_namespace.clone() {
+            spawn_pump(
+                ACTOR,
+                "openlineage",
+                ctx,
+                openlineage::translate(self.client.clone(), self.node.clone(), namespace),
+            );
+        }
         for source in Source::ALL {
             let pump = follow(
                 self.client.clone(),

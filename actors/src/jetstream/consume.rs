@@ -301,27 +301,37 @@ pub async fn decode_or_dead_letter<T: DeserializeOwned>(
     match codec::decode(&message.payload) {
         Ok(value) => Some(value),
         Err(e) => {
-            let reason = e.to_string();
-            match publish::dead_letter(client, node, dead_letter::UNDECODABLE, &reason, message)
-                .await
-            {
-                Ok(()) => {
-                    publish::alert(
-                        client,
-                        node,
-                        kind,
-                        format!("undecodable message moved to the dead letters: {reason}"),
-                        Some(message.subject.to_string()),
-                    )
-                    .await;
-                    term(message).await;
-                }
-                Err(store) => {
-                    tracing::warn!(subject = %message.subject, error = %store, "undecodable message kept for later: dead letter not stored");
-                    nak(message, REDELIVER_AFTER).await;
-                }
-            }
+            undecodable(client, node, kind, message, e.to_string()).await;
             None
+        }
+    }
+}
+
+/// Moves `message`, which cannot be read for `reason`, to the dead letters with an alert of
+/// `kind` (and ends its deliveries); kept for a later delivery if the dead letter cannot be
+/// stored.
+pub async fn undecodable(
+    client: &AxClient,
+    node: &NodeId,
+    kind: AlertKind,
+    message: &jetstream::Message,
+    reason: String,
+) {
+    match publish::dead_letter(client, node, dead_letter::UNDECODABLE, &reason, message).await {
+        Ok(()) => {
+            publish::alert(
+                client,
+                node,
+                kind,
+                format!("undecodable message moved to the dead letters: {reason}"),
+                Some(message.subject.to_string()),
+            )
+            .await;
+            term(message).await;
+        }
+        Err(store) => {
+            tracing::warn!(subject = %message.subject, error = %store, "undecodable message kept for later: dead letter not stored");
+            nak(message, REDELIVER_AFTER).await;
         }
     }
 }

@@ -2,7 +2,6 @@
 //! under a supervisor and the watchdog, with the node's helpers beside them (clock guard,
 //! heartbeat, alert webhook).
 
-pub(crate) mod alert_webhook;
 pub(crate) mod clock;
 pub(crate) mod clock_guard;
 pub(crate) mod heartbeat;
@@ -11,6 +10,7 @@ pub(crate) mod progress;
 mod roles;
 pub(crate) mod supervision;
 pub(crate) mod watchdog;
+pub(crate) mod webhook;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -32,11 +32,11 @@ use crate::worker::executor::Registry;
 use crate::worker::{WorkerConfig, WorkerSupervisor};
 use crate::ActorError;
 use crate::{dag, reporter, router, scheduler, worker};
-use alert_webhook::WebhookConfig;
 use clock::Clock;
 use clock_guard::ClockGuard;
 pub use roles::{parse_roles, Role, RoleError};
 use watchdog::{OnStall, Supervisee, Watched, STALL_EXIT_CODE};
+use webhook::{Feed, WebhookConfig};
 
 use crate::jetstream::publish;
 
@@ -58,6 +58,11 @@ pub struct NodeConfig {
     pub max_clock_skew: Option<Duration>,
     /// Where this node POSTs alerts (shared with every node that has one).
     pub alert_webhook: Option<WebhookConfig>,
+    /// Where this node POSTs the attempts' OpenLineage events (shared likewise).
+    pub lineage_endpoint: Option<WebhookConfig>,
+    /// With a namespace, this node's DagCoordinator makes every attempt's OpenLineage events
+    /// (naming ax's jobs in that namespace) while it leads; without, none.
+    pub lineage_namespace: Option<String>,
     /// How long an actor may leave the watchdog's ping unanswered before it counts as stalled.
     pub stall_after: Duration,
     /// How far ahead the Scheduler lets a delayed trigger or a job's `at` be due.
@@ -84,6 +89,8 @@ impl NodeConfig {
             scheduler_loaded: None,
             max_clock_skew: Some(clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             alert_webhook: None,
+            lineage_endpoint: None,
+            lineage_namespace: None,
             stall_after: watchdog::DEFAULT_STALL_AFTER,
             max_delay: crate::scheduler::delayed::DEFAULT_MAX_DELAY,
             summary_timezone: chrono_tz::UTC,
@@ -146,11 +153,17 @@ impl Starting {
     }
 
     fn webhook(&mut self) {
-        if let Some(webhook) = self.config.alert_webhook.clone() {
-            let arbiter = Arbiter::new();
-            let (client, name) = (self.client.clone(), self.config.name.clone());
-            arbiter.spawn(forward_alerts(client, webhook, name));
-            self.arbiters.push(arbiter);
+        let endpoints = [
+            (self.config.alert_webhook.clone(), Feed::Alerts),
+            (self.config.lineage_endpoint.clone(), Feed::Lineage),
+        ];
+        for (endpoint, feed) in endpoints {
+            if let Some(endpoint) = endpoint {
+                let arbiter = Arbiter::new();
+                let (client, name) = (self.client.clone(), self.config.name.clone());
+                arbiter.spawn(forward(client, endpoint, name, feed));
+                self.arbiters.push(arbiter);
+            }
         }
     }
 
@@ -197,7 +210,12 @@ impl Starting {
     fn dag(&mut self) {
         let (client, name) = (self.client.clone(), self.config.name.clone());
         let tz = self.config.summary_timezone;
-        let make = move || DagCoordinator::new(client.clone(), name.clone()).summarizing_in(tz);
+        let namespace = self.config.lineage_namespace.clone();
+        let make = move || {
+            DagCoordinator::new(client.clone(), name.clone())
+                .summarizing_in(tz)
+                .naming_lineage(namespace.clone())
+        };
         self.actors.push(Box::new(Supervisee::start(
             dag::ACTOR,
             OnStall::Replace,
@@ -376,12 +394,12 @@ fn consumer_backlog(client: AxClient) -> watchdog::PendingOf {
 /// How long a node that ends itself for a stall waits for its alert to be stored.
 const ALERT_BEFORE_EXIT: Duration = Duration::from_secs(2);
 
-/// Runs the webhook forwarder for ever, starting it again a second after it fails.
-async fn forward_alerts(client: AxClient, webhook: WebhookConfig, node: NodeId) {
+/// Runs a webhook forwarder for ever, starting it again a second after it fails.
+async fn forward(client: AxClient, endpoint: WebhookConfig, node: NodeId, feed: Feed) {
     loop {
-        if let Err(e) = alert_webhook::forward(client.clone(), webhook.clone(), node.clone()).await
+        if let Err(e) = webhook::forward(client.clone(), endpoint.clone(), node.clone(), feed).await
         {
-            tracing::warn!(error = %e, "alert webhook forwarder stopped; starting it again");
+            tracing::warn!(error = %e, ?feed, "webhook forwarder stopped; starting it again");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

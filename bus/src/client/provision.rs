@@ -21,6 +21,9 @@
 //!   dead-letter keeper turns each into a dead letter;
 //! - `<AX>_ALERTS` (limits, `ax.alert.>`, 7 days): every alert, for the webhook forwarder and
 //!   for whoever wants to read them later;
+//! - `<AX>_LINEAGE` (limits, `ax.lineage.>`, 7 days): every attempt's start and end as
+//!   OpenLineage run events (see [`crate::openlineage`]), for the HTTP forwarder and whoever
+//!   reads them later;
 //! - `<AX>_EXPIRY` (work queue, `ax.internal.expiry.>`): the instances whose records became
 //!   final, by how long each is kept, until the janitor removes the records past it (see
 //!   [`crate::client::retention`]);
@@ -86,6 +89,8 @@ pub const APPROVALS_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const DEAD_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long attempt logs are kept.
 pub const LOGS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long OpenLineage events are kept.
+pub const LINEAGE_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long alerts are kept.
 pub const ALERTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a lease lives without renewal.
@@ -116,6 +121,8 @@ pub struct Retention {
     pub dead_letters: Option<Duration>,
     /// Alerts (`AX_ALERTS`; [`ALERTS_MAX_AGE`]).
     pub alerts: Option<Duration>,
+    /// OpenLineage events (`AX_LINEAGE`; [`LINEAGE_MAX_AGE`]).
+    pub lineage: Option<Duration>,
     /// The day summaries of `ax status --date` (`ax_summary`; [`SUMMARIES_MAX_AGE`]).
     pub summaries: Option<Duration>,
 }
@@ -166,6 +173,7 @@ impl Layout {
             (self.ticks_stream(), r.ticks),
             (self.dead_stream(), r.dead_letters),
             (self.alerts_stream(), r.alerts),
+            (self.lineage_stream(), r.lineage),
             (format!("KV_{}", self.summary_bucket()), r.summaries),
         ];
         kept.into_iter()
@@ -255,6 +263,10 @@ impl Layout {
     pub fn alerts_stream(&self) -> String {
         self.stream_name("ALERTS")
     }
+    /// `<AX>_LINEAGE`.
+    pub fn lineage_stream(&self) -> String {
+        self.stream_name("LINEAGE")
+    }
     /// `<AX>_LOGS`.
     pub fn logs_stream(&self) -> String {
         self.stream_name("LOGS")
@@ -279,6 +291,7 @@ impl Layout {
             self.dispatch_stream(),
             self.results_stream(),
             self.alerts_stream(),
+            self.lineage_stream(),
         ]
         .iter()
         .map(|stream| format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*"))
@@ -423,6 +436,12 @@ impl Layout {
                 ALERTS_MAX_AGE,
             ),
             plain(self.logs_stream(), vec![s.log_all()], Limits, LOGS_MAX_AGE),
+            plain(
+                self.lineage_stream(),
+                vec![s.lineage_all()],
+                Limits,
+                LINEAGE_MAX_AGE,
+            ),
             plain(
                 self.expiry_stream(),
                 vec![s.expiry_all()],

@@ -1,0 +1,256 @@
+//! OpenLineage: every attempt's start and end becomes a run event (START, then COMPLETE or
+//! FAIL) on `ax.lineage.<job>`, POSTed to the `[openlineage] url` — through the endpoint's
+//! errors, once each — with the job in the configured namespace, the run id the attempt's
+//! trace, the instance as the parent run, the nominal time, and the datasets read and
+//! written; a running attempt's START arrives before it ends; PyPI's `openlineage-python`
+//! builds every event again from its fields and writes the same JSON.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use support::webhook::Webhook;
+use support::*;
+
+const JOBS: &str = "version: v1
+job:
+  name: load
+  consumes: [ 's3://raw/orders' ]
+  produces: [ 'warehouse://orders' ]
+  exec: { type: shell, command: 'true' }
+---
+version: v1
+job:
+  name: broken
+  retry: { times: 1, interval: 1 }
+  exec: { type: shell, command: 'exit 3' }
+---
+version: v1
+job:
+  name: slow
+  exec: { type: shell, command: 'sleep 30' }
+";
+
+/// Rebuilds each event of the file with openlineage-python's classes (their validators run:
+/// UUIDs, URIs, times; the schema URLs are the classes' own) and prints any whose JSON differs
+/// from what ax sent.
+const REBUILD: &str = r#"
+import json, sys
+from openlineage.client.event_v2 import RunEvent, Run, Job, InputDataset, OutputDataset, RunState
+from openlineage.client.facet_v2 import parent_run, nominal_time_run
+from openlineage.client.serde import Serde
+
+events = json.load(open(sys.argv[1]))
+for sent in events:
+    facets = sent["run"]["facets"]
+    parent = facets["parent"]
+    nominal = facets["nominalTime"]
+    event = RunEvent(
+        eventType=RunState[sent["eventType"]],
+        eventTime=sent["eventTime"],
+        run=Run(runId=sent["run"]["runId"], facets={
+            "parent": parent_run.ParentRunFacet(
+                run=parent_run.Run(runId=parent["run"]["runId"]),
+                job=parent_run.Job(namespace=parent["job"]["namespace"], name=parent["job"]["name"]),
+                producer=parent["_producer"],
+            ),
+            "nominalTime": nominal_time_run.NominalTimeRunFacet(
+                nominalStartTime=nominal["nominalStartTime"], producer=nominal["_producer"],
+            ),
+        }),
+        job=Job(namespace=sent["job"]["namespace"], name=sent["job"]["name"]),
+        inputs=[InputDataset(namespace=d["namespace"], name=d["name"]) for d in sent["inputs"]],
+        outputs=[OutputDataset(namespace=d["namespace"], name=d["name"]) for d in sent["outputs"]],
+        producer=sent["producer"],
+    )
+    # The classes write the facets nobody set as `{}`, and ax leaves them out: the same.
+    def bare(value):
+        if isinstance(value, dict):
+            return {k: bare(v) for k, v in value.items() if v != {} and v != []}
+        if isinstance(value, list):
+            return [bare(v) for v in value]
+        return value
+    again = bare(json.loads(Serde.to_json(event)))
+    if again != bare(sent):
+        print("DIFFERS", json.dumps(sent, sort_keys=True), json.dumps(again, sort_keys=True))
+print("rebuilt", len(events))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let endpoint = Webhook::start(2).await;
+    let config = format!(
+        "[openlineage]\nurl = \"{}\"\ntimeout = 2\nnamespace = \"etl\"\n",
+        endpoint.url
+    );
+    let node = AxProcess::configured(&nats, "n1", "all", &config);
+    let file = job_file(&nats.path("jobs"), "jobs.yaml", JOBS);
+    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+
+    // A running attempt's START comes while it runs.
+    let slow = trigger(&nats, &["slow"]);
+    let slow_trace = wait_for(Duration::from_secs(30), "slow to execute", || async {
+        let (record, _) = client.instance(&slow.parse().unwrap()).await.ok()??;
+        (record.tag == ax_bus::Tag::Executing).then_some(record.trace_id)
+    })
+    .await;
+    let slow_run = as_uuid(slow_trace.as_str());
+    wait_for_logged(
+        Duration::from_secs(30),
+        "slow's START while it runs",
+        &[&node],
+        || async {
+            endpoint
+                .bodies()
+                .iter()
+                .any(|(status, e)| *status == 200 && e["run"]["runId"] == slow_run.as_str())
+                .then_some(())
+        },
+    )
+    .await;
+    let (record, _) = client
+        .instance(&slow.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!record.state.is_final(), "slow ended before its START came");
+    let out = ax(
+        &nats.url(),
+        &["instance", "kill", &slow, "--reason", "enough"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let load = trigger(&nats, &["load"]);
+    let broken = trigger(&nats, &["broken"]);
+    let load = final_record(&client, &load, Duration::from_secs(30)).await;
+    let broken = final_record(&client, &broken, Duration::from_secs(30)).await;
+    assert_eq!(
+        (load.state, broken.state, broken.attempt),
+        (ax_bus::State::Success, ax_bus::State::Failed, 2)
+    );
+    // Its first attempt's trace comes from its instance id; the retry's is the record's now.
+    let broken_traces = vec![
+        ax_bus::ids::TraceId::first_of(&broken.instance_id).to_string(),
+        broken.trace_id.to_string(),
+    ];
+    assert_ne!(broken_traces[0], broken_traces[1]);
+
+    // START and end of each of the four runs taken (200), the first two POSTs refused.
+    let runs: Vec<String> = [load.trace_id.to_string(), slow_trace.to_string()]
+        .into_iter()
+        .chain(broken_traces.clone())
+        .map(|t| as_uuid(&t))
+        .collect();
+    let taken = wait_for_logged(
+        Duration::from_secs(60),
+        "every run's START and end at the endpoint",
+        &[&node],
+        || async {
+            let bodies = endpoint.bodies();
+            let taken: Vec<serde_json::Value> = bodies
+                .iter()
+                .filter(|(status, _)| *status == 200)
+                .map(|(_, e)| e.clone())
+                .collect();
+            let ended = runs.iter().all(|run| {
+                taken
+                    .iter()
+                    .filter(|e| e["run"]["runId"] == run.as_str())
+                    .count()
+                    >= 2
+            });
+            ended.then_some(taken)
+        },
+    )
+    .await;
+    let statuses: Vec<u16> = endpoint.bodies().iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses[..2], [500, 500], "{statuses:?}");
+    let mut by_run: BTreeMap<String, Vec<&serde_json::Value>> = BTreeMap::new();
+    for event in &taken {
+        by_run
+            .entry(event["run"]["runId"].as_str().unwrap().to_string())
+            .or_default()
+            .push(event);
+    }
+    let kinds = |run: &str| -> Vec<&str> {
+        by_run[run]
+            .iter()
+            .map(|e| e["eventType"].as_str().unwrap())
+            .collect()
+    };
+    assert_eq!(kinds(&runs[0]), ["START", "COMPLETE"], "load, once each");
+    assert_eq!(kinds(&runs[1]), ["START", "ABORT"], "slow, killed");
+    assert_eq!(kinds(&runs[2]), ["START", "FAIL"]);
+    assert_eq!(kinds(&runs[3]), ["START", "FAIL"]);
+
+    let load_end = by_run[&runs[0]][1];
+    assert_eq!(
+        load_end["job"],
+        serde_json::json!({"namespace": "etl", "name": "load"})
+    );
+    assert_eq!(
+        load_end["inputs"],
+        serde_json::json!([{"namespace": "s3://raw", "name": "orders"}])
+    );
+    assert_eq!(
+        load_end["outputs"],
+        serde_json::json!([{"namespace": "warehouse", "name": "orders"}])
+    );
+    // The START is when the attempt started (the worker's clock, or the record's a few
+    // milliseconds later: whichever source told it first), the end when it finished.
+    let time = |e: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(e["eventTime"].as_str().unwrap())
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    };
+    let (load_start, started) = (by_run[&runs[0]][0], load.started_at.unwrap());
+    assert!(
+        (time(load_start) - started).num_milliseconds().abs() < 1_000
+            && time(load_start) <= time(load_end)
+            && time(load_end) == load.finished_at.unwrap(),
+        "{load_start} {load_end} {load:?}"
+    );
+    assert_eq!(
+        load_end["run"]["facets"]["nominalTime"]["nominalStartTime"],
+        ax_bus::time::rfc3339(load.expected_time)
+    );
+    // Both attempts of `broken` are runs of one parent, its instance.
+    let parent = |run: &str| by_run[run][0]["run"]["facets"]["parent"].clone();
+    assert_eq!(parent(&runs[2])["run"], parent(&runs[3])["run"]);
+    assert_eq!(
+        parent(&runs[2])["job"],
+        serde_json::json!({"namespace": "etl", "name": "broken"})
+    );
+    assert_ne!(parent(&runs[0])["run"], parent(&runs[2])["run"]);
+
+    // openlineage-python reads each one as its model.
+    let events = nats.path("lineage").join("events.json");
+    std::fs::write(&events, serde_json::to_vec(&taken).unwrap()).unwrap();
+    let python = support::python::venv();
+    let said = support::python::run(
+        std::process::Command::new(python)
+            .args(["-c", REBUILD])
+            .arg(&events),
+        "openlineage-python",
+    );
+    assert!(
+        said.contains(&format!("rebuilt {}", taken.len())) && !said.contains("DIFFERS"),
+        "{said}"
+    );
+}
+
+/// A trace id written as a UUID, as the events carry it.
+fn as_uuid(trace: &str) -> String {
+    format!(
+        "{}-{}-{}-{}-{}",
+        &trace[0..8],
+        &trace[8..12],
+        &trace[12..16],
+        &trace[16..20],
+        &trace[20..32]
+    )
+}

@@ -27,6 +27,7 @@ use ax_bus::spec::JobSpec;
 use ax_bus::{codec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
+use crate::jetstream::publish;
 use crate::ActorError;
 
 /// The durable consumer of the results.
@@ -179,16 +180,6 @@ async fn publish(
     let payload = serde_json::to_vec(event).map_err(codec::CodecError::EncodeJson)?;
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(codec::CONTENT_TYPE, codec::JSON);
-    let publish = async_nats::jetstream::message::PublishMessage::build()
-        .headers(headers)
-        .message_id(format!("{trace}.{which}"))
-        .payload(payload.into());
-    client
-        .js
-        .send_publish(subject.clone(), publish)
-        .await
-        .during(|| format!("publish {subject}"))?
-        .await
-        .during(|| format!("publish {subject}"))?;
-    Ok(())
+    let msg_id = format!("{trace}.{which}");
+    publish::raw_acked(client, subject, &msg_id, headers, payload.into()).await
 }

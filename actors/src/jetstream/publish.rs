@@ -143,6 +143,29 @@ pub fn mark_owner(headers: &mut HeaderMap, work: &WorkItem) {
     headers.insert(dead_letter::JOB, work.job().as_str());
 }
 
+/// Publishes `payload` with `headers` to JetStream on `subject` under `msg_id`, and waits for
+/// the stream's ack.
+pub async fn raw_acked(
+    client: &AxClient,
+    subject: String,
+    msg_id: &str,
+    headers: HeaderMap,
+    payload: bytes::Bytes,
+) -> Result<(), ActorError> {
+    let publish = PublishMessage::build()
+        .headers(headers)
+        .message_id(msg_id)
+        .payload(payload);
+    client
+        .js
+        .send_publish(subject.clone(), publish)
+        .await
+        .during(|| format!("publish {subject}"))?
+        .await
+        .during(|| format!("publish {subject}"))?;
+    Ok(())
+}
+
 /// Stores a dead letter and waits for JetStream's ack.
 pub async fn store_dead(
     client: &AxClient,
@@ -165,17 +188,7 @@ pub async fn store_dead(
             kept.append(name.to_string().as_str(), value.as_str());
         }
     }
-    let publish = PublishMessage::build()
-        .headers(kept)
-        .message_id(msg_id)
-        .payload(payload);
-    client
-        .js
-        .send_publish(subject.clone(), publish)
-        .await
-        .during(|| format!("publish {subject}"))?
-        .await
-        .during(|| format!("publish {subject}"))?;
+    raw_acked(client, subject, msg_id, kept, payload).await?;
     crate::metrics::metrics()
         .dead_letters
         .get_or_create(&crate::metrics::Kind {

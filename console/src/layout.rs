@@ -31,6 +31,34 @@ pub struct Placed {
     pub y: f64,
 }
 
+/// Where a placed node's box and its two lines of text (a name, a word under it) are drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spot {
+    /// The box's top-left corner.
+    pub x: f64,
+    /// The box's top-left corner.
+    pub y: f64,
+    /// Where both lines start.
+    pub text_x: f64,
+    /// The first line's baseline.
+    pub text_y: f64,
+    /// The second line's baseline.
+    pub sub_y: f64,
+}
+
+impl Placed {
+    /// Where its box and text go.
+    pub fn spot(&self) -> Spot {
+        Spot {
+            x: self.x,
+            y: self.y,
+            text_x: self.x + 10.0,
+            text_y: self.y + 19.0,
+            sub_y: self.y + 35.0,
+        }
+    }
+}
+
 /// An edge from an upstream's right side to a downstream's left side, as an SVG path.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Edge {

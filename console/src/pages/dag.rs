@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::gantt::{self, Gantt};
 use crate::index::Row;
-use crate::layout::{self, Edge};
+use crate::layout::{self, Edge, Spot};
 use crate::pages::{self, Chrome};
 use crate::server::State;
 
@@ -33,11 +33,7 @@ struct Node {
     state: String,
     label: String,
     link: String,
-    x: f64,
-    y: f64,
-    text_x: f64,
-    text_y: f64,
-    sub_y: f64,
+    at: Spot,
 }
 
 #[derive(Template)]
@@ -150,11 +146,7 @@ async fn page(
                     || format!("/jobs/{}", p.name),
                     |r| format!("/instances/{}", r.instance_id),
                 ),
-                x: p.x,
-                y: p.y,
-                text_x: p.x + 10.0,
-                text_y: p.y + 19.0,
-                sub_y: p.y + 35.0,
+                at: p.spot(),
             }
         })
         .collect();

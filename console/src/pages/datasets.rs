@@ -16,7 +16,7 @@ use serde::Deserialize;
 use ax_bus::messages::JobRecord;
 use ax_bus::spec::dataset::{DatasetUri, Direction, Lineage, Node};
 
-use crate::layout::{self, Edge};
+use crate::layout::{self, Edge, Spot};
 use crate::pages::{self, Chrome};
 use crate::server::State;
 
@@ -116,11 +116,7 @@ struct Drawn {
     /// `job`, `dataset`, or `dataset here` for the page's own.
     class: &'static str,
     link: String,
-    x: f64,
-    y: f64,
-    text_x: f64,
-    text_y: f64,
-    sub_y: f64,
+    at: Spot,
     sub: &'static str,
 }
 
@@ -219,11 +215,7 @@ async fn page(
                 name: p.name.clone(),
                 class,
                 link,
-                x: p.x,
-                y: p.y,
-                text_x: p.x + 10.0,
-                text_y: p.y + 19.0,
-                sub_y: p.y + 35.0,
+                at: p.spot(),
                 sub,
             }
         })

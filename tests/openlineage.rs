@@ -38,7 +38,7 @@ job:
 const REBUILD: &str = r#"
 import json, sys
 from openlineage.client.event_v2 import RunEvent, Run, Job, InputDataset, OutputDataset, RunState
-from openlineage.client.facet_v2 import parent_run, nominal_time_run
+from openlineage.client.facet_v2 import error_message_run, parent_run, nominal_time_run
 from openlineage.client.serde import Serde
 
 events = json.load(open(sys.argv[1]))
@@ -46,19 +46,28 @@ for sent in events:
     facets = sent["run"]["facets"]
     parent = facets["parent"]
     nominal = facets["nominalTime"]
+    rebuilt = {
+        "parent": parent_run.ParentRunFacet(
+            run=parent_run.Run(runId=parent["run"]["runId"]),
+            job=parent_run.Job(namespace=parent["job"]["namespace"], name=parent["job"]["name"]),
+            producer=parent["_producer"],
+        ),
+        "nominalTime": nominal_time_run.NominalTimeRunFacet(
+            nominalStartTime=nominal["nominalStartTime"], producer=nominal["_producer"],
+        ),
+    }
+    if "errorMessage" in facets:
+        error = facets["errorMessage"]
+        rebuilt["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=error["message"],
+            programmingLanguage=error["programmingLanguage"],
+            stackTrace=error.get("stackTrace"),
+            producer=error["_producer"],
+        )
     event = RunEvent(
         eventType=RunState[sent["eventType"]],
         eventTime=sent["eventTime"],
-        run=Run(runId=sent["run"]["runId"], facets={
-            "parent": parent_run.ParentRunFacet(
-                run=parent_run.Run(runId=parent["run"]["runId"]),
-                job=parent_run.Job(namespace=parent["job"]["namespace"], name=parent["job"]["name"]),
-                producer=parent["_producer"],
-            ),
-            "nominalTime": nominal_time_run.NominalTimeRunFacet(
-                nominalStartTime=nominal["nominalStartTime"], producer=nominal["_producer"],
-            ),
-        }),
+        run=Run(runId=sent["run"]["runId"], facets=rebuilt),
         job=Job(namespace=sent["job"]["namespace"], name=sent["job"]["name"]),
         inputs=[InputDataset(namespace=d["namespace"], name=d["name"]) for d in sent["inputs"]],
         outputs=[OutputDataset(namespace=d["namespace"], name=d["name"]) for d in sent["outputs"]],
@@ -217,6 +226,20 @@ async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once()
     assert_eq!(
         load_end["run"]["facets"]["nominalTime"]["nominalStartTime"],
         ax_bus::time::rfc3339(load.expected_time)
+    );
+    // A failure says why, with the executor and the end of stderr when there is one; a
+    // success has nothing to say.
+    assert!(load_end["run"]["facets"].get("errorMessage").is_none());
+    let error = &by_run[&runs[2]][1]["run"]["facets"]["errorMessage"];
+    assert_eq!(error["programmingLanguage"], "shell", "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("exit"),
+        "{error}"
+    );
+    let killed = &by_run[&runs[1]][1]["run"]["facets"]["errorMessage"];
+    assert!(
+        killed["message"].as_str().unwrap().contains("enough"),
+        "{killed}"
     );
     // Both attempts of `broken` are runs of one parent, its instance.
     let parent = |run: &str| by_run[run][0]["run"]["facets"]["parent"].clone();

@@ -33,6 +33,8 @@ const PARENT_SCHEMA: &str =
     "https://openlineage.io/spec/facets/1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet";
 const NOMINAL_SCHEMA: &str =
     "https://openlineage.io/spec/facets/1-0-1/NominalTimeRunFacet.json#/$defs/NominalTimeRunFacet";
+const ERROR_SCHEMA: &str =
+    "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet";
 /// The namespace of ax's jobs when the node's config names none.
 pub const DEFAULT_NAMESPACE: &str = "ax";
 
@@ -92,6 +94,28 @@ pub struct RunFacets {
     pub parent: ParentRunFacet,
     /// When the fire was due.
     pub nominal_time: NominalTimeRunFacet,
+    /// Why a failed or stopped attempt ended (on `FAIL` and `ABORT` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<ErrorMessageRunFacet>,
+}
+
+/// `errorMessage`: why the run failed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorMessageRunFacet {
+    /// [`PRODUCER`].
+    #[serde(rename = "_producer")]
+    pub producer: String,
+    /// The facet's schema.
+    #[serde(rename = "_schemaURL")]
+    pub schema_url: String,
+    /// The attempt's message (`exit_code 3`, `killed by an operator: hung`, ...).
+    pub message: String,
+    /// The executor that ran it (`shell`, `python`, `http`, `sql`, a plugin's name).
+    pub programming_language: String,
+    /// The end of what it wrote on stderr, when it wrote anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_trace: Option<String>,
 }
 
 /// `parent`: the run (and job) this one is part of.
@@ -254,6 +278,7 @@ impl Attempt<'_> {
                         schema_url: NOMINAL_SCHEMA.to_string(),
                         nominal_start_time: crate::time::rfc3339(self.expected_time),
                     },
+                    error_message: None,
                 },
             },
             job,
@@ -308,16 +333,24 @@ pub fn of_result(
         }
         _ => outputs(spec),
     };
-    Some((
-        attempt.event(
-            namespace,
-            EventType::Start,
-            started,
-            inputs(spec),
-            outputs(spec),
-        ),
-        attempt.event(namespace, end, result.finished_at, inputs(spec), written),
-    ))
+    let mut ended = attempt.event(namespace, end, result.finished_at, inputs(spec), written);
+    if end != EventType::Complete {
+        ended.run.facets.error_message = Some(ErrorMessageRunFacet {
+            producer: PRODUCER.to_string(),
+            schema_url: ERROR_SCHEMA.to_string(),
+            message: result.message.clone(),
+            programming_language: spec.map_or("unknown", |s| s.exec.name()).to_string(),
+            stack_trace: Some(result.stderr_tail.clone()).filter(|t| !t.trim().is_empty()),
+        });
+    }
+    let start = attempt.event(
+        namespace,
+        EventType::Start,
+        started,
+        inputs(spec),
+        outputs(spec),
+    );
+    Some((start, ended))
 }
 
 #[cfg(test)]
@@ -398,7 +431,7 @@ mod tests {
         assert_eq!(start.outputs[0].name, "orders");
         assert_eq!(end.outputs[0].name, "orders_v2", "what the output named");
         assert_eq!(end.inputs, start.inputs);
-        assert_eq!(end.run, start.run);
+        assert_eq!(end.run, start.run, "no error on a success");
         let json = serde_json::to_value(&end).unwrap();
         assert_eq!(json["schemaURL"], SCHEMA_URL);
         assert_eq!(json["run"]["facets"]["parent"]["_schemaURL"], PARENT_SCHEMA);

@@ -5,6 +5,10 @@
 use crate::support;
 use support::*;
 
+use std::time::Duration;
+
+use ax_bus::spec::dataset::DatasetUri;
+
 const CHAIN: &str = "version: v1
 job:
   name: load
@@ -276,4 +280,110 @@ async fn next_alert(alerts: &mut async_nats::Subscriber) -> ax_bus::messages::Al
         .expect("a freshness alert within a minute")
         .expect("the subscription");
     ax_bus::codec::decode::<ax_bus::messages::Alert>(&message.payload).unwrap()
+}
+
+const RUN_BY_DATA: &str = "version: v1
+job:
+  name: load_orders
+  produces: [ 'warehouse://orders' ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: load_pay
+  produces: [ 'warehouse://pay' ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: daily_report
+  consumes: [ 'warehouse://orders', 'warehouse://pay' ]
+  on_datasets: [ 'warehouse://orders', 'warehouse://pay' ]
+  exec: { type: shell, command: 'echo {{biz_date}} >> LEDGER' }
+";
+
+/// `daily_report`'s instances, as `ax instance list` has them.
+fn reports(nats: &TestNats) -> Vec<serde_json::Value> {
+    let out = ax(
+        &nats.url(),
+        &[
+            "instance",
+            "list",
+            "--job",
+            "daily_report",
+            "--all",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A job run by its data: its instance for a date comes once both its inputs were updated for
+/// that date — not after one of them, not again when one is updated again — across a kill -9
+/// of the DagCoordinator between the two updates; a date with one input updated has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_run_by_its_data_runs_once_per_date_when_all_its_inputs_are_updated() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let ledger = nats.path("ledger").join("runs");
+    let jobs = RUN_BY_DATA.replace("LEDGER", ledger.to_str().unwrap());
+    let file = job_file(&nats.path("jobs"), "data.yaml", &jobs);
+    let mut node = AxProcess::node(&nats, "n1", "all", &[]);
+    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    let updated = |uri: &'static str, by: String| {
+        let client = client.clone();
+        async move {
+            let uri = DatasetUri::parse(uri).unwrap();
+            let updates = client.dataset_updates(&uri).await.ok()?;
+            updates
+                .iter()
+                .any(|u| u.instance_id.as_str() == by)
+                .then_some(())
+        }
+    };
+
+    // One input of 2026-11-01: nothing yet.
+    let orders = trigger(&nats, &["load_orders", "--biz-date", "2026-11-01"]);
+    final_record(&client, &orders, Duration::from_secs(30)).await;
+    wait_for(Duration::from_secs(30), "orders of 11-01 updated", || {
+        updated("warehouse://orders", orders.clone())
+    })
+    .await;
+    assert!(reports(&nats).is_empty(), "{:?}", reports(&nats));
+
+    // The coordinator dies; the next one sees the other input come.
+    node.kill9();
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let pay = trigger(&nats, &["load_pay", "--biz-date", "2026-11-01"]);
+    final_record(&client, &pay, Duration::from_secs(30)).await;
+    let report = wait_for(Duration::from_secs(30), "the report of 11-01", || async {
+        reports(&nats)
+            .first()
+            .and_then(|r| r["instance_id"].as_str().map(String::from))
+    })
+    .await;
+    let done = final_record(&client, &report, Duration::from_secs(30)).await;
+    assert_eq!(
+        (done.state, done.biz_date.as_str()),
+        (ax_bus::State::Success, "2026-11-01")
+    );
+
+    // An input updated again for that date, and one input of another date: no new run.
+    let again = trigger(&nats, &["load_orders", "--biz-date", "2026-11-01"]);
+    let other = trigger(&nats, &["load_pay", "--biz-date", "2026-11-02"]);
+    final_record(&client, &again, Duration::from_secs(30)).await;
+    final_record(&client, &other, Duration::from_secs(30)).await;
+    wait_for(Duration::from_secs(30), "both updates stored", || async {
+        updated("warehouse://orders", again.clone()).await?;
+        updated("warehouse://pay", other.clone()).await
+    })
+    .await;
+    assert_eq!(reports(&nats).len(), 1, "{:?}", reports(&nats));
+    assert_eq!(
+        std::fs::read_to_string(&ledger).unwrap(),
+        "2026-11-01\n",
+        "the report ran once"
+    );
 }

@@ -2,7 +2,7 @@
 //! awaited together, record updates run 64 at a time, and the instances of jobs without cron
 //! are created and fed back into the view (which may decide more).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use chrono::NaiveDate;
@@ -11,9 +11,11 @@ use futures::{FutureExt, StreamExt};
 
 use ax_bus::client::deps::{encode_entry, entry_key};
 use ax_bus::client::Updated;
+use ax_bus::error::NatsError;
 use ax_bus::ids::{InstanceId, NodeId};
 use ax_bus::instance::{State, Tag, Trigger};
 use ax_bus::messages::{ResultMessage, Waiting, WorkItem};
+use ax_bus::spec::dataset::DatasetUri;
 use ax_bus::spec::JobSpec;
 use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
 
@@ -41,6 +43,10 @@ struct Execution {
     /// One record update per instance: the last action decides it.
     records: BTreeMap<InstanceId, RecordJob>,
     creates: Vec<(Arc<JobSpec>, NaiveDate)>,
+    /// The datasets updated by this execution, each for its date.
+    fresh: BTreeSet<(DatasetUri, NaiveDate)>,
+    /// Those not yet looked at for the jobs they run.
+    fresh_unseen: Vec<(DatasetUri, NaiveDate)>,
     /// Instances created here are born tagged `waiting_deps`, saying what they wait for: their
     /// record is written again only when that is no longer all (one dependency was met).
     created_here: HashMap<InstanceId, String>,
@@ -62,6 +68,8 @@ pub(super) async fn execute(
         updates: Vec::new(),
         records: BTreeMap::new(),
         creates: Vec::new(),
+        fresh: BTreeSet::new(),
+        fresh_unseen: Vec::new(),
         created_here: HashMap::new(),
     };
     let mut queue: VecDeque<Action> = actions.into();
@@ -69,6 +77,7 @@ pub(super) async fn execute(
         while let Some(action) = queue.pop_front() {
             run.apply(action).await?;
         }
+        run.run_by_data(state).await?;
         if run.creates.is_empty() {
             break;
         }
@@ -155,6 +164,9 @@ impl Execution {
                     let key = ax_bus::client::datasets::update_key(&update.dataset, date);
                     self.updates
                         .push(burst::Item::kv_put(&bucket, &key, codec::encode(&update)?));
+                    if self.fresh.insert((update.dataset.clone(), date)) {
+                        self.fresh_unseen.push((update.dataset, date));
+                    }
                 }
                 Ok(())
             }
@@ -171,6 +183,46 @@ impl Execution {
                 Ok(())
             }
         }
+    }
+
+    /// Creates the instance of each job run by its data (`on_datasets`) whose inputs have all
+    /// been updated for a date by now, one of them by this execution: create-if-absent, so
+    /// once per job and date, however often its inputs are updated or a result redelivered.
+    async fn run_by_data(&mut self, state: &DagState) -> Result<(), ActorError> {
+        let mut datasets = None;
+        for (dataset, date) in std::mem::take(&mut self.fresh_unseen) {
+            for spec in state.run_by(&dataset) {
+                let mut ready = true;
+                for input in &spec.on_datasets {
+                    if self.fresh.contains(&(input.clone(), date)) {
+                        continue;
+                    }
+                    let store = match &datasets {
+                        Some(store) => store,
+                        None => datasets.insert(
+                            self.client
+                                .js
+                                .get_key_value(self.client.layout.datasets_bucket())
+                                .await
+                                .map_err(|e| NatsError::new("open the datasets bucket", e))?,
+                        ),
+                    };
+                    let key = ax_bus::client::datasets::update_key(input, date);
+                    let kept = store
+                        .get(&key)
+                        .await
+                        .map_err(|e| NatsError::new(format!("read dataset update {key}"), e))?;
+                    if kept.is_none() {
+                        ready = false;
+                        break;
+                    }
+                }
+                if ready {
+                    self.creates.push((spec, date));
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn store_waiting(&mut self, waiting: &Waiting) -> Result<(), ActorError> {
@@ -317,7 +369,11 @@ async fn create_for_date(
             Some(format!("`{}` for {at}", d.name))
         })
         .collect();
-    record.message = format!("waiting for {}", deps.join(", "));
+    record.message = if deps.is_empty() {
+        format!("its inputs were all updated for {date}")
+    } else {
+        format!("waiting for {}", deps.join(", "))
+    };
     if client.create_instance(&record).await? {
         publish::event(&client, &record).await;
         let work = WorkItem::for_attempt(&record, (*spec).clone());

@@ -168,6 +168,15 @@ impl DagState {
     }
 
     /// Instances waiting now.
+    /// The jobs run by their data (`on_datasets`) that `uri` is one of the inputs of.
+    pub(crate) fn run_by(&self, uri: &ax_bus::spec::dataset::DatasetUri) -> Vec<Arc<JobSpec>> {
+        self.jobs
+            .values()
+            .filter(|spec| spec.cron.is_none() && spec.on_datasets.contains(uri))
+            .cloned()
+            .collect()
+    }
+
     pub(crate) fn held_count(&self) -> usize {
         self.held.len()
     }

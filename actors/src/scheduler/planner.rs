@@ -348,6 +348,7 @@ mod tests {
                 retention: None,
                 produces: vec![],
                 consumes: vec![],
+                on_datasets: vec![],
                 freshness: Default::default(),
             },
             paused,

@@ -171,6 +171,11 @@ pub struct JobSpec {
     /// The datasets its runs read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumes: Vec<dataset::DatasetUri>,
+    /// Run by its data: an instance for a business date is created once every one of these
+    /// (each also under `consumes`) has been updated for that date — once per date: a later
+    /// update of an input re-runs nothing. A job run by its data has no cron.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_datasets: Vec<dataset::DatasetUri>,
     /// How long after the start of a business date each of these produced datasets must have
     /// been updated for that date (seconds; `26h` written): later, a `freshness` alert.
     #[serde(
@@ -743,7 +748,25 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         }
         at_most(errors, &field, Some(*secs), MAX_FRESHNESS_SECS);
     }
-    for (field, uris) in [("produces", &job.produces), ("consumes", &job.consumes)] {
+    for (i, uri) in job.on_datasets.iter().enumerate() {
+        if !job.consumes.contains(uri) {
+            errors.push(SpecError::new(
+                format!("job.on_datasets[{i}]"),
+                format!("`{uri}` is not one of the datasets the job consumes"),
+            ));
+        }
+    }
+    if !job.on_datasets.is_empty() && job.cron.is_some() {
+        errors.push(SpecError::new(
+            "job.on_datasets",
+            "a job run by its data has no cron: its runs come from its inputs' updates",
+        ));
+    }
+    for (field, uris) in [
+        ("produces", &job.produces),
+        ("consumes", &job.consumes),
+        ("on_datasets", &job.on_datasets),
+    ] {
         if uris.len() > dataset::MAX_DATASETS {
             errors.push(SpecError::new(
                 format!("job.{field}"),
@@ -947,6 +970,7 @@ mod tests {
             retention: None,
             produces: vec![],
             consumes: vec![],
+            on_datasets: vec![],
             freshness: BTreeMap::new(),
         }
     }

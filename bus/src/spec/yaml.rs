@@ -139,6 +139,8 @@ struct RawJob {
     #[serde(default)]
     consumes: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
     #[serde(default)]
+    on_datasets: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
+    #[serde(default)]
     freshness: Option<Spanned<BTreeMap<super::dataset::DatasetUri, super::seconds::Seconds>>>,
 }
 
@@ -346,6 +348,7 @@ fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError
         retention: lines.take_opt("job.retention", job.retention).map(|s| s.0),
         produces: lines.take_list("job.produces", job.produces),
         consumes: lines.take_list("job.consumes", job.consumes),
+        on_datasets: lines.take_list("job.on_datasets", job.on_datasets),
         freshness: lines
             .take_opt("job.freshness", job.freshness)
             .unwrap_or_default()
@@ -528,5 +531,27 @@ job:
             located.starts_with("jobs.yaml:12: job.timezone: unknown time zone"),
             "{located}"
         );
+    }
+
+    #[test]
+    fn a_job_run_by_its_data_names_datasets_it_consumes_and_has_no_cron() {
+        let text = "version: v1\njob:\n  name: r\n  cron: '0 0 * * *'\n  consumes: [ 'w://a' ]\n  on_datasets: [ 'w://a', 'w://b' ]\n  exec: { type: noop }\n";
+        let jobs = parse_str("r.yaml", text).unwrap();
+        let errors: Vec<String> = super::super::validate(&jobs[0].doc)
+            .into_iter()
+            .map(|e| jobs[0].locate(e).to_string())
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                "r.yaml:6: job.on_datasets[1]: `w://b` is not one of the datasets the job consumes",
+                "r.yaml:6: job.on_datasets: a job run by its data has no cron: its runs come from its inputs' updates",
+            ]
+        );
+        let fine = text
+            .replace("  cron: '0 0 * * *'\n", "")
+            .replace("'w://a' ]\n  on", "'w://a', 'w://b' ]\n  on");
+        let jobs = parse_str("r.yaml", &fine).unwrap();
+        assert!(super::super::validate(&jobs[0].doc).is_empty());
     }
 }

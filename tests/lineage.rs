@@ -387,3 +387,87 @@ async fn a_job_run_by_its_data_runs_once_per_date_when_all_its_inputs_are_update
         "the report ran once"
     );
 }
+
+const RERUN_BY_DATA: &str = "version: v1
+job:
+  name: load_orders
+  produces: [ 'warehouse://orders' ]
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: refresh
+  consumes: [ 'warehouse://orders' ]
+  on_datasets: [ 'warehouse://orders' ]
+  rerun: always
+  exec: { type: shell, command: 'echo {{biz_date}} >> LEDGER' }
+---
+version: v1
+job:
+  name: fragile
+  consumes: [ 'warehouse://orders' ]
+  on_datasets: [ 'warehouse://orders' ]
+  rerun: if_succeeded
+  exec: { type: shell, command: 'exit 3' }
+";
+
+/// `rerun:` — an input updated again for a date already run starts a new attempt of that
+/// date's instance with `always`, and none with `if_succeeded` when it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_updated_again_reruns_the_date_per_policy() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let ledger = nats.path("ledger").join("runs");
+    let jobs = RERUN_BY_DATA.replace("LEDGER", ledger.to_str().unwrap());
+    let file = job_file(&nats.path("jobs"), "data.yaml", &jobs);
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    let instance_of = |job: &'static str| {
+        let client = client.clone();
+        async move {
+            let at = ax_bus::time::start_of_day(
+                chrono_tz::UTC,
+                chrono::NaiveDate::from_ymd_opt(2026, 11, 5).unwrap(),
+            );
+            let id = ax_bus::ids::InstanceId::for_fire(&job.parse().unwrap(), at);
+            client.instance(&id).await.ok()?.map(|(record, _)| record)
+        }
+    };
+    let ended = |job: &'static str, attempt: u32| async move {
+        let record = instance_of(job).await?;
+        (record.state.is_final() && record.attempt == attempt).then_some(record)
+    };
+
+    let first = trigger(&nats, &["load_orders", "--biz-date", "2026-11-05"]);
+    final_record(&client, &first, Duration::from_secs(30)).await;
+    let refreshed = wait_for(Duration::from_secs(30), "refresh's first run", || {
+        ended("refresh", 1)
+    })
+    .await;
+    assert_eq!(refreshed.state, ax_bus::State::Success);
+    let failed = wait_for(Duration::from_secs(30), "fragile's first run", || {
+        ended("fragile", 1)
+    })
+    .await;
+    assert_eq!(failed.state, ax_bus::State::Failed);
+
+    let again = trigger(&nats, &["load_orders", "--biz-date", "2026-11-05"]);
+    final_record(&client, &again, Duration::from_secs(30)).await;
+    let rerun = wait_for(Duration::from_secs(30), "refresh run again", || {
+        ended("refresh", 2)
+    })
+    .await;
+    assert_eq!(rerun.state, ax_bus::State::Success);
+    let fragile = instance_of("fragile").await.unwrap();
+    assert_eq!(
+        (fragile.state, fragile.attempt),
+        (ax_bus::State::Failed, 1),
+        "if_succeeded leaves a failed date alone"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&ledger).unwrap(),
+        "2026-11-05\n2026-11-05\n",
+        "refresh ran twice"
+    );
+}

@@ -396,6 +396,13 @@ pub enum TransitionRefused {
     /// brought back for its job applied again.
     #[error("the instance is {0} ({1}), not withdrawn before its time")]
     NotWithdrawn(State, Tag),
+    /// Its latest attempt started after the input's update: it read that data already.
+    #[error("its latest attempt started after the update")]
+    RanSince,
+    /// A re-run for an input's update is only of an instance that succeeded (`rerun:
+    /// if_succeeded`).
+    #[error("the instance is {0}, not success")]
+    NotSucceeded(State),
 }
 
 /// How an attempt ended, as its worker saw it.
@@ -689,6 +696,31 @@ impl InstanceRecord {
         let mut next = self.next_attempt(new_trace);
         next.run_start = next.attempt;
         next.message = format!("re-run: attempt {} queued", next.attempt);
+        Ok(next)
+    }
+
+    /// A new attempt of a job run by its data, for an input updated again at `updated_at`:
+    /// refused when its latest attempt started at or after that (it read the data already —
+    /// a redelivered or an older update), when it has not ended, and, with `only_success`,
+    /// when it did not succeed.
+    pub fn rerun_for_update(
+        &self,
+        new_trace: &TraceId,
+        updated_at: DateTime<Utc>,
+        only_success: bool,
+    ) -> Result<Self, TransitionRefused> {
+        if self.started_at.unwrap_or(self.created_at) >= updated_at {
+            return Err(TransitionRefused::RanSince);
+        }
+        if only_success && self.state.is_final() && self.state != State::Success {
+            return Err(TransitionRefused::NotSucceeded(self.state));
+        }
+        let mut next = self.rerun(new_trace)?;
+        next.message = format!(
+            "re-run: attempt {} queued, an input updated at {}",
+            next.attempt,
+            crate::time::rfc3339(updated_at)
+        );
         Ok(next)
     }
 
@@ -1036,6 +1068,41 @@ pub(crate) mod tests {
         );
         assert_eq!("failed".parse::<State>(), Ok(State::Failed));
         assert!("done".parse::<State>().is_err());
+    }
+    #[test]
+    fn an_inputs_update_reruns_only_an_ended_date_that_ran_before_it() {
+        let start = crate::time::now();
+        let mut ran = record();
+        ran.started_at = Some(start);
+        ran.state = State::Success;
+        let later = start + chrono::Duration::seconds(5);
+        let next = ran.rerun_for_update(&tr(2), later, true).unwrap();
+        assert_eq!((next.attempt, next.trace_id.clone()), (2, tr(2)));
+        assert!(
+            next.message.contains("an input updated at"),
+            "{}",
+            next.message
+        );
+        // An update it had read already (redelivered, or older): nothing.
+        assert_eq!(
+            ran.rerun_for_update(&tr(2), start, false),
+            Err(TransitionRefused::RanSince)
+        );
+        // Still running: nothing.
+        let mut running = ran.clone();
+        running.state = State::Running;
+        assert!(matches!(
+            running.rerun_for_update(&tr(2), later, false),
+            Err(TransitionRefused::NotEnded(State::Running))
+        ));
+        // Failed: with `if_succeeded` nothing, with `always` a new attempt.
+        let mut failed = ran.clone();
+        failed.state = State::Failed;
+        assert_eq!(
+            failed.rerun_for_update(&tr(2), later, true),
+            Err(TransitionRefused::NotSucceeded(State::Failed))
+        );
+        assert!(failed.rerun_for_update(&tr(2), later, false).is_ok());
     }
 }
 

@@ -12,11 +12,11 @@ use futures::{FutureExt, StreamExt};
 use ax_bus::client::deps::{encode_entry, entry_key};
 use ax_bus::client::Updated;
 use ax_bus::error::NatsError;
-use ax_bus::ids::{InstanceId, NodeId};
+use ax_bus::ids::{InstanceId, NodeId, TraceId};
 use ax_bus::instance::{State, Tag, Trigger};
 use ax_bus::messages::{ResultMessage, Waiting, WorkItem};
 use ax_bus::spec::dataset::DatasetUri;
-use ax_bus::spec::JobSpec;
+use ax_bus::spec::{DataRerun, JobSpec};
 use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
 
 use super::state::{Action, DagState};
@@ -45,8 +45,10 @@ struct Execution {
     creates: Vec<(Arc<JobSpec>, NaiveDate)>,
     /// The datasets updated by this execution, each for its date.
     fresh: BTreeSet<(DatasetUri, NaiveDate)>,
-    /// Those not yet looked at for the jobs they run.
-    fresh_unseen: Vec<(DatasetUri, NaiveDate)>,
+    /// Those not yet looked at for the jobs they run, with when they were updated.
+    fresh_unseen: Vec<(DatasetUri, NaiveDate, chrono::DateTime<chrono::Utc>)>,
+    /// Instances of jobs run by their data to run again for an input updated at that time.
+    reruns: Vec<(Arc<JobSpec>, NaiveDate, chrono::DateTime<chrono::Utc>)>,
     /// Instances created here are born tagged `waiting_deps`, saying what they wait for: their
     /// record is written again only when that is no longer all (one dependency was met).
     created_here: HashMap<InstanceId, String>,
@@ -70,6 +72,7 @@ pub(super) async fn execute(
         creates: Vec::new(),
         fresh: BTreeSet::new(),
         fresh_unseen: Vec::new(),
+        reruns: Vec::new(),
         created_here: HashMap::new(),
     };
     let mut queue: VecDeque<Action> = actions.into();
@@ -78,12 +81,15 @@ pub(super) async fn execute(
             run.apply(action).await?;
         }
         run.run_by_data(state).await?;
-        if run.creates.is_empty() {
+        if run.creates.is_empty() && run.reruns.is_empty() {
             break;
         }
         let now = ax_bus::time::now();
         for (work, message) in run.create_pending().await? {
             run.created_here.insert(work.instance_id.clone(), message);
+            queue.extend(state.on_created(work, now));
+        }
+        for work in run.rerun_pending().await? {
             queue.extend(state.on_created(work, now));
         }
     }
@@ -165,7 +171,7 @@ impl Execution {
                     self.updates
                         .push(burst::Item::kv_put(&bucket, &key, codec::encode(&update)?));
                     if self.fresh.insert((update.dataset.clone(), date)) {
-                        self.fresh_unseen.push((update.dataset, date));
+                        self.fresh_unseen.push((update.dataset, date, update.at));
                     }
                 }
                 Ok(())
@@ -190,7 +196,7 @@ impl Execution {
     /// once per job and date, however often its inputs are updated or a result redelivered.
     async fn run_by_data(&mut self, state: &DagState) -> Result<(), ActorError> {
         let mut datasets = None;
-        for (dataset, date) in std::mem::take(&mut self.fresh_unseen) {
+        for (dataset, date, at) in std::mem::take(&mut self.fresh_unseen) {
             for spec in state.run_by(&dataset) {
                 let mut ready = true;
                 for input in &spec.on_datasets {
@@ -218,11 +224,43 @@ impl Execution {
                     }
                 }
                 if ready {
+                    if spec.rerun != DataRerun::Never {
+                        self.reruns.push((spec.clone(), date, at));
+                    }
                     self.creates.push((spec, date));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Starts again, per its `rerun` policy, each date's instance of a job run by its data
+    /// whose input was updated again since its latest attempt started (the instance record's
+    /// compare-and-swap decides, so a redelivered update starts nothing twice); the new
+    /// attempts, for the view.
+    async fn rerun_pending(&mut self) -> Result<Vec<WorkItem>, ActorError> {
+        let mut works = Vec::new();
+        for (spec, date, at) in std::mem::take(&mut self.reruns) {
+            let tz: chrono_tz::Tz = spec.timezone.parse().unwrap_or(chrono_tz::UTC);
+            let id = InstanceId::for_fire(&spec.name, ax_bus::time::start_of_day(tz, date));
+            let trace = TraceId::random();
+            let only_success = spec.rerun == DataRerun::IfSucceeded;
+            match self
+                .client
+                .update_instance(&id, |r| r.rerun_for_update(&trace, at, only_success))
+                .await?
+            {
+                Updated::Written(record, _) => {
+                    publish::event(&self.client, &record).await;
+                    works.push(WorkItem::for_attempt(&record, (*spec).clone()));
+                }
+                Updated::Refused(why) => {
+                    tracing::debug!(instance = %id, %why, "not run again for its input's update");
+                }
+                Updated::Missing => {}
+            }
+        }
+        Ok(works)
     }
 
     async fn store_waiting(&mut self, waiting: &Waiting) -> Result<(), ActorError> {

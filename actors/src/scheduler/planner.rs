@@ -349,6 +349,7 @@ mod tests {
                 produces: vec![],
                 consumes: vec![],
                 on_datasets: vec![],
+                rerun: Default::default(),
                 freshness: Default::default(),
             },
             paused,

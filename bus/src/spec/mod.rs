@@ -172,10 +172,13 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumes: Vec<dataset::DatasetUri>,
     /// Run by its data: an instance for a business date is created once every one of these
-    /// (each also under `consumes`) has been updated for that date — once per date: a later
-    /// update of an input re-runs nothing. A job run by its data has no cron.
+    /// (each also under `consumes`) has been updated for that date. A job run by its data
+    /// has no cron.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_datasets: Vec<dataset::DatasetUri>,
+    /// What a later update of an input does to a date already run (with `on_datasets`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub rerun: DataRerun,
     /// How long after the start of a business date each of these produced datasets must have
     /// been updated for that date (seconds; `26h` written): later, a `freshness` alert.
     #[serde(
@@ -184,6 +187,20 @@ pub struct JobSpec {
         deserialize_with = "seconds::map"
     )]
     pub freshness: BTreeMap<dataset::DatasetUri, u64>,
+}
+
+/// What a job run by its data does when one of its inputs is updated again for a business
+/// date it has run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataRerun {
+    /// Nothing (`ax rerun` can).
+    #[default]
+    Never,
+    /// A new attempt of that date's instance, whatever its first run came to.
+    Always,
+    /// A new attempt only if that date's instance succeeded.
+    IfSucceeded,
 }
 
 /// The most shards an instance may have.
@@ -756,6 +773,12 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             ));
         }
     }
+    if job.on_datasets.is_empty() && job.rerun != DataRerun::Never {
+        errors.push(SpecError::new(
+            "job.rerun",
+            "is for a job run by its data: list its inputs under on_datasets",
+        ));
+    }
     if !job.on_datasets.is_empty() && job.cron.is_some() {
         errors.push(SpecError::new(
             "job.on_datasets",
@@ -971,6 +994,7 @@ mod tests {
             produces: vec![],
             consumes: vec![],
             on_datasets: vec![],
+            rerun: DataRerun::Never,
             freshness: BTreeMap::new(),
         }
     }

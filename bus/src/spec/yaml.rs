@@ -141,6 +141,8 @@ struct RawJob {
     #[serde(default)]
     on_datasets: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
     #[serde(default)]
+    rerun: Option<Spanned<super::DataRerun>>,
+    #[serde(default)]
     freshness: Option<Spanned<BTreeMap<super::dataset::DatasetUri, super::seconds::Seconds>>>,
 }
 
@@ -349,6 +351,7 @@ fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError
         produces: lines.take_list("job.produces", job.produces),
         consumes: lines.take_list("job.consumes", job.consumes),
         on_datasets: lines.take_list("job.on_datasets", job.on_datasets),
+        rerun: lines.take_opt("job.rerun", job.rerun).unwrap_or_default(),
         freshness: lines
             .take_opt("job.freshness", job.freshness)
             .unwrap_or_default()

@@ -302,6 +302,16 @@ job:
   exec: { type: shell, command: 'echo {{biz_date}} >> LEDGER' }
 ";
 
+/// Applies `jobs`, their `LEDGER` a file of the test's (returned), to the node running.
+fn apply_with_ledger(nats: &TestNats, jobs: &str) -> std::path::PathBuf {
+    let ledger = nats.path("ledger").join("runs");
+    let jobs = jobs.replace("LEDGER", ledger.to_str().unwrap());
+    let file = job_file(&nats.path("jobs"), "data.yaml", &jobs);
+    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    ledger
+}
+
 /// `daily_report`'s instances, as `ax instance list` has them.
 fn reports(nats: &TestNats) -> Vec<serde_json::Value> {
     let out = ax(
@@ -326,12 +336,8 @@ fn reports(nats: &TestNats) -> Vec<serde_json::Value> {
 async fn a_job_run_by_its_data_runs_once_per_date_when_all_its_inputs_are_updated() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let ledger = nats.path("ledger").join("runs");
-    let jobs = RUN_BY_DATA.replace("LEDGER", ledger.to_str().unwrap());
-    let file = job_file(&nats.path("jobs"), "data.yaml", &jobs);
     let mut node = AxProcess::node(&nats, "n1", "all", &[]);
-    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", stderr(&applied));
+    let ledger = apply_with_ledger(&nats, RUN_BY_DATA);
     let updated = |uri: &'static str, by: String| {
         let client = client.clone();
         async move {
@@ -417,12 +423,8 @@ job:
 async fn an_input_updated_again_reruns_the_date_per_policy() {
     let nats = TestNats::start();
     let client = nats.client().await;
-    let ledger = nats.path("ledger").join("runs");
-    let jobs = RERUN_BY_DATA.replace("LEDGER", ledger.to_str().unwrap());
-    let file = job_file(&nats.path("jobs"), "data.yaml", &jobs);
     let _node = AxProcess::node(&nats, "n1", "all", &[]);
-    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", stderr(&applied));
+    let ledger = apply_with_ledger(&nats, RERUN_BY_DATA);
     let instance_of = |job: &'static str| {
         let client = client.clone();
         async move {

@@ -10,6 +10,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use ax_bus::openlineage::attempt_run_id;
 use support::webhook::Webhook;
 use support::*;
 
@@ -95,7 +96,7 @@ async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once()
         "[openlineage]\nurl = \"{}\"\ntimeout = 2\nnamespace = \"etl\"\n",
         endpoint.url
     );
-    let node = AxProcess::configured(&nats, "n1", "all", &config);
+    let mut node = AxProcess::configured(&nats, "n1", "all", &config);
     let file = job_file(&nats.path("jobs"), "jobs.yaml", JOBS);
     let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
     assert!(applied.status.success(), "{}", stderr(&applied));
@@ -107,7 +108,7 @@ async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once()
         (record.tag == ax_bus::Tag::Executing).then_some(record.trace_id)
     })
     .await;
-    let slow_run = as_uuid(slow_trace.as_str());
+    let slow_run = attempt_run_id(&slow_trace);
     wait_for_logged(
         Duration::from_secs(30),
         "slow's START while it runs",
@@ -143,16 +144,16 @@ async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once()
     );
     // Its first attempt's trace comes from its instance id; the retry's is the record's now.
     let broken_traces = vec![
-        ax_bus::ids::TraceId::first_of(&broken.instance_id).to_string(),
-        broken.trace_id.to_string(),
+        ax_bus::ids::TraceId::first_of(&broken.instance_id),
+        broken.trace_id.clone(),
     ];
     assert_ne!(broken_traces[0], broken_traces[1]);
 
     // START and end of each of the four runs taken (200), the first two POSTs refused.
-    let runs: Vec<String> = [load.trace_id.to_string(), slow_trace.to_string()]
-        .into_iter()
-        .chain(broken_traces.clone())
-        .map(|t| as_uuid(&t))
+    let runs: Vec<String> = [load.trace_id.clone(), slow_trace]
+        .iter()
+        .chain(&broken_traces)
+        .map(attempt_run_id)
         .collect();
     let taken = wait_for_logged(
         Duration::from_secs(60),
@@ -250,6 +251,42 @@ async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once()
     );
     assert_ne!(parent(&runs[0])["run"], parent(&runs[2])["run"]);
 
+    // The node killed with kill -9 and started again: the events it had taken are not sent
+    // again (its consumers resume past them, a repeat is stored once), and a new run's are.
+    node.kill9();
+    let node = AxProcess::configured(&nats, "n1", "all", &config);
+    let later = trigger(&nats, &["load"]);
+    let later = final_record(&client, &later, Duration::from_secs(60)).await;
+    let later_run = attempt_run_id(&later.trace_id);
+    let taken = wait_for_logged(
+        Duration::from_secs(60),
+        "the run after the restart",
+        &[&node],
+        || async {
+            let taken: Vec<serde_json::Value> = endpoint
+                .bodies()
+                .into_iter()
+                .filter(|(status, _)| *status == 200)
+                .map(|(_, e)| e)
+                .collect();
+            let ended = taken
+                .iter()
+                .filter(|e| e["run"]["runId"] == later_run.as_str())
+                .count()
+                == 2;
+            ended.then_some(taken)
+        },
+    )
+    .await;
+    let mut per_run: BTreeMap<&str, usize> = BTreeMap::new();
+    for event in &taken {
+        *per_run
+            .entry(event["run"]["runId"].as_str().unwrap())
+            .or_default() += 1;
+    }
+    assert!(per_run.values().all(|n| *n == 2), "{per_run:?}");
+    assert_eq!(per_run.len(), 5, "{per_run:?}");
+
     // openlineage-python reads each one as its model.
     let events = nats.path("lineage").join("events.json");
     std::fs::write(&events, serde_json::to_vec(&taken).unwrap()).unwrap();
@@ -264,16 +301,4 @@ async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once()
         said.contains(&format!("rebuilt {}", taken.len())) && !said.contains("DIFFERS"),
         "{said}"
     );
-}
-
-/// A trace id written as a UUID, as the events carry it.
-fn as_uuid(trace: &str) -> String {
-    format!(
-        "{}-{}-{}-{}-{}",
-        &trace[0..8],
-        &trace[8..12],
-        &trace[12..16],
-        &trace[16..20],
-        &trace[20..32]
-    )
 }

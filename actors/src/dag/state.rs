@@ -19,6 +19,7 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::instance::{State, Tag};
 use ax_bus::messages::{DateInstances, ResultMessage, Waiting, WorkItem};
+use ax_bus::spec::dataset::DatasetUri;
 use ax_bus::spec::JobSpec;
 
 pub(crate) use ax_bus::client::deps::DayKey;
@@ -148,6 +149,8 @@ struct Join {
 pub(crate) struct DagState {
     jobs: HashMap<JobName, Arc<JobSpec>>,
     dependents: HashMap<JobName, Vec<(JobName, i64)>>,
+    /// The jobs run by their data (`on_datasets`, no cron), by each of their inputs.
+    readers: HashMap<DatasetUri, Vec<JobName>>,
     days: HashMap<DayKey, DateInstances>,
     /// When each (job, date) last changed: history untouched for `keep_days` is forgotten, like
     /// the deps bucket forgets keys not written for that long (whatever the date itself is, so a
@@ -167,16 +170,17 @@ impl DagState {
         Self::default()
     }
 
-    /// Instances waiting now.
     /// The jobs run by their data (`on_datasets`) that `uri` is one of the inputs of.
-    pub(crate) fn run_by(&self, uri: &ax_bus::spec::dataset::DatasetUri) -> Vec<Arc<JobSpec>> {
-        self.jobs
-            .values()
-            .filter(|spec| spec.cron.is_none() && spec.on_datasets.contains(uri))
-            .cloned()
+    pub(crate) fn run_by(&self, uri: &DatasetUri) -> Vec<Arc<JobSpec>> {
+        self.readers
+            .get(uri)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.jobs.get(name).cloned())
             .collect()
     }
 
+    /// Instances waiting now.
     pub(crate) fn held_count(&self) -> usize {
         self.held.len()
     }
@@ -192,6 +196,14 @@ impl DagState {
                     .push((spec.name.clone(), offset));
             }
         }
+        if spec.cron.is_none() {
+            for uri in &spec.on_datasets {
+                self.readers
+                    .entry(uri.clone())
+                    .or_default()
+                    .push(spec.name.clone());
+            }
+        }
         self.jobs.insert(spec.name.clone(), Arc::new(spec));
     }
 
@@ -201,6 +213,11 @@ impl DagState {
             for dep in &old.deps {
                 if let Some(list) = self.dependents.get_mut(&dep.name) {
                     list.retain(|(downstream, _)| downstream != name);
+                }
+            }
+            for uri in &old.on_datasets {
+                if let Some(list) = self.readers.get_mut(uri) {
+                    list.retain(|reader| reader != name);
                 }
             }
         }
@@ -830,6 +847,38 @@ mod tests {
 
     fn now() -> DateTime<Utc> {
         ax_bus::time::now()
+    }
+
+    #[test]
+    fn the_jobs_run_by_a_dataset_follow_the_registry() {
+        let uri = DatasetUri::parse("w://orders").unwrap();
+        let data_job = |name: &str, inputs: &[&str]| -> JobSpec {
+            let mut job = spec(name, None, &[]);
+            job.on_datasets = inputs
+                .iter()
+                .map(|u| DatasetUri::parse(u).unwrap())
+                .collect();
+            job.consumes = job.on_datasets.clone();
+            job
+        };
+        let mut state = DagState::new();
+        state.upsert_job(data_job("report", &["w://orders", "w://pay"]));
+        state.upsert_job(data_job("other", &["w://pay"]));
+        let names = |state: &DagState| -> Vec<String> {
+            state
+                .run_by(&uri)
+                .iter()
+                .map(|s| s.name.to_string())
+                .collect()
+        };
+        assert_eq!(names(&state), ["report"]);
+        // Edited to read something else, then deleted: no longer run by it.
+        state.upsert_job(data_job("report", &["w://pay"]));
+        assert!(names(&state).is_empty());
+        state.upsert_job(data_job("report", &["w://orders"]));
+        assert_eq!(names(&state), ["report"]);
+        state.remove_job("report");
+        assert!(names(&state).is_empty());
     }
 
     #[test]

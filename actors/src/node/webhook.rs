@@ -60,15 +60,14 @@ impl Feed {
 
     /// The body of a POST for `payload`, or why there is none.
     fn body(self, payload: &[u8]) -> Result<Vec<u8>, String> {
-        let json = match self {
+        match self {
             Feed::Alerts => ax_bus::codec::decode::<Alert>(payload)
                 .map_err(|e| e.to_string())
                 .and_then(|alert| serde_json::to_vec(&alert).map_err(|e| e.to_string())),
             Feed::Lineage => serde_json::from_slice::<RunEvent>(payload)
                 .map(|_| payload.to_vec())
                 .map_err(|e| format!("not an OpenLineage run event: {e}")),
-        };
-        json
+        }
     }
 
     /// Its name in logs.

@@ -47,15 +47,7 @@ struct ListPage {
 
 /// The page of `uri`.
 pub(crate) fn link_of(uri: &str) -> String {
-    let mut link = String::from("/datasets/show?uri=");
-    for byte in uri.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            link.push(char::from(byte));
-        } else {
-            link.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    link
+    format!("/datasets/show?uri={}", pages::percent(uri))
 }
 
 /// The freshness each producer declares for `uri` (`26h`; several when producers differ).

@@ -147,22 +147,10 @@ fn serde_urlencoded_pairs(query: &ListQuery) -> String {
     let mut parts: Vec<String> = pairs
         .iter()
         .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}={}", percent(v)))
+        .map(|(k, v)| format!("{k}={}", pages::percent(v)))
         .collect();
     parts.push(format!("page={}", query.page));
     parts.join("&")
-}
-
-/// Percent-encodes everything but unreserved characters.
-fn percent(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 struct ListRow {

@@ -156,6 +156,18 @@ pub(crate) fn repeated(body: &[u8], field: &str) -> Vec<String> {
 }
 
 /// A form value decoded (`+` is a space, `%XX` a byte); a malformed escape is kept as it is.
+/// Percent-encodes everything but unreserved characters (a value in a query string).
+pub(crate) fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 fn percent_decoded(value: &str) -> String {
     let bytes = value.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

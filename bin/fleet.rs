@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Result};
 
-use ax_bus::messages::{commands, QueueRequest};
+use ax_bus::messages::{commands, QueueRequest, WorkerInfo};
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
@@ -61,6 +61,22 @@ pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// How a worker's slots are decided: `fixed`, or its adaptive budget's bounds, last reason and
+/// the pressure it read (`1-8 load_high 1.62/core 3.1 GiB free`).
+fn budget(info: &WorkerInfo) -> String {
+    match &info.budget {
+        None => "fixed".to_string(),
+        Some(b) => format!(
+            "{}-{} {} {:.2}/core {:.1} GiB free",
+            b.min,
+            b.max,
+            b.reason.as_str(),
+            b.load_per_core,
+            b.memory_available_bytes as f64 / f64::from(1u32 << 30),
+        ),
+    }
+}
+
 /// Every worker with its score and liveness as the Routers judge them (their configured
 /// weights and TTL, read from a Router's node heartbeat).
 pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
@@ -78,6 +94,7 @@ pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
             info.id.to_string(),
             info.host.clone(),
             format!("{}/{}", info.running, info.slots),
+            budget(&info),
             info.cores.to_string(),
             format!("{:.0}", info.avg_duration_ms),
             format!("{score:.3}"),
@@ -108,6 +125,7 @@ pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
             "WORKER",
             "HOST",
             "RUNNING",
+            "BUDGET",
             "CORES",
             "AVG MS",
             "SCORE",

@@ -38,6 +38,59 @@ fn default_id() -> String {
     }
 }
 
+/// The worker's settings from the flags and the config file, checked before anything connects;
+/// an error names the setting.
+fn worker_config(
+    args: &NodeArgs,
+    file: &node_config::FileConfig,
+    id: &NodeId,
+    data_dir: PathBuf,
+) -> Result<WorkerConfig> {
+    let cores = std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        .unwrap_or(1);
+    let adaptive = match &file.worker.adaptive {
+        Some(section) => Some(section.adaptive(cores)?),
+        None => None,
+    };
+    let worker = WorkerConfig {
+        id: id.clone(),
+        slots: args.slots.or(file.worker.slots).unwrap_or(4).max(1),
+        adaptive,
+        tags: args
+            .tags
+            .clone()
+            .or(file.worker.tags.clone())
+            .unwrap_or_default(),
+        reserved: file.worker.reserved.unwrap_or_default(),
+        data_dir,
+        dispatch_ack_wait: file.worker.dispatch_ack_wait()?,
+        log_max_bytes: file.worker.log_max_bytes()?,
+        executors: ExecutorsConfig {
+            databases: file.databases.clone(),
+            plugin_dir: file.worker.plugin_dir.clone(),
+            python: file
+                .worker
+                .python
+                .clone()
+                .unwrap_or_else(|| "python3".to_string()),
+        },
+    };
+    // The fewest slots it may have: low work must keep one of them.
+    let (fewest, of) = match &worker.adaptive {
+        Some(adaptive) => (adaptive.min, "the budget's minimum"),
+        None => (worker.slots, "the slots"),
+    };
+    if fewest <= worker.reserved.high + worker.reserved.normal {
+        bail!(
+            "[worker] reserved = {{ high = {}, normal = {} }} leaves no slot of {fewest} ({of}) for low-priority work",
+            worker.reserved.high,
+            worker.reserved.normal,
+        );
+    }
+    Ok(worker)
+}
+
 pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> Result<()> {
     let file = match &args.config {
         Some(path) => node_config::read(path)?,
@@ -66,48 +119,16 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
     config.replicas = args.replicas.or(file.node.replicas);
     config.retention = file.retention.retention()?;
     config.auth = file.nats.over(config.auth);
-    let client = AxClient::connect_node(&config)
-        .await
-        .with_context(|| format!("NATS URL {} ({origin})", redact(&url)))?;
     let data_dir = args
         .data_dir
         .clone()
         .or(file.node.data_dir.clone())
         .unwrap_or_else(|| PathBuf::from(".ax").join(id.as_str()));
     let node_dir = data_dir.clone();
-    let worker = WorkerConfig {
-        id: id.clone(),
-        slots: args.slots.or(file.worker.slots).unwrap_or(4).max(1),
-        tags: args
-            .tags
-            .clone()
-            .or(file.worker.tags.clone())
-            .unwrap_or_default(),
-        reserved: file.worker.reserved.unwrap_or_default(),
-        data_dir,
-        dispatch_ack_wait: file.worker.dispatch_ack_wait()?,
-        log_max_bytes: file.worker.log_max_bytes()?,
-        executors: ExecutorsConfig {
-            databases: file.databases.clone(),
-            plugin_dir: file.worker.plugin_dir.clone(),
-            python: file
-                .worker
-                .python
-                .clone()
-                .unwrap_or_else(|| "python3".to_string()),
-        },
-    };
-    let slots_left = worker
-        .slots
-        .saturating_sub(worker.reserved.high + worker.reserved.normal);
-    if slots_left == 0 {
-        bail!(
-            "[worker] reserved = {{ high = {}, normal = {} }} leaves no slot of {} for low-priority work",
-            worker.reserved.high,
-            worker.reserved.normal,
-            worker.slots
-        );
-    }
+    let worker = worker_config(&args, &file, &id, data_dir)?;
+    let client = AxClient::connect_node(&config)
+        .await
+        .with_context(|| format!("NATS URL {} ({origin})", redact(&url)))?;
     let auth = file.auth.settings(args.auth)?;
     let node_client = client.clone();
     let node = Node::start(

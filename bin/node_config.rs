@@ -20,6 +20,14 @@
 //! python = "python3"                    # the python executor's interpreter outside a venv
 //! log_max_bytes = 8388608               # cap of an attempt's shipped log (head and tail kept)
 //!
+//! [worker.adaptive]                     # slots follow the machine's pressure, within min..max
+//! min = 2                               # (slots above is where the budget starts)
+//! max = 16
+//! load_high = 1.25                      # runnable tasks per core above which it shrinks
+//! load_low = 0.9                        # under which it grows, while work waits for a slot
+//! memory_min_mib = 256                  # available memory under which it shrinks
+//! every = 2                             # seconds between decisions
+//!
 //! [databases]                           # for the sql executor; jobs name them, never the URL
 //! warehouse = "postgres://etl@10.0.0.7/warehouse"
 //! shop = "mysql://report:secret@10.0.0.8/shop"
@@ -61,6 +69,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
+use ax_actors::Adaptive;
 use ax_actors::RouterConfig;
 use ax_actors::DEFAULT_DISPATCH_ACK_WAIT;
 use ax_actors::DEFAULT_MAX_CLOCK_SKEW;
@@ -491,6 +500,56 @@ pub(crate) struct WorkerSection {
     pub python: Option<String>,
     /// The cap of an attempt's shipped log, in bytes (8 MiB).
     pub log_max_bytes: Option<u64>,
+    /// Slots that follow the machine's pressure.
+    pub adaptive: Option<AdaptiveSection>,
+}
+
+/// `[worker.adaptive]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdaptiveSection {
+    pub min: Option<u32>,
+    pub max: Option<u32>,
+    pub load_high: Option<f64>,
+    pub load_low: Option<f64>,
+    pub memory_min_mib: Option<u64>,
+    pub every: Option<f64>,
+}
+
+impl AdaptiveSection {
+    /// The budget's settings, defaulted (min 1, max twice the cores); an error names the field
+    /// and says why.
+    pub(crate) fn adaptive(&self, cores: u32) -> Result<Adaptive> {
+        let min = self.min.unwrap_or(1);
+        let max = self.max.unwrap_or(cores.saturating_mul(2).max(min));
+        if min == 0 || min > max || max > 1024 {
+            anyhow::bail!(
+                "[worker.adaptive] min = {min}, max = {max}: need 1 <= min <= max <= 1024"
+            );
+        }
+        let mut adaptive = Adaptive::new(min, max);
+        adaptive.load_high = self.load_high.unwrap_or(adaptive.load_high);
+        adaptive.load_low = self.load_low.unwrap_or(adaptive.load_low);
+        let (low, high) = (adaptive.load_low, adaptive.load_high);
+        if !(low.is_finite() && high.is_finite() && low > 0.0 && low < high) {
+            anyhow::bail!(
+                "[worker.adaptive] load_low = {low}, load_high = {high}: need 0 < load_low < load_high (runnable tasks per core)"
+            );
+        }
+        if let Some(mib) = self.memory_min_mib {
+            adaptive.memory_min = mib.saturating_mul(1 << 20);
+        }
+        match self.every {
+            None => {}
+            Some(v) if v.is_finite() && (0.5..=3600.0).contains(&v) => {
+                adaptive.every = Duration::from_secs_f64(v)
+            }
+            Some(v) => {
+                anyhow::bail!("[worker.adaptive] every = {v}: must be between 0.5 and 3600 seconds")
+            }
+        }
+        Ok(adaptive)
+    }
 }
 
 impl WorkerSection {

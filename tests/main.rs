@@ -13,6 +13,7 @@ mod ax_up;
 mod backup;
 mod bad_input;
 mod bench_smoke;
+mod budget;
 mod bursts;
 mod chaos;
 mod clock_skew;

@@ -59,6 +59,7 @@ pub fn simulated_worker(index: usize, classes: usize) -> Option<WorkerInfo> {
         running: (index % 7) as u32,
         avg_duration_ms: (index % 13) as f64 * 40.0,
         reserved: Default::default(),
+        budget: None,
         attempts: Vec::new(),
         version: env!("CARGO_PKG_VERSION").into(),
         started_at: ax_bus::time::now(),

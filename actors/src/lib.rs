@@ -52,7 +52,7 @@ pub use scheduler::Scheduler;
 pub use worker::executor::{ExecResult, ExecutorError, ExecutorsConfig};
 pub use worker::local_run::{run_locally, LocalRun, LocalRunEnd};
 pub use worker::{
-    WorkerConfig, WorkerSupervisor, DEFAULT_DISPATCH_ACK_WAIT, DEFAULT_LOG_MAX_BYTES,
+    Adaptive, WorkerConfig, WorkerSupervisor, DEFAULT_DISPATCH_ACK_WAIT, DEFAULT_LOG_MAX_BYTES,
 };
 
 use ax_bus::client::kv_view::FeedError;

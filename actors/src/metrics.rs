@@ -69,6 +69,12 @@ pub struct Metrics {
     pub datasets_late: Gauge,
     /// Outcomes this worker's outbox holds that are not reported yet.
     pub outbox_unreported: Gauge,
+    /// This worker's slots now (its adaptive budget, or the fixed count).
+    pub worker_slots: Gauge,
+    /// Runnable tasks per core, as this worker's adaptive budget last read them.
+    pub worker_load_per_core: Gauge<f64, AtomicU64>,
+    /// This worker's budget decisions that changed its slots, by reason.
+    pub worker_budget_changes: Family<ReasonLabel, Counter>,
     /// Workers with a recent heartbeat, as the janitor's Router sees them.
     pub workers_live: Gauge,
     /// This node's clock minus the NATS server's, as last measured.
@@ -83,6 +89,13 @@ pub struct Metrics {
     pub queue_pending: Family<QueueLabel, Gauge>,
     /// Messages of each queue delivered and not yet acknowledged (read when scraped).
     pub queue_ack_pending: Family<QueueLabel, Gauge>,
+}
+
+/// Why the adaptive budget changed, as a label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `load_high`, `memory_low` or `room`.
+    pub reason: &'static str,
 }
 
 /// A queue, as a label (`ready_high`, `ready_normal`, `ready_low`, `delayed`).
@@ -199,6 +212,23 @@ impl Metrics {
             "outbox_unreported",
             "Outcomes this worker's outbox holds that are not reported yet",
         );
+        let worker_slots = gauge(
+            registry,
+            "worker_slots",
+            "This worker's slots now: its adaptive budget, or the fixed count",
+        );
+        let worker_load_per_core = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "worker_load_per_core",
+            "Runnable tasks per core, as this worker's adaptive budget last read them",
+            worker_load_per_core.clone(),
+        );
+        let worker_budget_changes = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "worker_budget_changes",
+            "Decisions of this worker's adaptive budget that changed its slots, by reason",
+            worker_budget_changes.clone(),
+        );
         let workers_live = gauge(
             registry,
             "workers_live",
@@ -258,6 +288,9 @@ impl Metrics {
             deps_waiting,
             datasets_late,
             outbox_unreported,
+            worker_slots,
+            worker_load_per_core,
+            worker_budget_changes,
             workers_live,
             clock_offset,
             backlog_waiting,
@@ -315,6 +348,29 @@ pub(crate) fn fire_handed_on(expected: chrono::DateTime<chrono::Utc>) {
             .unwrap_or(0) as f64
             / 1e6;
         metrics.fire_lateness.observe(late.max(0.0));
+    }
+}
+
+/// Records the slots a worker offers (at its start).
+pub(crate) fn slots_offered(slots: u32) {
+    if let Some(metrics) = recording() {
+        metrics.worker_slots.set(i64::from(slots));
+    }
+}
+
+/// Records an adaptive budget's decision: `slots` now, after a change or not.
+pub(crate) fn budget_decided(slots: u32, state: &ax_bus::messages::SlotBudget, changed: bool) {
+    if let Some(metrics) = recording() {
+        metrics.worker_slots.set(i64::from(slots));
+        metrics.worker_load_per_core.set(state.load_per_core);
+        if changed {
+            metrics
+                .worker_budget_changes
+                .get_or_create(&ReasonLabel {
+                    reason: state.reason.as_str(),
+                })
+                .inc();
+        }
     }
 }
 

@@ -1297,6 +1297,9 @@ pub struct WorkerInfo {
     /// Slots kept for higher priorities.
     #[serde(default)]
     pub reserved: Reserved,
+    /// How its adaptive budget stands (absent: `slots` is fixed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<SlotBudget>,
     /// The attempts running now (for the Router, should the worker die).
     #[serde(default)]
     pub attempts: Vec<RunningAttempt>,
@@ -1387,6 +1390,53 @@ pub struct ExecutorInfo {
     pub version: String,
     /// What it does, in a line.
     pub description: String,
+}
+
+/// Where a worker's adaptive budget stands: its bounds, the pressure it last read and why its
+/// slots are what they are (`slots` in [`WorkerInfo`] is the budget now).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SlotBudget {
+    /// The smallest budget.
+    pub min: u32,
+    /// The largest budget.
+    pub max: u32,
+    /// The last decision's reason.
+    pub reason: BudgetReason,
+    /// Runnable tasks per core on the machine, averaged over the last decision's samples.
+    pub load_per_core: f64,
+    /// The machine's available memory (`MemAvailable`), the lowest of those samples.
+    pub memory_available_bytes: u64,
+    /// Dispatches waiting for a slot when it decided.
+    pub waiting: u32,
+}
+
+/// Why a worker's budget is what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetReason {
+    /// No decision yet: the configured `slots`, within the bounds.
+    Start,
+    /// Shrunk (or kept at its minimum): available memory under `memory_min`.
+    MemoryLow,
+    /// Shrunk (or kept at its minimum): more runnable tasks per core than `load_high`.
+    LoadHigh,
+    /// Grown (or kept at its maximum): work waited while the load was under `load_low`.
+    Room,
+    /// Kept: the load between `load_low` and `load_high`, or nothing waiting.
+    Steady,
+}
+
+impl BudgetReason {
+    /// Its name (`load_high`), as in JSON and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::MemoryLow => "memory_low",
+            Self::LoadHigh => "load_high",
+            Self::Room => "room",
+            Self::Steady => "steady",
+        }
+    }
 }
 
 /// Slots a worker keeps for higher priorities: `low` work may use at most

@@ -95,6 +95,7 @@ mod tests {
             running,
             avg_duration_ms,
             reserved: Default::default(),
+            budget: None,
             attempts: Vec::new(),
             version: "t".into(),
             started_at: crate::time::now(),

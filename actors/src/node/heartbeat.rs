@@ -28,6 +28,13 @@ pub(crate) fn host() -> String {
         .unwrap_or_default()
 }
 
+/// The cores this process may use (at least one).
+pub(crate) fn cores() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        .unwrap_or(1)
+}
+
 /// What `node` would write now (`router`: its Router's policy, when it runs one).
 pub(crate) fn status(
     node: &NodeId,

@@ -355,6 +355,7 @@ mod tests {
             running,
             avg_duration_ms: avg_ms,
             reserved: Default::default(),
+            budget: None,
             attempts: vec![],
             version: "t".into(),
             started_at: ax_bus::time::now(),

@@ -30,17 +30,20 @@
 
 mod acks;
 mod attempt;
+pub(crate) mod budget;
 mod contact;
 pub(crate) mod executor;
 mod leftovers;
 mod lifeline;
 pub(crate) mod local_run;
 pub(crate) mod logs;
+mod pressure;
 pub(crate) mod process;
 mod pumps;
 mod registered;
 pub(crate) mod slots;
 
+pub use budget::Adaptive;
 pub use logs::DEFAULT_LOG_MAX_BYTES;
 
 use std::collections::{HashMap, VecDeque};
@@ -73,6 +76,8 @@ pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 pub const DEFAULT_DISPATCH_ACK_WAIT: Duration = Duration::from_secs(30);
 /// A claim's lease, renewed three times per period while the attempt runs.
 pub(crate) const CLAIM_LEASE: Duration = Duration::from_secs(15);
+/// How often the adaptive budget samples the machine.
+const PRESSURE_SAMPLE_EVERY: Duration = Duration::from_millis(500);
 /// The window of the average attempt duration.
 const DURATION_WINDOW: Duration = Duration::from_secs(300);
 
@@ -81,8 +86,10 @@ const DURATION_WINDOW: Duration = Duration::from_secs(300);
 pub struct WorkerConfig {
     /// Worker id: `[A-Za-z0-9_-]+`, stable across restarts (its dispatch queue is named by it).
     pub id: WorkerId,
-    /// Attempts run at once.
+    /// Attempts run at once: with `adaptive`, the budget it starts with (within the bounds).
     pub slots: u32,
+    /// Slots that follow the machine's pressure (`[worker.adaptive]`); `None`: `slots`, fixed.
+    pub adaptive: Option<Adaptive>,
     /// Slots kept for higher priorities.
     pub reserved: Reserved,
     /// Its tags.
@@ -106,12 +113,21 @@ impl WorkerConfig {
         Self {
             id,
             slots: 4,
+            adaptive: None,
             reserved: Reserved::default(),
             tags: Vec::new(),
             data_dir,
             dispatch_ack_wait: DEFAULT_DISPATCH_ACK_WAIT,
             executors: ExecutorsConfig::default(),
             log_max_bytes: logs::DEFAULT_LOG_MAX_BYTES,
+        }
+    }
+
+    /// The slots it starts with.
+    fn new_slots(&self) -> Arc<Slots> {
+        match &self.adaptive {
+            Some(adaptive) => Slots::new(self.slots, adaptive.max, self.reserved),
+            None => Slots::new(self.slots, self.slots, self.reserved),
         }
     }
 
@@ -140,6 +156,10 @@ pub struct WorkerSupervisor {
     reporter: Addr<Reporter>,
     clock: Option<ClockGuard>,
     slots: Arc<Slots>,
+    /// The adaptive budget's state, with `[worker.adaptive]`.
+    budget: Option<budget::Budget>,
+    /// When the budget last decided.
+    decided_at: Instant,
     in_flight: HashMap<TraceId, InFlight>,
     /// Durations of the attempts that ended in the last five minutes (ms).
     durations: VecDeque<(Instant, f64)>,
@@ -166,7 +186,9 @@ impl WorkerSupervisor {
     ) -> Self {
         Self {
             client,
-            slots: Slots::new(config.slots, config.reserved),
+            slots: config.new_slots(),
+            budget: config.adaptive.clone().map(budget::Budget::new),
+            decided_at: Instant::now(),
             config,
             executors,
             reporter,
@@ -217,21 +239,53 @@ impl WorkerSupervisor {
         }
     }
 
+    /// Samples the machine for the adaptive budget and, every `every`, decides it.
+    fn follow_pressure(&mut self) {
+        let Some(budget) = &mut self.budget else {
+            return;
+        };
+        let cores = crate::node::heartbeat::cores();
+        if let Some(pressure) = pressure::sample(cores) {
+            budget.observe(pressure);
+        }
+        if self.decided_at.elapsed() < budget.policy().every {
+            return;
+        }
+        self.decided_at = Instant::now();
+        let current = self.slots.budget();
+        let Some(next) = budget.decide(current, self.slots.waiting()) else {
+            return;
+        };
+        let state = budget.state();
+        if next != current {
+            tracing::info!(
+                from = current,
+                to = next,
+                reason = state.reason.as_str(),
+                load_per_core = state.load_per_core,
+                memory_available = state.memory_available_bytes,
+                waiting = state.waiting,
+                "slot budget changed"
+            );
+            self.slots.set_budget(next);
+        }
+        crate::metrics::budget_decided(next, state, next != current);
+    }
+
     /// Writes the heartbeat: what this worker offers and what runs here now.
     fn heartbeat(&mut self) {
         let info = WorkerInfo {
             id: self.config.id.clone(),
             host: crate::node::heartbeat::host(),
-            cores: std::thread::available_parallelism()
-                .map(|n| n.get() as u32)
-                .unwrap_or(1),
-            slots: self.config.slots,
+            cores: crate::node::heartbeat::cores(),
+            slots: self.slots.budget(),
             tags: self.config.tags.clone(),
             executors: self.executors.names(),
             described: self.executors.describe_all(),
             running: self.slots.running(),
             avg_duration_ms: self.average_duration_ms(),
             reserved: self.config.reserved,
+            budget: self.budget.as_ref().map(|b| b.state().clone()),
             attempts: self
                 .in_flight
                 .iter()
@@ -272,6 +326,9 @@ impl Actor for WorkerSupervisor {
         spawn_pump(ACTOR, "cancel", ctx, pumps::cancels(attempts.clone()));
         self.heartbeat();
         ctx.run_interval(HEARTBEAT_EVERY, |act, _| act.heartbeat());
+        if self.budget.is_some() {
+            ctx.run_interval(PRESSURE_SAMPLE_EVERY, |act, _| act.follow_pressure());
+        }
         let reclaim = std::mem::replace(&mut self.first_start, false);
         if reclaim {
             // Before any dispatch is taken, so no attempt is declared lost (and run again)
@@ -284,7 +341,8 @@ impl Actor for WorkerSupervisor {
             let dispatches = pumps::dispatches(attempts.clone(), priority, reclaim);
             spawn_pump(ACTOR, "dispatch", ctx, dispatches);
         }
-        tracing::info!(worker = %self.config.id, slots = self.config.slots, "worker started");
+        crate::metrics::slots_offered(self.slots.budget());
+        tracing::info!(worker = %self.config.id, slots = self.slots.budget(), adaptive = ?self.config.adaptive, "worker started");
     }
 }
 

@@ -11,6 +11,7 @@ use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
 use super::attempt::Attempts;
+use super::slots::Permit;
 use super::{Cancel, ACTOR};
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::node::progress::{self, Progressed};
@@ -49,7 +50,8 @@ pub(super) async fn dispatches(
     let id = &attempts.config.id;
     let spec = ConsumerSpec {
         ack_wait: attempts.config.dispatch_ack_wait,
-        max_ack_pending: i64::from(attempts.slots.limit(priority)),
+        // Sized for the largest budget; what a smaller one cannot start yet waits in progress.
+        max_ack_pending: i64::from(attempts.slots.most(priority)),
         max_deliver: consume::POISON_DELIVERIES,
         ..ConsumerSpec::new(
             client.layout.dispatch_stream(),
@@ -75,7 +77,7 @@ pub(super) async fn dispatches(
         let message = message.during(|| "dispatch consumer")?;
         // Waiting for a slot is waiting on purpose, however long the attempts take.
         pump.held();
-        let permit = attempts.slots.acquire(priority).await;
+        let permit = wait_for_slot(&attempts, priority, &message).await;
         pump.working();
         let attempts = attempts.clone();
         let scratch = scratch.clone();
@@ -87,6 +89,26 @@ pub(super) async fn dispatches(
         });
     }
     Ok(())
+}
+
+/// Waits for a slot for `message`'s attempt, keeping the dispatch in progress meanwhile so
+/// that JetStream does not deliver it again while it waits (a budget that shrank, or high work
+/// taking the slots, may hold it for longer than the ack wait).
+async fn wait_for_slot(
+    attempts: &Attempts,
+    priority: Priority,
+    message: &async_nats::jetstream::Message,
+) -> Permit {
+    let acquire = attempts.slots.acquire(priority);
+    tokio::pin!(acquire);
+    let every = attempts.config.dispatch_ack_wait / 3;
+    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            permit = &mut acquire => return permit,
+            _ = progress.tick() => consume::in_progress(message).await,
+        }
+    }
 }
 
 /// Removes the janitor's drain consumer of this queue, if one is left (see

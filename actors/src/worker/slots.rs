@@ -1,8 +1,18 @@
-//! A worker's slots, with room kept for higher priorities: `low` work may take at most
-//! `slots - reserved.high - reserved.normal` of them, `normal` work at most
-//! `slots - reserved.high`, `high` work all — so a saturated low queue can never starve high.
+//! A worker's slots: a budget shared by the priorities.
+//!
+//! - **Room kept for higher priorities.** `low` work may take at most
+//!   `budget - reserved.high - reserved.normal` slots, `normal` work at most
+//!   `budget - reserved.high`, `high` work all of them (each at least one): high work takes the
+//!   idle slots of lower priorities, never the other way round.
+//! - **A freed slot goes to the highest priority waiting.** Each priority's pump waits for a
+//!   slot holding the dispatch it took; a waiter takes a slot only while no higher priority
+//!   waits, so once every slot is busy high work waits for one release at most, however many
+//!   low dispatches queue behind it.
+//! - **The budget moves.** With `[worker.adaptive]` the total follows the machine's pressure
+//!   ([`super::budget`]); a smaller budget stops new starts until enough attempts end (running
+//!   ones are never cut short), a larger one hands its slots to the waiters at once.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
@@ -12,10 +22,19 @@ use ax_bus::spec::Priority;
 /// The slots of one worker.
 #[derive(Debug)]
 pub(crate) struct Slots {
-    total: u32,
     reserved: Reserved,
-    running: Mutex<u32>,
-    freed: Notify,
+    /// The largest budget it may be given (the dispatch consumers are sized by it).
+    most: u32,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+#[derive(Debug)]
+struct State {
+    budget: u32,
+    running: u32,
+    /// Pumps waiting for a slot, by rank (high first).
+    waiting: [u32; 3],
 }
 
 /// One taken slot; released on drop.
@@ -26,54 +45,136 @@ pub(crate) struct Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if let Ok(mut running) = self.slots.running.lock() {
-            *running = running.saturating_sub(1);
+        let mut state = self.slots.state();
+        state.running = state.running.saturating_sub(1);
+        drop(state);
+        self.slots.changed.notify_waiters();
+    }
+}
+
+/// A pump counted as waiting until it takes a slot or gives up (its future dropped).
+struct Waiting<'a> {
+    slots: &'a Slots,
+    rank: usize,
+    taken: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.taken {
+            let mut state = self.slots.state();
+            state.waiting[self.rank] = state.waiting[self.rank].saturating_sub(1);
+            drop(state);
+            // A lower priority may have held back for this one.
+            self.slots.changed.notify_waiters();
         }
-        self.slots.freed.notify_waiters();
+    }
+}
+
+fn rank(priority: Priority) -> usize {
+    match priority {
+        Priority::High => 0,
+        Priority::Normal => 1,
+        Priority::Low => 2,
     }
 }
 
 impl Slots {
-    /// `total` slots, `reserved` of them kept for higher priorities.
-    pub(crate) fn new(total: u32, reserved: Reserved) -> Arc<Self> {
+    /// A budget of `budget` slots, at most `most`, `reserved` of them kept for higher
+    /// priorities.
+    pub(crate) fn new(budget: u32, most: u32, reserved: Reserved) -> Arc<Self> {
+        let most = most.max(1);
         Arc::new(Self {
-            total: total.max(1),
             reserved,
-            running: Mutex::new(0),
-            freed: Notify::new(),
+            most,
+            state: Mutex::new(State {
+                budget: budget.clamp(1, most),
+                running: 0,
+                waiting: [0; 3],
+            }),
+            changed: Notify::new(),
         })
     }
 
-    /// How many slots work of `priority` may occupy in all (at least one).
-    pub(crate) fn limit(&self, priority: Priority) -> u32 {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding it; a poisoned lock still holds consistent counts.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn limit_in(&self, budget: u32, priority: Priority) -> u32 {
         let kept = match priority {
             Priority::High => 0,
             Priority::Normal => self.reserved.high,
             Priority::Low => self.reserved.high + self.reserved.normal,
         };
-        self.total.saturating_sub(kept).max(1)
+        budget.saturating_sub(kept).max(1)
+    }
+
+    /// How many slots work of `priority` may occupy now (at least one).
+    pub(crate) fn limit(&self, priority: Priority) -> u32 {
+        let budget = self.state().budget;
+        self.limit_in(budget, priority)
+    }
+
+    /// How many slots work of `priority` may occupy at the largest budget.
+    pub(crate) fn most(&self, priority: Priority) -> u32 {
+        self.limit_in(self.most, priority)
+    }
+
+    /// The budget now.
+    pub(crate) fn budget(&self) -> u32 {
+        self.state().budget
+    }
+
+    /// Sets the budget (clamped to 1..=most); waiters take what it frees at once.
+    pub(crate) fn set_budget(&self, budget: u32) {
+        self.state().budget = budget.clamp(1, self.most);
+        self.changed.notify_waiters();
     }
 
     /// Attempts running now.
     pub(crate) fn running(&self) -> u32 {
-        self.running.lock().map(|r| *r).unwrap_or(0)
+        self.state().running
     }
 
-    /// Waits for a slot that work of `priority` may take.
+    /// Pumps waiting for a slot now (work that a larger budget would start).
+    pub(crate) fn waiting(&self) -> u32 {
+        self.state().waiting.iter().sum()
+    }
+
+    /// Waits for a slot that work of `priority` may take: one under its limit, with no higher
+    /// priority waiting.
     pub(crate) async fn acquire(self: &Arc<Self>, priority: Priority) -> Permit {
+        let rank = rank(priority);
+        self.state().waiting[rank] += 1;
+        let mut waiting = Waiting {
+            slots: self,
+            rank,
+            taken: false,
+        };
         loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if let Ok(mut running) = self.running.lock() {
-                if *running < self.limit(priority) {
-                    *running += 1;
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut state = self.state();
+                let higher_waits = state.waiting[..rank].iter().any(|w| *w > 0);
+                if !higher_waits && state.running < self.limit_in(state.budget, priority) {
+                    state.running += 1;
+                    state.waiting[rank] -= 1;
+                    waiting.taken = true;
+                    let more = state.running < state.budget && state.waiting.iter().any(|w| *w > 0);
+                    drop(state);
+                    if more {
+                        // Others held back for this one, or a larger budget freed several.
+                        self.changed.notify_waiters();
+                    }
                     return Permit {
                         slots: self.clone(),
                     };
                 }
             }
-            freed.await;
+            changed.await;
         }
     }
 }
@@ -83,21 +184,24 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    const SHORT: Duration = Duration::from_millis(50);
+    const LONG: Duration = Duration::from_secs(5);
+
     #[tokio::test]
     async fn low_work_never_takes_the_reserved_slots() {
-        let slots = Slots::new(4, Reserved { high: 1, normal: 1 });
+        let slots = Slots::new(4, 4, Reserved { high: 1, normal: 1 });
         assert_eq!(
             [Priority::High, Priority::Normal, Priority::Low].map(|p| slots.limit(p)),
             [4, 3, 2]
         );
         let _a = slots.acquire(Priority::Low).await;
         let _b = slots.acquire(Priority::Low).await;
-        let third_low =
-            tokio::time::timeout(Duration::from_millis(50), slots.acquire(Priority::Low)).await;
+        let third_low = tokio::time::timeout(SHORT, slots.acquire(Priority::Low)).await;
         assert!(
             third_low.is_err(),
             "a third low attempt took a reserved slot"
         );
+        assert_eq!(slots.waiting(), 0, "a given-up wait is no longer counted");
         let _c = slots.acquire(Priority::Normal).await;
         let _d = slots.acquire(Priority::High).await;
         assert_eq!(slots.running(), 4);
@@ -106,7 +210,96 @@ mod tests {
             tokio::spawn(async move { slots.acquire(Priority::High).await })
         };
         drop(_c);
-        let permit = tokio::time::timeout(Duration::from_secs(1), waiting).await;
+        let permit = tokio::time::timeout(LONG, waiting).await;
         assert!(permit.is_ok(), "a freed slot was not handed on");
+    }
+
+    #[tokio::test]
+    async fn a_freed_slot_goes_to_the_high_work_waiting_not_to_low() {
+        // No reservation: low fills every slot, and more low work queues.
+        let slots = Slots::new(2, 2, Reserved::default());
+        let first = slots.acquire(Priority::Low).await;
+        let _second = slots.acquire(Priority::Low).await;
+        let low = {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.acquire(Priority::Low).await })
+        };
+        tokio::time::timeout(LONG, async {
+            while slots.waiting() < 1 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the low pump waits");
+        let high = {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.acquire(Priority::High).await })
+        };
+        tokio::time::timeout(LONG, async {
+            while slots.waiting() < 2 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the high pump waits");
+        // One release: the high work takes it, the low work still waits.
+        drop(first);
+        let high = tokio::time::timeout(LONG, high)
+            .await
+            .expect("high work waited for more than one release")
+            .expect("the high pump");
+        assert!(
+            !low.is_finished(),
+            "low work took the slot high work waited for"
+        );
+        assert_eq!(slots.running(), 2);
+        drop(high);
+        tokio::time::timeout(LONG, low)
+            .await
+            .expect("the low work takes the next release")
+            .expect("the low pump");
+    }
+
+    #[tokio::test]
+    async fn a_larger_budget_starts_the_waiting_work_and_a_smaller_one_holds_new_starts() {
+        let slots = Slots::new(1, 3, Reserved::default());
+        assert_eq!(slots.most(Priority::Low), 3);
+        let first = slots.acquire(Priority::Low).await;
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let slots = slots.clone();
+                tokio::spawn(async move { slots.acquire(Priority::Low).await })
+            })
+            .collect();
+        tokio::time::timeout(LONG, async {
+            while slots.waiting() < 2 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("both wait");
+        slots.set_budget(3);
+        let mut permits = Vec::new();
+        for waiter in waiters {
+            let permit = tokio::time::timeout(LONG, waiter)
+                .await
+                .expect("a larger budget started the waiting work")
+                .expect("the pump");
+            permits.push(permit);
+        }
+        assert_eq!(slots.running(), 3);
+        // Shrunk below what runs: nothing is cut short, nothing new starts until it drains.
+        slots.set_budget(1);
+        assert_eq!(slots.running(), 3);
+        permits.pop();
+        let next = tokio::time::timeout(SHORT, slots.acquire(Priority::High)).await;
+        assert!(next.is_err(), "work started over a smaller budget");
+        permits.clear();
+        drop(first);
+        tokio::time::timeout(LONG, slots.acquire(Priority::High))
+            .await
+            .expect("starts once what runs is under the budget");
+        slots.set_budget(99);
+        assert_eq!(slots.budget(), 3, "the budget stays within its bounds");
     }
 }

@@ -24,6 +24,7 @@ fn quick_bench_prints_sane_figures() {
         "throughput",
         "triggers",
         "routing",
+        "concurrency",
         "lateness",
         "dag",
         "recovery",

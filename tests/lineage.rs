@@ -415,10 +415,19 @@ job:
   on_datasets: [ 'warehouse://orders' ]
   rerun: if_succeeded
   exec: { type: shell, command: 'exit 3' }
+---
+version: v1
+job:
+  name: yearly
+  cron: '0 0 0 1 1 *'
+  consumes: [ 'warehouse://orders' ]
+  on_datasets: [ 'warehouse://orders' ]
+  exec: { type: noop }
 ";
 
 /// `rerun:` — an input updated again for a date already run starts a new attempt of that
-/// date's instance with `always`, and none with `if_succeeded` when it failed.
+/// date's instance with `always`, and none with `if_succeeded` when it failed. A job with a
+/// cron besides its inputs runs a date by its input's update too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_input_updated_again_reruns_the_date_per_policy() {
     let nats = TestNats::start();
@@ -453,6 +462,14 @@ async fn an_input_updated_again_reruns_the_date_per_policy() {
     })
     .await;
     assert_eq!(failed.state, ax_bus::State::Failed);
+    let yearly = wait_for(Duration::from_secs(30), "yearly run by its data", || {
+        ended("yearly", 1)
+    })
+    .await;
+    assert_eq!(
+        (yearly.state, yearly.biz_date.as_str()),
+        (ax_bus::State::Success, "2026-11-05")
+    );
 
     let again = trigger(&nats, &["load_orders", "--biz-date", "2026-11-05"]);
     final_record(&client, &again, Duration::from_secs(30)).await;

@@ -5,11 +5,13 @@
 //! limit beside it. Sections: `memory` (pending timers), `limit` (raw JetStream), `wire` (every message of an instance, by kind), `throughput`
 //! (no-op instances end to end), `triggers` (keyed triggers from a service end to end, pending
 //! delayed instances), `routing` (the Router's decision and its cost to dispatch),
-//! `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
+//! `concurrency` (high work beside a CPU-bound low flood, fixed slots against the adaptive
+//! budget), `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
 //! graphs), `recovery` (a restarted Scheduler) and `console` (page renders with 100,000
 //! instances stored). `--quick` keeps the whole run under two
 //! minutes.
 
+mod concurrency;
 mod console;
 mod cpu;
 mod dag;
@@ -82,12 +84,13 @@ pub struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "memory",
     "wire",
     "throughput",
     "triggers",
     "routing",
+    "concurrency",
     "lateness",
     "dag",
     "recovery",
@@ -150,6 +153,12 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     if wanted("routing") {
         eprintln!("routing: decision cost and dispatch with 50 simulated workers…");
         figures.extend(routing::measure(&server.url, quick).await?);
+    }
+    if wanted("concurrency") {
+        eprintln!(
+            "concurrency: a CPU-bound low flood and a high trickle, fixed slots and adaptive…"
+        );
+        figures.extend(concurrency::measure(&server.url, quick).await?);
     }
     if wanted("lateness") {
         eprintln!("lateness: simultaneous and steady fires…");
@@ -224,16 +233,27 @@ async fn start_node(
     slots: u32,
     scratch: &std::path::Path,
 ) -> Result<Node> {
+    let worker = WorkerConfig {
+        slots,
+        ..WorkerConfig::new("bench".parse()?, scratch.to_path_buf())
+    };
+    start_node_with(client, roles, worker, scratch).await
+}
+
+/// [`start_node`] with a worker of these settings.
+async fn start_node_with(
+    client: &AxClient,
+    roles: &str,
+    worker: WorkerConfig,
+    scratch: &std::path::Path,
+) -> Result<Node> {
     let (loaded_tx, mut loaded) = tokio::sync::watch::channel(None);
     let roles = parse_roles(roles)?;
     let scheduler = roles.contains(&ax_actors::Role::Scheduler);
     let node = Node::start(
         client.clone(),
         NodeConfig {
-            worker: WorkerConfig {
-                slots,
-                ..WorkerConfig::new("bench".parse()?, scratch.to_path_buf())
-            },
+            worker,
             scheduler_loaded: Some(loaded_tx),
             ..NodeConfig::new("bench".parse()?, roles, scratch.to_path_buf())
         },

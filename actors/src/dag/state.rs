@@ -149,7 +149,8 @@ struct Join {
 pub(crate) struct DagState {
     jobs: HashMap<JobName, Arc<JobSpec>>,
     dependents: HashMap<JobName, Vec<(JobName, i64)>>,
-    /// The jobs run by their data (`on_datasets`, no cron), by each of their inputs.
+    /// The jobs run by their data (`on_datasets`, with a cron or without), by each of their
+    /// inputs.
     readers: HashMap<DatasetUri, Vec<JobName>>,
     days: HashMap<DayKey, DateInstances>,
     /// When each (job, date) last changed: history untouched for `keep_days` is forgotten, like
@@ -196,13 +197,11 @@ impl DagState {
                     .push((spec.name.clone(), offset));
             }
         }
-        if spec.cron.is_none() {
-            for uri in &spec.on_datasets {
-                self.readers
-                    .entry(uri.clone())
-                    .or_default()
-                    .push(spec.name.clone());
-            }
+        for uri in &spec.on_datasets {
+            self.readers
+                .entry(uri.clone())
+                .or_default()
+                .push(spec.name.clone());
         }
         self.jobs.insert(spec.name.clone(), Arc::new(spec));
     }

@@ -172,8 +172,8 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumes: Vec<dataset::DatasetUri>,
     /// Run by its data: an instance for a business date is created once every one of these
-    /// (each also under `consumes`) has been updated for that date. A job run by its data
-    /// has no cron.
+    /// (each also under `consumes`) has been updated for that date, besides its cron fires if
+    /// it has a cron (the same instance when the cron fires at the date's midnight).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub on_datasets: Vec<dataset::DatasetUri>,
     /// What a later update of an input does to a date already run (with `on_datasets`).
@@ -777,12 +777,6 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         errors.push(SpecError::new(
             "job.rerun",
             "is for a job run by its data: list its inputs under on_datasets",
-        ));
-    }
-    if !job.on_datasets.is_empty() && job.cron.is_some() {
-        errors.push(SpecError::new(
-            "job.on_datasets",
-            "a job run by its data has no cron: its runs come from its inputs' updates",
         ));
     }
     for (field, uris) in [

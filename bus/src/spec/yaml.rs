@@ -537,7 +537,7 @@ job:
     }
 
     #[test]
-    fn a_job_run_by_its_data_names_datasets_it_consumes_and_has_no_cron() {
+    fn a_job_run_by_its_data_names_datasets_it_consumes_with_or_without_a_cron() {
         let text = "version: v1\njob:\n  name: r\n  cron: '0 0 * * *'\n  consumes: [ 'w://a' ]\n  on_datasets: [ 'w://a', 'w://b' ]\n  exec: { type: noop }\n";
         let jobs = parse_str("r.yaml", text).unwrap();
         let errors: Vec<String> = super::super::validate(&jobs[0].doc)
@@ -546,15 +546,18 @@ job:
             .collect();
         assert_eq!(
             errors,
-            [
-                "r.yaml:6: job.on_datasets[1]: `w://b` is not one of the datasets the job consumes",
-                "r.yaml:6: job.on_datasets: a job run by its data has no cron: its runs come from its inputs' updates",
-            ]
+            ["r.yaml:6: job.on_datasets[1]: `w://b` is not one of the datasets the job consumes",]
         );
-        let fine = text
-            .replace("  cron: '0 0 * * *'\n", "")
-            .replace("'w://a' ]\n  on", "'w://a', 'w://b' ]\n  on");
+        let fine = text.replace("'w://a' ]\n  on", "'w://a', 'w://b' ]\n  on");
         let jobs = parse_str("r.yaml", &fine).unwrap();
-        assert!(super::super::validate(&jobs[0].doc).is_empty());
+        assert!(
+            super::super::validate(&jobs[0].doc).is_empty(),
+            "besides a cron"
+        );
+        let jobs = parse_str("r.yaml", &fine.replace("  cron: '0 0 * * *'\n", "")).unwrap();
+        assert!(
+            super::super::validate(&jobs[0].doc).is_empty(),
+            "instead of a cron"
+        );
     }
 }

@@ -280,7 +280,7 @@ async fn intake(nats: &async_nats::Client, n: usize, prefix: &str) -> Result<Dur
 
 pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
-    let n = if quick { 5_000 } else { 50_000 };
+    let n = if quick { 2_000 } else { 50_000 };
     let took = intake(nats, n, "benchin").await?;
     figures.push(Figure {
         section: "dag",

@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::messages::WorkerInfo;
 
-/// Score weights: a worker's score is `(running / cores) * running + (avg_duration_ms / 1000) *
-/// duration`; the lowest wins.
+/// Score weights: a worker's score is `(running / usable cores) * running + (avg_duration_ms /
+/// 1000) * duration`, the usable cores being its cores or its slots if fewer (a worker whose
+/// adaptive budget shrank to one slot is full with one attempt, whatever its cores); the
+/// lowest wins.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Weights {
     /// Weight of running attempts per core.
@@ -74,7 +76,8 @@ impl RoutingPolicy {
     /// A worker's score with `extra` running attempts counted (finite and non-negative for
     /// non-negative weights).
     pub fn score(&self, info: &WorkerInfo, extra: u32) -> f64 {
-        let running = f64::from(info.running.saturating_add(extra)) / f64::from(info.cores.max(1));
+        let usable = info.cores.min(info.slots).max(1);
+        let running = f64::from(info.running.saturating_add(extra)) / f64::from(usable);
         running * self.weights.running + (info.avg_duration_ms / 1000.0) * self.weights.duration
     }
 }
@@ -119,6 +122,13 @@ mod tests {
         assert!((load_only.score(&info(2, 4, 500.0), 0) - 0.5).abs() < 1e-9);
         // No cores reported counts as one.
         assert!((load_only.score(&info(3, 0, 0.0), 0) - 3.0).abs() < 1e-9);
+        // Fewer slots than cores (an adaptive budget that shrank): the slots count.
+        let shrunk = WorkerInfo {
+            slots: 1,
+            ..info(1, 4, 0.0)
+        };
+        assert!((load_only.score(&shrunk, 0) - 1.0).abs() < 1e-9);
+        assert!(load_only.score(&shrunk, 0) > load_only.score(&info(3, 4, 0.0), 0));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the choice of a worker for an attempt in O(log n), pins, exclusions and fallback included
 //! ([`Fleet::choose`]).
 //!
-//! A worker's score follows the Router's [`RoutingPolicy`] (`(running / cores) * 0.7 +
+//! A worker's score follows the Router's [`RoutingPolicy`] (`(running / usable cores) * 0.7 +
 //! (avg_duration_ms / 1000) * 0.3` by default), where `running` counts its last heartbeat plus
 //! what this Router sent it since. Workers are grouped into classes by what they offer (tags and
 //! executor types); each class keeps its workers ordered by (score, a random draw, id), so the

@@ -6,8 +6,6 @@ use crate::support;
 use support::*;
 
 /// `ax bench --quick --only SECTIONS`: its figures, each section present and every figure sane.
-/// The sections run in two processes at once (two tests), so the suite waits for the longer half
-/// only.
 fn quick_bench(sections: &[&str]) -> Vec<serde_json::Value> {
     let out = std::process::Command::new(ax_binary())
         .args(["bench", "--quick", "--json", "--only", &sections.join(",")])
@@ -40,24 +38,27 @@ fn quick_bench(sections: &[&str]) -> Vec<serde_json::Value> {
 }
 
 #[test]
-fn quick_bench_prints_sane_figures_for_the_dag_recovery_scale_console_and_history() {
-    quick_bench(&["memory", "dag", "recovery", "scale", "console", "history"]);
-}
-
-#[test]
 fn quick_bench_prints_sane_figures() {
+    // Every section in one process: two at once load a 2-core machine running the suite more
+    // than the time it saves.
     let figures = quick_bench(&[
+        "memory",
         "wire",
         "throughput",
         "triggers",
         "routing",
         "concurrency",
         "lateness",
+        "dag",
+        "recovery",
+        "scale",
+        "console",
+        "history",
     ]);
     // The messages of an instance, by kind, add up to their total, for a job's first fire and
     // for a later one; a later one reads no definition, and no no-op attempt writes a claim
     // (its start is fenced by its record; a claim is written by the first lease renewal). The
-    // consistency sweep follows the record writes by their headers: its three deliveries carry
+    // consistency sweep follows the record writes by their headers: its deliveries (three an instance, more on a loaded machine) carry
     // no record (about 700 bytes each when they did). A later fire's writes made together are
     // answered as batches.
     for which in ["first", "later"] {
@@ -92,7 +93,11 @@ fn quick_bench_prints_sane_figures() {
             .and_then(|b| b.strip_suffix(" B per instance"))
             .and_then(|b| b.parse().ok())
             .unwrap_or_else(|| panic!("{sweep}"));
-        assert!(bytes < 3.0 * 250.0, "{sweep}");
+        // Per delivery, not per instance: a loaded machine redelivers some (5.4 deliveries an
+        // instance were seen), each still about 200 bytes of headers; one carrying a record
+        // would be about 700 bytes more.
+        let deliveries = sweep["value"].as_f64().unwrap_or(0.0).max(1.0);
+        assert!(bytes / deliveries < 250.0, "{sweep}");
         if which == "later" {
             assert!(
                 !kinds

@@ -187,6 +187,23 @@ mod tests {
     const SHORT: Duration = Duration::from_millis(50);
     const LONG: Duration = Duration::from_secs(5);
 
+    /// A pump of `priority` waiting for a slot, on a task of its own.
+    fn waiter(slots: &Arc<Slots>, priority: Priority) -> tokio::task::JoinHandle<Permit> {
+        let slots = slots.clone();
+        tokio::spawn(async move { slots.acquire(priority).await })
+    }
+
+    /// Returns once `n` pumps wait.
+    async fn until_waiting(slots: &Slots, n: u32) {
+        tokio::time::timeout(LONG, async {
+            while slots.waiting() < n {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{n} pumps never waited"));
+    }
+
     #[tokio::test]
     async fn low_work_never_takes_the_reserved_slots() {
         let slots = Slots::new(4, 4, Reserved { high: 1, normal: 1 });
@@ -205,10 +222,7 @@ mod tests {
         let _c = slots.acquire(Priority::Normal).await;
         let _d = slots.acquire(Priority::High).await;
         assert_eq!(slots.running(), 4);
-        let waiting = {
-            let slots = slots.clone();
-            tokio::spawn(async move { slots.acquire(Priority::High).await })
-        };
+        let waiting = waiter(&slots, Priority::High);
         drop(_c);
         let permit = tokio::time::timeout(LONG, waiting).await;
         assert!(permit.is_ok(), "a freed slot was not handed on");
@@ -220,28 +234,10 @@ mod tests {
         let slots = Slots::new(2, 2, Reserved::default());
         let first = slots.acquire(Priority::Low).await;
         let _second = slots.acquire(Priority::Low).await;
-        let low = {
-            let slots = slots.clone();
-            tokio::spawn(async move { slots.acquire(Priority::Low).await })
-        };
-        tokio::time::timeout(LONG, async {
-            while slots.waiting() < 1 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("the low pump waits");
-        let high = {
-            let slots = slots.clone();
-            tokio::spawn(async move { slots.acquire(Priority::High).await })
-        };
-        tokio::time::timeout(LONG, async {
-            while slots.waiting() < 2 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("the high pump waits");
+        let low = waiter(&slots, Priority::Low);
+        until_waiting(&slots, 1).await;
+        let high = waiter(&slots, Priority::High);
+        until_waiting(&slots, 2).await;
         // One release: the high work takes it, the low work still waits.
         drop(first);
         let high = tokio::time::timeout(LONG, high)
@@ -265,19 +261,8 @@ mod tests {
         let slots = Slots::new(1, 3, Reserved::default());
         assert_eq!(slots.most(Priority::Low), 3);
         let first = slots.acquire(Priority::Low).await;
-        let waiters: Vec<_> = (0..2)
-            .map(|_| {
-                let slots = slots.clone();
-                tokio::spawn(async move { slots.acquire(Priority::Low).await })
-            })
-            .collect();
-        tokio::time::timeout(LONG, async {
-            while slots.waiting() < 2 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("both wait");
+        let waiters = [waiter(&slots, Priority::Low), waiter(&slots, Priority::Low)];
+        until_waiting(&slots, 2).await;
         slots.set_budget(3);
         let mut permits = Vec::new();
         for waiter in waiters {

@@ -514,6 +514,60 @@ async fn a_task_longer_than_the_ack_wait_is_never_redelivered() {
     );
 }
 
+/// A dispatch that waits for a slot — here a normal one behind a 4 s high-priority attempt on a
+/// one-slot worker (each priority's queue delivers up to its own limit) — is kept in progress
+/// while it waits, so two ack waits go by without JetStream delivering it again.
+/// (Under the Routers' 5 s `ack_timeout`: a longer wait has the Router dispatch it anew.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_waiting_for_a_slot_longer_than_the_ack_wait_is_never_redelivered() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let config = "[worker]\nslots = 1\ndispatch_ack_wait = 1.5\n";
+    let _node = AxProcess::configured(&nats, "w1", "all", config);
+    apply_job(
+        &nats,
+        "held",
+        &[
+            shell_job("hold", "  priority: high\n", "sleep 4"),
+            shell_job("queued", "", "true"),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    let hold = trigger(&nats, &["hold"]);
+    wait_for(
+        Duration::from_secs(30),
+        "the long attempt to start",
+        || async {
+            let record = client.instance(&support::id(&hold)).await.ok()??.0;
+            record.started_at.map(|_| ())
+        },
+    )
+    .await;
+    let queued = trigger(&nats, &["queued"]);
+    let record = final_record(&client, &queued, Duration::from_secs(60)).await;
+    assert_eq!((record.state, record.attempt), (State::Success, 1));
+    let held = final_record(&client, &hold, Duration::from_secs(30)).await;
+    assert!(
+        record.started_at >= held.finished_at,
+        "the queued attempt did not wait for the slot"
+    );
+    let mut consumer: async_nats::jetstream::consumer::PullConsumer = client
+        .js
+        .get_stream("AX_DISPATCH")
+        .await
+        .unwrap()
+        .get_consumer("worker-w1-normal")
+        .await
+        .unwrap();
+    let info = consumer.info().await.unwrap();
+    assert_eq!(
+        (info.delivered.consumer_sequence, info.num_redelivered),
+        (1, 0),
+        "{info:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_of_tasks_that_end_during_a_60_s_nats_outage_arrive_exactly_once() {
     let mut nats = TestNats::start();

@@ -282,13 +282,22 @@ async fn next_alert(alerts: &mut async_nats::Subscriber) -> ax_bus::messages::Al
     ax_bus::codec::decode::<ax_bus::messages::Alert>(&message.payload).unwrap()
 }
 
-const RUN_BY_DATA: &str = "version: v1
+/// The job writing `warehouse://orders`, first in each data-run test's jobs.
+macro_rules! load_orders {
+    () => {
+        "version: v1
 job:
   name: load_orders
   produces: [ 'warehouse://orders' ]
   exec: { type: noop }
 ---
-version: v1
+"
+    };
+}
+
+const RUN_BY_DATA: &str = concat!(
+    load_orders!(),
+    "version: v1
 job:
   name: load_pay
   produces: [ 'warehouse://pay' ]
@@ -300,7 +309,8 @@ job:
   consumes: [ 'warehouse://orders', 'warehouse://pay' ]
   on_datasets: [ 'warehouse://orders', 'warehouse://pay' ]
   exec: { type: shell, command: 'echo {{biz_date}} >> LEDGER' }
-";
+"
+);
 
 /// Applies `jobs`, their `LEDGER` a file of the test's (returned), to the node running.
 fn apply_with_ledger(nats: &TestNats, jobs: &str) -> std::path::PathBuf {
@@ -394,13 +404,9 @@ async fn a_job_run_by_its_data_runs_once_per_date_when_all_its_inputs_are_update
     );
 }
 
-const RERUN_BY_DATA: &str = "version: v1
-job:
-  name: load_orders
-  produces: [ 'warehouse://orders' ]
-  exec: { type: noop }
----
-version: v1
+const RERUN_BY_DATA: &str = concat!(
+    load_orders!(),
+    "version: v1
 job:
   name: refresh
   consumes: [ 'warehouse://orders' ]
@@ -423,7 +429,8 @@ job:
   consumes: [ 'warehouse://orders' ]
   on_datasets: [ 'warehouse://orders' ]
   exec: { type: noop }
-";
+"
+);
 
 /// `rerun:` — an input updated again for a date already run starts a new attempt of that
 /// date's instance with `always`, and none with `if_succeeded` when it failed. A job with a

@@ -104,7 +104,10 @@ async fn wait_for_slot(
     let every = attempts.config.dispatch_ack_wait / 3;
     let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
+        // The slot first: a free one is taken without arming the timer (the common case, on
+        // every dispatch).
         tokio::select! {
+            biased;
             permit = &mut acquire => return permit,
             _ = progress.tick() => consume::in_progress(message).await,
         }

@@ -72,8 +72,8 @@ fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
 }
 
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
-    let instances = if quick { 10_000 } else { 100_000 };
-    let requests = if quick { 50 } else { 200 };
+    let instances = if quick { 5_000 } else { 100_000 };
+    let requests = if quick { 20 } else { 200 };
     let client = crate::client_for(url, "console").await?;
     let specs: Vec<JobSpec> = (0..JOBS).map(job).collect();
     crate::store_jobs(&client, &specs).await?;

@@ -105,8 +105,9 @@ fn layered(layers: usize, width: usize, parents: usize) -> Graph {
     }
 }
 
-fn graphs() -> Vec<Graph> {
-    vec![chain(10_000), fan_out(10_000), layered(100, 100, 5)]
+/// The three graphs, of `jobs` jobs each (a multiple of 100).
+fn graphs(jobs: usize) -> Vec<Graph> {
+    vec![chain(jobs), fan_out(jobs), layered(jobs / 100, 100, 5)]
 }
 
 fn date() -> NaiveDate {
@@ -293,7 +294,10 @@ pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Ve
             took.as_millis()
         ),
     });
-    for (i, graph) in graphs().into_iter().enumerate() {
+    for (i, graph) in graphs(if quick { 1_000 } else { 10_000 })
+        .into_iter()
+        .enumerate()
+    {
         let size = format!("{} jobs, {} edges", graph.specs.len(), graph.edges);
         let (time, released) = dag_decisions(&graph.specs, date());
         if released != graph.specs.len() {
@@ -310,22 +314,6 @@ pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Ve
             unit: "ms",
             note: size.clone(),
         });
-        if quick && graph.name == "chain" {
-            // 10,000 sequential round trips take longer than a quick run allows.
-            let short = chain(1_000);
-            let (time, _) = in_the_loop(nats, &short, &format!("bench{i}")).await?;
-            figures.push(Figure {
-                section: "dag",
-                name: "chain: in the loop".into(),
-                value: time.as_secs_f64() * 1000.0,
-                unit: "ms",
-                note: format!(
-                    "1000 jobs (quick), {:.2} ms per link",
-                    time.as_secs_f64() * 1000.0 / 1000.0
-                ),
-            });
-            continue;
-        }
         let (time, _) = in_the_loop(nats, &graph, &format!("bench{i}")).await?;
         figures.push(Figure {
             section: "dag",

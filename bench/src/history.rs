@@ -35,7 +35,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
 }
 
 async fn per_instance(url: &str, quick: bool) -> Result<Vec<Figure>> {
-    let n = if quick { 500 } else { 5_000 };
+    let n = if quick { 200 } else { 5_000 };
     let client = client_for(url, "hs").await?;
     let scratch = tempfile::tempdir()?;
     let (_, cron) = fire_soon(if quick { 4 } else { 6 })?;

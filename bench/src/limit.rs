@@ -20,7 +20,7 @@ const PAYLOAD: usize = 256;
 /// Messages published and consumed.
 fn count(quick: bool) -> usize {
     if quick {
-        50_000
+        20_000
     } else {
         200_000
     }

@@ -22,7 +22,7 @@ use crate::{client_for, noop_job, store_jobs, Figure};
 
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let (jobs, records) = if quick {
-        (5_000, 50_000)
+        (2_000, 20_000)
     } else {
         (100_000, 1_000_000)
     };

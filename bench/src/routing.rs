@@ -52,7 +52,7 @@ fn median(values: &mut [f64]) -> f64 {
 
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let mut figures = decision_cost(quick)?;
-    let n = if quick { 4_000 } else { 50_000 };
+    let n = if quick { 2_000 } else { 50_000 };
     // Alternating rounds, medians kept: one round on a loaded 2-core machine is noisy.
     let (mut forwarded, mut routed) = (Vec::new(), Vec::new());
     let mut spread = String::new();
@@ -85,7 +85,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
 
 /// Nanoseconds per pick for fleets of several sizes.
 fn decision_cost(quick: bool) -> Result<Vec<Figure>> {
-    let picks = if quick { 100_000 } else { 1_000_000 };
+    let picks = if quick { 20_000 } else { 1_000_000 };
     let classes = 10;
     let mut figures = Vec::new();
     let mut first = None;

@@ -138,7 +138,7 @@ async fn settled(
 
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let (steady, idle, burst, window) = if quick {
-        (200, 2_000, 1_000, Duration::from_secs(1))
+        (100, 1_000, 500, Duration::from_secs(1))
     } else {
         (1_000, 1_000_000, 10_000, Duration::from_secs(5))
     };

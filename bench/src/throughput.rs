@@ -26,7 +26,7 @@ pub(crate) async fn measure(
     server: Option<u32>,
     raw_cpu: f64,
 ) -> Result<Vec<Figure>> {
-    let n = if quick { 2_000 } else { 20_000 };
+    let n = if quick { 1_000 } else { 20_000 };
     let first = run(url, "tp", n, quick, server).await?;
     // What the metrics cost the hot path: the same run without recording them, then (in a
     // full run) both once more, alternating, so that neither side gets the warmer machine.

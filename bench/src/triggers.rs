@@ -28,7 +28,7 @@ pub(crate) async fn measure(url: &str, quick: bool, raw: f64) -> Result<Vec<Figu
 }
 
 async fn keyed(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
-    let n = if quick { 2_000 } else { 20_000 };
+    let n = if quick { 1_000 } else { 20_000 };
     let client = client_for(url, "kt").await?;
     // The business service's own connection.
     let service = client_for(url, "kt").await?;
@@ -78,7 +78,7 @@ async fn keyed(url: &str, quick: bool, raw: f64) -> Result<Vec<Figure>> {
 }
 
 async fn pending(url: &str, quick: bool) -> Result<Vec<Figure>> {
-    let n: usize = if quick { 10_000 } else { 1_000_000 };
+    let n: usize = if quick { 5_000 } else { 1_000_000 };
     let client = client_for(url, "pd").await?;
     store_jobs(&client, &[manual_job("pd")]).await?;
     let scratch = tempfile::tempdir()?;

@@ -69,7 +69,7 @@ fn kind(prefix: &str, subject: &str, reply: Option<&str>) -> String {
 const BETWEEN: i64 = 4;
 
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
-    let n = if quick { 500 } else { 2_000 };
+    let n = if quick { 200 } else { 2_000 };
     let prefix = "wire";
     let client = client_for(url, prefix).await?;
     let monitor = async_nats::connect(url).await?;

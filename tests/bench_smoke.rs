@@ -14,7 +14,10 @@ fn quick_bench(sections: &[&str]) -> Vec<serde_json::Value> {
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("run ax bench");
-    assert!(out.status.success(), "ax bench failed (its output is above)");
+    assert!(
+        out.status.success(),
+        "ax bench failed (its output is above)"
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert!(report["nats_server"].as_str().unwrap().contains("2.15.1"));
     assert_eq!(report["quick"], true);

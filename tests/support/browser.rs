@@ -154,15 +154,20 @@ impl Browser {
         check: impl Fn(&str) -> bool,
     ) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = None;
         loop {
             if let Ok(element) = self.client.find(Locator::Css(css)).await {
                 if let Ok(text) = element.text().await {
                     if check(&text) {
                         return text;
                     }
+                    last = Some(text);
                 }
             }
-            assert!(Instant::now() < deadline, "waited for {what} in `{css}`");
+            assert!(
+                Instant::now() < deadline,
+                "waited for {what} in `{css}`, which is {last:?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

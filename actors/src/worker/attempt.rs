@@ -86,8 +86,11 @@ impl Attempts {
             lease: work.spec.lease,
             stop: stop.clone(),
         });
+        // One start per attempt: its `executing` record's, which the running event, the
+        // OpenLineage START and the final record all name.
+        let started_at = written.record.started_at.unwrap_or_else(ax_bus::time::now);
         let watched = self
-            .execute_watched(&work, &message, &dispatch, scratch, &stop)
+            .execute_watched(&work, &message, &dispatch, scratch, &stop, started_at)
             .await;
         self.worker.do_send(Ended {
             trace: work.trace_id.clone(),
@@ -267,9 +270,10 @@ impl Attempts {
         dispatch: &DispatchId,
         scratch: &Path,
         stop: &Notify,
+        started_at: chrono::DateTime<chrono::Utc>,
     ) -> Result<AttemptEnd, Interrupted> {
         let (trace, me) = (&work.trace_id, &self.config.id);
-        let execution = execute(self, work, scratch, stop);
+        let execution = execute(self, work, scratch, stop, started_at);
         tokio::pin!(execution);
         let mut progress = tokio::time::interval(self.config.dispatch_ack_wait / 3);
         progress.tick().await;
@@ -522,16 +526,17 @@ async fn settle(message: &jetstream::Message, skip: Skip) {
     }
 }
 
-/// Runs an attempt with the executor of its type: reads the upstream outputs its templates
-/// use, lets the executor prepare, then runs it. Whatever fails ends the attempt with a reason.
+/// Runs an attempt, started at `started_at`, with the executor of its type: reads the upstream
+/// outputs its templates use, lets the executor prepare, then runs it. Whatever fails ends the
+/// attempt with a reason.
 async fn execute(
     attempts: &Attempts,
     work: &WorkItem,
     scratch: &Path,
     stop: &Notify,
+    started_at: chrono::DateTime<chrono::Utc>,
 ) -> AttemptEnd {
     let worker = &attempts.config.id;
-    let started_at = ax_bus::time::now();
     let result = match attempts.executors.get(work.spec.exec.name()) {
         None => ExecResult::failed(
             Tag::ExecutorError,

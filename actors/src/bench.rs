@@ -9,7 +9,7 @@ use chrono::NaiveDate;
 use rand::{Rng, SeedableRng};
 
 use ax_bus::ids::WorkerId;
-use ax_bus::instance::{State, Tag, Trigger};
+use ax_bus::instance::{AttemptEnd, State, Tag, Trigger};
 use ax_bus::messages::{ResultMessage, WorkItem, WorkerInfo};
 use ax_bus::spec::JobSpec;
 use ax_bus::InstanceRecord;
@@ -105,28 +105,13 @@ fn first_attempt(spec: &JobSpec, date: NaiveDate) -> WorkItem {
 /// The result of `work` succeeding at once.
 pub fn success(work: &WorkItem) -> ResultMessage {
     let now = ax_bus::time::now();
-    ResultMessage {
-        instance_id: work.instance_id.clone(),
-        trace_id: work.trace_id.clone(),
-        job: work.job().clone(),
-        biz_date: work.biz_date.clone(),
-        attempt: work.attempt,
-        state: State::Success,
-        tag: Tag::Completed,
-        message: String::new(),
-        output: serde_json::Value::Null,
-        worker: None,
-        expected_time: work.expected_time,
+    let worker = WorkerId::parse("bench").expect("a valid worker id");
+    let end = AttemptEnd {
         started_at: Some(now),
-        finished_at: now,
-        duration_ms: Some(0),
         exit_code: Some(0),
-        next_attempt_at: None,
-        stdout_tail: String::new(),
-        stderr_tail: String::new(),
-        shard: None,
-        trigger: work.trigger,
-    }
+        ..AttemptEnd::new(work.trace_id.clone(), worker, true, Tag::Completed, now)
+    };
+    ResultMessage::new(work, &end, State::Success, None)
 }
 
 /// Resolves a graph of `specs` for `date` with the DagCoordinator's logic alone, every release

@@ -395,22 +395,10 @@ mod tests {
     }
 
     fn end(trace: TraceId, worker: &str, second: u32, success: bool) -> AttemptEnd {
+        let tag = [Tag::ExitCode, Tag::Completed][usize::from(success)];
         AttemptEnd {
-            trace_id: trace,
-            success,
-            tag: if success {
-                Tag::Completed
-            } else {
-                Tag::ExitCode
-            },
-            message: String::new(),
-            output: serde_json::Value::Null,
-            worker: node(worker),
-            started_at: None,
-            finished_at: at(second),
             exit_code: Some(i32::from(!success)),
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
+            ..AttemptEnd::new(trace, node(worker), success, tag, at(second))
         }
     }
 

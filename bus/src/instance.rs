@@ -434,6 +434,32 @@ pub struct AttemptEnd {
     pub stderr_tail: String,
 }
 
+impl AttemptEnd {
+    /// An end at `finished_at` with nothing more to say: no message, output, process or start
+    /// (a refusal, a dead letter; the rest set by the caller where there is more).
+    pub fn new(
+        trace_id: TraceId,
+        worker: WorkerId,
+        success: bool,
+        tag: Tag,
+        finished_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            trace_id,
+            success,
+            tag,
+            message: String::new(),
+            output: serde_json::Value::Null,
+            worker,
+            started_at: None,
+            finished_at,
+            exit_code: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+}
+
 impl InstanceRecord {
     /// Whether its attempt is executing on a worker: what `kill` stops.
     pub fn executing(&self) -> bool {
@@ -874,22 +900,17 @@ pub(crate) mod tests {
     }
 
     fn end(trace: TraceId, success: bool) -> AttemptEnd {
+        let tag = [Tag::ExitCode, Tag::Completed][usize::from(success)];
         AttemptEnd {
-            trace_id: trace,
-            success,
-            tag: if success {
-                Tag::Completed
-            } else {
-                Tag::ExitCode
-            },
-            message: String::new(),
             output: serde_json::json!({"rows": 3}),
-            worker: WorkerId::parse("w1").unwrap(),
-            started_at: None,
-            finished_at: crate::time::now(),
-            exit_code: Some(if success { 0 } else { 1 }),
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
+            exit_code: Some(i32::from(!success)),
+            ..AttemptEnd::new(
+                trace,
+                WorkerId::parse("w1").unwrap(),
+                success,
+                tag,
+                crate::time::now(),
+            )
         }
     }
 

@@ -774,7 +774,7 @@ mod tests {
     use super::*;
     use crate::test_fixtures::spec;
     use ax_bus::ids::{TraceId, WorkerId};
-    use ax_bus::instance::Tag;
+    use ax_bus::instance::{AttemptEnd, Tag};
     use ax_bus::messages::Gate;
 
     fn work(spec: &JobSpec, date: &str, attempt: u32) -> WorkItem {
@@ -790,28 +790,14 @@ mod tests {
     }
 
     fn result(work: &WorkItem, state: State) -> ResultMessage {
-        ResultMessage {
-            instance_id: work.instance_id.clone(),
-            trace_id: work.trace_id.clone(),
-            job: work.job().clone(),
-            biz_date: work.biz_date.clone(),
-            attempt: work.attempt,
-            state,
-            tag: Tag::Completed,
-            message: String::new(),
-            output: serde_json::Value::Null,
-            worker: Some(WorkerId::parse("w").unwrap()),
-            expected_time: work.expected_time,
-            started_at: None,
-            finished_at: ax_bus::time::now(),
-            duration_ms: None,
-            exit_code: None,
-            next_attempt_at: None,
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
-            shard: None,
-            trigger: work.trigger,
-        }
+        let end = AttemptEnd::new(
+            work.trace_id.clone(),
+            WorkerId::parse("w").unwrap(),
+            state == State::Success,
+            Tag::Completed,
+            ax_bus::time::now(),
+        );
+        ResultMessage::new(work, &end, state, None)
     }
 
     fn released(actions: &[Action]) -> Vec<String> {

@@ -238,17 +238,14 @@ mod tests {
                 )
             },
             end: AttemptEnd {
-                trace_id: trace,
-                success: true,
-                tag: Tag::Completed,
-                message: "ok".into(),
-                output: serde_json::Value::Null,
-                worker: WorkerId::parse("w").unwrap(),
-                started_at: None,
-                finished_at: ax_bus::time::now(),
                 exit_code: Some(0),
-                stdout_tail: String::new(),
-                stderr_tail: String::new(),
+                ..AttemptEnd::new(
+                    trace,
+                    WorkerId::parse("w").unwrap(),
+                    true,
+                    Tag::Completed,
+                    ax_bus::time::now(),
+                )
             },
             written: None,
         }

@@ -153,17 +153,14 @@ async fn end_attempt(
 ) -> Result<(), ActorError> {
     let now = ax_bus::time::now();
     let end = AttemptEnd {
-        trace_id: work.trace_id.clone(),
-        success: false,
-        tag: Tag::DeadLetter,
         message: format!("dispatch {reason}; moved to the dead letters"),
-        output: serde_json::Value::Null,
-        worker: node.clone(),
-        started_at: None,
-        finished_at: now,
-        exit_code: None,
-        stdout_tail: String::new(),
-        stderr_tail: String::new(),
+        ..AttemptEnd::new(
+            work.trace_id.clone(),
+            node.clone(),
+            false,
+            Tag::DeadLetter,
+            now,
+        )
     };
     report(
         client,

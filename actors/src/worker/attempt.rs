@@ -413,18 +413,10 @@ impl Attempts {
 
     /// The end of an attempt refused before it ran.
     fn refusal(&self, work: &WorkItem, tag: Tag, message: String) -> AttemptEnd {
+        let (trace, me) = (work.trace_id.clone(), self.config.id.clone());
         AttemptEnd {
-            trace_id: work.trace_id.clone(),
-            success: false,
-            tag,
             message,
-            output: serde_json::Value::Null,
-            worker: self.config.id.clone(),
-            started_at: None,
-            finished_at: ax_bus::time::now(),
-            exit_code: None,
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
+            ..AttemptEnd::new(trace, me, false, tag, ax_bus::time::now())
         }
     }
 

@@ -97,52 +97,29 @@ struct RawDocument {
 #[serde(deny_unknown_fields)]
 struct RawJob {
     name: Spanned<String>,
-    #[serde(default)]
     cron: Option<Spanned<String>>,
-    #[serde(default)]
     at: Option<Spanned<String>>,
-    #[serde(default)]
     timezone: Option<Spanned<String>>,
-    #[serde(default)]
     deps: Option<Spanned<Vec<Spanned<DepSpec>>>>,
     exec: Spanned<RawExec>,
-    #[serde(default)]
     params: Option<Spanned<BTreeMap<String, serde_json::Value>>>,
-    #[serde(default)]
     retry: Option<Spanned<RawRetry>>,
-    #[serde(default)]
     timeout: Option<Spanned<u64>>,
-    #[serde(default)]
     on_timeout: Option<Spanned<RawOnTimeout>>,
-    #[serde(default)]
     lease: Option<Spanned<super::seconds::Seconds>>,
-    #[serde(default)]
     tags: Option<Spanned<Vec<String>>>,
-    #[serde(default)]
     priority: Option<Spanned<Priority>>,
-    #[serde(default)]
     deps_timeout: Option<Spanned<u64>>,
-    #[serde(default)]
     misfire: Option<Spanned<Misfire>>,
-    #[serde(default)]
     catchup_window: Option<Spanned<u64>>,
-    #[serde(default)]
     overlap: Option<Spanned<Overlap>>,
-    #[serde(default)]
     shards: Option<Spanned<u32>>,
-    #[serde(default)]
     broadcast: Option<Spanned<bool>>,
-    #[serde(default)]
     retention: Option<Spanned<super::seconds::Seconds>>,
-    #[serde(default)]
     produces: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
-    #[serde(default)]
     consumes: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
-    #[serde(default)]
     on_datasets: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
-    #[serde(default)]
     rerun: Option<Spanned<super::DataRerun>>,
-    #[serde(default)]
     freshness: Option<Spanned<BTreeMap<super::dataset::DatasetUri, super::seconds::Seconds>>>,
 }
 
@@ -151,37 +128,21 @@ struct RawJob {
 struct RawExec {
     #[serde(rename = "type")]
     kind: Spanned<String>,
-    #[serde(default)]
     command: Option<Spanned<String>>,
-    #[serde(default)]
     workdir: Option<Spanned<String>>,
-    #[serde(default)]
     env: Option<Spanned<BTreeMap<String, String>>>,
-    #[serde(default)]
     url: Option<Spanned<String>>,
-    #[serde(default)]
     headers: Option<Spanned<BTreeMap<String, String>>>,
-    #[serde(default)]
     header_env: Option<Spanned<BTreeMap<String, String>>>,
-    #[serde(default)]
     success_when: Option<Spanned<SuccessWhen>>,
-    #[serde(default)]
     script: Option<Spanned<String>>,
-    #[serde(default)]
     module: Option<Spanned<String>>,
-    #[serde(default)]
     args: Option<Spanned<Vec<String>>>,
-    #[serde(default)]
     venv: Option<Spanned<String>>,
-    #[serde(default)]
     requirements: Option<Spanned<Vec<String>>>,
-    #[serde(default)]
     database: Option<Spanned<String>>,
-    #[serde(default)]
     statement: Option<Spanned<String>>,
-    #[serde(default)]
     output: Option<Spanned<SqlOutput>>,
-    #[serde(default)]
     with: Option<Spanned<serde_json::Map<String, serde_json::Value>>>,
 }
 
@@ -190,18 +151,14 @@ struct RawExec {
 struct RawRetry {
     times: Spanned<u32>,
     interval: Spanned<u64>,
-    #[serde(default)]
     max_interval: Option<Spanned<u64>>,
-    #[serde(default)]
     jitter: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawOnTimeout {
-    #[serde(default)]
     signal: Option<Spanned<DumpSignal>>,
-    #[serde(default)]
     grace: Option<Spanned<u64>>,
 }
 
@@ -216,6 +173,11 @@ impl Lines {
 
     fn take_opt<T>(&mut self, field: &str, value: Option<Spanned<T>>) -> Option<T> {
         value.map(|v| self.take(field, v))
+    }
+
+    /// [`Lines::take_opt`], its type's default when absent.
+    fn take_or_default<T: Default>(&mut self, field: &str, value: Option<Spanned<T>>) -> T {
+        self.take_opt(field, value).unwrap_or_default()
     }
 
     /// A list whose every item keeps its own line, as `field[i]`.
@@ -259,29 +221,19 @@ fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError
         kind: lines.take("job.exec.type", exec.kind),
         command: lines.take_opt("job.exec.command", exec.command),
         workdir: lines.take_opt("job.exec.workdir", exec.workdir),
-        env: lines.take_opt("job.exec.env", exec.env).unwrap_or_default(),
+        env: lines.take_or_default("job.exec.env", exec.env),
         url: lines.take_opt("job.exec.url", exec.url),
-        headers: lines
-            .take_opt("job.exec.headers", exec.headers)
-            .unwrap_or_default(),
-        header_env: lines
-            .take_opt("job.exec.header_env", exec.header_env)
-            .unwrap_or_default(),
+        headers: lines.take_or_default("job.exec.headers", exec.headers),
+        header_env: lines.take_or_default("job.exec.header_env", exec.header_env),
         success_when: lines.take_opt("job.exec.success_when", exec.success_when),
         script: lines.take_opt("job.exec.script", exec.script),
         module: lines.take_opt("job.exec.module", exec.module),
-        args: lines
-            .take_opt("job.exec.args", exec.args)
-            .unwrap_or_default(),
+        args: lines.take_or_default("job.exec.args", exec.args),
         venv: lines.take_opt("job.exec.venv", exec.venv),
-        requirements: lines
-            .take_opt("job.exec.requirements", exec.requirements)
-            .unwrap_or_default(),
+        requirements: lines.take_or_default("job.exec.requirements", exec.requirements),
         database: lines.take_opt("job.exec.database", exec.database),
         statement: lines.take_opt("job.exec.statement", exec.statement),
-        output: lines
-            .take_opt("job.exec.output", exec.output)
-            .unwrap_or_default(),
+        output: lines.take_or_default("job.exec.output", exec.output),
         with: lines.take_opt("job.exec.with", exec.with),
     };
     let exec = ExecSpec::try_from(exec).map_err(|ExecProblems(problems)| {
@@ -304,16 +256,12 @@ fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError
         times: lines.take("job.retry.times", r.times),
         interval: lines.take("job.retry.interval", r.interval),
         max_interval: lines.take_opt("job.retry.max_interval", r.max_interval),
-        jitter: lines
-            .take_opt("job.retry.jitter", r.jitter)
-            .unwrap_or_default(),
+        jitter: lines.take_or_default("job.retry.jitter", r.jitter),
     });
     let on_timeout = lines
         .take_opt("job.on_timeout", job.on_timeout)
         .map(|t| OnTimeoutSpec {
-            signal: lines
-                .take_opt("job.on_timeout.signal", t.signal)
-                .unwrap_or_default(),
+            signal: lines.take_or_default("job.on_timeout.signal", t.signal),
             grace: lines.take_opt("job.on_timeout.grace", t.grace),
         })
         .unwrap_or_default();
@@ -326,35 +274,26 @@ fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError
             .unwrap_or_else(super::default_timezone),
         deps: lines.take_list("job.deps", job.deps),
         exec,
-        params: lines.take_opt("job.params", job.params).unwrap_or_default(),
+        params: lines.take_or_default("job.params", job.params),
         retry,
         timeout: lines.take_opt("job.timeout", job.timeout),
         on_timeout,
         lease: lines.take_opt("job.lease", job.lease).map(|s| s.0),
-        tags: lines.take_opt("job.tags", job.tags).unwrap_or_default(),
-        priority: lines
-            .take_opt("job.priority", job.priority)
-            .unwrap_or_default(),
+        tags: lines.take_or_default("job.tags", job.tags),
+        priority: lines.take_or_default("job.priority", job.priority),
         deps_timeout: lines.take_opt("job.deps_timeout", job.deps_timeout),
-        misfire: lines
-            .take_opt("job.misfire", job.misfire)
-            .unwrap_or_default(),
+        misfire: lines.take_or_default("job.misfire", job.misfire),
         catchup_window: lines.take_opt("job.catchup_window", job.catchup_window),
-        overlap: lines
-            .take_opt("job.overlap", job.overlap)
-            .unwrap_or_default(),
+        overlap: lines.take_or_default("job.overlap", job.overlap),
         shards: lines.take_opt("job.shards", job.shards),
-        broadcast: lines
-            .take_opt("job.broadcast", job.broadcast)
-            .unwrap_or_default(),
+        broadcast: lines.take_or_default("job.broadcast", job.broadcast),
         retention: lines.take_opt("job.retention", job.retention).map(|s| s.0),
         produces: lines.take_list("job.produces", job.produces),
         consumes: lines.take_list("job.consumes", job.consumes),
         on_datasets: lines.take_list("job.on_datasets", job.on_datasets),
-        rerun: lines.take_opt("job.rerun", job.rerun).unwrap_or_default(),
+        rerun: lines.take_or_default("job.rerun", job.rerun),
         freshness: lines
-            .take_opt("job.freshness", job.freshness)
-            .unwrap_or_default()
+            .take_or_default("job.freshness", job.freshness)
             .into_iter()
             .map(|(uri, secs)| (uri, secs.0))
             .collect(),

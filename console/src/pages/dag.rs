@@ -80,10 +80,7 @@ async fn page(
     request: HttpRequest,
     query: web::Query<DagQuery>,
 ) -> HttpResponse {
-    let jobs = match pages::registry_jobs(&state, &request).await {
-        Ok(jobs) => jobs,
-        Err(response) => return *response,
-    };
+    let jobs = pages::or_return!(pages::registry_jobs(&state, &request).await);
     let mut problem = None;
     let date = match query.date.trim() {
         "" => chrono::Utc::now().date_naive().to_string(),

@@ -65,10 +65,7 @@ fn freshness_of(jobs: &[JobRecord], uri: &DatasetUri) -> String {
 }
 
 async fn list(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
-    let jobs = match pages::registry_jobs(&state, &request).await {
-        Ok(jobs) => jobs,
-        Err(response) => return *response,
-    };
+    let jobs = pages::or_return!(pages::registry_jobs(&state, &request).await);
     let lineage = Lineage::of(jobs.iter().map(|j| &j.spec));
     let datasets = lineage
         .datasets()
@@ -149,10 +146,7 @@ async fn page(
             return pages::error_page(&request, StatusCode::BAD_REQUEST, format!("uri: {reason}"))
         }
     };
-    let jobs = match pages::registry_jobs(&state, &request).await {
-        Ok(jobs) => jobs,
-        Err(response) => return *response,
-    };
+    let jobs = pages::or_return!(pages::registry_jobs(&state, &request).await);
     let Ok(client) = pages::client(&state, &request) else {
         return pages::error_page(
             &request,

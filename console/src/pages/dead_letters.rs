@@ -53,10 +53,7 @@ struct ListPage {
 }
 
 async fn list(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     match client.dead_letters().await {
         Ok(letters) => pages::html(
             StatusCode::OK,
@@ -85,10 +82,7 @@ async fn letter(
     request: HttpRequest,
     id: web::Path<String>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let Some(id) = id.parse::<u64>().ok().filter(|id| *id > 0) else {
         return pages::error_page(
             &request,
@@ -137,10 +131,7 @@ async fn letter(
 
 /// `POST /ui/dlq/replay` with one `id` per letter: each replayed, or why not.
 async fn replay(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let ids = pages::repeated(&body, "id");
     if ids.is_empty() || ids.len() > MAX_REPLAY {
         return pages::action_failed(&crate::problem::Problem::Malformed(format!(

@@ -64,10 +64,7 @@ async fn edit(
     request: HttpRequest,
     name: web::Path<String>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let Ok(name) = name.parse::<JobName>() else {
         return pages::error_page(
             &request,
@@ -225,10 +222,7 @@ async fn apply(
     request: HttpRequest,
     form: web::Form<EditorForm>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let jobs = match load_text(SOURCE, &form.yaml) {
         Ok(jobs) => jobs,
         Err(errors) => {

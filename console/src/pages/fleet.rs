@@ -53,10 +53,7 @@ fn unavailable(request: &HttpRequest, e: impl std::fmt::Display) -> HttpResponse
 }
 
 async fn workers(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let mut workers = match client.workers().await {
         Ok(workers) => workers,
         Err(e) => return unavailable(&request, e),
@@ -129,10 +126,7 @@ struct NodesPage {
 }
 
 async fn nodes(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let mut nodes = match client.nodes().await {
         Ok(nodes) => nodes,
         Err(e) => return unavailable(&request, e),
@@ -180,10 +174,7 @@ struct QueuesPage {
 }
 
 async fn queues(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let (depths, states) = match tokio::try_join!(client.queue_depths(), client.queue_states()) {
         Ok(read) => read,
         Err(e) => return unavailable(&request, e),

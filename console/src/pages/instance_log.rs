@@ -154,10 +154,7 @@ async fn more(
     id: web::Path<String>,
     query: web::Query<MoreQuery>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let Ok(id) = id.parse::<InstanceId>() else {
         return failed(
             StatusCode::BAD_REQUEST,

@@ -406,10 +406,7 @@ async fn page(
     id: web::Path<String>,
     query: web::Query<PageQuery>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let id = match instance_id(&id) {
         Ok(id) => id,
         Err(e) => return pages::error_page(&request, StatusCode::BAD_REQUEST, e.to_string()),
@@ -660,10 +657,7 @@ async fn rerun(
     form: &RerunForm,
     dry_run: bool,
 ) -> HttpResponse {
-    let client = match pages::client(state, request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(state, request));
     let rerun = match form.request(dry_run, requested_by(request)) {
         Ok(rerun) => rerun,
         Err(e) => return pages::action_failed(&e),
@@ -740,10 +734,10 @@ async fn rerun_page(
     request: HttpRequest,
     query: web::Query<RerunQuery>,
 ) -> HttpResponse {
-    let jobs = match pages::registry_jobs(&state, &request).await {
-        Ok(jobs) => jobs.into_iter().map(|j| j.spec.name.to_string()).collect(),
-        Err(response) => return *response,
-    };
+    let jobs = pages::or_return!(pages::registry_jobs(&state, &request).await)
+        .into_iter()
+        .map(|j| j.spec.name.to_string())
+        .collect();
     let page = RerunPage {
         chrome: Chrome::of(&pages::caller(&request), "rerun"),
         instance: query.instance.clone(),
@@ -775,10 +769,7 @@ async fn backfill(
     request: HttpRequest,
     form: web::Form<BackfillForm>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     // Every problem of the form at once, one per line.
     let mut errors = Vec::new();
     let parallel = match form.parallel.trim() {
@@ -852,10 +843,7 @@ fn merge_plan(steps: &mut Vec<PlanStep>, plan: Vec<PlanStep>) {
 }
 
 async fn bulk(state: web::Data<State>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let ids = pages::repeated(&body, "id");
     if ids.is_empty() || ids.len() > MAX_BULK {
         return pages::action_failed(&Problem::Malformed(format!(

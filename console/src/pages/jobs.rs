@@ -137,10 +137,7 @@ async fn list(
     request: HttpRequest,
     filter: web::Query<JobFilter>,
 ) -> HttpResponse {
-    let jobs = match pages::registry_jobs(&state, &request).await {
-        Ok(jobs) => jobs,
-        Err(response) => return *response,
-    };
+    let jobs = pages::or_return!(pages::registry_jobs(&state, &request).await);
     let mut executors: Vec<String> = jobs
         .iter()
         .map(|j| j.spec.exec.name().to_string())
@@ -218,10 +215,7 @@ async fn page(
     request: HttpRequest,
     name: web::Path<String>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let name = match job_name(&name) {
         Ok(name) => name,
         Err(e) => return pages::error_page(&request, StatusCode::BAD_REQUEST, e.to_string()),

@@ -21,6 +21,18 @@ use crate::access::Caller;
 use crate::problem::Problem;
 use crate::server::State;
 
+/// The value of a page's `Result<T, Box<HttpResponse>>`, or a return of its error page from
+/// the handler: what every page does when NATS or the registry cannot answer.
+macro_rules! or_return {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(response) => return *response,
+        }
+    };
+}
+pub(crate) use or_return;
+
 pub(crate) mod dag;
 pub(crate) mod dashboard;
 pub(crate) mod datasets;

@@ -46,10 +46,7 @@ struct ApprovalsPage {
 }
 
 async fn approvals(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let all = match client.approvals().await {
         Ok(all) => all,
         Err(e) => {
@@ -168,10 +165,7 @@ async fn audit(
     request: HttpRequest,
     query: web::Query<AuditQuery>,
 ) -> HttpResponse {
-    let client = match pages::client(&state, &request) {
-        Ok(client) => client,
-        Err(response) => return *response,
-    };
+    let client = pages::or_return!(pages::client(&state, &request));
     let since_text = query
         .since
         .clone()

@@ -800,6 +800,11 @@ mod tests {
         ResultMessage::new(work, &end, state, None)
     }
 
+    /// What `work`'s result in `state` releases.
+    fn released_by(dag: &mut DagState, work: &WorkItem, state: State) -> Vec<String> {
+        released(&dag.on_result(&result(work, state), now()))
+    }
+
     fn released(actions: &[Action]) -> Vec<String> {
         actions
             .iter()
@@ -908,13 +913,13 @@ mod tests {
         );
         // Another date's success does not count.
         dag.on_created(p2.clone(), now());
-        assert!(released(&dag.on_result(&result(&p2, State::Success), now())).is_empty());
+        assert!(released_by(&mut dag, &p2, State::Success).is_empty());
         // A retry in between does not count either.
-        assert!(released(&dag.on_result(&result(&p1, State::WaitingRetry), now())).is_empty());
+        assert!(released_by(&mut dag, &p1, State::WaitingRetry).is_empty());
         let mut p1b = p1.clone();
         p1b.attempt = 2;
         assert_eq!(
-            released(&dag.on_result(&result(&p1b, State::Success), now())),
+            released_by(&mut dag, &p1b, State::Success),
             [s1.instance_id.as_str()]
         );
         assert_eq!(dag.held_count(), 0);
@@ -983,11 +988,11 @@ mod tests {
         assert!(released(&dag.on_created(w.clone(), now())).is_empty());
         let s = work(&sync, "2026-03-03", 1);
         dag.on_created(s.clone(), now());
-        assert!(released(&dag.on_result(&result(&s, State::Success), now())).is_empty());
+        assert!(released_by(&mut dag, &s, State::Success).is_empty());
         let yesterday = work(&weekly, "2026-03-09", 1);
         dag.on_created(yesterday.clone(), now());
         assert_eq!(
-            released(&dag.on_result(&result(&yesterday, State::Success), now())),
+            released_by(&mut dag, &yesterday, State::Success),
             [w.instance_id.to_string()]
         );
     }
@@ -1008,9 +1013,9 @@ mod tests {
         let b2 = work(&b, "2026-01-01", 2);
         assert!(released(&dag.on_created(b2.clone(), now())).is_empty());
         // A late repeat of attempt 1's success changes nothing.
-        assert!(released(&dag.on_result(&result(&a1, State::Success), now())).is_empty());
+        assert!(released_by(&mut dag, &a1, State::Success).is_empty());
         assert_eq!(
-            released(&dag.on_result(&result(&a2, State::Success), now())),
+            released_by(&mut dag, &a2, State::Success),
             [b2.instance_id.to_string()]
         );
     }
@@ -1031,10 +1036,7 @@ mod tests {
             biz_date: "2026-01-01".into(),
         });
         assert!(released(&dag.on_created(second.clone(), now())).is_empty());
-        assert_eq!(
-            released(&dag.on_result(&result(&first, State::Failed), now())),
-            ["a.second"]
-        );
+        assert_eq!(released_by(&mut dag, &first, State::Failed), ["a.second"]);
     }
 
     #[test]
@@ -1111,10 +1113,7 @@ mod tests {
             dag.on_created(work(leaf, "2026-01-01", 1), now());
         }
         let started = std::time::Instant::now();
-        assert_eq!(
-            released(&dag.on_result(&result(&r, State::Success), now())).len(),
-            10_000
-        );
+        assert_eq!(released_by(&mut dag, &r, State::Success).len(), 10_000);
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         assert_eq!(dag.held_count(), 0);
     }

@@ -41,7 +41,7 @@ use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::orphans;
 use crate::scheduler::overlap::{self, Decision};
-use crate::scheduler::ticks;
+use crate::scheduler::ticks::{self, Tick};
 use crate::ActorError;
 
 /// Most creations in one batch.
@@ -370,11 +370,14 @@ impl Batch<'_> {
                 Some(request)
             }
             Ok(Decision::Skip(reason)) => {
-                let job = instance.work.job().clone();
-                let tick = instance.record.expected_time;
-                let skipped = TickOutcome::Skipped;
-                match ticks::record(self.client, self.node, &job, tick, skipped, None, reason).await
-                {
+                let tick = Tick {
+                    job: instance.work.job(),
+                    at: instance.record.expected_time,
+                    outcome: TickOutcome::Skipped,
+                    instance_id: None,
+                    reason,
+                };
+                match ticks::record(self.client, self.node, tick).await {
                     Ok(()) => finish(request, Created::Skipped),
                     Err(e) => self.fail(request, &e),
                 }
@@ -449,15 +452,8 @@ impl Batch<'_> {
     ) -> (Created, Result<Vec<Ack>, ActorError>) {
         let (client, node) = (self.client, self.node);
         let deduplicated = || {
-            ticks::publish(
-                client,
-                node,
-                instance.work.job(),
-                instance.record.expected_time,
-                TickOutcome::Deduplicated,
-                Some(instance.record.instance_id.clone()),
-                "created by another Scheduler".to_string(),
-            )
+            let tick = instance.tick_of(TickOutcome::Deduplicated, "created by another Scheduler");
+            ticks::publish(client, node, tick)
         };
         // A live fire that finds its instance created was raced by another Scheduler (a
         // handover): the ledger says so. A catch-up that finds it created finds a tick that was
@@ -556,20 +552,10 @@ async fn hand_off(
     instance: &NewInstance,
     hand_offs: &burst::Open,
 ) -> Result<Vec<Ack>, ActorError> {
-    let work = &instance.work;
     let mut acks = hand_off_work(client, instance, hand_offs).await?;
     if let Some(outcome) = instance.tick.filter(|t| *t != TickOutcome::Fired) {
         acks.push(Ack::plain(
-            ticks::publish(
-                client,
-                node,
-                work.job(),
-                instance.record.expected_time,
-                outcome,
-                Some(instance.record.instance_id.clone()),
-                String::new(),
-            )
-            .await?,
+            ticks::publish(client, node, instance.tick_of(outcome, "")).await?,
         ));
     }
     publish::event(client, &instance.record).await;

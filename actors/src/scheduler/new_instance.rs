@@ -12,6 +12,8 @@ use ax_bus::messages::{TickOutcome, WorkItem};
 use ax_bus::spec::JobSpec;
 use ax_bus::{InstanceRecord, Tag};
 
+use crate::scheduler::ticks::Tick;
+
 /// A new instance and its first attempt.
 #[derive(Clone, Debug)]
 pub struct NewInstance {
@@ -52,6 +54,17 @@ impl NewInstance {
             tick: None,
             delayed: false,
             defined_at: None,
+        }
+    }
+
+    /// Its tick recorded as `outcome`, for `reason`.
+    pub(crate) fn tick_of(&self, outcome: TickOutcome, reason: &str) -> Tick<'_> {
+        Tick {
+            job: self.work.job(),
+            at: self.record.expected_time,
+            outcome,
+            instance_id: Some(self.record.instance_id.clone()),
+            reason: reason.to_string(),
         }
     }
 

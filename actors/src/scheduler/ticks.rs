@@ -14,6 +14,18 @@ use async_nats::jetstream::context::PublishAckFuture;
 
 use crate::ActorError;
 
+/// What became of one tick of a job.
+pub(crate) struct Tick<'a> {
+    pub(crate) job: &'a JobName,
+    /// The tick's time.
+    pub(crate) at: DateTime<Utc>,
+    pub(crate) outcome: TickOutcome,
+    /// The instance it made or found, if any.
+    pub(crate) instance_id: Option<InstanceId>,
+    /// Why, for a tick not fired.
+    pub(crate) reason: String,
+}
+
 /// Records skipped ticks, acks awaited in windows of 256.
 pub(crate) async fn record_skipped(
     client: &AxClient,
@@ -23,9 +35,15 @@ pub(crate) async fn record_skipped(
 ) -> Result<(), ActorError> {
     for chunk in skipped.chunks(256) {
         let mut acks = Vec::with_capacity(chunk.len());
-        for (tick, reason) in chunk {
-            let skipped = TickOutcome::Skipped;
-            let ack = publish(client, node, job, *tick, skipped, None, reason.clone()).await?;
+        for (at, reason) in chunk {
+            let tick = Tick {
+                job,
+                at: *at,
+                outcome: TickOutcome::Skipped,
+                instance_id: None,
+                reason: reason.clone(),
+            };
+            let ack = publish(client, node, tick).await?;
             acks.push(crate::jetstream::publish::due(ack));
         }
         for ack in acks {
@@ -39,13 +57,10 @@ pub(crate) async fn record_skipped(
 pub(crate) async fn record(
     client: &AxClient,
     node: &NodeId,
-    job: &JobName,
-    tick: DateTime<Utc>,
-    outcome: TickOutcome,
-    instance_id: Option<InstanceId>,
-    reason: String,
+    tick: Tick<'_>,
 ) -> Result<(), ActorError> {
-    publish(client, node, job, tick, outcome, instance_id, reason)
+    let job = tick.job;
+    publish(client, node, tick)
         .await?
         .await
         .map(|_| ())
@@ -57,12 +72,15 @@ pub(crate) async fn record(
 pub(crate) async fn publish(
     client: &AxClient,
     node: &NodeId,
-    job: &JobName,
-    tick: DateTime<Utc>,
-    outcome: TickOutcome,
-    instance_id: Option<InstanceId>,
-    reason: String,
+    tick: Tick<'_>,
 ) -> Result<PublishAckFuture, ActorError> {
+    let Tick {
+        job,
+        at: tick,
+        outcome,
+        instance_id,
+        reason,
+    } = tick;
     let record = TickRecord {
         job: job.clone(),
         tick,

@@ -15,9 +15,12 @@ use ax_bus::spec::JobSpec;
 use ax_bus::InstanceRecord;
 
 use crate::dag::state::{Action, DagState};
-pub use crate::dag::RESULTS as DAG_RESULTS;
+use crate::jetstream::consume::Cumulative;
 use crate::router::fleet::Fleet;
 use crate::scheduler::time_wheel::TimeWheel;
+
+/// The DagCoordinator's consumers of results, one per term of leadership.
+pub const DAG_RESULTS: Cumulative = crate::dag::RESULTS;
 
 /// A time wheel holding timers as the Scheduler's does (a job slot and a generation each), for
 /// measuring what they cost in memory.

@@ -67,7 +67,10 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let mut after = before;
         while after < before + Duration::from_millis(20) {
-            assert!(std::time::Instant::now() < deadline, "{before:?} -> {after:?}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{before:?} -> {after:?}"
+            );
             for _ in 0..100_000 {
                 x = x.wrapping_mul(31).wrapping_add(7);
             }

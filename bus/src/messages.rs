@@ -858,27 +858,21 @@ pub struct Waiting {
 /// How `ax rerun` chooses instances.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(default)]
 pub struct RerunRequest {
     /// One instance…
-    #[serde(default)]
     pub instance: Option<InstanceId>,
     /// …or every instance of a business date…
-    #[serde(default)]
     pub biz_date: Option<String>,
     /// …from this job and its downstream only.
-    #[serde(default)]
     pub root: Option<JobName>,
     /// Re-run only failed and cancelled instances.
-    #[serde(default)]
     pub failed_only: bool,
     /// Also re-run succeeded downstream instances.
-    #[serde(default)]
     pub force_downstream: bool,
     /// Only say what would happen.
-    #[serde(default)]
     pub dry_run: bool,
     /// Who asks (user@host).
-    #[serde(default)]
     pub requested_by: String,
 }
 

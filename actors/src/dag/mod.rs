@@ -49,7 +49,7 @@ use state::{Action, DagState};
 pub(crate) const ACTOR: &str = "dag";
 const BATCH: usize = 256;
 /// The consumers of results, one per term of leadership (see [`Cumulative`]).
-pub const RESULTS: Cumulative = Cumulative {
+pub(crate) const RESULTS: Cumulative = Cumulative {
     family: "dag-results",
 };
 /// Days of (job, date) history kept in memory and in the deps bucket.
@@ -366,32 +366,8 @@ impl Source {
         messages: &[jetstream::Message],
     ) -> Batch {
         match self {
-            Source::Created => {
-                let mut works = Vec::with_capacity(messages.len());
-                for message in messages {
-                    let decoded = consume::decode_or_dead_letter::<WorkItem>(
-                        client,
-                        node,
-                        AlertKind::Flow,
-                        message,
-                    );
-                    works.extend(decoded.await);
-                }
-                Batch::Created(works)
-            }
-            Source::Splits => {
-                let mut plans = Vec::with_capacity(messages.len());
-                for message in messages {
-                    let decoded = consume::decode_or_dead_letter::<SplitPlan>(
-                        client,
-                        node,
-                        AlertKind::Flow,
-                        message,
-                    );
-                    plans.extend(decoded.await);
-                }
-                Batch::Splits(plans)
-            }
+            Source::Created => Batch::Created(decode_all(client, node, messages).await),
+            Source::Splits => Batch::Splits(decode_all(client, node, messages).await),
             Source::Results => Batch::Results(
                 messages
                     .iter()
@@ -464,6 +440,20 @@ fn decode_job(key: &str, value: &[u8]) -> Option<JobRecord> {
             None
         }
     }
+}
+
+/// Every message of a batch that decodes; the rest set aside as dead letters.
+async fn decode_all<T: serde::de::DeserializeOwned>(
+    client: &AxClient,
+    node: &NodeId,
+    messages: &[jetstream::Message],
+) -> Vec<T> {
+    let mut decoded = Vec::with_capacity(messages.len());
+    for message in messages {
+        decoded
+            .extend(consume::decode_or_dead_letter(client, node, AlertKind::Flow, message).await);
+    }
+    decoded
 }
 
 #[cfg(test)]

@@ -101,14 +101,9 @@ pub(crate) async fn translate(
                     return Err(ActorError::Stopped("the results consumer"));
                 };
                 let message = message.during(|| "the results consumer")?;
-                let Some(result) = consume::decode_or_dead_letter::<ResultMessage>(
-                    &client,
-                    &node,
-                    AlertKind::Flow,
-                    &message,
-                )
-                .await
-                else {
+                let flow = AlertKind::Flow;
+                let decoded = consume::decode_or_dead_letter(&client, &node, flow, &message);
+                let Some(result): Option<ResultMessage> = decoded.await else {
                     continue;
                 };
                 if let Some((start, end)) =

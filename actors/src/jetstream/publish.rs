@@ -26,8 +26,20 @@ pub async fn to_stream<T: Serialize>(
     msg_id: &str,
     value: &T,
 ) -> Result<PublishAckFuture, ActorError> {
+    to_stream_with(client, subject, msg_id, codec::msgpack_headers(), value).await
+}
+
+/// [`to_stream`] with headers of the caller's (which must say MessagePack, as
+/// [`codec::msgpack_headers`] do).
+pub async fn to_stream_with<T: Serialize>(
+    client: &AxClient,
+    subject: String,
+    msg_id: &str,
+    headers: HeaderMap,
+    value: &T,
+) -> Result<PublishAckFuture, ActorError> {
     let publish = PublishMessage::build()
-        .headers(codec::msgpack_headers())
+        .headers(headers)
         .message_id(msg_id)
         .payload(codec::encode(value)?);
     client

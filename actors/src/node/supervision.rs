@@ -123,16 +123,12 @@ pub(crate) fn spawn_pump<A, F, E>(
 
 /// Spawns a future in the actor's context that is meant to end: when it fails or panics, the
 /// actor stops and its supervisor restarts it; when it succeeds, nothing more happens.
-pub(crate) fn spawn_task<A, F, E>(
+pub(crate) fn spawn_task<A: Actor<Context = Context<A>>>(
     actor: &'static str,
     task: &'static str,
     ctx: &mut Context<A>,
-    fut: F,
-) where
-    A: Actor<Context = Context<A>>,
-    F: Future<Output = Result<(), E>> + 'static,
-    E: std::fmt::Display,
-{
+    fut: impl Future<Output = Result<(), impl std::fmt::Display>> + 'static,
+) {
     spawn_watched(actor, task, ctx, fut, false);
 }
 

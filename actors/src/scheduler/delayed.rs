@@ -20,7 +20,6 @@
 use std::time::Duration;
 
 use async_nats::jetstream::context::PublishAckFuture;
-use async_nats::jetstream::message::PublishMessage;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
@@ -71,16 +70,8 @@ pub(crate) async fn schedule(
     } else {
         subjects.due(work.job())
     };
-    let publish = PublishMessage::build()
-        .headers(headers)
-        .message_id(msg_id::delayed(&work.trace_id))
-        .payload(codec::encode(&delayed)?);
-    client
-        .js
-        .send_publish(subject.clone(), publish)
-        .await
-        .during(|| format!("publish {subject}"))
-        .map_err(ActorError::from)
+    let id = msg_id::delayed(&work.trace_id);
+    publish::to_stream_with(client, subject, &id, headers, &delayed).await
 }
 
 /// Reads the attempts that are about to be due (`ax.internal.due.>`), holds each until its
@@ -98,14 +89,8 @@ pub(crate) async fn follow(client: AxClient, node: NodeId) -> Result<(), ActorEr
     let mut messages = consume::watched(super::ACTOR, "due", &client, &spec, 256).await?;
     while let Some(message) = messages.next().await {
         let message = message.during(|| "due consumer")?;
-        let Some(delayed) = consume::decode_or_dead_letter::<DelayedWork>(
-            &client,
-            &node,
-            AlertKind::Flow,
-            &message,
-        )
-        .await
-        else {
+        let decoded = consume::decode_or_dead_letter(&client, &node, AlertKind::Flow, &message);
+        let Some(delayed): Option<DelayedWork> = decoded.await else {
             continue;
         };
         // Held on a task of its own: a restart of the Scheduler does not cut the wait short,

@@ -320,38 +320,12 @@ impl Planner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ax_bus::spec::{ExecSpec, Priority};
+    use ax_bus::spec::ExecSpec;
     use chrono::Duration;
 
     fn record(name: &str, cron: &str, paused: bool) -> JobRecord {
         JobRecord {
-            spec: JobSpec {
-                name: JobName::parse(name).unwrap(),
-                cron: Some(cron.into()),
-                at: None,
-                timezone: "UTC".into(),
-                deps: vec![],
-                exec: ExecSpec::shell("true"),
-                params: Default::default(),
-                retry: None,
-                timeout: None,
-                on_timeout: Default::default(),
-                lease: None,
-                tags: vec![],
-                priority: Priority::Normal,
-                deps_timeout: None,
-                misfire: Default::default(),
-                catchup_window: None,
-                overlap: Default::default(),
-                shards: None,
-                broadcast: false,
-                retention: None,
-                produces: vec![],
-                consumes: vec![],
-                on_datasets: vec![],
-                rerun: Default::default(),
-                freshness: Default::default(),
-            },
+            spec: crate::test_fixtures::spec(name, Some(cron), &[]),
             paused,
             updated_at: ax_bus::time::now(),
             defined_at: None,

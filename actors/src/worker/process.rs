@@ -354,19 +354,7 @@ pub(crate) mod tests {
         let script = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
         let end = run_plain(&sh(&script, 500)).await;
         assert_eq!(end.exit, Exit::TimedOut);
-        let pid: i32 = std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while alive(pid) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "grandchild {pid} survived"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        gone(&pid_file).await;
     }
 
     #[tokio::test]
@@ -407,6 +395,23 @@ pub(crate) mod tests {
     }
 
     /// Running or sleeping; a zombie waiting for init to reap it counts as dead.
+    /// Waits (5 s at most) until the process whose pid `pid_file` holds is gone.
+    async fn gone(pid_file: &std::path::Path) {
+        let pid: i32 = std::fs::read_to_string(pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "grandchild {pid} survived"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub(crate) fn alive(pid: i32) -> bool {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Ok(stat) => stat
@@ -438,18 +443,7 @@ pub(crate) mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         run.abort();
-        let pid: i32 = std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        while alive(pid) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "grandchild {pid} survived"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        gone(&pid_file).await;
     }
 
     #[tokio::test]

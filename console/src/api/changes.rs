@@ -88,18 +88,15 @@ fn answered(reply: ControlReply) -> HttpResponse {
 /// The body of a trigger: everything of `ax job trigger` but the job, which is in the path.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(default)]
 struct TriggerBody {
-    #[serde(default)]
     biz_date: Option<String>,
-    #[serde(default)]
     params: BTreeMap<String, serde_json::Value>,
-    #[serde(default)]
     key: Option<TriggerKey>,
     /// An RFC 3339 instant.
-    #[serde(default)]
     at: Option<String>,
     /// A delay (`90s`, `15m`, `2h`, `1d`).
-    #[serde(default, rename = "in")]
+    #[serde(rename = "in")]
     delay: Option<String>,
 }
 

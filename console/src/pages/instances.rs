@@ -37,27 +37,20 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
 
 /// The list's query, as the filter form sends it (empty = any).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
 pub(crate) struct ListQuery {
-    #[serde(default)]
     pub(crate) job: String,
-    #[serde(default)]
     pub(crate) state: String,
-    #[serde(default)]
     pub(crate) tag: String,
-    #[serde(default)]
     pub(crate) biz_date: String,
-    #[serde(default)]
     pub(crate) from: String,
-    #[serde(default)]
     pub(crate) to: String,
     /// Jobs left out, by name, separated by commas or spaces.
-    #[serde(default)]
     pub(crate) hide: String,
     /// 0-based.
-    #[serde(default)]
     pub(crate) page: usize,
     /// Rows per page (the API's; pages show [`PER_PAGE`]).
-    #[serde(default, skip_serializing)]
+    #[serde(skip_serializing)]
     pub(crate) per_page: Option<usize>,
 }
 
@@ -564,18 +557,13 @@ async fn marked(
 
 /// The re-run form: one instance, or a business date's chain from a root.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct RerunForm {
-    #[serde(default)]
     instance: String,
-    #[serde(default)]
     biz_date: String,
-    #[serde(default)]
     root: String,
-    #[serde(default)]
     failed_only: Option<String>,
-    #[serde(default)]
     force_downstream: Option<String>,
-    #[serde(default)]
     confirm_date: String,
 }
 

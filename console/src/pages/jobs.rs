@@ -32,14 +32,11 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
 
 /// The list's filters, as the form sends them (empty = any).
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub(crate) struct JobFilter {
-    #[serde(default)]
     pub(crate) q: String,
-    #[serde(default)]
     pub(crate) executor: String,
-    #[serde(default)]
     pub(crate) tag: String,
-    #[serde(default)]
     pub(crate) paused: String,
 }
 

@@ -128,12 +128,10 @@ async fn reject(
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct AuditQuery {
-    #[serde(default)]
     since: Option<String>,
-    #[serde(default)]
     actor: Option<String>,
-    #[serde(default)]
     action: Option<String>,
 }
 

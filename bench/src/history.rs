@@ -15,7 +15,10 @@ use std::time::Duration;
 use ax_bus::client::ConnectConfig;
 use ax_bus::AxClient;
 
-use crate::{client_for, fire_soon, noop_job, start_node, store_jobs, successes, Figure, Result};
+use crate::{
+    client_for, fire_soon, noop_job, noop_jobs_watched, start_node, store_jobs, successes, Figure,
+    Result,
+};
 
 /// Bytes and messages of stream `name`.
 async fn stream_size(client: &AxClient, name: &str) -> Result<(u64, u64)> {
@@ -39,12 +42,7 @@ async fn per_instance(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let client = client_for(url, "hs").await?;
     let scratch = tempfile::tempdir()?;
     let (_, cron) = fire_soon(if quick { 4 } else { 6 })?;
-    let specs: Vec<_> = (0..n).map(|i| noop_job(&format!("hs{i}"), &cron)).collect();
-    store_jobs(&client, &specs).await?;
-    let mut results = client
-        .nats
-        .subscribe(client.subjects().result_all())
-        .await?;
+    let mut results = noop_jobs_watched(&client, "hs", n, &cron).await?;
     let node = start_node(&client, "all", 512, scratch.path()).await?;
     successes("history", &mut results, n, Duration::from_secs(300)).await?;
     let records = format!("KV_{}", client.layout.instances_bucket());

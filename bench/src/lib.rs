@@ -344,6 +344,24 @@ fn manual_job(name: &str) -> JobSpec {
     .expect("a valid generated job")
 }
 
+/// Stores `n` no-op jobs `{name}0`… firing on `cron`; the subscription to their results
+/// (made before any can fire).
+async fn noop_jobs_watched(
+    client: &AxClient,
+    name: &str,
+    n: usize,
+    cron: &str,
+) -> Result<async_nats::Subscriber> {
+    let specs: Vec<_> = (0..n)
+        .map(|i| noop_job(&format!("{name}{i}"), cron))
+        .collect();
+    store_jobs(client, &specs).await?;
+    Ok(client
+        .nats
+        .subscribe(client.subjects().result_all())
+        .await?)
+}
+
 /// A no-op job named `name` firing on `cron`.
 fn noop_job(name: &str, cron: &str) -> JobSpec {
     serde_json::from_value(serde_json::json!({

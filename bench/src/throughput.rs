@@ -14,7 +14,7 @@ use crate::cpu::Snapshot;
 use crate::Result;
 
 use crate::{
-    client_for, fire_soon, messages_so_far, noop_job, start_node, store_jobs, successes, Figure,
+    client_for, fire_soon, messages_so_far, noop_jobs_watched, start_node, successes, Figure,
 };
 
 /// `server` is the nats-server's pid, `raw_cpu` the CPU of one raw publish (µs, client and
@@ -118,12 +118,7 @@ async fn run(url: &str, prefix: &str, n: usize, quick: bool, server: Option<u32>
     let client = client_for(url, prefix).await?;
     let scratch = tempfile::tempdir()?;
     let (fire_at, cron) = fire_soon(if quick { 4 } else { 8 })?;
-    let specs: Vec<_> = (0..n).map(|i| noop_job(&format!("tp{i}"), &cron)).collect();
-    store_jobs(&client, &specs).await?;
-    let mut results = client
-        .nats
-        .subscribe(client.subjects().result_all())
-        .await?;
+    let mut results = noop_jobs_watched(&client, "tp", n, &cron).await?;
     let (sent_before, received_before) = messages_so_far(&client);
     let node = start_node(&client, "all", 512, scratch.path()).await?;
     // The jobs are loaded and due in a few seconds: from here on, the CPU is the fires'.

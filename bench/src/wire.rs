@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::{client_for, fire_soon, noop_job, start_node, store_jobs, successes, Figure, Result};
+use crate::{client_for, fire_soon, noop_jobs_watched, start_node, successes, Figure, Result};
 
 /// The kind of one message: what it is for, from its subject and reply subject.
 fn kind(prefix: &str, subject: &str, reply: Option<&str>) -> String {
@@ -92,12 +92,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             first.month()
         )
     };
-    let specs: Vec<_> = (0..n).map(|i| noop_job(&format!("w{i}"), &cron)).collect();
-    store_jobs(&client, &specs).await?;
-    let mut results = client
-        .nats
-        .subscribe(client.subjects().result_all())
-        .await?;
+    let mut results = noop_jobs_watched(&client, "w", n, &cron).await?;
     let node = start_node(&client, "all", 256, scratch.path()).await?;
     let mut figures = Vec::new();
     for (fire_at, which) in [(first, "first"), (second, "later")] {

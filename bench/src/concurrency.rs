@@ -98,36 +98,43 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         let mut run = run(url, &prefix, shape, slots, adaptive, reserved).await?;
         let (delay_p50, _, delay_max) = percentiles(&mut run.high_delay_ms);
         let (run_p50, _, run_max) = percentiles(&mut run.high_run_ms);
-        figures.push(Figure {
+        let figure = |what: &str, value, unit, note| Figure {
             section: "concurrency",
-            name: format!("high start delay, {name}"),
-            value: delay_p50,
-            unit: "ms",
-            note: format!(
-                "p50; max {delay_max:.0} ms; {highs} high jobs every {:.1} s beside {lows} low ones, \
-                 all CPU-bound, {cores} cores",
-                shape.every.as_secs_f64()
+            name: format!("{what}, {name}"),
+            value,
+            unit,
+            note,
+        };
+        let every = shape.every.as_secs_f64();
+        figures.extend([
+            figure(
+                "high start delay",
+                delay_p50,
+                "ms",
+                format!(
+                    "p50; max {delay_max:.0} ms; {highs} high jobs every {every:.1} s beside \
+                     {lows} low ones, all CPU-bound, {cores} cores"
+                ),
             ),
-        });
-        figures.push(Figure {
-            section: "concurrency",
-            name: format!("high run time, {name}"),
-            value: run_p50,
-            unit: "ms",
-            note: format!("p50; max {run_max:.0} ms; the same loop alone: {alone_ms:.0} ms"),
-        });
-        figures.push(Figure {
-            section: "concurrency",
-            name: format!("low flood makespan, {name}"),
-            value: run.low_makespan_s,
-            unit: "s",
-            note: format!(
-                "{lows} low jobs, from their trigger to the last end ({:.1} s if every core ran \
-                 them and the high ones without a pause); the budget averaged {:.1} slots",
-                (lows + highs) as f64 * alone_ms / 1000.0 / f64::from(cores),
-                run.mean_budget
+            figure(
+                "high run time",
+                run_p50,
+                "ms",
+                format!("p50; max {run_max:.0} ms; the same loop alone: {alone_ms:.0} ms"),
             ),
-        });
+            figure(
+                "low flood makespan",
+                run.low_makespan_s,
+                "s",
+                format!(
+                    "{lows} low jobs, from their trigger to the last end ({:.1} s if every core \
+                     ran them and the high ones without a pause); the budget averaged {:.1} \
+                     slots",
+                    (lows + highs) as f64 * alone_ms / 1000.0 / f64::from(cores),
+                    run.mean_budget
+                ),
+            ),
+        ]);
     }
     Ok(figures)
 }

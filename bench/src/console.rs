@@ -11,9 +11,9 @@ use chrono::TimeDelta;
 use ax_actors::jetstream::publish::AckWindow;
 use ax_bus::instance::Trigger;
 use ax_bus::spec::JobSpec;
-use ax_bus::{codec, InstanceRecord, State, Tag};
+use ax_bus::{InstanceRecord, State, Tag};
 
-use crate::{bail, Figure, Result};
+use crate::{bail, put, Figure, Result};
 
 /// Jobs stored.
 const JOBS: usize = 1_000;
@@ -85,12 +85,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         if n == instances / 2 {
             sample_id = Some(record.instance_id.clone());
         }
-        acks.push(
-            client
-                .kv_put_pipelined(&bucket, &record.instance_id, codec::encode(&record)?)
-                .await?,
-        )
-        .await?;
+        put(&mut acks, &client, &bucket, &record.instance_id, &record).await?;
     }
     acks.flush().await?;
     let Some(sample_id) = sample_id else {

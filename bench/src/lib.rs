@@ -212,18 +212,29 @@ async fn store_jobs(client: &AxClient, specs: &[JobSpec]) -> Result<()> {
             updated_at: ax_bus::time::now(),
             defined_at: None,
         };
-        acks.push(
-            client
-                .kv_put_pipelined(
-                    &client.layout.jobs_bucket(),
-                    &spec.name,
-                    codec::encode(&record)?,
-                )
-                .await?,
+        put(
+            &mut acks,
+            client,
+            &client.layout.jobs_bucket(),
+            &spec.name,
+            &record,
         )
         .await?;
     }
     acks.flush().await?;
+    Ok(())
+}
+
+/// Puts `value` under `key` in `bucket`, its ack awaited in `acks`' window.
+async fn put(
+    acks: &mut AckWindow,
+    client: &AxClient,
+    bucket: &str,
+    key: &str,
+    value: &impl Serialize,
+) -> Result<()> {
+    let ack = client.kv_put_pipelined(bucket, key, codec::encode(value)?);
+    acks.push(ack.await?).await?;
     Ok(())
 }
 

@@ -15,10 +15,9 @@ use ax_actors::NewInstance;
 use ax_actors::Partitions;
 use ax_actors::Scheduler;
 use ax_actors::SystemClock;
-use ax_bus::codec;
 use ax_bus::instance::Trigger;
 
-use crate::{client_for, noop_job, store_jobs, Figure};
+use crate::{client_for, noop_job, put, store_jobs, Figure};
 
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let (jobs, records) = if quick {
@@ -44,16 +43,8 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         let mut record = template.record.clone();
         record.instance_id = format!("r{}.{:020}", i % jobs, i).parse()?;
         record.job = format!("r{}", i % jobs).parse()?;
-        acks.push(
-            client
-                .kv_put_pipelined(
-                    &client.layout.instances_bucket(),
-                    &record.instance_id,
-                    codec::encode(&record)?,
-                )
-                .await?,
-        )
-        .await?;
+        let bucket = client.layout.instances_bucket();
+        put(&mut acks, &client, &bucket, &record.instance_id, &record).await?;
     }
     acks.flush().await?;
     let (loaded_tx, mut loaded) = tokio::sync::watch::channel(None);

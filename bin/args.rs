@@ -106,7 +106,7 @@ pub(crate) enum Command {
     },
     /// Measure speed against raw JetStream (its own nats-server).
     Bench {
-        /// A shorter run (under two minutes).
+        /// Small sizes: shows that each section works (the test suite runs it); not figures to compare.
         #[arg(long)]
         quick: bool,
         /// Run only these sections (limit is always measured).

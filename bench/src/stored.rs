@@ -1,0 +1,199 @@
+//! A long history stored: ten million finished instance records (a month of a deployment that
+//! runs a third of a million instances a day), written in bulk, then what they cost — the
+//! store per record, the console's start (its index loaded) and the memory it took, the first
+//! pages after it, a Scheduler's ready time, one job's instance list (`ax instance list --job`).
+//!
+//! The records belong to 1,000 jobs and ended over the last 30 days (the default retention), so
+//! the console's 7-day index window holds about a quarter of them. The console runs in the
+//! bench's own process: its memory is the growth of this process's resident set while the
+//! index loads.
+
+use std::time::{Duration, Instant};
+
+use chrono::TimeDelta;
+
+use ax_actors::jetstream::publish::AckWindow;
+use ax_bus::instance::Trigger;
+use ax_bus::{InstanceRecord, State, Tag};
+
+use crate::{bail, client_for, noop_job, put, start_node, store_jobs, Figure, Result};
+
+/// Records stored (with `--quick`, a fiftieth).
+const RECORDS: usize = 10_000_000;
+/// Jobs they belong to.
+const JOBS: usize = 1_000;
+/// Over how long they ended.
+const SPREAD: TimeDelta = TimeDelta::days(30);
+
+/// This process's resident memory.
+fn resident_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// The `i`-th record: job `i % JOBS`, ended a little earlier the larger `i` is.
+fn record(
+    template: &InstanceRecord,
+    i: usize,
+    of: usize,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<InstanceRecord> {
+    let mut record = template.clone();
+    let job = format!("st{:04}", i % JOBS);
+    record.instance_id = format!("{job}.{i:020}").parse()?;
+    record.job = job.parse()?;
+    let ago = SPREAD.num_seconds() * i as i64 / of as i64;
+    let finished = now - TimeDelta::seconds(ago);
+    record.expected_time = finished - TimeDelta::seconds(1);
+    record.started_at = Some(finished - TimeDelta::milliseconds(500));
+    record.finished_at = Some(finished);
+    record.state = State::Success;
+    record.tag = Tag::Completed;
+    record.message = "completed".into();
+    Ok(record)
+}
+
+pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
+    let records = if quick { RECORDS / 50 } else { RECORDS };
+    let client = client_for(url, "st").await?;
+    let specs: Vec<_> = (0..JOBS)
+        .map(|i| noop_job(&format!("st{i:04}"), "0 0 3 1 1 *"))
+        .collect();
+    store_jobs(&client, &specs).await?;
+    let now = ax_bus::time::now();
+    let template = InstanceRecord::first(
+        &specs[0],
+        now,
+        "2026-01-01".into(),
+        Default::default(),
+        Trigger::Cron,
+        now,
+    );
+    let bucket = client.layout.instances_bucket();
+    let started = Instant::now();
+    let mut acks = AckWindow::new(1024);
+    for i in 0..records {
+        let record = record(&template, i, records, now)?;
+        put(&mut acks, &client, &bucket, &record.instance_id, &record).await?;
+        if (i + 1) % 1_000_000 == 0 {
+            eprintln!(
+                "  stored: {} records, {:.0} s",
+                i + 1,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    acks.flush().await?;
+    let wrote = started.elapsed();
+    let mut stream = client.js.get_stream(format!("KV_{bucket}")).await?;
+    let bytes = stream.info().await?.state.bytes;
+    let mut figures = vec![Figure {
+        section: "history",
+        name: format!("store per record, {records} stored"),
+        value: bytes as f64 / records as f64,
+        unit: "B",
+        note: format!(
+            "one revision each (written in bulk: {:.0} records/s); {:.1} GB in all",
+            records as f64 / wrote.as_secs_f64(),
+            bytes as f64 / 1e9
+        ),
+    }];
+
+    // The console: its index loaded, the memory it took, its first pages.
+    let before = resident_bytes();
+    let started = Instant::now();
+    let server = ax_console::server::start(
+        "127.0.0.1:0",
+        ax_console::server::Options {
+            client: Some(client.clone()),
+            data_dir: None,
+            console: true,
+            auth: false,
+            node: None,
+            hosts: Vec::new(),
+            index_window: None,
+        },
+    )?;
+    let base = format!("http://{}", server.addr);
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let page: serde_json::Value = http
+            .get(format!("{base}/api/v1/instances?per_page=1"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if page["complete"] == true {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("stored: the console's index did not load in 30 min");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let loaded = started.elapsed();
+    let grown = resident_bytes().saturating_sub(before);
+    let mut first_pages = Vec::new();
+    for path in ["/instances", "/", "/instances?job=st0500"] {
+        let started = Instant::now();
+        let response = http.get(format!("{base}{path}")).send().await?;
+        if !response.status().is_success() {
+            bail!("stored: {path} answered {}", response.status());
+        }
+        response.bytes().await?;
+        first_pages.push(format!(
+            "{path} {:.0} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        ));
+    }
+    server.stop().await;
+    figures.push(Figure {
+        section: "history",
+        name: format!("console ready, {records} stored"),
+        value: loaded.as_secs_f64(),
+        unit: "s",
+        note: format!(
+            "its index loaded (records that ended in the last 7 days); then {} (target: first \
+             page ≤ 100 ms)",
+            first_pages.join(", ")
+        ),
+    });
+    figures.push(Figure {
+        section: "history",
+        name: format!("console memory, {records} stored"),
+        value: grown as f64 / 1e6,
+        unit: "MB",
+        note: "this process's resident set grown while the index loaded (target ≤ 300 MB)".into(),
+    });
+
+    // A Scheduler started with them stored, then one job's list.
+    let scratch = tempfile::tempdir()?;
+    let started = Instant::now();
+    let node = start_node(&client, "scheduler", 1, scratch.path()).await?;
+    let ready = started.elapsed();
+    node.stop();
+    figures.push(Figure {
+        section: "history",
+        name: format!("Scheduler ready, {records} stored"),
+        value: ready.as_secs_f64() * 1000.0,
+        unit: "ms",
+        note: format!("{JOBS} jobs registered (target ≤ 5 s)"),
+    });
+    let job = "st0500".parse()?;
+    let started = Instant::now();
+    let listed = client.instances(Some(&job)).await?.len();
+    figures.push(Figure {
+        section: "history",
+        name: format!("one job's instances listed, {records} stored"),
+        value: started.elapsed().as_secs_f64() * 1000.0,
+        unit: "ms",
+        note: format!(
+            "{listed} records of st0500, read by their subjects (`ax instance list --job`)"
+        ),
+    });
+    Ok(figures)
+}

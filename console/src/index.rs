@@ -167,12 +167,13 @@ pub struct Counts {
     pub by_state: Vec<(State, u64)>,
 }
 
-/// Where a row sits in a list: newest due first, then by id.
-type Place = (Reverse<DateTime<Utc>>, InstanceId);
+/// Where a row sits in a list: newest due first, then by id. The id is shared by the row's
+/// key and its places in every order (one copy of it, not four: a million rows are held).
+type Place = (Reverse<DateTime<Utc>>, Arc<InstanceId>);
 
 #[derive(Debug, Default)]
 struct Rows {
-    by_id: HashMap<InstanceId, Row>,
+    by_id: HashMap<Arc<InstanceId>, Row>,
     /// Newest due first.
     order: BTreeSet<Place>,
     /// The same, per job: a list of one job walks only its rows.
@@ -187,7 +188,8 @@ struct Rows {
 impl Rows {
     fn put(&mut self, row: Row) {
         self.remove(&row.instance_id);
-        let key = (Reverse(row.expected_time), row.instance_id.clone());
+        let id = Arc::new(row.instance_id.clone());
+        let key = (Reverse(row.expected_time), id.clone());
         self.order.insert(key.clone());
         self.by_job
             .entry(row.job.clone())
@@ -197,12 +199,12 @@ impl Rows {
             .entry(row.biz_date.clone())
             .or_default()
             .insert(key);
-        self.by_id.insert(row.instance_id.clone(), row);
+        self.by_id.insert(id, row);
     }
 
     fn remove(&mut self, id: &InstanceId) {
-        if let Some(old) = self.by_id.remove(id) {
-            let key = (Reverse(old.expected_time), old.instance_id);
+        if let Some((id, old)) = self.by_id.remove_entry(id) {
+            let key = (Reverse(old.expected_time), id);
             self.order.remove(&key);
             if let Some(rows) = self.by_job.get_mut(&old.job) {
                 rows.remove(&key);
@@ -226,7 +228,7 @@ impl Rows {
             .by_job
             .get(job)?
             .iter()
-            .filter_map(|(_, id)| self.by_id.get(id))
+            .filter_map(|(_, id)| self.by_id.get(id.as_ref()))
             .filter(|row| row.state == State::Success)
             .filter_map(|row| Some(row.finished_at? - row.started_at?))
             .take(crate::attention::USUAL_OF)
@@ -274,7 +276,7 @@ impl Rows {
         Box::new(
             keys.skip_while(move |(Reverse(due), _)| to.is_some_and(|to| *due >= to))
                 .take_while(move |(Reverse(due), _)| from.is_none_or(|from| *due >= from))
-                .filter_map(|(_, id)| self.by_id.get(id)),
+                .filter_map(|(_, id)| self.by_id.get(id.as_ref())),
         )
     }
 }

@@ -115,7 +115,7 @@ pub fn of<'a>(
                     }
                 }
             }
-            State::Running if WAITING.contains(&row.tag.as_str()) => {
+            State::Running if WAITING.contains(&row.tag) => {
                 let waited = now - row.expected_time;
                 if waited > STUCK_AFTER {
                     attention.stuck_count += 1;
@@ -155,7 +155,7 @@ mod tests {
             + Duration::minutes(minute)
     }
 
-    fn row(id: &str, job: &str, state: State, tag: &str, due: i64) -> Row {
+    fn row(id: &str, job: &str, state: State, tag: &'static str, due: i64) -> Row {
         Row::sample(id, job, state, tag, at(due))
     }
 

@@ -48,7 +48,7 @@ pub struct Row {
     /// Its state.
     pub state: State,
     /// The detail beside the state (`timeout`, `exit_code`, ...).
-    pub tag: String,
+    pub tag: &'static str,
     /// The current attempt.
     pub attempt: u32,
     /// When it was due.
@@ -69,13 +69,19 @@ impl Row {
     /// A row for the tests: instance `id` of `job` on 2026-12-01, in `state` with `tag`, due at
     /// `due`, not started.
     #[cfg(test)]
-    pub(crate) fn sample(id: &str, job: &str, state: State, tag: &str, due: DateTime<Utc>) -> Row {
+    pub(crate) fn sample(
+        id: &str,
+        job: &str,
+        state: State,
+        tag: &'static str,
+        due: DateTime<Utc>,
+    ) -> Row {
         Row {
             instance_id: id.parse().expect("an id"),
             job: job.parse().expect("a job"),
             biz_date: "2026-12-01".into(),
             state,
-            tag: tag.into(),
+            tag,
             attempt: 1,
             expected_time: due,
             started_at: None,
@@ -92,7 +98,7 @@ impl Row {
             job: record.job.clone(),
             biz_date: record.biz_date.clone(),
             state: record.state,
-            tag: record.tag.as_str().to_string(),
+            tag: record.tag.as_str(),
             attempt: record.attempt,
             expected_time: record.expected_time,
             started_at: record.started_at,
@@ -141,7 +147,7 @@ impl Filter {
                 .as_ref()
                 .is_none_or(|part| row.job.as_str().contains(part.as_str()))
             && self.state.is_none_or(|s| s == row.state)
-            && self.tag.as_ref().is_none_or(|t| *t == row.tag)
+            && self.tag.as_ref().is_none_or(|t| t == row.tag)
             && self.biz_date.as_ref().is_none_or(|d| *d == row.biz_date)
             && self.from.is_none_or(|f| row.expected_time >= f)
             && self.to.is_none_or(|t| row.expected_time < t)

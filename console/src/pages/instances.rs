@@ -230,7 +230,7 @@ async fn list(
             job: r.job.to_string(),
             biz_date: r.biz_date,
             state: r.state.to_string(),
-            tag: r.tag,
+            tag: r.tag.to_string(),
             attempt: r.attempt,
             due: pages::time(Some(r.expected_time)),
             finished: pages::time(r.finished_at),

@@ -39,8 +39,9 @@ const EVICT_EVERY: Duration = Duration::from_secs(60);
 /// One instance, as lists show it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
-    /// The instance.
-    pub instance_id: InstanceId,
+    /// The instance (shared with the index's key and places of the row).
+    #[serde(serialize_with = "shared")]
+    pub instance_id: Arc<InstanceId>,
     /// Its job.
     pub job: JobName,
     /// Its business date.
@@ -65,6 +66,11 @@ pub struct Row {
     pub last_line: String,
 }
 
+/// An id held by several of the index's maps, written as the id.
+fn shared<S: serde::Serializer>(id: &Arc<InstanceId>, serializer: S) -> Result<S::Ok, S::Error> {
+    id.as_ref().serialize(serializer)
+}
+
 impl Row {
     /// A row for the tests: instance `id` of `job` on 2026-12-01, in `state` with `tag`, due at
     /// `due`, not started.
@@ -77,7 +83,7 @@ impl Row {
         due: DateTime<Utc>,
     ) -> Row {
         Row {
-            instance_id: id.parse().expect("an id"),
+            instance_id: Arc::new(id.parse().expect("an id")),
             job: job.parse().expect("a job"),
             biz_date: "2026-12-01".into(),
             state,
@@ -94,7 +100,7 @@ impl Row {
 
     fn of(record: &InstanceRecord) -> Row {
         Row {
-            instance_id: record.instance_id.clone(),
+            instance_id: Arc::new(record.instance_id.clone()),
             job: record.job.clone(),
             biz_date: record.biz_date.clone(),
             state: record.state,
@@ -173,8 +179,8 @@ pub struct Counts {
     pub by_state: Vec<(State, u64)>,
 }
 
-/// Where a row sits in a list: newest due first, then by id. The id is shared by the row's
-/// key and its places in every order (one copy of it, not four: a million rows are held).
+/// Where a row sits in a list: newest due first, then by id. The id is shared by the row, its
+/// key and its places in every order (one copy of it, not five: a million rows are held).
 type Place = (Reverse<DateTime<Utc>>, Arc<InstanceId>);
 
 #[derive(Debug, Default)]
@@ -194,7 +200,7 @@ struct Rows {
 impl Rows {
     fn put(&mut self, row: Row) {
         self.remove(&row.instance_id);
-        let id = Arc::new(row.instance_id.clone());
+        let id = row.instance_id.clone();
         let key = (Reverse(row.expected_time), id.clone());
         self.order.insert(key.clone());
         self.by_job
@@ -244,7 +250,7 @@ impl Rows {
 
     /// Drops the final rows that ended before `since`.
     fn evict(&mut self, since: DateTime<Utc>) {
-        let old: Vec<InstanceId> = self
+        let old: Vec<Arc<InstanceId>> = self
             .by_id
             .values()
             .filter(|row| !held(row.state, row.finished_at, row.expected_time, since))

@@ -71,6 +71,44 @@ fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
     (at(0.5), at(0.99))
 }
 
+/// The real console (no auth) on `client`, on a free port, once its index holds every stored
+/// record (within `within`); its base URL.
+pub(crate) async fn serving(
+    client: &ax_bus::AxClient,
+    within: Duration,
+) -> Result<(ax_console::server::Running, String)> {
+    let server = ax_console::server::start(
+        "127.0.0.1:0",
+        ax_console::server::Options {
+            client: Some(client.clone()),
+            data_dir: None,
+            console: true,
+            auth: false,
+            node: None,
+            hosts: Vec::new(),
+            index_window: None,
+        },
+    )?;
+    let base = format!("http://{}", server.addr);
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + within;
+    loop {
+        let page: serde_json::Value = http
+            .get(format!("{base}/api/v1/instances?per_page=1"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if page["complete"] == true {
+            return Ok((server, base));
+        }
+        if Instant::now() > deadline {
+            bail!("the console's index did not load in {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let instances = if quick { 5_000 } else { 100_000 };
     let requests = if quick { 20 } else { 200 };
@@ -91,37 +129,8 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let Some(sample_id) = sample_id else {
         bail!("no instance stored");
     };
-    let server = ax_console::server::start(
-        "127.0.0.1:0",
-        ax_console::server::Options {
-            client: Some(client.clone()),
-            data_dir: None,
-            console: true,
-            auth: false,
-            node: None,
-            hosts: Vec::new(),
-            index_window: None,
-        },
-    )?;
-    let base = format!("http://{}", server.addr);
+    let (server, base) = serving(&client, Duration::from_secs(300)).await?;
     let http = reqwest::Client::new();
-    // Ready when the index holds every stored record.
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let page: serde_json::Value = http
-            .get(format!("{base}/api/v1/instances?per_page=1"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        if page["complete"] == true {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the console's index did not load {instances} instances in 300 s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let pages = [
         ("dashboard", "/".to_string()),
         ("instances, first page", "/instances".to_string()),

@@ -91,7 +91,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let mut stream = client.js.get_stream(format!("KV_{bucket}")).await?;
     let bytes = stream.info().await?.state.bytes;
     let mut figures = vec![Figure {
-        section: "history",
+        section: "stored",
         name: format!("store per record, {records} stored"),
         value: bytes as f64 / records as f64,
         unit: "B",
@@ -105,36 +105,8 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     // The console: its index loaded, the memory it took, its first pages.
     let before = resident_bytes();
     let started = Instant::now();
-    let server = ax_console::server::start(
-        "127.0.0.1:0",
-        ax_console::server::Options {
-            client: Some(client.clone()),
-            data_dir: None,
-            console: true,
-            auth: false,
-            node: None,
-            hosts: Vec::new(),
-            index_window: None,
-        },
-    )?;
-    let base = format!("http://{}", server.addr);
+    let (server, base) = crate::console::serving(&client, Duration::from_secs(1800)).await?;
     let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    loop {
-        let page: serde_json::Value = http
-            .get(format!("{base}/api/v1/instances?per_page=1"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        if page["complete"] == true {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("stored: the console's index did not load in 30 min");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     let loaded = started.elapsed();
     let grown = resident_bytes().saturating_sub(before);
     let mut first_pages = Vec::new();
@@ -152,7 +124,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     }
     server.stop().await;
     figures.push(Figure {
-        section: "history",
+        section: "stored",
         name: format!("console ready, {records} stored"),
         value: loaded.as_secs_f64(),
         unit: "s",
@@ -163,7 +135,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         ),
     });
     figures.push(Figure {
-        section: "history",
+        section: "stored",
         name: format!("console memory, {records} stored"),
         value: grown as f64 / 1e6,
         unit: "MB",
@@ -177,7 +149,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let ready = started.elapsed();
     node.stop();
     figures.push(Figure {
-        section: "history",
+        section: "stored",
         name: format!("Scheduler ready, {records} stored"),
         value: ready.as_secs_f64() * 1000.0,
         unit: "ms",
@@ -187,7 +159,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let started = Instant::now();
     let listed = client.instances(Some(&job)).await?.len();
     figures.push(Figure {
-        section: "history",
+        section: "stored",
         name: format!("one job's instances listed, {records} stored"),
         value: started.elapsed().as_secs_f64() * 1000.0,
         unit: "ms",

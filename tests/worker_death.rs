@@ -14,10 +14,12 @@ use support::*;
 
 /// A command whose work runs in a grandchild that ignores SIGTERM, SIGINT and SIGHUP (the way
 /// `sh -c` starting `python3` left it running): the grandchild writes its pid, then `start`,
-/// and six seconds later `end`, each with the attempt's trace id.
+/// and later `end`, each with the attempt's trace id — 30 s later on the first attempt, which
+/// the tests' kills must end long before (a restarted worker in a debug build on a loaded
+/// machine takes seconds), 1 s on the attempt that runs again.
 fn grandchild_command(ledger: &Path, pids: &Path) -> String {
     format!(
-        "sh -c \"trap \\\"\\\" TERM INT HUP; echo start $AX_TRACE_ID >> {l}; sleep 6; echo end $AX_TRACE_ID >> {l}\" & echo $! >> {p}; wait",
+        "sh -c \"trap \\\"\\\" TERM INT HUP; echo start $AX_TRACE_ID >> {l}; sleep $((AX_ATTEMPT == 1 ? 30 : 1)); echo end $AX_TRACE_ID >> {l}\" & echo $! >> {p}; wait",
         l = ledger.display(),
         p = pids.display()
     )

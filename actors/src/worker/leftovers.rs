@@ -59,19 +59,24 @@ pub(crate) fn reap(dir: &Path) -> Vec<Pid> {
     let mut killed = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
-        let recorded = entry
+        let group = entry
             .file_name()
             .to_str()
             .and_then(|name| name.parse::<i32>().ok())
             .filter(|&id| id > 1)
-            .map(Pid::from_raw)
-            .zip(
-                std::fs::read_to_string(&path)
-                    .ok()
-                    .and_then(|text| text.trim().parse::<u64>().ok()),
-            );
-        if let Some((group, started)) = recorded {
-            if ours(group, started) && killpg(group, Signal::SIGKILL).is_ok() {
+            .map(Pid::from_raw);
+        let started = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok());
+        let written = entry.metadata().and_then(|m| m.modified()).ok();
+        if let Some(group) = group {
+            let ours = match (started, written) {
+                (Some(started), _) => ours(group, started),
+                // Recorded by its watcher, its start time not added yet by the worker.
+                (None, Some(written)) => ours_unstamped(group, written),
+                (None, None) => false,
+            };
+            if ours && killpg(group, Signal::SIGKILL).is_ok() {
                 tracing::warn!(group = %group, "killed a process group a previous process of this worker left running");
                 killed.push(group);
             }
@@ -95,6 +100,39 @@ fn ours(group: Pid, started: u64) -> bool {
         None => true,
         Some(now) => now == started,
     }
+}
+
+/// Whether `group`, recorded by its leader (the watcher) at `written` without a start time, is
+/// still that group: a live leader must have started before the record was written (a later
+/// one took a reused id).
+fn ours_unstamped(group: Pid, written: std::time::SystemTime) -> bool {
+    if !lives(group) {
+        return false;
+    }
+    match start_time(group) {
+        None => true,
+        Some(ticks) => {
+            started_at(ticks).is_some_and(|started| started <= written + Duration::from_secs(1))
+        }
+    }
+}
+
+/// The wall-clock time of a process start given in clock ticks after boot.
+fn started_at(ticks: u64) -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let boot: u64 = stat
+        .lines()
+        .find_map(|line| line.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|t| u64::try_from(t).ok())
+        .filter(|t| *t > 0)?;
+    let since_boot = Duration::from_millis(ticks.saturating_mul(1000) / per_second);
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(boot) + since_boot)
 }
 
 /// Whether a process of `group` still runs (zombies waiting to be reaped do not count).
@@ -163,6 +201,44 @@ mod tests {
         std::fs::write(dir.path().join(id.to_string()), "1").unwrap();
         assert!(reap(dir.path()).is_empty());
         assert!(killpg(id, None).is_ok(), "an unrelated group was killed");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_group_its_watcher_recorded_is_killed_before_the_worker_added_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = std::process::Command::new("/bin/sh");
+        command
+            .args(["-c", "sleep 300 & sleep 300"])
+            .process_group(0);
+        let lifeline =
+            crate::worker::lifeline::Lifeline::arm(&mut command, Some(dir.path())).unwrap();
+        let mut child = command.spawn().unwrap();
+        let id = Pid::from_raw(child.id() as i32);
+        // The worker died before it wrote its record: only the watcher's empty one is there.
+        let recorded = std::fs::read_to_string(dir.path().join(id.to_string())).unwrap();
+        assert_eq!(
+            recorded, "",
+            "recorded by the watcher before the command ran"
+        );
+        assert_eq!(reap(dir.path()), vec![id]);
+        assert!(!lives(id), "the group is gone");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        drop(lifeline);
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn an_unstamped_record_older_than_its_groups_leader_is_not_ours() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = group("sleep 300");
+        let id = Pid::from_raw(child.id() as i32);
+        let written = std::time::SystemTime::now() - Duration::from_secs(60);
+        // A record a minute older than the process that now has the id: not that group.
+        assert!(!ours_unstamped(id, written));
+        assert!(ours_unstamped(id, std::time::SystemTime::now()));
+        drop(dir);
         child.kill().unwrap();
         child.wait().unwrap();
     }

@@ -45,20 +45,77 @@ impl Lifeline {
     /// until the command's group is gone. The watcher's end of the pipe stays open in this
     /// process until `command` is dropped (it is closed in every spawned command by
     /// close-on-exec).
-    pub(crate) fn arm(command: &mut std::process::Command) -> io::Result<Self> {
+    ///
+    /// With `groups`, the watcher records its group there (an empty file named by the group
+    /// id, see [`super::leftovers`]) before it forks the command: a worker dying between the
+    /// spawn and its own, fuller record of the group still leaves the group recorded.
+    pub(crate) fn arm(
+        command: &mut std::process::Command,
+        groups: Option<&std::path::Path>,
+    ) -> io::Result<Self> {
         // Both ends close-on-exec.
         let (watched, held) = io::pipe()?;
         let fd = watched.as_raw_fd();
+        // The folder's path with a trailing `/`, made here: the child may not allocate.
+        let folder: Option<Vec<u8>> = match groups {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                let mut bytes = dir.as_os_str().as_encoded_bytes().to_vec();
+                bytes.push(b'/');
+                Some(bytes)
+            }
+            None => None,
+        };
         // SAFETY: `stand_watch` makes async-signal-safe system calls only (see the module).
         unsafe {
             command.pre_exec(move || {
                 // Keeps the read end alive for as long as the command (and so this closure)
                 // lives: the pipe must still be open when the spawn forks.
                 let _keep = &watched;
+                if let Some(folder) = &folder {
+                    record_group(folder);
+                }
                 stand_watch(fd)
             });
         }
         Ok(Self { _held: held })
+    }
+}
+
+/// Creates the empty file `<folder><this process's id>`: this process leads the attempt's group
+/// (its process group is set before the pre-exec hooks run). Best effort: a path too long or a
+/// failed open leaves the record to the worker.
+///
+/// # Safety
+/// Only between fork and exec of a `Command` spawn: raw system calls on a stack buffer.
+unsafe fn record_group(folder: &[u8]) {
+    let mut path = [0u8; 4096];
+    let mut digits = [0u8; 12];
+    let mut pid = libc::getpid() as u32;
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (pid % 10) as u8;
+        count += 1;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    // The folder, the digits (reversed back), and the closing NUL.
+    if folder.len() + count + 1 > path.len() {
+        return;
+    }
+    path[..folder.len()].copy_from_slice(folder);
+    for i in 0..count {
+        path[folder.len() + i] = digits[count - 1 - i];
+    }
+    let fd = libc::open(
+        path.as_ptr().cast(),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+        0o600,
+    );
+    if fd >= 0 {
+        libc::close(fd);
     }
 }
 
@@ -195,7 +252,7 @@ mod tests {
     fn started(script: &str) -> (std::process::Child, Lifeline) {
         let mut command = std::process::Command::new("/bin/sh");
         command.args(["-c", script]).process_group(0);
-        let lifeline = Lifeline::arm(&mut command).unwrap();
+        let lifeline = Lifeline::arm(&mut command, None).unwrap();
         (command.spawn().unwrap(), lifeline)
     }
 

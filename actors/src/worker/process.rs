@@ -126,7 +126,7 @@ fn command(spec: &ProcessSpec) -> std::io::Result<(Command, Lifeline)> {
     if let Some(dir) = &spec.workdir {
         command.current_dir(dir);
     }
-    let lifeline = Lifeline::arm(command.as_std_mut())?;
+    let lifeline = Lifeline::arm(command.as_std_mut(), spec.groups.as_deref())?;
     Ok((command, lifeline))
 }
 

@@ -3,14 +3,16 @@
 //! The watcher of each command (see [`super::lifeline`]) kills the command's group when the
 //! worker dies. Should the watcher die with the worker (both chosen by the OOM killer, a kill
 //! sent to each), the group could outlive them. So each running group is also recorded in the
-//! worker's data directory — a file named by the group id holding its leader's start time — and
-//! removed once the group is killed; a worker starting kills every group still recorded before
+//! worker's data directory — a file named by the group id, created empty by the watcher itself
+//! before it forks the command (so no command runs unrecorded), then given its leader's start
+//! time by the worker — and removed once the group is killed; a worker starting kills every group still recorded before
 //! it takes a dispatch, so it never declares an attempt lost, letting a new attempt start,
 //! while processes of the old one may still run.
 //!
 //! The start time tells a group of ours from an unrelated one that took a reused id: while any
 //! member of a group lives its id is not given to another process, so a group whose leader is
-//! gone is still ours; a live leader must have the recorded start time.
+//! gone is still ours; a live leader must have the recorded start time (or, on a record still
+//! empty, have started before the record was written).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -233,16 +233,14 @@ mod tests {
 
     #[test]
     fn an_unstamped_record_older_than_its_groups_leader_is_not_ours() {
-        let dir = tempfile::tempdir().unwrap();
         let mut child = group("sleep 300");
-        let id = Pid::from_raw(child.id() as i32);
-        let written = std::time::SystemTime::now() - Duration::from_secs(60);
-        // A record a minute older than the process that now has the id: not that group.
-        assert!(!ours_unstamped(id, written));
-        assert!(ours_unstamped(id, std::time::SystemTime::now()));
-        drop(dir);
+        let now = std::time::SystemTime::now();
+        // A record a minute older than the process that now has the id is not that group's.
+        let ours = [now - Duration::from_secs(60), now]
+            .map(|written| ours_unstamped(Pid::from_raw(child.id() as i32), written));
         child.kill().unwrap();
         child.wait().unwrap();
+        assert_eq!(ours, [false, true]);
     }
 
     #[test]

@@ -92,6 +92,23 @@ pub(crate) fn reap(dir: &Path) -> Vec<Pid> {
     killed
 }
 
+/// Removes the records of groups no longer running (a spawn that failed leaves its watcher's).
+pub(crate) fn clear_ended(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let group = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+            .map(Pid::from_raw);
+        if group.is_some_and(|group| !lives(group)) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Whether `group`, recorded with its leader's start time `started`, is still that group.
 fn ours(group: Pid, started: u64) -> bool {
     if !lives(group) {

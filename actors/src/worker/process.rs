@@ -138,11 +138,15 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
     {
         Ok(started) => started,
         Err(e) => {
+            // A command that never ran may have left its watcher's record of the group.
+            if let Some(dir) = &spec.groups {
+                super::leftovers::clear_ended(dir);
+            }
             return ProcessEnd {
                 exit: Exit::SpawnFailed(format!("cannot start {}: {e}", spec.program.display())),
                 stdout_tail: String::new(),
                 stderr_tail: String::new(),
-            }
+            };
         }
     };
     let leader = child.id().map(|pid| Pid::from_raw(pid as i32));
@@ -448,9 +452,13 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn a_missing_program_is_a_spawn_failure() {
+        let groups = tempfile::tempdir().unwrap();
         let mut spec = sh("true", 1000);
         spec.program = "/nonexistent/prog".into();
+        spec.groups = Some(groups.path().to_path_buf());
         assert!(matches!(run(&spec, None).await.exit, Exit::SpawnFailed(_)));
+        // Its watcher's record of the group is not left behind.
+        assert_eq!(std::fs::read_dir(groups.path()).unwrap().count(), 0);
     }
 
     #[tokio::test]

@@ -6,7 +6,8 @@ use ax_actors::bench::LoadedWheel;
 
 use crate::Figure;
 
-fn resident_bytes() -> u64 {
+/// This process's resident memory (from `/proc/self/statm`).
+pub(crate) fn resident_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| {

@@ -16,6 +16,7 @@ use ax_actors::jetstream::publish::AckWindow;
 use ax_bus::instance::Trigger;
 use ax_bus::{InstanceRecord, State, Tag};
 
+use crate::memory::resident_bytes;
 use crate::{bail, client_for, noop_job, put, start_node, store_jobs, Figure, Result};
 
 /// Records stored (with `--quick`, a fiftieth).
@@ -24,15 +25,6 @@ const RECORDS: usize = 10_000_000;
 const JOBS: usize = 1_000;
 /// Over how long they ended.
 const SPREAD: TimeDelta = TimeDelta::days(30);
-
-/// This process's resident memory.
-fn resident_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
 
 /// The `i`-th record: job `i % JOBS`, ended a little earlier the larger `i` is.
 fn record(

@@ -35,11 +35,11 @@ pub(crate) struct GroupRecord {
 }
 
 impl GroupRecord {
-    /// Records `group` (led by the process of the same id) in `dir`.
+    /// Records `group` (led by the process of the same id) in `dir`, which its watcher made
+    /// (see [`super::lifeline::Lifeline::arm`]) and recorded it in first.
     pub(crate) fn write(dir: &Path, group: Pid) -> std::io::Result<Self> {
         let started = start_time(group)
             .ok_or_else(|| std::io::Error::other(format!("process {group} is gone")))?;
-        std::fs::create_dir_all(dir)?;
         let path = dir.join(group.to_string());
         std::fs::write(&path, started.to_string())?;
         Ok(Self { path })

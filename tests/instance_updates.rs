@@ -2,17 +2,20 @@
 //! itself (the worker's `executing` write, handed to its Reporter): one round trip when nobody
 //! changed the record since, and the same outcome as a fresh read when somebody did. A first
 //! attempt's dispatch carries the record its creator stored, for the worker's first write.
+//! An attempt that goes straight from its creation to its worker's end is stored as one
+//! revision that tells its whole history; any other keeps every revision.
 
 use crate::support;
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use ax_actors::NewInstance;
 use ax_bus::client::Updated;
 use ax_bus::instance::{TransitionRefused, Trigger};
 use ax_bus::messages::StoredRecord;
 use ax_bus::spec::JobDocument;
-use ax_bus::{codec, AxClient, InstanceRecord};
+use ax_bus::{codec, AxClient, InstanceRecord, State};
 use support::*;
 
 /// A queued first attempt, as a Scheduler creates it.
@@ -243,5 +246,69 @@ async fn every_record_write_names_its_state_and_a_deleted_record_is_created_agai
     assert_eq!(
         state_header(&client, revision).await.as_deref(),
         Some("running")
+    );
+}
+
+/// How many revisions of instance `id` the bucket holds.
+async fn revisions(client: &AxClient, id: &str) -> usize {
+    use futures::StreamExt;
+    let entries = client.instances.history(id).await.unwrap();
+    entries.count().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_instance_keeps_one_revision_that_tells_its_whole_history() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let job = |name: &str, command: &str| {
+        format!(
+            "version: v1\njob:\n  name: {name}\n  exec: {{ type: shell, command: '{command}' }}\n"
+        )
+    };
+    apply_job(&nats, "ok", &job("ok", "true")).await;
+    apply_job(&nats, "broken", &job("broken", "exit 3")).await;
+    let ok = trigger(&nats, &["ok"]);
+    let broken = trigger(&nats, &["broken"]);
+    // Delayed: created scheduled, released when due, then run: every revision is kept.
+    let delayed = trigger(&nats, &["ok", "--in", "1s"]);
+    for (instance, state) in [(&ok, State::Success), (&broken, State::Failed)] {
+        let record = final_record(&client, instance, Duration::from_secs(60)).await;
+        assert_eq!(record.state, state);
+        assert_eq!(revisions(&client, instance).await, 1, "{instance}");
+        let folded = record.folded.expect("folded");
+        let history = client
+            .instance_history(&id(instance))
+            .await
+            .unwrap()
+            .expect("a history");
+        let steps: Vec<(ax_bus::history::StepKind, u64)> =
+            history.steps.iter().map(|s| (s.step, s.revision)).collect();
+        use ax_bus::history::StepKind::*;
+        assert_eq!(
+            steps,
+            [
+                (Created, folded.created),
+                (Dispatched, folded.executing),
+                (Claimed, folded.executing),
+                (Started, folded.executing),
+                (Ended, history.steps[5].revision),
+                (Reported, history.steps[5].revision),
+            ],
+            "{history:#?}"
+        );
+        assert!(
+            history.steps[0].detail.starts_with("manual by n1"),
+            "{history:#?}"
+        );
+        assert!(history.steps[3].worker.is_some(), "{history:#?}");
+        assert!(folded.created < folded.executing && folded.executing < history.steps[5].revision);
+    }
+    let record = final_record(&client, &delayed, Duration::from_secs(60)).await;
+    assert_eq!((record.state, record.folded), (State::Success, None));
+    assert_eq!(
+        revisions(&client, &delayed).await,
+        4,
+        "created, released, executing, final"
     );
 }

@@ -14,12 +14,20 @@
 //! message on the hot path, and lasts as long as the record does. Times are the server's
 //! (the revision's timestamp) except where only a node knew the moment (the end of the
 //! attempt on its worker, the acknowledgement).
+//!
+//! Most instances go straight from their creation to a worker and end there: their final
+//! record keeps every field the two earlier revisions told their steps by (the creator, the
+//! trigger, the dispatch note, the start), so the final write folds them into itself
+//! ([`prepare_write`], [`Folded`]) and replaces them in the store: one revision of a finished
+//! instance is kept instead of three. Such a history is told the same, except that its
+//! creation is timed by the creator's clock (`created_at`) instead of the server's. An instance with any other write (a release,
+//! a retry, a reservation, an operator's) keeps every revision.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{InstanceId, NodeId, TraceId, WorkerId};
-use crate::instance::{DispatchNote, InstanceRecord, State, Tag};
+use crate::instance::{DispatchNote, Folded, InstanceRecord, State, Tag};
 
 /// One stored version of an instance record.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,7 +153,8 @@ impl History {
     pub fn of(instance_id: InstanceId, revisions: &[Revision], kept: usize) -> Self {
         let mut steps = Vec::new();
         let mut previous: Option<&Revision> = None;
-        for revision in revisions {
+        let unfolded = revisions.first().and_then(unfold);
+        for revision in unfolded.iter().flatten().chain(revisions) {
             steps.extend(steps_of(previous.map(|p| &p.record), revision));
             previous = Some(revision);
         }
@@ -155,6 +164,89 @@ impl History {
             steps,
         }
     }
+}
+
+/// Prepares `next` to be written over `before` (stored at `revision`): counts the write
+/// ([`InstanceRecord::writes`]) and, when `next` is final and `before` is the `executing`
+/// write made straight over a Scheduler's creation of queued work, folds those two revisions
+/// into it ([`InstanceRecord::folded`]), provided that `next` keeps every field their steps
+/// are told by. A folded record is written as a rollup: it replaces them in the store.
+pub fn prepare_write(before: &InstanceRecord, revision: u64, next: &mut InstanceRecord) {
+    next.writes = match before.writes {
+        Some(0) if before.tag != Tag::Queued => None,
+        writes => writes.map(|n| n.saturating_add(1)),
+    };
+    next.folded = None;
+    let tells_them = next.state.is_final()
+        && before.tag == Tag::Executing
+        && before.writes == Some(1)
+        && before.created_by.is_some()
+        && before.created_by == next.created_by
+        && before.trace_id == next.trace_id
+        && before.attempt == next.attempt
+        && before.worker.is_some()
+        && before.worker == next.worker
+        && before.worker_losses == next.worker_losses
+        && before.started_at.is_some()
+        && before.started_at == next.started_at
+        && before.dispatch == next.dispatch
+        && before.trigger == next.trigger
+        && before.expected_time == next.expected_time
+        && before.created_at == next.created_at;
+    if let (true, Some(note)) = (tells_them, &before.dispatch) {
+        next.folded = Some(Folded {
+            created: note.fence,
+            executing: revision,
+            executing_by: before
+                .written_by
+                .clone()
+                .filter(|by| Some(by) != before.worker.as_ref()),
+        });
+    }
+}
+
+/// The two revisions a folded record replaced, as they were in every field their steps are
+/// told by; none when `revision` folds nothing.
+fn unfold(revision: &Revision) -> Option<[Revision; 2]> {
+    let record = &revision.record;
+    let folded = record.folded.as_ref()?;
+    let started_at = record.started_at?;
+    let created = InstanceRecord {
+        state: State::Running,
+        tag: Tag::Queued,
+        worker: None,
+        started_at: None,
+        finished_at: None,
+        dispatch: None,
+        exit_code: None,
+        next_attempt_at: None,
+        message: "queued".into(),
+        written_by: record.created_by.clone(),
+        writes: Some(0),
+        folded: None,
+        ..record.clone()
+    };
+    let executing = InstanceRecord {
+        tag: Tag::Executing,
+        started_at: Some(started_at),
+        dispatch: record.dispatch.clone(),
+        worker: record.worker.clone(),
+        written_by: folded.executing_by.clone().or(record.worker.clone()),
+        writes: Some(1),
+        ..created.clone()
+    };
+    Some([
+        Revision {
+            revision: folded.created,
+            at: record.created_at,
+            record: created,
+        },
+        Revision {
+            revision: folded.executing,
+            at: started_at,
+            record: executing,
+        },
+    ])
 }
 
 /// The steps one revision tells, after `before` (none for the oldest one).
@@ -479,6 +571,140 @@ mod tests {
             "to w2, delivery 2 (redelivered); re-dispatched, passed over w1"
         );
         assert!(!history.truncated);
+    }
+
+    /// `next` as `by` writes it over `before` (stored at revision `revision`), the way
+    /// every writer does.
+    fn written(
+        before: &InstanceRecord,
+        revision: u64,
+        by: &str,
+        mut next: InstanceRecord,
+    ) -> InstanceRecord {
+        next.written_by = Some(node(by));
+        prepare_write(before, revision, &mut next);
+        next
+    }
+
+    /// A Scheduler's creation of queued work, started by w1 (dispatched at 1, started at 2).
+    fn created_and_started() -> (InstanceRecord, InstanceRecord) {
+        let r0 = created_record();
+        let started = r0
+            .started(&tr(1), &node("w1"), at(2), &note("r1", 1, 1, &[]))
+            .unwrap();
+        let r1 = written(&r0, 1, "w1", started);
+        (r0, r1)
+    }
+
+    #[test]
+    fn a_final_write_straight_after_the_start_folds_both_and_tells_the_same_history() {
+        let (r0, r1) = created_and_started();
+        assert_eq!((r0.writes, r1.writes), (Some(0), Some(1)));
+        let success = r1.ended(&end(tr(1), "w1", 3, true), None).unwrap();
+        let failure = r1.ended(&end(tr(1), "w1", 3, false), None).unwrap();
+        let killed = r1
+            .ended_early(&tr(1), State::Failed, Tag::Killed, "killed by ann")
+            .unwrap();
+        for (by, next) in [("w1", success), ("w1", failure), ("console", killed)] {
+            // The creation is stored at revision 7 (the dispatch note's fence), the start at 8.
+            let r2 = written(&r1, 8, by, next);
+            let folded = Folded {
+                created: 7,
+                executing: 8,
+                executing_by: None,
+            };
+            assert_eq!((r2.folded.as_ref(), r2.writes), (Some(&folded), Some(2)));
+            let stored = |revision, second, record: &InstanceRecord| Revision {
+                revision,
+                at: at(second),
+                record: record.clone(),
+            };
+            let three = [stored(7, 0, &r0), stored(8, 2, &r1), stored(9, 4, &r2)];
+            let told = History::of(r0.instance_id.clone(), &three, 64);
+            let folded = History::of(r0.instance_id.clone(), &three[2..], 64);
+            assert_eq!(folded, told, "written by {by}");
+            assert!(kinds(&folded).starts_with(&["created", "dispatched", "claimed", "started"]));
+        }
+    }
+
+    #[test]
+    fn the_executing_write_s_own_node_is_kept_when_it_is_not_the_worker() {
+        let r0 = created_record();
+        let started = r0
+            .started(&tr(1), &node("w1"), at(2), &note("r1", 1, 1, &[]))
+            .unwrap();
+        let r1 = written(&r0, 7, "n1", started);
+        let r2 = written(
+            &r1,
+            8,
+            "n1",
+            r1.ended(&end(tr(1), "w1", 3, true), None).unwrap(),
+        );
+        let folded = r2.folded.clone().unwrap();
+        assert_eq!(folded.executing_by, Some(node("n1")));
+        let history = History::of(
+            r0.instance_id.clone(),
+            &[Revision {
+                revision: 9,
+                at: at(4),
+                record: r2,
+            }],
+            64,
+        );
+        let started = &history.steps[3];
+        assert_eq!(
+            (started.step, &started.node),
+            (StepKind::Started, &Some(node("n1")))
+        );
+    }
+
+    #[test]
+    fn anything_else_keeps_every_revision() {
+        let (r0, r1) = created_and_started();
+        // A retry is not final.
+        let retry = written(
+            &r1,
+            2,
+            "w1",
+            r1.ended(&end(tr(1), "w1", 3, false), Some(at(6))).unwrap(),
+        );
+        assert_eq!(retry.folded, None);
+        // A release, a reservation, a no-worker write: more than one write before the start.
+        let mut scheduled = created_record();
+        scheduled.tag = Tag::Scheduled;
+        let released = written(&scheduled, 1, "s1", scheduled.released(&tr(1), 0).unwrap());
+        assert_eq!(released.writes, None, "not created as queued");
+        let no_worker = written(&r0, 1, "r1", r0.no_worker(&tr(1)).unwrap());
+        let started = no_worker
+            .started(&tr(1), &node("w1"), at(2), &note("r1", 1, 1, &[]))
+            .unwrap();
+        let started = written(&no_worker, 2, "w1", started);
+        assert_eq!(started.writes, Some(2));
+        let ended = started.ended(&end(tr(1), "w1", 3, true), None).unwrap();
+        assert_eq!(written(&started, 3, "w1", ended).folded, None);
+        // A creation that no Scheduler made (a DAG's, a shard's) names no creator to tell.
+        let mut dag = created_record();
+        dag.created_by = None;
+        let started = dag
+            .started(&tr(1), &node("w1"), at(2), &note("r1", 1, 1, &[]))
+            .unwrap();
+        let started = written(&dag, 1, "w1", started);
+        let ended = started.ended(&end(tr(1), "w1", 3, true), None).unwrap();
+        assert_eq!(written(&started, 2, "w1", ended).folded, None);
+        // An end that names another start than the record's.
+        let mut other = end(tr(1), "w1", 3, true);
+        other.started_at = Some(at(1));
+        let ended = r1.ended(&other, None).unwrap();
+        assert_eq!(written(&r1, 2, "w1", ended).folded, None);
+        // A later write over a folded record folds nothing more, and keeps counting.
+        let r2 = written(
+            &r1,
+            2,
+            "w1",
+            r1.ended(&end(tr(1), "w1", 3, true), None).unwrap(),
+        );
+        let rerun = written(&r2, 3, "s1", r2.rerun(&tr(2)).unwrap());
+        assert_eq!((rerun.folded, rerun.writes), (None, Some(3)));
     }
 
     #[test]

@@ -313,6 +313,30 @@ pub struct InstanceRecord {
     /// See [`crate::client::retention`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<u64>,
+    /// How many times the record was written since it was created as queued work (0: the
+    /// creation); absent when it was created otherwise (scheduled, waiting) or an earlier
+    /// version wrote it. Counted by every write ([`crate::AxClient::update_instance`]); 1 on
+    /// an `executing` record says its only earlier revision is its creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<u32>,
+    /// On a final record written straight over its creation and its `executing` write: those
+    /// two revisions, which this write removed (see [`crate::history`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folded: Option<Folded>,
+}
+
+/// The two revisions a final write folded into itself: its creation and the worker's
+/// `executing` write, whose steps the final record tells on its own (it keeps every field
+/// they told them by), so the store keeps one revision of a finished instance instead of three.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Folded {
+    /// The creation's revision.
+    pub created: u64,
+    /// The `executing` write's revision.
+    pub executing: u64,
+    /// The node that wrote `executing`, when it is not the worker itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executing_by: Option<NodeId>,
 }
 
 /// An attempt reserved for one of its dispatches: the Router re-dispatching an attempt whose
@@ -515,6 +539,8 @@ impl InstanceRecord {
             reserved: None,
             written_by: None,
             retention: spec.retention,
+            writes: Some(0),
+            folded: None,
         }
     }
 
@@ -896,6 +922,8 @@ pub(crate) mod tests {
             reserved: None,
             written_by: None,
             retention: None,
+            writes: Some(0),
+            folded: None,
         }
     }
 

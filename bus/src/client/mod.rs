@@ -987,6 +987,7 @@ impl AxClient {
                 Err(refused) => return Ok(Updated::Refused(refused)),
             };
             next.written_by = self.writer.clone();
+            crate::history::prepare_write(&record, revision, &mut next);
             if let Some(revision) = self.write_record(id, &next, revision).await? {
                 return Ok(Updated::Written(Box::new(next), revision));
             }

@@ -23,12 +23,18 @@ use crate::instance::{InstanceRecord, State};
 pub const STATE_HEADER: &str = "Ax-State";
 
 /// The message that writes `record` if the key's last revision is `expected` (0: the key has
-/// no value).
+/// no value). A record that folds its earlier revisions ([`crate::history::prepare_write`])
+/// replaces them: the server removes them as it stores it (a rollup of the key's subject).
 fn record_message(record: &InstanceRecord, expected: u64) -> Result<PublishMessage, CodecError> {
-    Ok(PublishMessage::build()
+    let message = PublishMessage::build()
         .expected_last_subject_sequence(expected)
-        .header(STATE_HEADER, record.state.as_str())
-        .payload(codec::encode(record)?))
+        .header(STATE_HEADER, record.state.as_str());
+    let message = if record.folded.is_some() {
+        message.header("Nats-Rollup", "sub")
+    } else {
+        message
+    };
+    Ok(message.payload(codec::encode(record)?))
 }
 
 /// The state a write's headers name, if they name one.

@@ -173,6 +173,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                     node: Some(id.clone()),
                     hosts: file.metrics.hosts.clone(),
                     index_window: file.console.index_window()?,
+                    index_rows: file.console.index_rows,
                 },
             )
             .with_context(|| "--http (or [metrics] listen)")?,

@@ -54,6 +54,7 @@
 //!
 //! [console]
 //! index_window = "7d"                   # finished instances the console's lists hold, by end
+//! index_rows = 400000                   # and at most so many of them, the last ended
 //!
 //! [retention]                           # how long each is kept; unset: what the stream has
 //! instances = "30d"                     # finished instances' records, after they end
@@ -170,6 +171,8 @@ impl OpenLineageSection {
 pub(crate) struct ConsoleSection {
     /// How long after their end finished instances stay in the console's index (`7d`).
     pub index_window: Option<String>,
+    /// How many finished instances the console's index holds at most (400,000).
+    pub index_rows: Option<usize>,
 }
 
 impl ConsoleSection {

@@ -101,6 +101,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
                 node: Some(local.clone()),
                 hosts: Vec::new(),
                 index_window: None,
+                index_rows: None,
             },
         )
     };

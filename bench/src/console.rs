@@ -87,6 +87,7 @@ pub(crate) async fn serving(
             node: None,
             hosts: Vec::new(),
             index_window: None,
+            index_rows: None,
         },
     )?;
     let base = format!("http://{}", server.addr);

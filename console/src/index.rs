@@ -10,10 +10,12 @@
 //! page itself still reads the record from the bucket, so what it shows is never older than
 //! the index.
 //!
-//! What it holds is bounded by a window ([`DEFAULT_WINDOW`], `[console] index_window`): every
-//! open instance, and the final ones that ended within the window; older ones are dropped as
-//! they age out (looked for every minute). An older instance is still shown by its id
-//! (the instance page reads the bucket), and `ax history export` writes them all.
+//! What it holds is bounded by a window ([`DEFAULT_WINDOW`], `[console] index_window`) and a
+//! count ([`DEFAULT_ROWS`], `[console] index_rows`): every open instance, and the final ones
+//! that ended within the window, at most that many, the latest ended; older ones are dropped
+//! as they age out (looked for every minute) or as newer ones come in. So its memory is
+//! bounded by its settings, not by what the bucket holds. An older instance is still shown by
+//! its id (the instance page reads the bucket), and `ax history export` writes them all.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
@@ -36,6 +38,8 @@ const MESSAGE_CHARS: usize = 160;
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How often rows that aged out of the window are dropped.
 const EVICT_EVERY: Duration = Duration::from_secs(60);
+/// How many final instances the index holds at most unless the node's config says otherwise.
+pub const DEFAULT_ROWS: usize = 400_000;
 
 /// One instance, as lists show it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -194,6 +198,8 @@ struct Rows {
     /// The same, per business date: a date's list (and the dashboard's counts of a day) walks
     /// only that date's rows.
     by_date: HashMap<String, BTreeSet<Place>>,
+    /// How many of the rows are final.
+    finals: usize,
     /// Whether every record that existed when the feed opened is in.
     current: bool,
 }
@@ -201,6 +207,7 @@ struct Rows {
 impl Rows {
     fn put(&mut self, row: Row) {
         self.remove(&row.instance_id);
+        self.finals += usize::from(row.state.is_final());
         let id = row.instance_id.clone();
         let key = (Reverse(row.expected_time), id.clone());
         self.order.insert(key.clone());
@@ -217,6 +224,7 @@ impl Rows {
 
     fn remove(&mut self, id: &InstanceId) {
         if let Some((id, old)) = self.by_id.remove_entry(id) {
+            self.finals -= usize::from(old.state.is_final());
             let key = (Reverse(old.expected_time), id);
             self.order.remove(&key);
             if let Some(rows) = self.by_job.get_mut(&old.job) {
@@ -262,8 +270,33 @@ impl Rows {
         }
     }
 
+    /// Drops the final rows that ended first until at most `most` are left.
+    fn keep_at_most(&mut self, most: usize) {
+        let Some(over) = self.finals.checked_sub(most).filter(|n| *n > 0) else {
+            return;
+        };
+        let mut ended: Vec<(DateTime<Utc>, &Arc<InstanceId>)> = self
+            .by_id
+            .values()
+            .filter(|row| row.state.is_final())
+            .map(|row| {
+                (
+                    row.finished_at.unwrap_or(row.expected_time),
+                    &row.instance_id,
+                )
+            })
+            .collect();
+        ended.select_nth_unstable(over - 1);
+        let first: Vec<Arc<InstanceId>> =
+            ended[..over].iter().map(|(_, id)| (*id).clone()).collect();
+        for id in first {
+            self.remove(&id);
+        }
+    }
+
     fn clear(&mut self) {
         self.by_id.clear();
+        self.finals = 0;
         self.order.clear();
         self.by_job.clear();
         self.by_date.clear();
@@ -313,13 +346,14 @@ pub struct InstanceIndex {
 
 impl InstanceIndex {
     /// An index kept current from `client`'s instances bucket, by a task of the current
-    /// runtime that lives as long as the connection, holding what ended within `window`.
-    pub fn follow(client: AxClient, window: Duration) -> InstanceIndex {
+    /// runtime that lives as long as the connection, holding what ended within `window`, at
+    /// most `most` final instances.
+    pub fn follow(client: AxClient, window: Duration, most: usize) -> InstanceIndex {
         let index = InstanceIndex::default();
         let rows = index.rows.clone();
         tokio::spawn(async move {
             loop {
-                if let Err(e) = feed(&client, &rows, window).await {
+                if let Err(e) = feed(&client, &rows, window, most).await {
                     tracing::warn!(error = %e, "the console's instance index stopped; reopening");
                 }
                 tokio::time::sleep(REOPEN_AFTER).await;
@@ -432,11 +466,14 @@ impl InstanceIndex {
 }
 
 /// Follows the bucket until the feed ends or breaks; starts from an empty index each time
-/// (a record deleted while the feed was down must not stay). Holds what ended within `window`.
+/// (a record deleted while the feed was down must not stay). Holds what ended within `window`,
+/// at most `most` final instances: once a tenth more came in (and every minute), the first
+/// ended go, so that the index never holds much more than `most` of them, at start either.
 async fn feed(
     client: &AxClient,
     rows: &RwLock<Rows>,
     window: Duration,
+    most: usize,
 ) -> Result<(), ax_bus::ClientError> {
     let mut feed = client.instance_feed().await?;
     let write = || rows.write().unwrap_or_else(|e| e.into_inner());
@@ -451,7 +488,9 @@ async fn feed(
                 None => return Ok(()),
             },
             _ = evict.tick() => {
-                write().evict(since());
+                let mut rows = write();
+                rows.evict(since());
+                rows.keep_at_most(most);
                 continue;
             }
         };
@@ -460,7 +499,11 @@ async fn feed(
                 Ok(record) => {
                     let row = Row::of(&record);
                     if held(row.state, row.finished_at, row.expected_time, since()) {
-                        write().put(row);
+                        let mut rows = write();
+                        rows.put(row);
+                        if rows.finals > most.saturating_add(most / 10) {
+                            rows.keep_at_most(most);
+                        }
                     } else {
                         write().remove(&row.instance_id);
                     }
@@ -517,6 +560,28 @@ mod tests {
                 .map(BTreeSet::len),
             Some(6)
         );
+    }
+
+    #[test]
+    fn at_most_so_many_final_rows_stay_the_last_ended_and_open_ones_stay() {
+        let index = InstanceIndex::default();
+        let mut rows = index.rows.write().unwrap();
+        // Due in one order, ended in the reverse one.
+        for minute in 0..10 {
+            let mut ended = row(&format!("a.m{minute:02}"), "a", State::Failed, minute);
+            ended.finished_at = Some(row("x", "a", State::Success, 30 - minute).expected_time);
+            rows.put(ended);
+        }
+        rows.put(row("a.open", "a", State::Running, 0));
+        rows.keep_at_most(4);
+        let mut kept: Vec<String> = rows.by_id.keys().map(|id| id.to_string()).collect();
+        kept.sort();
+        assert_eq!(kept, ["a.m00", "a.m01", "a.m02", "a.m03", "a.open"]);
+        assert_eq!((rows.finals, rows.order.len()), (4, 5));
+        rows.keep_at_most(4);
+        assert_eq!(rows.by_id.len(), 5, "nothing more when at the bound");
+        rows.keep_at_most(0);
+        assert_eq!(rows.by_id.len(), 1, "an open instance stays");
     }
 
     #[test]

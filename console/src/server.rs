@@ -69,6 +69,9 @@ pub struct Options {
     /// How long after their end the console's index holds finished instances
     /// (`[console] index_window`; `None`: [`crate::index::DEFAULT_WINDOW`]).
     pub index_window: Option<std::time::Duration>,
+    /// How many finished instances the console's index holds at most (`[console]
+    /// index_rows`; `None`: [`crate::index::DEFAULT_ROWS`]).
+    pub index_rows: Option<usize>,
 }
 
 /// What the handlers share.
@@ -92,6 +95,7 @@ pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
         (Some(client), true) => Some(InstanceIndex::follow(
             client.clone(),
             options.index_window.unwrap_or(crate::index::DEFAULT_WINDOW),
+            options.index_rows.unwrap_or(crate::index::DEFAULT_ROWS),
         )),
         _ => None,
     };

@@ -54,7 +54,7 @@
 //!
 //! [console]
 //! index_window = "7d"                   # finished instances the console's lists hold, by end
-//! index_rows = 400000                   # and at most so many of them, the last ended
+//! index_rows = 250000                   # and at most so many of them, the last ended
 //!
 //! [retention]                           # how long each is kept; unset: what the stream has
 //! instances = "30d"                     # finished instances' records, after they end
@@ -171,7 +171,7 @@ impl OpenLineageSection {
 pub(crate) struct ConsoleSection {
     /// How long after their end finished instances stay in the console's index (`7d`).
     pub index_window: Option<String>,
-    /// How many finished instances the console's index holds at most (400,000).
+    /// How many finished instances the console's index holds at most (250,000).
     pub index_rows: Option<usize>,
 }
 

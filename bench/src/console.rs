@@ -72,11 +72,13 @@ fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
 }
 
 /// The real console (no auth) on `client`, on a free port, once its index holds every stored
-/// record (within `within`); its base URL.
+/// record (within `within`); its base URL, and how long after its start a first list page
+/// came back (from what the index held by then: lists answer while it loads).
 pub(crate) async fn serving(
     client: &ax_bus::AxClient,
     within: Duration,
-) -> Result<(ax_console::server::Running, String)> {
+) -> Result<(ax_console::server::Running, String, Duration)> {
+    let started = Instant::now();
     let server = ax_console::server::start(
         "127.0.0.1:0",
         ax_console::server::Options {
@@ -93,6 +95,7 @@ pub(crate) async fn serving(
     let base = format!("http://{}", server.addr);
     let http = reqwest::Client::new();
     let deadline = Instant::now() + within;
+    let mut first = None;
     loop {
         let page: serde_json::Value = http
             .get(format!("{base}/api/v1/instances?per_page=1"))
@@ -100,8 +103,9 @@ pub(crate) async fn serving(
             .await?
             .json()
             .await?;
+        let first = *first.get_or_insert_with(|| started.elapsed());
         if page["complete"] == true {
-            return Ok((server, base));
+            return Ok((server, base, first));
         }
         if Instant::now() > deadline {
             bail!("the console's index did not load in {within:?}");
@@ -130,7 +134,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let Some(sample_id) = sample_id else {
         bail!("no instance stored");
     };
-    let (server, base) = serving(&client, Duration::from_secs(300)).await?;
+    let (server, base, _) = serving(&client, Duration::from_secs(300)).await?;
     let http = reqwest::Client::new();
     let pages = [
         ("dashboard", "/".to_string()),

@@ -39,7 +39,7 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How often rows that aged out of the window are dropped.
 const EVICT_EVERY: Duration = Duration::from_secs(60);
 /// How many final instances the index holds at most unless the node's config says otherwise.
-pub const DEFAULT_ROWS: usize = 400_000;
+pub const DEFAULT_ROWS: usize = 250_000;
 
 /// One instance, as lists show it.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -138,6 +138,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
             roles: roles.clone(),
             worker,
             scheduler_loaded: None,
+            dag_leading: None,
             max_clock_skew: file.node.max_clock_skew()?,
             alert_webhook: file.alerts.webhook()?,
             lineage_endpoint: node_config::lineage_endpoint(&file.openlineage)?,

@@ -562,3 +562,38 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
         "{names:?}"
     );
 }
+
+/// The coordinator holds the days of the jobs a decision can name, not of every job: a job
+/// nothing depends on has its instances saved in the deps bucket only. A downstream applied
+/// later has its upstream's stored days read then, and runs for a date its upstream succeeded
+/// for before it existed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_applied_later_counts_what_its_upstream_did_before() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    apply_job(
+        &nats,
+        "up",
+        "version: v1\njob:\n  name: up\n  exec: { type: noop }\n",
+    )
+    .await;
+    let up = trigger(&nats, &["up", "--biz-date", "2026-03-02"]);
+    let record = final_record(&client, &up, Duration::from_secs(30)).await;
+    assert_eq!(record.state, State::Success, "{}", record.message);
+    let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 2).unwrap();
+    wait_for(Duration::from_secs(30), "up's deps entry", || async {
+        let day = client.deps_of_day(&support::job("up"), date).await.ok()?;
+        (!day.instances.is_empty()).then_some(())
+    })
+    .await;
+    apply_job(
+        &nats,
+        "down",
+        "version: v1\njob:\n  name: down\n  deps:\n    - { name: up, biz_date: current, check: success }\n  exec: { type: noop }\n",
+    )
+    .await;
+    let down = trigger(&nats, &["down", "--biz-date", "2026-03-02"]);
+    let record = final_record(&client, &down, Duration::from_secs(30)).await;
+    assert_eq!(record.state, State::Success, "{}", record.message);
+}

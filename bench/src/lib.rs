@@ -297,6 +297,25 @@ async fn start_node_with(
     Ok(node)
 }
 
+/// A node named `bench` running a DagCoordinator alone, its files in `scratch`, returned once
+/// the coordinator leads, with the number of (job, date) days its view holds.
+async fn start_dag(client: &AxClient, scratch: &std::path::Path) -> Result<(Node, usize)> {
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(None);
+    let node = Node::start(
+        client.clone(),
+        NodeConfig {
+            dag_leading: Some(leading_tx),
+            ..NodeConfig::new("bench".parse()?, parse_roles("dag")?, scratch.to_path_buf())
+        },
+        Arc::new(SystemClock),
+    )?;
+    let days = tokio::time::timeout(Duration::from_secs(600), leading.wait_for(|l| l.is_some()))
+        .await
+        .map_err(|_| "the bench node's DagCoordinator did not lead in 600 s")??
+        .unwrap_or_default();
+    Ok((node, days))
+}
+
 /// Messages sent and received on `client`'s connection so far.
 fn messages_so_far(client: &AxClient) -> (u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;

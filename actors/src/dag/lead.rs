@@ -4,8 +4,9 @@
 
 use actix::Addr;
 
+use ax_bus::client::deps::DayKey;
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
-use ax_bus::ids::NodeId;
+use ax_bus::ids::{JobName, NodeId};
 use ax_bus::messages::Waiting;
 use ax_bus::{codec, AxClient};
 
@@ -31,6 +32,7 @@ pub(super) async fn lead(
         if matches!(item, FeedItem::Current) {
             break;
         }
+        // The days of every job followed are read below, once the registry is whole.
         apply_registry_change(&mut state, item);
     }
     let actions = restore(&client, &mut state).await?;
@@ -45,11 +47,13 @@ pub(super) async fn lead(
 }
 
 /// Applies a registry change to the view.
-pub(super) fn apply_registry_change(state: &mut DagState, item: FeedItem) {
+/// Applies a change of the registry; the jobs the view starts to follow by it, whose stored
+/// days are to be read.
+pub(super) fn apply_registry_change(state: &mut DagState, item: FeedItem) -> Vec<JobName> {
     match item {
         FeedItem::Put { key, value, .. } => {
             match decode_job(&key, &value) {
-                Some(record) => state.upsert_job(record.spec),
+                Some(record) => return state.upsert_job(record.spec),
                 // What was there before is not what the registry says any more.
                 None => state.remove_job(&key),
             }
@@ -57,12 +61,27 @@ pub(super) fn apply_registry_change(state: &mut DagState, item: FeedItem) {
         FeedItem::Deleted { key } => state.remove_job(&key),
         FeedItem::Current => {}
     }
+    Vec::new()
+}
+
+/// The stored days of `jobs`, read for a view that has just started to follow them.
+pub(super) async fn stored_days(
+    client: &AxClient,
+    jobs: &[JobName],
+) -> Result<Vec<(DayKey, ax_bus::messages::DateInstances)>, ActorError> {
+    Ok(day_store::restore(client, jobs)
+        .await?
+        .into_iter()
+        .collect())
 }
 
 /// Rebuilds the view from the deps and waiting buckets; returns what it decides at once (waits
 /// met or failed meanwhile).
 async fn restore(client: &AxClient, state: &mut DagState) -> Result<Vec<Action>, ActorError> {
-    let days = day_store::restore(client).await?.into_iter().collect();
+    let days = day_store::restore(client, &state.followed())
+        .await?
+        .into_iter()
+        .collect();
     let waiting: Vec<Waiting> = KvFeed::open(&client.js, &client.layout.waiting_bucket(), ">")
         .await?
         .snapshot()

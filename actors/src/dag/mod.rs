@@ -68,6 +68,8 @@ pub struct DagCoordinator {
     lineage_namespace: Option<String>,
     /// The view, while this coordinator leads.
     state: Option<DagState>,
+    /// Told the days held each time it takes the lead, if anyone asked.
+    leading: Option<tokio::sync::watch::Sender<Option<usize>>>,
 }
 
 impl DagCoordinator {
@@ -79,7 +81,17 @@ impl DagCoordinator {
             summary_tz: chrono_tz::UTC,
             lineage_namespace: None,
             state: None,
+            leading: None,
         }
+    }
+
+    /// Tells `leading` the number of (job, date) days held each time it takes the lead.
+    pub fn reporting_lead(
+        mut self,
+        leading: Option<tokio::sync::watch::Sender<Option<usize>>>,
+    ) -> Self {
+        self.leading = leading;
+        self
     }
 
     /// Dates the day summaries in `tz` (UTC unless said otherwise).
@@ -174,6 +186,9 @@ impl Handler<Lead> for DagCoordinator {
 
     fn handle(&mut self, msg: Lead, ctx: &mut Self::Context) -> Self::Result {
         tracing::info!(node = %self.node, held = msg.state.held_count(), "leading the DAG");
+        if let Some(leading) = &self.leading {
+            leading.send_replace(Some(msg.state.days_count()));
+        }
         self.state = Some(msg.state);
         let addr = ctx.address();
         let term = msg.lease.revision();
@@ -289,10 +304,36 @@ struct RegistryChange(FeedItem);
 impl Handler<RegistryChange> for DagCoordinator {
     type Result = ();
 
-    fn handle(&mut self, msg: RegistryChange, _: &mut Self::Context) {
-        if let Some(state) = self.state.as_mut() {
-            lead::apply_registry_change(state, msg.0);
+    fn handle(&mut self, msg: RegistryChange, ctx: &mut Self::Context) {
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let started = lead::apply_registry_change(state, msg.0);
+        if started.is_empty() {
+            return;
         }
+        // Jobs whose days the view did not hold (nothing depended on them): their stored days
+        // are read and merged; a failed read restarts the coordinator, which reads them all.
+        tracing::info!(jobs = ?started, "following the days of more jobs; reading them");
+        let (client, addr) = (self.client.clone(), ctx.address());
+        let read = async move {
+            let days = lead::stored_days(&client, &started).await?;
+            addr.send(DaysRead(days)).await?
+        };
+        spawn_task(ACTOR, "days", ctx, read);
+    }
+}
+
+/// Stored days of jobs the view has just started to follow.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), ActorError>")]
+struct DaysRead(Vec<(state::DayKey, ax_bus::messages::DateInstances)>);
+
+impl Handler<DaysRead> for DagCoordinator {
+    type Result = AtomicResponse<Self, Result<(), ActorError>>;
+
+    fn handle(&mut self, msg: DaysRead, _: &mut Self::Context) -> Self::Result {
+        self.decide(move |state| state.merge_days(msg.0, ax_bus::time::now()))
     }
 }
 

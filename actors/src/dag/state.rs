@@ -10,6 +10,13 @@
 //!
 //! Each change of a (job, date) re-evaluates only the conditions that name it (an index from
 //! (job, date) to waiting instances): no rescans of jobs or instances.
+//!
+//! It holds the days of the jobs a decision can name ([`DagState::follows`]: upstreams,
+//! downstreams, jobs that queue behind their previous instance), not of every job: the others'
+//! instances are only saved in the deps bucket (for the re-run planner), so that its memory and
+//! the read of a leader taking over grow with the DAG, not with all the work of a deployment.
+//! A job that starts to count (a downstream applied later) has its stored days read then
+//! ([`DagState::merge_days`]); meanwhile what waits on them waits.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -20,7 +27,7 @@ use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::instance::{State, Tag};
 use ax_bus::messages::{DateInstances, ResultMessage, Waiting, WorkItem};
 use ax_bus::spec::dataset::DatasetUri;
-use ax_bus::spec::JobSpec;
+use ax_bus::spec::{JobSpec, Overlap};
 
 pub(crate) use ax_bus::client::deps::DayKey;
 
@@ -186,8 +193,54 @@ impl DagState {
         self.held.len()
     }
 
-    /// Adds or replaces a job of the registry.
-    pub(crate) fn upsert_job(&mut self, spec: JobSpec) {
+    /// How many (job, date) days it holds.
+    pub(crate) fn days_count(&self) -> usize {
+        self.days.len()
+    }
+
+    /// Whether the days of `job` can matter to a decision: something depends on it, it
+    /// depends on something, or its instances queue behind their previous one.
+    pub(crate) fn follows(&self, job: &JobName) -> bool {
+        self.dependents.get(job).is_some_and(|d| !d.is_empty())
+            || self
+                .jobs
+                .get(job)
+                .is_some_and(|spec| !spec.deps.is_empty() || spec.overlap == Overlap::Queue)
+    }
+
+    /// The jobs whose days it holds (see [`DagState::follows`]).
+    pub(crate) fn followed(&self) -> Vec<JobName> {
+        let mut jobs: Vec<JobName> = self
+            .jobs
+            .keys()
+            .chain(self.dependents.keys())
+            .filter(|job| self.follows(job))
+            .cloned()
+            .collect();
+        jobs.sort();
+        jobs.dedup();
+        jobs
+    }
+
+    /// Adds or replaces a job of the registry; the jobs whose days it did not follow before and
+    /// does now (their stored days are to be read: [`DagState::merge_days`]).
+    pub(crate) fn upsert_job(&mut self, spec: JobSpec) -> Vec<JobName> {
+        // Only the job and its upstreams can start to count by this change.
+        let mut concerned: Vec<JobName> = spec.deps.iter().map(|d| d.name.clone()).collect();
+        concerned.push(spec.name.clone());
+        concerned.sort();
+        concerned.dedup();
+        let before: Vec<bool> = concerned.iter().map(|job| self.follows(job)).collect();
+        self.put_job(spec);
+        concerned
+            .into_iter()
+            .zip(before)
+            .filter(|(job, followed)| !followed && self.follows(job))
+            .map(|(job, _)| job)
+            .collect()
+    }
+
+    fn put_job(&mut self, spec: JobSpec) {
         self.remove_job(&spec.name.clone());
         for dep in &spec.deps {
             if let Ok(offset) = dep.offset_days() {
@@ -220,6 +273,34 @@ impl DagState {
                 }
             }
         }
+    }
+
+    /// Stored days read after the view was built (of jobs it has just started to follow): an
+    /// instance it already knows keeps what it knows unless the stored entry is of a later
+    /// attempt; what waits on those days is decided again.
+    pub(crate) fn merge_days(
+        &mut self,
+        days: Vec<(DayKey, DateInstances)>,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for (key, stored) in days {
+            if !self.follows(&key.0) {
+                continue;
+            }
+            self.touched.entry(key.clone()).or_insert(now);
+            let day = self.days.entry(key.clone()).or_default();
+            for (instance, (attempt, state)) in stored.instances {
+                match day.instances.get(&instance) {
+                    Some((known, _)) if *known >= attempt => {}
+                    _ => {
+                        day.instances.insert(instance, (attempt, state));
+                    }
+                }
+            }
+            self.reevaluate(&key, &mut actions);
+        }
+        actions
     }
 
     /// Loads stored state (after winning the lead) and decides what stored waits can end now.
@@ -502,6 +583,17 @@ impl DagState {
         actions: &mut Vec<Action>,
     ) {
         let (job, date) = (key.0.clone(), key.1);
+        if !self.follows(&job) && !self.watchers.contains_key(&key) {
+            // Saved for the re-run planner; no decision names its days.
+            actions.push(Action::SaveEntry {
+                job,
+                date,
+                instance_id: instance_id.clone(),
+                attempt,
+                state,
+            });
+            return;
+        }
         self.touched.insert(key.clone(), now);
         let day = self.days.entry(key.clone()).or_default();
         let newer = match day.instances.get(instance_id) {
@@ -1021,8 +1113,81 @@ mod tests {
     }
 
     #[test]
+    fn a_job_nothing_depends_on_is_saved_not_held_until_something_does() {
+        let s = spec("s", Some("* * * * *"), &[]);
+        let mut dag = DagState::new();
+        assert_eq!(dag.upsert_job(s.clone()), Vec::<JobName>::new());
+        let s1 = work(&s, "2026-01-01", 1);
+        let actions = dag.on_result(&result(&s1, State::Success), now());
+        assert!(
+            matches!(
+                &actions[..],
+                [Action::SaveEntry {
+                    state: State::Success,
+                    ..
+                }]
+            ),
+            "{actions:?}"
+        );
+        assert_eq!((dag.days_count(), dag.followed()), (0, vec![]));
+        // A downstream applied later: both start to count; what waits on `s` waits until its
+        // stored days are read, then is decided by them.
+        let b = spec("b", Some("0 2 * * *"), &[("s", "current")]);
+        assert_eq!(dag.upsert_job(b.clone()), [job("b"), job("s")]);
+        assert_eq!(dag.upsert_job(b.clone()), Vec::<JobName>::new(), "once");
+        let b1 = work(&b, "2026-01-01", 1);
+        assert!(released(&dag.on_created(b1.clone(), now())).is_empty());
+        let stored = |attempt, state| {
+            let day = DateInstances {
+                instances: [(s1.instance_id.clone(), (attempt, state))].into(),
+            };
+            vec![(
+                (job("s"), NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()),
+                day,
+            )]
+        };
+        assert_eq!(
+            released(&dag.merge_days(stored(1, State::Success), now())),
+            [b1.instance_id.to_string()]
+        );
+        assert_eq!(dag.days_count(), 2, "`s`'s day and `b`'s");
+    }
+
+    #[test]
+    fn stored_days_read_late_never_undo_what_the_view_saw_since() {
+        let s = spec("s", Some("* * * * *"), &[]);
+        let b = spec("b", Some("0 2 * * *"), &[("s", "current")]);
+        let mut dag = DagState::new();
+        dag.upsert_job(s.clone());
+        dag.upsert_job(b.clone());
+        // Attempt 2 failed while the stored days were read; they say attempt 1 succeeded.
+        let s2 = work(&s, "2026-01-01", 2);
+        dag.on_result(&result(&s2, State::Failed), now());
+        let day = DateInstances {
+            instances: [(s2.instance_id.clone(), (1, State::Success))].into(),
+        };
+        let key = (job("s"), NaiveDate::from_ymd_opt(2026, 1, 1).unwrap());
+        dag.merge_days(vec![(key.clone(), day)], now());
+        assert_eq!(
+            dag.days[&key].instances[&s2.instance_id],
+            (2, State::Failed)
+        );
+        // A later attempt stored wins.
+        let day = DateInstances {
+            instances: [(s2.instance_id.clone(), (3, State::Success))].into(),
+        };
+        dag.merge_days(vec![(key.clone(), day)], now());
+        assert_eq!(
+            dag.days[&key].instances[&s2.instance_id],
+            (3, State::Success)
+        );
+    }
+
+    #[test]
     fn a_gate_holds_until_the_previous_instance_ends() {
-        let a = spec("a", Some("* * * * *"), &[]);
+        // Gates come with `overlap: queue`.
+        let mut a = spec("a", Some("* * * * *"), &[]);
+        a.overlap = Overlap::Queue;
         let mut dag = DagState::new();
         dag.upsert_job(a.clone());
         let first = work(&a, "2026-01-01", 1);

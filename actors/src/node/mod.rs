@@ -54,6 +54,9 @@ pub struct NodeConfig {
     /// Told the number of jobs each time the Scheduler has (re)loaded the registry: readiness,
     /// for whoever starts the node and wants to know.
     pub scheduler_loaded: Option<tokio::sync::watch::Sender<Option<usize>>>,
+    /// Told the number of (job, date) days held each time the DagCoordinator has rebuilt its
+    /// view and leads: readiness, likewise.
+    pub dag_leading: Option<tokio::sync::watch::Sender<Option<usize>>>,
     /// The clock guard's limit; `None` turns the guard off (a test's manual clock).
     pub max_clock_skew: Option<Duration>,
     /// Where this node POSTs alerts (shared with every node that has one).
@@ -87,6 +90,7 @@ impl NodeConfig {
             roles,
             router: RouterConfig::default(),
             scheduler_loaded: None,
+            dag_leading: None,
             max_clock_skew: Some(clock_guard::DEFAULT_MAX_CLOCK_SKEW),
             alert_webhook: None,
             lineage_endpoint: None,
@@ -211,10 +215,12 @@ impl Starting {
         let (client, name) = (self.client.clone(), self.config.name.clone());
         let tz = self.config.summary_timezone;
         let namespace = self.config.lineage_namespace.clone();
+        let leading = self.config.dag_leading.clone();
         let make = move || {
             DagCoordinator::new(client.clone(), name.clone())
                 .summarizing_in(tz)
                 .naming_lineage(namespace.clone())
+                .reporting_lead(leading.clone())
         };
         self.actors.push(Box::new(Supervisee::start(
             dag::ACTOR,

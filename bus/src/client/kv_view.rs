@@ -114,6 +114,17 @@ impl KvFeed {
         Self::open_bucket(js, bucket, pattern, true).await
     }
 
+    /// [`KvFeed::open`] over the keys that match any of `patterns` (at least one).
+    pub async fn open_any(
+        js: &jetstream::Context,
+        bucket: &str,
+        patterns: &[String],
+    ) -> Result<Self, FeedError> {
+        let (stream, prefix) = (format!("KV_{bucket}"), format!("$KV.{bucket}."));
+        let last = consumer::DeliverPolicy::LastPerSubject;
+        Self::open_with(js, &stream, &prefix, patterns, last, false).await
+    }
+
     async fn open_bucket(
         js: &jetstream::Context,
         bucket: &str,
@@ -122,7 +133,8 @@ impl KvFeed {
     ) -> Result<Self, FeedError> {
         let (stream, prefix) = (format!("KV_{bucket}"), format!("$KV.{bucket}."));
         let last = consumer::DeliverPolicy::LastPerSubject;
-        Self::open_with(js, &stream, &prefix, pattern, last, headers_only).await
+        let patterns = [pattern.to_string()];
+        Self::open_with(js, &stream, &prefix, &patterns, last, headers_only).await
     }
 
     /// Opens a feed over the messages of `stream` whose subjects are `prefix` + `pattern`; keys
@@ -135,14 +147,15 @@ impl KvFeed {
         pattern: &str,
         deliver_policy: consumer::DeliverPolicy,
     ) -> Result<Self, FeedError> {
-        Self::open_with(js, stream, prefix, pattern, deliver_policy, false).await
+        let patterns = [pattern.to_string()];
+        Self::open_with(js, stream, prefix, &patterns, deliver_policy, false).await
     }
 
     async fn open_with(
         js: &jetstream::Context,
         stream: &str,
         prefix: &str,
-        pattern: &str,
+        patterns: &[String],
         deliver_policy: consumer::DeliverPolicy,
         headers_only: bool,
     ) -> Result<Self, FeedError> {
@@ -151,10 +164,16 @@ impl KvFeed {
             source,
         };
         let source = js.get_stream(stream).await.map_err(|e| err(e.into()))?;
+        let mut filters: Vec<String> = patterns.iter().map(|p| format!("{prefix}{p}")).collect();
+        let (filter_subject, filter_subjects) = match filters.len() {
+            1 => (filters.remove(0), Vec::new()),
+            _ => (String::new(), filters),
+        };
         let consumer = source
             .create_consumer(consumer::push::OrderedConfig {
                 deliver_subject: js.client().new_inbox(),
-                filter_subject: format!("{prefix}{pattern}"),
+                filter_subject,
+                filter_subjects,
                 deliver_policy,
                 replay_policy: consumer::ReplayPolicy::Instant,
                 headers_only,

@@ -402,7 +402,8 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
 }
 
 /// The deps bucket as versions before per-instance entries left it (one value per (job, date))
-/// is rewritten when a coordinator takes the lead, and what it says still counts.
+/// is rewritten when the coordinator reads that day (a wait names it), and what it says still
+/// counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
     use ax_bus::messages::DateInstances;
@@ -420,6 +421,9 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
         .unwrap();
     let _node = AxProcess::node(&nats, "n1", "all", &[]);
     apply_noop_chain(&nats).await;
+    let down = trigger(&nats, &["down", "--biz-date", "2026-03-01"]);
+    let record = final_record(&client, &down, Duration::from_secs(30)).await;
+    assert_eq!(record.state, State::Success, "{}", record.message);
     wait_for(
         Duration::from_secs(30),
         "the legacy day rewritten",
@@ -430,9 +434,6 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
         },
     )
     .await;
-    let down = trigger(&nats, &["down", "--biz-date", "2026-03-01"]);
-    let record = final_record(&client, &down, Duration::from_secs(30)).await;
-    assert_eq!(record.state, State::Success, "{}", record.message);
 }
 
 /// The coordinator reads results through a consumer acknowledged cumulatively, one per term

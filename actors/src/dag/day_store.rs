@@ -1,24 +1,24 @@
-//! A coordinator taking the lead reads the deps bucket once ([`restore`]): every stored day of
-//! the jobs it follows (see [`super::state::DagState::follows`]), with the values of earlier
-//! versions (one key per (job, date) holding the whole day) rewritten as per-instance entries. The bucket's keys and reading live in
+//! The coordinator reads days of the deps bucket by their subjects ([`read`]): on taking the
+//! lead, the recent days of the jobs it follows (see [`super::state::DagState::follows`]);
+//! later, any other day a wait names. The values of earlier versions found (one key per (job,
+//! date) holding the whole day) are rewritten as per-instance entries. The bucket's keys and reading live in
 //! [`ax_bus::client::deps`], shared with the re-run planner and the executors.
 
 use ax_bus::client::deps::{encode_entry, entry_key, fold, parse_key, DayKey, Days, StoredKey};
 use ax_bus::error::During;
-use ax_bus::ids::JobName;
 use ax_bus::AxClient;
 
 use crate::jetstream::publish::AckWindow;
 use crate::ActorError;
 
-/// Every stored day of `jobs`, for a coordinator taking the lead (the bucket read by their
-/// subjects; nothing read when there are none). Legacy day values found are rewritten as
-/// entries (pipelined; entries already there win, being newer) and deleted.
-pub(crate) async fn restore(client: &AxClient, jobs: &[JobName]) -> Result<Days, ActorError> {
-    if jobs.is_empty() {
+/// The days `keys` as stored (those with entries; nothing read when there are none). Legacy
+/// day values found are rewritten as entries (pipelined; entries already there win, being
+/// newer) and deleted.
+pub(crate) async fn read(client: &AxClient, keys: &[DayKey]) -> Result<Days, ActorError> {
+    if keys.is_empty() {
         return Ok(Days::new());
     }
-    let stored = client.deps_entries_of(jobs).await?;
+    let stored = client.deps_entries_of_days(keys).await?;
     let legacy: Vec<(DayKey, String)> = stored
         .iter()
         .filter_map(|(key, _, _)| match parse_key(key) {

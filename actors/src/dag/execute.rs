@@ -52,6 +52,8 @@ struct Execution {
     /// Instances created here are born tagged `waiting_deps`, saying what they wait for: their
     /// record is written again only when that is no longer all (one dependency was met).
     created_here: HashMap<InstanceId, String>,
+    /// Days to read for the view.
+    reads: Vec<super::state::DayKey>,
 }
 
 /// Carries out `actions` against JetStream; created instances are fed back into `state`. Once
@@ -74,6 +76,7 @@ pub(super) async fn execute(
         fresh_unseen: Vec::new(),
         reruns: Vec::new(),
         created_here: HashMap::new(),
+        reads: Vec::new(),
     };
     let mut queue: VecDeque<Action> = actions.into();
     loop {
@@ -81,6 +84,12 @@ pub(super) async fn execute(
             run.apply(action).await?;
         }
         run.run_by_data(state).await?;
+        if !run.reads.is_empty() {
+            let keys = std::mem::take(&mut run.reads);
+            let days = super::day_store::read(client, &keys).await?;
+            queue.extend(state.merge_days(keys, days, ax_bus::time::now()));
+            continue;
+        }
         if run.creates.is_empty() && run.reruns.is_empty() {
             break;
         }
@@ -111,6 +120,10 @@ pub(super) async fn execute(
 impl Execution {
     async fn apply(&mut self, action: Action) -> Result<(), ActorError> {
         match action {
+            Action::ReadDays(keys) => {
+                self.reads.extend(keys);
+                Ok(())
+            }
             Action::SaveEntry {
                 job,
                 date,

@@ -6,7 +6,7 @@ use actix::Addr;
 
 use ax_bus::client::deps::DayKey;
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
-use ax_bus::ids::{JobName, NodeId};
+use ax_bus::ids::NodeId;
 use ax_bus::messages::Waiting;
 use ax_bus::{codec, AxClient};
 
@@ -16,6 +16,9 @@ use crate::node::lease::Lease;
 use crate::ActorError;
 
 const LEASE: &str = "dag";
+/// How many days back from today a leader taking over reads the days of the jobs it follows
+/// (and one ahead); any other day is read when a wait first names it.
+const RECENT_DAYS: i64 = 7;
 
 /// Waits for the lease, rebuilds the view and hands it to the coordinator; returns once the
 /// coordinator has carried out what the restored view decided.
@@ -32,7 +35,7 @@ pub(super) async fn lead(
         if matches!(item, FeedItem::Current) {
             break;
         }
-        // The days of every job followed are read below, once the registry is whole.
+        // The days of the jobs followed are read below, once the registry is whole.
         apply_registry_change(&mut state, item);
     }
     let actions = restore(&client, &mut state).await?;
@@ -47,13 +50,11 @@ pub(super) async fn lead(
 }
 
 /// Applies a registry change to the view.
-/// Applies a change of the registry; the jobs the view starts to follow by it, whose stored
-/// days are to be read.
-pub(super) fn apply_registry_change(state: &mut DagState, item: FeedItem) -> Vec<JobName> {
+pub(super) fn apply_registry_change(state: &mut DagState, item: FeedItem) {
     match item {
         FeedItem::Put { key, value, .. } => {
             match decode_job(&key, &value) {
-                Some(record) => return state.upsert_job(record.spec),
+                Some(record) => state.upsert_job(record.spec),
                 // What was there before is not what the registry says any more.
                 None => state.remove_job(&key),
             }
@@ -61,27 +62,24 @@ pub(super) fn apply_registry_change(state: &mut DagState, item: FeedItem) -> Vec
         FeedItem::Deleted { key } => state.remove_job(&key),
         FeedItem::Current => {}
     }
-    Vec::new()
-}
-
-/// The stored days of `jobs`, read for a view that has just started to follow them.
-pub(super) async fn stored_days(
-    client: &AxClient,
-    jobs: &[JobName],
-) -> Result<Vec<(DayKey, ax_bus::messages::DateInstances)>, ActorError> {
-    Ok(day_store::restore(client, jobs)
-        .await?
-        .into_iter()
-        .collect())
 }
 
 /// Rebuilds the view from the deps and waiting buckets; returns what it decides at once (waits
 /// met or failed meanwhile).
 async fn restore(client: &AxClient, state: &mut DagState) -> Result<Vec<Action>, ActorError> {
-    let days = day_store::restore(client, &state.followed())
-        .await?
+    let today = ax_bus::time::now().date_naive();
+    let recent = today - chrono::Duration::days(RECENT_DAYS)..=today + chrono::Duration::days(1);
+    let keys: Vec<DayKey> = state
+        .followed()
         .into_iter()
+        .flat_map(|job| {
+            let dates = (*recent.start())
+                .iter_days()
+                .take_while(|d| recent.contains(d));
+            dates.map(move |date| (job.clone(), date))
+        })
         .collect();
+    let days = day_store::read(client, &keys).await?.into_iter().collect();
     let waiting: Vec<Waiting> = KvFeed::open(&client.js, &client.layout.waiting_bucket(), ">")
         .await?
         .snapshot()
@@ -97,7 +95,7 @@ async fn restore(client: &AxClient, state: &mut DagState) -> Result<Vec<Action>,
         .collect();
     let (splits, waiting): (Vec<Waiting>, Vec<Waiting>) =
         waiting.into_iter().partition(|w| w.children.is_some());
-    let mut actions = state.restore(days, waiting, ax_bus::time::now());
+    let mut actions = state.restore(recent, days, waiting, ax_bus::time::now());
     for split in splits {
         let mut children = Vec::new();
         for child in split.children.unwrap_or_default() {

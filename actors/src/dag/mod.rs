@@ -304,36 +304,10 @@ struct RegistryChange(FeedItem);
 impl Handler<RegistryChange> for DagCoordinator {
     type Result = ();
 
-    fn handle(&mut self, msg: RegistryChange, ctx: &mut Self::Context) {
-        let Some(state) = self.state.as_mut() else {
-            return;
-        };
-        let started = lead::apply_registry_change(state, msg.0);
-        if started.is_empty() {
-            return;
+    fn handle(&mut self, msg: RegistryChange, _: &mut Self::Context) {
+        if let Some(state) = self.state.as_mut() {
+            lead::apply_registry_change(state, msg.0);
         }
-        // Jobs whose days the view did not hold (nothing depended on them): their stored days
-        // are read and merged; a failed read restarts the coordinator, which reads them all.
-        tracing::info!(jobs = ?started, "following the days of more jobs; reading them");
-        let (client, addr) = (self.client.clone(), ctx.address());
-        let read = async move {
-            let days = lead::stored_days(&client, &started).await?;
-            addr.send(DaysRead(days)).await?
-        };
-        spawn_task(ACTOR, "days", ctx, read);
-    }
-}
-
-/// Stored days of jobs the view has just started to follow.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<(), ActorError>")]
-struct DaysRead(Vec<(state::DayKey, ax_bus::messages::DateInstances)>);
-
-impl Handler<DaysRead> for DagCoordinator {
-    type Result = AtomicResponse<Self, Result<(), ActorError>>;
-
-    fn handle(&mut self, msg: DaysRead, _: &mut Self::Context) -> Self::Result {
-        self.decide(move |state| state.merge_days(msg.0, ax_bus::time::now()))
     }
 }
 

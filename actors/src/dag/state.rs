@@ -13,10 +13,12 @@
 //!
 //! It holds the days of the jobs a decision can name ([`DagState::follows`]: upstreams,
 //! downstreams, jobs that queue behind their previous instance), not of every job: the others'
-//! instances are only saved in the deps bucket (for the re-run planner), so that its memory and
-//! the read of a leader taking over grow with the DAG, not with all the work of a deployment.
-//! A job that starts to count (a downstream applied later) has its stored days read then
-//! ([`DagState::merge_days`]); meanwhile what waits on them waits.
+//! instances are only saved in the deps bucket (for the re-run planner). A leader taking over
+//! reads those jobs' recent days ([`DagState::restore`]); any other day — older or later, or
+//! of a job that started to count since — is read when a wait first names it
+//! ([`Action::ReadDays`], [`DagState::merge_days`]), and until it is in, what waits on it
+//! waits. So its memory and its start grow with the DAG's recent work, not with all the work
+//! of a deployment.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -34,6 +36,9 @@ pub(crate) use ax_bus::client::deps::DayKey;
 /// What the coordinator must do.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Action {
+    /// Read these days as stored and hand them to [`DagState::merge_days`]: a wait names them
+    /// and the view does not hold them whole.
+    ReadDays(Vec<DayKey>),
     /// Store how an instance of a (job, date) stands (see [`ax_bus::client::deps`]).
     SaveEntry {
         /// The job.
@@ -170,6 +175,13 @@ pub(crate) struct DagState {
     joins: HashMap<InstanceId, Join>,
     /// Shard results that arrived before their parent's split plan.
     early: HashMap<InstanceId, HashMap<InstanceId, State>>,
+    /// The jobs whose days within `recent` were read when the view was built.
+    restored: HashSet<JobName>,
+    /// The dates read for them then (none: the view was not restored, and knows everything).
+    recent: Option<std::ops::RangeInclusive<NaiveDate>>,
+    /// Other days read since, and days being read.
+    read: HashSet<DayKey>,
+    reading: HashSet<DayKey>,
 }
 
 impl DagState {
@@ -222,25 +234,19 @@ impl DagState {
         jobs
     }
 
-    /// Adds or replaces a job of the registry; the jobs whose days it did not follow before and
-    /// does now (their stored days are to be read: [`DagState::merge_days`]).
-    pub(crate) fn upsert_job(&mut self, spec: JobSpec) -> Vec<JobName> {
-        // Only the job and its upstreams can start to count by this change.
-        let mut concerned: Vec<JobName> = spec.deps.iter().map(|d| d.name.clone()).collect();
-        concerned.push(spec.name.clone());
-        concerned.sort();
-        concerned.dedup();
-        let before: Vec<bool> = concerned.iter().map(|job| self.follows(job)).collect();
-        self.put_job(spec);
-        concerned
-            .into_iter()
-            .zip(before)
-            .filter(|(job, followed)| !followed && self.follows(job))
-            .map(|(job, _)| job)
-            .collect()
+    /// Whether the view holds every stored instance of `key` (its day was read, or it saw
+    /// it whole): else a decision must not be taken on it. A view not restored from a store
+    /// (a new one) has seen everything.
+    fn known(&self, key: &DayKey) -> bool {
+        self.read.contains(key)
+            || self
+                .recent
+                .as_ref()
+                .is_none_or(|dates| self.restored.contains(&key.0) && dates.contains(&key.1))
     }
 
-    fn put_job(&mut self, spec: JobSpec) {
+    /// Adds or replaces a job of the registry.
+    pub(crate) fn upsert_job(&mut self, spec: JobSpec) {
         self.remove_job(&spec.name.clone());
         for dep in &spec.deps {
             if let Ok(offset) = dep.offset_days() {
@@ -275,22 +281,22 @@ impl DagState {
         }
     }
 
-    /// Stored days read after the view was built (of jobs it has just started to follow): an
-    /// instance it already knows keeps what it knows unless the stored entry is of a later
-    /// attempt; what waits on those days is decided again.
+    /// The days `keys` as stored ([`Action::ReadDays`]; `days` holds those with entries):
+    /// now known, an instance the view already knows keeping what it knows unless the stored
+    /// entry is of a later attempt; what waits on them is decided again.
     pub(crate) fn merge_days(
         &mut self,
-        days: Vec<(DayKey, DateInstances)>,
+        keys: Vec<DayKey>,
+        mut days: std::collections::BTreeMap<DayKey, DateInstances>,
         now: DateTime<Utc>,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
-        for (key, stored) in days {
-            if !self.follows(&key.0) {
-                continue;
-            }
+        for key in keys {
+            self.reading.remove(&key);
+            self.read.insert(key.clone());
             self.touched.entry(key.clone()).or_insert(now);
             let day = self.days.entry(key.clone()).or_default();
-            for (instance, (attempt, state)) in stored.instances {
+            for (instance, (attempt, state)) in days.remove(&key).unwrap_or_default().instances {
                 match day.instances.get(&instance) {
                     Some((known, _)) if *known >= attempt => {}
                     _ => {
@@ -303,13 +309,18 @@ impl DagState {
         actions
     }
 
-    /// Loads stored state (after winning the lead) and decides what stored waits can end now.
+    /// Loads stored state (after winning the lead): the days of every job followed for the
+    /// dates `recent` (the others are read when a wait names them), the waits; decides what
+    /// stored waits can end now.
     pub(crate) fn restore(
         &mut self,
+        recent: std::ops::RangeInclusive<NaiveDate>,
         days: Vec<(DayKey, DateInstances)>,
         waiting: Vec<Waiting>,
         now: DateTime<Utc>,
     ) -> Vec<Action> {
+        self.restored = self.followed().into_iter().collect();
+        self.recent = Some(recent);
         for (key, day) in days {
             self.touched.insert(key.clone(), now);
             self.days.insert(key, day);
@@ -569,6 +580,7 @@ impl DagState {
             self.touched.remove(&key);
             self.days.remove(&key);
             self.requested.remove(&key);
+            self.read.remove(&key);
         }
         actions
     }
@@ -697,6 +709,15 @@ impl DagState {
                     .checked_add_signed(Duration::seconds(wait))
                     .unwrap_or(DateTime::<Utc>::MAX_UTC)
             });
+        let unread: Vec<DayKey> = conditions
+            .iter()
+            .map(Condition::key)
+            .filter(|key| !self.known(key) && !self.reading.contains(key))
+            .collect();
+        if !unread.is_empty() {
+            self.reading.extend(unread.iter().cloned());
+            actions.push(Action::ReadDays(unread));
+        }
         let mut held = Held {
             work,
             conditions,
@@ -811,6 +832,14 @@ impl DagState {
     fn verdict(&self, held: &Held) -> Verdict {
         let mut pending = Vec::new();
         for condition in &held.conditions {
+            if !self.known(&condition.key()) {
+                // Being read: nothing is decided on part of a day.
+                pending.push(match condition {
+                    Condition::Succeeded { job, date } => format!("`{job}` for {date}"),
+                    Condition::Ended { instance_id, .. } => format!("{instance_id} to end"),
+                });
+                continue;
+            }
             match condition {
                 Condition::Succeeded { job, date } => {
                     let day = self.days.get(&(job.clone(), *date));
@@ -1112,11 +1141,38 @@ mod tests {
         );
     }
 
+    fn day() -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()
+    }
+
+    /// A day of `job` holding `instance` at `attempt` in `state`, as stored.
+    fn stored(
+        job_name: &str,
+        instance: &InstanceId,
+        attempt: u32,
+        state: State,
+    ) -> std::collections::BTreeMap<DayKey, DateInstances> {
+        let day_of = DateInstances {
+            instances: [(instance.clone(), (attempt, state))].into(),
+        };
+        [((job(job_name), day()), day_of)].into()
+    }
+
+    fn reads(actions: &[Action]) -> Vec<DayKey> {
+        actions
+            .iter()
+            .flat_map(|a| match a {
+                Action::ReadDays(keys) => keys.clone(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_job_nothing_depends_on_is_saved_not_held_until_something_does() {
+    fn a_job_nothing_depends_on_is_saved_not_held() {
         let s = spec("s", Some("* * * * *"), &[]);
         let mut dag = DagState::new();
-        assert_eq!(dag.upsert_job(s.clone()), Vec::<JobName>::new());
+        dag.upsert_job(s.clone());
         let s1 = work(&s, "2026-01-01", 1);
         let actions = dag.on_result(&result(&s1, State::Success), now());
         assert!(
@@ -1130,27 +1186,49 @@ mod tests {
             "{actions:?}"
         );
         assert_eq!((dag.days_count(), dag.followed()), (0, vec![]));
-        // A downstream applied later: both start to count; what waits on `s` waits until its
-        // stored days are read, then is decided by them.
         let b = spec("b", Some("0 2 * * *"), &[("s", "current")]);
-        assert_eq!(dag.upsert_job(b.clone()), [job("b"), job("s")]);
-        assert_eq!(dag.upsert_job(b.clone()), Vec::<JobName>::new(), "once");
-        let b1 = work(&b, "2026-01-01", 1);
-        assert!(released(&dag.on_created(b1.clone(), now())).is_empty());
-        let stored = |attempt, state| {
-            let day = DateInstances {
-                instances: [(s1.instance_id.clone(), (attempt, state))].into(),
-            };
-            vec![(
-                (job("s"), NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()),
-                day,
-            )]
-        };
-        assert_eq!(
-            released(&dag.merge_days(stored(1, State::Success), now())),
-            [b1.instance_id.to_string()]
+        dag.upsert_job(b);
+        assert_eq!(dag.followed(), [job("b"), job("s")]);
+    }
+
+    #[test]
+    fn a_restored_view_reads_a_day_it_does_not_hold_before_deciding_on_it() {
+        let s = spec("s", Some("* * * * *"), &[]);
+        let mut dag = DagState::new();
+        dag.upsert_job(s.clone());
+        // Restored while nothing depended on `s`: none of its days were read.
+        let actions = dag.restore(day()..=day(), Vec::new(), Vec::new(), now());
+        assert!(actions.is_empty());
+        let b = spec("b", Some("0 2 * * *"), &[("s", "current")]);
+        dag.upsert_job(b.clone());
+        let (b1, mut b2) = (work(&b, "2026-01-01", 1), work(&b, "2026-01-01", 1));
+        b2.instance_id = id("b.other");
+        b2.trace_id = TraceId::first_of(&b2.instance_id);
+        let actions = dag.on_created(b1.clone(), now());
+        assert_eq!(reads(&actions), [(job("s"), day())]);
+        assert!(released(&actions).is_empty());
+        // Read once, however many wait on it; a failure seen meanwhile decides nothing.
+        assert!(reads(&dag.on_created(b2.clone(), now())).is_empty());
+        let s1 = work(&s, "2026-01-01", 1);
+        let actions = dag.on_result(&result(&s1, State::Failed), now());
+        assert!(ended(&actions).is_empty(), "{actions:?}");
+        // The day as stored: another instance of `s` succeeded for it.
+        let actions = dag.merge_days(
+            vec![(job("s"), day())],
+            stored("s", &id("s.earlier"), 1, State::Success),
+            now(),
         );
-        assert_eq!(dag.days_count(), 2, "`s`'s day and `b`'s");
+        let mut out = released(&actions);
+        out.sort();
+        assert_eq!(out, ["b.2026-01-01", "b.other"]);
+        // Known now: another wait on it reads nothing.
+        let b3 = WorkItem {
+            instance_id: id("b.third"),
+            ..work(&b, "2026-01-01", 1)
+        };
+        let actions = dag.on_created(b3, now());
+        assert!(reads(&actions).is_empty());
+        assert_eq!(released(&actions), ["b.third"]);
     }
 
     #[test]
@@ -1160,27 +1238,57 @@ mod tests {
         let mut dag = DagState::new();
         dag.upsert_job(s.clone());
         dag.upsert_job(b.clone());
-        // Attempt 2 failed while the stored days were read; they say attempt 1 succeeded.
+        // Attempt 2 failed while the stored day was read; it says attempt 1 succeeded.
         let s2 = work(&s, "2026-01-01", 2);
         dag.on_result(&result(&s2, State::Failed), now());
-        let day = DateInstances {
-            instances: [(s2.instance_id.clone(), (1, State::Success))].into(),
-        };
-        let key = (job("s"), NaiveDate::from_ymd_opt(2026, 1, 1).unwrap());
-        dag.merge_days(vec![(key.clone(), day)], now());
+        let key = (job("s"), day());
+        let stored_now = |attempt, state| stored("s", &s2.instance_id, attempt, state);
+        dag.merge_days(vec![key.clone()], stored_now(1, State::Success), now());
         assert_eq!(
             dag.days[&key].instances[&s2.instance_id],
             (2, State::Failed)
         );
         // A later attempt stored wins.
-        let day = DateInstances {
-            instances: [(s2.instance_id.clone(), (3, State::Success))].into(),
-        };
-        dag.merge_days(vec![(key.clone(), day)], now());
+        dag.merge_days(vec![key.clone()], stored_now(3, State::Success), now());
         assert_eq!(
             dag.days[&key].instances[&s2.instance_id],
             (3, State::Success)
         );
+    }
+
+    #[test]
+    fn a_gate_on_a_day_not_read_yet_holds() {
+        let mut a = spec("a", Some("* * * * *"), &[]);
+        a.overlap = Overlap::Queue;
+        let mut dag = DagState::new();
+        dag.upsert_job(a.clone());
+        let later = day() + Duration::days(3);
+        dag.restore(day()..=day(), Vec::new(), Vec::new(), now());
+        let first = work(&a, "2026-01-04", 1);
+        let mut second = work(&a, "2026-01-04", 1);
+        second.instance_id = id("a.second");
+        second.trace_id = TraceId::first_of(&second.instance_id);
+        second.gate = Some(Gate {
+            instance_id: first.instance_id.clone(),
+            job: job("a"),
+            biz_date: "2026-01-04".into(),
+        });
+        let actions = dag.on_created(second, now());
+        assert_eq!(reads(&actions), [(job("a"), later)]);
+        assert!(released(&actions).is_empty(), "{actions:?}");
+        let actions = dag.merge_days(
+            vec![(job("a"), later)],
+            [(
+                (job("a"), later),
+                DateInstances {
+                    instances: [(first.instance_id.clone(), (1, State::Running))].into(),
+                },
+            )]
+            .into(),
+            now(),
+        );
+        assert!(released(&actions).is_empty(), "the previous one still runs");
+        assert_eq!(released_by(&mut dag, &first, State::Success), ["a.second"]);
     }
 
     #[test]
@@ -1231,7 +1339,9 @@ mod tests {
         let day = DateInstances {
             instances: [(id("a.x"), (1, State::Success))].into_iter().collect(),
         };
+        let date = ax_bus::time::parse_biz_date("2026-01-01").unwrap();
         let actions = dag.restore(
+            date..=date,
             vec![(
                 (
                     job("a"),

@@ -31,8 +31,8 @@ pub type DayKey = (JobName, NaiveDate);
 pub type Days = BTreeMap<DayKey, DateInstances>;
 
 const DATE_FORMAT: &str = "%Y%m%d";
-/// How many jobs one read of [`AxClient::deps_entries_of`] names (two subject filters each).
-const FILTERS_PER_READ: usize = 100;
+/// How many days one read of [`AxClient::deps_of_days`] names (two subject filters each).
+const DAYS_PER_READ: usize = 100;
 
 /// The key of one instance's entry.
 pub fn entry_key(job: &JobName, date: NaiveDate, instance_id: &InstanceId) -> String {
@@ -106,18 +106,21 @@ impl AxClient {
             .await?)
     }
 
-    /// The raw entries of the deps bucket of `jobs` (every date; legacy day values too), read
-    /// by their subjects: the rest of the bucket is not read.
-    pub async fn deps_entries_of(
+    /// The raw entries of the days `keys` (legacy day values too), read by their subjects:
+    /// the rest of the bucket is not read.
+    pub async fn deps_entries_of_days(
         &self,
-        jobs: &[JobName],
+        keys: &[DayKey],
     ) -> Result<Vec<(String, bytes::Bytes, u64)>, ClientError> {
         let mut entries = Vec::new();
         // A few hundred subject filters per consumer at most.
-        for chunk in jobs.chunks(FILTERS_PER_READ) {
+        for chunk in keys.chunks(DAYS_PER_READ) {
             let patterns: Vec<String> = chunk
                 .iter()
-                .flat_map(|job| [format!("*.{job}.>"), format!("*.{job}")])
+                .flat_map(|(job, date)| {
+                    let day = format!("{}.{job}", date.format(DATE_FORMAT));
+                    [format!("{day}.>"), day]
+                })
                 .collect();
             let feed = KvFeed::open_any(&self.js, &self.layout.deps_bucket(), &patterns).await?;
             entries.extend(feed.snapshot().await?);

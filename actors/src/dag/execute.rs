@@ -19,7 +19,7 @@ use ax_bus::spec::dataset::DatasetUri;
 use ax_bus::spec::{DataRerun, JobSpec};
 use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
 
-use super::state::{Action, DagState};
+use super::state::{Action, DagState, DayKey};
 use crate::jetstream::burst;
 use crate::jetstream::publish::{self, AckWindow};
 use crate::ActorError;
@@ -53,17 +53,18 @@ struct Execution {
     /// record is written again only when that is no longer all (one dependency was met).
     created_here: HashMap<InstanceId, String>,
     /// Days to read for the view.
-    reads: Vec<super::state::DayKey>,
+    reads: Vec<DayKey>,
 }
 
 /// Carries out `actions` against JetStream; created instances are fed back into `state`. Once
-/// it returns Ok, everything the actions caused is stored.
+/// it returns Ok, everything the actions caused is stored; it returns the days to read for the
+/// view ([`Action::ReadDays`]), which the coordinator reads without holding up its decisions.
 pub(super) async fn execute(
     client: &AxClient,
     node: &NodeId,
     state: &mut DagState,
     actions: Vec<Action>,
-) -> Result<(), ActorError> {
+) -> Result<Vec<DayKey>, ActorError> {
     let mut run = Execution {
         client: client.clone(),
         node: node.clone(),
@@ -84,12 +85,6 @@ pub(super) async fn execute(
             run.apply(action).await?;
         }
         run.run_by_data(state).await?;
-        if !run.reads.is_empty() {
-            let keys = std::mem::take(&mut run.reads);
-            let days = super::day_store::read(client, &keys).await?;
-            queue.extend(state.merge_days(keys, days, ax_bus::time::now()));
-            continue;
-        }
         if run.creates.is_empty() && run.reruns.is_empty() {
             break;
         }
@@ -114,7 +109,7 @@ pub(super) async fn execute(
     while let Some(done) = updates.next().await {
         done?;
     }
-    Ok(())
+    Ok(run.reads)
 }
 
 impl Execution {

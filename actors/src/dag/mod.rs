@@ -43,7 +43,7 @@ use crate::node::lease::Lease;
 use crate::node::progress::{self, Progressed};
 use crate::node::supervision::{note_restart, spawn_pump, spawn_task};
 use crate::ActorError;
-use state::{Action, DagState};
+use state::{Action, DagState, DayKey};
 
 /// The actor's name in counters, logs and `ax nodes`.
 pub(crate) const ACTOR: &str = "dag";
@@ -134,11 +134,45 @@ impl DagCoordinator {
                 (state, done)
             }
             .into_actor(self)
-            .map(|(state, done), act, _| {
+            .map(|(state, done), act, ctx| {
                 act.state = Some(state);
-                done
+                let reads = done?;
+                if !reads.is_empty() {
+                    act.read_days(reads, ctx);
+                }
+                Ok(())
             }),
         )
+    }
+}
+
+impl DagCoordinator {
+    /// Reads days a wait named and the view does not hold whole, beside the decisions (a read
+    /// scans part of the deps bucket), then merges them in one decision; a failed read restarts
+    /// the coordinator, which rebuilds its view.
+    fn read_days(&mut self, keys: Vec<DayKey>, ctx: &mut Context<Self>) {
+        let (client, addr) = (self.client.clone(), ctx.address());
+        let read = async move {
+            let days = day_store::read(&client, &keys).await?;
+            addr.send(DaysRead { keys, days }).await?
+        };
+        spawn_task(ACTOR, "days", ctx, read);
+    }
+}
+
+/// Days read for the view ([`DagCoordinator::read_days`]).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), ActorError>")]
+struct DaysRead {
+    keys: Vec<DayKey>,
+    days: ax_bus::client::deps::Days,
+}
+
+impl Handler<DaysRead> for DagCoordinator {
+    type Result = AtomicResponse<Self, Result<(), ActorError>>;
+
+    fn handle(&mut self, msg: DaysRead, _: &mut Self::Context) -> Self::Result {
+        self.decide(move |state| state.merge_days(msg.keys, msg.days, ax_bus::time::now()))
     }
 }
 

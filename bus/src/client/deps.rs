@@ -31,8 +31,8 @@ pub type DayKey = (JobName, NaiveDate);
 pub type Days = BTreeMap<DayKey, DateInstances>;
 
 const DATE_FORMAT: &str = "%Y%m%d";
-/// How many days one read of [`AxClient::deps_of_days`] names (two subject filters each).
-const DAYS_PER_READ: usize = 100;
+/// How many days one read of [`AxClient::deps_entries_of_days`] names (two subject filters each).
+const DAYS_PER_READ: usize = 2_000;
 
 /// The key of one instance's entry.
 pub fn entry_key(job: &JobName, date: NaiveDate, instance_id: &InstanceId) -> String {
@@ -113,7 +113,8 @@ impl AxClient {
         keys: &[DayKey],
     ) -> Result<Vec<(String, bytes::Bytes, u64)>, ClientError> {
         let mut entries = Vec::new();
-        // A few hundred subject filters per consumer at most.
+        // One consumer per read: the server scans the stream from its first match once per
+        // consumer, so fewer, larger reads cost less (two filters a day).
         for chunk in keys.chunks(DAYS_PER_READ) {
             let patterns: Vec<String> = chunk
                 .iter()

@@ -282,8 +282,8 @@ impl DagState {
     }
 
     /// The days `keys` as stored ([`Action::ReadDays`]; `days` holds those with entries):
-    /// now known, an instance the view already knows keeping what it knows unless the stored
-    /// entry is of a later attempt; what waits on them is decided again.
+    /// now known, a stored entry taken by the same rule as a live one ([`supersedes`]), so it
+    /// never undoes what the view saw meanwhile; what waits on them is decided again.
     pub(crate) fn merge_days(
         &mut self,
         keys: Vec<DayKey>,
@@ -297,11 +297,8 @@ impl DagState {
             self.touched.entry(key.clone()).or_insert(now);
             let day = self.days.entry(key.clone()).or_default();
             for (instance, (attempt, state)) in days.remove(&key).unwrap_or_default().instances {
-                match day.instances.get(&instance) {
-                    Some((known, _)) if *known >= attempt => {}
-                    _ => {
-                        day.instances.insert(instance, (attempt, state));
-                    }
+                if supersedes(day.instances.get(&instance), attempt, state) {
+                    day.instances.insert(instance, (attempt, state));
                 }
             }
             self.reevaluate(&key, &mut actions);
@@ -608,17 +605,7 @@ impl DagState {
         }
         self.touched.insert(key.clone(), now);
         let day = self.days.entry(key.clone()).or_default();
-        let newer = match day.instances.get(instance_id) {
-            None => true,
-            Some((old_attempt, old_state)) => {
-                // A later attempt wins; within an attempt, an end is never undone by a late
-                // repeat of its start.
-                let undoes_an_end = old_state.is_final() && !state.is_final();
-                attempt > *old_attempt
-                    || (attempt == *old_attempt && *old_state != state && !undoes_an_end)
-            }
-        };
-        if !newer {
+        if !supersedes(day.instances.get(instance_id), attempt, state) {
             return;
         }
         day.instances.insert(instance_id.clone(), (attempt, state));
@@ -886,6 +873,19 @@ impl DagState {
         match self.verdict(held) {
             Verdict::Pending(reason) => Some(reason),
             _ => None,
+        }
+    }
+}
+
+/// Whether an instance's (`attempt`, `state`) replaces what is known of it: a later attempt
+/// wins; within an attempt, an end is never undone by a late repeat of its start.
+fn supersedes(known: Option<&(u32, State)>, attempt: u32, state: State) -> bool {
+    match known {
+        None => true,
+        Some((old_attempt, old_state)) => {
+            let undoes_an_end = old_state.is_final() && !state.is_final();
+            attempt > *old_attempt
+                || (attempt == *old_attempt && *old_state != state && !undoes_an_end)
         }
     }
 }
@@ -1248,8 +1248,13 @@ mod tests {
             dag.days[&key].instances[&s2.instance_id],
             (2, State::Failed)
         );
-        // A later attempt stored wins.
+        // A later attempt stored wins; a late start of it undoes nothing.
         dag.merge_days(vec![key.clone()], stored_now(3, State::Success), now());
+        assert_eq!(
+            dag.days[&key].instances[&s2.instance_id],
+            (3, State::Success)
+        );
+        dag.merge_days(vec![key.clone()], stored_now(3, State::Running), now());
         assert_eq!(
             dag.days[&key].instances[&s2.instance_id],
             (3, State::Success)

@@ -135,15 +135,15 @@ impl AxClient {
         Ok(fold(self.deps_entries(&pattern).await?))
     }
 
-    /// The instances of `job` for `date`.
+    /// The instances of `job` for `date` (a legacy day value too).
     pub async fn deps_of_day(
         &self,
         job: &JobName,
         date: NaiveDate,
     ) -> Result<DateInstances, ClientError> {
-        let pattern = format!("{}.{job}.>", date.format(DATE_FORMAT));
-        Ok(fold(self.deps_entries(&pattern).await?)
-            .remove(&(job.clone(), date))
+        let key = (job.clone(), date);
+        Ok(fold(self.deps_entries_of_days(std::slice::from_ref(&key)).await?)
+            .remove(&key)
             .unwrap_or_default())
     }
 }

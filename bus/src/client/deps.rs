@@ -142,9 +142,8 @@ impl AxClient {
         date: NaiveDate,
     ) -> Result<DateInstances, ClientError> {
         let key = (job.clone(), date);
-        Ok(fold(self.deps_entries_of_days(std::slice::from_ref(&key)).await?)
-            .remove(&key)
-            .unwrap_or_default())
+        let entries = self.deps_entries_of_days(std::slice::from_ref(&key)).await?;
+        Ok(fold(entries).remove(&key).unwrap_or_default())
     }
 }
 

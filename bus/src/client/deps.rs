@@ -142,7 +142,9 @@ impl AxClient {
         date: NaiveDate,
     ) -> Result<DateInstances, ClientError> {
         let key = (job.clone(), date);
-        let entries = self.deps_entries_of_days(std::slice::from_ref(&key)).await?;
+        let entries = self
+            .deps_entries_of_days(std::slice::from_ref(&key))
+            .await?;
         Ok(fold(entries).remove(&key).unwrap_or_default())
     }
 }

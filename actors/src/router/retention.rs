@@ -21,6 +21,7 @@ use async_nats::jetstream::{
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 
+use ax_bus::client::expiry_notes;
 use ax_bus::client::retention::{subject_secs, Expiry};
 use ax_bus::error::NatsError;
 use ax_bus::ids::InstanceId;
@@ -46,6 +47,9 @@ struct Subject {
     consumer: jetstream::consumer::Consumer<pull::Config>,
     /// Fetched and not yet settled, in order.
     held: VecDeque<jetstream::Message>,
+    /// How many of the head's instances are settled (a message names those whose ends were
+    /// noted together).
+    head_settled: usize,
     progressed: Instant,
 }
 
@@ -128,6 +132,7 @@ async fn look_for_subjects(
                 kept: Duration::from_secs(secs),
                 consumer,
                 held: VecDeque::new(),
+                head_settled: 0,
                 progressed: Instant::now(),
             },
         );
@@ -149,36 +154,33 @@ impl Subject {
             let Some(head) = self.held.front() else {
                 return Ok(None);
             };
-            let (noted, id) = match read(head) {
-                Some(read) => read,
-                None => {
-                    tracing::warn!(subject = %head.subject, "retention: unreadable index message dropped");
-                    self.settle().await;
-                    continue;
-                }
+            let Some((noted, ids)) = read(head) else {
+                tracing::warn!(subject = %head.subject, "retention: unreadable index message dropped");
+                self.settle().await;
+                continue;
             };
             let now = ax_bus::time::now();
             let due =
                 noted + chrono::Duration::from_std(self.kept).unwrap_or(chrono::Duration::MAX);
-            let waits = if due > now {
-                Some(due)
-            } else {
-                match client.remove_expired(&id, self.kept, noted, now).await? {
-                    Expiry::KeptUntil(due) => Some(due),
+            if due > now {
+                self.keep_held().await;
+                return Ok(Some(due));
+            }
+            // The head's ids in order, from the first not settled yet.
+            while let Some(id) = ids.get(self.head_settled) {
+                match client.remove_expired(id, self.kept, noted, now).await? {
+                    Expiry::KeptUntil(due) => {
+                        self.keep_held().await;
+                        return Ok(Some(due));
+                    }
                     Expiry::Removed => {
                         tracing::debug!(instance = %id, "record past its retention removed");
-                        None
                     }
-                    Expiry::Nothing => None,
+                    Expiry::Nothing => {}
                 }
-            };
-            match waits {
-                Some(due) => {
-                    self.keep_held().await;
-                    return Ok(Some(due));
-                }
-                None => self.settle().await,
+                self.head_settled += 1;
             }
+            self.settle().await;
         }
     }
 
@@ -201,6 +203,7 @@ impl Subject {
 
     /// Acknowledges the head.
     async fn settle(&mut self) {
+        self.head_settled = 0;
         if let Some(head) = self.held.pop_front() {
             consume::ack(&head).await;
         }
@@ -218,10 +221,10 @@ impl Subject {
     }
 }
 
-/// When an index message was stored, and the instance it names.
-fn read(message: &jetstream::Message) -> Option<(DateTime<Utc>, InstanceId)> {
+/// When an index message was stored, and the instances it names (none: unreadable).
+fn read(message: &jetstream::Message) -> Option<(DateTime<Utc>, Vec<InstanceId>)> {
     let info = message.info().ok()?;
     let noted = ax_bus::time::from_server(info.published);
-    let id = InstanceId::parse(std::str::from_utf8(&message.payload).ok()?).ok()?;
-    Some((noted, id))
+    let ids = expiry_notes::ids(&message.payload);
+    (!ids.is_empty()).then_some((noted, ids))
 }

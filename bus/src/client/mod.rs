@@ -8,6 +8,7 @@ pub mod claims;
 pub mod datasets;
 pub mod dead_letters;
 pub mod deps;
+pub mod expiry_notes;
 pub mod history;
 pub mod in_flight;
 pub mod kv_view;
@@ -394,6 +395,8 @@ pub struct AxClient {
     /// The node this client writes instance records for (stamped on each record it writes as
     /// `written_by`); none for a command.
     writer: Option<NodeId>,
+    /// Gathers the notes of records' ends (see [`expiry_notes`]).
+    expiry_notes: expiry_notes::ExpiryNotes,
 }
 
 impl std::fmt::Debug for AxClient {
@@ -570,6 +573,7 @@ impl AxClient {
             js,
             layout,
             writer: None,
+            expiry_notes: expiry_notes::ExpiryNotes::default(),
         })
     }
 

@@ -10,12 +10,14 @@
 //! Why not the server's message schedules: each pending one is held in the server's memory, a
 //! month of instances at a million a day would be thirty million of them.
 //!
-//! So every write that makes a record final is preceded by one small message in `<AX>_EXPIRY`,
-//! on `ax.internal.expiry.<seconds kept>` (`AxClient::note_final`). Within one subject the
-//! messages come in the order of their records' ends, which is the order they fall due: the
-//! janitor reads each subject from its head and removes each record whose time has come
-//! ([`AxClient::remove_expired`]), waiting for the head otherwise. What it costs: about 60
-//! bytes of store per finished instance for its retention, and nothing in anyone's memory.
+//! So every write that makes a record final is preceded by a note in `<AX>_EXPIRY`, on
+//! `ax.internal.expiry.<seconds kept>` (`AxClient::note_final`); the notes asked for while an
+//! earlier one is on its way share a message, one id a line
+//! ([`crate::client::expiry_notes`]). Within one subject the messages come in the order of
+//! their records' ends, which is the order they fall due: the janitor reads each subject from
+//! its head and removes each record whose time has come ([`AxClient::remove_expired`]),
+//! waiting for the head otherwise. What it costs: an id's 27 bytes and a share of a message's
+//! overhead of store per finished instance for its retention, and nothing in anyone's memory.
 //!
 //! The removal is a purge of the key (its revisions go with it) under compare-and-swap on the
 //! revision read: a record written meanwhile (re-run, say) is left alone, and its own final
@@ -28,6 +30,7 @@ use std::time::Duration;
 use async_nats::jetstream::message::PublishMessage;
 use chrono::{DateTime, Utc};
 
+use crate::client::expiry_notes::MOST_PER_MESSAGE;
 use crate::client::provision::{INSTANCES_MAX_AGE, REMOVAL_MARKER_TTL};
 use crate::client::record_writes::wrong_last_sequence;
 use crate::client::{AxClient, ClientError};
@@ -126,6 +129,7 @@ impl AxClient {
         .into_stream();
         let mut pending = Vec::new();
         let mut noted = 0u64;
+        let mut ids: Vec<String> = Vec::new();
         while let Some(item) = feed.next().await {
             let (key, headers) = match item? {
                 crate::client::kv_view::FeedItem::Put { key, headers, .. } => (key, headers),
@@ -137,18 +141,36 @@ impl AxClient {
             if !final_state {
                 continue;
             }
-            pending.push(
-                self.js
-                    .send_publish(subject.clone(), PublishMessage::build().payload(key.into()))
-                    .await
-                    .during(|| "note an earlier record's end")?,
-            );
+            ids.push(key);
             noted += 1;
-            if pending.len() >= 1024 {
+            if ids.len() >= MOST_PER_MESSAGE {
+                let payload = std::mem::take(&mut ids).join("\n");
+                pending.push(
+                    self.js
+                        .send_publish(
+                            subject.clone(),
+                            PublishMessage::build().payload(payload.into()),
+                        )
+                        .await
+                        .during(|| "note an earlier record's end")?,
+                );
+            }
+            if pending.len() >= 64 {
                 for ack in pending.drain(..) {
                     ack.await.during(|| "note an earlier record's end")?;
                 }
             }
+        }
+        if !ids.is_empty() {
+            pending.push(
+                self.js
+                    .send_publish(
+                        subject,
+                        PublishMessage::build().payload(ids.join("\n").into()),
+                    )
+                    .await
+                    .during(|| "note an earlier record's end")?,
+            );
         }
         for ack in pending {
             ack.await.during(|| "note an earlier record's end")?;
@@ -172,23 +194,15 @@ impl AxClient {
 
     /// Notes in `<AX>_EXPIRY` that `record` is about to be written final: awaited before the
     /// write, so that no final record goes unnoted (a note whose write then fails finds the
-    /// record open and is dropped).
+    /// record open and is dropped). Notes asked for together share a message
+    /// ([`crate::client::expiry_notes`]).
     pub(crate) async fn note_final(
         &self,
         id: &InstanceId,
         record: &InstanceRecord,
     ) -> Result<(), ClientError> {
         let subject = self.subjects().expiry(kept_secs(record));
-        self.js
-            .send_publish(
-                subject,
-                PublishMessage::build().payload(id.to_string().into()),
-            )
-            .await
-            .during(|| format!("note the end of instance {id}"))?
-            .await
-            .during(|| format!("note the end of instance {id}"))?;
-        Ok(())
+        self.expiry_notes.note(&self.js, subject, id).await
     }
 
     /// Removes instance `id`'s record if it is final and its last write is older than

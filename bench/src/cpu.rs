@@ -26,32 +26,42 @@ pub(crate) fn of(pid: u32) -> Result<Duration> {
     }
 }
 
-/// The CPU time of this process (the bench, with the in-process node) and of the nats-server.
-#[derive(Clone, Copy, Debug)]
+/// The CPU time of this process (the bench, with the in-process node) and of each nats-server.
+#[derive(Clone, Debug)]
 pub(crate) struct Snapshot {
     pub(crate) ax: Duration,
-    pub(crate) nats: Duration,
+    pub(crate) servers: Vec<Duration>,
 }
 
 impl Snapshot {
-    /// Now, for this process and nats-server `server` (zero for it when unknown).
-    pub(crate) fn take(server: Option<u32>) -> Result<Self> {
+    /// Now, for this process and the nats-servers `servers` (none: zero for them).
+    pub(crate) fn take(servers: &[u32]) -> Result<Self> {
         Ok(Self {
             ax: of(std::process::id())?,
-            nats: match server {
-                Some(pid) => of(pid)?,
-                None => Duration::ZERO,
-            },
+            servers: servers.iter().map(|pid| of(*pid)).collect::<Result<_>>()?,
         })
     }
 
-    /// The CPU used since `before`, in µs per one of `n` things.
+    /// The CPU used since `before`, in µs per one of `n` things: this process's, and the
+    /// nats-servers' together.
     pub(crate) fn per(&self, before: &Snapshot, n: usize) -> (f64, f64) {
-        let micros = |now: Duration, then: Duration| {
-            now.saturating_sub(then).as_secs_f64() * 1e6 / n.max(1) as f64
-        };
-        (micros(self.ax, before.ax), micros(self.nats, before.nats))
+        let servers = self.per_server(before, n).iter().sum();
+        (micros(self.ax, before.ax, n), servers)
     }
+
+    /// The CPU each nats-server used since `before`, in µs per one of `n` things.
+    pub(crate) fn per_server(&self, before: &Snapshot, n: usize) -> Vec<f64> {
+        self.servers
+            .iter()
+            .zip(&before.servers)
+            .map(|(now, then)| micros(*now, *then, n))
+            .collect()
+    }
+}
+
+/// The CPU time from `then` to `now`, in µs per one of `n` things.
+fn micros(now: Duration, then: Duration, n: usize) -> f64 {
+    now.saturating_sub(then).as_secs_f64() * 1e6 / n.max(1) as f64
 }
 
 #[cfg(test)]

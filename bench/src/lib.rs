@@ -7,13 +7,16 @@
 //! delayed instances), `routing` (the Router's decision and its cost to dispatch),
 //! `concurrency` (high work beside a CPU-bound low flood, fixed slots against the adaptive
 //! budget), `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
-//! graphs), `recovery` (a restarted Scheduler) and `console` (page renders with 100,000
-//! instances stored); `stored` (ten million finished records: the store, the console's start
+//! graphs), `recovery` (a restarted Scheduler), `scale` (Schedulers sharing the jobs),
+//! `cluster` (one nats-server against three at replicas 3, and which saturates first),
+//! `console` (page renders with 100,000 instances stored), `history` (the store per finished
+//! instance); `stored` (ten million finished records: the store, the console's start
 //! and memory, a Scheduler's ready time, one job's list) runs only when named in `--only`.
 //! `--quick` runs every section at small sizes, in under three minutes in a
 //! debug build: it shows that each works (the test suite runs it); its figures are not the
 //! ones to compare.
 
+mod cluster;
 mod concurrency;
 mod console;
 mod cpu;
@@ -88,7 +91,7 @@ pub struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 14] = [
     "memory",
     "wire",
     "throughput",
@@ -99,6 +102,7 @@ const SECTIONS: [&str; 13] = [
     "dag",
     "recovery",
     "scale",
+    "cluster",
     "console",
     "history",
     "stored",
@@ -190,6 +194,10 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     if wanted("scale") {
         say("scale: 1, 2 and 4 Schedulers sharing the jobs…");
         figures.extend(scale::measure(&server.url, quick).await?);
+    }
+    if wanted("cluster") {
+        say("cluster: one nats-server against three at replicas 3…");
+        figures.extend(cluster::measure(&server.url, server.pid(), quick).await?);
     }
     if wanted("console") {
         say("console: page renders with 1,000 jobs and 100,000 instances…");

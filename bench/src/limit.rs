@@ -53,7 +53,7 @@ pub(crate) async fn rates(
         .await?;
     let n = count(quick);
     let payload = bytes::Bytes::from(vec![7u8; PAYLOAD]);
-    let cpu_before = Snapshot::take(server)?;
+    let cpu_before = Snapshot::take(server.as_slice())?;
     let started = Instant::now();
     let mut acks = Vec::with_capacity(WINDOW);
     for _ in 0..n {
@@ -68,7 +68,7 @@ pub(crate) async fn rates(
         ack.await?;
     }
     let publish = n as f64 / started.elapsed().as_secs_f64();
-    let publish_cpu = Snapshot::take(server)?.per(&cpu_before, n);
+    let publish_cpu = Snapshot::take(server.as_slice())?.per(&cpu_before, n);
     let consumer = stream
         .create_consumer(pull::Config {
             durable_name: Some("bench".into()),

@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use ax_bus::AxClient;
+
 use crate::cpu::Snapshot;
 use crate::Result;
 
@@ -54,6 +56,7 @@ pub(crate) async fn measure(
         sent,
         received,
         cpu: (ax, nats),
+        ..
     } = first;
     Ok(vec![
         Figure {
@@ -103,36 +106,95 @@ pub(crate) async fn measure(
 }
 
 /// One run's figures.
-struct Run {
-    rate: f64,
-    seconds: f64,
+pub(crate) struct Run {
+    pub(crate) rate: f64,
+    pub(crate) seconds: f64,
     sent: u64,
     received: u64,
-    /// CPU per instance in µs: ax's (this process, the node in it) and nats-server's.
-    cpu: (f64, f64),
+    /// CPU per instance in µs: ax's (this process, the node in it) and the nats-servers'.
+    pub(crate) cpu: (f64, f64),
+    /// CPU per instance in µs of each nats-server.
+    pub(crate) cpu_servers: Vec<f64>,
+    /// The wall time the CPU was counted over, in seconds.
+    pub(crate) cpu_seconds: f64,
+    /// What each of ax's streams stored meanwhile.
+    pub(crate) writes: Vec<StreamWrites>,
+}
+
+/// The messages one stream stored during a run, and its leader after it.
+pub(crate) struct StreamWrites {
+    pub(crate) stream: String,
+    pub(crate) writes: u64,
+    /// The server leading it (a cluster's), by name.
+    pub(crate) leader: Option<String>,
 }
 
 /// N no-op jobs under `prefix` fired at one second, run to their results; nats-server `server`
 /// measured for CPU.
 async fn run(url: &str, prefix: &str, n: usize, quick: bool, server: Option<u32>) -> Result<Run> {
     let client = client_for(url, prefix).await?;
+    run_on(&client, n, quick, server.as_slice()).await
+}
+
+/// N no-op jobs fired at one second through `client`, run to their results; nats-servers
+/// `servers` measured for CPU.
+pub(crate) async fn run_on(
+    client: &AxClient,
+    n: usize,
+    quick: bool,
+    servers: &[u32],
+) -> Result<Run> {
     let scratch = tempfile::tempdir()?;
     let (fire_at, cron) = fire_soon(if quick { 4 } else { 8 })?;
-    let mut results = noop_jobs_watched(&client, "tp", n, &cron).await?;
-    let (sent_before, received_before) = messages_so_far(&client);
-    let node = start_node(&client, "all", 512, scratch.path()).await?;
+    let mut results = noop_jobs_watched(client, "tp", n, &cron).await?;
+    let (sent_before, received_before) = messages_so_far(client);
+    let node = start_node(client, "all", 512, scratch.path()).await?;
     // The jobs are loaded and due in a few seconds: from here on, the CPU is the fires'.
-    let cpu_before = Snapshot::take(server)?;
+    let stored_before = stored(client).await?;
+    let cpu_before = Snapshot::take(servers)?;
+    let counted_from = std::time::Instant::now();
     let last = successes("throughput", &mut results, n, Duration::from_secs(300)).await?;
-    let cpu = Snapshot::take(server)?.per(&cpu_before, n);
-    let (sent, received) = messages_so_far(&client);
+    let cpu_after = Snapshot::take(servers)?;
+    let cpu_seconds = counted_from.elapsed().as_secs_f64();
+    let stored_after = stored(client).await?;
+    let (sent, received) = messages_so_far(client);
     node.stop();
     let seconds = (last - fire_at).num_milliseconds().max(1) as f64 / 1000.0;
+    let writes = stored_after
+        .into_iter()
+        .map(|(stream, (last, leader))| {
+            let before = stored_before.get(&stream).map_or(0, |(b, _)| *b);
+            StreamWrites {
+                stream,
+                writes: last.saturating_sub(before),
+                leader,
+            }
+        })
+        .collect();
     Ok(Run {
         rate: n as f64 / seconds,
         seconds,
         sent: sent - sent_before,
         received: received - received_before,
-        cpu,
+        cpu: cpu_after.per(&cpu_before, n),
+        cpu_servers: cpu_after.per_server(&cpu_before, n),
+        cpu_seconds,
+        writes,
     })
+}
+
+/// Each of `client`'s streams: its last sequence (every message it stored so far) and leader.
+async fn stored(
+    client: &AxClient,
+) -> Result<std::collections::BTreeMap<String, (u64, Option<String>)>> {
+    let mut all = std::collections::BTreeMap::new();
+    for name in client.layout.stream_names() {
+        let Ok(mut stream) = client.js.get_stream(&name).await else {
+            continue;
+        };
+        let info = stream.info().await?;
+        let leader = info.cluster.as_ref().and_then(|c| c.leader.clone());
+        all.insert(name, (info.state.last_sequence, leader));
+    }
+    Ok(all)
 }

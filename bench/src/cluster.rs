@@ -1,0 +1,203 @@
+//! Cluster: what a three-server NATS cluster carries against one server, and which server
+//! saturates first.
+//!
+//! The same throughput run (no-op cron jobs all due at one second, one node running every
+//! actor) goes first through the bench's own nats-server, then through three nats-servers
+//! clustered on loopback, ax's streams and buckets at 3 replicas. For each: instances per
+//! second, CPU per instance of ax and of each server (`/proc`), and what each stream stored
+//! meanwhile with the server leading it. A stream's writes all go through its leader, which
+//! sends them on to the two other servers and answers once one of them has them; so the
+//! server that leads the most written streams does the most work, and is the one that
+//! saturates first. The section names it, with the share of a core it was busy and the streams
+//! it led. On a machine with fewer cores than the three servers and ax need, they share the
+//! cores and the cluster carries less than one server: the figures then say where the work
+//! goes, not what a cluster of separate machines would carry.
+
+use std::path::Path;
+use std::time::Duration;
+
+use ax_bus::client::local_server::{find_binary, free_port, LocalServer, ServerOptions};
+use ax_bus::client::{AxClient, ConnectConfig};
+
+use crate::throughput::{self, Run};
+use crate::{Figure, Result};
+
+/// The servers of the cluster.
+const SERVERS: usize = 3;
+
+/// One server (the bench's, `single` its pid, at `url`) against three, the same `n` instances
+/// each.
+pub(crate) async fn measure(url: &str, single: Option<u32>, quick: bool) -> Result<Vec<Figure>> {
+    let n = if quick { 500 } else { 20_000 };
+    let one = throughput::run_on(
+        &crate::client_for(url, "clone").await?,
+        n,
+        quick,
+        single.as_slice(),
+    )
+    .await?;
+    let dir = tempfile::tempdir()?;
+    let servers = start_cluster(dir.path())?;
+    let pids: Vec<u32> = servers.iter().filter_map(LocalServer::pid).collect();
+    let client = cluster_client(&servers, "clthree").await?;
+    let three = throughput::run_on(&client, n, quick, &pids).await?;
+    drop(client);
+    drop(servers);
+    Ok(figures(n, &one, &three))
+}
+
+/// Three nats-servers `c0`… routed to each other on loopback, their stores under `dir`.
+fn start_cluster(dir: &Path) -> Result<Vec<LocalServer>> {
+    let binary = find_binary()?;
+    let routes = (0..SERVERS)
+        .map(|_| free_port())
+        .collect::<std::io::Result<Vec<u16>>>()?;
+    let all_routes = routes
+        .iter()
+        .map(|p| format!("nats://127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut servers = Vec::with_capacity(SERVERS);
+    for (i, route) in routes.iter().enumerate() {
+        servers.push(LocalServer::start(ServerOptions {
+            binary: binary.clone(),
+            port: None,
+            store_dir: dir.join(format!("c{i}")),
+            log_file: None,
+            extra_args: vec![
+                "-n".into(),
+                format!("c{i}"),
+                "--cluster_name".into(),
+                "ax-bench".into(),
+                "--cluster".into(),
+                format!("nats://127.0.0.1:{route}"),
+                "--routes".into(),
+                all_routes.clone(),
+            ],
+        })?);
+    }
+    Ok(servers)
+}
+
+/// A client of the cluster under `prefix`, its streams and buckets at 3 replicas, once the
+/// cluster has elected its JetStream leader (streams are refused until then).
+async fn cluster_client(servers: &[LocalServer], prefix: &str) -> Result<AxClient> {
+    let urls = servers
+        .iter()
+        .map(|s| s.url.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut config = ConnectConfig::new(urls, format!("ax-bench-{prefix}"));
+    config.prefix = prefix.to_string();
+    config.replicas = Some(SERVERS);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match AxClient::connect_node(&config).await {
+            Ok(client) => return Ok(client),
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                return Err(format!("the cluster's JetStream was not ready in 60 s: {e}").into())
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// The section's lines: both rates, the CPU, the busiest server and the most written streams.
+fn figures(n: usize, one: &Run, three: &Run) -> Vec<Figure> {
+    let (ax1, nats1) = one.cpu;
+    let (ax3, nats3) = three.cpu;
+    let per_server = three
+        .cpu_servers
+        .iter()
+        .enumerate()
+        .map(|(i, cpu)| format!("c{i} {cpu:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut figures = vec![
+        Figure {
+            section: "cluster",
+            name: "one server: no-op instances end to end".into(),
+            value: one.rate,
+            unit: "inst/s",
+            note: format!(
+                "{n} due at one second, all final in {:.2} s; CPU per instance ax {ax1:.0} + nats-server {nats1:.0} µs",
+                one.seconds
+            ),
+        },
+        Figure {
+            section: "cluster",
+            name: "three servers at replicas 3: no-op instances end to end".into(),
+            value: three.rate,
+            unit: "inst/s",
+            note: format!(
+                "{:.2}× one server's; all final in {:.2} s",
+                three.rate / one.rate.max(f64::MIN_POSITIVE),
+                three.seconds
+            ),
+        },
+        Figure {
+            section: "cluster",
+            name: "three servers: CPU per instance".into(),
+            value: ax3 + nats3,
+            unit: "µs",
+            note: format!(
+                "ax {ax3:.0} + the servers {nats3:.0} µs ({per_server}); one server: {:.0} µs",
+                ax1 + nats1
+            ),
+        },
+    ];
+    figures.extend(busiest(n, three));
+    let mut streams: Vec<_> = three.writes.iter().filter(|w| w.writes > 0).collect();
+    streams.sort_by_key(|w| std::cmp::Reverse(w.writes));
+    for written in streams.iter().take(6) {
+        figures.push(Figure {
+            section: "cluster",
+            name: format!("three servers: writes per instance to {}", written.stream),
+            value: written.writes as f64 / n as f64,
+            unit: "msg",
+            note: format!(
+                "{:.0} writes/s, led by {}",
+                written.writes as f64 / three.seconds.max(0.001),
+                written.leader.as_deref().unwrap_or("no leader")
+            ),
+        });
+    }
+    figures
+}
+
+/// The server that worked hardest in the cluster run (the first to saturate), with the streams
+/// it led.
+fn busiest(n: usize, three: &Run) -> Option<Figure> {
+    let (i, cpu) = three
+        .cpu_servers
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))?;
+    let name = format!("c{i}");
+    let cores = cpu * n as f64 / 1e6 / three.cpu_seconds.max(0.001);
+    let mut led: Vec<_> = three
+        .writes
+        .iter()
+        .filter(|w| w.writes > 0 && w.leader.as_deref() == Some(name.as_str()))
+        .collect();
+    led.sort_by_key(|w| std::cmp::Reverse(w.writes));
+    let led = led
+        .iter()
+        .map(|w| format!("{} {:.1}", w.stream, w.writes as f64 / n as f64))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(Figure {
+        section: "cluster",
+        name: format!("three servers: the busiest, {name}"),
+        value: cores,
+        unit: "cores",
+        note: format!(
+            "{cpu:.0} µs per instance; leads (writes per instance): {}",
+            if led.is_empty() {
+                "no written stream"
+            } else {
+                &led
+            }
+        ),
+    })
+}

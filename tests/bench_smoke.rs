@@ -57,9 +57,33 @@ fn quick_bench_prints_sane_figures() {
         "dag",
         "recovery",
         "scale",
+        "cluster",
         "console",
         "history",
     ]);
+    // The cluster section names the busiest of its three servers and the leader of each
+    // written stream.
+    let cluster: Vec<&serde_json::Value> = figures
+        .iter()
+        .filter(|f| f["section"] == "cluster")
+        .collect();
+    assert!(
+        cluster.iter().any(|f| f["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("three servers: the busiest, c")),
+        "{cluster:?}"
+    );
+    assert!(
+        cluster.iter().any(|f| {
+            f["name"]
+                .as_str()
+                .unwrap()
+                .contains("writes per instance to KV_clthree_instances")
+                && f["note"].as_str().unwrap().contains("led by c")
+        }),
+        "{cluster:?}"
+    );
     // The messages of an instance, by kind, add up to their total, for a job's first fire and
     // for a later one; a later one reads no definition, and no no-op attempt writes a claim
     // (its start is fenced by its record; a claim is written by the first lease renewal). The
@@ -112,9 +136,10 @@ fn quick_bench_prints_sane_figures() {
             );
             // Seven writes are answered one by one without bursts (6.2 answers an instance,
             // the acknowledgements to the Router gathered); the hand-offs and the deps entries
-            // go in fast-ingest batches, answered every so many messages (5.1); the note of
-            // the record's end for its retention, awaited before the final write so that no
-            // final record goes unnoted, is one more (6.1–6.2).
+            // go in fast-ingest batches, answered every so many messages (5.1); the notes of
+            // the records' ends for their retention, awaited before the final writes so that
+            // no final record goes unnoted, share a message among the ends reported together
+            // (5.4 in a release build, one a note: 6.1–6.2).
             let answers = kinds
                 .iter()
                 .find(|f| f["name"] == "later fire: answer (publish ack, kv result, reply)")

@@ -115,8 +115,6 @@ pub(crate) struct Run {
     pub(crate) cpu: (f64, f64),
     /// CPU per instance in µs of each nats-server.
     pub(crate) cpu_servers: Vec<f64>,
-    /// The wall time the CPU was counted over, in seconds.
-    pub(crate) cpu_seconds: f64,
     /// What each of ax's streams stored meanwhile.
     pub(crate) writes: Vec<StreamWrites>,
 }
@@ -152,10 +150,8 @@ pub(crate) async fn run_on(
     // The jobs are loaded and due in a few seconds: from here on, the CPU is the fires'.
     let stored_before = stored(client).await?;
     let cpu_before = Snapshot::take(servers)?;
-    let counted_from = std::time::Instant::now();
     let last = successes("throughput", &mut results, n, Duration::from_secs(300)).await?;
     let cpu_after = Snapshot::take(servers)?;
-    let cpu_seconds = counted_from.elapsed().as_secs_f64();
     let stored_after = stored(client).await?;
     let (sent, received) = messages_so_far(client);
     node.stop();
@@ -178,7 +174,6 @@ pub(crate) async fn run_on(
         received: received - received_before,
         cpu: cpu_after.per(&cpu_before, n),
         cpu_servers: cpu_after.per_server(&cpu_before, n),
-        cpu_seconds,
         writes,
     })
 }

@@ -24,6 +24,7 @@ mod dead_letters;
 mod dependencies;
 mod executors;
 mod failure_paths;
+mod feeds;
 mod fleet;
 mod hostile_input;
 mod instance_updates;

@@ -20,7 +20,7 @@ const WRITES: usize = 600;
 
 /// The consumers of the bucket's stream: their deliver policy and filter.
 async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(DeliverPolicy, String)> {
-    let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+    let stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
     let mut all = Vec::new();
     let mut infos = stream.consumers();
     while let Some(info) = infos.next().await {

@@ -113,7 +113,7 @@ impl std::fmt::Debug for KvFeed {
 
 /// A feed dropped before it was closed deletes its consumer on a task: a server keeps an
 /// ordered consumer for 30 s after its reader went, and while it stays each purge of its
-/// stream makes the server count its pending messages again (see [`KvFeed::read_on`]).
+/// stream makes the server count its pending messages again (see `KvFeed::read_on`).
 impl Drop for KvFeed {
     fn drop(&mut self) {
         let name = std::mem::take(&mut self.consumer_name);

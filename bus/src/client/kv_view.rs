@@ -54,6 +54,8 @@ pub struct KvFeed {
     /// Whether the consumer delivers the last value per key; such a one is replaced by one
     /// reading on from the last message delivered once the caller reads past the snapshot.
     last_per_key: bool,
+    /// After a failed swap, when to try again (meanwhile the feed reads on its consumer).
+    swap_again_at: Option<std::time::Instant>,
     /// The stream's last sequence when the feed opened, and the last one delivered.
     last_at_open: u64,
     last_delivered: u64,
@@ -100,6 +102,10 @@ async fn server_has_pending(source: jetstream::stream::Stream, name: &str) -> bo
 /// it, the rest was removed meanwhile (expired or purged before delivery): the snapshot is
 /// complete.
 const SNAPSHOT_IDLE: Duration = Duration::from_secs(2);
+
+/// How long a feed whose consumer could not be swapped (see `KvFeed::read_on`) reads on with
+/// the one it has before it tries again.
+const SWAP_AGAIN_AFTER: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for KvFeed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -247,6 +253,7 @@ impl KvFeed {
             filters: live_filters,
             headers_only,
             last_per_key: deliver_policy == consumer::DeliverPolicy::LastPerSubject,
+            swap_again_at: None,
             last_at_open,
             last_delivered: 0,
         })
@@ -301,6 +308,7 @@ impl KvFeed {
             }
             Err(e) => {
                 tracing::warn!(bucket = %self.bucket, error = %e, "feed: keeps its consumer");
+                self.swap_again_at = Some(std::time::Instant::now() + SWAP_AGAIN_AFTER);
                 return;
             }
         };
@@ -311,7 +319,10 @@ impl KvFeed {
                 self.last_per_key = false;
                 let _ = self.source.delete_consumer(&old).await;
             }
-            Err(e) => tracing::warn!(bucket = %self.bucket, error = %e, "feed: keeps its consumer"),
+            Err(e) => {
+                tracing::warn!(bucket = %self.bucket, error = %e, "feed: keeps its consumer");
+                self.swap_again_at = Some(std::time::Instant::now() + SWAP_AGAIN_AFTER);
+            }
         }
     }
 
@@ -350,7 +361,10 @@ impl KvFeed {
             self.phase = Phase::Live;
             return Some(Ok(FeedItem::Current));
         }
-        if self.phase == Phase::Live && self.last_per_key {
+        let swap_due = self
+            .swap_again_at
+            .is_none_or(|at| std::time::Instant::now() >= at);
+        if self.phase == Phase::Live && self.last_per_key && swap_due {
             self.read_on().await;
         }
         let message = if self.phase == Phase::Snapshot {

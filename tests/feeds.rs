@@ -114,3 +114,95 @@ async fn a_feed_reads_every_write_once_then_reads_on_without_counting_by_key() {
     )
     .await;
 }
+
+/// A NATS restart while a feed is past its snapshot, its next read (the swap of its consumer)
+/// started during the outage: every write made after the restart arrives once and in order,
+/// and the feed reads on with one consumer, from a sequence. (The restart alone ends the
+/// last-per-key consumer too: the client makes its ordered consumer again from the last
+/// message it had.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_goes_on_across_a_nats_restart_and_still_reads_on() {
+    let mut nats = TestNats::start();
+    let client = nats.client().await;
+    let js = client.js.clone();
+    let store = js
+        .create_key_value(kv::Config {
+            bucket: BUCKET.into(),
+            history: 5,
+            storage: async_nats::jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for k in 0..KEYS {
+        store.put(format!("k{k}"), "0".into()).await.unwrap();
+    }
+    let mut feed = KvFeed::open(&js, BUCKET, ">").await.unwrap();
+    let within = Duration::from_secs(60);
+    tokio::time::timeout(within, async {
+        while !matches!(feed.next().await.unwrap().unwrap(), FeedItem::Current) {}
+    })
+    .await
+    .expect("the snapshot in a minute");
+    // The next read (which swaps the consumer) starts while the server is down; the first
+    // write comes once it is back.
+    let mut last_revision = 0;
+    let write = |round: usize| {
+        let (store, value) = (store.clone(), format!("after{round}"));
+        async move {
+            wait_for(within, "a write after the restart", || async {
+                store.put("k1", value.clone().into()).await.ok()
+            })
+            .await;
+        }
+    };
+    let (_, first, _) = tokio::join!(
+        nats.outage(Duration::from_secs(2)),
+        async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::timeout(within, feed.next()).await
+        },
+        async {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            write(0).await;
+        }
+    );
+    let mut pending = Some(first.expect("an item after the restart"));
+    for round in 0..20 {
+        let value = format!("after{round}");
+        if round > 0 {
+            write(round).await;
+        }
+        let item = match pending.take() {
+            Some(item) => item,
+            None => tokio::time::timeout(within, feed.next())
+                .await
+                .expect("each write arrives"),
+        };
+        match item.expect("the feed goes on").unwrap() {
+            FeedItem::Put {
+                key,
+                value: got,
+                revision,
+                ..
+            } => {
+                assert!(revision > last_revision, "{revision} after {last_revision}");
+                last_revision = revision;
+                assert_eq!((key.as_str(), &got[..]), ("k1", value.as_bytes()));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // One consumer, from a sequence (a consumer the client made again during the outage, if
+    // the swap was refused then, is left to the server, which drops it 30 s after its reader).
+    wait_for(
+        Duration::from_secs(45),
+        "one consumer reading on",
+        || async {
+            let live = consumers(&js).await;
+            (live.len() == 1 && matches!(live[0].0, DeliverPolicy::ByStartSequence { .. }))
+                .then_some(())
+        },
+    )
+    .await;
+}

@@ -291,28 +291,7 @@ impl KvFeed {
     /// write cost the server a walk over every key it holds (a sixth of the throughput, with
     /// 20,000 keys). If the new consumer cannot be made, the feed keeps the one it has.
     async fn read_on(&mut self) {
-        let start_sequence = self.last_delivered.max(self.last_at_open) + 1;
-        let policy = consumer::DeliverPolicy::ByStartSequence { start_sequence };
-        let made = match Self::consumer(
-            &self.client,
-            &mut self.source,
-            &self.filters,
-            policy,
-            self.headers_only,
-        )
-        .await
-        {
-            Ok(consumer) => {
-                let name = consumer.cached_info().name.clone();
-                consumer.messages().await.map(|messages| (name, messages))
-            }
-            Err(e) => {
-                tracing::warn!(bucket = %self.bucket, error = %e, "feed: keeps its consumer");
-                self.swap_again_at = Some(std::time::Instant::now() + SWAP_AGAIN_AFTER);
-                return;
-            }
-        };
-        match made {
+        match self.consumer_reading_on().await {
             Ok((name, messages)) => {
                 let old = std::mem::replace(&mut self.consumer_name, name);
                 self.messages = messages;
@@ -324,6 +303,24 @@ impl KvFeed {
                 self.swap_again_at = Some(std::time::Instant::now() + SWAP_AGAIN_AFTER);
             }
         }
+    }
+
+    /// A consumer from the message after the last one delivered, its name and its messages.
+    async fn consumer_reading_on(
+        &mut self,
+    ) -> Result<(String, consumer::push::Ordered), crate::error::BoxError> {
+        let start_sequence = self.last_delivered.max(self.last_at_open) + 1;
+        let policy = consumer::DeliverPolicy::ByStartSequence { start_sequence };
+        let consumer = Self::consumer(
+            &self.client,
+            &mut self.source,
+            &self.filters,
+            policy,
+            self.headers_only,
+        )
+        .await?;
+        let name = consumer.cached_info().name.clone();
+        Ok((name, consumer.messages().await?))
     }
 
     /// Every message kept (not only the last per key), in order, until the snapshot is complete.

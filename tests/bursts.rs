@@ -249,3 +249,107 @@ async fn a_full_stream_stores_what_fits_and_the_rest_is_reported_not_stored() {
     );
     assert_eq!(stored(&client, "FULL").await, [0, 1, 2, 3, 4]);
 }
+
+/// The creator's pipeline under a burst bigger than its batches: 1,500 jobs due at one instant
+/// on a Scheduler-only node, the nats-server stopped for 2 s just as they fire, while records
+/// are being stored and handed on. Every fire is created once and handed on once: one record
+/// per job, and one hand-off per instance in `AX_FLOW`, for every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fires_due_together_across_a_nats_restart_are_created_and_handed_on_once_each() {
+    use chrono::{Datelike, Timelike};
+    const JOBS: usize = 1_500;
+    let mut nats = TestNats::start();
+    let client = nats.client().await;
+    set_up(&nats.url()).await;
+    let at = ax_bus::time::now() + chrono::Duration::seconds(20);
+    let at = chrono::DurationRound::duration_trunc(at, chrono::Duration::seconds(1)).unwrap();
+    let cron = format!(
+        "{} {} {} {} {} *",
+        at.second(),
+        at.minute(),
+        at.hour(),
+        at.day(),
+        at.month()
+    );
+    let mut acks = Vec::with_capacity(JOBS);
+    for i in 0..JOBS {
+        let spec: ax_bus::JobSpec = serde_json::from_value(serde_json::json!({
+            "name": format!("b{i}"),
+            "cron": cron,
+            "exec": {"type": "noop"},
+        }))
+        .unwrap();
+        let record = ax_bus::messages::JobRecord {
+            spec,
+            paused: false,
+            updated_at: ax_bus::time::now(),
+            defined_at: None,
+        };
+        let subject = format!("$KV.{}.b{i}", client.layout.jobs_bucket());
+        let ack = client
+            .js
+            .publish(subject, codec::encode(&record).unwrap())
+            .await
+            .unwrap();
+        acks.push(ack);
+    }
+    for ack in acks {
+        ack.await.unwrap();
+    }
+    let node = AxProcess::node(&nats, "n1", "scheduler", &[]);
+    let wait = (at - ax_bus::time::now())
+        .to_std()
+        .expect("jobs stored before their instant");
+    tokio::time::sleep(wait + Duration::from_millis(40)).await;
+    nats.outage(Duration::from_secs(2)).await;
+    let client = nats.client().await;
+    // One hand-off per instance, each instance of the instant once.
+    let handed = wait_for_logged(
+        Duration::from_secs(120),
+        "every fire handed on",
+        &[&node],
+        || async {
+            let handed = hand_offs(&client).await;
+            (handed.len() >= JOBS).then_some(handed)
+        },
+    )
+    .await;
+    let mut ids = std::collections::BTreeMap::<String, usize>::new();
+    for work in &handed {
+        assert_eq!(work.expected_time, at, "{}", work.instance_id);
+        *ids.entry(work.instance_id.to_string()).or_default() += 1;
+    }
+    assert_eq!(ids.len(), JOBS, "instances handed on");
+    assert!(
+        ids.values().all(|n| *n == 1),
+        "an instance handed on twice: {:?}",
+        ids.iter().find(|(_, n)| **n > 1)
+    );
+    let records = client.instances(None).await.unwrap();
+    assert_eq!(records.len(), JOBS, "one record per job");
+    for record in &records {
+        assert_eq!(ids.get(&record.instance_id.to_string()), Some(&1));
+    }
+}
+
+/// Every hand-off waiting in `AX_FLOW` (a work-queue stream: read message by message).
+async fn hand_offs(client: &AxClient) -> Vec<ax_bus::messages::WorkItem> {
+    let Ok(mut stream) = client.js.get_stream(client.layout.flow_stream()).await else {
+        return Vec::new();
+    };
+    let Ok(info) = stream.info().await else {
+        return Vec::new();
+    };
+    let (first, last) = (info.state.first_sequence, info.state.last_sequence);
+    let mut works = Vec::new();
+    for seq in first..=last {
+        if let Ok(message) = stream.get_raw_message(seq).await {
+            if message.subject.starts_with("ax.internal.ready.") {
+                if let Ok(work) = codec::decode(&message.payload) {
+                    works.push(work);
+                }
+            }
+        }
+    }
+    works
+}

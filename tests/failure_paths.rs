@@ -183,7 +183,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
         biz_date: record.biz_date.clone(),
         expected_time: record.expected_time,
         params: record.params.clone(),
-        spec: job.spec,
+        spec: job.spec.into(),
         worker: Some(support::node("n1")),
         gate: None,
         dispatch: record

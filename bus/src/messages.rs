@@ -570,8 +570,9 @@ pub struct WorkItem {
     pub expected_time: DateTime<Utc>,
     /// Effective params.
     pub params: BTreeMap<String, serde_json::Value>,
-    /// The job definition.
-    pub spec: JobSpec,
+    /// The job definition: shared, not copied, by the attempts made of one definition (a
+    /// thousand fires of a job at one instant hold one copy).
+    pub spec: std::sync::Arc<JobSpec>,
     /// The worker it was dispatched to (set by the Router).
     #[serde(default)]
     pub worker: Option<WorkerId>,
@@ -618,7 +619,10 @@ pub struct StoredRecord {
 impl WorkItem {
     /// The work item of a record's current attempt, on its way to routing again (no worker,
     /// gate, dispatch or router yet).
-    pub fn for_attempt(record: &InstanceRecord, spec: crate::spec::JobSpec) -> Self {
+    pub fn for_attempt(
+        record: &InstanceRecord,
+        spec: impl Into<std::sync::Arc<crate::spec::JobSpec>>,
+    ) -> Self {
         Self {
             instance_id: record.instance_id.clone(),
             trace_id: record.trace_id.clone(),
@@ -627,7 +631,6 @@ impl WorkItem {
             biz_date: record.biz_date.clone(),
             expected_time: record.expected_time,
             params: record.params.clone(),
-            spec,
             worker: None,
             gate: None,
             dispatch: None,
@@ -636,6 +639,7 @@ impl WorkItem {
             pin: record.pin.clone(),
             stored: None,
             passed_over: Vec::new(),
+            spec: spec.into(),
             trigger: Some(record.trigger),
         }
     }
@@ -646,8 +650,9 @@ impl WorkItem {
         instance_id: InstanceId,
         trace_id: TraceId,
         biz_date: impl Into<String>,
-        spec: crate::spec::JobSpec,
+        spec: impl Into<std::sync::Arc<crate::spec::JobSpec>>,
     ) -> Self {
+        let spec = spec.into();
         Self {
             instance_id,
             trace_id,

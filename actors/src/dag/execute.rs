@@ -260,7 +260,7 @@ impl Execution {
             {
                 Updated::Written(record, _) => {
                     publish::event(&self.client, &record).await;
-                    works.push(WorkItem::for_attempt(&record, (*spec).clone()));
+                    works.push(WorkItem::for_attempt(&record, spec.clone()));
                 }
                 Updated::Refused(why) => {
                     tracing::debug!(instance = %id, %why, "not run again for its input's update");
@@ -422,18 +422,13 @@ async fn create_for_date(
     };
     if client.create_instance(&record).await? {
         publish::event(&client, &record).await;
-        let work = WorkItem::for_attempt(&record, (*spec).clone());
+        let work = WorkItem::for_attempt(&record, spec.clone());
         return Ok(Some((work, record.message)));
     }
     let existing = client.instance(&record.instance_id).await?;
     Ok(existing.and_then(|(record, _)| {
         let waits =
             record.state == State::Running && matches!(record.tag, Tag::Queued | Tag::WaitingDeps);
-        waits.then(|| {
-            (
-                WorkItem::for_attempt(&record, (*spec).clone()),
-                record.message,
-            )
-        })
+        waits.then(|| (WorkItem::for_attempt(&record, spec.clone()), record.message))
     }))
 }

@@ -6,11 +6,15 @@
 //! written; the losers see `AlreadyExists` and count the tick as de-duplicated. The winner then
 //! hands the attempt to the DagCoordinator on `ax.internal.created.<job>`.
 //!
-//! Creations are batched: everything due together (up to 1024) is created with pipelined
-//! publishes (`expected last subject sequence = 0` on the record's key), acks awaited together,
-//! then handed off as one burst (a fast-ingest batch, [`crate::jetstream::burst`]: each
-//! hand-off sent as its record is stored, answered every so many messages) — two round trips
-//! for a whole batch rather than for each instance. A cron tick fired on time needs no tick
+//! Creations are batched and pipelined in three stages, each a task of its own: the records
+//! are published (`expected last subject sequence = 0` on the record's key) a chunk of
+//! [`CHUNK`] at a time without waiting for their acks; as each record's ack comes, its hand-off
+//! goes out in one burst (a fast-ingest batch, [`crate::jetstream::burst`]: answered every so
+//! many messages) that stays open while more chunks wait; and the hand-offs' answers are
+//! awaited last. So the first hand-offs of a thousand fires go out while the last records are
+//! still being stored, and the records of the next chunk are stored while the hand-offs of
+//! the last are — a round trip or two for a whole burst of fires rather than for each batch
+//! (10,000 fires at one instant were ten batches one after another before). A cron tick fired on time needs no tick
 //! record: its instance record is its entry in the ledger, and [`InFlight`] tells how far the
 //! fires are settled (see [`crate::scheduler::partitions`]). A fire is never dropped for a
 //! transient failure: the failed ones are queued again with backoff until NATS answers. A retry after a lost ack finds the record with
@@ -26,7 +30,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use chrono::{DateTime, Utc};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use ax_bus::client::record_writes::wrong_last_sequence;
 use ax_bus::error::{During, NatsError, Reason};
@@ -44,8 +48,13 @@ use crate::scheduler::overlap::{self, Decision};
 use crate::scheduler::ticks::{self, Tick};
 use crate::ActorError;
 
-/// Most creations in one batch.
+/// Most creations taken in at once (their overlap policies applied together).
 const BATCH: usize = 1024;
+/// Records published before their hand-offs may start: small enough that the first hand-off
+/// of a big batch goes out soon, large enough that a chunk costs little to pass on.
+const CHUNK: usize = 128;
+/// Chunks published ahead of their hand-offs: bounds the records written but not handed on.
+const CHUNKS_AHEAD: usize = 8;
 /// Longest wait before a creation that failed for a transient reason is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How soon a hand-off refused as "being stored by another publisher" is published again.
@@ -67,7 +76,9 @@ pub(crate) enum Created {
 
 #[derive(Debug)]
 struct Request {
-    instance: NewInstance,
+    /// Boxed: a request moves through a channel and three stages, a pointer rather than its
+    /// 1.6 KB each time.
+    instance: Box<NewInstance>,
     reply: Option<oneshot::Sender<Created>>,
     /// How long to wait before the next try, once one has failed.
     backoff: Duration,
@@ -145,23 +156,19 @@ pub(crate) struct Creator {
 impl Creator {
     /// Starts the creation task on the current runtime; `node` signs the tick records.
     pub(crate) fn start(client: AxClient, node: NodeId) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Request>();
-        let again = tx.clone();
+        let (tx, rx) = mpsc::unbounded_channel::<Request>();
         let stamps = client.clone();
-        tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(BATCH);
-            while rx.recv_many(&mut batch, BATCH).await > 0 {
-                for mut failed in create_batch(&client, &node, batch.drain(..)).await {
-                    let wait = failed.backoff;
-                    failed.backoff = (wait * 2).min(MAX_BACKOFF);
-                    let again = again.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(wait).await;
-                        let _ = again.send(failed);
-                    });
-                }
-            }
-        });
+        let (published_tx, published_rx) = mpsc::channel(CHUNKS_AHEAD);
+        let (sent_tx, sent_rx) = mpsc::unbounded_channel();
+        let (settled_tx, settled_rx) = watch::channel(0);
+        let stage = Stage {
+            client,
+            node,
+            again: tx.clone(),
+        };
+        tokio::spawn(stage.clone().publish_records(rx, published_tx, settled_rx));
+        tokio::spawn(stage.clone().hand_on_chunks(published_rx, sent_tx));
+        tokio::spawn(stage.settle_chunks(sent_rx, settled_tx));
         Self {
             tx,
             in_flight: Arc::default(),
@@ -204,7 +211,7 @@ impl Creator {
         self.tx
             .send(Request {
                 _unfinished: Unfinished::new(&self.in_flight, tick),
-                instance,
+                instance: Box::new(instance),
                 reply,
                 backoff: Duration::from_millis(100),
             })
@@ -259,55 +266,153 @@ impl Ack {
     }
 }
 
-/// One batch of creations, phase by phase; what fails for a transient reason collects in
-/// `failed`, to be tried again.
+/// What the three stages of the creator share: the client, the node that signs, and the way
+/// back for the requests that failed for a transient reason.
+#[derive(Clone)]
+struct Stage {
+    client: AxClient,
+    node: NodeId,
+    again: mpsc::UnboundedSender<Request>,
+}
+
+/// A chunk of records published, their acks pending.
+type Published = Vec<(Request, Pending)>;
+
+impl Stage {
+    fn batch(&self) -> Batch<'_> {
+        Batch {
+            client: &self.client,
+            node: &self.node,
+            failed: Vec::new(),
+            set_aside: Vec::new(),
+        }
+    }
+
+    /// Ends what a stage's batch failed at: the permanent failures set aside, the transient
+    /// ones queued again after their backoff.
+    async fn finish(&self, mut batch: Batch<'_>) {
+        batch.set_aside().await;
+        for mut failed in batch.failed {
+            let wait = failed.backoff;
+            failed.backoff = (wait * 2).min(MAX_BACKOFF);
+            let again = self.again.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                let _ = again.send(failed);
+            });
+        }
+    }
+
+    /// Stage 1: applies the overlap policies of what came in together, then publishes the
+    /// records (create-if-absent on each instance id) a chunk at a time, each chunk passed on
+    /// at once with its acks pending. An overlap policy reads the job's latest instance, which
+    /// a creation notes once it is settled: what comes in with one to apply waits until every
+    /// chunk passed on before is settled (`settled` counts them), as when batches ran one
+    /// after another.
+    async fn publish_records(
+        self,
+        mut requests: mpsc::UnboundedReceiver<Request>,
+        published: mpsc::Sender<Published>,
+        mut settled: watch::Receiver<u64>,
+    ) {
+        let mut taken = Vec::with_capacity(BATCH);
+        let mut chunks = 0u64;
+        while requests.recv_many(&mut taken, BATCH).await > 0 {
+            if taken.iter().any(|r| r.instance.overlaps())
+                && settled.wait_for(|n| *n >= chunks).await.is_err()
+            {
+                return;
+            }
+            let mut batch = self.batch();
+            // Overlap policies (cron ticks of jobs whose policy is not `allow`; rare, one by one).
+            let mut candidates = Vec::with_capacity(taken.len());
+            for request in taken.drain(..) {
+                candidates.extend(batch.apply_overlap(request).await);
+            }
+            self.finish(batch).await;
+            let mut candidates = candidates.into_iter().peekable();
+            while candidates.peek().is_some() {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                for mut request in candidates.by_ref().take(CHUNK) {
+                    request.instance.record.created_by = Some(self.node.clone());
+                    request.instance.record.written_by = Some(self.node.clone());
+                    let publish = publish_record(&self.client, &request).await;
+                    chunk.push((request, publish));
+                }
+                if published.send(chunk).await.is_err() {
+                    return;
+                }
+                chunks += 1;
+                // The hand-offs of this chunk may start while the next one is published.
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    /// Stage 2: as each record is stored, its hand-off and tick record go out (the hand-offs
+    /// in one burst, kept open while more chunks wait and ended once none does); each chunk's
+    /// hand-offs are passed on to have their answers awaited.
+    async fn hand_on_chunks(
+        self,
+        mut published: mpsc::Receiver<Published>,
+        sent: mpsc::UnboundedSender<Vec<Sent>>,
+    ) {
+        while let Some(mut chunk) = published.recv().await {
+            let hand_offs = burst::Open::new(&self.client);
+            loop {
+                let mut batch = self.batch();
+                let mut handed = Vec::with_capacity(chunk.len());
+                for (request, publish) in chunk {
+                    handed.extend(batch.hand_on(request, publish, &hand_offs).await);
+                }
+                self.finish(batch).await;
+                if sent.send(handed).is_err() {
+                    return;
+                }
+                match published.try_recv() {
+                    Ok(next) => chunk = next,
+                    Err(_) => break,
+                }
+            }
+            drop(hand_offs);
+        }
+    }
+
+    /// Stage 3: once a hand-off is stored, its creation is done; counts the chunks settled.
+    async fn settle_chunks(
+        self,
+        mut sent: mpsc::UnboundedReceiver<Vec<Sent>>,
+        settled: watch::Sender<u64>,
+    ) {
+        while let Some(chunk) = sent.recv().await {
+            let mut batch = self.batch();
+            for sent in chunk {
+                batch.settle(sent).await;
+            }
+            self.finish(batch).await;
+            settled.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// Publishes the record with `expected last subject sequence = 0`: a create-if-absent.
+async fn publish_record(client: &AxClient, request: &Request) -> Pending {
+    let record = &request.instance.record;
+    Ok(publish::due(
+        client
+            .publish_record(&record.instance_id, record, 0)
+            .await?,
+    ))
+}
+
+/// What one stage did with the creations in its hands: those that failed for a transient
+/// reason collect in `failed`, to be tried again.
 struct Batch<'a> {
     client: &'a AxClient,
     node: &'a NodeId,
     failed: Vec<Request>,
     /// Failed for a permanent reason, with it.
     set_aside: Vec<(Request, String)>,
-}
-
-/// Creates a batch; returns the requests that failed for a transient reason, to be tried again.
-async fn create_batch(
-    client: &AxClient,
-    node: &NodeId,
-    requests: impl Iterator<Item = Request>,
-) -> Vec<Request> {
-    let mut batch = Batch {
-        client,
-        node,
-        failed: Vec::new(),
-        set_aside: Vec::new(),
-    };
-    // 1. Overlap policies (cron ticks of jobs whose policy is not `allow`; rare, one by one).
-    let mut candidates = Vec::new();
-    for request in requests {
-        candidates.extend(batch.apply_overlap(request).await);
-    }
-    // 2. The records, pipelined: create-if-absent on each instance id.
-    let mut pending = Vec::with_capacity(candidates.len());
-    for mut request in candidates {
-        request.instance.record.created_by = Some(node.clone());
-        request.instance.record.written_by = Some(node.clone());
-        let publish = batch.publish_record(&request).await;
-        pending.push((request, publish));
-    }
-    // 3. As each record is stored, its hand-off and tick record go out (pipelined; the
-    //    hand-offs as one burst, which ends once the last is given to it).
-    let mut sent = Vec::with_capacity(pending.len());
-    let hand_offs = burst::Open::new(client);
-    for (request, publish) in pending {
-        sent.extend(batch.hand_on(request, publish, &hand_offs).await);
-    }
-    drop(hand_offs);
-    // 4. Once the hand-offs are stored, the creation is done.
-    for sent in sent {
-        batch.settle(sent).await;
-    }
-    batch.set_aside().await;
-    batch.failed
 }
 
 impl Batch<'_> {
@@ -388,16 +493,6 @@ impl Batch<'_> {
                 None
             }
         }
-    }
-
-    /// Publishes the record with `expected last subject sequence = 0`: a create-if-absent.
-    async fn publish_record(&self, request: &Request) -> Pending {
-        let record = &request.instance.record;
-        Ok(publish::due(
-            self.client
-                .publish_record(&record.instance_id, record, 0)
-                .await?,
-        ))
     }
 
     /// Awaits the record's ack and hands the instance on as what was found calls for.
@@ -521,7 +616,7 @@ impl Batch<'_> {
         }
         if watch {
             // A different attempt, whose creator may have died before handing it on.
-            orphans::watch(self.client.clone(), self.node.clone(), instance.clone());
+            orphans::watch(self.client.clone(), self.node.clone(), (**instance).clone());
         }
         finish(request, outcome);
     }

@@ -265,7 +265,7 @@ impl Scheduler {
                 continue;
             }
             let params = fire.spec.params.clone();
-            let mut instance = NewInstance::new(
+            let mut instance = NewInstance::of_shared(
                 &fire.spec,
                 fire.expected,
                 fire.biz_date,
@@ -586,7 +586,7 @@ impl Handler<CatchUp> for Scheduler {
                 let skip_coordinator = !self.graph.needs_coordinator(&spec);
                 move |tick| {
                     let biz_date = schedule.biz_date(tick);
-                    let mut instance = NewInstance::new(
+                    let mut instance = NewInstance::of_shared(
                         &spec,
                         tick,
                         biz_date,

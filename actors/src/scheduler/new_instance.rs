@@ -3,6 +3,7 @@
 //! DagCoordinator, how its tick is recorded).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
@@ -45,6 +46,20 @@ impl NewInstance {
         trigger: Trigger,
         now: DateTime<Utc>,
     ) -> Self {
+        let spec = Arc::new(spec.clone());
+        Self::of_shared(&spec, expected, biz_date, params, trigger, now)
+    }
+
+    /// The same, its work item sharing `spec` rather than copying it: how a Scheduler fires
+    /// the ticks of the definitions it holds (a definition is copied once, not once a fire).
+    pub fn of_shared(
+        spec: &Arc<JobSpec>,
+        expected: DateTime<Utc>,
+        biz_date: String,
+        params: BTreeMap<String, serde_json::Value>,
+        trigger: Trigger,
+        now: DateTime<Utc>,
+    ) -> Self {
         let record = InstanceRecord::first(spec, expected, biz_date, params, trigger, now);
         let work = WorkItem::for_attempt(&record, spec.clone());
         Self {
@@ -55,6 +70,12 @@ impl NewInstance {
             delayed: false,
             defined_at: None,
         }
+    }
+
+    /// Whether its creation applies an overlap policy (a cron tick of a job whose policy is
+    /// not `allow`).
+    pub(crate) fn overlaps(&self) -> bool {
+        self.tick.is_some() && self.work.spec.overlap != ax_bus::spec::Overlap::Allow
     }
 
     /// Its tick recorded as `outcome`, for `reason`.

@@ -3,8 +3,9 @@
 //! for the whole burst; a burst sent again stores nothing twice; a stream that takes no batches
 //! gets the messages one by one; a message the server cannot take fails alone, and so does each
 //! one a full stream refuses; bursts open
-//! together are each stored in full and in order; and across a NATS restart every message
-//! reported stored is in the stream, none twice.
+//! together are each stored in full and in order; across a NATS restart every message
+//! reported stored is in the stream, none twice; and the Scheduler's creator, whose hand-offs
+//! are bursts, creates and hands on each of 1,500 fires due together once across a restart.
 
 use crate::support;
 

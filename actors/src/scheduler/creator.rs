@@ -6,22 +6,24 @@
 //! written; the losers see `AlreadyExists` and count the tick as de-duplicated. The winner then
 //! hands the attempt to the DagCoordinator on `ax.internal.created.<job>`.
 //!
-//! Creations are batched and pipelined in three stages, each a task of its own: the records
-//! are published (`expected last subject sequence = 0` on the record's key) a chunk of
-//! [`CHUNK`] at a time without waiting for their acks; as each record's ack comes, its hand-off
-//! goes out in one burst (a fast-ingest batch, [`crate::jetstream::burst`]: answered every so
-//! many messages) that stays open while more chunks wait; and the hand-offs' answers are
-//! awaited last. So the first hand-offs of a thousand fires go out while the last records are
-//! still being stored, and the records of the next chunk are stored while the hand-offs of
-//! the last are — a round trip or two for a whole burst of fires rather than for each batch
-//! (10,000 fires at one instant were ten batches one after another before). A cron tick fired on time needs no tick
-//! record: its instance record is its entry in the ledger, and [`InFlight`] tells how far the
-//! fires are settled (see [`crate::scheduler::partitions`]). A fire is never dropped for a
-//! transient failure: the failed ones are queued again with backoff until NATS answers. A retry after a lost ack finds the record with
-//! *its own* trace id and goes on to the hand-off, so an instance is never left created but not
-//! handed on by its own creator. The batches run on a task of their own, which outlives restarts
-//! of the Scheduler actor. An instance found already created is watched for a while, in case
-//! its creator died before handing it on (see [`crate::scheduler::orphans`]).
+//! Creations are pipelined in three stages, each a task of its own: the records are published
+//! (`expected last subject sequence = 0` on the record's key) a chunk of [`CHUNK`] at a time
+//! without waiting for their acks; as each record's ack comes, its hand-off goes out in one
+//! burst (a fast-ingest batch, [`crate::jetstream::burst`]: answered every so many messages)
+//! that stays open while more chunks wait; and the hand-offs' answers are awaited last. So the
+//! first hand-offs of a thousand fires go out while the last records are still being stored,
+//! and 10,000 fires at one instant are no longer ten batches one after another. The overlap
+//! policies read what earlier creations noted, so what comes in with one to apply waits for
+//! everything before it to settle, as when the batches ran in turn.
+//!
+//! A cron tick fired on time needs no tick record: its instance record is its entry in the
+//! ledger, and [`InFlight`] tells how far the fires are settled (see
+//! [`crate::scheduler::partitions`]). A fire is never dropped for a transient failure: the
+//! failed ones are queued again with backoff until NATS answers. A retry after a lost ack finds
+//! the record with *its own* trace id and goes on to the hand-off, so an instance is never left
+//! created but not handed on by its own creator. The stages outlive restarts of the Scheduler
+//! actor. An instance found already created is watched for a while, in case its creator died
+//! before handing it on (see [`crate::scheduler::orphans`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

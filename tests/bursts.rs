@@ -257,21 +257,13 @@ async fn a_full_stream_stores_what_fits_and_the_rest_is_reported_not_stored() {
 /// per job, and one hand-off per instance in `AX_FLOW`, for every instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fires_due_together_across_a_nats_restart_are_created_and_handed_on_once_each() {
-    use chrono::{Datelike, Timelike};
     const JOBS: usize = 1_500;
     let mut nats = TestNats::start();
     let client = nats.client().await;
     set_up(&nats.url()).await;
     let at = ax_bus::time::now() + chrono::Duration::seconds(20);
     let at = chrono::DurationRound::duration_trunc(at, chrono::Duration::seconds(1)).unwrap();
-    let cron = format!(
-        "{} {} {} {} {} *",
-        at.second(),
-        at.minute(),
-        at.hour(),
-        at.day(),
-        at.month()
-    );
+    let cron = ax_bench::cron_at(at);
     let mut acks = Vec::with_capacity(JOBS);
     for i in 0..JOBS {
         let spec: ax_bus::JobSpec = serde_json::from_value(serde_json::json!({

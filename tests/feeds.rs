@@ -18,6 +18,23 @@ const BUCKET: &str = "feedtest";
 const KEYS: usize = 50;
 const WRITES: usize = 600;
 
+/// The test bucket (file storage, so that it outlives a restart), each of its keys written once.
+async fn bucket_of_keys(js: &async_nats::jetstream::Context) -> kv::Store {
+    let store = js
+        .create_key_value(kv::Config {
+            bucket: BUCKET.into(),
+            history: 5,
+            storage: async_nats::jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for k in 0..KEYS {
+        store.put(format!("k{k}"), "0".into()).await.unwrap();
+    }
+    store
+}
+
 /// The consumers of the bucket's stream: their deliver policy and filter.
 async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(DeliverPolicy, String)> {
     let stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
@@ -35,17 +52,7 @@ async fn a_feed_reads_every_write_once_then_reads_on_without_counting_by_key() {
     let nats = TestNats::start();
     let client = nats.client().await;
     let js = client.js.clone();
-    let store = js
-        .create_key_value(kv::Config {
-            bucket: BUCKET.into(),
-            history: 5,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    for k in 0..KEYS {
-        store.put(format!("k{k}"), "0".into()).await.unwrap();
-    }
+    let store = bucket_of_keys(&js).await;
     // Writes go on while the feed opens, reads its snapshot and reads on.
     let writer = {
         let store = store.clone();
@@ -125,18 +132,7 @@ async fn a_feed_goes_on_across_a_nats_restart_and_still_reads_on() {
     let mut nats = TestNats::start();
     let client = nats.client().await;
     let js = client.js.clone();
-    let store = js
-        .create_key_value(kv::Config {
-            bucket: BUCKET.into(),
-            history: 5,
-            storage: async_nats::jetstream::stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    for k in 0..KEYS {
-        store.put(format!("k{k}"), "0".into()).await.unwrap();
-    }
+    let store = bucket_of_keys(&js).await;
     let mut feed = KvFeed::open(&js, BUCKET, ">").await.unwrap();
     let within = Duration::from_secs(60);
     tokio::time::timeout(within, async {

@@ -457,8 +457,9 @@ async fn successes(
     Ok(last)
 }
 
-/// A 6-field cron expression firing once, at `at` (UTC, whole second).
-fn cron_at(at: chrono::DateTime<chrono::Utc>) -> String {
+/// A 6-field cron expression firing once, at `at` (UTC, whole second): how the bench, and the
+/// tests of fires due together, make many jobs due at one instant.
+pub fn cron_at(at: chrono::DateTime<chrono::Utc>) -> String {
     use chrono::{Datelike, Timelike};
     format!(
         "{} {} {} {} {} *",

@@ -320,7 +320,7 @@ impl Stage {
         let mut taken = Vec::with_capacity(BATCH);
         let mut chunks = 0u64;
         while requests.recv_many(&mut taken, BATCH).await > 0 {
-            if taken.iter().any(|r| r.instance.overlaps())
+            if taken.iter().any(|r| r.instance.overlap() != Overlap::Allow)
                 && settled.wait_for(|n| *n >= chunks).await.is_err()
             {
                 return;
@@ -465,10 +465,7 @@ impl Batch<'_> {
     /// The request, if it goes on to be created (with its gate when it queues).
     async fn apply_overlap(&mut self, mut request: Request) -> Option<Request> {
         let instance = &mut request.instance;
-        let overlap = match instance.tick {
-            Some(_) => instance.work.spec.overlap,
-            None => Overlap::Allow,
-        };
+        let overlap = instance.overlap();
         match overlap::decide(self.client, &instance.work, overlap).await {
             Ok(Decision::Proceed) => Some(request),
             Ok(Decision::Queue(gate)) => {

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use ax_bus::ids::{InstanceId, TraceId, TriggerKey};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{TickOutcome, WorkItem};
-use ax_bus::spec::JobSpec;
+use ax_bus::spec::{JobSpec, Overlap};
 use ax_bus::{InstanceRecord, Tag};
 
 use crate::scheduler::ticks::Tick;
@@ -72,10 +72,13 @@ impl NewInstance {
         }
     }
 
-    /// Whether its creation applies an overlap policy (a cron tick of a job whose policy is
-    /// not `allow`).
-    pub(crate) fn overlaps(&self) -> bool {
-        self.tick.is_some() && self.work.spec.overlap != ax_bus::spec::Overlap::Allow
+    /// The overlap policy its creation applies: its job's for a cron tick, `allow` for
+    /// anything else.
+    pub(crate) fn overlap(&self) -> Overlap {
+        match self.tick {
+            Some(_) => self.work.spec.overlap,
+            None => Overlap::Allow,
+        }
     }
 
     /// Its tick recorded as `outcome`, for `reason`.

@@ -337,6 +337,10 @@ pub(crate) struct NodeArgs {
     /// Replicas of streams and buckets (3 on a NATS cluster).
     #[arg(long)]
     pub replicas: Option<usize>,
+    /// Buckets of the instance records, set by a deployment's first node (1; one per server
+    /// of a NATS cluster spreads their writes; `ax instance buckets --set` changes it later).
+    #[arg(long)]
+    pub instance_buckets: Option<u16>,
     /// Serve HTTP (/metrics) on HOST:PORT (`[metrics] listen` in the config); none without it.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
@@ -521,6 +525,13 @@ pub(crate) enum InstanceCommand {
         /// Why (kept in the record and the audit).
         #[arg(long)]
         reason: Option<String>,
+    },
+    /// The buckets the instance records are kept in: each one's keys, bytes and leader.
+    Buckets {
+        /// Move the records into this many buckets (1 to 64), with every node stopped; run
+        /// again to finish a move that was cut short.
+        #[arg(long)]
+        set: Option<u16>,
     },
 }
 

@@ -395,3 +395,60 @@ pub(crate) async fn act(
     )?;
     print_acted(reply, json)
 }
+
+/// One bucket of the instance records, as `ax instance buckets` prints it.
+#[derive(serde::Serialize)]
+struct Bucket {
+    bucket: String,
+    /// Keys held, a removed record's marker included until it expires.
+    keys: u64,
+    bytes: u64,
+    leader: Option<String>,
+}
+
+/// Prints the buckets of the instance records; with `set`, first moves the records into that
+/// many (see [`ax_bus::client::rebucket`]).
+pub(crate) async fn buckets(client: &AxClient, set: Option<u16>, json: bool) -> Result<()> {
+    let reopened;
+    let client = match set {
+        Some(to) => {
+            let moved =
+                ax_bus::client::rebucket::rebucket(client, to, |step| eprintln!("{step}")).await?;
+            eprintln!(
+                "{} → {} buckets: {} records moved ({} revisions), {} stayed",
+                moved.from, moved.to, moved.records, moved.revisions, moved.stayed
+            );
+            reopened = AxClient::from_client(client.nats.clone(), client.layout.clone()).await?;
+            &reopened
+        }
+        None => client,
+    };
+    let mut buckets = Vec::new();
+    for bucket in client.instances.buckets() {
+        let name = format!("KV_{bucket}");
+        let mut stream = client.js.get_stream(&name).await?;
+        let info = stream.info().await?;
+        buckets.push(Bucket {
+            bucket: bucket.to_string(),
+            keys: info.state.subjects_count,
+            bytes: info.state.bytes,
+            leader: info.cluster.as_ref().and_then(|c| c.leader.clone()),
+        });
+    }
+    if json {
+        return table::json(&buckets);
+    }
+    let rows: Vec<Vec<String>> = buckets
+        .iter()
+        .map(|b| {
+            vec![
+                b.bucket.clone(),
+                b.keys.to_string(),
+                b.bytes.to_string(),
+                b.leader.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    table::print(&["BUCKET", "KEYS", "BYTES", "LEADER"], &rows);
+    Ok(())
+}

@@ -181,6 +181,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::Kill { id, reason }) => {
             instances::act(&client().await?, commands::KILL, id, reason, json).await
         }
+        Command::Instance(InstanceCommand::Buckets { set }) => {
+            instances::buckets(&client().await?, set, json).await
+        }
         Command::Bench { quick, only } => Box::pin(bench::run(quick, &only, json)).await,
         Command::Nodes => fleet::nodes(&client().await?, json).await,
         Command::Status { date } => fleet::status(&client().await?, date.as_deref(), json).await,

@@ -117,6 +117,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         .clone()
         .unwrap_or_else(|| prefix_flag.to_string());
     config.replicas = args.replicas.or(file.node.replicas);
+    config.instance_buckets = file.node.instance_buckets(args.instance_buckets)?;
     config.retention = file.retention.retention()?;
     config.auth = file.nats.over(config.auth);
     let data_dir = args

@@ -7,6 +7,7 @@
 //! roles = ["worker"]
 //! prefix = "ax"
 //! replicas = 3
+//! instance_buckets = 3            # buckets of the instance records, set by the first node (1)
 //! data_dir = "/var/lib/ax"
 //! max_clock_skew = 5               # seconds off the NATS server's clock before the node holds off
 //! stall_after = 30                 # seconds an actor may leave the watchdog's ping unanswered
@@ -457,6 +458,8 @@ pub(crate) struct NodeSection {
     pub roles: Option<Vec<String>>,
     pub prefix: Option<String>,
     pub replicas: Option<usize>,
+    /// Buckets of the instance records, read when the deployment's first node starts (1).
+    pub instance_buckets: Option<u16>,
     pub data_dir: Option<PathBuf>,
     /// Seconds the node's clock may be off the NATS server's (5); 0 turns the guard off.
     pub max_clock_skew: Option<f64>,
@@ -465,6 +468,18 @@ pub(crate) struct NodeSection {
 }
 
 impl NodeSection {
+    /// The instance buckets a first node sets: `flag`'s, else this section's. An error names
+    /// the field.
+    pub(crate) fn instance_buckets(&self, flag: Option<u16>) -> Result<Option<u16>> {
+        let most = ax_bus::client::instance_buckets::MAX_BUCKETS;
+        match flag.or(self.instance_buckets) {
+            Some(n) if !(1..=most).contains(&n) => {
+                anyhow::bail!("[node] instance_buckets = {n}: must be from 1 to {most}")
+            }
+            n => Ok(n),
+        }
+    }
+
     /// The clock guard's limit; `None` when turned off. An error names the field.
     pub(crate) fn max_clock_skew(&self) -> Result<Option<Duration>> {
         match self.max_clock_skew {

@@ -82,6 +82,7 @@ async fn updates_from_a_known_record_save_the_read_and_never_trust_a_stale_one()
     let id = &created.instance_id.clone();
     let revision = client
         .instances
+        .store_of(id)
         .create(id, codec::encode(&created).unwrap())
         .await
         .unwrap();
@@ -238,7 +239,7 @@ async fn every_record_write_names_its_state_and_a_deleted_record_is_created_agai
     );
 
     // Deleted (or purged), the key takes a new record, with its header.
-    client.instances.delete(id).await.unwrap();
+    client.instances.store_of(id).delete(id).await.unwrap();
     assert!(client.instance(id).await.unwrap().is_none());
     assert!(client.create_instance(&other).await.unwrap());
     let (stored, revision) = client.instance(id).await.unwrap().unwrap();
@@ -252,7 +253,11 @@ async fn every_record_write_names_its_state_and_a_deleted_record_is_created_agai
 /// How many revisions of instance `id` the bucket holds.
 async fn revisions(client: &AxClient, id: &str) -> usize {
     use futures::StreamExt;
-    let entries = client.instances.history(id).await.unwrap();
+    let entries = client
+        .instances
+        .history(&id.parse().unwrap())
+        .await
+        .unwrap();
     entries.count().await
 }
 

@@ -27,6 +27,7 @@ mod failure_paths;
 mod feeds;
 mod fleet;
 mod hostile_input;
+mod instance_buckets;
 mod instance_updates;
 mod leases;
 mod lineage;

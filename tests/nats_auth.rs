@@ -218,6 +218,7 @@ fn authorization(users: &[(&str, &[&str])], password: impl Fn(&str) -> String) -
             publish.push("_INBOX.>".into());
             publish.push("$JS.API.INFO".into());
             publish.push("$KV.ax_nodes.>".into());
+            publish.push("$JS.API.STREAM.MSG.GET.KV_ax_partitions".into());
             publish.extend(streams.iter().map(|s| format!("$JS.API.STREAM.INFO.{s}")));
             read.push("AX_ALERTS".into());
             read.push("AX_LINEAGE".into());

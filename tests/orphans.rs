@@ -46,6 +46,7 @@ async fn orphan(
     let id = instance.record.instance_id.clone();
     client
         .instances
+        .store_of(&id)
         .create(&id, codec::encode(&instance.record).unwrap())
         .await
         .unwrap();

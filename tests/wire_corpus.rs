@@ -95,8 +95,8 @@ fn read_back(sample: &Sample, bytes: &[u8]) -> Result<Vec<u8>, String> {
         "ax_partitions" if sample.key.starts_with(ax_bus::partition::FIRED_PREFIX) => {
             again::<FiredThrough>(bytes)
         }
-        // The deployment's number of partitions, as text.
-        "ax_partitions" if sample.key == ax_bus::partition::COUNT_KEY => {
+        // The deployment's number of partitions, and of instance buckets, as text.
+        "ax_partitions" if counted(&sample.key) => {
             let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
             let count: u16 = text.trim().parse().map_err(|e| format!("{text}: {e}"))?;
             Ok(count.to_string().into_bytes())
@@ -301,7 +301,7 @@ async fn what_todays_code_stores_is_read_by_this_build() {
     for sample in &samples {
         let bytes = unhex(&sample.hex);
         let checked = read_back(sample, &bytes).and_then(|written| {
-            if sample.key == ax_bus::partition::COUNT_KEY {
+            if counted(&sample.key) {
                 // Text, not MessagePack: read back as it was.
                 return (written == bytes)
                     .then_some(())
@@ -373,4 +373,9 @@ fn the_check_catches_a_renamed_or_removed_field_and_allows_an_added_one() {
         covers(&nested, &old, ""),
         Err(".shard.index: no longer written".to_string())
     );
+}
+
+/// Whether a key of the partitions bucket holds a count as text.
+fn counted(key: &str) -> bool {
+    key == ax_bus::partition::COUNT_KEY || key == ax_bus::client::instance_buckets::COUNT_KEY
 }

@@ -183,7 +183,10 @@ async fn stored(
     client: &AxClient,
 ) -> Result<std::collections::BTreeMap<String, (u64, Option<String>)>> {
     let mut all = std::collections::BTreeMap::new();
-    for name in client.layout.stream_names() {
+    let buckets = client
+        .layout
+        .instance_bucket_streams(client.instances.count());
+    for name in client.layout.stream_names().into_iter().chain(buckets) {
         let Ok(mut stream) = client.js.get_stream(&name).await else {
             continue;
         };

@@ -40,7 +40,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use async_nats::jetstream::kv::Operation;
-use ax_bus::client::kv_view::{FeedItem, KvFeed};
+use ax_bus::client::kv_view::FeedItem;
 use ax_bus::client::record_writes::state_of;
 use ax_bus::error::{During, NatsError};
 use ax_bus::ids::{InstanceId, WorkerId};
@@ -95,8 +95,9 @@ struct Watched {
 /// the feed fails.
 pub(super) async fn watch(shared: Dispatcher) -> Result<(), ActorError> {
     let client = &shared.client;
-    let bucket = client.layout.instances_bucket();
-    let mut feed = KvFeed::open_headers_only(&client.js, &bucket, ">")
+    let mut feed = client
+        .instances
+        .feed(&client.js, None, true)
         .await?
         .into_stream();
     let mut open: HashMap<InstanceId, Watched> = HashMap::new();

@@ -143,7 +143,15 @@ pub async fn backup(
         prefix: layout.subjects.prefix().to_string(),
         streams: Vec::new(),
     };
-    for name in layout.stream_names() {
+    let buckets = retried("the instance buckets", &mut progress, || {
+        instance_buckets(&js, layout)
+    })
+    .await?;
+    let names = layout
+        .stream_names()
+        .into_iter()
+        .chain(layout.instance_bucket_streams(buckets));
+    for name in names {
         if manifest.streams.len() == 1 {
             if let Some(pause) = pause {
                 tokio::time::sleep(pause).await;
@@ -204,6 +212,26 @@ fn partial_of(out: &Path) -> PathBuf {
     let mut name = out.file_name().unwrap_or_default().to_os_string();
     name.push(".partial");
     out.with_file_name(name)
+}
+
+/// The deployment's number of instance buckets (one when it has no partitions bucket or no
+/// count stored).
+async fn instance_buckets(
+    js: &async_nats::jetstream::Context,
+    layout: &Layout,
+) -> Result<u16, BackupError> {
+    let bucket = layout.partitions_bucket();
+    if !exists(js, &format!("KV_{bucket}")).await? {
+        return Ok(1);
+    }
+    let partitions = js
+        .get_key_value(&bucket)
+        .await
+        .map_err(|e| nats(&bucket, e))?;
+    Ok(crate::client::instance_buckets::stored_count(&partitions)
+        .await
+        .map_err(|e| nats(&bucket, e))?
+        .unwrap_or(1))
 }
 
 async fn exists(js: &async_nats::jetstream::Context, name: &str) -> Result<bool, BackupError> {

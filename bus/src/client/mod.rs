@@ -11,10 +11,12 @@ pub mod deps;
 pub mod expiry_notes;
 pub mod history;
 pub mod in_flight;
+pub mod instance_buckets;
 pub mod kv_view;
 pub mod local_server;
 pub mod logs;
 pub mod provision;
+pub mod rebucket;
 pub mod record_writes;
 pub mod registered;
 pub mod reports;
@@ -28,7 +30,7 @@ use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use serde::Serialize;
 
-use crate::client::kv_view::{FeedError, KvFeed};
+use crate::client::kv_view::{FeedError, KvFeed, MergedFeed};
 use crate::codec::{self, CodecError};
 use crate::error::{BoxError, During, NatsError, Reason};
 use crate::ids::{IdError, InstanceId, JobName, NodeId};
@@ -59,6 +61,8 @@ pub struct ConnectConfig {
     pub auth: NatsAuth,
     /// How long what is kept for a while is kept (see [`Layout::retention`]).
     pub retention: crate::client::provision::Retention,
+    /// The instance buckets a first node sets (see [`Layout::instance_buckets`]).
+    pub instance_buckets: Option<u16>,
 }
 
 /// How to authenticate to NATS and secure the connection. A user and password may also be
@@ -225,6 +229,7 @@ impl ConnectConfig {
             replicas: None,
             auth: NatsAuth::from_env(),
             retention: Default::default(),
+            instance_buckets: None,
         }
     }
 }
@@ -358,8 +363,8 @@ pub struct AxClient {
     pub layout: Layout,
     /// Job registry.
     pub jobs: std::sync::Arc<kv::Store>,
-    /// Instance records.
-    pub instances: std::sync::Arc<kv::Store>,
+    /// Instance records, in their buckets.
+    pub instances: std::sync::Arc<instance_buckets::InstanceBuckets>,
     /// Attempt claims.
     pub claims: std::sync::Arc<kv::Store>,
     /// Worker heartbeats.
@@ -406,6 +411,23 @@ impl std::fmt::Debug for AxClient {
             .field("replicas", &self.layout.replicas)
             .finish_non_exhaustive()
     }
+}
+
+/// Opens bucket `name`: an error names it, as not set up when it does not exist.
+pub(crate) async fn open_bucket(
+    js: &jetstream::Context,
+    name: &str,
+) -> Result<kv::Store, ClientError> {
+    js.get_key_value(name).await.map_err(|e| {
+        let error = NatsError::new(format!("open bucket {name}"), e);
+        if error.server_code() == Some(jetstream::ErrorCode::STREAM_NOT_FOUND) {
+            ClientError::NotSetUp {
+                object: format!("bucket {name}"),
+            }
+        } else {
+            error.into()
+        }
+    })
 }
 
 /// Whether a connection failed because no server answered (yet) — refused, reset, timed out,
@@ -481,6 +503,7 @@ impl AxClient {
     fn layout_of(config: &ConnectConfig) -> Layout {
         Layout {
             retention: config.retention.clone(),
+            instance_buckets: config.instance_buckets,
             ..Layout::new(Subjects::new(&config.prefix), config.replicas)
         }
     }
@@ -537,22 +560,17 @@ impl AxClient {
         let js = jetstream::new(nats.clone());
         let bucket = |name: String| {
             let js = js.clone();
-            async move {
-                js.get_key_value(&name).await.map_err(|e| {
-                    let error = NatsError::new(format!("open bucket {name}"), e);
-                    if error.server_code() == Some(jetstream::ErrorCode::STREAM_NOT_FOUND) {
-                        ClientError::NotSetUp {
-                            object: format!("bucket {name}"),
-                        }
-                    } else {
-                        error.into()
-                    }
-                })
-            }
+            async move { open_bucket(&js, &name).await }
         };
+        let partitions = bucket(layout.partitions_bucket()).await?;
+        let count = instance_buckets::stored_count(&partitions)
+            .await?
+            .unwrap_or(1);
         Ok(Self {
             jobs: std::sync::Arc::new(bucket(layout.jobs_bucket()).await?),
-            instances: std::sync::Arc::new(bucket(layout.instances_bucket()).await?),
+            instances: std::sync::Arc::new(
+                instance_buckets::InstanceBuckets::open(&js, &layout, count).await?,
+            ),
             claims: std::sync::Arc::new(bucket(layout.claims_bucket()).await?),
             workers: std::sync::Arc::new(bucket(layout.workers_bucket()).await?),
             in_flight: std::sync::Arc::new(bucket(layout.in_flight_bucket()).await?),
@@ -561,7 +579,7 @@ impl AxClient {
             waiting: std::sync::Arc::new(bucket(layout.waiting_bucket()).await?),
             latest: std::sync::Arc::new(bucket(layout.latest_bucket()).await?),
             leases: std::sync::Arc::new(bucket(layout.leases_bucket()).await?),
-            partitions: std::sync::Arc::new(bucket(layout.partitions_bucket()).await?),
+            partitions: std::sync::Arc::new(partitions),
             queues: std::sync::Arc::new(bucket(layout.queues_bucket()).await?),
             summary: std::sync::Arc::new(bucket(layout.summary_bucket()).await?),
             tokens: std::sync::Arc::new(bucket(layout.tokens_bucket()).await?),
@@ -871,18 +889,16 @@ impl AxClient {
 
     /// A feed over every instance record: the current ones, then every change (how the
     /// console keeps its index of instances without reading them all per page).
-    pub async fn instance_feed(&self) -> Result<KvFeed, ClientError> {
-        Ok(KvFeed::open(&self.js, &self.layout.instances_bucket(), ">").await?)
+    pub async fn instance_feed(&self) -> Result<MergedFeed, ClientError> {
+        self.instances.feed(&self.js, None, false).await
     }
 
     /// A feed over the records of one job's instances (or all), for readers that go through
     /// them one at a time instead of holding them all ([`AxClient::instances`]).
-    pub async fn instances_feed(&self, job: Option<&JobName>) -> Result<KvFeed, ClientError> {
-        let pattern = match job {
-            Some(job) => format!("{job}.>"),
-            None => ">".to_string(),
-        };
-        Ok(KvFeed::open(&self.js, &self.layout.instances_bucket(), &pattern).await?)
+    pub async fn instances_feed(&self, job: Option<&JobName>) -> Result<MergedFeed, ClientError> {
+        self.instances
+            .feed(&self.js, job.map(JobName::as_str), false)
+            .await
     }
 
     /// The records of one job's instances (or all), oldest first.

@@ -138,6 +138,9 @@ pub struct Layout {
     pub replicas: Option<usize>,
     /// How long what is kept for a while is kept.
     pub retention: Retention,
+    /// The instance buckets a first node sets (`[node] instance_buckets`, see
+    /// [`crate::client::instance_buckets`]); `None`: one, when no node set them yet.
+    pub instance_buckets: Option<u16>,
 }
 
 /// A provisioning failure, naming the object.
@@ -158,6 +161,7 @@ impl Layout {
             subjects,
             replicas: replicas.map(|n| n.max(1)),
             retention: Retention::default(),
+            instance_buckets: None,
         }
     }
 
@@ -230,6 +234,14 @@ impl Layout {
     /// `ax_instances`.
     pub fn instances_bucket(&self) -> String {
         self.bucket_name("instances")
+    }
+    /// Instance bucket `i`: `ax_instances` for 0, `ax_instances_<i>` for the others (see
+    /// [`crate::client::instance_buckets`]).
+    pub fn instance_bucket(&self, i: u16) -> String {
+        match i {
+            0 => self.instances_bucket(),
+            i => format!("{}_{i}", self.instances_bucket()),
+        }
     }
     /// `ax_claims`.
     pub fn claims_bucket(&self) -> String {
@@ -354,6 +366,14 @@ impl Layout {
                     .into_iter()
                     .map(|(bucket, ..)| format!("KV_{bucket}")),
             )
+            .collect()
+    }
+
+    /// The streams of instance buckets 1 to `count` − 1 (bucket 0's is among
+    /// [`Layout::stream_names`]).
+    pub fn instance_bucket_streams(&self, count: u16) -> Vec<String> {
+        (1..count)
+            .map(|i| format!("KV_{}", self.instance_bucket(i)))
             .collect()
     }
 
@@ -486,6 +506,66 @@ impl Layout {
         self.ensure_clock_stream(js).await?;
         for (bucket, history, max_age) in self.buckets() {
             self.ensure_stream(js, bucket_stream(&bucket, history, max_age))
+                .await?;
+        }
+        self.agree_instance_buckets(js).await?;
+        Ok(())
+    }
+
+    /// Makes sure the instance buckets exist and their count is stored: the count stored if
+    /// there is one, else [`Layout::instance_buckets`] (one when unset). Every bucket is made
+    /// before the count names it, so a reader that reads the count finds them. Returns the
+    /// deployment's count.
+    async fn agree_instance_buckets(&self, js: &jetstream::Context) -> Result<u16, ProvisionError> {
+        use crate::client::instance_buckets::{stored_count, COUNT_KEY, MAX_BUCKETS};
+        let failed = |source: crate::error::BoxError| ProvisionError {
+            object: format!(
+                "the number of instance buckets (`{COUNT_KEY}` in the partitions bucket)"
+            ),
+            source,
+        };
+        let partitions = js
+            .get_key_value(self.partitions_bucket())
+            .await
+            .map_err(|e| failed(e.into()))?;
+        let wanted = self.instance_buckets.unwrap_or(1).clamp(1, MAX_BUCKETS);
+        let count = loop {
+            if let Some(count) = stored_count(&partitions)
+                .await
+                .map_err(|e| failed(e.into()))?
+            {
+                break count;
+            }
+            self.ensure_instance_buckets(js, wanted).await?;
+            match partitions
+                .create(COUNT_KEY, wanted.to_string().into())
+                .await
+            {
+                Ok(_) => break wanted,
+                Err(e) if e.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(failed(e.into())),
+            }
+        };
+        self.ensure_instance_buckets(js, count).await?;
+        if self.instance_buckets.is_some_and(|w| w != count) {
+            tracing::warn!(
+                stored = count,
+                configured = wanted,
+                "this deployment's instance records are in {count} buckets: [node] instance_buckets = {wanted} is ignored (`ax instance buckets --set` changes it)"
+            );
+        }
+        Ok(count)
+    }
+
+    /// Makes instance buckets 1 to `count` − 1 (bucket 0 is among [`Self::buckets`]).
+    pub(crate) async fn ensure_instance_buckets(
+        &self,
+        js: &jetstream::Context,
+        count: u16,
+    ) -> Result<(), ProvisionError> {
+        for i in 1..count {
+            let bucket = self.instance_bucket(i);
+            self.ensure_stream(js, bucket_stream(&bucket, RECORD_REVISIONS, Duration::ZERO))
                 .await?;
         }
         Ok(())

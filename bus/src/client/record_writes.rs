@@ -78,7 +78,7 @@ impl AxClient {
         if record.state.is_final() {
             self.note_final(id, record).await?;
         }
-        let subject = format!("$KV.{}.{id}", self.layout.instances_bucket());
+        let subject = self.instances.subject_of(id);
         Ok(self
             .js
             .send_publish(subject, record_message(record, expected)?)

@@ -120,13 +120,11 @@ impl AxClient {
             .as_secs()
             .max(1);
         let subject = self.subjects().expiry(default);
-        let mut feed = crate::client::kv_view::KvFeed::open_headers_only(
-            &self.js,
-            &self.layout.instances_bucket(),
-            ">",
-        )
-        .await?
-        .into_stream();
+        let mut feed = self
+            .instances
+            .feed(&self.js, None, true)
+            .await?
+            .into_stream();
         let mut pending = Vec::new();
         let mut noted = 0u64;
         let mut ids: Vec<String> = Vec::new();
@@ -216,7 +214,7 @@ impl AxClient {
     ) -> Result<Expiry, ClientError> {
         let entry = self
             .instances
-            .entry(id.to_string())
+            .entry(id)
             .await
             .during(|| format!("read instance {id}"))?;
         let Some(entry) =
@@ -247,7 +245,7 @@ impl AxClient {
         let purge = PublishMessage::build()
             .headers(headers)
             .expected_last_subject_sequence(entry.revision);
-        let subject = format!("$KV.{}.{id}", self.layout.instances_bucket());
+        let subject = self.instances.subject_of(id);
         let answer = self
             .js
             .send_publish(subject, purge)

@@ -3,7 +3,8 @@
 Commands go the durable way (docs/protocol.md): published with JetStream on
 ``ax.control.<command>`` with ``Ax-Reply-To`` naming an inbox, so a command sent while no
 Scheduler runs waits in the stream; the answer comes back on the inbox. Records are read from
-the ``ax_instances`` bucket, results from a durable pull consumer of ``AX_RESULTS``.
+the ``ax_instances`` bucket (or, in a deployment that keeps them in several buckets, the one
+the job's name hashes to), results from a durable pull consumer of ``AX_RESULTS``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ JobSpec = Union[str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
 
 #: How long a command waits for its answer by default.
 COMMAND_TIMEOUT = 10.0
+
+
+#: The key, in the partitions bucket, of the number of instance buckets.
+_BUCKETS_KEY = "instance_buckets"
+
+
+def _bucket_of(instance_id: str, count: int) -> int:
+    """The instance bucket of a record: FNV-1a 32 of its id's first token (its job's name)
+    modulo the count, as the nodes compute it."""
+    digest = 0x811C9DC5
+    for byte in instance_id.split(".", 1)[0].encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return digest % count
 
 
 def _decode(headers: Optional[Mapping[str, str]], payload: bytes) -> Any:
@@ -76,6 +90,7 @@ class Client:
         self._prefix = prefix
         self._tag = prefix.replace(".", "_")
         self._buckets: Dict[str, Any] = {}
+        self._bucket_count: Optional[int] = None
 
     @property
     def nats(self) -> nats.NATS:
@@ -186,9 +201,26 @@ class Client:
             self._buckets[what] = await self._js.key_value(f"{self._tag}_{what}")
         return self._buckets[what]
 
+    async def _instance_buckets(self) -> int:
+        """The number of instance buckets, read once (``instance_buckets`` in the partitions
+        bucket; none stored: one). A move to another count happens while no node runs, and
+        a client connected before it reconnects after."""
+        if self._bucket_count is None:
+            partitions = await self._bucket("partitions")
+            try:
+                entry = await partitions.get(_BUCKETS_KEY)
+                count = int((entry.value or b"1").decode())
+            except nats.js.errors.KeyNotFoundError:
+                count = 1
+            except ValueError as e:
+                raise AxError(f"the partitions bucket's `{_BUCKETS_KEY}` is not a count: {e}")
+            self._bucket_count = max(count, 1)
+        return self._bucket_count
+
     async def get_instance(self, instance_id: str) -> Optional[Instance]:
         """The record of ``instance_id``, or None when there is none."""
-        bucket = await self._bucket("instances")
+        index = _bucket_of(instance_id, await self._instance_buckets())
+        bucket = await self._bucket("instances" if index == 0 else f"instances_{index}")
         try:
             entry = await bucket.get(instance_id)
         except nats.js.errors.KeyNotFoundError:

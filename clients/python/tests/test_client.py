@@ -17,6 +17,15 @@ job:
   exec: { type: noop }
 """
 
+def test_an_instance_bucket_is_the_nodes_hash_of_the_job():
+    """The same numbers as the Rust test of ``instance_buckets::index_of``."""
+    from ax_client._client import _bucket_of
+
+    assert _bucket_of("a.x", 65535) == 0xE40C292C % 65535  # FNV-1a 32 of "a"
+    assert [_bucket_of(f"{job}.x", 7) for job in ["nightly-etl", "py_echo", "report-7", "orders"]] == [4, 5, 1, 3]
+    assert _bucket_of("anything.at-all", 1) == 0
+
+
 ECHO = """\
 version: v1
 job:

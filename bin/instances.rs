@@ -412,8 +412,10 @@ pub(crate) async fn buckets(client: &AxClient, set: Option<u16>, json: bool) -> 
     let reopened;
     let client = match set {
         Some(to) => {
+            let pause = ax_actors::test_hooks::rebucket_pause();
             let moved =
-                ax_bus::client::rebucket::rebucket(client, to, |step| eprintln!("{step}")).await?;
+                ax_bus::client::rebucket::rebucket(client, to, pause, |step| eprintln!("{step}"))
+                    .await?;
             eprintln!(
                 "{} → {} buckets: {} records moved ({} revisions), {} stayed",
                 moved.from, moved.to, moved.records, moved.revisions, moved.stayed

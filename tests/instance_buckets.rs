@@ -1,13 +1,16 @@
 //! The instance records in several buckets: a deployment whose first node sets three keeps
 //! each job's records in the bucket its name hashes to, and reads, lists and follows them as
 //! one; a deployment with records moves into three buckets and back with `ax instance buckets
-//! --set` (refused while a node runs), every record and its history readable after, and new
-//! instances run and land where they belong.
+//! --set` (refused while a node runs; killed before it stored the new count, it leaves the old
+//! layout whole and finishes when run again), every record and its history readable after,
+//! and new instances run and land where they belong.
 
 use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use ax_bus::client::instance_buckets::index_of;
 use ax_bus::{AxClient, State};
@@ -82,6 +85,42 @@ fn buckets_cli(nats: &TestNats) -> Vec<(String, u64)> {
             )
         })
         .collect()
+}
+
+/// `ax instance buckets --set 3` once it copied the records, held before it stores the count
+/// (tried again while it is refused: the node's heartbeat is still recent).
+async fn move_under_way(nats: &TestNats) -> AxProcess {
+    let dir = nats.path("move-cli");
+    let mut tries = 0;
+    wait_for(Duration::from_secs(60), "a move under way", || {
+        tries += 1;
+        let moving = AxProcess::spawn_with_env(
+            Some(&nats.url()),
+            &["instance", "buckets", "--set", "3"],
+            &dir,
+            &dir.join(format!("move-{tries}.log")),
+            &[("AX_TEST_REBUCKET_PAUSE_SECS", "120")],
+        );
+        async move {
+            let mut moving = moving;
+            let copied_or_refused = async {
+                loop {
+                    if moving.log_text().contains("records moved so far") {
+                        return true;
+                    }
+                    if moving.child.try_wait().ok().flatten().is_some() {
+                        return false;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            let copied = tokio::time::timeout(Duration::from_secs(30), copied_or_refused)
+                .await
+                .unwrap_or(false);
+            copied.then_some(moving)
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,17 +225,38 @@ async fn a_deployment_with_records_moves_into_three_buckets_and_back() {
     assert_eq!(nats.client().await.instances.count(), 1);
 
     node.terminate(Duration::from_secs(20));
-    let out = wait_for(
-        Duration::from_secs(60),
-        "the move, once the node is quiet",
-        || {
-            let out = ax(&nats.url(), &["instance", "buckets", "--set", "3"]);
-            async move { out.status.success().then_some(out) }
-        },
-    )
-    .await;
+    let revisions = client
+        .instances
+        .history(&id(&ended[3]))
+        .await
+        .unwrap()
+        .count()
+        .await;
+
+    // A move killed once it copied the records, before it stored the new count: the old
+    // layout is whole (the copies in the new buckets are not read).
+    let mut cut = move_under_way(&nats).await;
+    cut.kill9();
+    let client = nats.client().await;
+    assert_eq!(client.instances.count(), 1);
+    assert_eq!(client.instances(None).await.unwrap().len(), before.len());
+    assert!(client.js.get_stream("KV_ax_instances_1").await.is_ok());
+
+    // Run again, it finishes: no record twice, no revision twice.
+    let out = ax(&nats.url(), &["instance", "buckets", "--set", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("1 → 3 buckets"), "{}", stderr(&out));
     let client = nats.client().await;
+    assert_eq!(
+        client
+            .instances
+            .history(&id(&ended[3]))
+            .await
+            .unwrap()
+            .count()
+            .await,
+        revisions
+    );
     assert_eq!(client.instances.count(), 3);
     assert_placed(&keys_by_bucket(&client).await, 3);
     for (key, record) in &before {

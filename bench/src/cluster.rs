@@ -9,7 +9,10 @@
 //! sends them on to the two other servers and answers once one of them has them; so the
 //! server that leads the most written streams does the most work, and is the one that
 //! saturates first. The section names it, with the share of a core it was busy and the streams
-//! it led. On a machine with fewer cores than the three servers and ax need, they share the
+//! it led. A third run on the same servers keeps the instance records in three buckets, one
+//! per server (see `ax_bus::client::instance_buckets`): the writes of the records, three of an
+//! instance's seven, are then led by whichever servers lead those buckets instead of one. On a
+//! machine with fewer cores than the three servers and ax need, they share the
 //! cores and the cluster carries less than one server: the figures then say where the work
 //! goes, not what a cluster of separate machines would carry.
 
@@ -39,11 +42,16 @@ pub(crate) async fn measure(url: &str, single: Option<u32>, quick: bool) -> Resu
     let dir = tempfile::tempdir()?;
     let servers = start_cluster(dir.path())?;
     let pids: Vec<u32> = servers.iter().filter_map(LocalServer::pid).collect();
-    let client = cluster_client(&servers, "clthree").await?;
+    let client = cluster_client(&servers, "clthree", 1).await?;
     let three = throughput::run_on(&client, n, quick, &pids).await?;
     drop(client);
+    let client = cluster_client(&servers, "clspread", SERVERS as u16).await?;
+    let spread = throughput::run_on(&client, n, quick, &pids).await?;
+    drop(client);
     drop(servers);
-    Ok(figures(n, &one, &three))
+    let mut all = figures(n, &one, &three);
+    all.extend(spread_figures(n, &three, &spread));
+    Ok(all)
 }
 
 /// Three nats-servers `c0`… routed to each other on loopback, their stores under `dir`.
@@ -79,9 +87,10 @@ fn start_cluster(dir: &Path) -> Result<Vec<LocalServer>> {
     Ok(servers)
 }
 
-/// A client of the cluster under `prefix`, its streams and buckets at 3 replicas, once the
-/// cluster has elected its JetStream leader (streams are refused until then).
-async fn cluster_client(servers: &[LocalServer], prefix: &str) -> Result<AxClient> {
+/// A client of the cluster under `prefix`, its streams and buckets at 3 replicas, the
+/// instance records in `buckets` buckets, once the cluster has elected its JetStream leader
+/// (streams are refused until then).
+async fn cluster_client(servers: &[LocalServer], prefix: &str, buckets: u16) -> Result<AxClient> {
     let urls = servers
         .iter()
         .map(|s| s.url.clone())
@@ -90,6 +99,7 @@ async fn cluster_client(servers: &[LocalServer], prefix: &str) -> Result<AxClien
     let mut config = ConnectConfig::new(urls, format!("ax-bench-{prefix}"));
     config.prefix = prefix.to_string();
     config.replicas = Some(SERVERS);
+    config.instance_buckets = Some(buckets);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         match AxClient::connect_node(&config).await {
@@ -146,7 +156,7 @@ fn figures(n: usize, one: &Run, three: &Run) -> Vec<Figure> {
             ),
         },
     ];
-    figures.extend(busiest(n, three));
+    figures.extend(busiest(n, three, "three servers"));
     let mut streams: Vec<_> = three.writes.iter().filter(|w| w.writes > 0).collect();
     streams.sort_by_key(|w| std::cmp::Reverse(w.writes));
     for written in streams.iter().take(6) {
@@ -168,7 +178,7 @@ fn figures(n: usize, one: &Run, three: &Run) -> Vec<Figure> {
 /// The server that worked hardest in the cluster run, and the one leading the most writes
 /// (the first to saturate is one of them: every server stores every write at 3 replicas, the
 /// leader also orders them, answers them and sends them on).
-fn busiest(n: usize, three: &Run) -> Vec<Figure> {
+fn busiest(n: usize, three: &Run, run: &str) -> Vec<Figure> {
     // Each server: its name, CPU per instance, writes per instance it led, those by stream.
     let servers: Vec<(String, f64, f64, String)> = three
         .cpu_servers
@@ -184,7 +194,7 @@ fn busiest(n: usize, three: &Run) -> Vec<Figure> {
     if let Some((name, cpu, _, led)) = servers.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
         figures.push(Figure {
             section: "cluster",
-            name: format!("three servers: the busiest, {name}"),
+            name: format!("{run}: the busiest, {name}"),
             value: cpu * n as f64 / 1e6 / three.seconds.max(0.001),
             unit: "cores",
             note: format!("{cpu:.0} µs per instance, from the fire to the last result; leads (writes per instance): {led}"),
@@ -193,12 +203,32 @@ fn busiest(n: usize, three: &Run) -> Vec<Figure> {
     if let Some((name, _, writes, led)) = servers.iter().max_by(|a, b| a.2.total_cmp(&b.2)) {
         figures.push(Figure {
             section: "cluster",
-            name: format!("three servers: the leader of the most writes, {name}"),
+            name: format!("{run}: the leader of the most writes, {name}"),
             value: *writes,
             unit: "msg",
             note: format!("writes per instance to the streams it leads: {led}"),
         });
     }
+    figures
+}
+
+/// The same cluster with the instance records in three buckets (one per server), against
+/// one bucket: the rate, and whether the most writes any leader orders went down.
+fn spread_figures(n: usize, three: &Run, spread: &Run) -> Vec<Figure> {
+    let (ax, nats) = spread.cpu;
+    let run = "three servers, three instance buckets";
+    let mut figures = vec![Figure {
+        section: "cluster",
+        name: format!("{run}: no-op instances end to end"),
+        value: spread.rate,
+        unit: "inst/s",
+        note: format!(
+            "{:.2}× the same servers with one bucket; all final in {:.2} s; CPU per instance ax {ax:.0} + the servers {nats:.0} µs",
+            spread.rate / three.rate.max(f64::MIN_POSITIVE),
+            spread.seconds
+        ),
+    }];
+    figures.extend(busiest(n, spread, run));
     figures
 }
 

@@ -56,6 +56,22 @@ pub fn backup_pause() -> Option<Duration> {
     None
 }
 
+/// How long `ax instance buckets --set` waits once the records are copied, before it stores
+/// the new count (`AX_TEST_REBUCKET_PAUSE_SECS`).
+#[cfg(feature = "test-hooks")]
+pub fn rebucket_pause() -> Option<Duration> {
+    std::env::var("AX_TEST_REBUCKET_PAUSE_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(Duration::from_secs_f64)
+}
+
+/// Without the test hooks: never.
+#[cfg(not(feature = "test-hooks"))]
+pub fn rebucket_pause() -> Option<Duration> {
+    None
+}
+
 /// How long a Scheduler holds the end of each reading of the job registry
 /// (`AX_TEST_LOAD_DELAY_SECS`): partitions taken stay loading while the others rebalance.
 #[cfg(feature = "test-hooks")]

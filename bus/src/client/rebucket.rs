@@ -78,9 +78,12 @@ pub struct Moved {
 
 /// Moves the records of `client`'s deployment into `to` buckets; `progress` is told each step.
 /// `client` must have been opened after the nodes stopped (it holds the count it read).
+/// `pause`: a wait once the records are copied, before the new count is stored (the tests cut
+/// the move short in it).
 pub async fn rebucket(
     client: &AxClient,
     to: u16,
+    pause: Option<Duration>,
     mut progress: impl FnMut(&str),
 ) -> Result<Moved, RebucketError> {
     if !(1..=MAX_BUCKETS).contains(&to) {
@@ -101,6 +104,9 @@ pub async fn rebucket(
     if from != to {
         for bucket in 0..from {
             copy_bucket(client, bucket, to, &mut moved, &mut progress).await?;
+        }
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
         }
         client
             .partitions

@@ -9,7 +9,9 @@
 //! sends them on to the two other servers and answers once one of them has them; so the
 //! server that leads the most written streams does the most work, and is the one that
 //! saturates first. The section names it, with the share of a core it was busy and the streams
-//! it led. A third run on the same servers keeps the instance records in three buckets, one
+//! it led. Before each cluster run the leaders of ax's written streams are spread as evenly
+//! as their writes allow (an operator's `step-down --preferred`), so that the runs compare
+//! layouts rather than where JetStream happened to place them. A third run on the same servers keeps the instance records in three buckets, one
 //! per server (see `ax_bus::client::instance_buckets`): the writes of the records, three of an
 //! instance's seven, are then led by whichever servers lead those buckets instead of one. On a
 //! machine with fewer cores than the three servers and ax need, they share the
@@ -43,9 +45,11 @@ pub(crate) async fn measure(url: &str, single: Option<u32>, quick: bool) -> Resu
     let servers = start_cluster(dir.path())?;
     let pids: Vec<u32> = servers.iter().filter_map(LocalServer::pid).collect();
     let client = cluster_client(&servers, "clthree", 1).await?;
+    balance_leaders(&client).await?;
     let three = throughput::run_on(&client, n, quick, &pids).await?;
     drop(client);
     let client = cluster_client(&servers, "clspread", SERVERS as u16).await?;
+    balance_leaders(&client).await?;
     let spread = throughput::run_on(&client, n, quick, &pids).await?;
     drop(client);
     drop(servers);
@@ -109,6 +113,61 @@ async fn cluster_client(servers: &[LocalServer], prefix: &str, buckets: u16) -> 
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
+    }
+}
+
+/// Moves the leaders of ax's written streams so that each server leads about as many writes
+/// an instance (the heaviest first, each to the server leading the fewest so far), as an
+/// operator would with `nats stream cluster step-down --preferred`: where JetStream placed
+/// them is luck, and the runs compare layouts, not luck.
+async fn balance_leaders(client: &AxClient) -> Result<()> {
+    let layout = &client.layout;
+    let buckets = client.instances.count();
+    let per_bucket = 3.0 / f64::from(buckets);
+    let mut streams: Vec<(String, f64)> = (0..buckets)
+        .map(|i| (format!("KV_{}", layout.instance_bucket(i)), per_bucket))
+        .collect();
+    for stream in [
+        layout.flow_stream(),
+        layout.dispatch_stream(),
+        layout.results_stream(),
+        format!("KV_{}", layout.deps_bucket()),
+    ] {
+        streams.push((stream, 1.0));
+    }
+    streams.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut load = [0.0f64; SERVERS];
+    for (stream, writes) in streams {
+        let (target, _) = load
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .unwrap_or((0, &0.0));
+        load[target] += writes;
+        lead(client, &stream, &format!("c{target}")).await?;
+    }
+    Ok(())
+}
+
+/// Makes `server` the leader of `stream` (asks its leader to step down in its favour until
+/// it is, for up to 10 s).
+async fn lead(client: &AxClient, stream: &str, server: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = client.js.get_stream(stream).await?.info().await?.clone();
+        let leader = info.cluster.as_ref().and_then(|c| c.leader.clone());
+        if leader.as_deref() == Some(server) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("{stream}: led by {leader:?}, not {server}, after 10 s").into());
+        }
+        let request = serde_json::json!({ "placement": { "preferred": server } });
+        let _: serde_json::Value = client
+            .js
+            .request(format!("STREAM.LEADER.STEPDOWN.{stream}"), &request)
+            .await?;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

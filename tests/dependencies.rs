@@ -494,7 +494,14 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
 
     // An earlier version handled (and acknowledged) the first result, not the second.
     succeed("2026-03-01").await;
-    let mut handled = old.fetch().max_messages(1).messages().await.unwrap();
+    // A batch that waits for it (a no-wait fetch finds nothing yet on a loaded machine).
+    let mut handled = old
+        .batch()
+        .max_messages(1)
+        .expires(Duration::from_secs(10))
+        .messages()
+        .await
+        .unwrap();
     handled
         .next()
         .await
@@ -550,7 +557,13 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
     succeed("2026-03-03").await;
     let stalled: async_nats::jetstream::consumer::PullConsumer =
         stream.get_consumer(&term).await.unwrap();
-    let mut in_hand = stalled.fetch().max_messages(1).messages().await.unwrap();
+    let mut in_hand = stalled
+        .batch()
+        .max_messages(1)
+        .expires(Duration::from_secs(10))
+        .messages()
+        .await
+        .unwrap();
     let _in_hand = in_hand.next().await.unwrap().unwrap();
     let _second = AxProcess::node(&nats, "d2", "dag", &[]);
     wait_for(Duration::from_secs(30), "the result in hand noted", || {

@@ -11,7 +11,8 @@
 //! Each bucket is read once, every kept revision in order; a record whose job hashes
 //! elsewhere under the new count is written there revision by revision (its target first
 //! emptied of what a move cut short left), with its state header; a removal empties it there
-//! again. A record that does not decode stops the move, the old layout whole. Only then is
+//! again (the buckets past the old count are emptied first: nothing reads them). A record
+//! that does not decode stops the move, the old layout whole. Only then is
 //! the new count stored, and only after that are the moved records purged from where they
 //! were and the buckets past the new count deleted. A move cut short anywhere is finished by
 //! running it again: before the count is stored the old layout is whole; after, the leftovers
@@ -102,6 +103,11 @@ pub async fn rebucket(
         ..Moved::default()
     };
     if from != to {
+        // Buckets past the stored count hold nothing anyone reads, only what a move cut
+        // short (or one to another count) left: emptied, they take the copies afresh.
+        for stale in from..to {
+            empty_bucket(client, stale).await?;
+        }
         for bucket in 0..from {
             copy_bucket(client, bucket, to, &mut moved, &mut progress).await?;
         }
@@ -240,6 +246,18 @@ async fn settle(acks: &mut Vec<(String, PublishAckFuture)>) -> Result<(), Client
         ack.await
             .map_err(|e| NatsError::new(format!("move instance {key}"), e))?;
     }
+    Ok(())
+}
+
+/// Removes every message of bucket `index`.
+async fn empty_bucket(client: &AxClient, index: u16) -> Result<(), ClientError> {
+    let name = format!("KV_{}", client.layout.instance_bucket(index));
+    let stream = client
+        .js
+        .get_stream(&name)
+        .await
+        .during(|| format!("read stream {name}"))?;
+    stream.purge().await.during(|| format!("empty {name}"))?;
     Ok(())
 }
 

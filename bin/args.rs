@@ -60,6 +60,14 @@ pub(crate) enum Command {
     },
     /// Every node: its roles and its actors' restarts, panics and stalls.
     Nodes,
+    /// Which NATS server leads each of ax's written streams, weighed by the writes an
+    /// instance makes to it.
+    Leaders {
+        /// Move leaders so that no server leads more than it must (a step-down each: the
+        /// stream's writes pause a moment).
+        #[arg(long)]
+        spread: bool,
+    },
     /// The health summary: the day's instances, failures, average trigger latency, longest
     /// execution, top failing jobs; backlog per queue; live workers and nodes; recent alerts.
     Status {

@@ -303,3 +303,45 @@ pub(crate) async fn queues(client: &AxClient, json: bool) -> Result<()> {
     table::print(&["QUEUE", "STATE", "PAUSED BY"], &rows);
     Ok(())
 }
+
+/// Which server leads each written stream; with `spread`, first moves leaders so that no
+/// server leads more writes an instance than it must (see [`ax_bus::client::leaders`]).
+pub(crate) async fn leaders(client: &AxClient, spread: bool, json: bool) -> Result<()> {
+    use ax_bus::client::leaders;
+    if spread {
+        let moves = leaders::spread(client, |step| {
+            eprintln!(
+                "{}: {} → {}",
+                step.stream,
+                step.from.as_deref().unwrap_or("no leader"),
+                step.to
+            )
+        })
+        .await?;
+        if moves.is_empty() {
+            eprintln!("the leaders are spread as well as they can be: nothing moved");
+        }
+    }
+    let streams = leaders::written_streams(client).await?;
+    if json {
+        return table::json(&streams);
+    }
+    let rows: Vec<Vec<String>> = streams
+        .iter()
+        .map(|led| {
+            vec![
+                led.stream.clone(),
+                format!("{:.1}", led.writes),
+                led.leader.clone().unwrap_or_else(|| "-".into()),
+                led.peers.join(","),
+            ]
+        })
+        .collect();
+    table::print(&["STREAM", "WRITES/INSTANCE", "LEADER", "REPLICAS"], &rows);
+    let load = leaders::load(&streams);
+    let busiest = load.iter().max_by(|a, b| a.1.total_cmp(b.1));
+    if let Some((server, writes)) = busiest.filter(|_| load.len() > 1) {
+        println!("the most writes an instance one server leads: {writes:.1} ({server})");
+    }
+    Ok(())
+}

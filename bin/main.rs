@@ -186,6 +186,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench { quick, only } => Box::pin(bench::run(quick, &only, json)).await,
         Command::Nodes => fleet::nodes(&client().await?, json).await,
+        Command::Leaders { spread } => fleet::leaders(&client().await?, spread, json).await,
         Command::Status { date } => fleet::status(&client().await?, date.as_deref(), json).await,
         Command::Worker(WorkerCommand::List) => fleet::workers(&client().await?, json).await,
         Command::Executors => fleet::executors(&client().await?, json).await,

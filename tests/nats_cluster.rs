@@ -1,7 +1,8 @@
 //! ax on a 3-node NATS cluster with every stream and bucket at 3 replicas: losing one NATS
 //! node does not stop scheduling — a per-second cron job keeps firing, no second is lost
 //! (fires during the fail-over are created late, not dropped) and none runs twice; nor does
-//! losing two of them, the quorum, for a minute.
+//! losing two of them, the quorum, for a minute. Leaders crowded on one server are spread by
+//! `ax leaders --spread`.
 
 use crate::support;
 
@@ -319,4 +320,53 @@ async fn a_minute_without_quorum_loses_nothing_and_runs_nothing_twice() {
         assert!(seen.insert(line.to_string()), "{line} ran twice");
     }
     assert!(alive(node.pid().as_raw()), "{}", node.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaders_crowded_on_one_server_are_spread_by_ax_leaders() {
+    use ax_bus::client::leaders;
+    let cluster = TestCluster::start();
+    let mut config = ax_bus::client::ConnectConfig::new(cluster.url(), "ax-test");
+    config.replicas = Some(3);
+    config.instance_buckets = Some(3);
+    let client = wait_for(
+        Duration::from_secs(60),
+        "the cluster's JetStream",
+        || async { ax_bus::AxClient::connect_node(&config).await.ok() },
+    )
+    .await;
+    let streams = leaders::written_streams(&client).await.unwrap();
+    assert_eq!(
+        streams.len(),
+        8,
+        "three instance buckets and five streams: {streams:?}"
+    );
+    for led in &streams {
+        leaders::lead(&client, &led.stream, "s0").await.unwrap();
+    }
+    let crowded = leaders::load(&leaders::written_streams(&client).await.unwrap());
+    assert!((crowded["s0"] - 7.1).abs() < 1e-9, "{crowded:?}");
+
+    let out = ax(&cluster.url(), &["leaders", "--spread"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let spread = leaders::load(&leaders::written_streams(&client).await.unwrap());
+    let most = spread.values().copied().fold(0.0, f64::max);
+    assert!(
+        most <= 3.0 + 1e-9,
+        "seven writes over three leaders: {spread:?}"
+    );
+    assert!(
+        stdout(&out).contains("the most writes an instance one server leads: 3.0"),
+        "{}",
+        stdout(&out)
+    );
+
+    // Spread already: nothing moves.
+    let again = ax(&cluster.url(), &["leaders", "--spread"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("nothing moved"),
+        "{}",
+        stderr(&again)
+    );
 }

@@ -10,7 +10,7 @@
 //! server that leads the most written streams does the most work, and is the one that
 //! saturates first. The section names it, with the share of a core it was busy and the streams
 //! it led. Before each cluster run the leaders of ax's written streams are spread as evenly
-//! as their writes allow (an operator's `step-down --preferred`), so that the runs compare
+//! as their writes allow (`ax leaders --spread`), so that the runs compare
 //! layouts rather than where JetStream happened to place them. A third run on the same servers keeps the instance records in three buckets, one
 //! per server (see `ax_bus::client::instance_buckets`): the writes of the records, three of an
 //! instance's seven, are then led by whichever servers lead those buckets instead of one. On a
@@ -116,59 +116,11 @@ async fn cluster_client(servers: &[LocalServer], prefix: &str, buckets: u16) -> 
     }
 }
 
-/// Moves the leaders of ax's written streams so that each server leads about as many writes
-/// an instance (the heaviest first, each to the server leading the fewest so far), as an
-/// operator would with `nats stream cluster step-down --preferred`: where JetStream placed
+/// Spreads the leaders of ax's written streams (`ax leaders --spread`): where JetStream placed
 /// them is luck, and the runs compare layouts, not luck.
 async fn balance_leaders(client: &AxClient) -> Result<()> {
-    let layout = &client.layout;
-    let buckets = client.instances.count();
-    let per_bucket = 3.0 / f64::from(buckets);
-    let mut streams: Vec<(String, f64)> = (0..buckets)
-        .map(|i| (format!("KV_{}", layout.instance_bucket(i)), per_bucket))
-        .collect();
-    for stream in [
-        layout.flow_stream(),
-        layout.dispatch_stream(),
-        layout.results_stream(),
-        format!("KV_{}", layout.deps_bucket()),
-    ] {
-        streams.push((stream, 1.0));
-    }
-    streams.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let mut load = [0.0f64; SERVERS];
-    for (stream, writes) in streams {
-        let (target, _) = load
-            .iter()
-            .enumerate()
-            .min_by(|a, b| a.1.total_cmp(b.1))
-            .unwrap_or((0, &0.0));
-        load[target] += writes;
-        lead(client, &stream, &format!("c{target}")).await?;
-    }
+    ax_bus::client::leaders::spread(client, |_| {}).await?;
     Ok(())
-}
-
-/// Makes `server` the leader of `stream` (asks its leader to step down in its favour until
-/// it is, for up to 10 s).
-async fn lead(client: &AxClient, stream: &str, server: &str) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let info = client.js.get_stream(stream).await?.info().await?.clone();
-        let leader = info.cluster.as_ref().and_then(|c| c.leader.clone());
-        if leader.as_deref() == Some(server) {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("{stream}: led by {leader:?}, not {server}, after 10 s").into());
-        }
-        let request = serde_json::json!({ "placement": { "preferred": server } });
-        let _: serde_json::Value = client
-            .js
-            .request(format!("STREAM.LEADER.STEPDOWN.{stream}"), &request)
-            .await?;
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// The section's lines: both rates, the CPU, the busiest server and the most written streams.

@@ -13,6 +13,7 @@ pub mod history;
 pub mod in_flight;
 pub mod instance_buckets;
 pub mod kv_view;
+pub mod leaders;
 pub mod local_server;
 pub mod logs;
 pub mod provision;

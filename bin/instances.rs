@@ -417,8 +417,8 @@ pub(crate) async fn buckets(client: &AxClient, set: Option<u16>, json: bool) -> 
                 ax_bus::client::rebucket::rebucket(client, to, pause, |step| eprintln!("{step}"))
                     .await?;
             eprintln!(
-                "{} → {} buckets: {} records moved ({} revisions), {} stayed",
-                moved.from, moved.to, moved.records, moved.revisions, moved.stayed
+                "{} → {} buckets: {} revisions moved",
+                moved.from, moved.to, moved.revisions
             );
             reopened = AxClient::from_client(client.nats.clone(), client.layout.clone()).await?;
             &reopened
@@ -427,9 +427,7 @@ pub(crate) async fn buckets(client: &AxClient, set: Option<u16>, json: bool) -> 
     };
     let mut buckets = Vec::new();
     for bucket in client.instances.buckets() {
-        let name = format!("KV_{bucket}");
-        let mut stream = client.js.get_stream(&name).await?;
-        let info = stream.info().await?;
+        let info = client.stream_info(&format!("KV_{bucket}")).await?;
         buckets.push(Bucket {
             bucket: bucket.to_string(),
             keys: info.state.subjects_count,

@@ -685,6 +685,27 @@ mod tests {
     }
 
     #[test]
+    fn instance_buckets_out_of_range_are_refused_naming_the_field() {
+        let parse = |text: &str| -> FileConfig { toml::from_str(text).unwrap() };
+        let file = parse("[node]\ninstance_buckets = 3\n");
+        assert_eq!(file.node.instance_buckets(None).unwrap(), Some(3));
+        assert_eq!(
+            file.node.instance_buckets(Some(5)).unwrap(),
+            Some(5),
+            "the flag wins"
+        );
+        assert_eq!(parse("").node.instance_buckets(None).unwrap(), None);
+        for bad in ["0", "65"] {
+            let file = parse(&format!("[node]\ninstance_buckets = {bad}\n"));
+            let error = file.node.instance_buckets(None).unwrap_err().to_string();
+            assert_eq!(
+                error,
+                format!("[node] instance_buckets = {bad}: must be from 1 to 64")
+            );
+        }
+    }
+
+    #[test]
     fn openlineage_events_are_made_only_with_the_section() {
         let parse = |text: &str| -> FileConfig { toml::from_str(text).unwrap() };
         let none = parse("");

@@ -494,14 +494,7 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
 
     // An earlier version handled (and acknowledged) the first result, not the second.
     succeed("2026-03-01").await;
-    // A batch that waits for it (a no-wait fetch finds nothing yet on a loaded machine).
-    let mut handled = old
-        .batch()
-        .max_messages(1)
-        .expires(Duration::from_secs(10))
-        .messages()
-        .await
-        .unwrap();
+    let mut handled = one_message(&old).await;
     handled
         .next()
         .await
@@ -557,13 +550,7 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
     succeed("2026-03-03").await;
     let stalled: async_nats::jetstream::consumer::PullConsumer =
         stream.get_consumer(&term).await.unwrap();
-    let mut in_hand = stalled
-        .batch()
-        .max_messages(1)
-        .expires(Duration::from_secs(10))
-        .messages()
-        .await
-        .unwrap();
+    let mut in_hand = one_message(&stalled).await;
     let _in_hand = in_hand.next().await.unwrap().unwrap();
     let _second = AxProcess::node(&nats, "d2", "dag", &[]);
     wait_for(Duration::from_secs(30), "the result in hand noted", || {
@@ -610,4 +597,18 @@ async fn a_downstream_applied_later_counts_what_its_upstream_did_before() {
     let down = trigger(&nats, &["down", "--biz-date", "2026-03-02"]);
     let record = final_record(&client, &down, Duration::from_secs(30)).await;
     assert_eq!(record.state, State::Success, "{}", record.message);
+}
+
+/// A pull of one message from `consumer` that waits for it up to 10 s (a no-wait fetch finds
+/// nothing yet on a loaded machine).
+async fn one_message(
+    consumer: &async_nats::jetstream::consumer::PullConsumer,
+) -> async_nats::jetstream::consumer::pull::Batch {
+    consumer
+        .batch()
+        .max_messages(1)
+        .expires(Duration::from_secs(10))
+        .messages()
+        .await
+        .unwrap()
 }

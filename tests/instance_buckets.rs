@@ -105,7 +105,7 @@ async fn move_under_way(nats: &TestNats) -> AxProcess {
             let mut moving = moving;
             let copied_or_refused = async {
                 loop {
-                    if moving.log_text().contains("records moved so far") {
+                    if moving.log_text().contains("revisions moved so far") {
                         return true;
                     }
                     if moving.child.try_wait().ok().flatten().is_some() {
@@ -214,6 +214,15 @@ async fn a_deployment_with_records_moves_into_three_buckets_and_back() {
     );
     assert!(flaky_steps.len() > 4, "{flaky_steps:?}");
 
+    // A count out of range is refused, naming the flag.
+    let out = ax(&nats.url(), &["instance", "buckets", "--set", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--set 0: must be from 1 to 64"),
+        "{}",
+        stderr(&out)
+    );
+
     // Refused while the node runs, naming it; nothing moved.
     let out = ax(&nats.url(), &["instance", "buckets", "--set", "3"]);
     assert!(!out.status.success());
@@ -278,7 +287,11 @@ async fn a_deployment_with_records_moves_into_three_buckets_and_back() {
     // Again: nothing left to move.
     let out = ax(&nats.url(), &["instance", "buckets", "--set", "3"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("0 records moved"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("3 → 3 buckets: 0 revisions moved"),
+        "{}",
+        stderr(&out)
+    );
 
     // The nodes start on the new layout: new instances land where they belong and the open
     // one is still there to fire.

@@ -45,11 +45,13 @@ pub(crate) async fn measure(url: &str, single: Option<u32>, quick: bool) -> Resu
     let servers = start_cluster(dir.path())?;
     let pids: Vec<u32> = servers.iter().filter_map(LocalServer::pid).collect();
     let client = cluster_client(&servers, "clthree", 1).await?;
-    balance_leaders(&client).await?;
+    // Where JetStream placed the leaders is luck: the runs compare layouts, not luck.
+    ax_bus::client::leaders::spread(&client, |_| {}).await?;
     let three = throughput::run_on(&client, n, quick, &pids).await?;
     drop(client);
     let client = cluster_client(&servers, "clspread", SERVERS as u16).await?;
-    balance_leaders(&client).await?;
+    // Where JetStream placed the leaders is luck: the runs compare layouts, not luck.
+    ax_bus::client::leaders::spread(&client, |_| {}).await?;
     let spread = throughput::run_on(&client, n, quick, &pids).await?;
     drop(client);
     drop(servers);
@@ -114,13 +116,6 @@ async fn cluster_client(servers: &[LocalServer], prefix: &str, buckets: u16) -> 
             Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
     }
-}
-
-/// Spreads the leaders of ax's written streams (`ax leaders --spread`): where JetStream placed
-/// them is luck, and the runs compare layouts, not luck.
-async fn balance_leaders(client: &AxClient) -> Result<()> {
-    ax_bus::client::leaders::spread(client, |_| {}).await?;
-    Ok(())
 }
 
 /// The section's lines: both rates, the CPU, the busiest server and the most written streams.

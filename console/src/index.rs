@@ -28,6 +28,7 @@ use serde::Serialize;
 use ax_bus::client::kv_view::FeedItem;
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::{codec, AxClient, InstanceRecord, State};
+use futures::StreamExt;
 
 /// How long to wait before opening the feed again after it broke.
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
@@ -475,7 +476,7 @@ async fn feed(
     window: Duration,
     most: usize,
 ) -> Result<(), ax_bus::ClientError> {
-    let mut feed = client.instance_feed().await?;
+    let mut feed = client.instance_feed().await?.into_stream();
     let write = || rows.write().unwrap_or_else(|e| e.into_inner());
     let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
     let since = || ax_bus::time::now() - window;

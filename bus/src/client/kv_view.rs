@@ -472,88 +472,42 @@ type ItemStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<FeedItem, FeedError>> + Send>>;
 
 /// Feeds over several buckets read as one (the instance records' buckets, see
-/// [`crate::client::instance_buckets`]): each one's items as they come, and
-/// [`FeedItem::Current`] once, when every one has delivered its own. A key lives in one
+/// [`crate::client::instance_buckets`]): each one's snapshot, or each one's items as they come
+/// with [`FeedItem::Current`] once, when every one has delivered its own. A key lives in one
 /// bucket, so its items keep their order; a revision is its own bucket's.
+#[derive(Debug)]
 pub struct MergedFeed {
-    merged: Merged,
-}
-
-impl std::fmt::Debug for MergedFeed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.merged {
-            Merged::Feeds(feeds) => f.debug_tuple("MergedFeed").field(feeds).finish(),
-            Merged::Reading { snapshots_due, .. } => f
-                .debug_struct("MergedFeed")
-                .field("snapshots_due", snapshots_due)
-                .finish_non_exhaustive(),
-        }
-    }
-}
-
-enum Merged {
-    /// Not read yet: a snapshot reads each feed's own and closes it.
-    Feeds(Vec<KvFeed>),
-    /// Read as one stream.
-    Reading {
-        items: futures::stream::SelectAll<ItemStream>,
-        /// Feeds whose snapshot is not complete yet.
-        snapshots_due: usize,
-    },
+    feeds: Vec<KvFeed>,
 }
 
 impl MergedFeed {
     /// The feeds, read as one.
     pub fn new(feeds: Vec<KvFeed>) -> Self {
-        Self {
-            merged: Merged::Feeds(feeds),
-        }
+        Self { feeds }
     }
 
-    /// The next item; `None` when every feed ended (the connection closed for good).
-    pub async fn next(&mut self) -> Option<Result<FeedItem, FeedError>> {
-        if let Merged::Feeds(feeds) = &mut self.merged {
-            let feeds = std::mem::take(feeds);
-            self.merged = Merged::Reading {
-                snapshots_due: feeds.len(),
-                items: futures::stream::select_all(feeds.into_iter().map(KvFeed::into_stream)),
-            };
-        }
-        let Merged::Reading {
-            items,
-            snapshots_due,
-        } = &mut self.merged
-        else {
-            return None;
-        };
-        loop {
-            match items.next().await? {
-                Ok(FeedItem::Current) if *snapshots_due > 1 => *snapshots_due -= 1,
-                Ok(FeedItem::Current) if *snapshots_due == 0 => {}
-                Ok(FeedItem::Current) => {
-                    *snapshots_due = 0;
-                    return Some(Ok(FeedItem::Current));
-                }
-                other => return Some(other),
-            }
-        }
-    }
-
-    /// The feed as a stream (for consumers that wrap streams, like the actors' pumps).
+    /// The feeds as one stream (for consumers that wrap streams, like the actors' pumps);
+    /// it ends when every feed ended (the connection closed for good).
     pub fn into_stream(self) -> ItemStream {
-        Box::pin(futures::stream::unfold(self, |mut feed| async move {
-            feed.next().await.map(|item| (item, feed))
+        let mut snapshots_due = self.feeds.len();
+        let items = futures::stream::select_all(self.feeds.into_iter().map(KvFeed::into_stream));
+        Box::pin(items.filter_map(move |item| {
+            let item = match item {
+                // One marker, once the last feed's snapshot is in.
+                Ok(FeedItem::Current) => {
+                    snapshots_due = snapshots_due.saturating_sub(1);
+                    (snapshots_due == 0).then_some(Ok(FeedItem::Current))
+                }
+                other => Some(other),
+            };
+            std::future::ready(item)
         }))
     }
 
     /// Collects the current values of every feed (their snapshots) and closes them.
     pub async fn snapshot(self) -> Result<Vec<(String, Bytes, u64)>, FeedError> {
-        let feeds = match self.merged {
-            Merged::Feeds(feeds) => feeds,
-            // Read already: what is left of it is not a snapshot.
-            Merged::Reading { .. } => return Ok(Vec::new()),
-        };
-        let snapshots = futures::future::join_all(feeds.into_iter().map(KvFeed::snapshot)).await;
+        let snapshots =
+            futures::future::join_all(self.feeds.into_iter().map(KvFeed::snapshot)).await;
         let mut values = Vec::new();
         for snapshot in snapshots {
             values.extend(snapshot?);

@@ -68,16 +68,7 @@ fn weights(client: &AxClient) -> Vec<(String, f64)> {
 pub async fn written_streams(client: &AxClient) -> Result<Vec<Led>, ClientError> {
     let mut all = Vec::new();
     for (stream, writes) in weights(client) {
-        let mut handle = client
-            .js
-            .get_stream(&stream)
-            .await
-            .during(|| format!("read stream {stream}"))?;
-        let info = handle
-            .info()
-            .await
-            .during(|| format!("read stream {stream}"))?;
-        let cluster = info.cluster.clone();
+        let cluster = client.stream_info(&stream).await?.cluster;
         let leader = cluster.as_ref().and_then(|c| c.leader.clone());
         let mut peers: Vec<String> = leader.iter().cloned().collect();
         peers.extend(
@@ -184,9 +175,8 @@ pub async fn lead(client: &AxClient, stream: &str, server: &str) -> Result<(), C
     let what = || format!("move the leader of {stream} to {server}");
     let deadline = tokio::time::Instant::now() + MOVE_WITHIN;
     loop {
-        let mut handle = client.js.get_stream(stream).await.during(what)?;
-        let info = handle.info().await.during(what)?;
-        let leader = info.cluster.as_ref().and_then(|c| c.leader.clone());
+        let info = client.stream_info(stream).await?;
+        let leader = info.cluster.and_then(|c| c.leader);
         if leader.as_deref() == Some(server) {
             return Ok(());
         }

@@ -870,6 +870,13 @@ impl AxClient {
         Ok(states)
     }
 
+    /// Stream `name`'s config, state and cluster, as its leader says now.
+    pub async fn stream_info(&self, name: &str) -> Result<jetstream::stream::Info, ClientError> {
+        let what = || format!("read stream {name}");
+        let mut stream = self.js.get_stream(name).await.during(what)?;
+        Ok(stream.info().await.during(what)?.clone())
+    }
+
     /// One instance's record and revision.
     pub async fn instance(
         &self,

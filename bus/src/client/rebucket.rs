@@ -8,18 +8,19 @@
 //! services that read records (the Python client) read the count when they connect too: they
 //! reconnect after a move.
 //!
-//! Each bucket is read once, every kept revision in order; a record whose job hashes
-//! elsewhere under the new count is written there revision by revision (its target first
-//! emptied of what a move cut short left), with its state header; a removal empties it there
-//! again (the buckets past the old count are emptied first: nothing reads them). A record
-//! that does not decode stops the move, the old layout whole. Only then is
-//! the new count stored, and only after that are the moved records purged from where they
-//! were and the buckets past the new count deleted. A move cut short anywhere is finished by
-//! running it again: before the count is stored the old layout is whole; after, the leftovers
-//! are purged. A moved revision's write time is the move's (JetStream stamps it), so a moved
-//! final record is noted for its retention again and kept its retention from the move.
+//! One mechanism keeps it safe to cut short anywhere: before and after the copy, whatever the
+//! stored count does not place where it lies — a record in a bucket its job does not hash to,
+//! a bucket past the count — is removed (`clean_up`); nobody reads it. So a move starts
+//! from a clean old layout, reads each bucket once, every kept revision in order, and writes
+//! each record whose job hashes elsewhere under the new count into its new bucket revision by
+//! revision, with its state header (a removal empties it there again). A record that does not
+//! decode stops the move, the old layout whole. Only then is the new count stored, and the
+//! clean-up by it removes the moved records from where they were and the buckets past it. Run
+//! again, a move cut short before the count was stored starts afresh; one cut short after
+//! finishes its clean-up. A moved revision's write time is the move's (JetStream stamps it),
+//! so a moved final record is noted for its retention again and kept its retention from the
+//! move.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::DeliverPolicy;
@@ -65,16 +66,12 @@ pub enum RebucketError {
 /// What a move did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Moved {
-    /// The count before and after.
+    /// The count before.
     pub from: u16,
     /// The count after.
     pub to: u16,
-    /// Records moved to another bucket.
-    pub records: u64,
-    /// Their revisions written.
+    /// Revisions of records written into their new bucket.
     pub revisions: u64,
-    /// Records left where they were (their bucket did not change).
-    pub stayed: u64,
 }
 
 /// Moves the records of `client`'s deployment into `to` buckets; `progress` is told each step.
@@ -92,39 +89,36 @@ pub async fn rebucket(
     }
     refuse_while_nodes_run(client).await?;
     let from = client.instances.count();
-    let layout = replicas_of_bucket_0(client).await?;
-    layout
-        .ensure_instance_buckets(&client.js, to)
-        .await
-        .map_err(|e| ClientError::from(NatsError::new("make the new instance buckets", e)))?;
+    clean_up(client, from, &mut progress).await?;
     let mut moved = Moved {
         from,
         to,
         ..Moved::default()
     };
-    if from != to {
-        // Buckets past the stored count hold nothing anyone reads, only what a move cut
-        // short (or one to another count) left: emptied, they take the copies afresh.
-        for stale in from..to {
-            empty_bucket(client, stale).await?;
-        }
-        for bucket in 0..from {
-            copy_bucket(client, bucket, to, &mut moved, &mut progress).await?;
-        }
-        if let Some(pause) = pause {
-            tokio::time::sleep(pause).await;
-        }
-        client
-            .partitions
-            .put(COUNT_KEY, to.to_string().into())
-            .await
-            .during(|| "store the new number of instance buckets")
-            .map_err(ClientError::from)?;
-        progress(&format!(
-            "{COUNT_KEY} = {to}: {} records moved ({} revisions), {} stayed",
-            moved.records, moved.revisions, moved.stayed
-        ));
+    if from == to {
+        return Ok(moved);
     }
+    let layout = replicas_of_bucket_0(client).await?;
+    layout
+        .ensure_instance_buckets(&client.js, to)
+        .await
+        .map_err(|e| ClientError::from(NatsError::new("make the new instance buckets", e)))?;
+    for bucket in 0..from {
+        copy_bucket(client, bucket, to, &mut moved, &mut progress).await?;
+    }
+    if let Some(pause) = pause {
+        tokio::time::sleep(pause).await;
+    }
+    client
+        .partitions
+        .put(COUNT_KEY, to.to_string().into())
+        .await
+        .during(|| "store the new number of instance buckets")
+        .map_err(ClientError::from)?;
+    progress(&format!(
+        "{COUNT_KEY} = {to}: {} revisions moved",
+        moved.revisions
+    ));
     clean_up(client, to, &mut progress).await?;
     Ok(moved)
 }
@@ -147,16 +141,9 @@ async fn refuse_while_nodes_run(client: &AxClient) -> Result<(), RebucketError> 
 async fn replicas_of_bucket_0(
     client: &AxClient,
 ) -> Result<crate::client::provision::Layout, ClientError> {
-    let name = format!("KV_{}", client.layout.instance_bucket(0));
-    let mut stream = client
-        .js
-        .get_stream(&name)
-        .await
-        .during(|| format!("read stream {name}"))?;
-    let info = stream
-        .info()
-        .await
-        .during(|| format!("read stream {name}"))?;
+    let info = client
+        .stream_info(&format!("KV_{}", client.layout.instance_bucket(0)))
+        .await?;
     let mut layout = client.layout.clone();
     layout.replicas = Some(info.config.num_replicas.max(1));
     Ok(layout)
@@ -181,8 +168,6 @@ async fn copy_bucket(
     )
     .await
     .map_err(ClientError::from)?;
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut kept: HashSet<String> = HashSet::new();
     let mut acks: Vec<(String, PublishAckFuture)> = Vec::new();
     while let Some(item) = feed.next().await {
         let (key, write) = match item.map_err(ClientError::from)? {
@@ -192,16 +177,9 @@ async fn copy_bucket(
         };
         let target = index_of(&key, to);
         if target == index {
-            kept.insert(key);
             continue;
         }
         let target = client.layout.instance_bucket(target);
-        if seen.insert(key.clone()) {
-            // What an earlier move cut short left there goes first.
-            settle(&mut acks).await?;
-            purge_key(client, &target, &key).await?;
-            moved.records += 1;
-        }
         let Some(value) = write else {
             // A removal: what it removed goes (a marker would outlive its own expiry here).
             settle(&mut acks).await?;
@@ -231,11 +209,9 @@ async fn copy_bucket(
         }
     }
     settle(&mut acks).await?;
-    moved.stayed += kept.len() as u64;
     progress(&format!(
-        "{bucket}: {} records moved so far, {} stay",
-        moved.records,
-        kept.len()
+        "{bucket}: copied, {} revisions moved so far",
+        moved.revisions
     ));
     Ok(())
 }
@@ -246,18 +222,6 @@ async fn settle(acks: &mut Vec<(String, PublishAckFuture)>) -> Result<(), Client
         ack.await
             .map_err(|e| NatsError::new(format!("move instance {key}"), e))?;
     }
-    Ok(())
-}
-
-/// Removes every message of bucket `index`.
-async fn empty_bucket(client: &AxClient, index: u16) -> Result<(), ClientError> {
-    let name = format!("KV_{}", client.layout.instance_bucket(index));
-    let stream = client
-        .js
-        .get_stream(&name)
-        .await
-        .during(|| format!("read stream {name}"))?;
-    stream.purge().await.during(|| format!("empty {name}"))?;
     Ok(())
 }
 
@@ -277,14 +241,14 @@ async fn purge_key(client: &AxClient, bucket: &str, key: &str) -> Result<(), Cli
     Ok(())
 }
 
-/// Once `to` is the count: purges from buckets 0 to `to` − 1 the records whose job hashes
-/// elsewhere and deletes the buckets from `to` on.
+/// Removes what count `count` does not place where it lies (nobody reads it): from buckets 0
+/// to `count` − 1 the records whose job hashes elsewhere, and the buckets from `count` on.
 async fn clean_up(
     client: &AxClient,
-    to: u16,
+    count: u16,
     progress: &mut impl FnMut(&str),
 ) -> Result<(), ClientError> {
-    for index in 0..to {
+    for index in 0..count {
         let bucket = client.layout.instance_bucket(index);
         let keys = KvFeed::open_headers_only(&client.js, &bucket, ">")
             .await?
@@ -292,16 +256,18 @@ async fn clean_up(
             .await?;
         let mut purged = 0u64;
         for (key, ..) in keys {
-            if index_of(&key, to) != index {
+            if index_of(&key, count) != index {
                 purge_key(client, &bucket, &key).await?;
                 purged += 1;
             }
         }
         if purged > 0 {
-            progress(&format!("{bucket}: {purged} moved records purged"));
+            progress(&format!(
+                "{bucket}: {purged} records placed elsewhere purged"
+            ));
         }
     }
-    let past: Vec<String> = (to..MAX_BUCKETS)
+    let past: Vec<String> = (count..MAX_BUCKETS)
         .map(|i| format!("KV_{}", client.layout.instance_bucket(i)))
         .collect();
     let mut names = client.js.stream_names();
@@ -318,7 +284,7 @@ async fn clean_up(
             .delete_stream(&name)
             .await
             .during(|| format!("delete stream {name}"))?;
-        progress(&format!("{name}: deleted (past the new count)"));
+        progress(&format!("{name}: deleted (past the count)"));
     }
     Ok(())
 }

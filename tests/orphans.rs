@@ -9,6 +9,9 @@
 //!   it is adopted after the grace period, runs once, and an `orphan` alert names it.
 //! - Left by a lone Scheduler that restarts and skips the missed ticks by its misfire policy:
 //!   the tick with a record is handed on, not skipped.
+//! - Left by a real Scheduler killed (a failpoint) while it held a fire taken ahead of its
+//!   instant: the next Scheduler hands it on and it runs once; fires taken ahead start at their
+//!   instants, never before.
 
 use crate::support;
 
@@ -170,7 +173,8 @@ async fn a_lone_schedulers_orphan_runs_after_its_restart_despite_misfire_skip() 
     node.kill9();
     // The record its next tick would have had, written as the dying Scheduler would have.
     let (job, _) = client.job(&support::job("lonely")).await.unwrap().unwrap();
-    let now = ax_bus::time::now();
+    // Later than any fire the killed Scheduler may have taken ahead of its instant.
+    let now = ax_bus::time::now() + TimeDelta::milliseconds(500);
     let orphan_tick = now.duration_trunc(TimeDelta::seconds(2)).unwrap() + TimeDelta::seconds(2);
     let (orphan_id, orphan_trace) = orphan(&client, &job, orphan_tick, None).await;
     // Two more ticks go by with no Scheduler at all.
@@ -224,4 +228,99 @@ async fn a_lone_schedulers_orphan_runs_after_its_restart_despite_misfire_skip() 
     .await;
     let lines = std::fs::read_to_string(&ledger).unwrap();
     assert_eq!(lines.lines().filter(|l| orphan_id == *l).count(), 1);
+}
+
+/// A Scheduler takes a cron fire ahead of its instant: it writes the record, then holds the
+/// hand-off until the instant. Killed while holding one (a failpoint: SIGKILL), it leaves a
+/// record nobody hands on; the next Scheduler resumes from the tick settled before it, finds
+/// the record holding the same first attempt and hands it on: it runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_killed_holding_a_fire_taken_ahead_leaves_it_to_the_next() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let doomed = AxProcess::node_with_env(
+        &nats.url(),
+        &nats,
+        "core-1",
+        "scheduler,dag,router",
+        &[],
+        &[("AX_FAILPOINT", "creator.held")],
+    );
+    let _worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    apply_job(
+        &nats,
+        "held",
+        "version: v1\njob:\n  name: held\n  cron: '* * * * * *'\n  exec: { type: noop }\n",
+    )
+    .await;
+    wait_for_logged(
+        Duration::from_secs(30),
+        "the Scheduler to die at its failpoint",
+        &[&doomed],
+        || async { (!alive(doomed.pid().as_raw())).then_some(()) },
+    )
+    .await;
+    assert!(doomed.log_text().contains("failpoint creator.held reached"));
+    let core_1 = ax_bus::ids::NodeId::parse("core-1").unwrap();
+    let held: Vec<_> = instances(&client, "held")
+        .await
+        .into_iter()
+        .filter(|r| r.created_by.as_ref() == Some(&core_1))
+        .collect();
+    assert!(
+        !held.is_empty(),
+        "no record written by the killed Scheduler"
+    );
+    // Written before its instant, and never handed on.
+    for record in &held {
+        assert!(record.created_at < record.expected_time, "{record:?}");
+    }
+
+    let core = AxProcess::node(&nats, "core-2", "scheduler,dag,router", &[]);
+    for record in &held {
+        let done = wait_for_logged(
+            Duration::from_secs(90),
+            "the held instance to succeed",
+            &[&core],
+            || async {
+                let done = client.instance(&record.instance_id).await.ok()??.0;
+                (done.state == State::Success).then_some(done)
+            },
+        )
+        .await;
+        assert_eq!(
+            (done.attempt, done.trace_id.as_str()),
+            (1, record.trace_id.as_str()),
+            "{done:?}"
+        );
+        let results: Vec<_> = results_of(&client, "held")
+            .await
+            .into_iter()
+            .filter(|r| r.instance_id == record.instance_id)
+            .collect();
+        assert_eq!(results.len(), 1, "{results:?}");
+    }
+    // The next Scheduler's own fires: taken ahead, started at their instants and not before.
+    let core_2 = ax_bus::ids::NodeId::parse("core-2").unwrap();
+    let later = wait_for(
+        Duration::from_secs(30),
+        "fires of the next Scheduler",
+        || async {
+            let done: Vec<_> = instances(&client, "held")
+                .await
+                .into_iter()
+                .filter(|r| r.created_by.as_ref() == Some(&core_2) && r.state == State::Success)
+                .collect();
+            (done.len() >= 3).then_some(done)
+        },
+    )
+    .await;
+    for record in &later {
+        let started = record.started_at.unwrap();
+        assert!(started >= record.expected_time, "{record:?}");
+    }
+    assert!(
+        later.iter().any(|r| r.created_at < r.expected_time),
+        "{later:?}"
+    );
 }

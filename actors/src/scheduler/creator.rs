@@ -6,15 +6,27 @@
 //! written; the losers see `AlreadyExists` and count the tick as de-duplicated. The winner then
 //! hands the attempt to the DagCoordinator on `ax.internal.created.<job>`.
 //!
-//! Creations are pipelined in three stages, each a task of its own: the records are published
+//! Creations are pipelined in stages, each a task of its own: the records are published
 //! (`expected last subject sequence = 0` on the record's key) a chunk of [`CHUNK`] at a time
 //! without waiting for their acks; as each record's ack comes, its hand-off goes out in one
 //! burst (a fast-ingest batch, [`crate::jetstream::burst`]: answered every so many messages)
-//! that stays open while more chunks wait; and the hand-offs' answers are awaited last. So the
+//! that stays open while more chunks wait; the hand-offs held for their instants go out at
+//! them; and the hand-offs' answers are awaited last. So the
 //! first hand-offs of a thousand fires go out while the last records are still being stored,
 //! and 10,000 fires at one instant are no longer ten batches one after another. The overlap
 //! policies read what earlier creations noted, so what comes in with one to apply waits for
 //! everything before it to settle, as when the batches ran in turn.
+//!
+//! A cron fire is taken [`AHEAD`] before its instant: its record is written then, the event of
+//! its creation published and its hand-off encoded, and the hand-off is held until the instant
+//! and goes out to the millisecond (`submit_ahead`). So at the instant only the hand-offs are
+//! left to send, and a thousand fires due together are handed on in one quick burst rather
+//! than after a thousand creations (the steady second of `ax bench --only lateness`). Held creations go through a pipeline of their own, so that a
+//! manual trigger never waits behind them; a fire whose overlap policy is not `allow` waits
+//! for its instant before anything is written, because its policy looks at the job's previous
+//! instance as it is then. A held creation counts as unfinished from the start, so the settled
+//! tick a failover resumes from stays before it: a Scheduler that dies holding one leaves a
+//! record its successor finds created and watches as an orphan.
 //!
 //! A cron tick fired on time needs no tick record: its instance record is its entry in the
 //! ledger, and [`InFlight`] tells how far the fires are settled (see
@@ -33,6 +45,7 @@ use std::time::Duration;
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 use ax_bus::client::record_writes::wrong_last_sequence;
 use ax_bus::error::{During, NatsError, Reason};
@@ -57,6 +70,14 @@ const BATCH: usize = 1024;
 const CHUNK: usize = 128;
 /// Chunks published ahead of their hand-offs: bounds the records written but not handed on.
 const CHUNKS_AHEAD: usize = 8;
+/// The same for the held creations: their hand-offs wait for their instants, so the records
+/// of every fire due within [`AHEAD`] may be written before the first is handed on.
+const CHUNKS_HELD: usize = 1024;
+/// How long before its instant a cron fire is taken: long enough to write the records of ten
+/// thousand fires due together on two cores, short enough that an instance is not listed long
+/// before its time, and that a pause, edit or deletion landing in it (the fire goes out as it
+/// was taken) is rare.
+pub(crate) const AHEAD: Duration = Duration::from_millis(250);
 /// Longest wait before a creation that failed for a transient reason is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How soon a hand-off refused as "being stored by another publisher" is published again.
@@ -84,6 +105,8 @@ struct Request {
     reply: Option<oneshot::Sender<Created>>,
     /// How long to wait before the next try, once one has failed.
     backoff: Duration,
+    /// A fire taken ahead: the instant its hand-off waits for.
+    hold: Option<Instant>,
     /// Counts the request among the creator's unfinished ones until it is dropped.
     _unfinished: Unfinished,
 }
@@ -150,6 +173,8 @@ impl Drop for Unfinished {
 #[derive(Clone, Debug)]
 pub(crate) struct Creator {
     tx: mpsc::UnboundedSender<Request>,
+    /// The pipeline of the fires taken ahead (see [`AHEAD`]).
+    held: mpsc::UnboundedSender<Request>,
     in_flight: Arc<InFlight>,
     /// Stamps this node's `[retention] instances` on the records it creates.
     client: AxClient,
@@ -158,23 +183,11 @@ pub(crate) struct Creator {
 impl Creator {
     /// Starts the creation task on the current runtime; `node` signs the tick records.
     pub(crate) fn start(client: AxClient, node: NodeId) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel::<Request>();
-        let stamps = client.clone();
-        let (published_tx, published_rx) = mpsc::channel(CHUNKS_AHEAD);
-        let (sent_tx, sent_rx) = mpsc::unbounded_channel();
-        let (settled_tx, settled_rx) = watch::channel(0);
-        let stage = Stage {
-            client,
-            node,
-            again: tx.clone(),
-        };
-        tokio::spawn(stage.clone().publish_records(rx, published_tx, settled_rx));
-        tokio::spawn(stage.clone().hand_on_chunks(published_rx, sent_tx));
-        tokio::spawn(stage.settle_chunks(sent_rx, settled_tx));
         Self {
-            tx,
+            tx: pipeline(&client, &node, CHUNKS_AHEAD),
+            held: pipeline(&client, &node, CHUNKS_HELD),
             in_flight: Arc::default(),
-            client: stamps,
+            client,
         }
     }
 
@@ -203,26 +216,53 @@ impl Creator {
         true
     }
 
-    fn send(
+    /// The request creating `instance`, counted as unfinished from now.
+    fn request(
         &self,
         mut instance: NewInstance,
         reply: Option<oneshot::Sender<Created>>,
-    ) -> Result<(), ActorError> {
+    ) -> Request {
         self.client.stamp_retention(&mut instance.record);
         let tick = instance.tick.map(|_| instance.record.expected_time);
+        Request {
+            _unfinished: Unfinished::new(&self.in_flight, tick),
+            instance: Box::new(instance),
+            reply,
+            backoff: Duration::from_millis(100),
+            hold: None,
+        }
+    }
+
+    fn send(
+        &self,
+        instance: NewInstance,
+        reply: Option<oneshot::Sender<Created>>,
+    ) -> Result<(), ActorError> {
         self.tx
-            .send(Request {
-                _unfinished: Unfinished::new(&self.in_flight, tick),
-                instance: Box::new(instance),
-                reply,
-                backoff: Duration::from_millis(100),
-            })
+            .send(self.request(instance, reply))
             .map_err(|_| ActorError::Stopped("instance creator"))
     }
 
     /// Queues a creation without waiting.
     pub(crate) fn submit(&self, instance: NewInstance) {
         let _ = self.send(instance, None);
+    }
+
+    /// Queues the creation of a cron fire taken before its instant `due` (see [`AHEAD`]): its
+    /// record is written now and its hand-off held until `due`; with an overlap policy other
+    /// than `allow`, nothing is done before `due`.
+    pub(crate) fn submit_ahead(&self, instance: NewInstance, due: Instant) {
+        let mut request = self.request(instance, None);
+        if request.instance.overlap() == Overlap::Allow {
+            request.hold = Some(due);
+            let _ = self.held.send(request);
+            return;
+        }
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(due).await;
+            let _ = tx.send(request);
+        });
     }
 
     /// Creates and waits for the outcome.
@@ -233,6 +273,31 @@ impl Creator {
             .await
             .map_err(|_| ActorError::Stopped("instance creator"))
     }
+}
+
+/// Starts the stages of a creation pipeline (the records, the hand-offs, the held ones at
+/// their instants, their answers),
+/// with at most `chunks_ahead` chunks of records written before their hand-offs; the way in.
+fn pipeline(
+    client: &AxClient,
+    node: &NodeId,
+    chunks_ahead: usize,
+) -> mpsc::UnboundedSender<Request> {
+    let (tx, rx) = mpsc::unbounded_channel::<Request>();
+    let (published_tx, published_rx) = mpsc::channel(chunks_ahead);
+    let (outgoing_tx, outgoing_rx) = mpsc::unbounded_channel();
+    let (sent_tx, sent_rx) = mpsc::unbounded_channel();
+    let (settled_tx, settled_rx) = watch::channel(0);
+    let stage = Stage {
+        client: client.clone(),
+        node: node.clone(),
+        again: tx.clone(),
+    };
+    tokio::spawn(stage.clone().publish_records(rx, published_tx, settled_rx));
+    tokio::spawn(stage.clone().hand_on_chunks(published_rx, outgoing_tx));
+    tokio::spawn(stage.clone().release_chunks(outgoing_rx, sent_tx));
+    tokio::spawn(stage.settle_chunks(sent_rx, settled_tx));
+    tx
 }
 
 fn finish(request: Request, created: Created) {
@@ -246,6 +311,21 @@ type Pending = Result<AckDue, ActorError>;
 /// A hand-off sent: the request, what its creation came to, whether to watch it for an
 /// orphan, and the acks to await.
 type Sent = (Request, Created, bool, Result<Vec<Ack>, ActorError>);
+
+/// The hand-off of a cron fire taken ahead of its instant, its record stored: made ready
+/// before the instant (its message encoded, the event of its creation published), to be sent
+/// at `due`, so that the fires due together go out in one quick burst.
+struct Held {
+    request: Request,
+    item: Result<burst::Item, ActorError>,
+    due: Instant,
+}
+
+/// What the hand-off stage passes on: a hand-off sent, or one held until its instant.
+enum Outgoing {
+    Sent(Sent),
+    Held(Held),
+}
 
 /// The ack of one publish of a hand-off: the hand-off itself goes in the batch's burst, a
 /// delayed schedule and a tick record are plain publishes (other streams).
@@ -352,12 +432,13 @@ impl Stage {
     }
 
     /// Stage 2: as each record is stored, its hand-off and tick record go out (the hand-offs
-    /// in one burst, kept open while more chunks wait and ended once none does); each chunk's
-    /// hand-offs are passed on to have their answers awaited.
+    /// in one burst, kept open while more chunks wait and ended once none does), or, for a
+    /// fire taken ahead, are made ready to go out at its instant; each chunk's hand-offs are
+    /// passed on.
     async fn hand_on_chunks(
         self,
         mut published: mpsc::Receiver<Published>,
-        sent: mpsc::UnboundedSender<Vec<Sent>>,
+        sent: mpsc::UnboundedSender<Vec<Outgoing>>,
     ) {
         while let Some(mut chunk) = published.recv().await {
             let hand_offs = burst::Open::new(&self.client);
@@ -380,7 +461,43 @@ impl Stage {
         }
     }
 
-    /// Stage 3: once a hand-off is stored, its creation is done; counts the chunks settled.
+    /// Stage 3: sends the held hand-offs at their instants, in a burst of their own (ended
+    /// before each wait, kept open while more chunks come without one), and passes every
+    /// chunk's hand-offs on to have their answers awaited.
+    async fn release_chunks(
+        self,
+        mut outgoing: mpsc::UnboundedReceiver<Vec<Outgoing>>,
+        sent: mpsc::UnboundedSender<Vec<Sent>>,
+    ) {
+        let mut hand_offs: Option<burst::Open> = None;
+        while let Some(chunk) = outgoing.recv().await {
+            let mut released = Vec::with_capacity(chunk.len());
+            for item in chunk {
+                let held = match item {
+                    Outgoing::Sent(done) => {
+                        released.push(done);
+                        continue;
+                    }
+                    Outgoing::Held(held) => held,
+                };
+                if held.due > Instant::now() {
+                    hand_offs = None;
+                    tokio::time::sleep_until(held.due).await;
+                }
+                let burst = hand_offs.get_or_insert_with(|| burst::Open::new(&self.client));
+                let acks = held.item.map(|item| vec![Ack::Burst(burst.push(item))]);
+                released.push((held.request, Created::Fired, false, acks));
+            }
+            if sent.send(released).is_err() {
+                return;
+            }
+            if outgoing.is_empty() {
+                hand_offs = None;
+            }
+        }
+    }
+
+    /// Stage 4: once a hand-off is stored, its creation is done; counts the chunks settled.
     async fn settle_chunks(
         self,
         mut sent: mpsc::UnboundedReceiver<Vec<Sent>>,
@@ -494,13 +611,14 @@ impl Batch<'_> {
         }
     }
 
-    /// Awaits the record's ack and hands the instance on as what was found calls for.
+    /// Awaits the record's ack and hands the instance on as what was found calls for (a fire
+    /// taken ahead that created its record: its hand-off made ready, to go out at its instant).
     async fn hand_on(
         &mut self,
         mut request: Request,
         publish: Pending,
         hand_offs: &burst::Open,
-    ) -> Option<Sent> {
+    ) -> Option<Outgoing> {
         let stored = match publish {
             Ok(ack) => ack.await,
             Err(e) => {
@@ -532,10 +650,25 @@ impl Batch<'_> {
                 return None;
             }
         };
+        if let Some(due) = request.hold {
+            crate::test_hooks::failpoint::hit("creator.held");
+            if found == Existing::Ours {
+                let item = ready_hand_off(self.client, &request.instance).await;
+                return Some(Outgoing::Held(Held { request, item, due }));
+            }
+            if due > Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
+        }
         let (outcome, sent) = self
             .hand_off_found(&request.instance, found, hand_offs)
             .await;
-        Some((request, outcome, found == Existing::Other, sent))
+        Some(Outgoing::Sent((
+            request,
+            outcome,
+            found == Existing::Other,
+            sent,
+        )))
     }
 
     async fn hand_off_found(
@@ -635,6 +768,18 @@ async fn hand_off_work(
     let (subject, msg_id) = instance.hand_off_to(client.subjects());
     let item = burst::Item::new(subject, &msg_id, &instance.work)?;
     Ok(vec![Ack::Burst(hand_offs.push(item))])
+}
+
+/// A fire taken ahead, its record stored: its hand-off encoded and the event of its creation
+/// published, for its [`Held`] hand-off.
+async fn ready_hand_off(
+    client: &AxClient,
+    instance: &NewInstance,
+) -> Result<burst::Item, ActorError> {
+    let (subject, msg_id) = instance.hand_off_to(client.subjects());
+    let item = burst::Item::new(subject, &msg_id, &instance.work)?;
+    publish::event(client, &instance.record).await;
+    Ok(item)
 }
 
 /// Publishes the hand-off, the tick record of a caught-up tick and the event. A tick fired on

@@ -90,6 +90,9 @@ pub struct Scheduler {
     /// schedules fires, so the ticks of the restart gap still fire.
     replay_from: Option<chrono::DateTime<chrono::Utc>>,
     last_tick: chrono::DateTime<chrono::Utc>,
+    /// The instant through which the last tick took the fires (its time plus
+    /// [`creator::AHEAD`]): where a restart, or a partition's next owner, goes on from.
+    taken_through: chrono::DateTime<chrono::Utc>,
     /// When this Scheduler was built: the ticks a partition's dead owner missed after it are
     /// a failover's, fired whatever the misfire policy (see [`misfire::with_failover`]).
     running_since: chrono::DateTime<chrono::Utc>,
@@ -133,6 +136,7 @@ impl Scheduler {
             wake: None,
             replay_from: None,
             last_tick: now,
+            taken_through: now,
             running_since: now,
             partitions,
             handover: Handover::default(),
@@ -245,7 +249,9 @@ impl Scheduler {
             ctx.stop();
             return;
         }
-        let Some(due) = guard(ACTOR, || self.planner.advance(now)) else {
+        // Fires are taken ahead of their instants (see `creator::AHEAD`), retries at theirs.
+        let horizon = now + ahead();
+        let Some(due) = guard(ACTOR, || self.planner.advance(horizon)) else {
             ctx.stop();
             return;
         };
@@ -258,8 +264,13 @@ impl Scheduler {
             // Only a tick made with the whole registry loaded covers every job: a restart
             // replays from it.
             self.last_tick = now;
+            self.taken_through = horizon;
         }
-        for fire in due.fires {
+        let started = tokio::time::Instant::now();
+        let mut fires = due.fires;
+        // A fire taken ahead holds up the hand-offs queued behind it until its instant.
+        fires.sort_by_key(|fire| fire.expected);
+        for fire in fires {
             if fire.paused {
                 self.record_skipped(&fire.spec.name, vec![(fire.expected, "paused".to_string())]);
                 continue;
@@ -275,14 +286,21 @@ impl Scheduler {
             );
             instance.skip_coordinator = !self.graph.needs_coordinator(&fire.spec);
             instance.tick = Some(TickOutcome::Fired);
-            self.creator.submit(instance);
+            match until(now, fire.expected) {
+                Some(wait) => self.creator.submit_ahead(instance, started + wait),
+                None => self.creator.submit(instance),
+            }
         }
         if self.replay_from.is_none() {
-            self.partitions.fired_through(self.last_tick);
+            self.partitions.fired_through(self.taken_through);
         }
         for retry in due.retries {
             let client = self.client.clone();
+            let wait = until(now, retry.due);
             actix::spawn(async move {
+                if let Some(wait) = wait {
+                    tokio::time::sleep(wait).await;
+                }
                 if let Err(e) = run_retry(&client, &retry.instance_id, &retry.from_trace).await {
                     tracing::warn!(instance = %retry.instance_id, error = %e, "retry not started; the result's redelivery will try again");
                 }
@@ -299,7 +317,7 @@ impl Scheduler {
         let sleep = self
             .planner
             .next_wake()
-            .map(|at| (at - now).to_std().unwrap_or(Duration::ZERO))
+            .map(|at| (at - now - ahead()).to_std().unwrap_or(Duration::ZERO))
             .unwrap_or(MAX_SLEEP)
             .min(MAX_SLEEP);
         self.wake = Some(ctx.run_later(sleep, |act, ctx| {
@@ -373,10 +391,23 @@ impl Supervised for Scheduler {
         self.wake = None;
         // The view may be half-updated by whatever failed: rebuild it from the registry,
         // catching up from the last completed tick. Pending retries come back from JetStream.
-        self.planner = Planner::new(self.last_tick);
-        self.replay_from = Some(self.last_tick);
+        self.planner = Planner::new(self.taken_through);
+        self.replay_from = Some(self.taken_through);
         self.handover.restarted();
     }
+}
+
+/// [`creator::AHEAD`] as a span of the clock.
+fn ahead() -> chrono::Duration {
+    chrono::Duration::from_std(creator::AHEAD).unwrap_or_default()
+}
+
+/// How long from `now` until `at`, when it is later.
+fn until(
+    now: chrono::DateTime<chrono::Utc>,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Option<Duration> {
+    (at > now).then(|| (at - now).to_std().ok()).flatten()
 }
 
 /// A change of the job registry, from its `n`th reading (see [`follow_registry`]).
@@ -738,7 +769,7 @@ impl Handler<OwnershipChanged> for Scheduler {
     fn handle(&mut self, msg: OwnershipChanged, ctx: &mut Self::Context) {
         let ownership = msg.0;
         let now = self.clock.now();
-        let Some(change) = self.handover.apply(&ownership, self.last_tick, now) else {
+        let Some(change) = self.handover.apply(&ownership, self.taken_through, now) else {
             return;
         };
         let mut fired_through = change.released;

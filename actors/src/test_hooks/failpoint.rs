@@ -8,7 +8,8 @@
 //! The points: `redispatch.intent` (a re-dispatch recorded in flight, not yet reserved),
 //! `redispatch.reserved` (reserved, not yet sent), `redispatch.sent` (sent, not yet tracked),
 //! `delayed.due` (a Scheduler holding a delayed attempt at its due time, not yet released),
-//! `delayed.released` (its record released, the attempt not yet handed on).
+//! `delayed.released` (its record released, the attempt not yet handed on), `creator.held` (a
+//! cron fire taken ahead of its instant: its record written, its hand-off held).
 
 /// The variable naming the point to crash at.
 #[cfg(feature = "test-hooks")]

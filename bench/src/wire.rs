@@ -5,7 +5,8 @@
 //! acknowledgement, a pull request, an event.
 //!
 //! N jobs fire at one second on a node running every actor, and again a few seconds later;
-//! for each fire messages are counted from just before it to the last success, and divided by N
+//! for each fire messages are counted from a second before it (its records are written a
+//! quarter of a second ahead) to the last success, and divided by N
 //! (so the node's background traffic — heartbeats, leases, clock probes — weighs little; it is
 //! counted under its own kinds). The first fire pays what a node reads once per job (its
 //! definition, checked against the registry); the later one is what a job firing again and
@@ -96,8 +97,9 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let node = start_node(&client, "all", 256, scratch.path()).await?;
     let mut figures = Vec::new();
     for (fire_at, which) in [(first, "first"), (second, "later")] {
-        // Counting starts just before the fire, once the node has settled.
-        let start = fire_at - chrono::Duration::milliseconds(200);
+        // Counting starts a second before the fire, once the node has settled: a Scheduler
+        // writes a cron fire's record a quarter of a second ahead of its instant.
+        let start = fire_at - chrono::Duration::seconds(1);
         tokio::time::sleep(
             (start - ax_bus::time::now())
                 .to_std()

@@ -38,7 +38,6 @@
 //! before handing it on (see [`crate::scheduler::orphans`]).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,11 +110,10 @@ struct Request {
     _unfinished: Unfinished,
 }
 
-/// The work of a creator not finished yet: how much, and the ticks of the cron fires (and of
-/// the tick records) among it — what says how far a Scheduler's fires are settled.
+/// The ticks of the cron fires (and of the tick records) a creator has not finished yet: what
+/// says how far a Scheduler's fires are settled.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    count: AtomicUsize,
     ticks: Mutex<BTreeMap<DateTime<Utc>, usize>>,
 }
 
@@ -143,7 +141,6 @@ pub(crate) struct Unfinished {
 
 impl Unfinished {
     pub(crate) fn new(in_flight: &Arc<InFlight>, tick: Option<DateTime<Utc>>) -> Self {
-        in_flight.count.fetch_add(1, Ordering::SeqCst);
         if let Some(tick) = tick {
             *in_flight.ticks().entry(tick).or_insert(0) += 1;
         }
@@ -165,7 +162,6 @@ impl Drop for Unfinished {
                 }
             }
         }
-        self.in_flight.count.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -202,12 +198,14 @@ impl Creator {
         Unfinished::new(&self.in_flight, Some(tick))
     }
 
-    /// Waits until every creation submitted so far has ended (or `limit` has passed; false
-    /// then): how a Scheduler handing a partition over makes sure the ticks it fired are
-    /// recorded before it says so.
-    pub(crate) async fn settled(&self, limit: Duration) -> bool {
+    /// Waits until every tick through `through` submitted has ended (or `limit` has passed;
+    /// false then): how a Scheduler handing a partition over makes sure the ticks it fired are
+    /// recorded before it says so. The fires taken later — a kept partition's next ones, held
+    /// for their instants while this waits — are not waited for: with a job firing every
+    /// second, some fire is always held.
+    pub(crate) async fn settled(&self, through: DateTime<Utc>, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
-        while self.in_flight.count.load(Ordering::SeqCst) > 0 {
+        while self.in_flight.oldest_tick().is_some_and(|t| t <= through) {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }

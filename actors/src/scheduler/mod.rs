@@ -793,10 +793,10 @@ impl Handler<OwnershipChanged> for Scheduler {
         self.tell_ready();
         self.partitions.set_jobs(self.planner.job_count());
         let (creator, partitions) = (self.creator.clone(), self.partitions.clone());
-        let version = ownership.version;
+        let (version, taken_through) = (ownership.version, self.taken_through);
         actix::spawn(async move {
             // Fired means created and handed on: the next owner fires the ticks after.
-            if !fired_through.is_empty() && !creator.settled(HANDOVER_SETTLE).await {
+            if !fired_through.is_empty() && !creator.settled(taken_through, HANDOVER_SETTLE).await {
                 tracing::warn!("creations still unfinished at a handover; the next owner catches up by the misfire policy");
                 fired_through.values_mut().for_each(|t| *t = None);
             }

@@ -123,6 +123,18 @@ impl InFlight {
         self.ticks().keys().next().copied()
     }
 
+    /// Waits until no tick through `through` is unfinished (false once `limit` has passed).
+    async fn settled(&self, through: DateTime<Utc>, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.oldest_tick().is_some_and(|t| t <= through) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
     fn ticks(&self) -> std::sync::MutexGuard<'_, BTreeMap<DateTime<Utc>, usize>> {
         // A panic while holding it leaves nothing half-done: a map of counts.
         self.ticks
@@ -204,14 +216,7 @@ impl Creator {
     /// for their instants while this waits — are not waited for: with a job firing every
     /// second, some fire is always held.
     pub(crate) async fn settled(&self, through: DateTime<Utc>, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        while self.in_flight.oldest_tick().is_some_and(|t| t <= through) {
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        true
+        self.in_flight.settled(through, limit).await
     }
 
     /// The request creating `instance`, counted as unfinished from now.
@@ -876,4 +881,37 @@ async fn existing(client: &AxClient, record: &InstanceRecord) -> Result<Existing
         // The attempt has moved on (or ended): handing it on again would be wrong.
         Existing::Other
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn at(s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 6, 6, 0, s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_handover_waits_for_the_ticks_it_took_and_not_for_those_taken_after() {
+        let in_flight = Arc::new(InFlight::default());
+        let taken = Unfinished::new(&in_flight, Some(at(10)));
+        let later = Unfinished::new(&in_flight, Some(at(11)));
+        let trigger = Unfinished::new(&in_flight, None);
+        let short = Duration::from_millis(50);
+        assert!(
+            !in_flight.settled(at(10), short).await,
+            "tick 10 is unfinished"
+        );
+        let waiting = tokio::spawn({
+            let in_flight = in_flight.clone();
+            async move { in_flight.settled(at(10), Duration::from_secs(10)).await }
+        });
+        drop(taken);
+        assert!(waiting.await.unwrap(), "tick 10 ended");
+        assert!(in_flight.settled(at(10), short).await);
+        assert!(!in_flight.settled(at(11), short).await);
+        drop((later, trigger));
+        assert!(in_flight.settled(at(11), short).await);
+    }
 }

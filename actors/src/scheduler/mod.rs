@@ -246,6 +246,7 @@ impl Scheduler {
             // restart rebuilds it from the registry, from now.
             tracing::warn!(node = %self.node, "clock back from ahead; rebuilding the wheel");
             self.last_tick = now;
+            self.taken_through = now;
             ctx.stop();
             return;
         }
@@ -390,7 +391,9 @@ impl Supervised for Scheduler {
         note_restart(ACTOR);
         self.wake = None;
         // The view may be half-updated by whatever failed: rebuild it from the registry,
-        // catching up from the last completed tick. Pending retries come back from JetStream.
+        // catching up from where the last completed tick took the fires (what it took ahead
+        // is the creator's, which outlives the restart). Pending retries come back from
+        // JetStream.
         self.planner = Planner::new(self.taken_through);
         self.replay_from = Some(self.taken_through);
         self.handover.restarted();

@@ -267,12 +267,14 @@ async fn a_scheduler_killed_holding_a_fire_taken_ahead_leaves_it_to_the_next() {
         .into_iter()
         .filter(|r| r.created_by.as_ref() == Some(&core_1))
         .collect();
+    // The fire it held was written before its instant (a tick it caught up on while it
+    // loaded, if any, was written after its own).
+    let taken: Vec<_> = held.iter().filter(|r| r.trigger == Trigger::Cron).collect();
     assert!(
-        !held.is_empty(),
-        "no record written by the killed Scheduler"
+        !taken.is_empty(),
+        "no fire written by the killed Scheduler: {held:?}"
     );
-    // Written before its instant, and never handed on.
-    for record in &held {
+    for record in taken {
         assert!(record.created_at < record.expected_time, "{record:?}");
     }
 

@@ -69,8 +69,9 @@ const BATCH: usize = 1024;
 const CHUNK: usize = 128;
 /// Chunks published ahead of their hand-offs: bounds the records written but not handed on.
 const CHUNKS_AHEAD: usize = 8;
-/// The same for the held creations: their hand-offs wait for their instants, so the records
-/// of every fire due within [`AHEAD`] may be written before the first is handed on.
+/// The same for the held creations, whose records are all written before their instants: a
+/// hand-off the hand-off stage itself must hold (a fire found created by another Scheduler)
+/// does not stop the records of the fires due after it from being written ahead.
 const CHUNKS_HELD: usize = 1024;
 /// How long before its instant a cron fire is taken: long enough to write the records of ten
 /// thousand fires due together on two cores, short enough that an instance is not listed long

@@ -189,6 +189,16 @@ async fn a_fire_while_the_previous_instance_runs_follows_the_overlap_policy() {
         .all(|t| t.outcome != TickOutcome::Skipped || t.reason == "paused"));
 
     let latest = instances(&client, "latest").await;
+    // Only `allow` fires are written ahead of their instants: the other policies judge the
+    // previous instance as it is at the instant, and create after it.
+    assert!(
+        allow.iter().any(|r| r.created_at < r.expected_time),
+        "{allow:#?}"
+    );
+    let others = [&skipper, &latest].into_iter().flatten();
+    for record in others.chain(&queued) {
+        assert!(record.created_at >= record.expected_time, "{record:#?}");
+    }
     let superseded = latest.iter().filter(|r| r.tag == Tag::Superseded).count();
     assert!(superseded >= 2, "{latest:#?}");
     assert!(latest

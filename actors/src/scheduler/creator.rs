@@ -265,6 +265,9 @@ impl Creator {
         let tx = self.tx.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until(due).await;
+            // Created at its instant, not when it was taken.
+            let record = &mut request.instance.record;
+            record.created_at = record.expected_time;
             let _ = tx.send(request);
         });
     }
@@ -758,9 +761,8 @@ impl Batch<'_> {
     }
 }
 
-/// Publishes the hand-off of the first attempt: to the Router, or to the DagCoordinator when
-/// the DAG may concern it. Its message id is the attempt's, so a second hand-off of the same
-/// attempt (by another creator, or a retry) within the de-duplication window is dropped.
+/// Publishes the hand-off of the first attempt ([`hand_off_item`]), or a delayed instance's
+/// schedule.
 async fn hand_off_work(
     client: &AxClient,
     instance: &NewInstance,
@@ -769,8 +771,7 @@ async fn hand_off_work(
     if instance.delayed {
         return Ok(vec![Ack::plain(delayed::schedule(client, instance).await?)]);
     }
-    let (subject, msg_id) = instance.hand_off_to(client.subjects());
-    let item = burst::Item::new(subject, &msg_id, &instance.work)?;
+    let item = hand_off_item(client, instance)?;
     Ok(vec![Ack::Burst(hand_offs.push(item))])
 }
 
@@ -780,10 +781,17 @@ async fn ready_hand_off(
     client: &AxClient,
     instance: &NewInstance,
 ) -> Result<burst::Item, ActorError> {
-    let (subject, msg_id) = instance.hand_off_to(client.subjects());
-    let item = burst::Item::new(subject, &msg_id, &instance.work)?;
+    let item = hand_off_item(client, instance)?;
     publish::event(client, &instance.record).await;
     Ok(item)
+}
+
+/// The hand-off of the first attempt, encoded: to the Router, or to the DagCoordinator when the
+/// DAG may concern it. Its message id is the attempt's, so a second hand-off of the same
+/// attempt (by another creator, or a retry) within the de-duplication window is dropped.
+fn hand_off_item(client: &AxClient, instance: &NewInstance) -> Result<burst::Item, ActorError> {
+    let (subject, msg_id) = instance.hand_off_to(client.subjects());
+    Ok(burst::Item::new(subject, &msg_id, &instance.work)?)
 }
 
 /// Publishes the hand-off, the tick record of a caught-up tick and the event. A tick fired on

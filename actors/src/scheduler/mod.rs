@@ -89,7 +89,6 @@ pub struct Scheduler {
     /// After a restart: the time of the last completed tick, from which the registry replay
     /// schedules fires, so the ticks of the restart gap still fire.
     replay_from: Option<chrono::DateTime<chrono::Utc>>,
-    last_tick: chrono::DateTime<chrono::Utc>,
     /// The instant through which the last tick took the fires (its time plus
     /// [`creator::AHEAD`]): where a restart, or a partition's next owner, goes on from.
     taken_through: chrono::DateTime<chrono::Utc>,
@@ -135,7 +134,6 @@ impl Scheduler {
             creator,
             wake: None,
             replay_from: None,
-            last_tick: now,
             taken_through: now,
             running_since: now,
             partitions,
@@ -241,11 +239,10 @@ impl Scheduler {
             return;
         }
         let now = self.clock.now();
-        if std::mem::take(&mut self.held_for_clock) && now < self.last_tick {
+        if std::mem::take(&mut self.held_for_clock) && now + ahead() < self.taken_through {
             // The clock came back from ahead: the wheel was laid out on the wrong time. A
             // restart rebuilds it from the registry, from now.
             tracing::warn!(node = %self.node, "clock back from ahead; rebuilding the wheel");
-            self.last_tick = now;
             self.taken_through = now;
             ctx.stop();
             return;
@@ -264,7 +261,6 @@ impl Scheduler {
         if self.replay_from.is_none() {
             // Only a tick made with the whole registry loaded covers every job: a restart
             // replays from it.
-            self.last_tick = now;
             self.taken_through = horizon;
         }
         let started = tokio::time::Instant::now();

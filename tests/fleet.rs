@@ -331,19 +331,7 @@ async fn router_dies_re_dispatching(
         .await;
         fast.kill9();
     }
-    wait_for_logged(
-        Duration::from_secs(30),
-        "the core node to die at its failpoint",
-        &[&core],
-        || async { (!alive(core.pid().as_raw())).then_some(()) },
-    )
-    .await;
-    assert!(
-        core.log_text()
-            .contains(&format!("failpoint {failpoint} reached")),
-        "{}",
-        core.log_text()
-    );
+    core.died_at(failpoint).await;
     (nats, client, id, ledger, vec![core, slow, fast])
 }
 

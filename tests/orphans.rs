@@ -253,14 +253,7 @@ async fn a_scheduler_killed_holding_a_fire_taken_ahead_leaves_it_to_the_next() {
         "version: v1\njob:\n  name: held\n  cron: '* * * * * *'\n  exec: { type: noop }\n",
     )
     .await;
-    wait_for_logged(
-        Duration::from_secs(30),
-        "the Scheduler to die at its failpoint",
-        &[&doomed],
-        || async { (!alive(doomed.pid().as_raw())).then_some(()) },
-    )
-    .await;
-    assert!(doomed.log_text().contains("failpoint creator.held reached"));
+    doomed.died_at("creator.held").await;
     let core_1 = ax_bus::ids::NodeId::parse("core-1").unwrap();
     let held: Vec<_> = instances(&client, "held")
         .await

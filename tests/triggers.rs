@@ -265,16 +265,7 @@ async fn a_scheduler_killed_releasing_leaves_the_instance_to_the_next(point: &st
     )
     .await;
     assert!(reply.ok, "{:?}", reply.errors);
-    wait_for_logged(
-        Duration::from_secs(30),
-        "the Scheduler to die at its failpoint",
-        &[&doomed],
-        || async { (!alive(doomed.pid().as_raw())).then_some(()) },
-    )
-    .await;
-    assert!(doomed
-        .log_text()
-        .contains(&format!("failpoint {point} reached")));
+    doomed.died_at(point).await;
     let core = AxProcess::node(&nats, "core-2", "scheduler,dag,router", &[]);
     let record = wait_for_logged(
         Duration::from_secs(60),

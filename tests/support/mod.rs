@@ -407,6 +407,20 @@ impl AxProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits (30 s at most) for this process, started with `AX_FAILPOINT=point`, to have
+    /// killed itself there, and checks that its log says so.
+    pub(crate) async fn died_at(&self, point: &str) {
+        wait_for_logged(
+            Duration::from_secs(30),
+            &format!("the process to die at failpoint {point}"),
+            &[self],
+            || async { (!alive(self.pid().as_raw())).then_some(()) },
+        )
+        .await;
+        let log = self.log_text();
+        assert!(log.contains(&format!("failpoint {point} reached")), "{log}");
+    }
+
     /// Lines of stdout, read on a thread and sent through a channel.
     pub(crate) fn stdout_lines(&mut self) -> std::sync::mpsc::Receiver<String> {
         let (tx, rx) = std::sync::mpsc::channel();

@@ -163,7 +163,7 @@ pub(crate) struct BackfillArgs {
     #[arg(long)]
     pub with_downstream: bool,
     /// Most instances running at once.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub parallel: u32,
 }
 
@@ -305,8 +305,8 @@ pub(crate) struct UpArgs {
     /// Job files or directories to apply once the cluster is up.
     #[arg(long = "jobs", value_name = "FILE|DIR")]
     pub jobs: Vec<PathBuf>,
-    /// Concurrent attempts of the local worker.
-    #[arg(long, default_value_t = 4)]
+    /// Concurrent attempts of the local worker (1 to 1024).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub slots: u32,
     /// Plugin executors of the local worker.
     #[arg(long, value_name = "DIR")]
@@ -333,8 +333,8 @@ pub(crate) struct NodeArgs {
     /// Worker tags.
     #[arg(long, value_delimiter = ',')]
     pub tags: Option<Vec<String>>,
-    /// Worker slots (concurrent attempts).
-    #[arg(long)]
+    /// Worker slots (concurrent attempts, 1 to 1024).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub slots: Option<u32>,
     /// Node and worker id.
     #[arg(long)]
@@ -342,8 +342,8 @@ pub(crate) struct NodeArgs {
     /// Where the worker keeps its outbox.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Replicas of streams and buckets (3 on a NATS cluster).
-    #[arg(long)]
+    /// Replicas of streams and buckets (3 on a NATS cluster; 1 to 5).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=5))]
     pub replicas: Option<usize>,
     /// Buckets of the instance records, set by a deployment's first node (1; one per server
     /// of a NATS cluster spreads their writes; `ax instance buckets --set` changes it later).

@@ -37,7 +37,7 @@ pub(crate) async fn take(nats: Option<&str>, prefix: &str, out: &Path) -> Result
     )
     .await
     .context("backup")?;
-    let bytes: u64 = manifest.streams.iter().map(|s| s.bytes).sum();
+    let bytes: u64 = manifest.streams.iter().map(|s| s.snapshot.bytes).sum();
     eprintln!(
         "backup complete: {} streams, {bytes} bytes in {}",
         manifest.streams.len(),

@@ -55,7 +55,7 @@ fn worker_config(
     };
     let worker = WorkerConfig {
         id: id.clone(),
-        slots: args.slots.or(file.worker.slots).unwrap_or(4).max(1),
+        slots: args.slots.map_or_else(|| file.worker.slots(), Ok)?,
         adaptive,
         tags: args
             .tags
@@ -116,7 +116,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         .prefix
         .clone()
         .unwrap_or_else(|| prefix_flag.to_string());
-    config.replicas = args.replicas.or(file.node.replicas);
+    config.replicas = args.replicas.map_or_else(|| file.node.replicas(), |n| Ok(Some(n)))?;
     config.instance_buckets = file.node.instance_buckets(args.instance_buckets)?;
     config.retention = file.retention.retention()?;
     config.auth = file.nats.over(config.auth);
@@ -175,7 +175,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
                     node: Some(id.clone()),
                     hosts: file.metrics.hosts.clone(),
                     index_window: file.console.index_window()?,
-                    index_rows: file.console.index_rows,
+                    index_rows: file.console.index_rows()?,
                 },
             )
             .with_context(|| "--http (or [metrics] listen)")?,

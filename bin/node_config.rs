@@ -177,6 +177,14 @@ pub(crate) struct ConsoleSection {
 }
 
 impl ConsoleSection {
+    /// The index's most rows, if set; an error names the field.
+    pub(crate) fn index_rows(&self) -> Result<Option<usize>> {
+        match self.index_rows {
+            Some(0) => anyhow::bail!("[console] index_rows = 0: must be at least 1"),
+            rows => Ok(rows),
+        }
+    }
+
     /// The index window, if set; an error names the field.
     pub(crate) fn index_window(&self) -> Result<Option<Duration>> {
         duration_setting("[console] index_window", &self.index_window)
@@ -194,6 +202,12 @@ fn duration_setting(name: &str, text: &Option<String>) -> Result<Option<Duration
         Ok(_) => anyhow::bail!("{name} = {text:?}: at least 1s"),
         Err(e) => anyhow::bail!("{name} = {text:?}: {e}"),
     }
+}
+
+/// A setting given as a number of seconds, at most the ceiling of every duration ax reads
+/// ([`ax_bus::duration::MAX`]); an error names it (`name`, as `[section] key`).
+fn seconds_setting(name: &str, seconds: f64) -> Result<Duration> {
+    ax_bus::duration::from_secs_f64(seconds).map_err(|e| anyhow::anyhow!("{name} = {e}"))
 }
 
 /// `[retention]`: how long each thing kept for a while is kept, as `20s`, `12h`, `30d`.
@@ -303,7 +317,7 @@ fn webhook_setting(
     }
     let timeout = match timeout {
         None => DEFAULT_WEBHOOK_TIMEOUT,
-        Some(v) if v.is_finite() && v > 0.0 => Duration::from_secs_f64(v),
+        Some(v) if v.is_finite() && v > 0.0 => seconds_setting(timeout_name, v)?,
         Some(v) => anyhow::bail!("{timeout_name} = {v}: must be a positive number of seconds"),
     };
     Ok(Some(WebhookConfig {
@@ -341,7 +355,9 @@ impl BacklogSection {
             ("resume_after", self.resume_after, &mut config.resume_after),
         ] {
             match value {
-                Some(v) if v.is_finite() && v >= 0.0 => *slot = Duration::from_secs_f64(v),
+                Some(v) if v.is_finite() && v >= 0.0 => {
+                    *slot = seconds_setting(&format!("[backlog] {name}"), v)?
+                }
                 Some(v) => {
                     anyhow::bail!("[backlog] {name} = {v}: must be a number of seconds >= 0")
                 }
@@ -468,6 +484,17 @@ pub(crate) struct NodeSection {
 }
 
 impl NodeSection {
+    /// The replicas of streams and buckets, if set: 1 to 5 (JetStream's most). An error names
+    /// the field.
+    pub(crate) fn replicas(&self) -> Result<Option<usize>> {
+        match self.replicas {
+            Some(n) if !(1..=5).contains(&n) => {
+                anyhow::bail!("[node] replicas = {n}: must be from 1 to 5")
+            }
+            n => Ok(n),
+        }
+    }
+
     /// The instance buckets a first node sets: `flag`'s, else this section's. An error names
     /// the field.
     pub(crate) fn instance_buckets(&self, flag: Option<u16>) -> Result<Option<u16>> {
@@ -485,7 +512,9 @@ impl NodeSection {
         match self.max_clock_skew {
             None => Ok(Some(DEFAULT_MAX_CLOCK_SKEW)),
             Some(0.0) => Ok(None),
-            Some(v) if v.is_finite() && v > 0.0 => Ok(Some(Duration::from_secs_f64(v))),
+            Some(v) if v.is_finite() && v > 0.0 => {
+                seconds_setting("[node] max_clock_skew", v).map(Some)
+            }
             Some(v) => {
                 anyhow::bail!("[node] max_clock_skew = {v}: must be a number of seconds >= 0")
             }
@@ -496,11 +525,14 @@ impl NodeSection {
     pub(crate) fn stall_after(&self) -> Result<Duration> {
         match self.stall_after {
             None => Ok(ax_actors::DEFAULT_STALL_AFTER),
-            Some(v) if v.is_finite() && v >= 1.0 => Ok(Duration::from_secs_f64(v)),
+            Some(v) if v.is_finite() && v >= 1.0 => seconds_setting("[node] stall_after", v),
             Some(v) => anyhow::bail!("[node] stall_after = {v}: must be a number of seconds >= 1"),
         }
     }
 }
+
+/// The most slots a worker may have (fixed or adaptive).
+const MAX_SLOTS: u32 = 1024;
 
 /// `[worker]`.
 #[derive(Debug, Default, Deserialize)]
@@ -540,9 +572,9 @@ impl AdaptiveSection {
     pub(crate) fn adaptive(&self, cores: u32) -> Result<Adaptive> {
         let min = self.min.unwrap_or(1);
         let max = self.max.unwrap_or(cores.saturating_mul(2).max(min));
-        if min == 0 || min > max || max > 1024 {
+        if min == 0 || min > max || max > MAX_SLOTS {
             anyhow::bail!(
-                "[worker.adaptive] min = {min}, max = {max}: need 1 <= min <= max <= 1024"
+                "[worker.adaptive] min = {min}, max = {max}: need 1 <= min <= max <= {MAX_SLOTS}"
             );
         }
         let mut adaptive = Adaptive::new(min, max);
@@ -555,7 +587,9 @@ impl AdaptiveSection {
             );
         }
         if let Some(mib) = self.memory_min_mib {
-            adaptive.memory_min = mib.saturating_mul(1 << 20);
+            adaptive.memory_min = mib.checked_mul(1 << 20).ok_or_else(|| {
+                anyhow::anyhow!("[worker.adaptive] memory_min_mib = {mib}: more than any memory")
+            })?;
         }
         match self.every {
             None => {}
@@ -571,6 +605,15 @@ impl AdaptiveSection {
 }
 
 impl WorkerSection {
+    /// The slots, 4 when unset; an error names the field.
+    pub(crate) fn slots(&self) -> Result<u32> {
+        match self.slots {
+            None => Ok(4),
+            Some(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
+            Some(n) => anyhow::bail!("[worker] slots = {n}: must be from 1 to {MAX_SLOTS}"),
+        }
+    }
+
     /// The cap of an attempt's log, defaulted; an error names the field.
     pub(crate) fn log_max_bytes(&self) -> Result<usize> {
         const RANGE: std::ops::RangeInclusive<u64> = 4096..=(1 << 30);
@@ -587,7 +630,9 @@ impl WorkerSection {
     pub(crate) fn dispatch_ack_wait(&self) -> Result<Duration> {
         match self.dispatch_ack_wait {
             None => Ok(DEFAULT_DISPATCH_ACK_WAIT),
-            Some(v) if v.is_finite() && v >= 1.0 => Ok(Duration::from_secs_f64(v)),
+            Some(v) if v.is_finite() && v >= 1.0 => {
+                seconds_setting("[worker] dispatch_ack_wait", v)
+            }
             Some(v) => anyhow::bail!("[worker] dispatch_ack_wait = {v}: must be at least 1 second"),
         }
     }
@@ -614,7 +659,9 @@ impl RouterSection {
         let seconds = |name: &str, value: Option<f64>, default: Duration| -> Result<Duration> {
             match value {
                 None => Ok(default),
-                Some(v) if v.is_finite() && v > 0.0 => Ok(Duration::from_secs_f64(v)),
+                Some(v) if v.is_finite() && v > 0.0 => {
+                    seconds_setting(&format!("[router] {name}"), v)
+                }
                 Some(v) => {
                     anyhow::bail!("[router] {name} = {v}: must be a positive number of seconds")
                 }
@@ -741,6 +788,72 @@ mod tests {
                 .to_string();
             assert!(error.contains(says), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn settings_past_their_bounds_are_refused_naming_them_never_corrected() {
+        let parse = |text: &str| -> FileConfig { toml::from_str(text).unwrap() };
+        let refusal = |text: &str, read: fn(&FileConfig) -> Result<()>| {
+            read(&parse(text)).unwrap_err().to_string()
+        };
+        let cases: [(&str, fn(&FileConfig) -> Result<()>, &str); 9] = [
+            (
+                "[worker]\nslots = 0\n",
+                |f| f.worker.slots().map(drop),
+                "[worker] slots = 0: must be from 1 to 1024",
+            ),
+            (
+                "[worker]\nslots = 5000\n",
+                |f| f.worker.slots().map(drop),
+                "[worker] slots = 5000: must be from 1 to 1024",
+            ),
+            (
+                "[node]\nreplicas = 0\n",
+                |f| f.node.replicas().map(drop),
+                "[node] replicas = 0: must be from 1 to 5",
+            ),
+            (
+                "[console]\nindex_rows = 0\n",
+                |f| f.console.index_rows().map(drop),
+                "[console] index_rows = 0: must be at least 1",
+            ),
+            (
+                "[retention]\nresults = \"213504d\"\n",
+                |f| f.retention.retention().map(drop),
+                "[retention] results = \"213504d\": `213504d` is longer than 36500d, the longest duration ax reads",
+            ),
+            (
+                "[retention]\nlogs = \"100000000d\"\n",
+                |f| f.retention.retention().map(drop),
+                "[retention] logs = \"100000000d\": `100000000d` is longer than 36500d",
+            ),
+            (
+                "[router]\nworker_ttl = 1e30\n",
+                |f| f.router.config().map(drop),
+                "[router] worker_ttl = 1000000000000000000000000000000 is not a number of seconds from 0 to 3153600000",
+            ),
+            (
+                "[worker]\ndispatch_ack_wait = 1e19\n",
+                |f| f.worker.dispatch_ack_wait().map(drop),
+                "[worker] dispatch_ack_wait = 10000000000000000000 is not a number of seconds",
+            ),
+            (
+                "[worker.adaptive]\nmemory_min_mib = 18446744073709551615\n",
+                |f| f.worker.adaptive.as_ref().unwrap().adaptive(2).map(drop),
+                "[worker.adaptive] memory_min_mib = 18446744073709551615: more than any memory",
+            ),
+        ];
+        for (text, read, says) in cases {
+            let error = refusal(text, read);
+            assert!(error.starts_with(says), "{text}: {error}");
+        }
+        assert_eq!(parse("").worker.slots().unwrap(), 4);
+        assert_eq!(parse("[worker]\nslots = 1\n").worker.slots().unwrap(), 1);
+        let kept = parse("[retention]\nresults = \"36500d\"\n");
+        assert_eq!(
+            kept.retention.retention().unwrap().results,
+            Some(ax_bus::duration::MAX)
+        );
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
         client.clone(),
         NodeConfig {
             worker: WorkerConfig {
-                slots: args.slots.max(1),
+                slots: args.slots,
                 executors: local_executors(&data_dir, args.plugin_dir.clone()),
                 ..WorkerConfig::new(local.clone(), data_dir.join("worker"))
             },

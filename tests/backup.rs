@@ -51,9 +51,23 @@ async fn a_restored_backup_runs_the_same_deployment_on_a_new_nats() {
         .expect("a history")
         .steps;
 
+    // An unfinished folder that is not ax's is refused, naming it, and left as it was.
+    let out = old.path("backups").join("monday");
+    let foreign = out.with_file_name("monday.partial");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("thesis.tex"), "mine").unwrap();
+    let refused = ax(&old.url(), &["backup", "--out", out.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("monday.partial exists and is not an unfinished backup of ax's (it holds `thesis.tex`"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(foreign.join("thesis.tex").exists());
+    std::fs::remove_dir_all(&foreign).unwrap();
+
     // The backup, with NATS going down while it waits before its second stream and back a few
     // seconds later.
-    let out = old.path("backups").join("monday");
     let dir = old.path("backup-cli");
     let mut backup = AxProcess::spawn_with_env(
         Some(&old.url()),
@@ -81,6 +95,14 @@ async fn a_restored_backup_runs_the_same_deployment_on_a_new_nats() {
     assert!(log.contains("backup complete: "), "{log}");
     assert!(out.join("manifest.json").exists());
     assert!(!out.with_file_name("monday.partial").exists());
+    // It holds the registry, the audit and the tokens' hashes: its owner's only.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&out), 0o700);
+    for file in std::fs::read_dir(&out).unwrap() {
+        let file = file.unwrap().path();
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
     drop(node);
 
     // A copy that is not whole is refused before anything is sent.
@@ -98,6 +120,30 @@ async fn a_restored_backup_runs_the_same_deployment_on_a_new_nats() {
         "{}",
         stderr(&refused)
     );
+    // A stream's description edited (its results kept 180 s, not 7 days) is refused too.
+    std::fs::write(&snapshot, &bytes).unwrap();
+    let described = broken.join("AX_RESULTS.json");
+    let mut description: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&described).unwrap()).unwrap();
+    description["config"]["max_age"] = serde_json::json!(180_000_000_000u64);
+    std::fs::write(&described, description.to_string()).unwrap();
+    let refused = ax(&new.url(), &["restore", "--from", broken.to_str().unwrap()]);
+    assert!(
+        stderr(&refused).contains("AX_RESULTS.json: "),
+        "{}",
+        stderr(&refused)
+    );
+    // A manifest that lists a stream twice is refused before anything is restored (the
+    // restore below fills this NATS).
+    std::fs::copy(out.join("AX_RESULTS.json"), &described).unwrap();
+    let manifest_path = broken.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let first = manifest["streams"][0].clone();
+    manifest["streams"].as_array_mut().unwrap().push(first);
+    std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+    let refused = ax(&new.url(), &["restore", "--from", broken.to_str().unwrap()]);
+    assert!(stderr(&refused).contains("twice"), "{}", stderr(&refused));
     std::fs::remove_file(broken.join("manifest.json")).unwrap();
     let partial = ax(&new.url(), &["restore", "--from", broken.to_str().unwrap()]);
     assert!(

@@ -959,6 +959,38 @@ async fn a_page_on_a_rebound_name_is_refused() {
         let answered = create(host).await.expect("an answer");
         assert_ne!(answered.status().as_u16(), 403, "{host}");
     }
+    // Requests no client library sends, written on the socket: a Host whose userinfo hides
+    // the name, and an absolute-form target, whose authority wins over Host (RFC 9112
+    // §3.2.2). Each is refused; the same shapes with a served name are answered.
+    for (target, host, status) in [
+        ("/api/v1/jobs", "[::1]@evil.com".to_string(), 403),
+        ("/api/v1/jobs", format!("127.0.0.1@evil.com:{port}"), 403),
+        ("http://evil.example/api/v1/jobs", addr.clone(), 403),
+        ("/api/v1/jobs", format!("[::1]:{port}"), 200),
+        (&format!("http://{addr}/api/v1/jobs"), "evil.example".to_string(), 200),
+    ] {
+        let answer = raw_get(&addr, target, &host).await;
+        let first = answer.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with(&format!("HTTP/1.1 {status}")),
+            "GET {target} with Host {host}: {first}"
+        );
+    }
+}
+
+/// The status line and the rest of a `GET target` sent with `Host: host` on a socket of its
+/// own (the connection closed after it).
+async fn raw_get(addr: &str, target: &str, host: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), socket.read_to_end(&mut answer))
+        .await
+        .expect("an answer in 30 s")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 /// The datasets the jobs name, listed; a dataset's page: who writes and reads it, its

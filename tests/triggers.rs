@@ -299,8 +299,9 @@ async fn a_scheduler_killed_between_release_and_hand_off_leaves_it_to_the_next()
 fn bad_delays_are_refused_before_anything_is_sent() {
     let nowhere = "nats://127.0.0.1:1";
     for (args, reason) in [
-        (vec!["--in", "-5s"], "is not a delay"),
-        (vec!["--in", "5"], "is not a delay"),
+        (vec!["--in", "-5s"], "is not a duration"),
+        (vec!["--in", "213504d"], "longer than 36500d"),
+        (vec!["--in", "5"], "is not a duration"),
         (vec!["--at", "tomorrow"], "is not an RFC 3339 instant"),
         (
             vec!["--at", "2026-12-01T14:03:05Z", "--in", "5s"],
@@ -361,11 +362,11 @@ async fn control_triggers_with_bad_times_are_refused_naming_the_field() {
     for (body, reason) in [
         (
             r#"{"name": "later", "in": "-5s"}"#.to_string(),
-            "in: `-5s` is not a delay",
+            "in: `-5s` is not a duration",
         ),
         (
             r#"{"name": "later", "in": "5"}"#.to_string(),
-            "in: `5` is not a delay",
+            "in: `5` is not a duration",
         ),
         (
             r#"{"name": "later", "at": "soon"}"#.to_string(),

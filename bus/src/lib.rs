@@ -12,7 +12,8 @@
 //!   workers and judge them alive;
 //! - [`history`]: an instance's history, told from the revisions of its record; [`log`]: the
 //!   attempts' logs, shipped while they run;
-//! - [`codec`]: MessagePack with named fields (and JSON on the control subjects); [`time`].
+//! - [`codec`]: MessagePack with named fields (and JSON on the control subjects); [`time`];
+//!   [`duration`], the one reader of durations people write.
 //!
 //! Who may do what, in [`auth`]: roles, API tokens, approvals and the audit record.
 //!
@@ -29,6 +30,7 @@ pub mod auth;
 pub mod client;
 pub mod codec;
 pub mod dead_letter;
+pub mod duration;
 pub mod error;
 pub mod history;
 pub mod ids;

@@ -248,26 +248,10 @@ pub fn start_of_day(tz: Tz, date: NaiveDate) -> DateTime<Utc> {
 }
 
 /// A delay as written after `--in` or in a trigger's `in`: a whole positive number and one
-/// unit of `ms`, `s`, `m`, `h` or `d` (`250ms`, `30s`, `5m`, `2h`, `1d`).
+/// unit of `ms`, `s`, `m`, `h` or `d` (`250ms`, `30s`, `5m`, `2h`, `1d`), at most
+/// [`crate::duration::MAX`] (read by [`crate::duration::parse_positive`]).
 pub fn parse_delay(text: &str) -> Result<std::time::Duration, String> {
-    let refused = || format!("`{text}` is not a delay such as 250ms, 30s, 5m, 2h or 1d");
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(refused)?;
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().map_err(|_| refused())?;
-    let ms_per = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(refused()),
-    };
-    n.checked_mul(ms_per)
-        .filter(|&ms| ms > 0)
-        .map(std::time::Duration::from_millis)
-        .ok_or_else(refused)
+    crate::duration::parse_positive(text).map_err(|e| e.to_string())
 }
 
 /// A duration of `ms` milliseconds as people read it: `850 ms`, `12.5 s`, `3m 07s`, `58h 32m`
@@ -317,17 +301,23 @@ mod tests {
         assert_eq!(super::parse_delay("1d"), Ok(Duration::from_secs(86_400)));
         for bad in [
             "-5s",
-            "0s",
             "5",
             "s",
             "1.5s",
             "5 s",
             "5sec",
             "",
-            "99999999999999999999d",
         ] {
             let e = super::parse_delay(bad).unwrap_err();
-            assert!(e.contains("is not a delay"), "{bad}: {e}");
+            assert!(e.contains("is not a duration"), "{bad}: {e}");
+        }
+        for zero in ["0s", "0ms"] {
+            let e = super::parse_delay(zero).unwrap_err();
+            assert!(e.contains("is zero"), "{zero}: {e}");
+        }
+        for long in ["99999999999999999999d", "213504d"] {
+            let e = super::parse_delay(long).unwrap_err();
+            assert!(e.contains("longer than 36500d"), "{long}: {e}");
         }
         let t = super::parse_instant("2026-12-01T15:03:05.250+01:00").unwrap();
         assert_eq!(super::rfc3339(t), "2026-12-01T14:03:05.250Z");

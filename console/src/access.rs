@@ -64,20 +64,42 @@ pub struct Gate {
     pub throttle: Throttle,
 }
 
-/// Whether a request sent to `host` (its `Host`, with or without a port) is for this server:
-/// `localhost`, an IP address, or one of the `names` it was given. A DNS rebinding attack needs
-/// a name of the attacker's, which is none of these.
-pub fn host_served(host: &str, names: &[String]) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split_once(']').map_or(rest, |(ip, _)| ip),
-        None => match host.rsplit_once(':') {
-            Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
-            _ => host,
-        },
+/// Whether a request sent to `authority` (the request target's authority when it has one,
+/// else its `Host`; with or without a port) is for this server: `localhost`, an IP address, or
+/// one of the `names` it was given. A DNS rebinding attack needs a name of the attacker's,
+/// which is none of these.
+///
+/// The authority is parsed as RFC 3986 reads it (`http::uri::Authority`), never split by
+/// hand: `[::1]@evil.com` names `evil.com` (and a `Host` may carry no userinfo at all, RFC
+/// 9110 §7.2), an IPv6 literal is only what its brackets hold, only a port may follow the
+/// host, and anything that is no authority is refused.
+pub fn host_served(authority: &str, names: &[String]) -> bool {
+    let Ok(parsed) = authority.parse::<actix_web::http::uri::Authority>() else {
+        return false;
     };
-    name.parse::<std::net::IpAddr>().is_ok()
-        || name.eq_ignore_ascii_case("localhost")
-        || names.iter().any(|n| n.eq_ignore_ascii_case(name))
+    if parsed.as_str().contains('@') {
+        return false;
+    }
+    let host = parsed.host();
+    // The parser is lenient after the host (`[::1]evil.com`, a port `80a`): what follows it
+    // must be nothing or a port.
+    let port = parsed.as_str().get(host.len()..).unwrap_or("x");
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()) && p.len() <= 5);
+    if !parsed.as_str().starts_with(host) || !port_ok {
+        return false;
+    }
+    let served_name = |name: &str| {
+        name.parse::<std::net::Ipv4Addr>().is_ok()
+            || name.eq_ignore_ascii_case("localhost")
+            || names.iter().any(|n| n.eq_ignore_ascii_case(name))
+    };
+    match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(literal) => literal.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => !host.is_empty() && served_name(host),
+    }
 }
 
 /// Why a request was refused.
@@ -496,6 +518,8 @@ mod tests {
             "localhost:8080",
             "LOCALHOST",
             "[::1]:8080",
+            "[::1]",
+            "[::ffff:127.0.0.1]:80",
             "10.0.0.5",
             "ax.example.com:443",
             "AX.example.com",
@@ -508,6 +532,20 @@ mod tests {
             "127.0.0.1.nip.io:8080",
             "ax.example.com.evil.org",
             "",
+            // Userinfo: the host is what follows the `@`, and a Host carries none anyway.
+            "[::1]@evil.com",
+            "127.0.0.1@evil.com",
+            "localhost:8080@evil.com",
+            "evil.com@127.0.0.1",
+            // No authority at all, or not an IPv6 literal between the brackets.
+            "[::1]evil.com",
+            "[evil.com]",
+            "[::1",
+            "::1",
+            "127.0.0.1:80a",
+            "127.0.0.1:+80",
+            "127.0.0.1/evil",
+            "local host",
         ] {
             assert!(!host_served(host, &names), "{host}");
         }

@@ -165,14 +165,20 @@ async fn checked(
     request: ServiceRequest,
     next: Next<BoxBody>,
 ) -> Result<ServiceResponse<EitherBody<BoxBody>>, actix_web::Error> {
-    // The `Host` the browser sent (the URI's authority in HTTP/2), never a forwarding header
-    // a page could set itself.
+    // The authority the request was sent to, never a forwarding header a page could set
+    // itself: the target's when it has one (absolute-form, or HTTP/2's `:authority`), which
+    // wins over `Host` (RFC 9112 §3.2.2), else the `Host` the browser sent.
     let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()))
+        .uri()
+        .authority()
+        .map(|a| a.to_string())
+        .or_else(|| {
+            request
+                .headers()
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
         .unwrap_or_default();
     let gate = request
         .app_data::<web::Data<State>>()

@@ -1,33 +1,14 @@
 //! Spec durations written either as whole seconds (`60`) or with a unit (`60s`, `5m`, `2h`,
 //! `1d`): `lease: 60s` reads as it is meant. Stored and sent as whole seconds, so that readers
-//! of the JSON form see one type.
+//! of the JSON form see one type. The text is read by [`crate::duration`], ax's one reader of
+//! durations.
 
 use serde::{Deserialize, Deserializer};
 
-/// Seconds in `text`: a whole number followed by an optional unit (`s`, `m`, `h`, `d`).
+/// Seconds in `text`: a whole number followed by an optional unit (`ms`, `s`, `m`, `h`, `d`),
+/// read by the one duration reader ([`crate::duration`]) with its ceiling.
 pub fn parse(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (a whole number, then s, m, h or d)"))?;
-    let scale = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        other => {
-            return Err(format!(
-                "`{other}` in `{text}` is not a unit (s, m, h or d)"
-            ))
-        }
-    };
-    number
-        .checked_mul(scale)
-        .ok_or_else(|| format!("`{text}` is too long"))
+    crate::duration::parse_seconds(text.trim()).map_err(|e| e.to_string())
 }
 
 /// A duration as written: whole seconds or text with a unit.
@@ -43,7 +24,13 @@ impl<'de> Deserialize<'de> for Seconds {
             Text(String),
         }
         match Written::deserialize(deserializer)? {
-            Written::Seconds(seconds) => Ok(Self(seconds)),
+            Written::Seconds(seconds) => crate::duration::within_ceiling(seconds)
+                .map(Self)
+                .map_err(|()| {
+                    serde::de::Error::custom(crate::duration::DurationError::TooLong(
+                        seconds.to_string(),
+                    ))
+                }),
             Written::Text(text) => parse(&text).map(Self).map_err(serde::de::Error::custom),
         }
     }
@@ -77,8 +64,9 @@ mod tests {
         assert_eq!(parse("5m"), Ok(300));
         assert_eq!(parse("2h"), Ok(7200));
         assert_eq!(parse("1d"), Ok(86_400));
-        assert!(parse("1.5m").unwrap_err().contains("not a unit"));
+        assert!(parse("1.5m").unwrap_err().contains("not a duration"));
         assert!(parse("m").unwrap_err().contains("not a duration"));
+        assert!(parse("213504d").unwrap_err().contains("longer than 36500d"));
         assert!(parse("10 minutes").is_err());
         assert!(parse("99999999999999999999d").is_err());
     }

@@ -38,7 +38,7 @@ pub(crate) async fn backfill(
 ) -> Result<Vec<PlanStep>, CommandError> {
     let registry = client.job_specs().await?;
     let (spec, from, to) = checked(&registry, request)?;
-    let parallel = request.parallel.unwrap_or(1).max(1) as usize;
+    let parallel = request.parallel.unwrap_or(1) as usize;
     let downstream = if request.with_downstream {
         cron_downstream(&registry, &spec.name)
     } else {
@@ -107,6 +107,11 @@ fn checked<'a>(
         return Err(CommandError::refused(format!(
             "--from {from} is after --to {to}"
         )));
+    }
+    if request.parallel == Some(0) {
+        return Err(CommandError::refused(
+            "--parallel 0: at least 1 instance must run at once",
+        ));
     }
     if (to - from).num_days() >= MAX_DATES {
         return Err(CommandError::refused(format!(

@@ -116,7 +116,9 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         .prefix
         .clone()
         .unwrap_or_else(|| prefix_flag.to_string());
-    config.replicas = args.replicas.map_or_else(|| file.node.replicas(), |n| Ok(Some(n)))?;
+    config.replicas = args
+        .replicas
+        .map_or_else(|| file.node.replicas(), |n| Ok(Some(n)))?;
     config.instance_buckets = file.node.instance_buckets(args.instance_buckets)?;
     config.retention = file.retention.retention()?;
     config.auth = file.nats.over(config.auth);

@@ -793,10 +793,11 @@ mod tests {
     #[test]
     fn settings_past_their_bounds_are_refused_naming_them_never_corrected() {
         let parse = |text: &str| -> FileConfig { toml::from_str(text).unwrap() };
-        let refusal = |text: &str, read: fn(&FileConfig) -> Result<()>| {
+        let refusal = |text: &str, read: fn(&FileConfig) -> Result<()>| -> String {
             read(&parse(text)).unwrap_err().to_string()
         };
-        let cases: [(&str, fn(&FileConfig) -> Result<()>, &str); 9] = [
+        type Read = fn(&FileConfig) -> Result<()>;
+        let cases: [(&str, Read, &str); 9] = [
             (
                 "[worker]\nslots = 0\n",
                 |f| f.worker.slots().map(drop),

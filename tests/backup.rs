@@ -59,7 +59,9 @@ async fn a_restored_backup_runs_the_same_deployment_on_a_new_nats() {
     let refused = ax(&old.url(), &["backup", "--out", out.to_str().unwrap()]);
     assert!(!refused.status.success());
     assert!(
-        stderr(&refused).contains("monday.partial exists and is not an unfinished backup of ax's (it holds `thesis.tex`"),
+        stderr(&refused).contains(
+            "monday.partial exists and is not an unfinished backup of ax's (it holds `thesis.tex`"
+        ),
         "{}",
         stderr(&refused)
     );

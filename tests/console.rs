@@ -967,7 +967,11 @@ async fn a_page_on_a_rebound_name_is_refused() {
         ("/api/v1/jobs", format!("127.0.0.1@evil.com:{port}"), 403),
         ("http://evil.example/api/v1/jobs", addr.clone(), 403),
         ("/api/v1/jobs", format!("[::1]:{port}"), 200),
-        (&format!("http://{addr}/api/v1/jobs"), "evil.example".to_string(), 200),
+        (
+            &format!("http://{addr}/api/v1/jobs"),
+            "evil.example".to_string(),
+            200,
+        ),
     ] {
         let answer = raw_get(&addr, target, &host).await;
         let first = answer.lines().next().unwrap_or_default();

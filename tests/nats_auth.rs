@@ -177,6 +177,42 @@ fn reads(s: &str) -> Vec<String> {
     .into()
 }
 
+/// What a business service's looking up stream `s` takes: reads by key or sequence, no
+/// consumer.
+fn looks_up(s: &str) -> Vec<String> {
+    [
+        format!("$JS.API.STREAM.INFO.{s}"),
+        format!("$JS.API.STREAM.MSG.GET.{s}"),
+        format!("$JS.API.DIRECT.GET.{s}"),
+        format!("$JS.API.DIRECT.GET.{s}.>"),
+    ]
+    .into()
+}
+
+/// The names of business service `user`'s own consumers, by the rule above the table.
+fn own_consumers(user: &str) -> Vec<String> {
+    (1..=8).map(|n| format!("{user}-{n}")).collect()
+}
+
+/// What a business service's following stream `s` takes: it looks it up and keeps consumers
+/// of its own, each named in the subject.
+fn follows(s: &str, user: &str) -> Vec<String> {
+    let mut subjects = looks_up(s);
+    for n in own_consumers(user) {
+        subjects.extend([
+            format!("$JS.API.CONSUMER.CREATE.{s}.{n}"),
+            format!("$JS.API.CONSUMER.CREATE.{s}.{n}.>"),
+            format!("$JS.API.CONSUMER.DURABLE.CREATE.{s}.{n}"),
+            format!("$JS.API.CONSUMER.INFO.{s}.{n}"),
+            format!("$JS.API.CONSUMER.DELETE.{s}.{n}"),
+            format!("$JS.API.CONSUMER.MSG.NEXT.{s}.{n}"),
+            format!("$JS.ACK.{s}.{n}.>"),
+            format!("$JS.FC.{s}.{n}.>"),
+        ]);
+    }
+    subjects
+}
+
 /// The permission table of docs/operations.md as a server config: each user of the role test
 /// gets exactly its row, expanded into subjects by the rules the docs give above it.
 fn roles_config() -> String {
@@ -197,6 +233,8 @@ fn authorization(users: &[(&str, &[&str])], password: impl Fn(&str) -> String) -
     for (user, rows) in users {
         let (mut publish, mut subscribe, mut read, mut write) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // A business service's reads: what it looks up (buckets) and follows (streams).
+        let (mut looked_up, mut followed) = (Vec::new(), Vec::new());
         let (mut ax_process, mut sets_up, mut everything) = (false, false, false);
         for row in *rows {
             let line = doc
@@ -207,7 +245,20 @@ fn authorization(users: &[(&str, &[&str])], password: impl Fn(&str) -> String) -
             assert_eq!(cells.len(), 5, "row `{row}` has five columns");
             publish.extend(cell_subjects(cells[1]));
             subscribe.extend(cell_subjects(cells[2]));
-            read.extend(cell_streams(cells[3]));
+            if *row == "business services" {
+                // Each name is followed or looked up as the last verb before it says.
+                for s in cell_streams(cells[3]) {
+                    let written = format!("`{}`", s.trim_start_matches("KV_"));
+                    let before = &cells[3][..cells[3].find(&written).unwrap_or(0)];
+                    if before.rfind("follows") > before.rfind("looks up") {
+                        followed.push(s);
+                    } else {
+                        looked_up.push(s);
+                    }
+                }
+            } else {
+                read.extend(cell_streams(cells[3]));
+            }
             write.extend(cell_streams(cells[4].trim_end_matches(" |")));
             ax_process |= *row != "business services";
             sets_up |= cells[3].contains("sets up");
@@ -234,6 +285,8 @@ fn authorization(users: &[(&str, &[&str])], password: impl Fn(&str) -> String) -
             publish.push("$JS.API.STREAM.DELETE.AX_CLOCK".into());
         }
         publish.extend(read.iter().flat_map(|s| reads(s)));
+        publish.extend(looked_up.iter().flat_map(|s| looks_up(s)));
+        publish.extend(followed.iter().flat_map(|s| follows(s, user)));
         publish.extend(
             write
                 .iter()
@@ -273,7 +326,7 @@ job:
 version: v1
 job:
   name: up
-  exec: { type: shell, command: 'true' }
+  exec: { type: shell, command: 'echo up' }
 ---
 version: v1
 job:
@@ -572,7 +625,8 @@ async fn ax_runs_on_the_shipped_cluster_configs_users() {
 }
 
 /// A business service as the README shows it: the Python client, connected with `url`'s user,
-/// triggers `up` and waits for it to succeed.
+/// triggers `up`, waits for it to succeed, finds its result through the consumer `app-1` and
+/// reads its log.
 fn python_app_triggers_up(nats: &TestNats, url: &str) {
     let script = r#"
 import asyncio, sys
@@ -582,6 +636,18 @@ async def main():
     client = await ax_client.connect(sys.argv[1])
     instance = await client.trigger("up")
     done = await client.wait(instance.instance_id, timeout=60)
+    # Its result through a consumer of the app's own, and its log without one.
+    async for result in client.results("up", durable="app-1", from_start=True):
+        if result.instance_id == done.instance_id:
+            break
+    # The log's end is shipped after the result: read until it is there.
+    log = await client.logs(done.instance_id)
+    for _ in range(300):
+        if log.complete:
+            break
+        await asyncio.sleep(0.1)
+        log = await client.logs(done.instance_id)
+    assert log.complete and log.stdout == "up\n", log
     print(done.instance_id, done.state)
     await client.close()
 
@@ -706,6 +772,23 @@ async fn a_stolen_worker_or_app_credential_cannot_define_start_or_destroy_work()
         ("$KV.ax_jobs.evil", evil.as_bytes()),
         ("$KV.ax_instances.x", b"{}".as_slice()),
         ("$JS.API.STREAM.PURGE.AX_RESULTS", b"{}".as_slice()),
+        // ax's own consumers of the results: listed, deleted, read from, acknowledged for,
+        // or changed — by name, or by the unnamed create whose body names it.
+        ("$JS.API.CONSUMER.NAMES.AX_RESULTS", b"{}".as_slice()),
+        ("$JS.API.CONSUMER.LIST.AX_RESULTS", b"{}".as_slice()),
+        ("$JS.API.CONSUMER.DELETE.AX_RESULTS.dag-results-1", b"".as_slice()),
+        ("$JS.API.CONSUMER.INFO.AX_RESULTS.openlineage", b"".as_slice()),
+        ("$JS.API.CONSUMER.MSG.NEXT.AX_RESULTS.dag-results-1", b"{}".as_slice()),
+        ("$JS.ACK.AX_RESULTS.dag-results-1.1.1.1.1.1", b"".as_slice()),
+        (
+            "$JS.API.CONSUMER.CREATE.AX_RESULTS",
+            br#"{"stream_name": "AX_RESULTS", "config": {"name": "dag-results-1", "filter_subject": "ax.none", "ack_policy": "explicit"}}"#.as_slice(),
+        ),
+        (
+            "$JS.API.CONSUMER.CREATE.AX_RESULTS.dag-results-1",
+            br#"{"stream_name": "AX_RESULTS", "config": {"name": "dag-results-1", "filter_subject": "ax.none", "ack_policy": "explicit"}}"#.as_slice(),
+        ),
+        ("$JS.API.CONSUMER.DURABLE.CREATE.AX_LOGS.worker-1", b"{}".as_slice()),
     ] {
         refused(&app, &mut errors, subject, payload).await;
     }

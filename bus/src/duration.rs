@@ -41,9 +41,7 @@ pub enum DurationError {
 /// `1d`), at most [`MAX`]. Zero is read (`0s`); callers that need a positive length say so.
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let shape = || DurationError::Shape(text.to_string());
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(shape)?;
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(shape)?;
     let (number, unit) = text.split_at(split);
     if number.is_empty() {
         return Err(shape());
@@ -82,7 +80,7 @@ pub fn parse_seconds(text: &str) -> Result<u64, DurationError> {
         let seconds: u64 = text
             .parse()
             .map_err(|_| DurationError::TooLong(text.to_string()))?;
-        return within_ceiling(seconds).map_err(|()| DurationError::TooLong(text.to_string()));
+        return within_ceiling(seconds);
     }
     let length = parse(text)?;
     if length.subsec_nanos() != 0 {
@@ -103,8 +101,12 @@ pub fn from_secs_f64(seconds: f64) -> Result<Duration, DurationError> {
 }
 
 /// `seconds` if at most [`MAX`].
-pub fn within_ceiling(seconds: u64) -> Result<u64, ()> {
-    (seconds <= MAX.as_secs()).then_some(seconds).ok_or(())
+pub fn within_ceiling(seconds: u64) -> Result<u64, DurationError> {
+    if seconds <= MAX.as_secs() {
+        Ok(seconds)
+    } else {
+        Err(DurationError::TooLong(seconds.to_string()))
+    }
 }
 
 #[cfg(test)]
@@ -135,7 +137,10 @@ mod tests {
                 "{long}"
             );
         }
-        assert!(MAX.as_nanos() < i64::MAX as u128, "JetStream's max_age holds it");
+        assert!(
+            MAX.as_nanos() < i64::MAX as u128,
+            "JetStream's max_age holds it"
+        );
         for bad in ["", "s", "-5s", "1.5s", "5 s", "5sec", "5", " 5s", "5S"] {
             assert_eq!(parse(bad), Err(DurationError::Shape(bad.into())), "{bad:?}");
         }
@@ -168,7 +173,10 @@ mod tests {
         assert_eq!(from_secs_f64(3_153_600_000.0), Ok(MAX));
         for bad in [-1.0, f64::NAN, f64::INFINITY, 3_153_600_000.5, 1e30] {
             let e = from_secs_f64(bad).unwrap_err().to_string();
-            assert!(e.ends_with("is not a number of seconds from 0 to 3153600000"), "{e}");
+            assert!(
+                e.ends_with("is not a number of seconds from 0 to 3153600000"),
+                "{e}"
+            );
         }
         let e = parse_seconds("213504d").unwrap_err().to_string();
         assert_eq!(

@@ -299,15 +299,7 @@ mod tests {
         assert_eq!(super::parse_delay("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(super::parse_delay("2h"), Ok(Duration::from_secs(7200)));
         assert_eq!(super::parse_delay("1d"), Ok(Duration::from_secs(86_400)));
-        for bad in [
-            "-5s",
-            "5",
-            "s",
-            "1.5s",
-            "5 s",
-            "5sec",
-            "",
-        ] {
+        for bad in ["-5s", "5", "s", "1.5s", "5 s", "5sec", ""] {
             let e = super::parse_delay(bad).unwrap_err();
             assert!(e.contains("is not a duration"), "{bad}: {e}");
         }

@@ -263,7 +263,9 @@ fn remove_unfinished(partial: &Path, names: &[String]) -> Result<(), BackupError
         let name = entry.file_name().to_string_lossy().into_owned();
         let plain = entry.file_type().map_err(io(partial))?.is_file();
         if !plain || !ours(&name, names) {
-            return Err(not_ours(format!("it holds `{name}`, which a backup does not write")));
+            return Err(not_ours(format!(
+                "it holds `{name}`, which a backup does not write"
+            )));
         }
         files.push(entry.path());
     }
@@ -728,7 +730,10 @@ mod tests {
         // A stream listed twice, a name that is no stream of the prefix (or a path).
         for (name, says) in [
             ("AX_RESULTS", "lists the stream `AX_RESULTS` twice"),
-            ("AX_NOPE", "lists `AX_NOPE`, which is no stream of an ax deployment"),
+            (
+                "AX_NOPE",
+                "lists `AX_NOPE`, which is no stream of an ax deployment",
+            ),
             ("../AX_RESULTS", "lists `../AX_RESULTS`, which is no stream"),
         ] {
             let mut twice = manifest.clone();
@@ -776,7 +781,10 @@ mod tests {
         // Someone's file in it, or no mark: refused, naming it, and nothing removed.
         fill(&[PARTIAL_MARK, "AX_RESULTS.snapshot", "thesis.tex"]);
         let e = remove_unfinished(&partial, &names).unwrap_err().to_string();
-        assert!(e.contains("it holds `thesis.tex`, which a backup does not write"), "{e}");
+        assert!(
+            e.contains("it holds `thesis.tex`, which a backup does not write"),
+            "{e}"
+        );
         assert!(partial.join("thesis.tex").exists() && partial.join(PARTIAL_MARK).exists());
         std::fs::remove_dir_all(&partial).unwrap();
         fill(&["AX_RESULTS.snapshot"]);

@@ -26,11 +26,7 @@ impl<'de> Deserialize<'de> for Seconds {
         match Written::deserialize(deserializer)? {
             Written::Seconds(seconds) => crate::duration::within_ceiling(seconds)
                 .map(Self)
-                .map_err(|()| {
-                    serde::de::Error::custom(crate::duration::DurationError::TooLong(
-                        seconds.to_string(),
-                    ))
-                }),
+                .map_err(serde::de::Error::custom),
             Written::Text(text) => parse(&text).map(Self).map_err(serde::de::Error::custom),
         }
     }

@@ -263,18 +263,21 @@ class Client:
         subject = f"{self._prefix}.log.{instance_id}.{attempt}"
         stream = f"{self._tag.upper()}_LOGS"
         chunks: Dict[int, Mapping[str, Any]] = {}
-        subscription = await self._js.subscribe(subject, stream=stream, ordered_consumer=True)
-        try:
-            info = await subscription.consumer_info()
-            if info.num_pending or (info.delivered and info.delivered.consumer_seq):
-                while True:
-                    message = await subscription.next_msg(timeout=timeout)
-                    chunk = msgpack.unpackb(message.data, raw=False)
-                    chunks.setdefault(int(chunk["seq"]), chunk)
-                    if message.metadata.num_pending == 0:
-                        break
-        finally:
-            await subscription.unsubscribe()
+        # Read message by message with direct gets, each the next on the log's subject: no
+        # consumer is made, so a service confined to consumers of its own names (the
+        # permission table) reads logs too.
+        seq = 1
+        while True:
+            try:
+                message = await asyncio.wait_for(
+                    self._js.get_msg(stream, seq=seq, subject=subject, direct=True, next=True),
+                    timeout,
+                )
+            except nats.js.errors.NotFoundError:
+                break
+            chunk = msgpack.unpackb(message.data, raw=False)
+            chunks.setdefault(int(chunk["seq"]), chunk)
+            seq = int(message.seq) + 1
         pieces = []
         end: Optional[Mapping[str, Any]] = None
         for seq in sorted(chunks):
@@ -304,6 +307,8 @@ class Client:
         next one, so one being handled when the process dies comes again: results are delivered
         at least once — deduplicate on ``(trace_id, attempt)``. A new consumer starts with the
         results published from then on, or with every result kept (7 days) with ``from_start``.
+        Under the shipped NATS permissions a service's consumers are named after its user,
+        ``<user>-1`` to ``<user>-8``: pass one as ``durable``.
         """
         subject = f"{self._prefix}.result.{job or '>'}"
         name = durable or f"py-{job or 'all'}"

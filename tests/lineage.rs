@@ -277,7 +277,7 @@ async fn next_alert(alerts: &mut async_nats::Subscriber) -> ax_bus::messages::Al
     use futures::StreamExt;
     let message = tokio::time::timeout(std::time::Duration::from_secs(60), alerts.next())
         .await
-        .expect("a freshness alert within a minute")
+        .expect("an alert within a minute")
         .expect("the subscription");
     ax_bus::codec::decode::<ax_bus::messages::Alert>(&message.payload).unwrap()
 }
@@ -496,4 +496,114 @@ async fn an_input_updated_again_reruns_the_date_per_policy() {
         "2026-11-05\n2026-11-05\n",
         "refresh ran twice"
     );
+}
+
+/// The independent test's pair: each job run by the other's output, `rerun: always`.
+const LOOP: &str = "version: v1
+job:
+  name: ping
+  consumes: [ 'w://pong' ]
+  on_datasets: [ 'w://pong' ]
+  produces: [ 'w://ping' ]
+  rerun: always
+  exec: { type: noop }
+---
+version: v1
+job:
+  name: pong
+  consumes: [ 'w://ping' ]
+  on_datasets: [ 'w://ping' ]
+  PRODUCES
+  rerun: always
+  exec: { type: shell, command: 'OUTPUT' }
+";
+
+/// A loop through datasets never runs for ever: the pair whose definitions close it is
+/// refused at apply, naming the cycle; one the definitions do not show (the second job's output
+/// names the dataset its `produces` does not) is ended at run time, each instance started again
+/// for its inputs' updates at most 100 times for its date, with a `data_runs` alert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_through_datasets_is_refused_or_bounded() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let declared = LOOP
+        .replace("PRODUCES", "produces: [ 'w://pong' ]")
+        .replace("OUTPUT", "true");
+    let file = job_file(&nats.path("jobs"), "loop.yaml", &declared);
+    let refused = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains(
+            "job.on_datasets: cycle through datasets: ping -(w://pong)-> pong -(w://ping)-> ping"
+        ),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(client.job_specs().await.unwrap().is_empty());
+
+    // The same loop, closed by what pong's runs say they updated.
+    let hidden = LOOP.replace("  PRODUCES\n", "").replace(
+        "OUTPUT",
+        r#"echo ''{"datasets": ["w://pong"]}'' > "$AX_OUTPUT_FILE""#,
+    );
+    let file = job_file(&nats.path("jobs"), "hidden.yaml", &hidden);
+    let applied = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    let mut alerts = client
+        .nats
+        .subscribe(
+            client
+                .subjects()
+                .alert(ax_bus::messages::AlertKind::DataRuns.as_str()),
+        )
+        .await
+        .unwrap();
+    let date = chrono::NaiveDate::from_ymd_opt(2026, 11, 9).unwrap();
+    let at = ax_bus::time::start_of_day(chrono_tz::UTC, date);
+    let id = |job: &str| ax_bus::ids::InstanceId::for_fire(&job.parse().unwrap(), at);
+    let seed = trigger(&nats, &["ping", "--biz-date", "2026-11-09"]);
+    final_record(&client, &seed, Duration::from_secs(30)).await;
+    let spent = |job: &'static str| {
+        let client = client.clone();
+        async move {
+            let (record, _) = client.instance(&id(job)).await.ok()??;
+            (record.state.is_final() && record.data_reruns == ax_bus::instance::MAX_DATA_RERUNS)
+                .then_some(record)
+        }
+    };
+    let stopped = wait_for(
+        Duration::from_secs(240),
+        "the loop to reach its bound",
+        || {
+            let (ping, pong) = (spent("ping"), spent("pong"));
+            async move { ping.await.or(pong.await) }
+        },
+    )
+    .await;
+    assert_eq!(stopped.attempt, ax_bus::instance::MAX_DATA_RERUNS + 1);
+    let alert = next_alert(&mut alerts).await;
+    assert!(
+        alert
+            .message
+            .contains("started again 100 times for its inputs' updates"),
+        "{}",
+        alert.message
+    );
+    // Nothing starts after it: both records stay as they are.
+    let attempts = || async {
+        let mut seen = Vec::new();
+        for job in ["ping", "pong"] {
+            let (record, _) = client.instance(&id(job)).await.unwrap().expect("a record");
+            seen.push((record.attempt, record.state));
+        }
+        seen
+    };
+    let settled = wait_for(Duration::from_secs(30), "both records final", || async {
+        let seen = attempts().await;
+        seen.iter().all(|(_, s)| s.is_final()).then_some(seen)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(attempts().await, settled, "the loop went on");
 }

@@ -224,6 +224,7 @@ fn unfold(revision: &Revision) -> Option<[Revision; 2]> {
         written_by: record.created_by.clone(),
         writes: Some(0),
         folded: None,
+        data_reruns: 0,
         ..record.clone()
     };
     let executing = InstanceRecord {

@@ -323,7 +323,22 @@ pub struct InstanceRecord {
     /// two revisions, which this write removed (see [`crate::history`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub folded: Option<Folded>,
+    /// How many attempts of a job run by its data were started for an input updated again
+    /// (`rerun: always | if_succeeded`); at [`MAX_DATA_RERUNS`] no update starts another.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub data_reruns: u32,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The most attempts one instance of a job run by its data (one job, one business date) starts
+/// for its inputs updated again. Datasets can close a loop the registry does not show (an
+/// attempt's output may name datasets its job does not `produce`): two jobs each run by the
+/// other's output, `rerun: always`, would start each other for ever. This bound ends any such
+/// chain; an operator's `ax rerun` is not counted.
+pub const MAX_DATA_RERUNS: u32 = 100;
 
 /// The two revisions a final write folded into itself: its creation and the worker's
 /// `executing` write, whose steps the final record tells on its own (it keeps every field
@@ -427,6 +442,11 @@ pub enum TransitionRefused {
     /// if_succeeded`).
     #[error("the instance is {0}, not success")]
     NotSucceeded(State),
+    /// The instance was started again for its inputs' updates as often as one may be.
+    #[error(
+        "it was started again {0} times for its inputs' updates, the most for one business date"
+    )]
+    DataRerunsSpent(u32),
 }
 
 /// How an attempt ended, as its worker saw it.
@@ -541,6 +561,7 @@ impl InstanceRecord {
             retention: spec.retention,
             writes: Some(0),
             folded: None,
+            data_reruns: 0,
         }
     }
 
@@ -753,8 +774,8 @@ impl InstanceRecord {
 
     /// A new attempt of a job run by its data, for an input updated again at `updated_at`:
     /// refused when its latest attempt started at or after that (it read the data already —
-    /// a redelivered or an older update), when it has not ended, and, with `only_success`,
-    /// when it did not succeed.
+    /// a redelivered or an older update), when it has not ended, with `only_success` when it
+    /// did not succeed, and when it was started again [`MAX_DATA_RERUNS`] times already.
     pub fn rerun_for_update(
         &self,
         new_trace: &TraceId,
@@ -767,7 +788,11 @@ impl InstanceRecord {
         if only_success && self.state.is_final() && self.state != State::Success {
             return Err(TransitionRefused::NotSucceeded(self.state));
         }
+        if self.data_reruns >= MAX_DATA_RERUNS {
+            return Err(TransitionRefused::DataRerunsSpent(self.data_reruns));
+        }
         let mut next = self.rerun(new_trace)?;
+        next.data_reruns += 1;
         next.message = format!(
             "re-run: attempt {} queued, an input updated at {}",
             next.attempt,
@@ -924,6 +949,7 @@ pub(crate) mod tests {
             retention: None,
             writes: Some(0),
             folded: None,
+            data_reruns: 0,
         }
     }
 

@@ -1195,6 +1195,9 @@ pub enum AlertKind {
     Storage,
     /// A dataset with a `freshness` got no update in time for a business date, or got it late.
     Freshness,
+    /// A job run by its data was started again for its inputs' updates as often as one
+    /// business date allows (a loop through datasets, most likely): later updates start nothing.
+    DataRuns,
     /// A kind written by a newer ax.
     #[serde(other)]
     Other,
@@ -1221,6 +1224,7 @@ impl AlertKind {
             AlertKind::Backlog => "backlog",
             AlertKind::Storage => "storage",
             AlertKind::Freshness => "freshness",
+            AlertKind::DataRuns => "data_runs",
             AlertKind::Other => "other",
         }
     }

@@ -13,8 +13,8 @@ use ax_bus::client::deps::{encode_entry, entry_key};
 use ax_bus::client::Updated;
 use ax_bus::error::NatsError;
 use ax_bus::ids::{InstanceId, NodeId, TraceId};
-use ax_bus::instance::{State, Tag, Trigger};
-use ax_bus::messages::{ResultMessage, Waiting, WorkItem};
+use ax_bus::instance::{State, Tag, TransitionRefused, Trigger};
+use ax_bus::messages::{AlertKind, ResultMessage, Waiting, WorkItem};
 use ax_bus::spec::dataset::DatasetUri;
 use ax_bus::spec::{DataRerun, JobSpec};
 use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
@@ -261,6 +261,21 @@ impl Execution {
                 Updated::Written(record, _) => {
                     publish::event(&self.client, &record).await;
                     works.push(WorkItem::for_attempt(&record, spec.clone()));
+                }
+                Updated::Refused(why @ TransitionRefused::DataRerunsSpent(_)) => {
+                    let message = format!(
+                        "{id} is not run again for {date}'s update of its inputs at {}: {why}",
+                        ax_bus::time::rfc3339(at)
+                    );
+                    publish::alert_about(
+                        &self.client,
+                        &self.node,
+                        AlertKind::DataRuns,
+                        message,
+                        &id,
+                        &spec.name,
+                    )
+                    .await;
                 }
                 Updated::Refused(why) => {
                     tracing::debug!(instance = %id, %why, "not run again for its input's update");

@@ -280,12 +280,24 @@ pub async fn instance_alert(
     message: String,
     work: &WorkItem,
 ) {
-    let subject = Some(client.subjects().result(work.job()));
+    alert_about(client, node, kind, message, &work.instance_id, work.job()).await;
+}
+
+/// `ax.alert.<kind>` about instance `instance` of `job` (best effort), also logged.
+pub async fn alert_about(
+    client: &AxClient,
+    node: &NodeId,
+    kind: AlertKind,
+    message: String,
+    instance: &ax_bus::ids::InstanceId,
+    job: &ax_bus::ids::JobName,
+) {
+    let subject = Some(client.subjects().result(job));
     raise(
         client,
         Alert {
-            instance: Some(work.instance_id.clone()),
-            job: Some(work.job().clone()),
+            instance: Some(instance.clone()),
+            job: Some(job.clone()),
             ..Alert::new(kind, message, node.clone(), subject)
         },
     )

@@ -53,7 +53,7 @@ pub fn validate_graph<'a>(
             producers.entry(uri).or_default().push(name);
         }
     }
-    let same_date: HashMap<&str, Vec<Edge>> = jobs
+    let same_date: HashMap<&str, Vec<Edge<'_>>> = jobs
         .iter()
         .map(|(name, job)| {
             let deps = job

@@ -497,9 +497,11 @@ async fn a_job_with_at_fires_once_then_and_stays_defined() {
     );
 }
 
-/// The instance of a one-off job that still waits runs the job as last applied: deleted and
-/// applied again, changed, or moved away and back, the one instance of the instant (its id
-/// unchanged) runs the last definition once — never the one it was first created with.
+/// The instance of a one-off job that still waits runs the job as last applied: changed, or
+/// moved away and back, the one instance of the instant (its id unchanged) runs the last
+/// definition once — never the one it was first created with. Deleted and applied again, it is
+/// another job: the first one's instance stays cancelled with its reason, and the new one's
+/// fire is an instance of its own, which runs the new command once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_one_off_instance_runs_its_job_as_last_applied() {
     let nats = TestNats::start();
@@ -533,17 +535,43 @@ async fn a_waiting_one_off_instance_runs_its_job_as_last_applied() {
         "{withdrawn:?}"
     );
     apply_job(&nats, "again", &spec("again", at, "new")).await;
-    let back = record("again", at).await;
+    let first = record("again", at).await;
     assert_eq!(
-        (back.state, back.tag, back.attempt),
-        (ax_bus::State::Running, ax_bus::Tag::Scheduled, 2),
-        "{back:?}"
+        (first.state, first.tag, first.attempt),
+        (ax_bus::State::Cancelled, ax_bus::Tag::JobDeleted, 1),
+        "the deleted job's instance stays cancelled: {first:?}"
     );
     assert!(
-        back.message.contains("its job was applied again"),
+        first
+            .message
+            .contains("its job was deleted before the instance was due"),
         "{}",
-        back.message
+        first.message
     );
+    let (registered, _) = client.job(&job("again")).await.unwrap().unwrap();
+    let new_id = ax_bus::ids::InstanceId::for_incarnation(
+        &job("again"),
+        at,
+        registered.defined_at.expect("the job's incarnation"),
+    );
+    let (second, _) = client
+        .instance(&new_id)
+        .await
+        .unwrap()
+        .expect("its own instance");
+    assert_eq!(
+        (
+            second.state,
+            second.tag,
+            second.attempt,
+            second.expected_time
+        ),
+        (ax_bus::State::Running, ax_bus::Tag::Scheduled, 1, at),
+        "{second:?}"
+    );
+    // Applied again unchanged: nothing new.
+    apply_job(&nats, "again", &spec("again", at, "new")).await;
+    assert_eq!(instances(&client, "again").await.len(), 2);
 
     // Changed in place: the waiting attempt gives way to one with the new command; the same
     // definition applied again changes nothing.
@@ -563,12 +591,19 @@ async fn a_waiting_one_off_instance_runs_its_job_as_last_applied() {
         (ax_bus::State::Cancelled, ax_bus::Tag::Superseded)
     );
 
-    for (name, ran) in [
-        ("again", "new\n"),
-        ("changed", "new\n"),
-        ("moved", "third\n"),
+    for (name, ran, id) in [
+        ("again", "new\n", new_id),
+        (
+            "changed",
+            "new\n",
+            ax_bus::ids::InstanceId::for_fire(&job("changed"), at),
+        ),
+        (
+            "moved",
+            "third\n",
+            ax_bus::ids::InstanceId::for_fire(&job("moved"), at),
+        ),
     ] {
-        let id = ax_bus::ids::InstanceId::for_fire(&job(name), at);
         let done = final_record(&client, id.as_str(), Duration::from_secs(60)).await;
         assert_eq!(
             done.state,
@@ -578,7 +613,7 @@ async fn a_waiting_one_off_instance_runs_its_job_as_last_applied() {
         );
         assert!(done.started_at.unwrap() >= at, "{name} ran before its time");
         let instances = instances(&client, name).await;
-        let wanted = if name == "moved" { 2 } else { 1 };
+        let wanted = if name == "changed" { 1 } else { 2 };
         assert_eq!(instances.len(), wanted, "{name}: {instances:#?}");
         // Each ran once, its last definition; the attempts before it stay in its history.
         let written = std::fs::read_to_string(ledger.join(name)).unwrap_or_default();

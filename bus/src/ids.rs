@@ -364,6 +364,18 @@ impl InstanceId {
         Self(format!("{job}.{}", expected.format(INSTANCE_TIME_FORMAT)))
     }
 
+    /// The instance of the fire of one-off job `job` at `at` for its incarnation created at
+    /// `defined_at`, when an earlier incarnation's instance holds [`InstanceId::for_fire`]'s id:
+    /// `<job>.<at>-i<defined_at>`. A job deleted and applied again is another job, as its
+    /// delayed triggers are: its one fire is an instance of its own.
+    pub fn for_incarnation(job: &JobName, at: DateTime<Utc>, defined_at: DateTime<Utc>) -> Self {
+        Self(format!(
+            "{job}.{}-i{}",
+            at.format(INSTANCE_TIME_FORMAT),
+            defined_at.format(INSTANCE_TIME_FORMAT)
+        ))
+    }
+
     /// The instance of a manual trigger of `job`: its command's publication time and stream
     /// sequence, so a redelivered command means the same instance and two commands published
     /// within one millisecond mean two.
@@ -430,6 +442,20 @@ impl DispatchId {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn a_one_off_of_another_incarnation_is_an_instance_of_its_own() {
+        let at = Utc.with_ymd_and_hms(2026, 12, 24, 18, 0, 0).unwrap();
+        let defined = Utc.with_ymd_and_hms(2026, 12, 7, 0, 11, 22).unwrap();
+        let job = JobName::parse("again").unwrap();
+        let id = InstanceId::for_incarnation(&job, at, defined);
+        assert_eq!(
+            id.as_str(),
+            "again.20261224T180000000Z-i20261207T001122000Z"
+        );
+        assert_ne!(id, InstanceId::for_fire(&job, at));
+        assert_eq!(InstanceId::parse(id.as_str()), Ok(id));
+    }
 
     #[test]
     fn instance_ids_round_trip_and_sort_by_time() {

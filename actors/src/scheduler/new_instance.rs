@@ -116,7 +116,9 @@ impl NewInstance {
         self.under_id(id)
     }
 
-    fn under_id(mut self, id: InstanceId) -> Self {
+    /// The same instance under `id` (a one-off's incarnation, see
+    /// [`InstanceId::for_incarnation`]).
+    pub(crate) fn under_id(mut self, id: InstanceId) -> Self {
         let trace = TraceId::first_of(&id);
         self.record.instance_id = id.clone();
         self.record.trace_id = trace.clone();

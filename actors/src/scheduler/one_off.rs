@@ -10,10 +10,14 @@
 //! The instance that still waits always runs the job as last applied: moving `at` cancels the
 //! instance of the old instant (tag `superseded`); deleting the job cancels it at once (tag
 //! `job_deleted`; the due message, should that write fail, finds the job gone); changing the
-//! job otherwise, or applying it again after a delete, cancels the waiting attempt and
-//! schedules a new attempt of the same instance with the new definition — the instance id, the
-//! business code's idempotency key, stays that of the instant. Each waiting attempt carries
-//! the job's `defined_at`, so an attempt of a deleted job never runs under its successor.
+//! job otherwise cancels the waiting attempt and schedules a new attempt of the same instance
+//! with the new definition — the instance id, the business code's idempotency key, stays that
+//! of the instant. A job deleted and applied again is another job (another incarnation, with
+//! its own `defined_at`), as for its delayed triggers: the deleted one's instance stays
+//! cancelled, with its reason, and the new one's fire is an instance of its own
+//! ([`InstanceId::for_incarnation`]) — business code that took the first id as done is not
+//! told that a different job ran under it. Each waiting attempt carries the job's
+//! `defined_at`, so an attempt of a deleted job never runs under its successor.
 
 use chrono::{DateTime, Utc};
 
@@ -23,13 +27,37 @@ use ax_bus::ids::{InstanceId, JobName, TraceId};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{Change, StoredRecord, WorkItem};
 use ax_bus::spec::JobSpec;
-use ax_bus::{AxClient, State, Tag};
+use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
 use crate::jetstream::publish;
 use crate::scheduler::creator::Creator;
 use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
+
+/// The id of the fire of one-off job `name` at `at`, for its incarnation defined at
+/// `defined_at`, and its record if there is one: the fire's own id, unless the instance there
+/// was cancelled with its job's deletion — an earlier incarnation's — then this incarnation's
+/// ([`InstanceId::for_incarnation`]). Without `defined_at` (a registry entry written before
+/// incarnations were kept) the fire's own id.
+async fn instance_of(
+    client: &AxClient,
+    name: &JobName,
+    at: DateTime<Utc>,
+    defined_at: Option<DateTime<Utc>>,
+) -> Result<(InstanceId, Option<(InstanceRecord, u64)>), ActorError> {
+    let id = InstanceId::for_fire(name, at);
+    let found = client.instance(&id).await?;
+    let earlier = |r: &InstanceRecord| r.state == State::Cancelled && r.tag == Tag::JobDeleted;
+    match (found, defined_at) {
+        (Some((record, _)), Some(defined_at)) if earlier(&record) => {
+            let id = InstanceId::for_incarnation(name, at, defined_at);
+            let found = client.instance(&id).await?;
+            Ok((id, found))
+        }
+        (found, _) => Ok((id, found)),
+    }
+}
 
 /// A job just stored, as [`on_apply`] needs it.
 pub(crate) struct Stored<'a> {
@@ -57,13 +85,8 @@ pub(crate) async fn on_apply(
             Some(at) => format!("its job's `at` moved to {}", ax_bus::time::rfc3339(at)),
             None => "its job no longer has `at`".to_string(),
         };
-        withdraw(
-            client,
-            &InstanceId::for_fire(&spec.name, before),
-            Tag::Superseded,
-            &why,
-        )
-        .await?;
+        let (id, _) = instance_of(client, &spec.name, before, job.defined_at).await?;
+        withdraw(client, &id, Tag::Superseded, &why).await?;
     }
     let now = ax_bus::time::now();
     let Some(at) = at.filter(|at| *at > now) else {
@@ -80,8 +103,11 @@ pub(crate) async fn on_apply(
     )
     .delayed_until(at);
     instance.defined_at = job.defined_at;
-    let id = instance.record.instance_id.clone();
-    match client.instance(&id).await? {
+    let (id, found) = instance_of(client, &spec.name, at, job.defined_at).await?;
+    if id != instance.record.instance_id {
+        instance = instance.under_id(id.clone());
+    }
+    match found {
         None => {
             creator.create(instance).await?;
         }
@@ -111,18 +137,19 @@ pub(crate) async fn on_apply(
     Ok(())
 }
 
-/// After job `name`, whose `at` was `at`, was deleted: its instance cancelled if it still
-/// waits.
+/// After job `name`, whose `at` was `at` and which was created at `defined_at`, was
+/// deleted: its instance cancelled if it still waits.
 pub(crate) async fn on_delete(
     client: &AxClient,
     name: &JobName,
     at: Option<&str>,
+    defined_at: Option<DateTime<Utc>>,
 ) -> Result<(), ActorError> {
     let Some(at) = at.and_then(instant) else {
         return Ok(());
     };
     let why = "its job was deleted before the instance was due";
-    let id = InstanceId::for_fire(name, at);
+    let (id, _) = instance_of(client, name, at, defined_at).await?;
     withdraw(client, &id, Tag::JobDeleted, why).await.map(drop)
 }
 

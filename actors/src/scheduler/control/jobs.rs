@@ -175,9 +175,9 @@ pub(super) async fn delete(
         return Err(no_such_job(name));
     }
     // An entry that does not decode has no `at` to withdraw.
-    let at = match client.job(name).await {
-        Ok(found) => found.and_then(|(record, _)| record.spec.at),
-        Err(ax_bus::ClientError::Codec(_)) => None,
+    let (at, defined_at) = match client.job(name).await {
+        Ok(Some((record, _))) => (record.spec.at, record.defined_at),
+        Ok(None) | Err(ax_bus::ClientError::Codec(_)) => (None, None),
         Err(e) => return Err(e.into()),
     };
     let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
@@ -194,7 +194,7 @@ pub(super) async fn delete(
         .delete(name)
         .await
         .during(|| format!("delete job {name}"))?;
-    one_off::on_delete(client, name, at.as_deref()).await?;
+    one_off::on_delete(client, name, at.as_deref(), defined_at).await?;
     Ok(ControlReply {
         ok: true,
         message: format!("deleted {name}"),

@@ -13,12 +13,19 @@
 //! - no two attempts of one instance ran at the same time (the wall-clock spans of their
 //!   ledger lines, see `support/ledger.rs`, written mostly by a grandchild of the worker's
 //!   command process, which must die with a killed worker);
-//! - every result is recorded once, and every success has its result.
+//! - every result is recorded once, and every success has its result;
+//! - a chain run by its data (`data_up` announces a dataset for a business date of its own
+//!   each fire, `data_down` runs on it) ran `data_down` once for every date announced, and
+//!   only for those;
+//! - a long job with a `lease` is held to the same rules: each fire once, no two attempts at
+//!   once.
 //!
-//! `AX_CHAOS_MINUTES` sets the length of the chaos (1.5 by default: the short profile);
+//! `AX_CHAOS_MINUTES` sets the length of the chaos (1.5 by default: the short profile; past
+//! 14 minutes run it with `--profile chaos`, which does not end a test after 15);
 //! `AX_CHAOS_SEED` replays a run's sequence of kills (its seed is printed); `AX_CHAOS_KEEP=1`
-//! keeps the cluster's and the nodes' logs. The short profile runs with every `cargo test`;
-//! `cargo nextest run -E 'test(/^chaos::/)' --no-capture` shows its story.
+//! keeps the cluster's and the nodes' logs; `AX_CHAOS_REPORT` names the file of the run's
+//! one-page report (`target/chaos-report.md` by default). The short profile runs with every
+//! `cargo test`; `cargo nextest run -E 'test(/^chaos::/)' --no-capture` shows its story.
 
 use crate::support;
 
@@ -29,7 +36,7 @@ use chrono::TimeDelta;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use support::verdict::{ledger_job, Owed, Verdict};
+use support::verdict::{ledger_job, ledger_spec, Owed, Verdict};
 use support::*;
 
 const CORES: [&str; 2] = ["core-1", "core-2"];
@@ -87,6 +94,27 @@ impl Fleet {
         self.start(name);
         println!("chaos: {} {name} started again", ax_bus::time::now());
     }
+}
+
+/// The first of the business dates `data_up`'s fires announce (2020-01-01 in Unix seconds).
+const FIRST_DATE: i64 = 1_577_836_800;
+/// How many dates they cycle through: one a fire (every 3 s), 2.5 hours before one comes back.
+const DATES: i64 = 3000;
+
+/// What `data_up`'s fire at `expected` announces: the dataset `w://chaos` updated for this
+/// date — what its shell command computes from `$AX_EXPECTED_TIME`.
+fn announced(expected: chrono::DateTime<chrono::Utc>) -> chrono::NaiveDate {
+    let days = expected.timestamp() / 3 % DATES;
+    chrono::DateTime::from_timestamp(FIRST_DATE + days * 86_400, 0)
+        .expect("a date")
+        .date_naive()
+}
+
+/// The shell command that makes `data_up`'s output announce [`announced`]'s date.
+fn announce_command() -> String {
+    r#"s=$(date -u -d "$AX_EXPECTED_TIME" +%s) && d=$(date -u -d "@$(( FIRST + (s / 3 % DATES) * 86400 ))" +%F) && printf "{\"datasets\": [{\"uri\": \"w://chaos\", \"biz_date\": \"%s\"}]}" "$d" > "$AX_OUTPUT_FILE""#
+        .replace("FIRST", &FIRST_DATE.to_string())
+        .replace("DATES", &DATES.to_string())
 }
 
 /// The node-log lines that mention `needle` (for a failure's story).
@@ -150,6 +178,32 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
             ),
             // Four seconds of ticks from a grandchild: worker kills land mid-command.
             ledger_job("long", "*/10 * * * * *", "", &ledger_file, 20, 30),
+            // Five seconds under a lease: a worker cut off keeps it, none other starts it.
+            ledger_job(
+                "leased",
+                "*/15 * * * * *",
+                "  lease: 20s\n",
+                &ledger_file,
+                25,
+                30,
+            ),
+            // A chain run by its data: each fire announces a date of its own.
+            ledger_spec(
+                "data_up",
+                "  cron: '*/3 * * * * *'\n  misfire: fire_all\n  catchup_window: 900\n  produces: [ 'w://chaos' ]\n",
+                &ledger_file,
+                1,
+                20,
+                &announce_command(),
+            ),
+            ledger_spec(
+                "data_down",
+                "  consumes: [ 'w://chaos' ]\n  on_datasets: [ 'w://chaos' ]\n",
+                &ledger_file,
+                1,
+                20,
+                "",
+            ),
         ]
         .join("---\n"),
     )
@@ -212,11 +266,56 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
     let owed = Owed::new(
         applied_at + TimeDelta::seconds(2),
         chaos_ended - TimeDelta::seconds(1),
-        &[("tick", 1), ("dag_up", 3), ("dag_down", 3), ("long", 10)],
+        &[
+            ("tick", 1),
+            ("dag_up", 3),
+            ("dag_down", 3),
+            ("long", 10),
+            ("leased", 15),
+            ("data_up", 3),
+        ],
     );
     let settled = owed.settle(&client, Duration::from_secs(180)).await;
+    // Each date a successful data_up announced must have its data_down instance, and it must
+    // end; only once they have is the ledger read.
+    let runs_by_data = wait_for(Duration::from_secs(120), "data_down for every date", || {
+        let (client, settled) = (client.clone(), &settled);
+        async move {
+            let data = DataRuns::read(&client, settled).await;
+            data.missing
+                .is_empty()
+                .then_some(data)
+                .filter(|d| d.open.is_empty())
+        }
+    })
+    .await;
     let verdict = Verdict::judge(&client, &owed, &settled, &ledger_file).await;
     verdict.print("chaos");
+    let results = all_results(&client).await;
+    let ran: std::collections::BTreeSet<String> = ledger::read(&ledger_file)
+        .into_iter()
+        .filter(|l| l.kind == "end")
+        .map(|l| l.trace)
+        .collect();
+    let unreported: Vec<&str> = runs_by_data
+        .done
+        .iter()
+        .filter(|r| r.state == ax_bus::State::Success)
+        .filter(|r| {
+            !results.iter().any(|m| m.trace_id == r.trace_id) || !ran.contains(r.trace_id.as_str())
+        })
+        .map(|r| r.instance_id.as_str())
+        .collect();
+    let report = Report {
+        seed,
+        minutes,
+        kills: (scheduler_kills, worker_kills, nats_stops),
+        verdict: &verdict,
+        data: &runs_by_data,
+        unreported: &unreported,
+    }
+    .write();
+    println!("{report}");
     let all = match &settled {
         Ok(all) | Err(all) => all,
     };
@@ -247,10 +346,217 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
         let _ = cluster.dir.keep();
     }
     verdict.assert_clean();
+    runs_by_data.assert_clean();
+    assert!(
+        unreported.is_empty(),
+        "data_down successes without a result or a run: {unreported:?}"
+    );
     assert_eq!(
         verdict.heartbeats,
         CORES.len() + WORKERS.len(),
         "a node is missing its heartbeat"
     );
     drop(fleet);
+}
+
+/// What the chain run by its data came to: the dates `data_up`'s successes announced, and
+/// `data_down`'s instances.
+struct DataRuns {
+    /// The dates announced.
+    announced: std::collections::BTreeSet<chrono::NaiveDate>,
+    /// `data_down`'s instances that have ended.
+    done: Vec<ax_bus::InstanceRecord>,
+    /// Those that have not.
+    open: Vec<String>,
+    /// Dates announced without a `data_down` instance.
+    missing: Vec<chrono::NaiveDate>,
+    /// `data_down` instances of a date never announced, or more than one for a date.
+    extra: Vec<String>,
+}
+
+impl DataRuns {
+    async fn read(
+        client: &ax_bus::AxClient,
+        settled: &Result<Vec<ax_bus::InstanceRecord>, Vec<ax_bus::InstanceRecord>>,
+    ) -> Self {
+        let all = match settled {
+            Ok(all) | Err(all) => all,
+        };
+        let announced: std::collections::BTreeSet<chrono::NaiveDate> = all
+            .iter()
+            .filter(|r| r.job == "data_up" && r.state == ax_bus::State::Success)
+            .map(|r| announced(r.expected_time))
+            .collect();
+        let down = client
+            .instances(Some(&support::job("data_down")))
+            .await
+            .unwrap_or_default();
+        let mut per_date: BTreeMap<String, usize> = BTreeMap::new();
+        for record in &down {
+            *per_date.entry(record.biz_date.clone()).or_default() += 1;
+        }
+        let extra = per_date
+            .iter()
+            .filter(|(date, n)| {
+                **n > 1
+                    || !announced
+                        .iter()
+                        .any(|a| a.format("%Y-%m-%d").to_string() == **date)
+            })
+            .map(|(date, n)| format!("{date}: {n} instances"))
+            .collect();
+        let missing = announced
+            .iter()
+            .filter(|d| !per_date.contains_key(&d.format("%Y-%m-%d").to_string()))
+            .copied()
+            .collect();
+        let (done, open): (Vec<_>, Vec<_>) = down.into_iter().partition(|r| r.state.is_final());
+        Self {
+            announced,
+            done,
+            open: open
+                .iter()
+                .map(|r| format!("{} {:?}/{}: {}", r.instance_id, r.state, r.tag, r.message))
+                .collect(),
+            missing,
+            extra,
+        }
+    }
+
+    fn failed(&self) -> Vec<&str> {
+        self.done
+            .iter()
+            .filter(|r| r.state != ax_bus::State::Success)
+            .map(|r| r.instance_id.as_str())
+            .collect()
+    }
+
+    fn assert_clean(&self) {
+        assert!(
+            self.missing.is_empty(),
+            "dates never run: {:?}",
+            self.missing
+        );
+        assert!(self.extra.is_empty(), "dates run wrongly: {:?}", self.extra);
+        assert!(self.open.is_empty(), "data_down not final: {:?}", self.open);
+        assert!(
+            self.failed().is_empty(),
+            "data_down failed: {:?}",
+            self.failed()
+        );
+    }
+}
+
+/// The run's one-page report: what the chaos did, what each rule found.
+struct Report<'a> {
+    seed: u64,
+    minutes: f64,
+    kills: (u32, u32, u32),
+    verdict: &'a Verdict,
+    data: &'a DataRuns,
+    unreported: &'a [&'a str],
+}
+
+impl Report<'_> {
+    /// The report, also written to `AX_CHAOS_REPORT` (`target/chaos-report.md`).
+    fn write(&self) -> String {
+        let v = self.verdict;
+        let f = &v.findings;
+        let rule = |name: &str, broken: &dyn std::fmt::Debug, none: bool| {
+            let said = if none {
+                "held".to_string()
+            } else {
+                format!("BROKEN: {broken:?}")
+            };
+            format!("| {name} | {said} |\n")
+        };
+        let (cores, workers, nats) = self.kills;
+        let mut text = format!(
+            "# Chaos run, seed {seed}\n\n\
+             {minutes} minutes of chaos on a 3-server NATS cluster (replicas 3), two core nodes \
+             and three workers: {cores} kill -9 of a core node, {workers} of a worker, {nats} \
+             stops of a NATS node (`AX_CHAOS_SEED={seed}` replays them).\n\n\
+             Jobs: `tick` (every second), `dag_up` -> `dag_down` (every 3 s), `long` (4 s of \
+             work every 10 s), `leased` (5 s under a 20 s lease every 15 s), `data_up` (every \
+             3 s, each fire announcing `w://chaos` for a date of its own) -> `data_down` (run by \
+             that dataset, once per date).\n\n\
+             Expected fires {owed}; runs {runs}; results {results}; successes in the window \
+             {successes}; dates announced {dates}, `data_down` instances {down}; actor restarts \
+             in the running processes {restarts}.\n\n| rule | |\n|---|---|\n",
+            seed = self.seed,
+            minutes = self.minutes,
+            owed = v.owed,
+            runs = f.starts,
+            results = v.results,
+            successes = v.successes,
+            dates = self.data.announced.len(),
+            down = self.data.done.len() + self.data.open.len(),
+            restarts = v.restarts,
+        );
+        for line in [
+            rule("settled within the wait", &v.not_final, v.settled),
+            rule("every fire has its instance", &v.lost, v.lost.is_empty()),
+            rule("every instance final", &v.not_final, v.not_final.is_empty()),
+            rule(
+                "no attempt started twice",
+                &f.started_twice,
+                f.started_twice.is_empty(),
+            ),
+            rule(
+                "no attempt on two workers",
+                &f.on_two_workers,
+                f.on_two_workers.is_empty(),
+            ),
+            rule(
+                "no two attempts of an instance at once",
+                &f.overlapping,
+                f.overlapping.is_empty(),
+            ),
+            rule(
+                "every result once",
+                &v.double_results,
+                v.double_results.is_empty(),
+            ),
+            rule(
+                "every success has its result and its run",
+                &(&v.without_result, &v.without_run),
+                v.without_result.is_empty() && v.without_run.is_empty(),
+            ),
+            rule(
+                "every announced date run by its data",
+                &self.data.missing,
+                self.data.missing.is_empty(),
+            ),
+            rule(
+                "no date run twice, none not announced",
+                &self.data.extra,
+                self.data.extra.is_empty(),
+            ),
+            rule(
+                "every run by data final and succeeded",
+                &(&self.data.open, self.data.failed()),
+                self.data.open.is_empty() && self.data.failed().is_empty(),
+            ),
+            rule(
+                "every run by data reported",
+                &self.unreported,
+                self.unreported.is_empty(),
+            ),
+            rule("no panic or stall", &v.troubled, v.troubled.is_empty()),
+        ] {
+            text.push_str(&line);
+        }
+        let path = std::env::var_os("AX_CHAOS_REPORT")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chaos-report.md")
+            });
+        if let Err(e) = std::fs::write(&path, &text) {
+            println!(
+                "chaos: the report was not written to {}: {e}",
+                path.display()
+            );
+        }
+        text
+    }
 }

@@ -23,20 +23,36 @@ pub(crate) fn ledger_job(
     ticks: u32,
     timeout: u32,
 ) -> String {
+    let head = format!("  cron: '{cron}'\n  misfire: fire_all\n  catchup_window: 900\n{deps}");
+    ledger_spec(name, &head, ledger_file, ticks, timeout, "")
+}
+
+/// A job (`head`: its trigger and other fields, as YAML lines of the `job` map) whose shell
+/// command writes to the ledger as [`ledger_job`]'s does, then runs `then` (another shell
+/// command, after the ledger's end); retried up to ten times.
+pub(crate) fn ledger_spec(
+    name: &str,
+    head: &str,
+    ledger_file: &Path,
+    ticks: u32,
+    timeout: u32,
+    then: &str,
+) -> String {
+    let mut command = ledger::command(ledger_file, ticks);
+    if !then.is_empty() {
+        command = format!("{command} && {then}");
+    }
     format!(
         "version: v1
 job:
   name: {name}
-  cron: '{cron}'
-  misfire: fire_all
-  catchup_window: 900
-{deps}  retry: {{ times: 10, interval: 1, max_interval: 4 }}
+{head}  retry: {{ times: 10, interval: 1, max_interval: 4 }}
   timeout: {timeout}
   exec:
     type: shell
     command: '{}'
 ",
-        ledger::command(ledger_file, ticks).replace('\'', "''")
+        command.replace('\'', "''")
     )
 }
 

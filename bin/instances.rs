@@ -129,6 +129,33 @@ pub(crate) async fn get(client: &AxClient, id: &InstanceId, json: bool) -> Resul
     for (name, value) in fields {
         println!("{name:<16}{value}");
     }
+    // Each attempt with its own outcome, from the record's revisions.
+    if let Some(history) = client.instance_history(id).await? {
+        println!();
+        let rows: Vec<Vec<String>> = history
+            .attempts
+            .iter()
+            .map(|a| {
+                vec![
+                    a.attempt.to_string(),
+                    format!("{} {}", a.state, a.tag),
+                    a.worker
+                        .as_ref()
+                        .map_or_else(|| "-".into(), |w| w.to_string()),
+                    table::time(a.started_at),
+                    table::time(a.finished_at),
+                    a.exit_code.map_or("-".into(), |c| c.to_string()),
+                    table::short(&a.message, 60),
+                ]
+            })
+            .collect();
+        table::print(
+            &[
+                "ATTEMPT", "STATE", "WORKER", "STARTED", "ENDED", "EXIT", "MESSAGE",
+            ],
+            &rows,
+        );
+    }
     Ok(())
 }
 

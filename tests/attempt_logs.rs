@@ -237,3 +237,116 @@ async fn a_log_nats_refuses_holds_nothing_up_and_arrives_once_it_is_taken() {
         log.chunks.iter().map(|c| c.seq).max().unwrap() as usize
     );
 }
+
+/// Each attempt's record is its own: while a retry runs, nothing of the failed attempt before
+/// it is shown as its; killed, it shows what it wrote itself (from its drained output), not
+/// the attempt before; the history and the results tell each attempt apart, and the retry's
+/// claim names the revision its `executing` write was really made from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_retry_shows_its_own_attempt_not_the_one_before() {
+    use futures::StreamExt;
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let command = "if [ \"$AX_ATTEMPT\" = 1 ]; then echo attempt 1 says hi; echo a1 fails >&2; \
+                   exit 3; fi; echo attempt 2 says hi; sleep 120";
+    apply_job(
+        &nats,
+        "twice",
+        &shell_job("twice", "  retry: { times: 1, interval: 1 }\n", command),
+    )
+    .await;
+    let mut results = client.nats.subscribe("ax.result.twice").await.unwrap();
+    let id = trigger(&nats, &["twice"]);
+    let instance: InstanceId = id.parse().unwrap();
+    wait_log(&client, &id, 2, "attempt 2's line", |l| {
+        text(l, LogStream::Stdout) == "attempt 2 says hi\n"
+    })
+    .await;
+    let get = ax(&nats.url(), &["instance", "get", &id, "--json"]);
+    let running: serde_json::Value = serde_json::from_slice(&get.stdout).unwrap();
+    assert_eq!(running["attempt"], 2, "{running}");
+    for (field, empty) in [
+        ("exit_code", serde_json::Value::Null),
+        ("stdout_tail", "".into()),
+        ("stderr_tail", "".into()),
+    ] {
+        assert_eq!(
+            running[field], empty,
+            "attempt 1's {field} shown as 2's: {running}"
+        );
+    }
+
+    let killed = ax(&nats.url(), &["instance", "kill", &id, "--reason", "test"]);
+    assert!(killed.status.success(), "{}", stderr(&killed));
+    // The kill ends it at once; the worker then adds what the attempt wrote as it stopped.
+    let record = wait_for(
+        Duration::from_secs(60),
+        "the killed attempt's own tails",
+        || {
+            let (client, instance) = (client.clone(), instance.clone());
+            async move {
+                let (record, _) = client.instance(&instance).await.ok()??;
+                (record.stdout_tail == "attempt 2 says hi\n").then_some(record)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        (record.attempt, record.state, record.tag),
+        (2, ax_bus::State::Failed, ax_bus::Tag::Killed)
+    );
+    assert_eq!(record.exit_code, None, "killed by a signal: {record:?}");
+    assert_eq!(record.stderr_tail, "", "{record:?}");
+    assert!(record.message.contains(": test"), "{}", record.message);
+
+    // One result per attempt, each with its own outcome.
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let message = tokio::time::timeout(Duration::from_secs(30), results.next())
+            .await
+            .expect("a result per attempt")
+            .unwrap();
+        let result: ax_bus::messages::ResultMessage =
+            ax_bus::codec::decode(&message.payload).unwrap();
+        seen.push((
+            result.attempt,
+            result.tag,
+            result.exit_code,
+            result.stderr_tail,
+        ));
+    }
+    seen.sort_by_key(|s| s.0);
+    assert_eq!(
+        seen,
+        [
+            (1, ax_bus::Tag::ExitCode, Some(3), "a1 fails\n".to_string()),
+            (2, ax_bus::Tag::Killed, None, String::new()),
+        ]
+    );
+
+    // The history: attempt 1 failed with its exit code, attempt 2 killed without it; each
+    // claim names a real revision.
+    let history = ax(&nats.url(), &["instance", "history", &id]);
+    let text = stdout(&history);
+    let second = text.find("attempt 2").expect("attempt 2 in the history");
+    assert!(text[..second].contains("exit code 3"), "{text}");
+    assert!(!text[second..].contains("exit code 3"), "{text}");
+    assert!(!text.contains("fence 0"), "{text}");
+    // `ax instance get` lists each attempt with its own outcome.
+    let get = stdout(&ax(&nats.url(), &["instance", "get", &id]));
+    let row = |n: &str| {
+        get.lines()
+            .find(|l| l.split_whitespace().next() == Some(n))
+            .unwrap_or_else(|| panic!("no attempt {n}: {get}"))
+            .to_string()
+    };
+    assert!(
+        row("1").contains("waiting_retry exit_code") && row("1").contains(" 3 "),
+        "{get}"
+    );
+    assert!(
+        row("2").contains("failed killed") && !row("2").contains(" 3 "),
+        "{get}"
+    );
+}

@@ -98,17 +98,28 @@ async fn write_end(
     retry_at: Option<chrono::DateTime<chrono::Utc>>,
 ) -> Result<Option<State>, ActorError> {
     let (work, end) = (&outcome.work, &outcome.end);
+    // Ended by someone else while it ran (a kill, a superseding fire): what the attempt did is
+    // added to their end, which carries its result already.
     let updated = client
         .update_instance_from(&work.instance_id, outcome.written.clone(), |r| {
-            r.ended(end, retry_at)
+            match r.ended(end, retry_at) {
+                Err(TransitionRefused::AlreadyEnded(_)) if !r.ended_by(end) => r.with_facts_of(end),
+                ended => ended,
+            }
         })
         .await?;
     Ok(match updated {
+        Updated::Written(record, _) if !record.ended_by(end) => {
+            tracing::debug!(trace = %end.trace_id, instance = %work.instance_id, "the exit and tails of an attempt ended by another added to its record");
+            None
+        }
         Updated::Written(record, _) => {
             publish::event(client, &record).await;
             Some(record.state)
         }
         Updated::Refused(TransitionRefused::AlreadyEnded(state)) => Some(state),
+        // Its ender published its result; the record tells what it did.
+        Updated::Refused(TransitionRefused::EndedByAnother(_)) => None,
         Updated::Refused(refused) => {
             tracing::warn!(trace = %end.trace_id, instance = %work.instance_id, %refused, "result of a superseded attempt dropped");
             None

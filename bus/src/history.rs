@@ -145,6 +145,68 @@ pub struct History {
     pub truncated: bool,
     /// The steps, oldest first.
     pub steps: Vec<Step>,
+    /// Each attempt as its own last revision tells it, oldest first: its outcome, never
+    /// another attempt's.
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+}
+
+/// One attempt of an instance, as the last revision written under its trace id tells it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Its number (1-based).
+    pub attempt: u32,
+    /// Its trace id.
+    pub trace_id: TraceId,
+    /// The instance's state when the attempt's last revision was written (`waiting_retry`
+    /// for a failure that was retried).
+    pub state: State,
+    /// Its tag then.
+    pub tag: Tag,
+    /// The worker that ran it, if one did.
+    pub worker: Option<WorkerId>,
+    /// When it started executing.
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it ended.
+    #[serde(default, with = "crate::time::wire_opt")]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Its exit code, when a process of it exited.
+    pub exit_code: Option<i32>,
+    /// What was said of it last.
+    pub message: String,
+    /// The last bytes of its stderr.
+    pub stderr_tail: String,
+}
+
+impl Attempt {
+    fn of(record: &InstanceRecord) -> Self {
+        Self {
+            attempt: record.attempt,
+            trace_id: record.trace_id.clone(),
+            state: record.state,
+            tag: record.tag,
+            worker: record.worker.clone(),
+            started_at: record.started_at,
+            finished_at: record.finished_at,
+            exit_code: record.exit_code,
+            message: record.message.clone(),
+            stderr_tail: record.stderr_tail.clone(),
+        }
+    }
+}
+
+/// Each attempt of the revisions (oldest first), by its last revision.
+fn attempts_of(revisions: &[Revision]) -> Vec<Attempt> {
+    let mut attempts: Vec<Attempt> = Vec::new();
+    for revision in revisions {
+        let record = &revision.record;
+        match attempts.last_mut() {
+            Some(last) if last.trace_id == record.trace_id => *last = Attempt::of(record),
+            _ => attempts.push(Attempt::of(record)),
+        }
+    }
+    attempts
 }
 
 impl History {
@@ -162,6 +224,7 @@ impl History {
             instance_id,
             truncated: revisions.len() >= kept,
             steps,
+            attempts: attempts_of(revisions),
         }
     }
 }

@@ -442,6 +442,10 @@ pub enum TransitionRefused {
     /// if_succeeded`).
     #[error("the instance is {0}, not success")]
     NotSucceeded(State),
+    /// Someone else ended the attempt while it ran, and its record says what it did already
+    /// (or there is nothing to say).
+    #[error("the attempt was ended by another ({0}) and its record tells what it did")]
+    EndedByAnother(State),
     /// The instance was started again for its inputs' updates as often as one may be.
     #[error(
         "it was started again {0} times for its inputs' updates, the most for one business date"
@@ -573,6 +577,9 @@ impl InstanceRecord {
     }
 
     /// The record's next attempt under `new_trace`, queued, with nothing of the last one.
+    /// The record of a new attempt under `new_trace`: nothing of the attempt before it is kept
+    /// as this one's — its worker, times, exit code, output and tails are in its own revisions
+    /// ([`crate::history`]), and shown as its own.
     fn next_attempt(&self, new_trace: &TraceId) -> Self {
         let mut next = self.clone();
         next.trace_id = new_trace.clone();
@@ -584,7 +591,57 @@ impl InstanceRecord {
         next.finished_at = None;
         next.worker = None;
         next.dispatch = None;
+        next.exit_code = None;
+        next.output = serde_json::Value::Null;
+        next.stdout_tail = String::new();
+        next.stderr_tail = String::new();
         next
+    }
+
+    /// Whether this record is attempt `end`'s own end, as `end` wrote it (a repeat of it finds
+    /// it so), rather than an end written by someone else while it ran (a kill, a superseding
+    /// fire).
+    pub fn ended_by(&self, end: &AttemptEnd) -> bool {
+        self.trace_id == end.trace_id
+            && self.finished_at == Some(end.finished_at)
+            && self.message == end.message
+    }
+
+    /// What attempt `end` did, added to the record of an instance that someone else ended
+    /// while the attempt ran (a kill, a superseding fire, a deleted job): its exit code and
+    /// tails (the worker drained them as it stopped the process), and its start if the
+    /// record has none. The state, tag, message and end stay those of whoever ended it, and
+    /// its result is theirs. Refused for another attempt, another worker, an instance not
+    /// ended, and when there is nothing to add.
+    pub fn with_facts_of(&self, end: &AttemptEnd) -> Result<Self, TransitionRefused> {
+        if self.trace_id != end.trace_id {
+            return Err(TransitionRefused::StaleAttempt {
+                reported: end.trace_id.clone(),
+                current: self.trace_id.clone(),
+            });
+        }
+        if !self.state.is_final() {
+            return Err(TransitionRefused::NotEnded(self.state));
+        }
+        if self.worker.as_ref().is_some_and(|w| *w != end.worker) {
+            return Err(TransitionRefused::AlreadyStarted);
+        }
+        let told = self.exit_code.is_some()
+            || !self.stdout_tail.is_empty()
+            || !self.stderr_tail.is_empty();
+        let nothing = end.exit_code.is_none()
+            && end.stdout_tail.is_empty()
+            && end.stderr_tail.is_empty()
+            && (self.started_at.is_some() || end.started_at.is_none());
+        if told || nothing {
+            return Err(TransitionRefused::EndedByAnother(self.state));
+        }
+        let mut next = self.clone();
+        next.exit_code = end.exit_code;
+        next.stdout_tail = end.stdout_tail.clone();
+        next.stderr_tail = end.stderr_tail.clone();
+        next.started_at = self.started_at.or(end.started_at);
+        Ok(next)
     }
 
     /// The worker that started attempt `trace_id`, if it is the current one and executing.
@@ -1070,6 +1127,96 @@ pub(crate) mod tests {
         );
         // The old attempt can no longer report.
         assert!(second.ended(&end(tr(1), true), None).is_err());
+    }
+
+    #[test]
+    fn a_new_attempt_shows_nothing_of_the_attempt_before_it_as_its_own() {
+        let mut failed = end(tr(1), false);
+        failed.exit_code = Some(3);
+        failed.stdout_tail = "attempt 1 says hi\n".into();
+        failed.stderr_tail = "a1 fails\n".into();
+        let waiting = record().ended(&failed, Some(crate::time::now())).unwrap();
+        let second = waiting.retried(&tr(1), &tr(2)).unwrap();
+        assert_eq!(second.exit_code, None);
+        assert_eq!(
+            (second.stdout_tail.as_str(), second.stderr_tail.as_str()),
+            ("", "")
+        );
+        assert_eq!(second.output, serde_json::Value::Null);
+        assert_eq!(
+            (second.started_at, second.finished_at, &second.worker),
+            (None, None, &None)
+        );
+        // A re-run of the failed instance starts clean too.
+        let again = record()
+            .ended(&failed, None)
+            .unwrap()
+            .rerun(&tr(3))
+            .unwrap();
+        assert_eq!((again.exit_code, again.stdout_tail.as_str()), (None, ""));
+    }
+
+    #[test]
+    fn an_attempt_ended_by_a_kill_gets_its_own_exit_and_tails_once() {
+        let note = DispatchNote {
+            router: None,
+            at: crate::time::now(),
+            delivery: 1,
+            dispatch: Some(DispatchId::random()),
+            fence: 1,
+            acknowledged_at: crate::time::now(),
+            passed_over: Vec::new(),
+        };
+        let w1 = WorkerId::parse("w1").unwrap();
+        let running = record()
+            .started(&tr(1), &w1, crate::time::now(), &note)
+            .unwrap();
+        let killed = running
+            .ended_early(&tr(1), State::Failed, Tag::Killed, "killed by op: test")
+            .unwrap();
+        let mut stopped = end(tr(1), false);
+        stopped.tag = Tag::Killed;
+        stopped.exit_code = None;
+        stopped.stdout_tail = "attempt 2 says hi\n".into();
+        assert!(!killed.ended_by(&stopped));
+        assert_eq!(
+            killed.ended(&stopped, None),
+            Err(TransitionRefused::AlreadyEnded(State::Failed))
+        );
+        let told = killed.with_facts_of(&stopped).unwrap();
+        assert_eq!(
+            (
+                told.state,
+                told.tag,
+                told.message.as_str(),
+                told.finished_at
+            ),
+            (
+                State::Failed,
+                Tag::Killed,
+                "killed by op: test",
+                killed.finished_at
+            ),
+            "the kill's end stays"
+        );
+        assert_eq!(told.stdout_tail, "attempt 2 says hi\n");
+        // Told once; never for another attempt or another worker.
+        assert_eq!(
+            told.with_facts_of(&stopped),
+            Err(TransitionRefused::EndedByAnother(State::Failed))
+        );
+        let mut stale = stopped.clone();
+        stale.trace_id = tr(9);
+        assert!(killed.with_facts_of(&stale).is_err());
+        let mut elsewhere = stopped.clone();
+        elsewhere.worker = WorkerId::parse("w2").unwrap();
+        assert_eq!(
+            killed.with_facts_of(&elsewhere),
+            Err(TransitionRefused::AlreadyStarted)
+        );
+        // The worker's own end is its own.
+        let own = running.ended(&stopped, None).unwrap();
+        assert!(own.ended_by(&stopped));
     }
 
     #[test]

@@ -171,8 +171,7 @@ impl Attempts {
             return Err(Skip::Done);
         };
         self.acknowledge(work, &dispatch);
-        let fence = stored.as_ref().map_or(0, |s| s.revision);
-        let note = dispatch_note(work, message, &dispatch, fence);
+        let note = dispatch_note(work, message, &dispatch);
         if let Some(clock) = self.clock.as_ref().filter(|c| c.skewed()) {
             self.refuse_for_clock(work.clone(), clock).await;
             return Err(Skip::Done);
@@ -230,10 +229,15 @@ impl Attempts {
     ) -> Result<StoredRecord, Skip> {
         let (trace, me) = (&work.trace_id, &self.config.id);
         let now = ax_bus::time::now();
+        // The fence is the revision the write swaps from, whichever it is read at.
         match self
             .client
-            .update_instance_from(&work.instance_id, stored, |r| {
-                r.started(trace, me, now, note)
+            .update_instance_at(&work.instance_id, stored, |r, revision| {
+                let fenced = DispatchNote {
+                    fence: revision,
+                    ..note.clone()
+                };
+                r.started(trace, me, now, &fenced)
             })
             .await
         {
@@ -459,14 +463,13 @@ fn started_metrics(
 }
 
 /// How `work` reached this worker, for the record's `executing` write (the instance history's
-/// dispatch step): the dispatch message's server timestamp and delivery count, the dispatch and
-/// the record revision it started from (its fence), the Router, the workers passed over
-/// before. Acknowledged just now.
+/// dispatch step): the dispatch message's server timestamp and delivery count, the dispatch,
+/// the Router, the workers passed over before. Acknowledged just now. Its fence, the record
+/// revision the write swaps from, is set as it is written.
 fn dispatch_note(
     work: &WorkItem,
     message: &jetstream::Message,
     dispatch: &DispatchId,
-    fence: u64,
 ) -> DispatchNote {
     let now = ax_bus::time::now();
     let (at, delivery) = match message.info() {
@@ -481,7 +484,7 @@ fn dispatch_note(
         at,
         delivery,
         dispatch: Some(dispatch.clone()),
-        fence,
+        fence: 0,
         acknowledged_at: now,
         passed_over: work.passed_over.clone(),
     }

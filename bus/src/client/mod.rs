@@ -995,11 +995,27 @@ impl AxClient {
     pub async fn update_instance_from<F>(
         &self,
         id: &InstanceId,
-        mut known: Option<StoredRecord>,
+        known: Option<StoredRecord>,
         transition: F,
     ) -> Result<Updated, ClientError>
     where
         F: Fn(&InstanceRecord) -> Result<InstanceRecord, TransitionRefused>,
+    {
+        self.update_instance_at(id, known, |record, _| transition(record))
+            .await
+    }
+
+    /// [`AxClient::update_instance_from`] whose `transition` also sees the revision it is
+    /// applied to, the one the write swaps from (an `executing` write records it as its
+    /// fence).
+    pub async fn update_instance_at<F>(
+        &self,
+        id: &InstanceId,
+        mut known: Option<StoredRecord>,
+        transition: F,
+    ) -> Result<Updated, ClientError>
+    where
+        F: Fn(&InstanceRecord, u64) -> Result<InstanceRecord, TransitionRefused>,
     {
         for _ in 0..CAS_ATTEMPTS {
             let (record, revision, unverified) = match known.take() {
@@ -1009,7 +1025,7 @@ impl AxClient {
                     None => return Ok(Updated::Missing),
                 },
             };
-            let mut next = match transition(&record) {
+            let mut next = match transition(&record, revision) {
                 Ok(next) => next,
                 Err(_) if unverified => continue,
                 Err(refused) => return Ok(Updated::Refused(refused)),

@@ -276,11 +276,15 @@ struct AttemptSteps {
 }
 
 /// The steps of an instance's history grouped by attempt (oldest first), each attempt with
-/// how long it ran: from its start to its end, or to `now` while it runs.
+/// how long it ran — from its start to its end, or to `now` while it runs — and how it ended,
+/// as its own last revision says (`attempts`).
 fn by_attempt(
-    steps: Vec<ax_bus::history::Step>,
+    history: ax_bus::history::History,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<AttemptSteps> {
+    let ax_bus::history::History {
+        steps, attempts, ..
+    } = history;
     use ax_bus::history::StepKind;
     let mut groups: Vec<(u32, Vec<ax_bus::history::Step>)> = Vec::new();
     for step in steps {
@@ -311,6 +315,18 @@ fn by_attempt(
                 ),
                 (None, _) => "did not start".into(),
             };
+            let outcome = attempts
+                .iter()
+                .find(|a| a.attempt == attempt && a.finished_at.is_some())
+                .map(|a| {
+                    let exit = a
+                        .exit_code
+                        .map(|c| format!(", exit code {c}"))
+                        .unwrap_or_default();
+                    format!(": {} {}{exit}", a.state, a.tag)
+                })
+                .unwrap_or_default();
+            let summary = format!("{summary}{outcome}");
             let steps = steps.into_iter().map(history_line).collect();
             AttemptSteps {
                 attempt,
@@ -432,10 +448,9 @@ async fn page(
             )
         }
     };
-    let history = by_attempt(
-        history.map(|h| h.steps).unwrap_or_default(),
-        chrono::Utc::now(),
-    );
+    let history = history
+        .map(|h| by_attempt(h, chrono::Utc::now()))
+        .unwrap_or_default();
     let pretty = |value: &serde_json::Value| {
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     };

@@ -470,15 +470,20 @@ pub(crate) enum InstanceCommand {
     /// Print one instance.
     Get { id: InstanceId },
     /// Print an attempt's stdout and stderr as the worker shipped them (the last attempt by
-    /// default); `--follow` prints them as they are written, until the attempt ends.
+    /// default); `--follow` prints them as they are written, attempt after attempt, until the
+    /// instance ends (exit status 0 only if it succeeded). On a terminal, control characters
+    /// are written visibly (`\x1b`); `--raw` writes them as they are.
     Logs {
         id: InstanceId,
-        /// Which attempt (1, 2, …).
+        /// Which attempt (1, 2, …); with `--follow`, that attempt only.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         attempt: Option<u32>,
-        /// Keep printing as the attempt writes, until it ends.
+        /// Keep printing as the instance's attempts write, until it ends.
         #[arg(long, short = 'f')]
         follow: bool,
+        /// Write the job's bytes as they are, escape sequences included.
+        #[arg(long)]
+        raw: bool,
     },
     /// Every step of every attempt, in order, each with its time and node: created,
     /// released, dispatched (to which worker, which delivery), claimed, started, ended,

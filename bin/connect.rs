@@ -47,7 +47,8 @@ pub(crate) async fn connect(
     Ok(AxClient::connect(&config)
         .await
         .with_context(|| format!("NATS URL {} ({origin})", redact(&url)))?
-        .acting_as(token, Via::Cli))
+        .acting_as(token, Via::Cli)
+        .claiming(&crate::jobs::requested_by()))
 }
 
 /// The caller's token: `AX_TOKEN`, else the `--token-file` (`AX_TOKEN_FILE`); none when neither

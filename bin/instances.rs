@@ -159,17 +159,28 @@ pub(crate) async fn get(client: &AxClient, id: &InstanceId, json: bool) -> Resul
     Ok(())
 }
 
+/// How `ax instance logs` prints.
+pub(crate) struct LogsHow {
+    /// Follows the instance (or the attempt asked for) to its end.
+    pub follow: bool,
+    /// Writes the job's bytes as they are, even to a terminal.
+    pub raw: bool,
+    /// One JSON document.
+    pub json: bool,
+}
+
 /// `ax instance logs`: an attempt's shipped log (the record's tails for an attempt that
 /// shipped none: one that ran before logs were shipped, or whose log is past its retention).
 pub(crate) async fn logs(
     client: &AxClient,
     id: &InstanceId,
-    attempt: Option<u32>,
-    follow: bool,
-    json: bool,
+    asked: Option<u32>,
+    how: LogsHow,
 ) -> Result<()> {
+    let LogsHow { follow, raw, json } = how;
+    let mut screen = crate::screen::Screen::stdout(raw);
     let record = fetch(client, id).await?;
-    let attempt = attempt.unwrap_or(record.attempt);
+    let attempt = asked.unwrap_or(record.attempt);
     if attempt > record.attempt {
         bail!(
             "instance `{id}` has {} attempt(s); there is no attempt {attempt}",
@@ -177,7 +188,10 @@ pub(crate) async fn logs(
         );
     }
     if follow && !json {
-        return follow_log(client, id, attempt).await;
+        if asked.is_some() {
+            return follow_log(client, id, attempt, &mut screen).await;
+        }
+        return follow_instance(client, id, attempt, &mut screen).await;
     }
     let log = client.attempt_log(id, attempt).await?;
     let current = attempt == record.attempt;
@@ -213,14 +227,14 @@ pub(crate) async fn logs(
     if log.is_empty() {
         if current && !(record.stdout_tail.is_empty() && record.stderr_tail.is_empty()) {
             eprintln!("(no shipped log for attempt {attempt}; the tails its record keeps)");
-            print!("{}", record.stdout_tail);
-            print!("{}", record.stderr_tail);
+            screen.write(record.stdout_tail.as_bytes());
+            screen.write(record.stderr_tail.as_bytes());
         } else {
             eprintln!("(attempt {attempt} of {id} has no log: it wrote nothing, has not run, or its log is past the retention)");
         }
         return Ok(());
     }
-    print_pieces(log.pieces());
+    print_pieces(log.pieces(), &mut screen);
     if log.end().is_none() {
         eprintln!("(attempt {attempt} is still writing: `--follow` to see the rest)");
     }
@@ -228,22 +242,81 @@ pub(crate) async fn logs(
 }
 
 /// Prints pieces of a log as they were written, stdout and stderr interleaved.
-fn print_pieces<'a>(pieces: impl Iterator<Item = &'a LogPiece>) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
+fn print_pieces<'a>(
+    pieces: impl Iterator<Item = &'a LogPiece>,
+    screen: &mut crate::screen::Screen,
+) {
     for piece in pieces {
-        let _ = out.write_all(&piece.data);
+        screen.write(&piece.data);
     }
-    let _ = out.flush();
+}
+
+/// How often a follow looks at the record between two attempts.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `ax instance logs --follow`: each attempt's log from `attempt` on, as it is written, and
+/// between two attempts what became of the one before and when the next starts; until the
+/// instance ends. An error (so a non-zero exit) unless it ended in success.
+async fn follow_instance(
+    client: &AxClient,
+    id: &InstanceId,
+    mut attempt: u32,
+    screen: &mut crate::screen::Screen,
+) -> Result<()> {
+    loop {
+        follow_log(client, id, attempt, screen).await?;
+        // The attempt's log is over; its record may trail it.
+        let mut told_retry = false;
+        let record = loop {
+            let record = fetch(client, id).await?;
+            let this_runs = record.attempt == attempt && !record.state.is_final();
+            let waits = record.state == ax_bus::State::WaitingRetry;
+            if record.attempt > attempt || (!this_runs && !waits) {
+                break record;
+            }
+            if waits && !told_retry {
+                let at = record
+                    .next_attempt_at
+                    .map_or_else(|| "later".to_string(), |t| table::time(Some(t)));
+                eprintln!(
+                    "(attempt {attempt} failed: {} {}; attempt {} starts at {at})",
+                    record.tag,
+                    record.message,
+                    attempt + 1
+                );
+                told_retry = true;
+            }
+            tokio::time::sleep(FOLLOW_POLL).await;
+        };
+        if record.attempt > attempt {
+            eprintln!("(attempt {} of {id} started)", record.attempt);
+            attempt = record.attempt;
+            continue;
+        }
+        if record.state == ax_bus::State::Success {
+            return Ok(());
+        }
+        bail!(
+            "instance {id} ended {} ({}) after attempt {attempt}: {}",
+            record.state,
+            record.tag,
+            record.message
+        );
+    }
 }
 
 /// How long a follow waits for more once the attempt is over without a last chunk (it wrote
 /// nothing, or ran before logs were shipped).
 const FOLLOW_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// `ax instance logs --follow`: prints the chunks as they come, until the one with the end —
-/// or, for an attempt that ships none, until it is over.
-async fn follow_log(client: &AxClient, id: &InstanceId, attempt: u32) -> Result<()> {
+/// `ax instance logs --follow --attempt N`: prints the chunks as they come, until the one with
+/// the end — or, for an attempt that ships none, until it is over.
+async fn follow_log(
+    client: &AxClient,
+    id: &InstanceId,
+    attempt: u32,
+    screen: &mut crate::screen::Screen,
+) -> Result<()> {
     let mut feed = Box::pin(client.follow_log(id, attempt).await?);
     let mut log = ax_bus::log::AttemptLog::default();
     let mut over_since: Option<std::time::Instant> = None;
@@ -254,7 +327,7 @@ async fn follow_log(client: &AxClient, id: &InstanceId, attempt: u32) -> Result<
                     let end = chunk.end;
                     let pieces = chunk.pieces.clone();
                     if log.add(chunk) {
-                        print_pieces(pieces.iter());
+                        print_pieces(pieces.iter(), screen);
                     }
                     if end.is_some() {
                         return Ok(());
@@ -268,7 +341,8 @@ async fn follow_log(client: &AxClient, id: &InstanceId, attempt: u32) -> Result<
         }
         // A second without a chunk: is the attempt over?
         let record = fetch(client, id).await?;
-        let over = record.attempt > attempt || (record.state.is_final() && !record.executing());
+        // Over: a later attempt began, or this one ended (final, or waiting for its retry).
+        let over = record.attempt > attempt || record.state != ax_bus::State::Running;
         match (over, over_since) {
             (false, _) => over_since = None,
             (true, None) => over_since = Some(std::time::Instant::now()),

@@ -243,9 +243,22 @@ pub(crate) async fn history(
     Ok(())
 }
 
-/// `user@host` of whoever runs the command, for the audit record.
+/// `user@host` of whoever runs the command, for the audit record: the same for every command
+/// of one user on one machine (`USER`, else `LOGNAME`, else the name of the process's user id).
 pub(crate) fn requested_by() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let user = ["USER", "LOGNAME"]
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .find(|name| !name.trim().is_empty())
+        .or_else(|| {
+            let uid = nix::unistd::getuid();
+            nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .map(|user| user.name)
+                .or_else(|| Some(format!("uid{uid}")))
+        })
+        .unwrap_or_default();
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();

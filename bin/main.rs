@@ -15,6 +15,7 @@ mod lineage;
 mod local;
 mod node_cmd;
 mod node_config;
+mod screen;
 mod shutdown;
 mod table;
 mod up;
@@ -158,7 +159,11 @@ async fn run(cli: Cli) -> Result<()> {
             id,
             attempt,
             follow,
-        }) => instances::logs(&client().await?, &id, attempt, follow, json).await,
+            raw,
+        }) => {
+            let how = instances::LogsHow { follow, raw, json };
+            instances::logs(&client().await?, &id, attempt, how).await
+        }
         Command::Instance(InstanceCommand::History { id }) => {
             instances::history(&client().await?, &id, json).await
         }

@@ -350,3 +350,83 @@ async fn a_killed_retry_shows_its_own_attempt_not_the_one_before() {
         "{get}"
     );
 }
+
+/// `--follow` follows the instance, not one attempt: a failed attempt's lines, a word that the
+/// retry starts and when, the retry's lines; it exits 0 only if the instance succeeded, and
+/// otherwise says how it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_goes_on_across_a_retry_and_exits_by_the_instances_end() {
+    let nats = TestNats::start();
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let retry = "  retry: { times: 1, interval: 2 }\n";
+    let second_wins = "echo try $AX_ATTEMPT; [ \"$AX_ATTEMPT\" = 2 ]";
+    apply_job(&nats, "flaky", &shell_job("flaky", retry, second_wins)).await;
+    apply_job(
+        &nats,
+        "broken",
+        &shell_job("broken", retry, "echo try $AX_ATTEMPT; exit 4"),
+    )
+    .await;
+    for (job, succeeds) in [("flaky", true), ("broken", false)] {
+        let id = trigger(&nats, &[job]);
+        let out = ax(&nats.url(), &["instance", "logs", &id, "--follow"]);
+        assert_eq!(stdout(&out), "try 1\ntry 2\n", "{job}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.contains("(attempt 1 failed: exit_code") && said.contains("attempt 2 starts at"),
+            "{job}: {said}"
+        );
+        assert_eq!(out.status.success(), succeeds, "{job}: {said}");
+        if !succeeds {
+            assert!(
+                said.contains(&format!(
+                    "instance {id} ended failed (exit_code) after attempt 2"
+                )),
+                "{said}"
+            );
+        }
+    }
+}
+
+/// A job's escape sequences (an OSC 52 clipboard write, a window title, a clear screen) reach
+/// the operator's terminal written visibly, not as they are — unless `--raw` asks for them, or
+/// the output is no terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escapes_in_a_log_are_neutralised_on_a_terminal() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let hostile = r#"printf "\033]52;c;ZXZpbA==\007\033]0;owned\007\033[2Jvisible\n""#;
+    apply_job(&nats, "hostile", &shell_job("hostile", "", hostile)).await;
+    let id = trigger(&nats, &["hostile"]);
+    final_record(&client, &id, Duration::from_secs(30)).await;
+    wait_log(&client, &id, 1, "the whole log", |l| l.end().is_some()).await;
+    // On a pseudo-terminal (script(1) gives the command one).
+    let on_terminal = |extra: &str| {
+        let command = format!("{} instance logs {id} {extra}", ax_binary());
+        let out = std::process::Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env("AX_NATS_URL", nats.url())
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("script(1)");
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = on_terminal("");
+    assert!(
+        !shown.contains('\x1b') && !shown.contains('\x07'),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains(r"\x1b]52;c;ZXZpbA==\x07\x1b]0;owned\x07\x1b[2Jvisible"),
+        "{shown:?}"
+    );
+    assert!(on_terminal("--raw").contains("\x1b]52;c;ZXZpbA==\x07"));
+    // Into a pipe, as written.
+    let piped = ax(&nats.url(), &["instance", "logs", &id]);
+    assert_eq!(
+        stdout(&piped),
+        "\x1b]52;c;ZXZpbA==\x07\x1b]0;owned\x07\x1b[2Jvisible\n"
+    );
+}

@@ -317,7 +317,16 @@ async fn an_operator_runs_ax_from_the_browser() {
         std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
     })
     .await;
+    // A kill needs a reason, as the CLI's: without one it is refused, saying so.
     browser.open(&format!("{base}/instances/{sleeper}")).await;
+    browser.click("#kill").await;
+    browser.accept().await;
+    browser
+        .until("the refusal", "#act-result", |t| {
+            t.contains("reason: say why")
+        })
+        .await;
+    browser.fill("#stop-reason", "hung on a lock").await;
     browser.click("#kill").await;
     browser.accept().await;
     browser
@@ -325,6 +334,11 @@ async fn an_operator_runs_ax_from_the_browser() {
         .await;
     let record = final_record(&up.client, &sleeper, Duration::from_secs(30)).await;
     assert_eq!(record.tag, ax_bus::Tag::Killed);
+    assert!(
+        record.message.ends_with(": hung on a lock"),
+        "{}",
+        record.message
+    );
     // Ended, it is offered neither cancel nor kill (only what applies to its state), and what
     // it wrote before the kill is kept on its page.
     browser.open(&format!("{base}/instances/{sleeper}")).await;
@@ -718,10 +732,11 @@ async fn a_running_attempts_log_is_followed_on_its_page_with_a_tab_per_attempt()
     browser
         .reload_until("the re-run's tab", "#logs", |t| t.contains("attempt 2"))
         .await;
-    // The history is grouped by attempt, each saying how long it ran.
+    // The history is grouped by attempt, each saying how long it ran and how it ended.
     let first = browser.text("#history-1").await;
     assert!(
-        first.starts_with("Attempt 1 — ran ") && first.ends_with(" on local"),
+        first.starts_with("Attempt 1 — ran ")
+            && first.ends_with(" on local: success completed, exit code 0"),
         "{first}"
     );
     browser.element("#history-2").await;

@@ -429,3 +429,95 @@ async fn an_instance_listing_is_newest_first_and_limited() {
         stderr(&bad)
     );
 }
+
+/// One CLI user on one machine is one actor in the audit, whatever the command — an apply, a
+/// trigger, a pause, a kill, a cancel, a mark, a re-run, a backfill — also without `USER` or
+/// `LOGNAME` in its environment (the name of its user id then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cli_user_is_one_actor_for_every_command() {
+    let nats = TestNats::start();
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(ax_binary())
+            .args(args)
+            .env("AX_NATS_URL", nats.url())
+            .env_remove("RUST_LOG")
+            .env_remove("USER")
+            .env_remove("LOGNAME")
+            .output()
+            .expect("run ax");
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    set_up(&nats.url()).await;
+    let file = job_file(
+        &nats.path("jobs"),
+        "who.yaml",
+        "version: v1\njob:\n  name: who\n  exec: { type: shell, command: 'sleep 60' }\n",
+    );
+    run(&["job", "apply", "-f", file.to_str().unwrap()]);
+    let running = run(&["job", "trigger", "who", "--json"]);
+    let running: serde_json::Value = serde_json::from_str(&running).unwrap();
+    let running = running["instance_id"].as_str().unwrap().to_string();
+    run(&["job", "pause", "who"]);
+    run(&["job", "resume", "who"]);
+    let client = nats.client().await;
+    wait_for(Duration::from_secs(30), "the attempt to start", || async {
+        let (record, _) = client.instance(&id(&running)).await.ok()??;
+        record.executing().then_some(())
+    })
+    .await;
+    run(&["instance", "kill", &running, "--reason", "test"]);
+    let later = run(&["job", "trigger", "who", "--in", "1h", "--json"]);
+    let later: serde_json::Value = serde_json::from_str(&later).unwrap();
+    let later = later["instance_id"].as_str().unwrap().to_string();
+    run(&["instance", "cancel", &later]);
+    run(&[
+        "instance",
+        "mark",
+        &running,
+        "--success",
+        "--reason",
+        "done by hand",
+    ]);
+    run(&["rerun", "--instance", &running, "--dry-run"]);
+    run(&[
+        "backfill",
+        "who",
+        "--from",
+        "2026-11-01",
+        "--to",
+        "2026-11-01",
+    ]);
+
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .map(|u| u.name)
+        .unwrap();
+    let host = nix::unistd::gethostname().unwrap();
+    let me = format!("{user}@{}", host.to_string_lossy());
+    let wanted = [
+        "apply", "trigger", "pause", "resume", "kill", "cancel", "mark", "rerun", "backfill",
+    ];
+    let entries = wait_for(Duration::from_secs(30), "every command audited", || async {
+        let out = ax(&nats.url(), &["audit", "list", "--json"]);
+        let entries: Vec<ax_bus::auth::audit::AuditRecord> =
+            serde_json::from_slice(&out.stdout).ok()?;
+        wanted
+            .iter()
+            .all(|a| entries.iter().any(|e| e.action == *a))
+            .then_some(entries)
+    })
+    .await;
+    for entry in entries
+        .iter()
+        .filter(|e| wanted.contains(&e.action.as_str()))
+    {
+        assert_eq!(
+            entry.actor, me,
+            "{} names another actor: {entry:?}",
+            entry.action
+        );
+        assert_eq!(entry.via, ax_bus::auth::Via::Cli, "{entry:?}");
+    }
+}

@@ -34,6 +34,8 @@ pub struct Acting {
     pub token: Option<ax_bus::auth::token::Token>,
     /// The door.
     pub via: ax_bus::auth::Via,
+    /// The caller's name, as the access check found it.
+    pub name: String,
 }
 
 tokio::task_local! {
@@ -48,7 +50,12 @@ pub async fn as_caller<F: std::future::Future>(acting: Acting, work: F) -> F::Ou
 /// `client` sending for the caller of the request being served, if there is one.
 fn for_caller(client: &AxClient) -> AxClient {
     ACTING
-        .try_with(|acting| client.clone().acting_as(acting.token.clone(), acting.via))
+        .try_with(|acting| {
+            client
+                .clone()
+                .acting_as(acting.token.clone(), acting.via)
+                .claiming(&acting.name)
+        })
         .unwrap_or_else(|_| client.clone())
 }
 

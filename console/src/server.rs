@@ -205,13 +205,14 @@ async fn checked(
             let existing = csrf::cookie_token(request.headers());
             let csrf_token = existing.clone().unwrap_or_else(csrf::new_token);
             let via = if api { Via::Api } else { Via::Console };
+            let name = principal.name.clone();
             request.extensions_mut().insert(access::Caller {
                 principal,
                 csrf: csrf_token.clone(),
                 token: token.clone(),
                 via,
             });
-            let acting = crate::actions::Acting { token, via };
+            let acting = crate::actions::Acting { token, via, name };
             let mut response = crate::actions::as_caller(acting, next.call(request)).await?;
             let html = response
                 .headers()

@@ -26,6 +26,10 @@ use crate::messages::{commands::Command, RerunRequest};
 
 /// Header carrying the caller's API token on a control command.
 pub const TOKEN_HEADER: &str = "Ax-Token";
+/// Header naming who sends a command, as the sender says (the CLI: `user@host`; the console and
+/// the API: the caller they served). With auth on a token names the caller instead; with it
+/// off this is the one name every command of a caller carries, whatever the command.
+pub const CALLER_HEADER: &str = "Ax-Caller";
 /// Header saying which door a command came through (`cli`, `api`, `console`); a command
 /// without it came as a raw `control` message.
 pub const VIA_HEADER: &str = "Ax-Via";

@@ -398,6 +398,8 @@ pub struct AxClient {
     caller: Option<std::sync::Arc<crate::auth::token::Token>>,
     /// The door its commands say they came through.
     via: crate::auth::Via,
+    /// Who its commands say sends them ([`crate::auth::CALLER_HEADER`]), if anyone.
+    claimed: Option<std::sync::Arc<str>>,
     /// The node this client writes instance records for (stamped on each record it writes as
     /// `written_by`); none for a command.
     writer: Option<NodeId>,
@@ -588,6 +590,7 @@ impl AxClient {
             answers: std::sync::Arc::new(bucket(layout.answers_bucket()).await?),
             caller: None,
             via: crate::auth::Via::Control,
+            claimed: None,
             nats,
             js,
             layout,
@@ -611,6 +614,13 @@ impl AxClient {
     ) -> Self {
         self.caller = token.map(std::sync::Arc::new);
         self.via = via;
+        self
+    }
+
+    /// This client's commands say `name` sends them ([`crate::auth::CALLER_HEADER`]): the one
+    /// name of its caller in the audit and the records while auth is off.
+    pub fn claiming(mut self, name: &str) -> Self {
+        self.claimed = Some(name.into());
         self
     }
 
@@ -660,6 +670,9 @@ impl AxClient {
         let mut headers = codec::msgpack_headers();
         headers.insert(REPLY_TO_HEADER, inbox.as_str());
         headers.insert(crate::auth::VIA_HEADER, self.via.as_str());
+        if let Some(name) = &self.claimed {
+            headers.insert(crate::auth::CALLER_HEADER, name.as_ref());
+        }
         if let Some(token) = &self.caller {
             headers.insert(crate::auth::TOKEN_HEADER, token.expose());
         }

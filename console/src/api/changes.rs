@@ -71,9 +71,10 @@ fn required<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
     )))
 }
 
-/// Who the API says acts, in the records and the audit.
+/// Who the API says acts, in the records and the audit: the caller's one name (the audit
+/// records the door beside it).
 fn requested_by(request: &HttpRequest) -> String {
-    format!("{} (api)", crate::pages::caller(request).principal.name)
+    crate::pages::caller(request).principal.name
 }
 
 /// The answer to a carried-out command.

@@ -138,7 +138,7 @@ async fn replay(state: web::Data<State>, request: HttpRequest, body: web::Bytes)
             "id: select between 1 and {MAX_REPLAY} dead letters"
         )));
     }
-    let by = format!("{} (console)", pages::caller(&request).principal.name);
+    let by = pages::caller(&request).principal.name;
     let mut results = Vec::new();
     for text in ids {
         let Ok(id) = text.parse::<u64>() else {

@@ -491,15 +491,23 @@ async fn page(
 
 /// Who the console says acts, in the records and the audit.
 fn requested_by(request: &HttpRequest) -> String {
-    format!("{} (console)", pages::caller(request).principal.name)
+    pages::caller(request).principal.name
+}
+
+/// A cancel's or a kill's form: why, for the record and the audit, as the CLI's `--reason`.
+#[derive(Debug, Default, Deserialize)]
+struct ReasonForm {
+    #[serde(default)]
+    reason: String,
 }
 
 async fn act(
     state: web::Data<State>,
     request: HttpRequest,
     path: web::Path<(String, String)>,
+    form: web::Form<ReasonForm>,
 ) -> HttpResponse {
-    pages::replied(acted(&state, &request, &path.0, &path.1).await)
+    pages::replied(acted(&state, &request, &path.0, &path.1, &form.reason).await)
 }
 
 async fn acted(
@@ -507,6 +515,7 @@ async fn acted(
     request: &HttpRequest,
     id: &str,
     action: &str,
+    reason: &str,
 ) -> Result<ControlReply, Problem> {
     let action = match action {
         "cancel" => InstanceAction::Cancel,
@@ -517,9 +526,14 @@ async fn acted(
             )))
         }
     };
+    if reason.trim().is_empty() {
+        return Err(Problem::Malformed(
+            "reason: say why (it goes to the record and the audit)".into(),
+        ));
+    }
     let act = InstanceRequest {
         instance: instance_id(id)?,
-        reason: Some("from the console".into()),
+        reason: Some(reason.trim().to_string()),
         requested_by: requested_by(request),
     };
     actions::instance(crate::api::client(state)?, action, &act).await

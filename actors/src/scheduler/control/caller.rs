@@ -32,12 +32,13 @@ fn header<'m>(message: &'m jetstream::Message, name: &str) -> Option<&'m str> {
         .map(|v| v.as_str())
 }
 
-/// Who the message says sent it (its `request`'s `requested_by`, `user@host` from the CLI),
-/// before any check.
+/// Who the message says sent it, before any check: its caller header (`user@host` from the
+/// CLI, the served caller from the console and the API), else its `request`'s `requested_by`
+/// (a sender of an earlier version, or a raw control message), else nobody (`anonymous`).
 pub(crate) fn claimed(message: &jetstream::Message, request: &serde_json::Value) -> Caller {
-    let said = request
-        .get("requested_by")
-        .and_then(|s| s.as_str())
+    let said = header(message, auth::CALLER_HEADER)
+        .filter(|name| !name.trim().is_empty())
+        .or_else(|| request.get("requested_by").and_then(|s| s.as_str()))
         .unwrap_or_default();
     Caller {
         principal: Principal::unverified(said),

@@ -153,7 +153,9 @@ async fn in_the_loop(
     let arbiter = Arbiter::new();
     let coordinator_client = client.clone();
     let node: NodeId = "bench".parse()?;
-    Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+    // Held while it runs: actix restarts an actor only while an address of it lives, and one
+    // whose lead failed holds none of its own.
+    let _actor = Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
         DagCoordinator::new(coordinator_client, node.clone())
     });
     let started = Instant::now();
@@ -223,7 +225,9 @@ async fn intake(nats: &async_nats::Client, n: usize, prefix: &str) -> Result<Dur
     let arbiter = Arbiter::new();
     let coordinator_client = client.clone();
     let node: NodeId = "bench".parse()?;
-    Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+    // Held while it runs: actix restarts an actor only while an address of it lives, and one
+    // whose lead failed holds none of its own.
+    let _actor = Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
         DagCoordinator::new(coordinator_client, node.clone())
     });
     let stream = client.js.get_stream(client.layout.results_stream()).await?;

@@ -59,7 +59,9 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         None,
     );
     arbiter.spawn(keeper);
-    Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
+    // Held while it runs: actix restarts an actor only while an address of it lives, and one
+    // whose lead failed holds none of its own.
+    let _actor = Supervisor::start_in_arbiter(&arbiter.handle(), move |_| {
         Scheduler::new(
             scheduler_client,
             Arc::new(SystemClock),

@@ -29,7 +29,22 @@ pub(super) async fn lead(
     node: NodeId,
     coordinator: Addr<DagCoordinator>,
 ) -> Result<(), ActorError> {
-    let lease = Lease::acquire(&client, LEASE, &node).await?;
+    let mut lease = Lease::acquire(&client, LEASE, &node).await?;
+    // The view is read back under the lease, renewed meanwhile.
+    let (state, actions, registry) = lease.renewed_during(view(&client)).await??;
+    coordinator
+        .send(Lead {
+            state,
+            actions,
+            lease,
+            registry,
+        })
+        .await?
+}
+
+/// The view read back: the registry replayed, then the days and waits restored; what the
+/// restored view decides at once, and the registry's feed to follow on.
+async fn view(client: &AxClient) -> Result<(DagState, Vec<Action>, KvFeed), ActorError> {
     let mut state = DagState::new();
     let mut registry = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
     while let Some(item) = registry.next().await {
@@ -40,15 +55,11 @@ pub(super) async fn lead(
         // The days of the jobs followed are read below, once the registry is whole.
         apply_registry_change(&mut state, item);
     }
-    let actions = restore(&client, &mut state).await?;
-    coordinator
-        .send(Lead {
-            state,
-            actions,
-            lease,
-            registry,
-        })
-        .await?
+    let actions = restore(client, &mut state).await?;
+    if let Some(delay) = crate::test_hooks::lead_delay() {
+        tokio::time::sleep(delay).await;
+    }
+    Ok((state, actions, registry))
 }
 
 /// Applies a registry change to the view.

@@ -94,29 +94,58 @@ impl Lease {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(RENEW_EVERY).await;
-            match self
-                .client
-                .leases
-                .update(
-                    &self.key,
-                    self.node.as_str().to_string().into(),
-                    self.revision,
-                )
-                .await
-            {
-                Ok(revision) => {
-                    self.revision = revision;
-                    renewed = Instant::now();
+            if let Err(lost) = self.renew(&mut renewed).await {
+                return lost;
+            }
+        }
+    }
+
+    /// Runs `work` while renewing the lease, as [`Lease::keep`] does: what a new leader does
+    /// before it leads (reading its view back, which takes seconds under load) must not let
+    /// the lease lapse, or it never leads — each lead outlasting the lease, lost, begun again.
+    pub(crate) async fn renewed_during<T>(
+        &mut self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, ActorError> {
+        tokio::pin!(work);
+        let mut renewed = Instant::now();
+        let mut due =
+            tokio::time::interval_at(tokio::time::Instant::now() + RENEW_EVERY, RENEW_EVERY);
+        loop {
+            tokio::select! {
+                done = &mut work => return Ok(done),
+                _ = due.tick() => self.renew(&mut renewed).await?,
+            }
+        }
+    }
+
+    /// One renewal; `renewed` is when the last one succeeded. An error when the lease is lost
+    /// (taken, or unrenewed for as long as it lives).
+    async fn renew(&mut self, renewed: &mut Instant) -> Result<(), ActorError> {
+        match self
+            .client
+            .leases
+            .update(
+                &self.key,
+                self.node.as_str().to_string().into(),
+                self.revision,
+            )
+            .await
+        {
+            Ok(revision) => {
+                self.revision = revision;
+                *renewed = Instant::now();
+                Ok(())
+            }
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+                Err(ActorError::LeaseLost(self.key.clone()))
+            }
+            Err(e) => {
+                if renewed.elapsed() + RENEW_EVERY >= LEASE_TTL {
+                    return Err(ActorError::LeaseLost(self.key.clone()));
                 }
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
-                    return ActorError::LeaseLost(self.key.clone());
-                }
-                Err(e) => {
-                    if renewed.elapsed() + RENEW_EVERY >= LEASE_TTL {
-                        return ActorError::LeaseLost(self.key.clone());
-                    }
-                    tracing::warn!(lease = %self.key, error = %e, "renewal failed; retrying");
-                }
+                tracing::warn!(lease = %self.key, error = %e, "renewal failed; retrying");
+                Ok(())
             }
         }
     }

@@ -10,6 +10,8 @@
 //! - `load_delay`: `AX_TEST_LOAD_DELAY_SECS` makes a Scheduler hold the end of each reading of
 //!   the job registry that long — partitions taken stay loading (their jobs read so far fire)
 //!   while the others rebalance;
+//! - `lead_delay`: `AX_TEST_LEAD_DELAY_SECS` makes the DagCoordinator's reading of its view,
+//!   when it takes the lead, that much longer;
 //! - [`backup_pause`]: `AX_TEST_BACKUP_PAUSE_SECS` makes `ax backup` wait that long before
 //!   its second stream, for a test to restart NATS in the middle of a backup;
 //! - [`node_clock`]: `AX_TEST_CLOCK_OFFSET_FILE` shifts the node's clock by the seconds the
@@ -88,6 +90,23 @@ pub(crate) fn load_delay() -> Option<Duration> {
 /// Without the test hooks: never.
 #[cfg(not(feature = "test-hooks"))]
 pub(crate) fn load_delay() -> Option<Duration> {
+    None
+}
+
+/// How long the DagCoordinator takes, on top of the reading itself, to read its view back when
+/// it takes the lead (`AX_TEST_LEAD_DELAY_SECS`): a lead longer than the lease lives, as a large
+/// history on a loaded machine makes it.
+#[cfg(feature = "test-hooks")]
+pub(crate) fn lead_delay() -> Option<Duration> {
+    std::env::var("AX_TEST_LEAD_DELAY_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(Duration::from_secs_f64)
+}
+
+/// Without the test hooks: never.
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) fn lead_delay() -> Option<Duration> {
     None
 }
 

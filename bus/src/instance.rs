@@ -1025,6 +1025,19 @@ pub(crate) mod tests {
         }
     }
 
+    /// How dispatch `dispatch` reached its worker, as a test needs it.
+    fn note_of(dispatch: &DispatchId) -> DispatchNote {
+        DispatchNote {
+            router: None,
+            at: crate::time::now(),
+            delivery: 1,
+            dispatch: Some(dispatch.clone()),
+            fence: 1,
+            acknowledged_at: crate::time::now(),
+            passed_over: Vec::new(),
+        }
+    }
+
     #[test]
     fn a_stale_or_repeated_report_is_refused() {
         let r = record();
@@ -1043,15 +1056,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_attempt_starts_once_whatever_dispatch_of_it_comes_second() {
-        let note = DispatchNote {
-            router: None,
-            at: crate::time::now(),
-            delivery: 1,
-            dispatch: Some(DispatchId::random()),
-            fence: 1,
-            acknowledged_at: crate::time::now(),
-            passed_over: Vec::new(),
-        };
+        let note = note_of(&DispatchId::random());
         let w1 = WorkerId::parse("w1").unwrap();
         let started = record().started(&tr(1), &w1, crate::time::now(), &note);
         let started = started.unwrap();
@@ -1081,15 +1086,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_reserved_attempt_starts_only_with_its_reserved_dispatch() {
-        let note = |dispatch: &DispatchId| DispatchNote {
-            router: None,
-            at: crate::time::now(),
-            delivery: 1,
-            dispatch: Some(dispatch.clone()),
-            fence: 1,
-            acknowledged_at: crate::time::now(),
-            passed_over: Vec::new(),
-        };
+        let note = note_of;
         let (first, second) = (DispatchId::random(), DispatchId::random());
         let reserved = record().reserved_for(&tr(1), &second).unwrap();
         let w1 = WorkerId::parse("w1").unwrap();
@@ -1158,15 +1155,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_attempt_ended_by_a_kill_gets_its_own_exit_and_tails_once() {
-        let note = DispatchNote {
-            router: None,
-            at: crate::time::now(),
-            delivery: 1,
-            dispatch: Some(DispatchId::random()),
-            fence: 1,
-            acknowledged_at: crate::time::now(),
-            passed_over: Vec::new(),
-        };
+        let note = note_of(&DispatchId::random());
         let w1 = WorkerId::parse("w1").unwrap();
         let running = record()
             .started(&tr(1), &w1, crate::time::now(), &note)

@@ -147,6 +147,10 @@ pub(crate) struct RerunArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// A date-wide re-run (no `--root`) without asking: without it the plan is shown and, on a
+    /// terminal, confirmed; elsewhere it is refused.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub yes: bool,
 }
 
 #[derive(Args, Debug)]

@@ -25,23 +25,26 @@ pub(crate) fn refused(reply: ControlReply) -> Result<ControlReply> {
     if reply.ok {
         return Ok(reply);
     }
-    for error in &reply.errors {
-        eprintln!("{error}");
-    }
-    bail!(
-        "refused by the scheduler ({} problem(s))",
-        reply.errors.len()
-    )
+    Err(refusal(&reply.errors, "refused by the scheduler"))
 }
 
-/// [`load_files`], printing every problem on stderr: the error says how many, and nothing is applied.
-pub(crate) fn load_or_report(paths: &[PathBuf]) -> Result<Vec<LocatedJob>> {
-    load_files(paths).map_err(|errors| {
-        for error in &errors {
-            eprintln!("{error}");
+/// The error of a refusal for `problems`, `why` beside it: one problem is the error itself, on
+/// one line; several are printed one a line first, and the error counts them.
+pub(crate) fn refusal(problems: &[impl std::fmt::Display], why: &str) -> anyhow::Error {
+    match problems {
+        [one] => anyhow!("{one} ({why})"),
+        many => {
+            for problem in many {
+                eprintln!("{problem}");
+            }
+            anyhow!("{} problems ({why})", many.len())
         }
-        anyhow!("{} problem(s); nothing applied", errors.len())
-    })
+    }
+}
+
+/// [`load_files`]; a refusal names what is wrong, and nothing is applied.
+pub(crate) fn load_or_report(paths: &[PathBuf]) -> Result<Vec<LocatedJob>> {
+    load_files(paths).map_err(|errors| refusal(&errors, "nothing applied"))
 }
 
 /// Applies validated jobs (through the console's library call, the one the editor uses too)
@@ -50,10 +53,7 @@ pub(crate) async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) 
     let applied = match ax_console::actions::apply(client, jobs).await {
         Ok(applied) => applied,
         Err(ax_console::problem::Problem::Refused(errors)) => {
-            for error in &errors {
-                eprintln!("{error}");
-            }
-            bail!("{} problem(s); nothing applied", errors.len())
+            return Err(refusal(&errors, "nothing applied"))
         }
         Err(e) => bail!("{e}"),
     };
@@ -316,6 +316,10 @@ pub(crate) async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Res
         dry_run: args.dry_run,
         requested_by: requested_by(),
     };
+    let date_wide = request.biz_date.is_some() && request.root.is_none();
+    if date_wide && !request.dry_run && !args.yes {
+        confirmed(client, &request).await?;
+    }
     let reply = refused(
         client
             .control(commands::RERUN, &request, PLANNED_TIMEOUT)
@@ -326,6 +330,38 @@ pub(crate) async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Res
         eprintln!("{}", reply.message);
     }
     print_plan(&reply.plan, json, args.dry_run)
+}
+
+/// A re-run of every root job of a date, agreed to: its plan printed, then a `y` typed on a
+/// terminal; anywhere else it is refused until `--yes` says so.
+async fn confirmed(client: &AxClient, request: &RerunRequest) -> Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let date = request.biz_date.as_deref().unwrap_or_default();
+    let plan = RerunRequest {
+        dry_run: true,
+        ..request.clone()
+    };
+    let reply = refused(
+        client
+            .control(commands::RERUN, &plan, PLANNED_TIMEOUT)
+            .await?,
+    )?;
+    let runs = reply.plan.iter().filter(|s| s.will_run).count();
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "a re-run of every root job of {date} ({runs} to run) needs --yes; `--dry-run` shows \
+             its plan, `--root JOB` re-runs one chain"
+        );
+    }
+    print_plan(&reply.plan, false, true)?;
+    eprint!("re-run these {runs} instance(s) of {date}? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if !matches!(answer.trim(), "y" | "Y" | "yes") {
+        bail!("nothing re-run");
+    }
+    Ok(())
 }
 
 pub(crate) async fn backfill(client: &AxClient, args: BackfillArgs, json: bool) -> Result<()> {

@@ -331,7 +331,12 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
         let out = ax(&nats.url(), &["job", "apply", "-f", file.to_str().unwrap()]);
         assert!(!out.status.success(), "{what}: apply succeeded");
         let err = stderr(&out);
+        // One problem, one line: the error itself.
         let first = err.lines().next().unwrap_or_default();
+        let first = match err.trim_end().lines().count() {
+            1 => first.strip_prefix("error: ").unwrap_or(first),
+            _ => first,
+        };
         let place = format!("{}:{line}: ", file.display());
         assert!(
             first.starts_with(&place),
@@ -368,7 +373,7 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
-        err.starts_with(&format!(
+        err.trim_start_matches("error: ").starts_with(&format!(
             "{}:3: job.name: `good` is defined twice",
             b.display()
         )),
@@ -410,7 +415,10 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
     let out = ax(&nats.url(), &["job", "apply", "-f", huge.to_str().unwrap()]);
     let err = stderr(&out);
     assert!(
-        !out.status.success() && err.starts_with(&format!("{}:3: job: ", huge.display())),
+        !out.status.success()
+            && err
+                .trim_start_matches("error: ")
+                .starts_with(&format!("{}:3: job: ", huge.display())),
         "{}",
         err.chars().take(300).collect::<String>()
     );
@@ -425,10 +433,11 @@ async fn each_broken_file_is_refused_with_its_place_and_nothing_is_published() {
         &["job", "apply", "-f", "/nonexistent/jobs.yaml"],
     );
     assert!(
-        stderr(&out).starts_with("/nonexistent/jobs.yaml: cannot read"),
+        stderr(&out).starts_with("error: /nonexistent/jobs.yaml: cannot read"),
         "{}",
         stderr(&out)
     );
+    assert_eq!(stderr(&out).trim_end().lines().count(), 1);
 }
 
 /// A set of jobs larger together than one NATS message is applied in several commands that

@@ -161,7 +161,23 @@ async fn each_rerun_mode_does_what_its_plan_says() {
     })
     .await;
     std::fs::remove_file(dir.join("fail-c")).unwrap();
-    let failed_only = plan(&nats, &["--biz-date", DATE, "--failed-only"]);
+    // Date-wide (no root): refused without --yes off a terminal, naming how many would run.
+    let unasked = ax(&nats.url(), &["rerun", "--biz-date", DATE, "--failed-only"]);
+    assert!(!unasked.status.success());
+    assert!(
+        stderr(&unasked).contains(&format!(
+            "a re-run of every root job of {DATE} (1 to run) needs --yes"
+        )),
+        "{}",
+        stderr(&unasked)
+    );
+    assert_eq!(stderr(&unasked).trim_end().lines().count(), 1);
+    assert_eq!(
+        snapshot(&client).await["c"],
+        (State::Failed, 4),
+        "nothing re-run"
+    );
+    let failed_only = plan(&nats, &["--biz-date", DATE, "--failed-only", "--yes"]);
     assert_eq!(runs(&failed_only), ["c"]);
     let last = wait_for(Duration::from_secs(30), "c to succeed", || async {
         let now = snapshot(&client).await;
@@ -179,7 +195,8 @@ async fn each_rerun_mode_does_what_its_plan_says() {
         .filter(|r| r.action == "rerun" && r.outcome == ax_bus::auth::audit::Outcome::Done)
         .inspect(|r| assert!(r.actor.contains('@'), "{r:?}"))
         .count();
-    assert_eq!(audit, 6);
+    // Six, and the plan the date-wide re-run without --yes made before it was refused.
+    assert_eq!(audit, 7);
 
     // Bad input: one clear line, nothing changed.
     for (args, expected) in [
@@ -202,7 +219,36 @@ async fn each_rerun_mode_does_what_its_plan_says() {
         let out = ax(&nats.url(), &full);
         assert!(!out.status.success());
         assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out).trim_end().lines().count(),
+            1,
+            "{}",
+            stderr(&out)
+        );
     }
+    // On a terminal a date-wide re-run shows its plan and asks; anything but `y` re-runs
+    // nothing.
+    let command = format!("{} rerun --biz-date {DATE}", ax_binary());
+    let mut asked = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("AX_NATS_URL", nats.url())
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script(1)");
+    {
+        use std::io::Write;
+        asked.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    }
+    let asked = asked.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&asked.stdout);
+    assert!(!asked.status.success(), "{shown}");
+    assert!(
+        shown.contains(&format!("instance(s) of {DATE}? [y/N]"))
+            && shown.contains("nothing re-run"),
+        "{shown}"
+    );
     assert_eq!(snapshot(&client).await, last);
 }
 

@@ -454,10 +454,19 @@ pub(crate) struct RunArgs {
 pub(crate) enum InstanceCommand {
     /// List instances, newest (latest expected time) first.
     List {
-        #[arg(long)]
-        job: Option<JobName>,
+        /// Of the jobs whose name holds this, as the console's search box does (`sync` lists
+        /// `sync_order_daily` and `sync_pay_daily`), or that match it whole as a glob when it
+        /// has `*` or `?` (`sync_*_daily`).
+        #[arg(long, value_name = "PART|GLOB")]
+        job: Option<String>,
         #[arg(long)]
         biz_date: Option<String>,
+        /// Expected at or after this: `24h` (that long ago) or an RFC 3339 instant.
+        #[arg(long, value_parser = parse_window_start)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// Expected at or before this: `1h` (that long ago) or an RFC 3339 instant.
+        #[arg(long, value_parser = parse_window_start)]
+        until: Option<chrono::DateTime<chrono::Utc>>,
         /// running, success, failed, waiting_retry or cancelled.
         #[arg(long)]
         state: Option<ax_bus::State>,
@@ -563,6 +572,12 @@ pub(crate) enum TailCommand {
 
 /// Parses an identity given on the command line: a one-line error names the argument, the
 /// value and the rule it breaks, before anything is sent.
+/// A window's end as `--since`/`--until` take it: a duration ago (`24h`) or an RFC 3339
+/// instant.
+fn parse_window_start(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    ax_bus::time::parse_since(text)
+}
+
 pub(crate) fn parse_id<T>(argument: &str, text: &str) -> anyhow::Result<T>
 where
     T: std::str::FromStr<Err = ax_bus::ids::IdError>,

@@ -13,19 +13,81 @@ use crate::table;
 
 /// Which instances `ax instance list` shows.
 pub(crate) struct Filter {
-    pub(crate) job: Option<JobName>,
+    /// Jobs whose name holds it, or match it as a glob ([`job_matches`]).
+    pub(crate) job: Option<String>,
     pub(crate) biz_date: Option<String>,
+    /// Expected at or after.
+    pub(crate) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Expected at or before.
+    pub(crate) until: Option<chrono::DateTime<chrono::Utc>>,
     pub(crate) state: Option<State>,
     /// The newest this many; `None` for all (`--all`).
     pub(crate) limit: Option<usize>,
 }
 
+/// Whether job `name` is one `pattern` asks for: a glob (`*`, `?`) matches the whole name,
+/// anything else is a part of it (the console's search box).
+fn job_matches(pattern: &str, name: &str) -> bool {
+    if !pattern.contains(['*', '?']) {
+        return name.contains(pattern);
+    }
+    // Iterative glob match: `*` any run, `?` one character.
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut i, mut j, mut star, mut from) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            i += 1;
+            from = j;
+        } else if let Some(at) = star {
+            i = at + 1;
+            from += 1;
+            j = from;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
+}
+
+/// The records of the jobs `pattern` asks for: each matching job of the registry read by its
+/// own keys; when none of the registry matches, every record (a deleted job's stay until
+/// their retention) read and filtered.
+async fn records_of(client: &AxClient, pattern: Option<&str>) -> Result<Vec<InstanceRecord>> {
+    let Some(pattern) = pattern else {
+        return Ok(client.instances(None).await?);
+    };
+    let jobs: Vec<JobName> = client
+        .jobs()
+        .await?
+        .into_iter()
+        .map(|r| r.spec.name)
+        .filter(|name| job_matches(pattern, name))
+        .collect();
+    if jobs.is_empty() {
+        let all = client.instances(None).await?;
+        return Ok(all
+            .into_iter()
+            .filter(|r| job_matches(pattern, &r.job))
+            .collect());
+    }
+    let mut records = Vec::new();
+    for job in &jobs {
+        records.extend(client.instances(Some(job)).await?);
+    }
+    Ok(records)
+}
+
 pub(crate) async fn list(client: &AxClient, filter: &Filter, json: bool, ids: bool) -> Result<()> {
-    let mut records: Vec<InstanceRecord> = client
-        .instances(filter.job.as_ref())
+    let mut records: Vec<InstanceRecord> = records_of(client, filter.job.as_deref())
         .await?
         .into_iter()
         .filter(|r| filter.biz_date.as_ref().is_none_or(|d| &r.biz_date == d))
+        .filter(|r| filter.since.is_none_or(|t| r.expected_time >= t))
+        .filter(|r| filter.until.is_none_or(|t| r.expected_time <= t))
         .filter(|r| filter.state.is_none_or(|s| r.state == s))
         .collect();
     newest_first(&mut records);
@@ -552,4 +614,30 @@ pub(crate) async fn buckets(client: &AxClient, set: Option<u16>, json: bool) -> 
         .collect();
     table::print(&["BUCKET", "KEYS", "BYTES", "LEADER"], &rows);
     Ok(())
+}
+
+#[cfg(test)]
+mod job_pattern_tests {
+    use super::job_matches;
+
+    #[test]
+    fn a_part_or_a_glob_picks_the_jobs() {
+        for (pattern, name, wanted) in [
+            ("sync", "sync_order_daily", true),
+            ("pay", "sync_pay_daily", true),
+            ("hello", "hello", true),
+            ("hello", "say_hello", true),
+            ("hola", "hello", false),
+            ("sync_*_daily", "sync_pay_daily", true),
+            ("sync_*_daily", "sync_pay_weekly", false),
+            ("hell?", "hello", true),
+            ("hell?", "hello_world", false),
+            ("*", "anything", true),
+            ("*_daily", "order_stat_daily", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+        ] {
+            assert_eq!(job_matches(pattern, name), wanted, "{pattern} ~ {name}");
+        }
+    }
 }

@@ -139,6 +139,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Instance(InstanceCommand::List {
             job,
             biz_date,
+            since,
+            until,
             state,
             limit,
             all,
@@ -147,6 +149,8 @@ async fn run(cli: Cli) -> Result<()> {
             let filter = instances::Filter {
                 job,
                 biz_date,
+                since,
+                until,
                 state,
                 limit: (!all).then_some(limit),
             };

@@ -384,6 +384,7 @@ async fn an_instance_listing_is_newest_first_and_limited() {
             .filter_map(|l| l.split_whitespace().next().map(str::to_string))
             .collect()
     };
+    let ids_in_order = ids.clone();
     let newest: Vec<String> = ids.iter().rev().cloned().collect();
     let limited = ax(
         &nats.url(),
@@ -418,6 +419,48 @@ async fn an_instance_listing_is_newest_first_and_limited() {
         ],
     );
     assert_eq!(stdout(&ids).trim(), newest[0]);
+    // A part of the name, or a glob, as the console's search box; a window by expected time.
+    for pattern in ["ist", "l?sted", "*ed"] {
+        let found = ax(
+            &nats.url(),
+            &["instance", "list", "--job", pattern, "--all", "--ids"],
+        );
+        assert_eq!(
+            stdout(&found).lines().count(),
+            3,
+            "{pattern}: {}",
+            stderr(&found)
+        );
+    }
+    let none = ax(&nats.url(), &["instance", "list", "--job", "l?st", "--ids"]);
+    assert!(stdout(&none).is_empty(), "{}", stdout(&none));
+    let (middle, _) = client
+        .instance(&id(&ids_in_order[1]))
+        .await
+        .unwrap()
+        .unwrap();
+    let since = ax_bus::time::rfc3339(middle.expected_time);
+    let window = ax(
+        &nats.url(),
+        &[
+            "instance", "list", "--job", "listed", "--since", &since, "--ids",
+        ],
+    );
+    assert_eq!(
+        stdout(&window).lines().collect::<Vec<_>>(),
+        newest[..2],
+        "{}",
+        stderr(&window)
+    );
+    let until = ax(
+        &nats.url(),
+        &[
+            "instance", "list", "--job", "listed", "--until", &since, "--ids",
+        ],
+    );
+    assert_eq!(stdout(&until).lines().collect::<Vec<_>>(), newest[1..]);
+    let recent = ax(&nats.url(), &["instance", "list", "--since", "1h", "--ids"]);
+    assert_eq!(stdout(&recent).lines().count(), 3);
     let bad = ax(
         "nats://127.0.0.1:1",
         &["instance", "list", "--state", "nope"],

@@ -470,6 +470,10 @@ pub(crate) enum InstanceCommand {
         /// running, success, failed, waiting_retry or cancelled.
         #[arg(long)]
         state: Option<ax_bus::State>,
+        /// Any tag (`scheduled`, `waiting_deps`, `killed`, ...). `--tag scheduled` lists the
+        /// instances due later too, which the list leaves out otherwise.
+        #[arg(long)]
+        tag: Option<ax_bus::Tag>,
         /// At most this many (the newest); a note on stderr says how many more there are.
         #[arg(long, default_value_t = 100, conflicts_with = "all")]
         limit: usize,

@@ -142,6 +142,7 @@ async fn run(cli: Cli) -> Result<()> {
             since,
             until,
             state,
+            tag,
             limit,
             all,
             ids,
@@ -152,6 +153,7 @@ async fn run(cli: Cli) -> Result<()> {
                 since,
                 until,
                 state,
+                tag,
                 limit: (!all).then_some(limit),
             };
             instances::list(&client().await?, &filter, json, ids).await

@@ -162,8 +162,27 @@ async fn a_delayed_trigger_is_scheduled_at_once_and_released_at_its_time_not_bef
         lead > chrono::Duration::milliseconds(1_500) && lead <= chrono::Duration::seconds(2),
         "due {lead:?} after its creation"
     );
-    let listed = ax(&nats.url(), &["instance", "list", "--state", "running"]);
-    assert!(stdout(&listed).contains("scheduled"), "{}", stdout(&listed));
+    // Due later (one in an hour): no recent run — left out, with a note — listed by its tag
+    // with its time.
+    let far = trigger(&nats, &["later", "--in", "1h", "--key", "far"]);
+    let (far_record, _) = client.instance(&support::id(&far)).await.unwrap().unwrap();
+    let listed = ax(&nats.url(), &["instance", "list", "--job", "later"]);
+    assert!(!stdout(&listed).contains(&far), "{}", stdout(&listed));
+    assert!(
+        stderr(&listed).contains("due later left out; --tag scheduled lists them"),
+        "{}",
+        stderr(&listed)
+    );
+    let scheduled = ax(&nats.url(), &["instance", "list", "--tag", "scheduled"]);
+    let row = stdout(&scheduled);
+    let when = far_record
+        .expected_time
+        .format("%m-%d %H:%M:%S")
+        .to_string();
+    assert!(
+        row.contains(&far) && row.contains(&format!("scheduled for {when}")),
+        "{row}"
+    );
     // Released (queued, handed on) at its due time: not before, and within the budget.
     let queued_at = loop {
         let message = tokio::time::timeout(Duration::from_secs(10), events.next())

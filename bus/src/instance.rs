@@ -199,6 +199,20 @@ impl Tag {
     }
 }
 
+impl std::str::FromStr for Tag {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Tag::ALL
+            .into_iter()
+            .find(|tag| tag.as_str() == s)
+            .ok_or_else(|| {
+                let all: Vec<&str> = Tag::ALL.iter().map(|t| t.as_str()).collect();
+                format!("unknown tag `{s}` ({})", all.join(", "))
+            })
+    }
+}
+
 impl fmt::Display for Tag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -13,11 +13,17 @@ pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
     if json {
         return table::json(&letters);
     }
+    let mut standings = Vec::with_capacity(letters.len());
+    for letter in &letters {
+        standings.push(ax_console::actions::standing(client, letter).await);
+    }
     let rows: Vec<Vec<String>> = letters
         .iter()
-        .map(|l| {
+        .zip(&standings)
+        .map(|(l, standing)| {
             vec![
                 l.id.to_string(),
+                standing.to_string(),
                 l.at.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
                     .unwrap_or_default(),
                 l.kind.clone(),
@@ -28,7 +34,15 @@ pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
         })
         .collect();
     table::print(
-        &["ID", "AT", "KIND", "JOB", "INSTANCE / SUBJECT", "REASON"],
+        &[
+            "ID",
+            "NOW",
+            "AT",
+            "KIND",
+            "JOB",
+            "INSTANCE / SUBJECT",
+            "REASON",
+        ],
         &rows,
     );
     Ok(())

@@ -74,6 +74,15 @@ async fn an_instance_out_of_retries_is_a_dead_letter_and_replays_as_a_new_attemp
     assert_eq!(work.params["region"], "eu");
     let out = ax(&nats.url(), &["dlq", "list"]);
     assert!(stdout(&out).contains(&id), "{}", stdout(&out));
+    let row = stdout(&out)
+        .lines()
+        .find(|l| l.contains(&id))
+        .unwrap()
+        .to_string();
+    assert!(
+        row.contains(" open "),
+        "nothing happened to it since: {row}"
+    );
 
     // Fixed, then replayed: a new attempt that succeeds; the letter is gone, the replay recorded.
     std::fs::write(&fixed, "").unwrap();

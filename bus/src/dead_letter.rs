@@ -92,6 +92,53 @@ impl DeadLetter {
     }
 }
 
+impl DeadLetter {
+    /// What became of its instance since it was given up on, `now` being its record as it is
+    /// (`None`: not read, or gone): a letter whose instance succeeded since (an operator's
+    /// mark, a re-run) or runs again is no open problem any more.
+    pub fn standing(&self, now: Option<&crate::InstanceRecord>) -> Standing {
+        let Some(instance) = &self.instance else {
+            return Standing::Open;
+        };
+        let Some(record) = now.filter(|r| r.instance_id.as_str() == instance) else {
+            return Standing::Open;
+        };
+        let newer = self
+            .trace
+            .as_deref()
+            .is_some_and(|t| t != record.trace_id.as_str());
+        match record.state {
+            crate::State::Success => Standing::Resolved(format!(
+                "resolved: {} {} (attempt {})",
+                record.state, record.tag, record.attempt
+            )),
+            _ if newer && !record.state.is_final() => Standing::Resolved(format!(
+                "running again: attempt {} ({} {})",
+                record.attempt, record.state, record.tag
+            )),
+            _ => Standing::Open,
+        }
+    }
+}
+
+/// Whether a dead letter still stands for a problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Nothing has happened to it since (or it belongs to no instance).
+    Open,
+    /// Its instance was resolved since: how.
+    Resolved(String),
+}
+
+impl std::fmt::Display for Standing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Standing::Open => f.write_str("open"),
+            Standing::Resolved(how) => f.write_str(how),
+        }
+    }
+}
+
 /// A header's value as text, when present.
 pub fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).map(|v| v.as_str().to_string())
@@ -110,4 +157,55 @@ pub fn original_headers(headers: &HeaderMap) -> HeaderMap {
         }
     }
     original
+}
+
+#[cfg(test)]
+mod standing_tests {
+    use super::*;
+    use crate::instance::tests::{record, tr};
+
+    #[test]
+    fn a_letter_whose_instance_succeeded_or_runs_again_is_resolved() {
+        let failed = {
+            let mut r = record();
+            r.state = crate::State::Failed;
+            r.tag = crate::Tag::ExitCode;
+            r
+        };
+        let letter = DeadLetter {
+            id: 7,
+            kind: EXHAUSTED.into(),
+            at: None,
+            reason: "exit code 3".into(),
+            subject: "ax.internal.dead.exhausted".into(),
+            node: "n1".into(),
+            instance: Some(failed.instance_id.to_string()),
+            trace: Some(failed.trace_id.to_string()),
+            job: Some("j".into()),
+            payload_bytes: 1,
+        };
+        assert_eq!(letter.standing(Some(&failed)), Standing::Open);
+        assert_eq!(letter.standing(None), Standing::Open);
+        let marked = failed.marked(crate::State::Success, "by hand").unwrap();
+        assert_eq!(
+            letter.standing(Some(&marked)).to_string(),
+            "resolved: success marked (attempt 1)"
+        );
+        let again = failed.rerun(&tr(2)).unwrap();
+        assert_eq!(
+            letter.standing(Some(&again)).to_string(),
+            "running again: attempt 2 (running queued)"
+        );
+        let failed_again = {
+            let mut r = again.clone();
+            r.state = crate::State::Failed;
+            r
+        };
+        assert_eq!(letter.standing(Some(&failed_again)), Standing::Open);
+        let other = DeadLetter {
+            instance: None,
+            ..letter
+        };
+        assert_eq!(other.standing(Some(&marked)), Standing::Open);
+    }
 }

@@ -446,6 +446,19 @@ pub async fn queue(client: &AxClient, request: &QueueRequest) -> Result<ControlR
     send(client, commands::QUEUE, request, CONTROL_TIMEOUT).await
 }
 
+/// What became of dead letter `letter`'s instance since (see
+/// [`ax_bus::dead_letter::DeadLetter::standing`]); open when its record cannot be read.
+pub async fn standing(
+    client: &AxClient,
+    letter: &ax_bus::dead_letter::DeadLetter,
+) -> ax_bus::dead_letter::Standing {
+    let record = match letter.instance.as_deref().map(str::parse::<InstanceId>) {
+        Some(Ok(id)) => client.instance(&id).await.ok().flatten().map(|(r, _)| r),
+        _ => None,
+    };
+    letter.standing(record.as_ref())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

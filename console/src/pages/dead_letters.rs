@@ -23,6 +23,8 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
 
 struct LetterRow {
     id: u64,
+    /// What became of its instance since (`open`, `resolved: …`).
+    now: String,
     at: String,
     kind: String,
     job: String,
@@ -32,9 +34,10 @@ struct LetterRow {
 }
 
 impl LetterRow {
-    fn of(letter: DeadLetter) -> LetterRow {
+    fn of(letter: DeadLetter, now: String) -> LetterRow {
         LetterRow {
             id: letter.id,
+            now,
             at: pages::time(letter.at),
             kind: letter.kind,
             job: letter.job.unwrap_or_else(|| "–".into()),
@@ -55,13 +58,20 @@ struct ListPage {
 async fn list(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
     let client = pages::or_return!(pages::client(&state, &request));
     match client.dead_letters().await {
-        Ok(letters) => pages::html(
-            StatusCode::OK,
-            &ListPage {
-                chrome: Chrome::of(&pages::caller(&request), "dlq"),
-                letters: letters.into_iter().rev().map(LetterRow::of).collect(),
-            },
-        ),
+        Ok(letters) => {
+            let mut rows = Vec::with_capacity(letters.len());
+            for letter in letters.into_iter().rev() {
+                let now = crate::actions::standing(client, &letter).await.to_string();
+                rows.push(LetterRow::of(letter, now));
+            }
+            pages::html(
+                StatusCode::OK,
+                &ListPage {
+                    chrome: Chrome::of(&pages::caller(&request), "dlq"),
+                    letters: rows,
+                },
+            )
+        }
         Err(e) => pages::error_page(&request, StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }

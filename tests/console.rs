@@ -693,7 +693,7 @@ async fn a_running_attempts_log_is_followed_on_its_page_with_a_tab_per_attempt()
         dir.path(),
         &[(
             "ticker",
-            "  exec: { type: shell, command: 'for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 1; done; echo done >&2' }\n",
+            "  exec: { type: shell, command: 'for i in 1 2 3 4 5 6 7 8; do echo line $i; for j in 1 2 3 4 5; do echo fill $i.$j; done; sleep 1; done; echo done >&2' }\n",
         )],
     );
     let browser = Browser::start().await;
@@ -702,12 +702,34 @@ async fn a_running_attempts_log_is_followed_on_its_page_with_a_tab_per_attempt()
     browser.open(&page).await;
     let first = browser.text("#log").await;
     assert!(!first.contains("line 6"), "opened too late: {first}");
-    // Without a reload: the poller appends what was shipped since.
+    // Without a reload: the poller appends what was shipped since, and the pane, taller than
+    // its box by now, shows the newest line (as a tail does); the running time ticks.
+    let ran = browser.text("#running-1").await;
     browser
         .until("the lines written since the page opened", "#log", |t| {
             t.contains("line 6")
         })
         .await;
+    let at_end = "var l = document.getElementById('log'); \
+                  return [l.scrollHeight > l.clientHeight, \
+                          l.scrollTop + l.clientHeight >= l.scrollHeight - 4];";
+    assert_eq!(
+        browser.script(at_end).await,
+        serde_json::json!([true, true])
+    );
+    let ticked = browser.text("#running-1").await;
+    assert_ne!(ticked, ran, "the running time did not tick");
+    // A reader who scrolled up is left where they are while lines arrive.
+    browser
+        .script("document.getElementById('log').scrollTop = 0; return null;")
+        .await;
+    browser
+        .until("a line after the reader scrolled up", "#log", |t| {
+            t.contains("line 8")
+        })
+        .await;
+    let top = "return document.getElementById('log').scrollTop;";
+    assert_eq!(browser.script(top).await, serde_json::json!(0));
     browser
         .until("the end of the log", "#log-more", |t| {
             t.contains("bytes written")

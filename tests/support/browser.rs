@@ -94,6 +94,14 @@ impl Browser {
         self.element(css).await.text().await.expect("its text")
     }
 
+    /// What `script` (a function body, `return …`) gives in the page.
+    pub(crate) async fn script(&self, script: &str) -> serde_json::Value {
+        self.client
+            .execute(script, Vec::new())
+            .await
+            .unwrap_or_else(|e| panic!("`{script}` failed: {e}"))
+    }
+
     /// Clicks the first element `css` finds, once there is one.
     pub(crate) async fn click(&self, css: &str) {
         self.element(css)

@@ -272,7 +272,18 @@ struct AttemptSteps {
     attempt: u32,
     /// `ran 3s on w1`, `running on w1 for 2m 10s`, `did not start`.
     summary: String,
+    /// While it runs: how long so far, ticking on the page.
+    running: Option<Running>,
     steps: Vec<HistoryLine>,
+}
+
+/// An attempt running: the words before its time (`running on w1 for`), when it started (RFC
+/// 3339, from which the page makes the time tick) and how long it has run when the page was
+/// made.
+struct Running {
+    words: String,
+    since: String,
+    elapsed: String,
 }
 
 /// The steps of an instance's history grouped by attempt (oldest first), each attempt with
@@ -327,10 +338,19 @@ fn by_attempt(
                 })
                 .unwrap_or_default();
             let summary = format!("{summary}{outcome}");
+            let running = match (started, ended) {
+                (Some(start), None) => Some(Running {
+                    words: format!("running{worker} for"),
+                    since: ax_bus::time::rfc3339(start.at),
+                    elapsed: pages::duration((now - start.at).num_milliseconds()),
+                }),
+                _ => None,
+            };
             let steps = steps.into_iter().map(history_line).collect();
             AttemptSteps {
                 attempt,
                 summary,
+                running,
                 steps,
             }
         })

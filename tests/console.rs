@@ -329,8 +329,11 @@ async fn an_operator_runs_ax_from_the_browser() {
     browser.fill("#stop-reason", "hung on a lock").await;
     browser.click("#kill").await;
     browser.accept().await;
+    // The answer, or (the attempt over, its page reloaded by its log's poller) the new state.
     browser
-        .until("the kill's answer", "#act-result", |t| t.contains("killed"))
+        .until("the kill's answer", "body", |t| {
+            t.contains("killed by") || t.contains("(killed)")
+        })
         .await;
     let record = final_record(&up.client, &sleeper, Duration::from_secs(30)).await;
     assert_eq!(record.tag, ax_bus::Tag::Killed);
@@ -796,7 +799,14 @@ async fn the_console_fits_a_phone_and_follows_the_dark_setting() {
         const out = links.filter(a => { const r = a.getBoundingClientRect(); \
             return r.width === 0 || r.right > w + 0.5 || r.left < 0; }).map(a => a.textContent); \
         const wide = [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 391).slice(0, 4).map(e => e.outerHTML.slice(0, 80) + ':' + Math.round(e.getBoundingClientRect().left) + '-' + Math.round(e.getBoundingClientRect().right)); \
-        return { page: document.documentElement.scrollWidth, window: w, out: out, links: links.length, wide: wide };";
+        const lines = el => { const tops = new Set(); \
+            const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT); \
+            while (walk.nextNode()) { const r = document.createRange(); r.selectNodeContents(walk.currentNode); \
+                for (const q of r.getClientRects()) { tops.add(Math.round(q.top)); } } \
+            return tops.size; }; \
+        const broken = [...document.querySelectorAll('td')].filter(td => { const t = td.textContent.trim(); \
+            return t.length > 0 && !/\\s/.test(t) && lines(td) > 1; }).slice(0, 4).map(td => td.textContent.trim()); \
+        return { page: document.documentElement.scrollWidth, window: w, out: out, links: links.length, wide: wide, broken: broken };";
     for path in [
         "/".to_string(),
         "/jobs".into(),
@@ -819,7 +829,8 @@ async fn the_console_fits_a_phone_and_follows_the_dark_setting() {
             seen["page"].as_u64() <= Some(390)
                 && seen["window"].as_u64() == Some(390)
                 && seen["out"].as_array().is_some_and(|o| o.is_empty())
-                && seen["links"].as_u64() >= Some(11),
+                && seen["links"].as_u64() >= Some(11)
+                && seen["broken"].as_array().is_some_and(|b| b.is_empty()),
             "{path} at 390 px: {seen}"
         );
         if path == "/" {

@@ -279,9 +279,9 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
     // Each date a successful data_up announced must have its data_down instance, and it must
     // end; only once they have is the ledger read.
     let runs_by_data = wait_for(Duration::from_secs(120), "data_down for every date", || {
-        let (client, settled) = (client.clone(), &settled);
+        let client = client.clone();
         async move {
-            let data = DataRuns::read(&client, settled).await;
+            let data = DataRuns::read(&client).await;
             data.missing
                 .is_empty()
                 .then_some(data)
@@ -375,22 +375,21 @@ struct DataRuns {
 }
 
 impl DataRuns {
-    async fn read(
-        client: &ax_bus::AxClient,
-        settled: &Result<Vec<ax_bus::InstanceRecord>, Vec<ax_bus::InstanceRecord>>,
-    ) -> Self {
-        let all = match settled {
-            Ok(all) | Err(all) => all,
-        };
-        let announced: std::collections::BTreeSet<chrono::NaiveDate> = all
-            .iter()
-            .filter(|r| r.job == "data_up" && r.state == ax_bus::State::Success)
-            .map(|r| announced(r.expected_time))
-            .collect();
+    /// Reads `data_down`'s instances, then `data_up`'s (which fires on after the chaos): a
+    /// date run by its data was announced by a success the later read sees.
+    async fn read(client: &ax_bus::AxClient) -> Self {
         let down = client
             .instances(Some(&support::job("data_down")))
             .await
             .unwrap_or_default();
+        let announced: std::collections::BTreeSet<chrono::NaiveDate> = client
+            .instances(Some(&support::job("data_up")))
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.state == ax_bus::State::Success)
+            .map(|r| announced(r.expected_time))
+            .collect();
         let mut per_date: BTreeMap<String, usize> = BTreeMap::new();
         for record in &down {
             *per_date.entry(record.biz_date.clone()).or_default() += 1;

@@ -200,6 +200,21 @@ async fn an_operator_runs_ax_from_the_browser() {
         .await
         .contains("each once in its current state"));
     browser.screenshot("dashboard").await;
+    // Another date, from the page's date control: its own (empty) figures, and back.
+    browser
+        .script(
+            "document.getElementById('date-input').value = '2026-01-05'; \
+             document.getElementById('date-form').submit(); return null;",
+        )
+        .await;
+    browser
+        .until("the other date", "#date", |t| t == "2026-01-05")
+        .await;
+    assert_eq!(browser.text("#instances-today").await, "0");
+    browser.click("#latest").await;
+    browser
+        .until("the latest date again", "#date", |t| t != "2026-01-05")
+        .await;
 
     // The instance list filters on the server.
     browser

@@ -433,15 +433,28 @@ impl InstanceIndex {
         self.page(&filter, 0, limit).rows
     }
 
-    /// What on business date `date` needs a look at `now` (see [`crate::attention`]): one walk
-    /// of the date's rows under one read of the index, copying only the rows listed.
+    /// What needs a look at `now` (see [`crate::attention`]): the failures of business date
+    /// `date`, and what is stuck or runs long whatever its date (a backfill of last month
+    /// waiting on its dependencies is today's problem). A walk of the date's rows and one of
+    /// the open rows, under one read of the index, copying only the rows listed.
     pub fn attention(&self, date: &str, now: DateTime<Utc>) -> crate::attention::Attention {
         let rows = self.read();
         let filter = Filter {
             biz_date: Some(date.to_string()),
             ..Filter::default()
         };
-        crate::attention::of(rows.candidates(&filter), |job| rows.usual(job), now)
+        let of_date = crate::attention::of(rows.candidates(&filter), |job| rows.usual(job), now);
+        let open = rows
+            .candidates(&Filter::default())
+            .filter(|row| !row.state.is_final());
+        let every_date = crate::attention::of(open, |job| rows.usual(job), now);
+        crate::attention::Attention {
+            stuck: every_date.stuck,
+            stuck_count: every_date.stuck_count,
+            long: every_date.long,
+            long_count: every_date.long_count,
+            ..of_date
+        }
     }
 
     /// The latest-due instance of each job for business date `date`.
@@ -533,6 +546,30 @@ mod tests {
             .map(|t| t.and_utc())
             .unwrap_or_default();
         Row::sample(id, job, state, "completed", at)
+    }
+
+    #[test]
+    fn what_is_stuck_is_listed_whatever_its_date_and_failures_of_the_date_only() {
+        let index = InstanceIndex::default();
+        {
+            let mut rows = index.rows.write().unwrap();
+            let mut waiting = row("down.a", "down", State::Running, 0);
+            waiting.tag = "waiting_deps";
+            waiting.biz_date = "2026-01-01".into();
+            rows.put(waiting);
+            let mut failed = row("old.a", "old", State::Failed, 1);
+            failed.biz_date = "2026-01-01".into();
+            rows.put(failed);
+            let mut today = row("today.a", "today", State::Failed, 2);
+            today.biz_date = "2026-12-07".into();
+            rows.put(today);
+        }
+        let now = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 12, 7, 12, 0, 0).unwrap();
+        let attention = index.attention("2026-12-07", now);
+        assert_eq!(attention.stuck_count, 1);
+        assert_eq!(attention.stuck[0].row.instance_id.as_str(), "down.a");
+        assert_eq!(attention.failed_count, 1);
+        assert_eq!(attention.failed[0].instance_id.as_str(), "today.a");
     }
 
     #[test]

@@ -1198,4 +1198,24 @@ async fn a_datasets_page_shows_its_writers_readers_updates_and_lineage() {
         let body = response.text().await.unwrap();
         assert!(body.contains(says), "{uri}: {body}");
     }
+
+    // The DAG page draws a job run by a dataset apart from a dependency: dashed, from the
+    // dataset's writer.
+    apply(
+        &up,
+        dir.path(),
+        &[(
+            "digest",
+            "  consumes: [ 'warehouse://report' ]\n  on_datasets: [ 'warehouse://report' ]\n  exec: { type: noop }\n",
+        )],
+    );
+    browser.open(&format!("{base}/dag")).await;
+    let edges = browser
+        .script(
+            "return [...document.querySelectorAll('#dag path.edge')] \
+             .map(p => p.dataset.from + '>' + p.dataset.to + '|' + p.getAttribute('class'));",
+        )
+        .await;
+    assert_eq!(edges, serde_json::json!(["report>digest|edge data"]));
+    assert!(browser.text("#dag-legend").await.contains("dashed"));
 }

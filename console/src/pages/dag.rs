@@ -45,7 +45,9 @@ struct DagPage {
     jobs: Vec<String>,
     problem: Option<String>,
     nodes: Vec<Node>,
-    edges: Vec<Edge>,
+    /// Each edge, and whether a dataset makes it (the downstream runs on a dataset the
+    /// upstream writes, `on_datasets`) rather than a dependency.
+    edges: Vec<(Edge, bool)>,
     width: f64,
     height: f64,
     node_width: f64,
@@ -90,7 +92,7 @@ async fn page(
             chrono::Utc::now().date_naive().to_string()
         }
     };
-    let edges: Vec<(String, String)> = jobs
+    let deps: BTreeSet<(String, String)> = jobs
         .iter()
         .flat_map(|j| {
             j.spec
@@ -99,6 +101,24 @@ async fn page(
                 .map(|d| (d.name.to_string(), j.spec.name.to_string()))
         })
         .collect();
+    // A job run by its data waits for every job writing one of its datasets.
+    let data: BTreeSet<(String, String)> = jobs
+        .iter()
+        .flat_map(|reader| {
+            let reader_name = reader.spec.name.to_string();
+            jobs.iter()
+                .filter(move |writer| {
+                    reader
+                        .spec
+                        .on_datasets
+                        .iter()
+                        .any(|uri| writer.spec.produces.contains(uri))
+                })
+                .map(move |writer| (writer.spec.name.to_string(), reader_name.clone()))
+        })
+        .filter(|edge| !deps.contains(edge))
+        .collect();
+    let edges: Vec<(String, String)> = deps.iter().chain(&data).cloned().collect();
     let names: Vec<String> = jobs.iter().map(|j| j.spec.name.to_string()).collect();
     let root = query.root.trim().to_string();
     let members: BTreeSet<String> = if root.is_empty() {
@@ -159,7 +179,14 @@ async fn page(
         jobs: names,
         problem,
         nodes,
-        edges: drawn.edges,
+        edges: drawn
+            .edges
+            .into_iter()
+            .map(|e| {
+                let by_data = data.contains(&(e.from.clone(), e.to.clone()));
+                (e, by_data)
+            })
+            .collect(),
         width: drawn.width,
         height: drawn.height,
         node_width: layout::NODE_WIDTH,

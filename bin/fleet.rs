@@ -192,22 +192,24 @@ pub(crate) async fn status(client: &AxClient, date: Option<&str>, json: bool) ->
         Some(day) => {
             println!("day               {} ({})", day.date, day.timezone);
             println!(
-                "instances         {} ended: {} succeeded, {} failed, {} cancelled",
+                "ended on the day  {}: {} succeeded, {} failed, {} cancelled (each ending; a re-run that ends counts again)",
                 day.finished, day.succeeded, day.failed, day.cancelled
             );
             println!(
                 "trigger latency   {}",
-                day.average_latency_ms().map_or("-".into(), |ms| format!(
-                    "{} on average (first attempts; backfills left out)",
-                    ax_bus::time::human_ms(ms.round() as i64)
+                day.average_latency_text().map_or("-".into(), |text| format!(
+                    "{text} on average (first attempts, from when each became due; backfills left out)"
                 ))
             );
             println!(
                 "longest run       {}",
                 day.longest.as_ref().map_or("-".into(), |l| format!(
-                    "{}, {} ({})",
+                    "{}, {}{} ({})",
                     ax_bus::time::human_ms(l.duration_ms),
                     l.instance_id,
+                    l.attempt
+                        .map(|n| format!(" attempt {n}"))
+                        .unwrap_or_default(),
                     l.job
                 ))
             );
@@ -217,7 +219,7 @@ pub(crate) async fn status(client: &AxClient, date: Option<&str>, json: bool) ->
                 .map(|(job, n)| format!("{job} ({n})"))
                 .collect();
             println!(
-                "top failing jobs  {}",
+                "top failing jobs  {} (failed endings)",
                 if top.is_empty() {
                     "-".into()
                 } else {

@@ -25,6 +25,7 @@ mod dependencies;
 mod executors;
 mod failure_paths;
 mod feeds;
+mod figures;
 mod fleet;
 mod hostile_input;
 mod instance_buckets;

@@ -274,7 +274,7 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
     );
     let out = ax(&url, &["status"]);
     assert!(
-        stdout(&out).contains("top failing jobs  broken (2), stuck (1)"),
+        stdout(&out).contains("top failing jobs  broken (2), stuck (1) (failed endings)"),
         "{}",
         stdout(&out)
     );
@@ -285,8 +285,9 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         .unwrap_or_default()
         .to_string();
     assert!(
-        latency.ends_with("on average (first attempts; backfills left out)")
-            && (latency.contains(" ms ") || latency.contains(" s ")),
+        latency.ends_with(
+            "on average (first attempts, from when each became due; backfills left out)"
+        ) && (latency.contains(" ms ") || latency.contains(" s ")),
         "{latency}"
     );
     // What the node serves is valid Prometheus text.
@@ -330,7 +331,7 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         (r#"sum(ax_attempts_finished_total{tag="exit_code"})"#, 2.0),
         (r#"sum(ax_attempts_finished_total{tag="timeout"})"#, 1.0),
         ("ax_execution_duration_seconds_count", 6.0),
-        ("ax_schedule_to_start_seconds_count", 6.0),
+        ("ax_trigger_latency_seconds_count", 6.0),
         ("ax_dispatch_to_ack_seconds_count", 6.0),
         (r#"ax_queue_pending{queue="delayed"}"#, 0.0),
         ("ax_outbox_unreported", 0.0),

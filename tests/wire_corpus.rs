@@ -19,10 +19,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use ax_bus::auth::audit::AuditRecord;
+use ax_bus::figures::DaySummary;
 use ax_bus::log::LogChunk;
 use ax_bus::messages::{
-    Alert, DaySummary, DelayedWork, JobRecord, NodeStatus, QueueState, ResultMessage, TickRecord,
-    WorkItem, WorkerInfo,
+    Alert, DelayedWork, JobRecord, NodeStatus, QueueState, ResultMessage, TickRecord, WorkItem,
+    WorkerInfo,
 };
 use ax_bus::partition::{FiredThrough, PartitionOwner};
 use ax_bus::{codec, AxClient, InstanceRecord};

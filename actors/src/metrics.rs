@@ -48,8 +48,9 @@ pub struct Metrics {
     pub execution_duration: Histogram,
     /// Attempts that ended on this worker, by outcome and tag.
     pub attempts_finished: Family<Finished, Counter>,
-    /// From when a first attempt could start (created, or due if later) to its start.
-    pub schedule_to_start: Histogram,
+    /// Trigger latency ([`ax_bus::figures::trigger_latency`]): from when a first attempt
+    /// became due to its start.
+    pub trigger_latency: Histogram,
     /// From a dispatch's storing to its worker's acknowledgement.
     pub dispatch_to_ack: Histogram,
     /// Retries started by this node's Scheduler.
@@ -89,6 +90,32 @@ pub struct Metrics {
     pub queue_pending: Family<QueueLabel, Gauge>,
     /// Messages of each queue delivered and not yet acknowledged (read when scraped).
     pub queue_ack_pending: Family<QueueLabel, Gauge>,
+    /// The day's endings by state, as `ax status` counts them (read when scraped).
+    pub day_ended: Family<DayState, Gauge>,
+    /// The day's average trigger latency, as `ax status` gives it (read when scraped).
+    pub day_trigger_latency: Family<Day, Gauge<f64, AtomicU64>>,
+    /// The day's longest attempt, as `ax status` gives it (read when scraped).
+    pub day_longest_run: Family<Day, Gauge<f64, AtomicU64>>,
+}
+
+/// A day of the summary, as labels: its date and the time zone the date is in.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Day {
+    /// `YYYY-MM-DD`.
+    pub date: String,
+    /// The summary's time zone.
+    pub timezone: String,
+}
+
+/// A day and a final state, as labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DayState {
+    /// `YYYY-MM-DD`.
+    pub date: String,
+    /// The summary's time zone.
+    pub timezone: String,
+    /// `success`, `failed` or `cancelled`.
+    pub state: &'static str,
 }
 
 /// Why the adaptive budget changed, as a label.
@@ -150,12 +177,12 @@ impl Metrics {
             "Attempts that ended on this worker, by outcome and tag",
             attempts_finished.clone(),
         );
-        let schedule_to_start = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let trigger_latency = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register_with_unit(
-            "schedule_to_start",
-            "From when a first attempt could start (created, or due if later) to its start",
+            "trigger_latency",
+            "From when a first attempt became due (its instant, its acceptance, or its release by dependencies or data) to its start on this worker; backfills left out",
             Unit::Seconds,
-            schedule_to_start.clone(),
+            trigger_latency.clone(),
         );
         let dispatch_to_ack = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         registry.register_with_unit(
@@ -272,13 +299,33 @@ impl Metrics {
             "Messages of a queue delivered and not yet acknowledged",
             queue_ack_pending.clone(),
         );
+        let day_ended = Family::<DayState, Gauge>::default();
+        registry.register(
+            "day_ended",
+            "Instances' endings on the latest summarized day by final state, as ax status counts them (a re-run that ends counts again)",
+            day_ended.clone(),
+        );
+        let day_trigger_latency = Family::<Day, Gauge<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "day_trigger_latency_average",
+            "Average trigger latency of the first attempts that ended on the latest summarized day, as ax status gives it",
+            Unit::Seconds,
+            day_trigger_latency.clone(),
+        );
+        let day_longest_run = Family::<Day, Gauge<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "day_longest_run",
+            "The longest attempt that ended on the latest summarized day, as ax status gives it",
+            Unit::Seconds,
+            day_longest_run.clone(),
+        );
         registry.register_collector(Box::new(ActorCollector));
         Self {
             registry: root,
             fire_lateness,
             execution_duration,
             attempts_finished,
-            schedule_to_start,
+            trigger_latency,
             dispatch_to_ack,
             retries,
             dead_letters,
@@ -298,6 +345,9 @@ impl Metrics {
             data_dir_bytes,
             queue_pending,
             queue_ack_pending,
+            day_ended,
+            day_trigger_latency,
+            day_longest_run,
         }
     }
 
@@ -322,6 +372,41 @@ impl Metrics {
             self.queue_ack_pending
                 .get_or_create(&label)
                 .set(gauge(depth.ack_pending));
+        }
+    }
+
+    /// Sets the day's figures from its summary, just read (the families hold that day only).
+    pub fn set_day(&self, summary: &ax_bus::figures::DaySummary) {
+        let day = Day {
+            date: summary.date.clone(),
+            timezone: summary.timezone.clone(),
+        };
+        self.day_ended.clear();
+        for (state, n) in [
+            ("success", summary.succeeded),
+            ("failed", summary.failed),
+            ("cancelled", summary.cancelled),
+        ] {
+            let label = DayState {
+                date: day.date.clone(),
+                timezone: day.timezone.clone(),
+                state,
+            };
+            self.day_ended
+                .get_or_create(&label)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.day_trigger_latency.clear();
+        if let Some(ms) = summary.average_latency_ms() {
+            self.day_trigger_latency
+                .get_or_create(&day)
+                .set(ms / 1000.0);
+        }
+        self.day_longest_run.clear();
+        if let Some(longest) = &summary.longest {
+            self.day_longest_run
+                .get_or_create(&day)
+                .set(longest.duration_ms as f64 / 1000.0);
         }
     }
 

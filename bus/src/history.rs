@@ -288,6 +288,7 @@ fn unfold(revision: &Revision) -> Option<[Revision; 2]> {
         writes: Some(0),
         folded: None,
         data_reruns: 0,
+        due_at: None,
         ..record.clone()
     };
     let executing = InstanceRecord {

@@ -341,6 +341,17 @@ pub struct InstanceRecord {
     /// (`rerun: always | if_succeeded`); at [`MAX_DATA_RERUNS`] no update starts another.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub data_reruns: u32,
+    /// When the current attempt became due, where that is not its expected time: the release
+    /// of an instance that waited for its dependencies, or that its inputs' updates started
+    /// (its expected time is its business date's midnight). Written with `executing`, from
+    /// the work item the DagCoordinator released; trigger latency counts from it
+    /// ([`crate::figures`]).
+    #[serde(
+        default,
+        with = "crate::time::wire_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub due_at: Option<DateTime<Utc>>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -580,6 +591,7 @@ impl InstanceRecord {
             writes: Some(0),
             folded: None,
             data_reruns: 0,
+            due_at: None,
         }
     }
 
@@ -590,7 +602,6 @@ impl InstanceRecord {
             .unwrap_or(crate::client::provision::INSTANCES_MAX_AGE)
     }
 
-    /// The record's next attempt under `new_trace`, queued, with nothing of the last one.
     /// The record of a new attempt under `new_trace`: nothing of the attempt before it is kept
     /// as this one's — its worker, times, exit code, output and tails are in its own revisions
     /// ([`crate::history`]), and shown as its own.
@@ -609,6 +620,7 @@ impl InstanceRecord {
         next.output = serde_json::Value::Null;
         next.stdout_tail = String::new();
         next.stderr_tail = String::new();
+        next.due_at = None;
         next
     }
 
@@ -1021,6 +1033,7 @@ pub(crate) mod tests {
             writes: Some(0),
             folded: None,
             data_reruns: 0,
+            due_at: None,
         }
     }
 

@@ -32,6 +32,7 @@ pub mod codec;
 pub mod dead_letter;
 pub mod duration;
 pub mod error;
+pub mod figures;
 pub mod history;
 pub mod ids;
 pub mod instance;

@@ -605,6 +605,15 @@ pub struct WorkItem {
     /// the day's summary leaves backfills out of trigger latency. Absent from older messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<crate::instance::Trigger>,
+    /// When this attempt became due, where that is not its expected time: set by the
+    /// DagCoordinator that releases an instance which waited for its dependencies, or which
+    /// its inputs' updates started; the worker writes it into the record as it starts it.
+    #[serde(
+        default,
+        with = "crate::time::wire_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub due_at: Option<DateTime<Utc>>,
 }
 
 /// An instance record and the revision it was stored under.
@@ -641,6 +650,7 @@ impl WorkItem {
             passed_over: Vec::new(),
             spec: spec.into(),
             trigger: Some(record.trigger),
+            due_at: record.due_at,
         }
     }
 
@@ -671,6 +681,7 @@ impl WorkItem {
             stored: None,
             passed_over: Vec::new(),
             trigger: None,
+            due_at: None,
         }
     }
 }
@@ -983,6 +994,14 @@ pub struct ResultMessage {
     /// results of older versions.
     #[serde(default)]
     pub trigger: Option<crate::instance::Trigger>,
+    /// When the attempt became due, where that is not its expected time (see
+    /// [`InstanceRecord::due_at`]).
+    #[serde(
+        default,
+        with = "crate::time::wire_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub due_at: Option<DateTime<Utc>>,
 }
 
 impl ResultMessage {
@@ -1016,6 +1035,7 @@ impl ResultMessage {
             stderr_tail: end.stderr_tail.clone(),
             shard: work.shard.clone(),
             trigger: work.trigger,
+            due_at: work.due_at,
         }
     }
 }
@@ -1048,109 +1068,8 @@ impl ResultMessage {
             stderr_tail: record.stderr_tail.clone(),
             shard: record.shard.clone(),
             trigger: Some(record.trigger),
+            due_at: record.due_at,
         }
-    }
-}
-
-/// One day's summary (the article's five fields), kept up to date by the leading
-/// DagCoordinator as results arrive: bucket `ax_summary`, key = the date (`YYYY-MM-DD`, in the
-/// coordinator's `[status] timezone`). Incremental: each batch of results is added once (by
-/// its stream sequence), never recounted from the records.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct DaySummary {
-    /// The date.
-    pub date: String,
-    /// The time zone the date is in.
-    pub timezone: String,
-    /// Instances that ended that day (a final result: success, failed or cancelled).
-    pub finished: u64,
-    /// Of which succeeded.
-    pub succeeded: u64,
-    /// Of which failed.
-    pub failed: u64,
-    /// Of which were cancelled.
-    pub cancelled: u64,
-    /// Sum of the trigger latencies (expected time to start) of first attempts, in ms; backfills
-    /// left out.
-    pub latency_ms_total: u64,
-    /// How many first attempts the sum holds.
-    pub latency_count: u64,
-    /// The longest execution that ended that day.
-    #[serde(default)]
-    pub longest: Option<LongestRun>,
-    /// Failed instances per job.
-    #[serde(default)]
-    pub failures_by_job: BTreeMap<String, u64>,
-    /// The last `AX_RESULTS` sequence added: a batch delivered again is not counted twice.
-    pub applied_to: u64,
-}
-
-/// The longest execution of a day.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LongestRun {
-    /// The instance.
-    pub instance_id: InstanceId,
-    /// Its job.
-    pub job: JobName,
-    /// How long it ran, in ms.
-    pub duration_ms: i64,
-}
-
-impl DaySummary {
-    /// Adds result `sequence` (once: an earlier or repeated sequence changes nothing).
-    pub fn add(&mut self, sequence: u64, result: &ResultMessage) {
-        if sequence <= self.applied_to {
-            return;
-        }
-        self.applied_to = sequence;
-        match result.state {
-            State::Success => self.succeeded += 1,
-            State::Failed => {
-                self.failed += 1;
-                *self
-                    .failures_by_job
-                    .entry(result.job.to_string())
-                    .or_default() += 1;
-            }
-            State::Cancelled => self.cancelled += 1,
-            // Not the end of the instance (a retry comes, or a new attempt after a loss).
-            State::Running | State::WaitingRetry => return,
-        }
-        self.finished += 1;
-        // Trigger latency is that of work due now: a re-run (a later attempt) or a backfill
-        // (due on a past date's schedule) would count days of "lateness" it never had.
-        let backfill = result.trigger == Some(crate::instance::Trigger::Backfill);
-        if let (1, Some(started), false) = (result.attempt, result.started_at, backfill) {
-            let late = (started - result.expected_time).num_milliseconds().max(0);
-            self.latency_ms_total += u64::try_from(late).unwrap_or(0);
-            self.latency_count += 1;
-        }
-        if let Some(ran) = result.duration_ms {
-            if self.longest.as_ref().is_none_or(|l| ran > l.duration_ms) {
-                self.longest = Some(LongestRun {
-                    instance_id: result.instance_id.clone(),
-                    job: result.job.clone(),
-                    duration_ms: ran,
-                });
-            }
-        }
-    }
-
-    /// The average trigger latency in ms, if any first attempt ran.
-    pub fn average_latency_ms(&self) -> Option<f64> {
-        (self.latency_count > 0).then(|| self.latency_ms_total as f64 / self.latency_count as f64)
-    }
-
-    /// The `n` jobs with the most failures, most first (ties by name).
-    pub fn top_failing(&self, n: usize) -> Vec<(String, u64)> {
-        let mut jobs: Vec<(String, u64)> = self
-            .failures_by_job
-            .iter()
-            .map(|(job, count)| (job.clone(), *count))
-            .collect();
-        jobs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        jobs.truncate(n);
-        jobs
     }
 }
 
@@ -1468,70 +1387,6 @@ pub struct RunningAttempt {
     /// has been silent that long (absent: the worker TTL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_secs: Option<u64>,
-}
-
-#[cfg(test)]
-mod day_summary_tests {
-    use super::*;
-
-    fn result(job: &str, state: State, attempt: u32, ran_ms: i64) -> ResultMessage {
-        let expected = crate::time::now();
-        ResultMessage {
-            instance_id: format!("{job}.20261202T000000000Z").parse().unwrap(),
-            trace_id: crate::ids::TraceId::random(),
-            job: job.parse().unwrap(),
-            biz_date: "2026-12-02".into(),
-            attempt,
-            state,
-            tag: Tag::Completed,
-            message: String::new(),
-            output: serde_json::Value::Null,
-            worker: None,
-            expected_time: expected,
-            started_at: Some(expected + chrono::TimeDelta::milliseconds(10)),
-            finished_at: expected + chrono::TimeDelta::milliseconds(10 + ran_ms),
-            duration_ms: Some(ran_ms),
-            exit_code: None,
-            next_attempt_at: None,
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
-            shard: None,
-            trigger: Some(crate::instance::Trigger::Cron),
-        }
-    }
-
-    #[test]
-    fn a_result_counts_once_and_only_when_it_ends_the_instance() {
-        let mut day = DaySummary::default();
-        day.add(1, &result("a", State::Success, 1, 100));
-        day.add(2, &result("b", State::WaitingRetry, 1, 50));
-        day.add(3, &result("b", State::Failed, 2, 700));
-        day.add(4, &result("c", State::Failed, 1, 5));
-        day.add(5, &result("b", State::Failed, 1, 5));
-        // A batch delivered again: nothing counted twice.
-        day.add(3, &result("b", State::Failed, 2, 700));
-        day.add(5, &result("b", State::Failed, 1, 5));
-        assert_eq!(
-            (day.finished, day.succeeded, day.failed, day.applied_to),
-            (4, 1, 3, 5)
-        );
-        assert_eq!(
-            day.top_failing(5),
-            [("b".to_string(), 2), ("c".to_string(), 1)]
-        );
-        assert_eq!(day.longest.as_ref().map(|l| l.duration_ms), Some(700));
-        // First attempts only: a, c and the second b (attempt 1).
-        assert_eq!(day.latency_count, 3);
-        assert_eq!(day.average_latency_ms(), Some(10.0));
-        // A backfill, due on a past date's schedule, ran "late" by months: counted as ended,
-        // left out of the latency.
-        let mut backfilled = result("d", State::Success, 1, 5);
-        backfilled.trigger = Some(crate::instance::Trigger::Backfill);
-        backfilled.started_at = Some(backfilled.expected_time + chrono::TimeDelta::days(60));
-        day.add(6, &backfilled);
-        assert_eq!((day.finished, day.latency_count), (5, 3));
-        assert_eq!(day.average_latency_ms(), Some(10.0));
-    }
 }
 
 #[cfg(test)]

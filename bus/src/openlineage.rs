@@ -419,6 +419,7 @@ mod tests {
             stderr_tail: String::new(),
             shard: None,
             trigger: None,
+            due_at: None,
         };
         assert!(of_result(&result, Some(&spec), "ax").is_none());
         result.started_at = Some(result.finished_at);

@@ -297,7 +297,8 @@ pub(crate) fn error_body(reason: &str) -> std::collections::BTreeMap<&'static st
     std::collections::BTreeMap::from([("error", reason.to_string())])
 }
 
-/// `GET /metrics`: this process's metrics, with the queues' depths read just now.
+/// `GET /metrics`: this process's metrics, with the queues' depths and the latest day's
+/// figures (`ax status`'s) read just now.
 async fn metrics(state: web::Data<State>) -> HttpResponse {
     let metrics = ax_actors::metrics::metrics();
     if let Some(client) = &state.client {
@@ -305,6 +306,10 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
         let read = tokio::time::timeout(DEPTHS_TIMEOUT, client.queue_depths()).await;
         if let Ok(Ok(depths)) = read {
             metrics.set_queue_depths(&depths);
+        }
+        let read = tokio::time::timeout(DEPTHS_TIMEOUT, client.day_summary(None)).await;
+        if let Ok(Ok(Some(day))) = read {
+            metrics.set_day(&day);
         }
     }
     if let Some(dir) = state.data_dir.clone() {

@@ -324,7 +324,12 @@ impl Execution {
         Ok(())
     }
 
-    async fn release(&mut self, work: WorkItem, held: bool) -> Result<(), ActorError> {
+    async fn release(&mut self, mut work: WorkItem, held: bool) -> Result<(), ActorError> {
+        // Due from now on when it waited for its dependencies, or when its expected time is
+        // only its business date's midnight (made by its dependencies or its inputs).
+        if held || work.trigger == Some(Trigger::Deps) {
+            work.due_at = Some(ax_bus::time::now().max(work.expected_time));
+        }
         let client = &self.client;
         let ack = publish::to_stream(
             client,

@@ -14,7 +14,8 @@ use async_nats::jetstream::{self, kv};
 use chrono_tz::Tz;
 
 use ax_bus::error::{During, NatsError};
-use ax_bus::messages::{DaySummary, ResultMessage};
+use ax_bus::figures::DaySummary;
+use ax_bus::messages::ResultMessage;
 use ax_bus::{codec, AxClient};
 
 use crate::ActorError;

@@ -237,12 +237,14 @@ impl Attempts {
                     fence: revision,
                     ..note.clone()
                 };
-                r.started(trace, me, now, &fenced)
+                let mut started = r.started(trace, me, now, &fenced)?;
+                started.due_at = work.due_at;
+                Ok(started)
             })
             .await
         {
             Ok(Updated::Written(record, revision)) => {
-                started_metrics(&record, note, now);
+                started_metrics(&record, note);
                 publish::event(&self.client, &record).await;
                 Ok(StoredRecord { record, revision })
             }
@@ -440,22 +442,15 @@ impl Attempts {
     }
 }
 
-/// Counts an attempt that starts now: its wait since it could start (a first attempt's) and
-/// its dispatch's acknowledgement time.
-fn started_metrics(
-    record: &ax_bus::InstanceRecord,
-    note: &DispatchNote,
-    now: chrono::DateTime<chrono::Utc>,
-) {
+/// Counts an attempt that starts now: its trigger latency (a first attempt's, as the day's
+/// summary counts it) and its dispatch's acknowledgement time.
+fn started_metrics(record: &ax_bus::InstanceRecord, note: &DispatchNote) {
     let seconds = |d: chrono::TimeDelta| d.num_milliseconds().max(0) as f64 / 1000.0;
     let Some(metrics) = crate::metrics::recording() else {
         return;
     };
-    if record.attempt == 1 {
-        let could_start = record.created_at.max(record.expected_time);
-        metrics
-            .schedule_to_start
-            .observe(seconds(now - could_start));
+    if let Some(late) = record.trigger_latency() {
+        metrics.trigger_latency.observe(seconds(late));
     }
     metrics
         .dispatch_to_ack

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use crate::client::{AxClient, ClientError};
 use crate::codec;
 use crate::error::{During, NatsError, Reason};
-use crate::messages::{Alert, DaySummary};
+use crate::figures::DaySummary;
+use crate::messages::Alert;
 use crate::spec::Priority;
 
 /// Heartbeats older than this count a worker as not live (the Routers' default TTL).

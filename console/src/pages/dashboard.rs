@@ -3,12 +3,13 @@
 //! and long-running instances, each a link), the backlog of each queue, the live workers and
 //! the last hour's alerts. The body refreshes itself every five seconds.
 //!
-//! Two counting rules, each written on the page. The instances of a business date are counted
-//! from the instance index, each once in its current state (a re-run counts once): the
-//! cards, the state table, the failing jobs and the lists. What ended on a date — every
-//! attempt that ended an instance, by its end time, re-runs again — comes from the day's
-//! summary the DagCoordinator keeps, as `ax status` prints it: ended, trigger latency,
-//! longest execution. Nothing scans the records.
+//! Two counting rules, each with its own label on the page (docs/console.md, "Figures"). The
+//! instances of a business date are counted from the instance index, each once in its
+//! current state (a re-run counts once), as `ax instance list --biz-date` lists them: the
+//! instances and failed cards, the state table, the failing jobs and the lists. What ended
+//! on a date — each ending of an instance by its end time, a re-run's again — and the day's
+//! trigger latency and longest run come from the day's summary the DagCoordinator keeps
+//! ([`ax_bus::figures`]), as `ax status` and `/metrics` give them. Nothing scans the records.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -31,6 +32,7 @@ pub(crate) struct Longest {
     pub(crate) instance_id: String,
     pub(crate) job: String,
     pub(crate) duration: String,
+    pub(crate) attempt: Option<u32>,
 }
 
 #[derive(Template)]
@@ -42,8 +44,7 @@ pub(crate) struct Body {
     timezone: String,
     read_at: String,
     counts: Counts,
-    /// Instances of the date that have ended (success, failed, cancelled) and that failed.
-    finished: u64,
+    /// Instances of the date that failed (their current state).
     failed: u64,
     /// What the summary says ended on the date (`ax status`): ended, of which failed.
     ended: u64,
@@ -106,11 +107,7 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
             .map_or(0, |(_, n)| *n)
     };
     let failed = of_state(ax_bus::State::Failed);
-    let finished = failed + of_state(ax_bus::State::Success) + of_state(ax_bus::State::Cancelled);
-    let latency = match day.latency_ms_total.checked_div(day.latency_count) {
-        Some(ms) if day.latency_count > 0 => pages::duration(i64::try_from(ms).unwrap_or(i64::MAX)),
-        _ => "–".into(),
-    };
+    let latency = day.average_latency_text().unwrap_or_else(|| "–".into());
     Body {
         requested: requested.to_string(),
         timezone: if day.timezone.is_empty() {
@@ -121,7 +118,6 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
         date,
         read_at: chrono::Utc::now().format("%H:%M:%S UTC").to_string(),
         counts,
-        finished,
         failed,
         ended: day.finished,
         ended_failed: day.failed,
@@ -130,6 +126,7 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
             instance_id: l.instance_id.to_string(),
             job: l.job.to_string(),
             duration: pages::duration(l.duration_ms),
+            attempt: l.attempt,
         }),
         attention,
         queues: status.queues,

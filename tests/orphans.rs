@@ -295,18 +295,22 @@ async fn a_scheduler_killed_holding_a_fire_taken_ahead_leaves_it_to_the_next() {
             .collect();
         assert_eq!(results.len(), 1, "{results:?}");
     }
-    // The next Scheduler's own fires: taken ahead, started at their instants and not before.
+    // The next Scheduler's own fires: taken ahead, started at their instants and not before
+    // (the first ones may be ticks it caught up on while it loaded, written after them).
     let core_2 = ax_bus::ids::NodeId::parse("core-2").unwrap();
     let later = wait_for(
         Duration::from_secs(30),
-        "fires of the next Scheduler",
+        "a fire the next Scheduler took ahead",
         || async {
             let done: Vec<_> = instances(&client, "held")
                 .await
                 .into_iter()
                 .filter(|r| r.created_by.as_ref() == Some(&core_2) && r.state == State::Success)
                 .collect();
-            (done.len() >= 3).then_some(done)
+            let ahead = done
+                .iter()
+                .any(|r| r.trigger == Trigger::Cron && r.created_at < r.expected_time);
+            ahead.then_some(done)
         },
     )
     .await;
@@ -314,8 +318,4 @@ async fn a_scheduler_killed_holding_a_fire_taken_ahead_leaves_it_to_the_next() {
         let started = record.started_at.unwrap();
         assert!(started >= record.expected_time, "{record:?}");
     }
-    assert!(
-        later.iter().any(|r| r.created_at < r.expected_time),
-        "{later:?}"
-    );
 }

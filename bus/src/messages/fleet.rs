@@ -1,0 +1,255 @@
+//! The fleet's state: queues, workers and their slots, nodes and their actors' health.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{DispatchId, InstanceId, NodeId, TraceId, WorkerId};
+
+/// Whether a priority's queue is consumed (bucket `ax_queues`, key = priority).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueState {
+    /// Paused queues keep their messages; nothing is dispatched from them.
+    pub paused: bool,
+    /// Who paused it: empty for an operator (`ax queue pause`), `backlog control` when the
+    /// Routers' backlog control did, which alone resumes it by itself.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+}
+
+impl QueueState {
+    /// Who pauses a queue when the backlog control does.
+    pub const BY_BACKLOG: &'static str = "backlog control";
+}
+
+/// A worker's heartbeat, the value under its id in the workers bucket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Worker id (`--id`).
+    pub id: WorkerId,
+    /// Host name.
+    pub host: String,
+    /// CPU cores.
+    pub cores: u32,
+    /// Concurrent attempts it runs.
+    pub slots: u32,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Executor types it offers.
+    pub executors: Vec<String>,
+    /// What each of its executors says of itself (`describe`).
+    #[serde(default)]
+    pub described: Vec<ExecutorInfo>,
+    /// Attempts running now.
+    pub running: u32,
+    /// Average duration of the attempts that ended in the last five minutes.
+    #[serde(default)]
+    pub avg_duration_ms: f64,
+    /// Slots kept for higher priorities.
+    #[serde(default)]
+    pub reserved: Reserved,
+    /// How its adaptive budget stands (absent: `slots` is fixed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<SlotBudget>,
+    /// The attempts running now (for the Router, should the worker die).
+    #[serde(default)]
+    pub attempts: Vec<RunningAttempt>,
+    /// ax version.
+    pub version: String,
+    /// When it started.
+    #[serde(with = "crate::time::wire")]
+    pub started_at: DateTime<Utc>,
+}
+
+/// A node's heartbeat, the value under its name in the nodes bucket (shown by `ax nodes`): what
+/// it runs and how its actors have fared since the process started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Node name (`--id`).
+    pub node: NodeId,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// The roles it runs.
+    pub roles: Vec<String>,
+    /// ax version.
+    pub version: String,
+    /// When the process started.
+    #[serde(with = "crate::time::wire")]
+    pub started_at: DateTime<Utc>,
+    /// When this heartbeat was written.
+    #[serde(with = "crate::time::wire")]
+    pub seen_at: DateTime<Utc>,
+    /// Per actor: panics, restarts, ended pumps and stalls.
+    pub actors: BTreeMap<String, ActorHealth>,
+    /// What its Scheduler fires (nodes without one: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<SchedulerShare>,
+    /// How its Router scores workers and judges them alive (nodes without one: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<crate::routing::RoutingPolicy>,
+}
+
+/// A Scheduler's share of the cron jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerShare {
+    /// The partitions it owns.
+    pub partitions: Vec<crate::partition::PartitionId>,
+    /// The jobs of those partitions in its wheel.
+    pub jobs: usize,
+}
+
+impl NodeStatus {
+    /// One line per actor that restarted, panicked or stalled since the node started (what
+    /// `ax nodes` and the console's nodes page show); none when all went well.
+    pub fn troubles(&self) -> Vec<String> {
+        self.actors
+            .iter()
+            .filter(|(_, h)| h.panics + h.restarts + h.stalls > 0)
+            .map(|(actor, h)| {
+                format!(
+                    "{actor}: {} restarts, {} panics, {} stalls",
+                    h.restarts, h.panics, h.stalls
+                )
+            })
+            .collect()
+    }
+}
+
+/// What befell one actor of a node since its process started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorHealth {
+    /// Panics caught at its boundaries.
+    pub panics: u64,
+    /// Restarts by its supervisor.
+    pub restarts: u64,
+    /// Pumps that ended (NATS away, a subscription closed) and stopped it for a restart.
+    pub pump_exits: u64,
+    /// Times it left the watchdog's ping unanswered past the stall limit.
+    pub stalls: u64,
+}
+
+/// An executor as it describes itself (shown by `ax executors`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorInfo {
+    /// The `exec.type` that selects it.
+    pub name: String,
+    /// `builtin` or `plugin`.
+    pub kind: String,
+    /// Its version.
+    pub version: String,
+    /// What it does, in a line.
+    pub description: String,
+}
+
+/// Where a worker's adaptive budget stands: its bounds, the pressure it last read and why its
+/// slots are what they are (`slots` in [`WorkerInfo`] is the budget now).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SlotBudget {
+    /// The smallest budget.
+    pub min: u32,
+    /// The largest budget.
+    pub max: u32,
+    /// The last decision's reason.
+    pub reason: BudgetReason,
+    /// Runnable tasks per core on the machine, averaged over the last decision's samples.
+    pub load_per_core: f64,
+    /// The machine's available memory (`MemAvailable`), the lowest of those samples.
+    pub memory_available_bytes: u64,
+    /// Dispatches waiting for a slot when it decided.
+    pub waiting: u32,
+}
+
+/// Why a worker's budget is what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetReason {
+    /// No decision yet: the configured `slots`, within the bounds.
+    Start,
+    /// Shrunk (or kept at its minimum): available memory under `memory_min`.
+    MemoryLow,
+    /// Shrunk (or kept at its minimum): more runnable tasks per core than `load_high`.
+    LoadHigh,
+    /// Grown (or kept at its maximum): work waited while the load was under `load_low`.
+    Room,
+    /// Kept: the load between `load_low` and `load_high`, or nothing waiting.
+    Steady,
+}
+
+impl BudgetReason {
+    /// Its name (`load_high`), as in JSON and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::MemoryLow => "memory_low",
+            Self::LoadHigh => "load_high",
+            Self::Room => "room",
+            Self::Steady => "steady",
+        }
+    }
+}
+
+/// Slots a worker keeps for higher priorities: `low` work may use at most
+/// `slots - high - normal` of them, `normal` work at most `slots - high`, `high` work all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reserved {
+    /// Kept for high-priority work.
+    #[serde(default)]
+    pub high: u32,
+    /// Kept for normal- and high-priority work.
+    #[serde(default)]
+    pub normal: u32,
+}
+
+/// An attempt a worker runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningAttempt {
+    /// The instance.
+    pub instance_id: InstanceId,
+    /// The attempt.
+    pub trace_id: TraceId,
+    /// The dispatch it came with.
+    pub dispatch: DispatchId,
+    /// Its job's `lease` in seconds: no Router hands it to another worker before this worker
+    /// has been silent that long (absent: the worker TTL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_secs: Option<u64>,
+}
+
+#[cfg(test)]
+mod node_status_tests {
+    use super::*;
+
+    #[test]
+    fn a_node_names_only_the_actors_that_had_trouble() {
+        let at = crate::time::now();
+        let mut node = NodeStatus {
+            node: "n1".parse().unwrap(),
+            host: "h".into(),
+            pid: 1,
+            roles: vec!["scheduler".into()],
+            version: "0".into(),
+            started_at: at,
+            seen_at: at,
+            actors: BTreeMap::from([
+                ("scheduler".to_string(), ActorHealth::default()),
+                (
+                    "router".to_string(),
+                    ActorHealth {
+                        restarts: 2,
+                        panics: 1,
+                        ..ActorHealth::default()
+                    },
+                ),
+            ]),
+            scheduler: None,
+            router: None,
+        };
+        assert_eq!(node.troubles(), ["router: 2 restarts, 1 panics, 0 stalls"]);
+        node.actors.clear();
+        assert!(node.troubles().is_empty());
+    }
+}

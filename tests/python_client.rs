@@ -26,3 +26,24 @@ fn the_python_package_works_against_a_real_cluster() {
     assert!(out.contains(" passed"), "{out}");
     assert!(!out.contains("skipped"), "{out}");
 }
+
+/// The package ships `py.typed`: its annotations are checked as a user's `mypy --strict` would
+/// check them (the installed package, with the stubs of its dependencies).
+#[test]
+fn the_python_package_is_clean_under_mypy_strict() {
+    let python = venv();
+    let out = run(
+        Command::new(&python)
+            .args([
+                "-m",
+                "mypy",
+                "--strict",
+                "--no-incremental",
+                "-p",
+                "ax_client",
+            ])
+            .current_dir(std::env::temp_dir()),
+        "mypy --strict -p ax_client",
+    );
+    assert!(out.contains("Success: no issues found"), "{out}");
+}

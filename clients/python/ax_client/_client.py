@@ -20,6 +20,7 @@ import msgpack
 import nats
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client as NATS
 from nats.js import api
 
 from ._types import (
@@ -83,7 +84,7 @@ def _documents(spec: JobSpec) -> Dict[str, Any]:
 class Client:
     """A connection to ax. Make one with :func:`connect`; close it with :meth:`close`."""
 
-    def __init__(self, nc: nats.NATS, token: Optional[str], prefix: str) -> None:
+    def __init__(self, nc: NATS, token: Optional[str], prefix: str) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._token = token
@@ -93,7 +94,7 @@ class Client:
         self._bucket_count: Optional[int] = None
 
     @property
-    def nats(self) -> nats.NATS:
+    def nats(self) -> NATS:
         """The NATS connection underneath."""
         return self._nc
 
@@ -275,6 +276,8 @@ class Client:
                 )
             except nats.js.errors.NotFoundError:
                 break
+            if message.data is None or message.seq is None:
+                raise AxError(f"{stream}: a direct get answered no message at {seq}")
             chunk = msgpack.unpackb(message.data, raw=False)
             chunks.setdefault(int(chunk["seq"]), chunk)
             seq = int(message.seq) + 1

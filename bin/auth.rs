@@ -13,7 +13,7 @@ use ax_bus::messages::{commands, ApprovalRequest, AuthRequest, ControlReply};
 use ax_bus::AxClient;
 
 use crate::args::{ApprovalsCommand, AuthCommand, TokenCommand};
-use crate::jobs::{print_plan, refused, CONTROL_TIMEOUT, PLANNED_TIMEOUT};
+use crate::jobs::{print_plan, refused, Planned, CONTROL_TIMEOUT, PLANNED_TIMEOUT};
 use crate::table;
 
 async fn send<T: serde::Serialize>(
@@ -166,7 +166,7 @@ pub(crate) async fn approvals(
         }
         println!("{}", reply.message);
         if !reply.plan.is_empty() {
-            print_plan(&reply.plan, false, false)?;
+            print_plan(&reply.plan, false, Planned::Done)?;
         }
         return Ok(());
     }

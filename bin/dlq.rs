@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use ax_bus::AxClient;
 
-use crate::jobs::{print_plan, requested_by};
+use crate::jobs::{print_plan, requested_by, Planned};
 use crate::table;
 
 pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
@@ -55,7 +55,7 @@ pub(crate) async fn replay(client: &AxClient, id: u64, json: bool) -> Result<()>
     }
     let action = replayed.detail["action"].as_str().unwrap_or_default();
     if action == "rerun" {
-        print_plan(&replayed.plan, false, false)?;
+        print_plan(&replayed.plan, false, Planned::Done)?;
     } else {
         println!("{}", replayed.message);
     }

@@ -268,7 +268,18 @@ pub(crate) fn requested_by() -> String {
 /// How long a planned command may take on the Scheduler's side.
 pub(crate) const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
 
-pub(crate) fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result<()> {
+/// What became of a planned re-run, as the line under its plan says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Planned {
+    /// Only planned (`--dry-run`): nothing changed.
+    DryRun,
+    /// Carried out: the instances marked `run` started again.
+    Done,
+    /// Waiting for a second person's approval: nothing started yet.
+    Pending,
+}
+
+pub(crate) fn print_plan(plan: &[PlanStep], json: bool, planned: Planned) -> Result<()> {
     if json {
         return table::json(&plan);
     }
@@ -298,10 +309,10 @@ pub(crate) fn print_plan(plan: &[PlanStep], json: bool, dry_run: bool) -> Result
         &rows,
     );
     let runs = plan.iter().filter(|s| s.will_run).count();
-    if dry_run {
-        println!("dry run: {runs} would run, nothing changed");
-    } else {
-        println!("{runs} instance(s) started again");
+    match planned {
+        Planned::DryRun => println!("dry run: {runs} would run, nothing changed"),
+        Planned::Done => println!("{runs} instance(s) started again"),
+        Planned::Pending => println!("{runs} would run once approved; nothing started yet"),
     }
     Ok(())
 }
@@ -329,7 +340,14 @@ pub(crate) async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Res
         // Waiting for a second person, or self-approved: said on stderr, the plan on stdout.
         eprintln!("{}", reply.message);
     }
-    print_plan(&reply.plan, json, args.dry_run)
+    let planned = if args.dry_run {
+        Planned::DryRun
+    } else if reply.approval.is_some() {
+        Planned::Pending
+    } else {
+        Planned::Done
+    };
+    print_plan(&reply.plan, json, planned)
 }
 
 /// A re-run of every root job of a date, agreed to: its plan printed, then a `y` typed on a
@@ -353,7 +371,7 @@ async fn confirmed(client: &AxClient, request: &RerunRequest) -> Result<()> {
              its plan, `--root JOB` re-runs one chain"
         );
     }
-    print_plan(&reply.plan, false, true)?;
+    print_plan(&reply.plan, false, Planned::DryRun)?;
     eprint!("re-run these {runs} instance(s) of {date}? [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();

@@ -148,6 +148,7 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
     let browser = Browser::start().await;
     browser.open(&format!("{base}/jobs/greet")).await;
     browser.element("#token").await;
+    browser.screenshot("login").await;
     browser.fill("#token", "axt_watcher_not-a-token").await;
     browser.click("#sign-in").await;
     browser
@@ -174,6 +175,7 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
     }
     browser.open(&format!("{base}/audit")).await;
     assert!(browser.text("#audit").await.contains("ops"));
+    browser.screenshot("audit").await;
 
     // A forged POST (no page token), and one with it but out of role: both refused.
     for script in [
@@ -231,6 +233,33 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
         .await;
     browser.open(&format!("{base}/jobs/greet")).await;
     assert!(browser.has("#trigger").await && !browser.has("#delete").await);
+    // The operator's re-run of a whole business date waits for an admin: the approvals page
+    // lists it.
+    let ops_token = dir.path().join("ops.token");
+    let (record, _) = up.client.instance(&id.parse().unwrap()).await.unwrap().unwrap();
+    let out = ax(
+        &up.nats,
+        &[
+            "--token-file",
+            ops_token.to_str().unwrap(),
+            "rerun",
+            "--biz-date",
+            &record.biz_date,
+            "--yes",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Said as it is: nothing started yet.
+    assert!(
+        stderr(&out).contains("waiting for approval")
+            && stdout(&out).ends_with("would run once approved; nothing started yet\n"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    browser.open(&format!("{base}/approvals")).await;
+    assert!(browser.text("#approvals").await.contains(&record.biz_date));
+    browser.screenshot("approvals").await;
     browser.click("#sign-out").await;
     browser.element("#token").await;
     browser.client.clone().close().await.unwrap();

@@ -28,6 +28,7 @@ mod node;
 mod outcome;
 mod reporter;
 mod router;
+mod runtime;
 mod scheduler;
 #[cfg(test)]
 mod test_fixtures;
@@ -35,14 +36,14 @@ pub mod test_hooks;
 mod worker;
 
 pub use dag::DagCoordinator;
-pub use node::clock::{Clock, ManualClock, SystemClock};
-pub use node::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
-pub use node::watchdog::DEFAULT_STALL_AFTER;
 pub use node::webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 pub use node::{parse_roles, Node, NodeConfig, Role, RoleError};
 pub use reporter::Reporter;
 pub use router::backlog::BacklogConfig;
 pub use router::{Router, RouterConfig};
+pub use runtime::clock::{Clock, ManualClock, SystemClock};
+pub use runtime::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
+pub use runtime::watchdog::DEFAULT_STALL_AFTER;
 pub use scheduler::control::AuthSettings;
 pub use scheduler::delayed::DEFAULT_MAX_DELAY;
 pub use scheduler::fire_schedule::FireSchedule;

@@ -22,6 +22,11 @@ use ax_bus::AxClient;
 use crate::jetstream::publish;
 use crate::ActorError;
 
+/// How long an instance may stay untouched after its creation before it counts as an orphan:
+/// the Scheduler's orphan watch waits this long for its hand-off, and the Router's consistency
+/// sweep leaves a new instance to that watch as long.
+pub(crate) const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// An attempt's outcome, waiting to be reported.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
@@ -255,5 +260,38 @@ pub(crate) async fn cancel_for_deleted_job(
     if let Updated::Written(record, _) = cancelled {
         publish::event(client, &record).await;
     }
+    Ok(())
+}
+
+/// Moves an instance from `waiting_retry` (attempt `from_trace`) to its next attempt and sends
+/// that attempt to the Router. Idempotent: once done, the transition is refused and nothing
+/// is sent again.
+pub(crate) async fn run_retry(
+    client: &AxClient,
+    instance_id: &InstanceId,
+    from_trace: &TraceId,
+) -> Result<(), ActorError> {
+    let new_trace = TraceId::random();
+    let record = match client
+        .update_instance(instance_id, |r| r.retried(from_trace, &new_trace))
+        .await?
+    {
+        Updated::Written(record, _) => *record,
+        Updated::Refused(_) | Updated::Missing => return Ok(()),
+    };
+    crate::metrics::metrics().retries.inc();
+    let Some((job, _)) = client.job(&record.job).await? else {
+        let why = "the job was deleted before its retry";
+        return cancel_for_deleted_job(client, instance_id, &new_trace, why).await;
+    };
+    let work = WorkItem::for_attempt(&record, job.spec);
+    publish::to_stream_acked(
+        client,
+        client.subjects().ready(work.spec.priority),
+        &msg_id::ready(&work.trace_id),
+        &work,
+    )
+    .await?;
+    publish::event(client, &record).await;
     Ok(())
 }

@@ -12,7 +12,7 @@ use ax_bus::{codec, AxClient};
 
 use super::state::{Action, DagState};
 use super::{day_store, decode_job, DagCoordinator, Lead};
-use crate::node::lease::Lease;
+use crate::runtime::lease::Lease;
 use crate::ActorError;
 
 const LEASE: &str = "dag";

@@ -39,9 +39,9 @@ use ax_bus::messages::{AlertKind, JobRecord, ResultMessage, SplitPlan, WorkItem}
 use ax_bus::{codec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec, Cumulative};
-use crate::node::lease::Lease;
-use crate::node::progress::{self, Progressed};
-use crate::node::supervision::{note_restart, spawn_pump, spawn_task};
+use crate::runtime::lease::Lease;
+use crate::runtime::progress::{self, Progressed};
+use crate::runtime::supervision::{note_restart, spawn_pump, spawn_task};
 use crate::ActorError;
 use state::{Action, DagState, DayKey};
 
@@ -187,7 +187,7 @@ impl Actor for DagCoordinator {
     }
 }
 
-crate::node::watchdog::answers_ping!(DagCoordinator);
+crate::runtime::watchdog::answers_ping!(DagCoordinator);
 
 impl Supervised for DagCoordinator {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

@@ -27,7 +27,7 @@ use ax_bus::{codec, dead_letter, AxClient};
 use crate::ActorError;
 
 use crate::jetstream::publish;
-use crate::node::progress::{self, Progressed, Source};
+use crate::runtime::progress::{self, Progressed, Source};
 
 /// How soon a message whose hand-off failed is delivered again.
 const REDELIVER_AFTER: Duration = Duration::from_millis(500);

@@ -15,25 +15,11 @@ use ax_bus::{codec, AxClient};
 
 use crate::jetstream::publish;
 use crate::node::roles::Role;
-use crate::node::supervision;
+use crate::runtime::supervision;
 use crate::scheduler::partitions::Partitions;
 
 /// How often a node writes its heartbeat.
 pub(crate) const NODE_HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
-
-/// This machine's host name (empty when it cannot be read).
-pub(crate) fn host() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-/// The cores this process may use (at least one).
-pub(crate) fn cores() -> u32 {
-    std::thread::available_parallelism()
-        .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
-        .unwrap_or(1)
-}
 
 /// What `node` would write now (`router`: its Router's policy, when it runs one).
 pub(crate) fn status(
@@ -45,7 +31,7 @@ pub(crate) fn status(
 ) -> NodeStatus {
     NodeStatus {
         node: node.clone(),
-        host: host(),
+        host: crate::runtime::host::host(),
         pid: std::process::id(),
         roles: roles.iter().map(|r| r.as_str().to_string()).collect(),
         version: env!("CARGO_PKG_VERSION").to_string(),

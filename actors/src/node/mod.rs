@@ -2,14 +2,8 @@
 //! under a supervisor and the watchdog, with the node's helpers beside them (clock guard,
 //! heartbeat, alert webhook).
 
-pub(crate) mod clock;
-pub(crate) mod clock_guard;
 pub(crate) mod heartbeat;
-pub(crate) mod lease;
-pub(crate) mod progress;
 mod roles;
-pub(crate) mod supervision;
-pub(crate) mod watchdog;
 pub(crate) mod webhook;
 
 use std::collections::BTreeSet;
@@ -26,16 +20,17 @@ use ax_bus::AxClient;
 use crate::dag::DagCoordinator;
 use crate::reporter::Reporter;
 use crate::router::{Router, RouterConfig};
+use crate::runtime::clock::Clock;
+use crate::runtime::clock_guard::ClockGuard;
+use crate::runtime::watchdog::{OnStall, Supervisee, Watched, STALL_EXIT_CODE};
+use crate::runtime::{clock_guard, progress, watchdog};
 use crate::scheduler::partitions::Partitions;
 use crate::scheduler::Scheduler;
 use crate::worker::executor::Registry;
 use crate::worker::{WorkerConfig, WorkerSupervisor};
 use crate::ActorError;
 use crate::{dag, reporter, router, scheduler, worker};
-use clock::Clock;
-use clock_guard::ClockGuard;
 pub use roles::{parse_roles, Role, RoleError};
-use watchdog::{OnStall, Supervisee, Watched, STALL_EXIT_CODE};
 use webhook::{Feed, WebhookConfig};
 
 use crate::jetstream::publish;

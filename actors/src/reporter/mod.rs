@@ -27,8 +27,8 @@ use tokio::sync::{oneshot, Semaphore};
 use ax_bus::ids::{NodeId, TraceId};
 use ax_bus::AxClient;
 
-use crate::node::supervision::note_restart;
 use crate::outcome::{report, Outcome};
+use crate::runtime::supervision::note_restart;
 use crate::ActorError;
 use outbox::Outbox;
 
@@ -115,7 +115,7 @@ impl Actor for Reporter {
     }
 }
 
-crate::node::watchdog::answers_ping!(Reporter);
+crate::runtime::watchdog::answers_ping!(Reporter);
 
 impl Supervised for Reporter {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

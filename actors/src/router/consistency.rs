@@ -64,9 +64,7 @@ const READS_PER_CHECK: usize = 2048;
 const DETECTED_WITHIN_SECS: u64 = 30;
 const _: () = assert!(STRANDED_AFTER.as_secs() + 2 * CHECK_EVERY.as_secs() <= DETECTED_WITHIN_SECS);
 const _: () = assert!(
-    STRANDED_AFTER.as_secs()
-        + crate::scheduler::orphans::ORPHAN_GRACE.as_secs()
-        + 2 * CHECK_EVERY.as_secs()
+    STRANDED_AFTER.as_secs() + crate::outcome::ORPHAN_GRACE.as_secs() + 2 * CHECK_EVERY.as_secs()
         <= DETECTED_WITHIN_SECS + 15
 );
 
@@ -239,7 +237,7 @@ fn quiet_for(record: &InstanceRecord) -> Duration {
         && record.attempt == 1
         && record.run_start == 1;
     if untouched {
-        STRANDED_AFTER + crate::scheduler::orphans::ORPHAN_GRACE
+        STRANDED_AFTER + crate::outcome::ORPHAN_GRACE
     } else {
         STRANDED_AFTER
     }
@@ -382,7 +380,7 @@ async fn resume(
             crate::outcome::lost(client, node, &record.instance_id, &record.trace_id, worker).await
         }
         Step::Retry => {
-            crate::scheduler::run_retry(client, &record.instance_id, &record.trace_id).await
+            crate::outcome::run_retry(client, &record.instance_id, &record.trace_id).await
         }
     }
 }

@@ -38,7 +38,7 @@ use ax_bus::spec::Priority;
 
 use super::{consistency, in_flight, Dispatcher, Forget, Silent};
 use crate::jetstream::{consume, publish};
-use crate::node::lease::Lease;
+use crate::runtime::lease::Lease;
 use crate::ActorError;
 
 const LEASE: &str = "router-janitor";

@@ -40,7 +40,7 @@ use ax_bus::messages::{DispatchAck, WorkerInfo};
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
-use crate::node::supervision::{note_restart, spawn_pump};
+use crate::runtime::supervision::{note_restart, spawn_pump};
 use acks::{AckTracker, Pending};
 use ax_bus::routing::RoutingPolicy;
 pub(crate) use dispatch::Dispatcher;
@@ -149,7 +149,7 @@ impl Actor for Router {
     }
 }
 
-crate::node::watchdog::answers_ping!(Router);
+crate::runtime::watchdog::answers_ping!(Router);
 
 impl Supervised for Router {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

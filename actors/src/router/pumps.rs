@@ -19,7 +19,7 @@ use super::{
     split, Acknowledged, Choose, Dispatcher, QueueGate, Request, Target, WorkerNews, ACTOR,
 };
 use crate::jetstream::consume::{self, ConsumerSpec};
-use crate::node::progress;
+use crate::runtime::progress;
 use crate::ActorError;
 
 const BATCH: usize = 256;

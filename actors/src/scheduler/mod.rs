@@ -38,24 +38,22 @@ use std::time::Duration;
 use actix::prelude::*;
 use futures::StreamExt;
 
-use ax_bus::client::Updated;
 use ax_bus::error::During;
-use ax_bus::ids::{InstanceId, JobName, NodeId, TraceId};
-use ax_bus::msg_id;
+use ax_bus::ids::{InstanceId, JobName, NodeId};
 use ax_bus::partition::{self, PartitionId};
 use std::collections::HashMap;
 
 use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::instance::{State, Trigger};
-use ax_bus::messages::{AlertKind, JobRecord, ResultMessage, TickOutcome, TickRecord, WorkItem};
+use ax_bus::messages::{AlertKind, JobRecord, ResultMessage, TickOutcome, TickRecord};
 use ax_bus::spec::Misfire;
 use ax_bus::{codec, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
-use crate::node::clock::Clock;
-use crate::node::clock_guard::ClockGuard;
-use crate::node::progress;
-use crate::node::supervision::{guard, note_restart, spawn_pump};
+use crate::runtime::clock::Clock;
+use crate::runtime::clock_guard::ClockGuard;
+use crate::runtime::progress;
+use crate::runtime::supervision::{guard, note_restart, spawn_pump};
 use crate::ActorError;
 use creator::Creator;
 use graph::Graph;
@@ -298,7 +296,9 @@ impl Scheduler {
                 if let Some(wait) = wait {
                     tokio::time::sleep(wait).await;
                 }
-                if let Err(e) = run_retry(&client, &retry.instance_id, &retry.from_trace).await {
+                if let Err(e) =
+                    crate::outcome::run_retry(&client, &retry.instance_id, &retry.from_trace).await
+                {
                     tracing::warn!(instance = %retry.instance_id, error = %e, "retry not started; the result's redelivery will try again");
                 }
             });
@@ -380,7 +380,7 @@ impl Actor for Scheduler {
     }
 }
 
-crate::node::watchdog::answers_ping!(Scheduler);
+crate::runtime::watchdog::answers_ping!(Scheduler);
 
 impl Supervised for Scheduler {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
@@ -839,7 +839,7 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
         };
         let now = ax_bus::time::now();
         if due <= now {
-            match run_retry(&client, &result.instance_id, &result.trace_id).await {
+            match crate::outcome::run_retry(&client, &result.instance_id, &result.trace_id).await {
                 Ok(()) => {
                     consume::ack(&message).await;
                 }
@@ -860,38 +860,5 @@ async fn follow_retries(client: AxClient, addr: Addr<Scheduler>) -> Result<(), A
             .unwrap_or(Duration::from_secs(1));
         consume::nak(&message, backstop).await;
     }
-    Ok(())
-}
-
-/// Moves an instance from `waiting_retry` (attempt `from_trace`) to its next attempt and sends
-/// that attempt to the Router. Idempotent: once done, the transition is refused and nothing
-/// is sent again.
-pub(crate) async fn run_retry(
-    client: &AxClient,
-    instance_id: &InstanceId,
-    from_trace: &TraceId,
-) -> Result<(), ActorError> {
-    let new_trace = TraceId::random();
-    let record = match client
-        .update_instance(instance_id, |r| r.retried(from_trace, &new_trace))
-        .await?
-    {
-        Updated::Written(record, _) => *record,
-        Updated::Refused(_) | Updated::Missing => return Ok(()),
-    };
-    crate::metrics::metrics().retries.inc();
-    let Some((job, _)) = client.job(&record.job).await? else {
-        let why = "the job was deleted before its retry";
-        return crate::outcome::cancel_for_deleted_job(client, instance_id, &new_trace, why).await;
-    };
-    let work = WorkItem::for_attempt(&record, job.spec);
-    publish::to_stream_acked(
-        client,
-        client.subjects().ready(work.spec.priority),
-        &msg_id::ready(&work.trace_id),
-        &work,
-    )
-    .await?;
-    publish::event(client, &record).await;
     Ok(())
 }

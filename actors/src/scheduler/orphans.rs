@@ -34,11 +34,9 @@ use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, State, Tag};
 
 use crate::jetstream::publish;
+use crate::outcome::ORPHAN_GRACE;
 use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
-
-/// How long an instance may stay untouched after its creation before it counts as an orphan.
-pub(crate) const ORPHAN_GRACE: Duration = Duration::from_secs(15);
 
 /// What became of a watched instance.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@ pub(crate) mod failpoint;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::clock::{Clock, SystemClock};
+use crate::runtime::clock::{Clock, SystemClock};
 
 /// How long a worker holds each dispatch before starting it (`AX_TEST_STALL_SECS`): a worker
 /// that receives but does not acknowledge in time, for the Router's dispatch deadline.

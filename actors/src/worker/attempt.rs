@@ -27,9 +27,9 @@ use super::registered::Registered;
 use super::slots::Slots;
 use super::{Ended, IsRunning, Running, WorkerConfig, WorkerSupervisor, CLAIM_LEASE};
 use crate::jetstream::{consume, publish};
-use crate::node::clock_guard::ClockGuard;
 use crate::outcome::{report, Outcome};
 use crate::reporter::{HasPending, Record, Reporter};
+use crate::runtime::clock_guard::ClockGuard;
 
 /// What every attempt of this worker needs; cheap to clone.
 #[derive(Clone, Debug)]

@@ -60,9 +60,9 @@ use ax_bus::messages::{Reserved, RunningAttempt, WorkerInfo};
 use ax_bus::spec::Priority;
 use ax_bus::{codec, AxClient};
 
-use crate::node::clock_guard::ClockGuard;
-use crate::node::supervision::{note_restart, spawn_pump};
 use crate::reporter::Reporter;
+use crate::runtime::clock_guard::ClockGuard;
+use crate::runtime::supervision::{note_restart, spawn_pump};
 use attempt::Attempts;
 use contact::Contact;
 use executor::{ExecutorsConfig, Registry};
@@ -244,7 +244,7 @@ impl WorkerSupervisor {
         let Some(budget) = &mut self.budget else {
             return;
         };
-        let cores = crate::node::heartbeat::cores();
+        let cores = crate::runtime::host::cores();
         if let Some(pressure) = pressure::sample(cores) {
             budget.observe(pressure);
         }
@@ -276,8 +276,8 @@ impl WorkerSupervisor {
     fn heartbeat(&mut self) {
         let info = WorkerInfo {
             id: self.config.id.clone(),
-            host: crate::node::heartbeat::host(),
-            cores: crate::node::heartbeat::cores(),
+            host: crate::runtime::host::host(),
+            cores: crate::runtime::host::cores(),
             slots: self.slots.budget(),
             tags: self.config.tags.clone(),
             executors: self.executors.names(),
@@ -346,7 +346,7 @@ impl Actor for WorkerSupervisor {
     }
 }
 
-crate::node::watchdog::answers_ping!(WorkerSupervisor);
+crate::runtime::watchdog::answers_ping!(WorkerSupervisor);
 
 impl Supervised for WorkerSupervisor {
     fn restarting(&mut self, _ctx: &mut Self::Context) {

@@ -14,7 +14,7 @@ use super::attempt::Attempts;
 use super::slots::Permit;
 use super::{Cancel, ACTOR};
 use crate::jetstream::consume::{self, ConsumerSpec};
-use crate::node::progress::{self, Progressed};
+use crate::runtime::progress::{self, Progressed};
 use crate::ActorError;
 
 /// Stops attempts whose instance was cancelled (`ax.internal.cancel.<id>`, payload: trace id).

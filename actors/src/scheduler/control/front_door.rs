@@ -26,7 +26,7 @@ use ax_bus::error::During;
 use ax_bus::messages::{ControlReply, REPLY_TO_HEADER};
 use ax_bus::{codec, reply_to};
 
-use crate::node::progress::{self, Progressed};
+use crate::runtime::progress::{self, Progressed};
 use crate::ActorError;
 
 use super::Desk;

@@ -38,7 +38,7 @@ use ax_bus::{codec, AxClient};
 
 use super::assign::{self, Owner};
 use super::{lock, Applied, Ownership, SharedProgress, Start};
-use crate::node::clock_guard::ClockGuard;
+use crate::runtime::clock_guard::ClockGuard;
 use crate::ActorError;
 
 /// How often the keeper renews its member key and rebalances.

@@ -38,7 +38,7 @@ use ax_bus::ids::NodeId;
 use ax_bus::partition::PartitionId;
 use ax_bus::AxClient;
 
-use crate::node::clock_guard::ClockGuard;
+use crate::runtime::clock_guard::ClockGuard;
 use crate::scheduler::creator::InFlight;
 
 /// Where the fires of a partition start for its new owner.

@@ -38,7 +38,7 @@ pub(crate) struct Counters {
     pub restarts: AtomicU64,
     /// Times a pump ended and stopped the actor.
     pub pump_exits: AtomicU64,
-    /// Times it left a watchdog ping unanswered past the stall limit (see [`crate::node::watchdog`]).
+    /// Times it left a watchdog ping unanswered past the stall limit (see [`crate::runtime::watchdog`]).
     pub stalls: AtomicU64,
 }
 

@@ -1,13 +1,13 @@
 //! Stall detection: the other half of supervision.
 //!
-//! [`crate::node::supervision`] turns panics and ended pumps into restarts, but an actor can also stop
+//! [`crate::runtime::supervision`] turns panics and ended pumps into restarts, but an actor can also stop
 //! making progress without failing: a handler that blocks its thread (a deadlock, a blocking
 //! call) or a pump whose awaited future never ends. actix notices neither. Every actor owns its
 //! state and changes it only in its handlers, so the watchdog measures progress in two places,
 //! each second:
 //! - it sends every actor a [`Ping`]; one that has not answered within the stall limit has a
 //!   handler running past its limit (or a blocked thread);
-//! - it reads every pump's [`crate::node::progress`] — a pump working on one message
+//! - it reads every pump's [`crate::runtime::progress`] — a pump working on one message
 //!   for longer than the limit hangs, and so does one that has waited longer than the limit on a
 //!   source with messages pending (its consumer's `num_pending`).
 //!
@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use crate::node::progress::{self, PumpState, Source};
-use crate::node::supervision::{counters_of, start_supervised};
+use crate::runtime::progress::{self, PumpState, Source};
+use crate::runtime::supervision::{counters_of, start_supervised};
 
 /// How often every actor is pinged.
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
@@ -52,10 +52,10 @@ pub struct Ping;
 /// Makes `$actor` answer [`Ping`].
 macro_rules! answers_ping {
     ($actor:ty) => {
-        impl actix::Handler<$crate::node::watchdog::Ping> for $actor {
+        impl actix::Handler<$crate::runtime::watchdog::Ping> for $actor {
             type Result = ();
 
-            fn handle(&mut self, _: $crate::node::watchdog::Ping, _: &mut Self::Context) {}
+            fn handle(&mut self, _: $crate::runtime::watchdog::Ping, _: &mut Self::Context) {}
         }
     };
 }
@@ -316,7 +316,7 @@ mod tests {
     }
 
     impl Supervised for Sleepy {}
-    crate::node::watchdog::answers_ping!(Sleepy);
+    crate::runtime::watchdog::answers_ping!(Sleepy);
 
     #[derive(Message)]
     #[rtype(result = "()")]

@@ -1,7 +1,7 @@
 //! Pump progress: what the watchdog reads to tell a pump that waits from one that hangs.
 //!
 //! Every actor's state changes only in its message handlers, so a handler that blocks shows up
-//! as a ping left unanswered (see [`crate::node::watchdog`]). What a ping cannot see is a pump
+//! as a ping left unanswered (see [`crate::runtime::watchdog`]). What a ping cannot see is a pump
 //! — the future that reads a stream and delivers its messages to the actor — that hangs while
 //! the mailbox still answers: a subscription that never yields again, an await that never
 //! ends. Each pump therefore reports where it is through a [`Pump`] handle:

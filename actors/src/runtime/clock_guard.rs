@@ -26,7 +26,7 @@ use ax_bus::messages::AlertKind;
 use ax_bus::AxClient;
 
 use crate::jetstream::publish;
-use crate::node::clock::Clock;
+use crate::runtime::clock::Clock;
 use crate::ActorError;
 
 /// The limit when the config sets none.

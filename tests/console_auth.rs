@@ -236,7 +236,12 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
     // The operator's re-run of a whole business date waits for an admin: the approvals page
     // lists it.
     let ops_token = dir.path().join("ops.token");
-    let (record, _) = up.client.instance(&id.parse().unwrap()).await.unwrap().unwrap();
+    let (record, _) = up
+        .client
+        .instance(&id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     let out = ax(
         &up.nats,
         &[

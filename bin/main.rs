@@ -83,118 +83,19 @@ async fn run(cli: Cli) -> Result<()> {
     let nats = cli.nats.as_deref();
     let json = cli.json;
     let prefix = cli.prefix.as_str();
-    let token_file = cli.token_file.clone();
-    let client = || connect::connect(nats, prefix, token_file.as_deref());
+    let to = Connect {
+        nats,
+        prefix,
+        token_file: cli.token_file.clone(),
+    };
+    let client = || to.client();
     // The long-running commands' futures are boxed: inline beside every other command's, they
     // made this future's poll frame large enough to overflow the main thread's stack (debug).
     match cli.command {
+        Command::Job(command) => Box::pin(job(command, &to, json)).await,
+        Command::Instance(command) => Box::pin(instance(command, &to, json)).await,
         Command::Up(args) => Box::pin(up::run(args, nats, prefix)).await,
         Command::Node(args) => Box::pin(node_cmd::run(args, nats, prefix)).await,
-        Command::Job(JobCommand::Apply { files }) => {
-            let found = jobs::load_or_report(&files)?;
-            jobs::apply(&client().await?, found, json).await
-        }
-        Command::Job(JobCommand::List) => jobs::list(&client().await?, json).await,
-        Command::Job(JobCommand::Get { name }) => jobs::get(&client().await?, &name, json).await,
-        Command::Job(JobCommand::Delete { name }) => {
-            jobs::command(&client().await?, commands::DELETE, &name, json).await
-        }
-        Command::Job(JobCommand::Pause { name }) => {
-            jobs::command(&client().await?, commands::PAUSE, &name, json).await
-        }
-        Command::Job(JobCommand::Resume { name }) => {
-            jobs::command(&client().await?, commands::RESUME, &name, json).await
-        }
-        Command::Job(JobCommand::Run(args)) => {
-            if local::run(args, json).await? {
-                Ok(())
-            } else {
-                anyhow::bail!("the attempt failed")
-            }
-        }
-        Command::Job(JobCommand::Init { name, kind, out }) => local::init(&name, &kind, out),
-        Command::Job(JobCommand::History { name, limit }) => {
-            jobs::history(&client().await?, &name, limit, json).await
-        }
-        Command::Job(JobCommand::Trigger {
-            name,
-            biz_date,
-            key,
-            at,
-            delay,
-            params,
-        }) => {
-            let when = jobs::When { at, delay };
-            jobs::trigger(
-                &client().await?,
-                &name,
-                biz_date,
-                key.as_ref(),
-                when,
-                &params,
-                json,
-            )
-            .await
-        }
-        Command::Instance(InstanceCommand::List {
-            job,
-            biz_date,
-            since,
-            until,
-            state,
-            tag,
-            limit,
-            all,
-            ids,
-        }) => {
-            let filter = instances::Filter {
-                job,
-                biz_date,
-                since,
-                until,
-                state,
-                tag,
-                limit: (!all).then_some(limit),
-            };
-            instances::list(&client().await?, &filter, json, ids).await
-        }
-        Command::Instance(InstanceCommand::Get { id }) => {
-            instances::get(&client().await?, &id, json).await
-        }
-        Command::Instance(InstanceCommand::Logs {
-            id,
-            attempt,
-            follow,
-            raw,
-        }) => {
-            let how = instances::LogsHow { follow, raw, json };
-            instances::logs(&client().await?, &id, attempt, how).await
-        }
-        Command::Instance(InstanceCommand::History { id }) => {
-            instances::history(&client().await?, &id, json).await
-        }
-        Command::Instance(InstanceCommand::Cancel { id, reason }) => {
-            instances::act(&client().await?, commands::CANCEL, id, reason, json).await
-        }
-        Command::Instance(InstanceCommand::Mark {
-            id,
-            success,
-            failed: _,
-            reason,
-        }) => instances::mark(&client().await?, id, success, reason, json).await,
-        Command::Instance(InstanceCommand::Report {
-            id,
-            success,
-            failed: _,
-            message,
-            output,
-        }) => instances::report(&client().await?, id, success, message, output, json).await,
-        Command::Instance(InstanceCommand::Kill { id, reason }) => {
-            instances::act(&client().await?, commands::KILL, id, reason, json).await
-        }
-        Command::Instance(InstanceCommand::Buckets { set }) => {
-            instances::buckets(&client().await?, set, json).await
-        }
         Command::Bench { quick, only } => Box::pin(bench::run(quick, &only, json)).await,
         Command::Nodes => fleet::nodes(&client().await?, json).await,
         Command::Leaders { spread } => fleet::leaders(&client().await?, spread, json).await,
@@ -249,6 +150,132 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Tail(TailCommand::Results { job }) => {
             instances::tail_results(&client().await?, job.as_ref()).await
         }
+    }
+}
+
+/// How a command reaches NATS, when it needs to.
+struct Connect<'a> {
+    nats: Option<&'a str>,
+    prefix: &'a str,
+    token_file: Option<std::path::PathBuf>,
+}
+
+impl Connect<'_> {
+    async fn client(&self) -> Result<ax_bus::AxClient> {
+        connect::connect(self.nats, self.prefix, self.token_file.as_deref()).await
+    }
+}
+
+/// `ax job …`.
+async fn job(command: JobCommand, to: &Connect<'_>, json: bool) -> Result<()> {
+    let client = || to.client();
+    match command {
+        JobCommand::Apply { files } => {
+            let found = jobs::load_or_report(&files)?;
+            jobs::apply(&client().await?, found, json).await
+        }
+        JobCommand::List => jobs::list(&client().await?, json).await,
+        JobCommand::Get { name } => jobs::get(&client().await?, &name, json).await,
+        JobCommand::Delete { name } => {
+            jobs::command(&client().await?, commands::DELETE, &name, json).await
+        }
+        JobCommand::Pause { name } => {
+            jobs::command(&client().await?, commands::PAUSE, &name, json).await
+        }
+        JobCommand::Resume { name } => {
+            jobs::command(&client().await?, commands::RESUME, &name, json).await
+        }
+        JobCommand::Run(args) => {
+            if local::run(args, json).await? {
+                Ok(())
+            } else {
+                anyhow::bail!("the attempt failed")
+            }
+        }
+        JobCommand::Init { name, kind, out } => local::init(&name, &kind, out),
+        JobCommand::History { name, limit } => {
+            jobs::history(&client().await?, &name, limit, json).await
+        }
+        JobCommand::Trigger {
+            name,
+            biz_date,
+            key,
+            at,
+            delay,
+            params,
+        } => {
+            let when = jobs::When { at, delay };
+            jobs::trigger(
+                &client().await?,
+                &name,
+                biz_date,
+                key.as_ref(),
+                when,
+                &params,
+                json,
+            )
+            .await
+        }
+    }
+}
+
+/// `ax instance …`.
+async fn instance(command: InstanceCommand, to: &Connect<'_>, json: bool) -> Result<()> {
+    let client = || to.client();
+    match command {
+        InstanceCommand::List {
+            job,
+            biz_date,
+            since,
+            until,
+            state,
+            tag,
+            limit,
+            all,
+            ids,
+        } => {
+            let filter = instances::Filter {
+                job,
+                biz_date,
+                since,
+                until,
+                state,
+                tag,
+                limit: (!all).then_some(limit),
+            };
+            instances::list(&client().await?, &filter, json, ids).await
+        }
+        InstanceCommand::Get { id } => instances::get(&client().await?, &id, json).await,
+        InstanceCommand::Logs {
+            id,
+            attempt,
+            follow,
+            raw,
+        } => {
+            let how = instances::LogsHow { follow, raw, json };
+            instances::logs(&client().await?, &id, attempt, how).await
+        }
+        InstanceCommand::History { id } => instances::history(&client().await?, &id, json).await,
+        InstanceCommand::Cancel { id, reason } => {
+            instances::act(&client().await?, commands::CANCEL, id, reason, json).await
+        }
+        InstanceCommand::Mark {
+            id,
+            success,
+            failed: _,
+            reason,
+        } => instances::mark(&client().await?, id, success, reason, json).await,
+        InstanceCommand::Report {
+            id,
+            success,
+            failed: _,
+            message,
+            output,
+        } => instances::report(&client().await?, id, success, message, output, json).await,
+        InstanceCommand::Kill { id, reason } => {
+            instances::act(&client().await?, commands::KILL, id, reason, json).await
+        }
+        InstanceCommand::Buckets { set } => instances::buckets(&client().await?, set, json).await,
     }
 }
 

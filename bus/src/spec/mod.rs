@@ -631,10 +631,23 @@ pub fn validate_spec(job: &JobSpec) -> Vec<SpecError> {
     errors
 }
 
-/// Every rule of `job`, each naming its field. Long on purpose: one independent rule after
-/// another, in the order of the spec's fields (docs/job-spec.md), so that a reader checks the
-/// documentation against it line by line.
+/// Every rule of `job`, each naming its field: one independent rule after another, a function
+/// a section of the spec, in the order of its fields (docs/job-spec.md), so that a reader
+/// checks the documentation against them line by line.
 fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
+    validate_name_and_time(job, errors);
+    validate_deps(job, errors);
+    validate_exec(job, errors);
+    validate_param_names(job, errors);
+    validate_retry(job, errors);
+    validate_lifetimes(job, errors);
+    validate_datasets(job, errors);
+    validate_shape(job, errors);
+    validate_waits(job, errors);
+}
+
+/// The document's size, the name, when it fires (`at` or `cron`) and in which time zone.
+fn validate_name_and_time(job: &JobSpec, errors: &mut Vec<SpecError>) {
     let size = serde_json::to_vec(job).map_or(usize::MAX, |v| v.len());
     if size > MAX_SPEC_BYTES {
         errors.push(SpecError::new(
@@ -686,8 +699,10 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             ),
         ));
     }
-    validate_deps(job, errors);
-    validate_exec(job, errors);
+}
+
+/// The params' names.
+fn validate_param_names(job: &JobSpec, errors: &mut Vec<SpecError>) {
     for name in job.params.keys() {
         if !is_valid_param_name(name) {
             errors.push(SpecError::new(
@@ -696,6 +711,10 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             ));
         }
     }
+}
+
+/// `retry`: how often, how long between, how much jitter.
+fn validate_retry(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if let Some(retry) = &job.retry {
         if retry.times > MAX_RETRY_TIMES {
             errors.push(SpecError::new(
@@ -734,6 +753,10 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             ));
         }
     }
+}
+
+/// `timeout`, `lease` and `retention`: each within its bounds.
+fn validate_lifetimes(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if job.timeout == Some(0) {
         errors.push(SpecError::new("job.timeout", "must be at least 1 second"));
     }
@@ -752,6 +775,10 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         ));
     }
     at_most(errors, "job.retention", job.retention, MAX_RETENTION_SECS);
+}
+
+/// What the job produces and consumes, what runs it (`on_datasets`, `rerun`) and how fresh its outputs must be.
+fn validate_datasets(job: &JobSpec, errors: &mut Vec<SpecError>) {
     for (uri, secs) in &job.freshness {
         let field = format!("job.freshness.{uri}");
         if !job.produces.contains(uri) {
@@ -806,6 +833,10 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
             }
         }
     }
+}
+
+/// How an attempt ends on its timeout, and how it spreads (`shards`, `broadcast`).
+fn validate_shape(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if let Some(grace) = job.on_timeout.grace {
         if grace > MAX_TIMEOUT_GRACE_SECS {
             errors.push(SpecError::new(
@@ -832,6 +863,10 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
         )),
         _ => {}
     }
+}
+
+/// How long it waits for its dependencies, how far back it catches up, its params' size and its tags.
+fn validate_waits(job: &JobSpec, errors: &mut Vec<SpecError>) {
     if job.deps_timeout == Some(0) {
         errors.push(SpecError::new(
             "job.deps_timeout",

@@ -157,168 +157,40 @@ impl Metrics {
             "ax's version",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
-        let fire_lateness = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        registry.register_with_unit(
-            "fire_lateness",
-            "From an instance's expected time to its hand-off by the Scheduler",
-            Unit::Seconds,
-            fire_lateness.clone(),
-        );
-        let execution_duration = Histogram::new(exponential_buckets(0.01, 4.0, 12));
-        registry.register_with_unit(
-            "execution_duration",
-            "How long attempts ran on this worker, from start to end",
-            Unit::Seconds,
-            execution_duration.clone(),
-        );
-        let attempts_finished = Family::<Finished, Counter>::default();
-        registry.register(
-            "attempts_finished",
-            "Attempts that ended on this worker, by outcome and tag",
-            attempts_finished.clone(),
-        );
-        let trigger_latency = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        registry.register_with_unit(
-            "trigger_latency",
-            "From when a first attempt became due (its instant, its acceptance, or its release by dependencies or data) to its start on this worker; backfills left out",
-            Unit::Seconds,
-            trigger_latency.clone(),
-        );
-        let dispatch_to_ack = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
-        registry.register_with_unit(
-            "dispatch_to_ack",
-            "From a dispatch's storing to its worker's acknowledgement",
-            Unit::Seconds,
-            dispatch_to_ack.clone(),
-        );
-        let retries = Counter::default();
-        registry.register(
-            "retries",
-            "Retries started by this node's Scheduler",
-            retries.clone(),
-        );
-        let dead_letters = Family::<Kind, Counter>::default();
-        registry.register(
-            "dead_letters",
-            "Dead letters this node stored, by kind",
-            dead_letters.clone(),
-        );
-        let gauge = |registry: &mut Registry, name: &str, help: &str| {
-            let gauge = Gauge::default();
-            registry.register(name, help, gauge.clone());
-            gauge
-        };
-        let wheel_timers = gauge(
-            registry,
-            "wheel_timers",
-            "Timers pending in this node's Scheduler's wheel",
-        );
-        let partitions_owned = gauge(
-            registry,
-            "partitions_owned",
-            "Partitions of the cron jobs this node's Scheduler owns",
-        );
-        let partition_handovers = Family::<Kind, Counter>::default();
-        registry.register(
-            "partition_handovers",
-            "Partition handovers of this node's Scheduler, by kind (taken, released, lost)",
-            partition_handovers.clone(),
-        );
-        let deps_waiting = gauge(
-            registry,
-            "deps_waiting",
-            "Instances this node's DagCoordinator holds for their dependencies",
-        );
-        let datasets_late = gauge(
-            registry,
-            "datasets_late",
-            "Datasets whose update for a business date is late (freshness), on the leading DagCoordinator",
-        );
-        let outbox_unreported = gauge(
-            registry,
-            "outbox_unreported",
-            "Outcomes this worker's outbox holds that are not reported yet",
-        );
-        let worker_slots = gauge(
-            registry,
-            "worker_slots",
-            "This worker's slots now: its adaptive budget, or the fixed count",
-        );
-        let worker_load_per_core = Gauge::<f64, AtomicU64>::default();
-        registry.register(
-            "worker_load_per_core",
-            "Runnable tasks per core, as this worker's adaptive budget last read them",
-            worker_load_per_core.clone(),
-        );
-        let worker_budget_changes = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "worker_budget_changes",
-            "Decisions of this worker's adaptive budget that changed its slots, by reason",
-            worker_budget_changes.clone(),
-        );
-        let workers_live = gauge(
-            registry,
-            "workers_live",
-            "Workers with a recent heartbeat, as the janitor's Router sees them",
-        );
-        let clock_offset = Gauge::<f64, AtomicU64>::default();
-        registry.register_with_unit(
-            "clock_offset",
-            "This node's clock minus the NATS server's, as last measured",
-            Unit::Seconds,
-            clock_offset.clone(),
-        );
-        let backlog_waiting = Family::<PriorityLabel, Gauge>::default();
-        registry.register(
-            "backlog_waiting",
-            "Work waiting per priority (ready queue and workers' queues), as the backlog control read it",
-            backlog_waiting.clone(),
-        );
-        let backlog_workers = Family::<PriorityLabel, Gauge>::default();
-        registry.register(
-            "backlog_workers",
-            "Workers consuming each priority, as the backlog control read them",
-            backlog_workers.clone(),
-        );
-        let data_dir_bytes = Gauge::default();
-        registry.register_with_unit(
-            "data_dir",
-            "Bytes in the node's data directory, read when scraped",
-            Unit::Bytes,
-            data_dir_bytes.clone(),
-        );
-        let queue_pending = Family::<QueueLabel, Gauge>::default();
-        registry.register(
-            "queue_pending",
-            "Messages waiting in a queue, not yet delivered to a consumer",
-            queue_pending.clone(),
-        );
-        let queue_ack_pending = Family::<QueueLabel, Gauge>::default();
-        registry.register(
-            "queue_ack_pending",
-            "Messages of a queue delivered and not yet acknowledged",
-            queue_ack_pending.clone(),
-        );
-        let day_ended = Family::<DayState, Gauge>::default();
-        registry.register(
-            "day_ended",
-            "Instances' endings on the latest summarized day by final state, as ax status counts them (a re-run that ends counts again)",
-            day_ended.clone(),
-        );
-        let day_trigger_latency = Family::<Day, Gauge<f64, AtomicU64>>::default();
-        registry.register_with_unit(
-            "day_trigger_latency_average",
-            "Average trigger latency of the first attempts that ended on the latest summarized day, as ax status gives it",
-            Unit::Seconds,
-            day_trigger_latency.clone(),
-        );
-        let day_longest_run = Family::<Day, Gauge<f64, AtomicU64>>::default();
-        registry.register_with_unit(
-            "day_longest_run",
-            "The longest attempt that ended on the latest summarized day, as ax status gives it",
-            Unit::Seconds,
-            day_longest_run.clone(),
-        );
+        let Attempts {
+            fire_lateness,
+            execution_duration,
+            attempts_finished,
+            trigger_latency,
+            dispatch_to_ack,
+            retries,
+            dead_letters,
+        } = Attempts::register(registry);
+        let Actors {
+            wheel_timers,
+            partitions_owned,
+            partition_handovers,
+            deps_waiting,
+            datasets_late,
+            outbox_unreported,
+        } = Actors::register(registry);
+        let Workers {
+            worker_slots,
+            worker_load_per_core,
+            worker_budget_changes,
+            workers_live,
+            clock_offset,
+            backlog_waiting,
+            backlog_workers,
+            data_dir_bytes,
+        } = Workers::register(registry);
+        let Reads {
+            queue_pending,
+            queue_ack_pending,
+            day_ended,
+            day_trigger_latency,
+            day_longest_run,
+        } = Reads::register(registry);
         registry.register_collector(Box::new(ActorCollector));
         Self {
             registry: root,
@@ -421,6 +293,265 @@ impl Metrics {
             .inc();
         if let Some(seconds) = seconds {
             self.execution_duration.observe(seconds.max(0.0));
+        }
+    }
+}
+
+/// A gauge registered as `name` with `help`.
+fn registered_gauge(registry: &mut Registry, name: &str, help: &str) -> Gauge {
+    let gauge = Gauge::default();
+    registry.register(name, help, gauge.clone());
+    gauge
+}
+/// The families of what becomes of attempts: their lateness, run time, ends, latency, acknowledgements, retries and dead letters.
+struct Attempts {
+    fire_lateness: Histogram,
+    execution_duration: Histogram,
+    attempts_finished: Family<Finished, Counter>,
+    trigger_latency: Histogram,
+    dispatch_to_ack: Histogram,
+    retries: Counter,
+    dead_letters: Family<Kind, Counter>,
+}
+
+impl Attempts {
+    fn register(r: &mut Registry) -> Self {
+        let fire_lateness = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        r.register_with_unit(
+            "fire_lateness",
+            "From an instance's expected time to its hand-off by the Scheduler",
+            Unit::Seconds,
+            fire_lateness.clone(),
+        );
+        let execution_duration = Histogram::new(exponential_buckets(0.01, 4.0, 12));
+        r.register_with_unit(
+            "execution_duration",
+            "How long attempts ran on this worker, from start to end",
+            Unit::Seconds,
+            execution_duration.clone(),
+        );
+        let attempts_finished = Family::<Finished, Counter>::default();
+        r.register(
+            "attempts_finished",
+            "Attempts that ended on this worker, by outcome and tag",
+            attempts_finished.clone(),
+        );
+        let trigger_latency = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        r.register_with_unit(
+            "trigger_latency",
+            "From when a first attempt became due (its instant, its acceptance, or its release by dependencies or data) to its start on this worker; backfills left out",
+            Unit::Seconds,
+            trigger_latency.clone(),
+        );
+        let dispatch_to_ack = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        r.register_with_unit(
+            "dispatch_to_ack",
+            "From a dispatch's storing to its worker's acknowledgement",
+            Unit::Seconds,
+            dispatch_to_ack.clone(),
+        );
+        let retries = Counter::default();
+        r.register(
+            "retries",
+            "Retries started by this node's Scheduler",
+            retries.clone(),
+        );
+        let dead_letters = Family::<Kind, Counter>::default();
+        r.register(
+            "dead_letters",
+            "Dead letters this node stored, by kind",
+            dead_letters.clone(),
+        );
+        Self {
+            fire_lateness,
+            execution_duration,
+            attempts_finished,
+            trigger_latency,
+            dispatch_to_ack,
+            retries,
+            dead_letters,
+        }
+    }
+}
+
+/// The families of what the Scheduler, the DagCoordinator and the Reporter hold.
+struct Actors {
+    wheel_timers: Gauge,
+    partitions_owned: Gauge,
+    partition_handovers: Family<Kind, Counter>,
+    deps_waiting: Gauge,
+    datasets_late: Gauge,
+    outbox_unreported: Gauge,
+}
+
+impl Actors {
+    fn register(r: &mut Registry) -> Self {
+        let wheel_timers = registered_gauge(
+            r,
+            "wheel_timers",
+            "Timers pending in this node's Scheduler's wheel",
+        );
+        let partitions_owned = registered_gauge(
+            r,
+            "partitions_owned",
+            "Partitions of the cron jobs this node's Scheduler owns",
+        );
+        let partition_handovers = Family::<Kind, Counter>::default();
+        r.register(
+            "partition_handovers",
+            "Partition handovers of this node's Scheduler, by kind (taken, released, lost)",
+            partition_handovers.clone(),
+        );
+        let deps_waiting = registered_gauge(
+            r,
+            "deps_waiting",
+            "Instances this node's DagCoordinator holds for their dependencies",
+        );
+        let datasets_late = registered_gauge(
+            r,
+            "datasets_late",
+            "Datasets whose update for a business date is late (freshness), on the leading DagCoordinator",
+        );
+        let outbox_unreported = registered_gauge(
+            r,
+            "outbox_unreported",
+            "Outcomes this worker's outbox holds that are not reported yet",
+        );
+        Self {
+            wheel_timers,
+            partitions_owned,
+            partition_handovers,
+            deps_waiting,
+            datasets_late,
+            outbox_unreported,
+        }
+    }
+}
+
+/// The families of the workers' slots and budget, the fleet, the clock, the backlog and the node's disk.
+struct Workers {
+    worker_slots: Gauge,
+    worker_load_per_core: Gauge<f64, AtomicU64>,
+    worker_budget_changes: Family<ReasonLabel, Counter>,
+    workers_live: Gauge,
+    clock_offset: Gauge<f64, AtomicU64>,
+    backlog_waiting: Family<PriorityLabel, Gauge>,
+    backlog_workers: Family<PriorityLabel, Gauge>,
+    data_dir_bytes: Gauge,
+}
+
+impl Workers {
+    fn register(r: &mut Registry) -> Self {
+        let worker_slots = registered_gauge(
+            r,
+            "worker_slots",
+            "This worker's slots now: its adaptive budget, or the fixed count",
+        );
+        let worker_load_per_core = Gauge::<f64, AtomicU64>::default();
+        r.register(
+            "worker_load_per_core",
+            "Runnable tasks per core, as this worker's adaptive budget last read them",
+            worker_load_per_core.clone(),
+        );
+        let worker_budget_changes = Family::<ReasonLabel, Counter>::default();
+        r.register(
+            "worker_budget_changes",
+            "Decisions of this worker's adaptive budget that changed its slots, by reason",
+            worker_budget_changes.clone(),
+        );
+        let workers_live = registered_gauge(
+            r,
+            "workers_live",
+            "Workers with a recent heartbeat, as the janitor's Router sees them",
+        );
+        let clock_offset = Gauge::<f64, AtomicU64>::default();
+        r.register_with_unit(
+            "clock_offset",
+            "This node's clock minus the NATS server's, as last measured",
+            Unit::Seconds,
+            clock_offset.clone(),
+        );
+        let backlog_waiting = Family::<PriorityLabel, Gauge>::default();
+        r.register(
+            "backlog_waiting",
+            "Work waiting per priority (ready queue and workers' queues), as the backlog control read it",
+            backlog_waiting.clone(),
+        );
+        let backlog_workers = Family::<PriorityLabel, Gauge>::default();
+        r.register(
+            "backlog_workers",
+            "Workers consuming each priority, as the backlog control read them",
+            backlog_workers.clone(),
+        );
+        let data_dir_bytes = Gauge::default();
+        r.register_with_unit(
+            "data_dir",
+            "Bytes in the node's data directory, read when scraped",
+            Unit::Bytes,
+            data_dir_bytes.clone(),
+        );
+        Self {
+            worker_slots,
+            worker_load_per_core,
+            worker_budget_changes,
+            workers_live,
+            clock_offset,
+            backlog_waiting,
+            backlog_workers,
+            data_dir_bytes,
+        }
+    }
+}
+
+/// The families of what is read when scraped: the queues' depths and the day's figures.
+struct Reads {
+    queue_pending: Family<QueueLabel, Gauge>,
+    queue_ack_pending: Family<QueueLabel, Gauge>,
+    day_ended: Family<DayState, Gauge>,
+    day_trigger_latency: Family<Day, Gauge<f64, AtomicU64>>,
+    day_longest_run: Family<Day, Gauge<f64, AtomicU64>>,
+}
+
+impl Reads {
+    fn register(r: &mut Registry) -> Self {
+        let queue_pending = Family::<QueueLabel, Gauge>::default();
+        r.register(
+            "queue_pending",
+            "Messages waiting in a queue, not yet delivered to a consumer",
+            queue_pending.clone(),
+        );
+        let queue_ack_pending = Family::<QueueLabel, Gauge>::default();
+        r.register(
+            "queue_ack_pending",
+            "Messages of a queue delivered and not yet acknowledged",
+            queue_ack_pending.clone(),
+        );
+        let day_ended = Family::<DayState, Gauge>::default();
+        r.register(
+            "day_ended",
+            "Instances' endings on the latest summarized day by final state, as ax status counts them (a re-run that ends counts again)",
+            day_ended.clone(),
+        );
+        let day_trigger_latency = Family::<Day, Gauge<f64, AtomicU64>>::default();
+        r.register_with_unit(
+            "day_trigger_latency_average",
+            "Average trigger latency of the first attempts that ended on the latest summarized day, as ax status gives it",
+            Unit::Seconds,
+            day_trigger_latency.clone(),
+        );
+        let day_longest_run = Family::<Day, Gauge<f64, AtomicU64>>::default();
+        r.register_with_unit(
+            "day_longest_run",
+            "The longest attempt that ended on the latest summarized day, as ax status gives it",
+            Unit::Seconds,
+            day_longest_run.clone(),
+        );
+        Self {
+            queue_pending,
+            queue_ack_pending,
+            day_ended,
+            day_trigger_latency,
+            day_longest_run,
         }
     }
 }

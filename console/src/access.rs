@@ -149,7 +149,9 @@ enum Does {
 }
 
 /// Every state-changing route, by method and path (`{}` one segment). A change not listed
-/// needs an admin: a route added without a line here is closed, not open, to operators.
+/// needs an admin: a route added without a line here is closed, not open, to operators — and
+/// a unit test fails until the line is written (every change route the server registers has
+/// one, every line a route).
 const CHANGES: &[(&str, &str, Does)] = &[
     ("POST", "/api/v1/jobs", Does::Command(Command::Apply)),
     ("DELETE", "/api/v1/jobs/{}", Does::Command(Command::Delete)),
@@ -493,6 +495,79 @@ mod tests {
             ("POST", "/api/v1/new-thing"),
         ] {
             assert_eq!(needed(admin.0, admin.1), Role::Admin, "{admin:?}");
+        }
+    }
+
+    /// The `(method, path)` of every state-changing route the console's sources register
+    /// (a path given to `route` with a POST, PUT, DELETE or PATCH), read from the sources.
+    fn registered_changes() -> Vec<(String, String)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(std::fs::read_to_string(&path).unwrap());
+                }
+            }
+        }
+        let mut sources = Vec::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut sources,
+        );
+        let mut routes = Vec::new();
+        for source in &sources {
+            for piece in source.split(".route(").skip(1) {
+                let mut quoted = piece.splitn(3, '"');
+                let (Some(_), Some(path)) = (quoted.next(), quoted.next()) else {
+                    continue;
+                };
+                let rest = quoted.next().unwrap_or_default();
+                let method = ["post", "put", "delete", "patch"].into_iter().find(|m| {
+                    rest.trim_start_matches([',', ' ', '\n'])
+                        .starts_with(&format!("web::{m}()"))
+                });
+                if let Some(method) = method {
+                    routes.push((method.to_uppercase(), path.to_string()));
+                }
+            }
+        }
+        routes
+    }
+
+    /// Whether a table line's pattern covers a registered route's: a `{name}` of the route
+    /// stands for any segment of the line (one of its actions, or any), a literal only for
+    /// itself.
+    fn covers(line: &str, route: &str) -> bool {
+        let (line, route): (Vec<&str>, Vec<&str>) =
+            (line.split('/').collect(), route.split('/').collect());
+        line.len() == route.len()
+            && line.iter().zip(&route).all(|(l, r)| {
+                (r.starts_with('{') && r.ends_with('}')) || (*l == "{}" && !r.is_empty()) || l == r
+            })
+    }
+
+    #[test]
+    fn every_change_route_has_its_line_in_the_table_and_every_line_a_route() {
+        let routes = registered_changes();
+        assert!(routes.len() > 20, "{routes:?}");
+        for (method, route) in &routes {
+            if public(route) {
+                continue;
+            }
+            assert!(
+                CHANGES.iter().any(|(m, line, _)| m == method && covers(line, route)),
+                "{method} {route} is registered but has no line in CHANGES: say which command it sends"
+            );
+        }
+        for (m, line, _) in CHANGES {
+            assert!(
+                routes
+                    .iter()
+                    .any(|(method, route)| m == method && covers(line, route)),
+                "{m} {line} is in CHANGES but no route has it"
+            );
         }
     }
 

@@ -207,6 +207,34 @@ pub fn needs_approval(request: &RerunRequest) -> bool {
 mod tests {
     use super::*;
 
+    /// docs/protocol.md's command table has a row for every command, with the role
+    /// [`role_of`] gives it, and no row for a command that does not exist.
+    #[test]
+    fn the_protocols_command_table_is_the_commands_with_their_roles() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol.md"),
+        )
+        .unwrap();
+        let table = doc
+            .split("| command | role (with `[auth]`) | payload |")
+            .nth(1)
+            .and_then(|t| t.split("\n\n").next())
+            .expect("the command table");
+        let mut documented = std::collections::BTreeMap::new();
+        for row in table.lines().skip(2) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let role = cells[2].split_whitespace().next().unwrap_or_default();
+            for name in cells[1].split(", ") {
+                documented.insert(name.trim_matches('`').to_string(), role.to_string());
+            }
+        }
+        let commands: std::collections::BTreeMap<String, String> = Command::ALL
+            .iter()
+            .map(|c| (c.name().to_string(), role_of(*c).as_str().to_string()))
+            .collect();
+        assert_eq!(documented, commands);
+    }
+
     #[test]
     fn roles_parse_by_name_and_order_by_power() {
         for role in Role::ALL {

@@ -165,21 +165,7 @@ async fn checked(
     request: ServiceRequest,
     next: Next<BoxBody>,
 ) -> Result<ServiceResponse<EitherBody<BoxBody>>, actix_web::Error> {
-    // The authority the request was sent to, never a forwarding header a page could set
-    // itself: the target's when it has one (absolute-form, or HTTP/2's `:authority`), which
-    // wins over `Host` (RFC 9112 §3.2.2), else the `Host` the browser sent.
-    let host = request
-        .uri()
-        .authority()
-        .map(|a| a.to_string())
-        .or_else(|| {
-            request
-                .headers()
-                .get(header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        })
-        .unwrap_or_default();
+    let host = target_host(&request);
     let gate = request
         .app_data::<web::Data<State>>()
         .map(|state| state.gate.clone())
@@ -227,53 +213,87 @@ async fn checked(
             }
             response.map_into_left_body()
         }
-        Err(denied) => {
-            tracing::info!(reason = %denied, "request refused");
-            access::audit_refusal(
-                &gate,
-                &request,
-                &denied,
-                if api { Via::Api } else { Via::Console },
-            );
-            let fragment = request.headers().contains_key("hx-request");
-            let status = match &denied {
-                access::Denied::Unauthenticated(_) => actix_web::http::StatusCode::UNAUTHORIZED,
-                access::Denied::Unavailable(_) => actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-                access::Denied::Throttled(_) => actix_web::http::StatusCode::TOO_MANY_REQUESTS,
-                _ => actix_web::http::StatusCode::FORBIDDEN,
-            };
-            let login = matches!(denied, access::Denied::Unauthenticated(_));
-            let mut response =
-                if login && !api && !fragment && request.method() == actix_web::http::Method::GET {
-                    // A page without a login: to the login, then back.
-                    HttpResponse::SeeOther()
-                        .insert_header((header::LOCATION, "/login"))
-                        .finish()
-                } else if fragment {
-                    let mut response = HttpResponse::build(status);
-                    if login {
-                        response.insert_header(("HX-Redirect", "/login"));
-                    }
-                    response
-                        .content_type("text/html; charset=utf-8")
-                        .body(crate::pages::refusal(&denied.to_string()))
-                } else {
-                    let mut response = HttpResponse::build(status);
-                    if login {
-                        response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
-                    }
-                    response.json(error_body(&denied.to_string()))
-                };
-            if let access::Denied::Throttled(wait) = &denied {
-                response.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(wait.as_secs().max(1)),
-                );
-            }
-            request.into_response(response).map_into_right_body()
-        }
+        Err(denied) => refused(request, &denied, &gate, api).map_into_right_body(),
     };
-    let headers = response.headers_mut();
+    secured(response.headers_mut(), cached);
+    Ok(response)
+}
+
+/// The answer to a refused request: a page without a login goes to the login; a fragment
+/// gets the refusal to show (and a redirect to the login); anything else the JSON error with
+/// its status. Recorded on the audit trail when it says something.
+fn refused(
+    request: ServiceRequest,
+    denied: &access::Denied,
+    gate: &access::Gate,
+    api: bool,
+) -> ServiceResponse<BoxBody> {
+    tracing::info!(reason = %denied, "request refused");
+    access::audit_refusal(
+        gate,
+        &request,
+        denied,
+        if api { Via::Api } else { Via::Console },
+    );
+    let fragment = request.headers().contains_key("hx-request");
+    let status = match denied {
+        access::Denied::Unauthenticated(_) => actix_web::http::StatusCode::UNAUTHORIZED,
+        access::Denied::Unavailable(_) => actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+        access::Denied::Throttled(_) => actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+        _ => actix_web::http::StatusCode::FORBIDDEN,
+    };
+    let login = matches!(denied, access::Denied::Unauthenticated(_));
+    let mut response =
+        if login && !api && !fragment && request.method() == actix_web::http::Method::GET {
+            // A page without a login: to the login, then back.
+            HttpResponse::SeeOther()
+                .insert_header((header::LOCATION, "/login"))
+                .finish()
+        } else if fragment {
+            let mut response = HttpResponse::build(status);
+            if login {
+                response.insert_header(("HX-Redirect", "/login"));
+            }
+            response
+                .content_type("text/html; charset=utf-8")
+                .body(crate::pages::refusal(&denied.to_string()))
+        } else {
+            let mut response = HttpResponse::build(status);
+            if login {
+                response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            response.json(error_body(&denied.to_string()))
+        };
+    if let access::Denied::Throttled(wait) = denied {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(wait.as_secs().max(1)),
+        );
+    }
+    request.into_response(response)
+}
+
+/// The authority the request was sent to, never a forwarding header a page could set itself:
+/// the target's when it has one (absolute-form, or HTTP/2's `:authority`), which wins over
+/// `Host` (RFC 9112 §3.2.2), else the `Host` the browser sent.
+fn target_host(request: &ServiceRequest) -> String {
+    request
+        .uri()
+        .authority()
+        .map(|a| a.to_string())
+        .or_else(|| {
+            request
+                .headers()
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
+/// The headers every answer carries: the content security policy, no sniffing, no framing,
+/// no referrer, and no caching but of the static files.
+fn secured(headers: &mut actix_web::http::header::HeaderMap, cached: bool) {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),
@@ -290,7 +310,6 @@ async fn checked(
     if !cached {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    Ok(response)
 }
 
 pub(crate) fn error_body(reason: &str) -> std::collections::BTreeMap<&'static str, String> {

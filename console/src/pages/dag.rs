@@ -10,11 +10,16 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
 
+use ax_bus::messages::JobRecord;
+
 use crate::gantt::{self, Gantt};
 use crate::index::Row;
 use crate::layout::{self, Edge, Spot};
 use crate::pages::{self, Chrome};
 use crate::server::State;
+
+/// Edges between jobs, by name: (from, to).
+type Edges = BTreeSet<(String, String)>;
 
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config.route("/dag", web::get().to(page));
@@ -92,32 +97,7 @@ async fn page(
             chrono::Utc::now().date_naive().to_string()
         }
     };
-    let deps: BTreeSet<(String, String)> = jobs
-        .iter()
-        .flat_map(|j| {
-            j.spec
-                .deps
-                .iter()
-                .map(|d| (d.name.to_string(), j.spec.name.to_string()))
-        })
-        .collect();
-    // A job run by its data waits for every job writing one of its datasets.
-    let data: BTreeSet<(String, String)> = jobs
-        .iter()
-        .flat_map(|reader| {
-            let reader_name = reader.spec.name.to_string();
-            jobs.iter()
-                .filter(move |writer| {
-                    reader
-                        .spec
-                        .on_datasets
-                        .iter()
-                        .any(|uri| writer.spec.produces.contains(uri))
-                })
-                .map(move |writer| (writer.spec.name.to_string(), reader_name.clone()))
-        })
-        .filter(|edge| !deps.contains(edge))
-        .collect();
+    let (deps, data) = edges_of(&jobs);
     let edges: Vec<(String, String)> = deps.iter().chain(&data).cloned().collect();
     let names: Vec<String> = jobs.iter().map(|j| j.spec.name.to_string()).collect();
     let root = query.root.trim().to_string();
@@ -147,26 +127,7 @@ async fn page(
         .collect();
     let gantt = gantt::of(&ran, chrono::Utc::now());
     let drawn = layout::layered(&members, &edges);
-    let nodes = drawn
-        .nodes
-        .iter()
-        .map(|p| {
-            let row = latest.get(&p.name);
-            Node {
-                name: p.name.clone(),
-                state: row.map_or_else(|| "none".into(), |r| r.state.to_string()),
-                label: row.map_or_else(
-                    || "no instance".into(),
-                    |r| format!("{} ({})", r.state, r.tag),
-                ),
-                link: row.map_or_else(
-                    || format!("/jobs/{}", p.name),
-                    |r| format!("/instances/{}", r.instance_id),
-                ),
-                at: p.spot(),
-            }
-        })
-        .collect();
+    let nodes = nodes_of(&drawn, &latest);
     let status = if problem.is_some() {
         StatusCode::BAD_REQUEST
     } else {
@@ -194,4 +155,60 @@ async fn page(
         gantt,
     };
     pages::html(status, &page)
+}
+
+/// The edges between `jobs`: their dependencies (`deps`), and apart from them a job run by
+/// its data (`on_datasets`) from every job writing one of its datasets.
+fn edges_of(jobs: &[JobRecord]) -> (Edges, Edges) {
+    let deps: Edges = jobs
+        .iter()
+        .flat_map(|j| {
+            j.spec
+                .deps
+                .iter()
+                .map(|d| (d.name.to_string(), j.spec.name.to_string()))
+        })
+        .collect();
+    // A job run by its data waits for every job writing one of its datasets.
+    let data: Edges = jobs
+        .iter()
+        .flat_map(|reader| {
+            let reader_name = reader.spec.name.to_string();
+            jobs.iter()
+                .filter(move |writer| {
+                    reader
+                        .spec
+                        .on_datasets
+                        .iter()
+                        .any(|uri| writer.spec.produces.contains(uri))
+                })
+                .map(move |writer| (writer.spec.name.to_string(), reader_name.clone()))
+        })
+        .filter(|edge| !deps.contains(edge))
+        .collect();
+    (deps, data)
+}
+
+/// Each drawn job, coloured and linked by its latest instance of the date.
+fn nodes_of(drawn: &layout::Layout, latest: &BTreeMap<String, Row>) -> Vec<Node> {
+    drawn
+        .nodes
+        .iter()
+        .map(|p| {
+            let row = latest.get(&p.name);
+            Node {
+                name: p.name.clone(),
+                state: row.map_or_else(|| "none".into(), |r| r.state.to_string()),
+                label: row.map_or_else(
+                    || "no instance".into(),
+                    |r| format!("{} ({})", r.state, r.tag),
+                ),
+                link: row.map_or_else(
+                    || format!("/jobs/{}", p.name),
+                    |r| format!("/instances/{}", r.instance_id),
+                ),
+                at: p.spot(),
+            }
+        })
+        .collect()
 }

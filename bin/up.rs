@@ -37,34 +37,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
-    let mut server = None;
-    let url = match nats_flag {
-        Some(url) => url.to_string(),
-        None => {
-            let binary = local_server::find_binary()?;
-            let port = match args.nats_port {
-                Some(port) => port,
-                None if local_server::port_in_use(DEFAULT_PORT) => {
-                    let port = local_server::free_port()?;
-                    eprintln!(
-                        "port {DEFAULT_PORT} is taken; the embedded nats-server uses port {port}"
-                    );
-                    port
-                }
-                None => DEFAULT_PORT,
-            };
-            let started = LocalServer::start(ServerOptions {
-                binary,
-                port: Some(port),
-                store_dir: data_dir.join("nats"),
-                log_file: None,
-                extra_args: Vec::new(),
-            })?;
-            let url = started.url.clone();
-            server = Some(started);
-            url
-        }
-    };
+    let (url, server) = nats_of(nats_flag, args.nats_port, &data_dir)?;
     let mut config = ConnectConfig::new(&url, "ax-up");
     config.prefix = prefix.to_string();
     let client = AxClient::connect_node(&config).await?;
@@ -90,29 +63,7 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
         },
         Arc::new(SystemClock),
     )?;
-    let serve = |port: u16| {
-        ax_console::server::start(
-            &format!("127.0.0.1:{port}"),
-            ax_console::server::Options {
-                client: Some(client.clone()),
-                data_dir: Some(data_dir.clone()),
-                console: true,
-                auth: args.auth,
-                node: Some(local.clone()),
-                hosts: Vec::new(),
-                index_window: None,
-                index_rows: None,
-            },
-        )
-    };
-    let http = match args.http_port {
-        Some(port) => serve(port).context("--http-port")?,
-        // 8080 may be taken, or taken between a look and the bind: then any free port.
-        None => match serve(DEFAULT_HTTP_PORT) {
-            Ok(http) => http,
-            Err(_) => serve(0).context("HTTP server")?,
-        },
-    };
+    let http = console(&client, &data_dir, &local, &args)?;
     eprintln!(
         "ax is up: NATS {} (recorded in {})",
         ax_bus::client::redact(&url),
@@ -144,6 +95,77 @@ pub(crate) async fn run(args: UpArgs, nats_flag: Option<&str>, prefix: &str) -> 
     drop(server);
     let _ = std::fs::remove_file(&url_file);
     Ok(())
+}
+
+/// The NATS ax up uses: the one `--nats` names, or an embedded nats-server on 4222 (another
+/// port when it is taken, or `--nats-port`), storing in the data dir; with the server to stop.
+fn nats_of(
+    nats_flag: Option<&str>,
+    nats_port: Option<u16>,
+    data_dir: &std::path::Path,
+) -> Result<(String, Option<LocalServer>)> {
+    let mut server = None;
+    let url = match nats_flag {
+        Some(url) => url.to_string(),
+        None => {
+            let binary = local_server::find_binary()?;
+            let port = match nats_port {
+                Some(port) => port,
+                None if local_server::port_in_use(DEFAULT_PORT) => {
+                    let port = local_server::free_port()?;
+                    eprintln!(
+                        "port {DEFAULT_PORT} is taken; the embedded nats-server uses port {port}"
+                    );
+                    port
+                }
+                None => DEFAULT_PORT,
+            };
+            let started = LocalServer::start(ServerOptions {
+                binary,
+                port: Some(port),
+                store_dir: data_dir.join("nats"),
+                log_file: None,
+                extra_args: Vec::new(),
+            })?;
+            let url = started.url.clone();
+            server = Some(started);
+            url
+        }
+    };
+    Ok((url, server))
+}
+
+/// The console, the API and `/metrics` on 127.0.0.1: on `--http-port`, else 8080, else any
+/// free port.
+fn console(
+    client: &AxClient,
+    data_dir: &std::path::Path,
+    local: &NodeId,
+    args: &UpArgs,
+) -> Result<ax_console::server::Running> {
+    let serve = |port: u16| {
+        ax_console::server::start(
+            &format!("127.0.0.1:{port}"),
+            ax_console::server::Options {
+                client: Some(client.clone()),
+                data_dir: Some(data_dir.to_path_buf()),
+                console: true,
+                auth: args.auth,
+                node: Some(local.clone()),
+                hosts: Vec::new(),
+                index_window: None,
+                index_rows: None,
+            },
+        )
+    };
+    Ok(match args.http_port {
+        Some(port) => serve(port).context("--http-port")?,
+        // 8080 may be taken, or taken between a look and the bind: then any free port.
+        None => match serve(DEFAULT_HTTP_PORT) {
+            Ok(http) => http,
+            Err(_) => serve(0).context("HTTP server")?,
+        },
+    })
 }
 
 /// Where `ax up --auth` keeps the first admin token, in its data dir.

@@ -91,6 +91,70 @@ fn worker_config(
     Ok(worker)
 }
 
+/// How the node connects: the URL (`--nats`, the config's, `AX_NATS_URL`, or the default) and
+/// where it came from, the subject prefix, replicas, instance buckets, retention and the NATS
+/// credentials.
+fn connect_config(
+    args: &NodeArgs,
+    file: &node_config::FileConfig,
+    id: &NodeId,
+    nats_flag: Option<&str>,
+    prefix_flag: &str,
+) -> Result<(ConnectConfig, String, String)> {
+    let url_flag = nats_flag.map(str::to_string).or(file.node.nats.clone());
+    let (url, origin) = connect::resolve_url(url_flag.as_deref());
+    let mut config = ConnectConfig::new(&url, format!("ax-node-{id}"));
+    config.prefix = file
+        .node
+        .prefix
+        .clone()
+        .unwrap_or_else(|| prefix_flag.to_string());
+    config.replicas = args
+        .replicas
+        .map_or_else(|| file.node.replicas(), |n| Ok(Some(n)))?;
+    config.instance_buckets = file.node.instance_buckets(args.instance_buckets)?;
+    config.retention = file.retention.retention()?;
+    config.auth = file.nats.over(config.auth);
+    Ok((config, url, origin))
+}
+
+/// The node's HTTP server, where one is asked for (`--http`, `[metrics] listen`) or the node
+/// serves the console (role admin: 127.0.0.1:8080 unless told where).
+fn serve(
+    args: &NodeArgs,
+    file: &node_config::FileConfig,
+    console: bool,
+    id: &NodeId,
+    client: AxClient,
+    data_dir: PathBuf,
+    auth: bool,
+) -> Result<Option<ax_console::server::Running>> {
+    let listen = args
+        .http
+        .clone()
+        .or(file.metrics.listen.clone())
+        .or_else(|| console.then(|| DEFAULT_CONSOLE.to_string()));
+    Ok(match listen {
+        Some(listen) => Some(
+            ax_console::server::start(
+                &listen,
+                ax_console::server::Options {
+                    client: Some(client),
+                    data_dir: Some(data_dir),
+                    console,
+                    auth,
+                    node: Some(id.clone()),
+                    hosts: file.metrics.hosts.clone(),
+                    index_window: file.console.index_window()?,
+                    index_rows: file.console.index_rows()?,
+                },
+            )
+            .with_context(|| "--http (or [metrics] listen)")?,
+        ),
+        None => None,
+    })
+}
+
 pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &str) -> Result<()> {
     let file = match &args.config {
         Some(path) => node_config::read(path)?,
@@ -108,20 +172,7 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         .or(file.node.id.clone())
         .unwrap_or_else(default_id);
     let id: NodeId = parse_id("--id", &id_text)?;
-    let url_flag = nats_flag.map(str::to_string).or(file.node.nats.clone());
-    let (url, origin) = connect::resolve_url(url_flag.as_deref());
-    let mut config = ConnectConfig::new(&url, format!("ax-node-{id}"));
-    config.prefix = file
-        .node
-        .prefix
-        .clone()
-        .unwrap_or_else(|| prefix_flag.to_string());
-    config.replicas = args
-        .replicas
-        .map_or_else(|| file.node.replicas(), |n| Ok(Some(n)))?;
-    config.instance_buckets = file.node.instance_buckets(args.instance_buckets)?;
-    config.retention = file.retention.retention()?;
-    config.auth = file.nats.over(config.auth);
+    let (config, url, origin) = connect_config(&args, &file, &id, nats_flag, prefix_flag)?;
     let data_dir = args
         .data_dir
         .clone()
@@ -158,32 +209,16 @@ pub(crate) async fn run(args: NodeArgs, nats_flag: Option<&str>, prefix_flag: &s
         },
         ax_actors::test_hooks::node_clock(),
     )?;
-    // The console (role admin) is served on 127.0.0.1:8080 unless told where.
     let console = roles.contains(&Role::Admin);
-    let listen = args
-        .http
-        .clone()
-        .or(file.metrics.listen.clone())
-        .or_else(|| console.then(|| DEFAULT_CONSOLE.to_string()));
-    let http = match listen {
-        Some(listen) => Some(
-            ax_console::server::start(
-                &listen,
-                ax_console::server::Options {
-                    client: Some(node_client),
-                    data_dir: Some(node_dir),
-                    console,
-                    auth: auth.enabled,
-                    node: Some(id.clone()),
-                    hosts: file.metrics.hosts.clone(),
-                    index_window: file.console.index_window()?,
-                    index_rows: file.console.index_rows()?,
-                },
-            )
-            .with_context(|| "--http (or [metrics] listen)")?,
-        ),
-        None => None,
-    };
+    let http = serve(
+        &args,
+        &file,
+        console,
+        &id,
+        node_client,
+        node_dir,
+        auth.enabled,
+    )?;
     let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     eprintln!(
         "ax node {id} running {} on {}",

@@ -129,19 +129,7 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     let started = std::time::Instant::now();
     let say = |what: &str| eprintln!("[{:>4} s] {what}", started.elapsed().as_secs());
     let dir = tempfile::tempdir()?;
-    let binary = find_binary()?;
-    let version = std::process::Command::new(&binary)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    let server = LocalServer::start(ServerOptions {
-        binary,
-        port: None,
-        store_dir: dir.path().join("store"),
-        log_file: None,
-        extra_args: Vec::new(),
-    })?;
+    let (server, version) = start_server(dir.path())?;
     let nats = async_nats::ConnectOptions::new()
         .name("ax-bench")
         .connection_timeout(Duration::from_secs(5))
@@ -218,6 +206,24 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
         quick,
         figures,
     })
+}
+
+/// The bench's own nats-server (the pinned binary, storing under `dir`), and its version.
+fn start_server(dir: &std::path::Path) -> Result<(LocalServer, String)> {
+    let binary = find_binary()?;
+    let version = std::process::Command::new(&binary)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let server = LocalServer::start(ServerOptions {
+        binary,
+        port: None,
+        store_dir: dir.join("store"),
+        log_file: None,
+        extra_args: Vec::new(),
+    })?;
+    Ok((server, version))
 }
 
 /// A client of its own (so its message counts are its own) under `prefix`.

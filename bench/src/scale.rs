@@ -144,15 +144,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     };
     let dir = tempfile::tempdir()?;
     // An idle Scheduler's memory (no job): what each process costs before its jobs.
-    let idle_rss = {
-        let empty = client_for(url, "scale0").await?;
-        let alone = NodeProcess::start(url, "scale0", "s0", "scheduler", dir.path())?;
-        let names = ["s0".to_string()];
-        settled(&empty, PREFIX_EMPTY, &names, 0, Duration::from_secs(60)).await?;
-        let rss = alone.resident_bytes()? as f64;
-        alone.stop().await?;
-        rss
-    };
+    let idle_rss = idle_rss(url, dir.path()).await?;
     let client = client_for(url, PREFIX).await?;
     let every_second: Vec<_> = (0..steady)
         .map(|i| noop_job(&format!("st{i:05}"), "* * * * * *"))
@@ -197,30 +189,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         let loaded = registered;
 
         // Memory: each process's RSS beyond an idle Scheduler's, once its jobs are loaded.
-        let mut resident = Vec::new();
-        for process in &running {
-            resident.push(process.resident_bytes()? as f64);
-        }
-        let jobs_memory: Vec<f64> = resident
-            .iter()
-            .map(|r| (r - idle_rss).max(0.0) / (1 << 20) as f64)
-            .collect();
-        let mean = jobs_memory.iter().sum::<f64>() / jobs_memory.len() as f64;
-        figures.push(Figure {
-            section: "scale",
-            name: format!("jobs' memory per Scheduler, {n} sharing {loaded} jobs"),
-            value: mean,
-            unit: "MiB",
-            note: format!(
-                "RSS beyond an idle Scheduler's {:.0} MiB, of each: {}",
-                idle_rss / (1 << 20) as f64,
-                jobs_memory
-                    .iter()
-                    .map(|r| format!("{r:.1}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        });
+        figures.push(jobs_memory(&running, n, loaded, idle_rss)?);
 
         // Steady state: every message over the fires.
         let (m0, f0, d0) = snapshot(&seen);
@@ -245,48 +214,8 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         });
 
         // Saturation: a burst due at one second.
-        let name = format!("burst{n}-");
-        if let Ok(mut seen) = seen.lock() {
-            seen.burst = (name.clone(), 0, None);
-        }
-        let (at, cron) = fire_soon(3)?;
-        let jobs: Vec<_> = (0..burst)
-            .map(|i| noop_job(&format!("{name}{i:05}"), &cron))
-            .collect();
-        store_jobs(&client, &jobs).await?;
+        figures.push(saturation(&client, &seen, n, burst).await?);
         registered += burst;
-        let wait_until = Instant::now() + Duration::from_secs(60);
-        let last = loop {
-            let (fired, last) = seen
-                .lock()
-                .map(|s| (s.burst.1, s.burst.2))
-                .unwrap_or_default();
-            if fired >= burst as u64 {
-                break last;
-            }
-            if Instant::now() > wait_until {
-                bail!("scale: {fired} of {burst} burst fires with {n} Schedulers in 60 s");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        // From the burst's second to the last fire seen.
-        let took = last
-            .and_then(|last| (last - at).to_std().ok())
-            .unwrap_or_default()
-            .max(Duration::from_millis(1));
-        figures.push(Figure {
-            section: "scale",
-            name: format!(
-                "fires/s at saturation, {n} Scheduler{}",
-                if n > 1 { "s" } else { "" }
-            ),
-            value: burst as f64 / took.as_secs_f64(),
-            unit: "fires/s",
-            note: format!(
-                "{burst} jobs due at one second, all fired {} ms after it",
-                took.as_millis()
-            ),
-        });
     }
     if let (Some(first), Some(last)) = (per_fire.first(), per_fire.last()) {
         figures.push(Figure {
@@ -299,6 +228,80 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     }
 
     // SIGKILL of the owner of a job firing every second, four running.
+    figures.push(owner_killed(&client, &seen, running, registered).await?);
+    Ok(figures)
+}
+
+/// An idle Scheduler's memory (no job): what each process costs before its jobs.
+async fn idle_rss(url: &str, dir: &std::path::Path) -> Result<f64> {
+    let empty = client_for(url, "scale0").await?;
+    let alone = NodeProcess::start(url, "scale0", "s0", "scheduler", dir)?;
+    let names = ["s0".to_string()];
+    settled(&empty, PREFIX_EMPTY, &names, 0, Duration::from_secs(60)).await?;
+    let rss = alone.resident_bytes()? as f64;
+    alone.stop().await?;
+    Ok(rss)
+}
+
+/// Fires per second at saturation with `n` Schedulers: `burst` jobs due at one second, until
+/// the last is seen fired.
+async fn saturation(
+    client: &AxClient,
+    seen: &Mutex<Seen>,
+    n: usize,
+    burst: usize,
+) -> Result<Figure> {
+    let name = format!("burst{n}-");
+    if let Ok(mut seen) = seen.lock() {
+        seen.burst = (name.clone(), 0, None);
+    }
+    let (at, cron) = fire_soon(3)?;
+    let jobs: Vec<_> = (0..burst)
+        .map(|i| noop_job(&format!("{name}{i:05}"), &cron))
+        .collect();
+    store_jobs(client, &jobs).await?;
+    let wait_until = Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let (fired, last) = seen
+            .lock()
+            .map(|s| (s.burst.1, s.burst.2))
+            .unwrap_or_default();
+        if fired >= burst as u64 {
+            break last;
+        }
+        if Instant::now() > wait_until {
+            bail!("scale: {fired} of {burst} burst fires with {n} Schedulers in 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // From the burst's second to the last fire seen.
+    let took = last
+        .and_then(|last| (last - at).to_std().ok())
+        .unwrap_or_default()
+        .max(Duration::from_millis(1));
+    Ok(Figure {
+        section: "scale",
+        name: format!(
+            "fires/s at saturation, {n} Scheduler{}",
+            if n > 1 { "s" } else { "" }
+        ),
+        value: burst as f64 / took.as_secs_f64(),
+        unit: "fires/s",
+        note: format!(
+            "{burst} jobs due at one second, all fired {} ms after it",
+            took.as_millis()
+        ),
+    })
+}
+
+/// SIGKILL of the Scheduler owning a job that fires every second (of the four `running`):
+/// how long until another fires it.
+async fn owner_killed(
+    client: &AxClient,
+    seen: &Mutex<Seen>,
+    mut running: Vec<NodeProcess>,
+    registered: usize,
+) -> Result<Figure> {
     let job = "st00000";
     let owners = client.partition_owners().await?;
     let owner = owners
@@ -328,7 +331,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    figures.push(Figure {
+    Ok(Figure {
         section: "scale",
         name: "SIGKILL of an owner to its jobs firing again".into(),
         value: again.as_secs_f64() * 1000.0,
@@ -337,6 +340,34 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
             "4 Schedulers, {registered} jobs registered: the member key expires (6 s), a round \
              (1 s), the taker reads the registry for the partitions' jobs"
         ),
-    });
-    Ok(figures)
+    })
+}
+
+/// The jobs' memory of each of `running` (`n` sharing `loaded` jobs): its RSS beyond an idle
+/// Scheduler's, the mean and each.
+fn jobs_memory(running: &[NodeProcess], n: usize, loaded: usize, idle_rss: f64) -> Result<Figure> {
+    let mut resident = Vec::new();
+    for process in running {
+        resident.push(process.resident_bytes()? as f64);
+    }
+    let jobs_memory: Vec<f64> = resident
+        .iter()
+        .map(|r| (r - idle_rss).max(0.0) / (1 << 20) as f64)
+        .collect();
+    let mean = jobs_memory.iter().sum::<f64>() / jobs_memory.len() as f64;
+    Ok(Figure {
+        section: "scale",
+        name: format!("jobs' memory per Scheduler, {n} sharing {loaded} jobs"),
+        value: mean,
+        unit: "MiB",
+        note: format!(
+            "RSS beyond an idle Scheduler's {:.0} MiB, of each: {}",
+            idle_rss / (1 << 20) as f64,
+            jobs_memory
+                .iter()
+                .map(|r| format!("{r:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
 }

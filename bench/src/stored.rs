@@ -16,7 +16,7 @@ use chrono::TimeDelta;
 use ax_actors::jetstream::publish::AckWindow;
 use ax_bus::client::deps::{encode_entry, entry_key};
 use ax_bus::instance::Trigger;
-use ax_bus::{InstanceRecord, State, Tag};
+use ax_bus::{AxClient, InstanceRecord, JobSpec, State, Tag};
 
 use crate::memory::resident_bytes;
 use crate::{bail, client_for, noop_job, put, start_node, store_jobs, Figure, Result};
@@ -99,93 +99,8 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         .collect();
     store_jobs(&client, &specs).await?;
     store_jobs(&client, &downstreams()?).await?;
-    let now = ax_bus::time::now();
-    let template = InstanceRecord::first(
-        &specs[0],
-        now,
-        "2026-01-01".into(),
-        Default::default(),
-        Trigger::Cron,
-        now,
-    );
-    let bucket = client.layout.instances_bucket();
-    let started = Instant::now();
-    let mut acks = AckWindow::new(1024);
-    let mut deps = Deps {
-        bucket: client.layout.deps_bucket(),
-        acks: AckWindow::new(1024),
-    };
-    for i in 0..records {
-        let record = record(&template, i, records, now)?;
-        put(&mut acks, &client, &bucket, &record.instance_id, &record).await?;
-        deps.push(&client, &record).await?;
-        if (i + 1) % 1_000_000 == 0 {
-            eprintln!(
-                "  stored: {} records, {:.0} s",
-                i + 1,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    acks.flush().await?;
-    deps.acks.flush().await?;
-    let wrote = started.elapsed();
-    let mut stream = client.js.get_stream(format!("KV_{bucket}")).await?;
-    let bytes = stream.info().await?.state.bytes;
-    let mut figures = vec![Figure {
-        section: "stored",
-        name: format!("store per record, {records} stored"),
-        value: bytes as f64 / records as f64,
-        unit: "B",
-        note: format!(
-            "one revision each (written in bulk: {:.0} records/s); {:.1} GB in all",
-            records as f64 / wrote.as_secs_f64(),
-            bytes as f64 / 1e9
-        ),
-    }];
-
-    // The console: its index loaded, the memory it took, its first pages.
-    let before = resident_bytes();
-    let started = Instant::now();
-    let (server, base, first) = crate::console::serving(&client, Duration::from_secs(1800)).await?;
-    let http = reqwest::Client::new();
-    let loaded = started.elapsed();
-    let grown = resident_bytes().saturating_sub(before);
-    let mut first_pages = Vec::new();
-    for path in ["/instances", "/", "/instances?job=st0500"] {
-        let started = Instant::now();
-        let response = http.get(format!("{base}{path}")).send().await?;
-        if !response.status().is_success() {
-            bail!("stored: {path} answered {}", response.status());
-        }
-        response.bytes().await?;
-        first_pages.push(format!(
-            "{path} {:.0} ms",
-            started.elapsed().as_secs_f64() * 1000.0
-        ));
-    }
-    server.stop().await;
-    figures.push(Figure {
-        section: "stored",
-        name: format!("console ready, {records} stored"),
-        value: loaded.as_secs_f64(),
-        unit: "s",
-        note: format!(
-            "its index loaded (of the records that ended in the last 7 days, the last {} \
-             ended); a first list page {:.0} ms after its start, while it loaded; once loaded {} \
-             (target: first page ≤ 100 ms)",
-            ax_console::index::DEFAULT_ROWS,
-            first.as_secs_f64() * 1000.0,
-            first_pages.join(", ")
-        ),
-    });
-    figures.push(Figure {
-        section: "stored",
-        name: format!("console memory, {records} stored"),
-        value: grown as f64 / 1e6,
-        unit: "MB",
-        note: "this process's resident set grown while the index loaded (target ≤ 300 MB)".into(),
-    });
+    let mut figures = vec![store_records(&client, &specs, records).await?];
+    figures.extend(console_figures(&client, records).await?);
 
     // A Scheduler started with them stored, a DagCoordinator, then one job's list.
     let scratch = tempfile::tempdir()?;
@@ -230,6 +145,101 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         note: format!(
             "{listed} records of st0500, read by their subjects (`ax instance list --job`)"
         ),
+    });
+    Ok(figures)
+}
+
+/// `records` finished records of `specs`' jobs written in bulk, with their deps entries: what
+/// each costs the store.
+async fn store_records(client: &AxClient, specs: &[JobSpec], records: usize) -> Result<Figure> {
+    let now = ax_bus::time::now();
+    let template = InstanceRecord::first(
+        &specs[0],
+        now,
+        "2026-01-01".into(),
+        Default::default(),
+        Trigger::Cron,
+        now,
+    );
+    let bucket = client.layout.instances_bucket();
+    let started = Instant::now();
+    let mut acks = AckWindow::new(1024);
+    let mut deps = Deps {
+        bucket: client.layout.deps_bucket(),
+        acks: AckWindow::new(1024),
+    };
+    for i in 0..records {
+        let record = record(&template, i, records, now)?;
+        put(&mut acks, client, &bucket, &record.instance_id, &record).await?;
+        deps.push(client, &record).await?;
+        if (i + 1) % 1_000_000 == 0 {
+            eprintln!(
+                "  stored: {} records, {:.0} s",
+                i + 1,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    acks.flush().await?;
+    deps.acks.flush().await?;
+    let wrote = started.elapsed();
+    let mut stream = client.js.get_stream(format!("KV_{bucket}")).await?;
+    let bytes = stream.info().await?.state.bytes;
+    Ok(Figure {
+        section: "stored",
+        name: format!("store per record, {records} stored"),
+        value: bytes as f64 / records as f64,
+        unit: "B",
+        note: format!(
+            "one revision each (written in bulk: {:.0} records/s); {:.1} GB in all",
+            records as f64 / wrote.as_secs_f64(),
+            bytes as f64 / 1e9
+        ),
+    })
+}
+
+/// The console over them: its index loaded, the memory it took, its first pages.
+async fn console_figures(client: &AxClient, records: usize) -> Result<Vec<Figure>> {
+    let before = resident_bytes();
+    let started = Instant::now();
+    let (server, base, first) = crate::console::serving(client, Duration::from_secs(1800)).await?;
+    let http = reqwest::Client::new();
+    let loaded = started.elapsed();
+    let grown = resident_bytes().saturating_sub(before);
+    let mut first_pages = Vec::new();
+    for path in ["/instances", "/", "/instances?job=st0500"] {
+        let started = Instant::now();
+        let response = http.get(format!("{base}{path}")).send().await?;
+        if !response.status().is_success() {
+            bail!("stored: {path} answered {}", response.status());
+        }
+        response.bytes().await?;
+        first_pages.push(format!(
+            "{path} {:.0} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        ));
+    }
+    server.stop().await;
+    let mut figures = vec![Figure {
+        section: "stored",
+        name: format!("console ready, {records} stored"),
+        value: loaded.as_secs_f64(),
+        unit: "s",
+        note: format!(
+            "its index loaded (of the records that ended in the last 7 days, the last {} \
+             ended); a first list page {:.0} ms after its start, while it loaded; once loaded {} \
+             (target: first page ≤ 100 ms)",
+            ax_console::index::DEFAULT_ROWS,
+            first.as_secs_f64() * 1000.0,
+            first_pages.join(", ")
+        ),
+    }];
+    figures.push(Figure {
+        section: "stored",
+        name: format!("console memory, {records} stored"),
+        value: grown as f64 / 1e6,
+        unit: "MB",
+        note: "this process's resident set grown while the index loaded (target ≤ 300 MB)".into(),
     });
     Ok(figures)
 }

@@ -38,7 +38,7 @@ pub const ALL: [&str; 15] = [
 
 /// A control command by kind, one variant per `ax.control.<command>`. Matched exhaustively
 /// where a command's treatment is decided — the role it needs
-/// ([`crate::auth::needed`]), the Scheduler's dispatch — so that a new command cannot be
+/// ([`crate::auth::role_of`]), the Scheduler's dispatch — so that a new command cannot be
 /// added without deciding each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Command {
@@ -190,6 +190,26 @@ impl Request {
             Command::Auth => Self::Auth(read(headers, payload)?),
             Command::Report => Self::Report(read(headers, payload)?),
         })
+    }
+
+    /// The request as JSON (the audit keeps it so): the request's own fields, whichever
+    /// command it is.
+    pub fn to_json(&self) -> serde_json::Value {
+        let json = match self {
+            Self::Apply(r) => serde_json::to_value(r),
+            Self::Delete(r) | Self::Pause(r) | Self::Resume(r) => serde_json::to_value(r),
+            Self::Trigger(r) => serde_json::to_value(r),
+            Self::Rerun(r) => serde_json::to_value(r),
+            Self::Backfill(r) => serde_json::to_value(r),
+            Self::Queue(r) => serde_json::to_value(r),
+            Self::Cancel(r) | Self::Kill(r) => serde_json::to_value(r),
+            Self::Mark(r) => serde_json::to_value(r),
+            Self::Replay(r) => serde_json::to_value(r),
+            Self::Approval(r) => serde_json::to_value(r),
+            Self::Auth(r) => serde_json::to_value(r),
+            Self::Report(r) => serde_json::to_value(r),
+        };
+        json.unwrap_or(serde_json::Value::Null)
     }
 
     /// Which command it is.

@@ -8,39 +8,42 @@ use async_nats::jetstream;
 
 use ax_bus::auth::audit::{AuditRecord, Outcome};
 use ax_bus::auth::Via;
-use ax_bus::messages::{commands, ControlReply};
+use ax_bus::messages::commands::{Command, Request};
+use ax_bus::messages::{ApprovalRequest, AuthRequest, ControlReply};
 use ax_bus::{codec, spec};
 
 use super::caller::Caller;
-use super::Desk;
+use super::{Desk, Received};
 use crate::jetstream::publish;
 use crate::ActorError;
 
 /// The action a command is recorded as: the command, or for `auth` and `approval` the
 /// operation (`token.create`, `approval.approve`, …); `None` for what changes nothing and is
-/// not recorded (listings).
-pub(crate) fn action_of(command: &str, request: &serde_json::Value) -> Option<String> {
-    let op = request.get("op").and_then(|op| op.as_str());
-    // Only an operation the command has becomes part of the action, and so of its subject
-    // (`ax.audit.token.create`): any other text — empty, a wildcard, a dot — would make a
-    // subject no stream takes, and the command would never be recorded nor answered.
-    let known = |ops: &[&str]| op.filter(|op| ops.contains(op));
-    match command {
-        commands::AUTH | commands::APPROVAL if op == Some("list") => None,
-        commands::AUTH => Some(match known(&["bootstrap", "create", "revoke"]) {
-            Some(op) => format!("token.{op}"),
-            None => "token".into(),
-        }),
-        commands::APPROVAL => Some(match known(&["approve", "reject"]) {
-            Some(op) => format!("approval.{op}"),
-            None => "approval".into(),
-        }),
-        command => Some(command.to_string()),
-    }
+/// not recorded (listings). A request that does not decode is recorded under its command
+/// (`token`, `approval` for those two), an unknown command under the name it came with.
+pub(crate) fn action_of(received: &Received) -> Option<String> {
+    let request = received.request.as_ref().ok();
+    Some(match (received.kind, request) {
+        (Some(Command::Auth), Some(Request::Auth(auth))) => match auth {
+            AuthRequest::List => return None,
+            AuthRequest::Bootstrap { .. } => "token.bootstrap".into(),
+            AuthRequest::Create { .. } => "token.create".into(),
+            AuthRequest::Revoke { .. } => "token.revoke".into(),
+        },
+        (Some(Command::Auth), _) => "token".into(),
+        (Some(Command::Approval), Some(Request::Approval(approval))) => match approval {
+            ApprovalRequest::List => return None,
+            ApprovalRequest::Approve { .. } => "approval.approve".into(),
+            ApprovalRequest::Reject { .. } => "approval.reject".into(),
+        },
+        (Some(Command::Approval), _) => "approval".into(),
+        _ => received.name().to_string(),
+    })
 }
 
-/// A command's payload as JSON, decoded once for the caller's claim and the audit (`null`
-/// when it does not decode; the command itself is then refused with the reason).
+/// The payload of a command whose request does not decode, as JSON if it is any, for the
+/// caller's claim and the audit (`null` when it is none; the command is refused with the
+/// reason).
 pub(crate) fn decoded(message: &jetstream::Message) -> serde_json::Value {
     codec::decode_by_header(message.headers.as_ref(), &message.payload)
         .unwrap_or(serde_json::Value::Null)
@@ -49,10 +52,13 @@ pub(crate) fn decoded(message: &jetstream::Message) -> serde_json::Value {
 /// What was asked, as the audit keeps it: the request without secrets (a token's hash) and
 /// without job definitions (an apply is recorded by the names it applied; the registry's
 /// history keeps the definitions).
-pub(crate) fn request_of(command: &str, mut request: serde_json::Value) -> serde_json::Value {
+pub(crate) fn request_of(
+    kind: Option<Command>,
+    mut request: serde_json::Value,
+) -> serde_json::Value {
     if let Some(map) = request.as_object_mut() {
         map.remove("hash");
-        if command == commands::APPLY {
+        if kind == Some(Command::Apply) {
             let mut names: Vec<serde_json::Value> = map
                 .get("jobs")
                 .and_then(|jobs| jobs.as_array())

@@ -2,7 +2,7 @@
 //!
 //! With `[auth] enabled`, a command must carry a token ([`ax_bus::auth::TOKEN_HEADER`]) that
 //! the tokens bucket vouches for at this moment, of a role at least the command's
-//! ([`ax_bus::auth::needed`]); anything else is denied before a thing is read or written. The
+//! ([`ax_bus::auth::role_of`]); anything else is denied before a thing is read or written. The
 //! one exception is `auth bootstrap`, which needs no token because it only works while no admin
 //! token exists. With auth off every sender is an unverified admin, named by what it says.
 
@@ -10,10 +10,10 @@ use async_nats::jetstream;
 
 use ax_bus::auth::{self, token::Token, Principal, Role, Via};
 use ax_bus::client::auth::CheckError;
-use ax_bus::codec;
-use ax_bus::messages::{commands, AuthRequest};
+use ax_bus::messages::commands::Request;
+use ax_bus::messages::AuthRequest;
 
-use super::{CommandError, Desk};
+use super::{CommandError, Desk, Received};
 
 /// Who is acting, and through which door.
 #[derive(Clone, Debug)]
@@ -46,26 +46,21 @@ pub(crate) fn claimed(message: &jetstream::Message, request: &serde_json::Value)
     }
 }
 
-/// Whether the command is `auth bootstrap`.
-fn is_bootstrap(command: &str, message: &jetstream::Message) -> bool {
-    command == commands::AUTH
-        && matches!(
-            codec::decode_by_header::<AuthRequest>(message.headers.as_ref(), &message.payload),
-            Ok(AuthRequest::Bootstrap { .. })
-        )
-}
-
-/// Checks the caller of `command` and names them in `caller`; refuses one who may not.
+/// Checks the caller of the command `received` and names them in `caller`; refuses one who
+/// may not.
 pub(crate) async fn authorize(
     desk: &Desk,
-    message: &jetstream::Message,
-    command: &str,
+    received: &Received,
     caller: &mut Caller,
 ) -> Result<(), CommandError> {
     if !desk.auth.enabled {
         return Ok(());
     }
-    if is_bootstrap(command, message) {
+    let message = &received.message;
+    if matches!(
+        received.request,
+        Ok(Request::Auth(AuthRequest::Bootstrap { .. }))
+    ) {
         caller.principal = Principal {
             name: "bootstrap".into(),
             role: Role::Viewer,
@@ -92,11 +87,14 @@ pub(crate) async fn authorize(
         Err(CheckError::Token(e)) => return Err(CommandError::Denied(e.to_string())),
         Err(CheckError::Client(e)) => return Err(CommandError::Transient(e.into())),
     };
-    let needed = auth::needed(command);
+    // A command no one knows is an admin's to be told so.
+    let needed = received.kind.map_or(Role::Admin, auth::role_of);
     if caller.principal.role < needed {
         return Err(CommandError::Denied(format!(
-            "`{command}` needs the {needed} role; token `{}` is {}",
-            caller.principal.name, caller.principal.role
+            "`{}` needs the {needed} role; token `{}` is {}",
+            received.name(),
+            caller.principal.name,
+            caller.principal.role
         )));
     }
     Ok(())

@@ -15,7 +15,7 @@
 //! delete, pause, resume), [`trigger`], [`rerun`] through [`approvals`] (a re-run that needs a
 //! second person waits there), [`backfill`], [`queue`], [`operator`] (cancel, kill, mark),
 //! [`replay`], [`report`] and [`tokens`] (auth). The role a command needs
-//! ([`ax_bus::auth::needed`]), the audit and the console's routes match the same kinds, so a
+//! ([`ax_bus::auth::role_of`]), the audit and the console's routes match the same kinds, so a
 //! new command is a new variant and then each place the compiler names.
 //!
 //! Input is never trusted: a payload that does not decode, an unknown command or an invalid job
@@ -39,7 +39,6 @@ mod trigger;
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use serde::de::DeserializeOwned;
 
 use ax_bus::error::During;
 use ax_bus::ids::NodeId;
@@ -110,19 +109,57 @@ pub(crate) async fn serve(desk: Desk) -> Result<(), ActorError> {
     let mut triggers = Vec::with_capacity(TRIGGERS_AT_ONCE);
     while let Some(batch) = batches.next().await {
         for message in batch {
-            let message = message.during(|| "control consumer")?;
-            if command_of(&message) == commands::TRIGGER {
-                triggers.push(message);
+            let received = Received::of(message.during(|| "control consumer")?);
+            if received.kind == Some(Command::Trigger) {
+                triggers.push(received);
                 continue;
             }
             // Any other command waits for the triggers sent before it, and holds back those
             // sent after it.
             handle_all(&desk, &mut triggers).await;
-            Box::pin(handle(&desk, &message)).await;
+            Box::pin(handle(&desk, &received)).await;
         }
         handle_all(&desk, &mut triggers).await;
     }
     Ok(())
+}
+
+/// A control message with its command and its request, each decoded once, before anything
+/// else looks at it: the caller check, the carrying out and the audit take them from here.
+pub(crate) struct Received {
+    message: jetstream::Message,
+    /// The command its subject names, if it names one.
+    kind: Option<Command>,
+    /// Its request, or why it is none.
+    request: Result<Request, String>,
+}
+
+impl Received {
+    fn of(message: jetstream::Message) -> Self {
+        let name = command_of(&message);
+        let kind = Command::parse(name);
+        let request = match kind {
+            Some(kind) => Request::decode(kind, message.headers.as_ref(), &message.payload)
+                .map_err(|e| e.to_string()),
+            None => Err(format!(
+                "unknown control command `{name}` ({})",
+                commands::ALL.join(", ")
+            )),
+        };
+        Self {
+            message,
+            kind,
+            request,
+        }
+    }
+
+    /// The command's name as its subject gives it (a name no command has, for an unknown one).
+    fn name(&self) -> &str {
+        match self.kind {
+            Some(kind) => kind.name(),
+            None => command_of(&self.message),
+        }
+    }
 }
 
 /// How many triggers that arrived together are carried out at once: each waits for a registry
@@ -139,22 +176,26 @@ fn command_of(message: &jetstream::Message) -> &str {
 /// Carries out `triggers` side by side and empties the list. Triggers do not depend on each
 /// other, except two with the same job and key: the second must find the first's instance
 /// (and answer `already triggered`), so it waits for a later round.
-async fn handle_all(desk: &Desk, triggers: &mut Vec<jetstream::Message>) {
+async fn handle_all(desk: &Desk, triggers: &mut Vec<Received>) {
     while !triggers.is_empty() {
         let mut keys = std::collections::HashSet::new();
         let (round, later): (Vec<_>, Vec<_>) =
             triggers
                 .drain(..)
-                .partition(|message| match decode::<TriggerRequest>(message) {
-                    Ok(TriggerRequest {
+                .partition(|received| match &received.request {
+                    Ok(Request::Trigger(TriggerRequest {
                         name,
                         key: Some(key),
                         ..
-                    }) => keys.insert((name, key)),
+                    })) => keys.insert((name.clone(), key.clone())),
                     _ => true,
                 });
-        futures::future::join_all(round.iter().map(|message| Box::pin(handle(desk, message))))
-            .await;
+        futures::future::join_all(
+            round
+                .iter()
+                .map(|received| Box::pin(handle(desk, received))),
+        )
+        .await;
         *triggers = later;
     }
 }
@@ -185,9 +226,10 @@ impl<E: Into<ActorError>> From<E> for CommandError {
     }
 }
 
-async fn handle(desk: &Desk, message: &jetstream::Message) {
+async fn handle(desk: &Desk, received: &Received) {
     let (client, node) = (&desk.client, &desk.node);
-    let command = command_of(message);
+    let message = &received.message;
+    let command = received.name();
     let reply_to = message
         .headers
         .as_ref()
@@ -198,26 +240,32 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
         |_| (ax_bus::time::now(), 0),
         |i| (ax_bus::time::from_server(i.published), i.stream_sequence),
     );
-    let request = audit::decoded(message);
+    // As JSON for the caller's claim and the audit: the decoded request's fields, or what
+    // was sent when it does not decode.
+    let request = match &received.request {
+        Ok(request) => request.to_json(),
+        Err(_) => audit::decoded(message),
+    };
     let mut caller = caller::claimed(message, &request);
     let (reply_to, outcome) = match reply_to {
         Ok(reply_to) => {
             // Boxed: each step's state lives on the heap, not in the pump's poll frame (a debug
             // build's actor thread has a small stack).
-            let outcome =
-                match Box::pin(caller::authorize(desk, message, command, &mut caller)).await {
-                    Ok(()) => {
+            let outcome = match Box::pin(caller::authorize(desk, received, &mut caller)).await {
+                Ok(()) => match &received.request {
+                    Ok(request) => {
                         Box::pin(carry_out(
                             desk,
-                            message,
-                            command,
+                            request.clone(),
                             &caller,
                             (published, sequence),
                         ))
                         .await
                     }
-                    Err(denied) => Err(denied),
-                };
+                    Err(why) => Err(CommandError::refused(why.clone())),
+                },
+                Err(denied) => Err(denied),
+            };
             (reply_to, outcome)
         }
         // Refused before anything is carried out: whoever sent it meant the answer to land
@@ -237,8 +285,8 @@ async fn handle(desk: &Desk, message: &jetstream::Message) {
             return;
         }
     };
-    let request = audit::request_of(command, request);
-    if let Some(action) = audit::action_of(command, &request) {
+    let request = audit::request_of(received.kind, request);
+    if let Some(action) = audit::action_of(received) {
         let record = audit::record(desk, &caller, action, request, &reply);
         if let Err(e) = Box::pin(audit::publish(desk, sequence, &record)).await {
             // Not acknowledged: carried out again on redelivery (commands are idempotent by
@@ -322,12 +370,11 @@ pub(crate) async fn answer(
     }
 }
 
-/// Carries out `command`, decoded from `message`: one match over the decoded request, so a
-/// new command is a new [`Request`] variant and the compiler names this place.
+/// Carries out a decoded request: one match over it, so a new command is a new [`Request`]
+/// variant and the compiler names this place.
 async fn carry_out(
     desk: &Desk,
-    message: &jetstream::Message,
-    command: &str,
+    request: Request,
     caller: &caller::Caller,
     published: (chrono::DateTime<chrono::Utc>, u64),
 ) -> Result<ControlReply, CommandError> {
@@ -337,14 +384,7 @@ async fn carry_out(
         max_delay,
         ..
     } = desk;
-    let Some(kind) = Command::parse(command) else {
-        return Err(CommandError::refused(format!(
-            "unknown control command `{command}` ({})",
-            commands::ALL.join(", ")
-        )));
-    };
-    let request = Request::decode(kind, message.headers.as_ref(), &message.payload)
-        .map_err(|e| CommandError::refused(e.to_string()))?;
+    let kind = request.kind();
     let who = caller.principal.name.as_str();
     // Each command's future is boxed, so the control pump's future (and its poll frame) holds
     // a pointer per command rather than every command's state side by side.
@@ -367,7 +407,7 @@ async fn carry_out(
             planned(Box::pin(backfill::backfill(client, creator, &request)).await)
         }
         Request::Cancel(request) | Request::Kill(request) => {
-            Box::pin(operator::act(client, who, request, command)).await
+            Box::pin(operator::act(client, who, request, kind)).await
         }
         Request::Mark(request) => Box::pin(operator::mark(client, who, request)).await,
         Request::Report(request) => Box::pin(report::report(client, request)).await,
@@ -381,9 +421,4 @@ fn planned(plan: Result<Vec<PlanStep>, CommandError>) -> Result<ControlReply, Co
         plan: plan?,
         ..ControlReply::default()
     })
-}
-
-fn decode<T: DeserializeOwned>(message: &jetstream::Message) -> Result<T, CommandError> {
-    codec::decode_request(message.headers.as_ref(), &message.payload)
-        .map_err(|e| CommandError::refused(e.to_string()))
 }

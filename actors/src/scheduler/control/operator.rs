@@ -11,7 +11,8 @@
 
 use ax_bus::client::Updated;
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{commands, InstanceRequest, MarkRequest};
+use ax_bus::messages::commands::Command;
+use ax_bus::messages::{InstanceRequest, MarkRequest};
 use ax_bus::{msg_id, AxClient, InstanceRecord, State, Tag};
 
 use super::{CommandError, ControlReply};
@@ -70,7 +71,7 @@ pub(super) async fn mark(
 }
 
 /// Why `action` does not apply to `record`, if it does not.
-fn refusal(action: &str, record: &InstanceRecord) -> Option<String> {
+fn refusal(action: Command, record: &InstanceRecord) -> Option<String> {
     let id = &record.instance_id;
     if record.state.is_final() {
         return Some(format!(
@@ -79,11 +80,11 @@ fn refusal(action: &str, record: &InstanceRecord) -> Option<String> {
         ));
     }
     match (action, record.executing()) {
-        (commands::CANCEL, true) => Some(format!(
+        (Command::Cancel, true) => Some(format!(
             "instance {id} is executing on {}; kill it instead (ax instance kill)",
             record.worker.as_deref().unwrap_or("a worker")
         )),
-        (commands::KILL, false) => Some(format!(
+        (Command::Kill, false) => Some(format!(
             "instance {id} is not executing ({} {}); cancel it instead (ax instance cancel)",
             record.state, record.tag
         )),
@@ -98,7 +99,7 @@ pub(super) async fn act(
     client: &AxClient,
     who: &str,
     request: InstanceRequest,
-    action: &str,
+    action: Command,
 ) -> Result<ControlReply, CommandError> {
     let id = &request.instance;
     let Some((before, _)) = client.instance(id).await? else {
@@ -109,7 +110,7 @@ pub(super) async fn act(
     if let Some(why) = refusal(action, &before) {
         return Err(CommandError::refused(why));
     }
-    let verb = if action == commands::KILL {
+    let verb = if action == Command::Kill {
         "killed"
     } else {
         "cancelled"
@@ -118,7 +119,7 @@ pub(super) async fn act(
         Some(reason) => format!("{verb} by {who}: {reason}"),
         None => format!("{verb} by {who}"),
     };
-    let (state, tag) = if action == commands::KILL {
+    let (state, tag) = if action == Command::Kill {
         (State::Failed, Tag::Killed)
     } else {
         (State::Cancelled, Tag::Operator)
@@ -147,7 +148,7 @@ pub(super) async fn act(
             )))
         }
     };
-    if let (commands::KILL, Some(worker)) = (action, &before.worker) {
+    if let (Command::Kill, Some(worker)) = (action, &before.worker) {
         // The worker stops the attempt's process group (dump signal, grace, SIGKILL).
         publish::stop_attempt(client, worker, &before.trace_id).await;
     }

@@ -9,21 +9,12 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 
 use ax_bus::auth::token::Token;
-use ax_bus::messages::{commands, ApprovalRequest, AuthRequest, ControlReply};
+use ax_bus::messages::{ApprovalRequest, AuthRequest};
 use ax_bus::AxClient;
 
 use crate::args::{ApprovalsCommand, AuthCommand, TokenCommand};
-use crate::jobs::{print_plan, refused, Planned, CONTROL_TIMEOUT, PLANNED_TIMEOUT};
+use crate::jobs::{print_plan, send, Planned, CONTROL_TIMEOUT, PLANNED_TIMEOUT};
 use crate::table;
-
-async fn send<T: serde::Serialize>(
-    client: &AxClient,
-    command: &str,
-    request: &T,
-    timeout: std::time::Duration,
-) -> Result<ControlReply> {
-    refused(client.control(command, request, timeout).await?)
-}
 
 /// Prints a new token once, or writes it to `out` (0600).
 fn hand_over(token: &Token, out: Option<&Path>) -> Result<()> {
@@ -55,7 +46,6 @@ pub(crate) async fn run(client: &AxClient, command: AuthCommand, json: bool) -> 
             let (token, hash) = Token::generate(&name);
             let reply = send(
                 client,
-                commands::AUTH,
                 &AuthRequest::Bootstrap { name, hash },
                 CONTROL_TIMEOUT,
             )
@@ -73,7 +63,6 @@ pub(crate) async fn run(client: &AxClient, command: AuthCommand, json: bool) -> 
             let (token, hash) = Token::generate(&name);
             let reply = send(
                 client,
-                commands::AUTH,
                 &AuthRequest::Create {
                     name,
                     role,
@@ -87,7 +76,7 @@ pub(crate) async fn run(client: &AxClient, command: AuthCommand, json: bool) -> 
             hand_over(&token, out.as_deref())
         }
         AuthCommand::Token(TokenCommand::List) => {
-            let reply = send(client, commands::AUTH, &AuthRequest::List, CONTROL_TIMEOUT).await?;
+            let reply = send(client, &AuthRequest::List, CONTROL_TIMEOUT).await?;
             if json {
                 return table::json(&reply.tokens);
             }
@@ -119,13 +108,7 @@ pub(crate) async fn run(client: &AxClient, command: AuthCommand, json: bool) -> 
             Ok(())
         }
         AuthCommand::Token(TokenCommand::Revoke { name }) => {
-            let reply = send(
-                client,
-                commands::AUTH,
-                &AuthRequest::Revoke { name },
-                CONTROL_TIMEOUT,
-            )
-            .await?;
+            let reply = send(client, &AuthRequest::Revoke { name }, CONTROL_TIMEOUT).await?;
             println!("{}", reply.message);
             Ok(())
         }
@@ -159,7 +142,7 @@ pub(crate) async fn approvals(
         }
     };
     let listing = matches!(request, ApprovalRequest::List);
-    let reply = send(client, commands::APPROVAL, &request, timeout).await?;
+    let reply = send(client, &request, timeout).await?;
     if !listing {
         if json {
             return table::json(&reply);

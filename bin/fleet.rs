@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Result};
 
-use ax_bus::messages::{commands, QueueRequest, WorkerInfo};
+use ax_bus::messages::{QueueRequest, WorkerInfo};
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
@@ -263,12 +263,7 @@ pub(crate) async fn queue(client: &AxClient, text: &str, paused: bool, json: boo
         priority: priority(text)?,
         paused,
     };
-    let reply = client
-        .control(commands::QUEUE, &request, CONTROL_TIMEOUT)
-        .await?;
-    if !reply.ok {
-        return Err(anyhow!(reply.errors.join("; ")));
-    }
+    let reply = crate::jobs::send(client, &request, CONTROL_TIMEOUT).await?;
     if json {
         return table::json(&serde_json::json!({ "priority": text, "paused": paused }));
     }

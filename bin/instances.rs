@@ -6,7 +6,8 @@ use futures::StreamExt;
 use ax_bus::client::logs::LogItem;
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::log::{LogPiece, LogStream};
-use ax_bus::messages::{commands, InstanceRequest, MarkRequest, ResultMessage};
+use ax_bus::messages::typed::{ControlRequest, Done};
+use ax_bus::messages::{InstanceRequest, MarkRequest, ResultMessage};
 use ax_bus::{codec, AxClient, InstanceRecord, State};
 
 use crate::table;
@@ -518,11 +519,7 @@ pub(crate) async fn mark(
         reason,
         requested_by: crate::jobs::requested_by(),
     };
-    let reply = crate::jobs::refused(
-        client
-            .control(commands::MARK, &request, crate::jobs::CONTROL_TIMEOUT)
-            .await?,
-    )?;
+    let reply = crate::jobs::send(client, &request, crate::jobs::CONTROL_TIMEOUT).await?;
     print_acted(reply, json)
 }
 
@@ -545,15 +542,11 @@ pub(crate) async fn report(
         message,
         output: output.unwrap_or_default(),
     };
-    let reply = crate::jobs::refused(
-        client
-            .control(commands::REPORT, &request, crate::jobs::CONTROL_TIMEOUT)
-            .await?,
-    )?;
+    let reply = crate::jobs::send(client, &request, crate::jobs::CONTROL_TIMEOUT).await?;
     print_acted(reply, json)
 }
 
-fn print_acted(reply: ax_bus::messages::ControlReply, json: bool) -> Result<()> {
+fn print_acted(reply: Done, json: bool) -> Result<()> {
     if json {
         return table::json(&serde_json::json!({
             "instance_id": reply.instance_id,
@@ -568,24 +561,21 @@ fn print_acted(reply: ax_bus::messages::ControlReply, json: bool) -> Result<()> 
     Ok(())
 }
 
-/// Cancels or kills one instance (`command` is `cancel` or `kill`) and prints what became of it.
-pub(crate) async fn act(
+/// Cancels or kills one instance (`wrap` makes the request a `cancel` or a `kill`) and prints
+/// what became of it.
+pub(crate) async fn act<C: ControlRequest<Reply = Done>>(
     client: &AxClient,
-    command: &str,
+    wrap: fn(InstanceRequest) -> C,
     id: InstanceId,
     reason: Option<String>,
     json: bool,
 ) -> Result<()> {
-    let request = InstanceRequest {
+    let request = wrap(InstanceRequest {
         instance: id,
         reason,
         requested_by: crate::jobs::requested_by(),
-    };
-    let reply = crate::jobs::refused(
-        client
-            .control(command, &request, crate::jobs::CONTROL_TIMEOUT)
-            .await?,
-    )?;
+    });
+    let reply = crate::jobs::send(client, &request, crate::jobs::CONTROL_TIMEOUT).await?;
     print_acted(reply, json)
 }
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use ax_bus::client::ClientError;
 use ax_bus::ids::{JobName, TriggerKey};
-use ax_bus::messages::{
-    commands, BackfillRequest, ControlReply, JobNameRequest, PlanStep, RerunRequest, TriggerRequest,
-};
+use ax_bus::messages::typed::{ControlRequest, Done};
+use ax_bus::messages::{BackfillRequest, PlanStep, RerunRequest, TriggerRequest};
 use ax_bus::spec::files::load_files;
 use ax_bus::spec::yaml::LocatedJob;
 use ax_bus::spec::{self, JobDocument};
@@ -21,11 +21,19 @@ use crate::table;
 /// How long a command waits for a Scheduler's answer.
 pub(crate) const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(crate) fn refused(reply: ControlReply) -> Result<ControlReply> {
-    if reply.ok {
-        return Ok(reply);
+/// Sends a command's request and waits for its reply; a refusal is the error, its reasons one
+/// a line (one reason is the error itself, on one line).
+pub(crate) async fn send<C: ControlRequest>(
+    client: &AxClient,
+    request: &C,
+    timeout: Duration,
+) -> Result<C::Reply> {
+    match client.send(request, timeout).await {
+        Ok(reply) => Ok(reply),
+        Err(ClientError::Refused(errors)) => Err(refusal(&errors, "refused by the scheduler")),
+        Err(ClientError::Denied(why)) => Err(refusal(&[why], "refused by the scheduler")),
+        Err(e) => Err(e.into()),
     }
-    Err(refusal(&reply.errors, "refused by the scheduler"))
 }
 
 /// The error of a refusal for `problems`, `why` beside it: one problem is the error itself, on
@@ -134,21 +142,13 @@ pub(crate) async fn get(client: &AxClient, name: &JobName, json: bool) -> Result
     Ok(())
 }
 
-pub(crate) async fn command(
+pub(crate) async fn command<C: ControlRequest<Reply = Done>>(
     client: &AxClient,
-    command: &str,
+    request: C,
     name: &JobName,
     json: bool,
 ) -> Result<()> {
-    let reply = refused(
-        client
-            .control(
-                command,
-                &JobNameRequest { name: name.clone() },
-                CONTROL_TIMEOUT,
-            )
-            .await?,
-    )?;
+    let reply = send(client, &request, CONTROL_TIMEOUT).await?;
     if json {
         return table::json(&serde_json::json!({ "job": name, "message": reply.message }));
     }
@@ -196,15 +196,8 @@ pub(crate) async fn trigger(
         at: when.at,
         delay: when.delay,
     };
-    let reply = refused(
-        client
-            .control(commands::TRIGGER, &request, CONTROL_TIMEOUT)
-            .await?,
-    )?;
-    let id = reply
-        .instance_id
-        .map(|id| id.to_string())
-        .unwrap_or_default();
+    let reply = send(client, &request, CONTROL_TIMEOUT).await?;
+    let id = reply.instance_id.to_string();
     if json {
         return table::json(&serde_json::json!({ "instance_id": id, "message": reply.message }));
     }
@@ -331,11 +324,7 @@ pub(crate) async fn rerun(client: &AxClient, args: RerunArgs, json: bool) -> Res
     if date_wide && !request.dry_run && !args.yes {
         confirmed(client, &request).await?;
     }
-    let reply = refused(
-        client
-            .control(commands::RERUN, &request, PLANNED_TIMEOUT)
-            .await?,
-    )?;
+    let reply = send(client, &request, PLANNED_TIMEOUT).await?;
     if !reply.message.is_empty() {
         // Waiting for a second person, or self-approved: said on stderr, the plan on stdout.
         eprintln!("{}", reply.message);
@@ -359,11 +348,7 @@ async fn confirmed(client: &AxClient, request: &RerunRequest) -> Result<()> {
         dry_run: true,
         ..request.clone()
     };
-    let reply = refused(
-        client
-            .control(commands::RERUN, &plan, PLANNED_TIMEOUT)
-            .await?,
-    )?;
+    let reply = send(client, &plan, PLANNED_TIMEOUT).await?;
     let runs = reply.plan.iter().filter(|s| s.will_run).count();
     if !std::io::stdin().is_terminal() {
         bail!(
@@ -391,11 +376,7 @@ pub(crate) async fn backfill(client: &AxClient, args: BackfillArgs, json: bool) 
         parallel: Some(args.parallel),
         requested_by: requested_by(),
     };
-    let reply = refused(
-        client
-            .control(commands::BACKFILL, &request, PLANNED_TIMEOUT)
-            .await?,
-    )?;
+    let reply = send(client, &request, PLANNED_TIMEOUT).await?;
     if json {
         return table::json(&reply.plan);
     }

@@ -31,7 +31,8 @@ use args::{
     AuditCommand, Cli, Command, DlqCommand, HistoryCommand, InstanceCommand, JobCommand,
     QueueCommand, TailCommand, WorkerCommand,
 };
-use ax_bus::messages::commands;
+use ax_bus::messages::typed::{Cancel, Delete, Kill, Pause, Resume};
+use ax_bus::messages::JobNameRequest;
 
 /// Every attempt allocates and frees many small buffers on several threads (messages, records,
 /// futures); glibc's allocator spent about a quarter of ax's CPU on them in the throughput
@@ -177,13 +178,16 @@ async fn job(command: JobCommand, to: &Connect<'_>, json: bool) -> Result<()> {
         JobCommand::List => jobs::list(&client().await?, json).await,
         JobCommand::Get { name } => jobs::get(&client().await?, &name, json).await,
         JobCommand::Delete { name } => {
-            jobs::command(&client().await?, commands::DELETE, &name, json).await
+            let request = Delete(JobNameRequest { name: name.clone() });
+            jobs::command(&client().await?, request, &name, json).await
         }
         JobCommand::Pause { name } => {
-            jobs::command(&client().await?, commands::PAUSE, &name, json).await
+            let request = Pause(JobNameRequest { name: name.clone() });
+            jobs::command(&client().await?, request, &name, json).await
         }
         JobCommand::Resume { name } => {
-            jobs::command(&client().await?, commands::RESUME, &name, json).await
+            let request = Resume(JobNameRequest { name: name.clone() });
+            jobs::command(&client().await?, request, &name, json).await
         }
         JobCommand::Run(args) => {
             if local::run(args, json).await? {
@@ -257,7 +261,7 @@ async fn instance(command: InstanceCommand, to: &Connect<'_>, json: bool) -> Res
         }
         InstanceCommand::History { id } => instances::history(&client().await?, &id, json).await,
         InstanceCommand::Cancel { id, reason } => {
-            instances::act(&client().await?, commands::CANCEL, id, reason, json).await
+            instances::act(&client().await?, Cancel, id, reason, json).await
         }
         InstanceCommand::Mark {
             id,
@@ -273,7 +277,7 @@ async fn instance(command: InstanceCommand, to: &Connect<'_>, json: bool) -> Res
             output,
         } => instances::report(&client().await?, id, success, message, output, json).await,
         InstanceCommand::Kill { id, reason } => {
-            instances::act(&client().await?, commands::KILL, id, reason, json).await
+            instances::act(&client().await?, Kill, id, reason, json).await
         }
         InstanceCommand::Buckets { set } => instances::buckets(&client().await?, set, json).await,
     }

@@ -185,17 +185,10 @@ async fn admin_token(
     }
     let name: ax_bus::ids::TokenName = "admin".parse()?;
     let (token, hash) = ax_bus::auth::token::Token::generate(&name);
-    let reply = client
-        .control(
-            ax_bus::messages::commands::AUTH,
-            &ax_bus::messages::AuthRequest::Bootstrap { name, hash },
-            jobs::CONTROL_TIMEOUT,
-        )
-        .await?;
-    if !reply.ok {
+    let bootstrap = ax_bus::messages::AuthRequest::Bootstrap { name, hash };
+    if let Err(e) = client.send(&bootstrap, jobs::CONTROL_TIMEOUT).await {
         anyhow::bail!(
-            "cannot make the first admin token: {} (its file {} is gone; make one with an admin's token)",
-            reply.errors.join("; "),
+            "cannot make the first admin token: {e} (its file {} is gone; make one with an admin's token)",
             file.display()
         );
     }

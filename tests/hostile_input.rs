@@ -7,9 +7,8 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ax_bus::messages::{
-    commands, Alert, ControlReply, JobNameRequest, TriggerRequest, REPLY_TO_HEADER,
-};
+use ax_bus::messages::commands::Command;
+use ax_bus::messages::{Alert, ControlReply, JobNameRequest, TriggerRequest, REPLY_TO_HEADER};
 use ax_bus::{codec, codec::JSON};
 use futures::StreamExt;
 use support::*;
@@ -106,7 +105,7 @@ async fn a_trigger_too_big_to_hand_on_is_refused_and_later_commands_go_on() {
         delay: None,
     };
     let reply = client
-        .control(commands::TRIGGER, &big, Duration::from_secs(10))
+        .send_raw(Command::Trigger, &big, Duration::from_secs(10))
         .await
         .expect("an answer");
     assert!(!reply.ok);
@@ -125,7 +124,7 @@ async fn a_trigger_too_big_to_hand_on_is_refused_and_later_commands_go_on() {
         name: job("target"),
     };
     let reply = client
-        .control(commands::PAUSE, &pause, Duration::from_secs(10))
+        .send_raw(Command::Pause, &pause, Duration::from_secs(10))
         .await
         .expect("the pause is answered");
     assert!(reply.ok, "{:?}", reply.errors);
@@ -139,7 +138,7 @@ async fn a_trigger_too_big_to_hand_on_is_refused_and_later_commands_go_on() {
             delay: None,
         };
         let reply = client
-            .control(commands::TRIGGER, &dated, Duration::from_secs(10))
+            .send_raw(Command::Trigger, &dated, Duration::from_secs(10))
             .await
             .expect("an answer");
         assert!(
@@ -230,8 +229,8 @@ async fn registry_entries_written_past_the_checks_are_never_run() {
     let listed = ax(&nats.url(), &["job", "list"]);
     assert!(listed.status.success(), "{}", stderr(&listed));
     let refused = client
-        .control(
-            commands::TRIGGER,
+        .send_raw(
+            Command::Trigger,
             &TriggerRequest {
                 name: job("rogue"),
                 biz_date: None,

@@ -44,7 +44,8 @@ use ax_actors::{parse_roles, Node, NodeConfig, SystemClock, WorkerConfig};
 use ax_bus::client::local_server::{find_binary, LocalServer, ServerOptions};
 use ax_bus::client::{AxClient, ConnectConfig};
 use ax_bus::codec;
-use ax_bus::messages::{commands, JobRecord, TriggerRequest};
+use ax_bus::messages::commands::Command;
+use ax_bus::messages::{JobRecord, TriggerRequest};
 use ax_bus::spec::JobSpec;
 
 /// Why a benchmark could not run: the error it met, with its source.
@@ -346,7 +347,7 @@ async fn send_triggers(
     client: &AxClient,
     requests: impl Iterator<Item = TriggerRequest>,
 ) -> Result<()> {
-    let subject = client.subjects().control(commands::TRIGGER);
+    let subject = client.subjects().control(Command::Trigger.name());
     let mut acks = AckWindow::new(1024);
     for request in requests {
         acks.push(

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use crate::process::NodeProcess;
 use crate::{bail, Result};
 
-use ax_bus::messages::{commands, TriggerRequest};
+use ax_bus::client::ClientError;
+use ax_bus::messages::TriggerRequest;
 use ax_bus::AxClient;
 
 use crate::{
@@ -144,12 +145,13 @@ async fn answers(client: &AxClient, scheduler: &NodeProcess) -> Result<()> {
     };
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if client
-            .control(commands::TRIGGER, &probe, Duration::from_millis(500))
-            .await
-            .is_ok()
-        {
-            return Ok(());
+        // Any answer, a refusal too, says the Scheduler is there.
+        match client.send(&probe, Duration::from_millis(500)).await {
+            Ok(_)
+            | Err(ClientError::Refused(_) | ClientError::Denied(_) | ClientError::Malformed(_)) => {
+                return Ok(())
+            }
+            Err(_) => {}
         }
         if Instant::now() > deadline {
             bail!(

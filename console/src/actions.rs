@@ -8,11 +8,14 @@
 
 use std::time::Duration;
 
+use ax_bus::client::ClientError;
 use ax_bus::ids::{InstanceId, JobName};
+use ax_bus::messages::typed::{
+    Approvals, Cancel, ControlRequest, Delete, Done, Kill, Pause, Planned, Resume, Triggered,
+};
 use ax_bus::messages::{
-    commands, ApplyRequest, ApprovalRequest, BackfillRequest, ControlReply, InstanceRequest,
-    JobChange, JobNameRequest, MarkRequest, QueueRequest, ReplayRequest, RerunRequest,
-    TriggerRequest,
+    ApplyRequest, ApprovalRequest, BackfillRequest, InstanceRequest, JobChange, JobNameRequest,
+    MarkRequest, QueueRequest, ReplayRequest, RerunRequest, TriggerRequest,
 };
 use ax_bus::spec::{self, yaml::LocatedJob};
 use ax_bus::AxClient;
@@ -59,32 +62,19 @@ fn for_caller(client: &AxClient) -> AxClient {
         .unwrap_or_else(|_| client.clone())
 }
 
-/// The reply, or the Scheduler's reasons for refusing.
-fn carried_out(reply: ControlReply) -> Result<ControlReply, Problem> {
-    if reply.ok {
-        Ok(reply)
-    } else {
-        if reply.denied {
-            Err(Problem::Denied(reply.errors.join("; ")))
-        } else {
-            Err(Problem::Refused(reply.errors))
-        }
-    }
-}
-
-/// Sends `command` and waits for the answer.
-async fn send<T: serde::Serialize>(
+/// Sends a command's request for the caller and waits for its reply; the Scheduler's refusal
+/// is a conflict with its reasons, a denial a 403, no answer (NATS away, no Scheduler) a 503.
+async fn send<C: ControlRequest>(
     client: &AxClient,
-    command: &str,
-    request: &T,
+    request: &C,
     timeout: Duration,
-) -> Result<ControlReply, Problem> {
-    carried_out(
-        for_caller(client)
-            .control(command, request, timeout)
-            .await
-            .map_err(unavailable)?,
-    )
+) -> Result<C::Reply, Problem> {
+    match for_caller(client).send(request, timeout).await {
+        Ok(reply) => Ok(reply),
+        Err(ClientError::Refused(errors)) => Err(Problem::Refused(errors)),
+        Err(ClientError::Denied(why)) => Err(Problem::Denied(why)),
+        Err(e) => Err(unavailable(e)),
+    }
 }
 
 /// Fails with a 404 naming the job when there is none by that name.
@@ -109,9 +99,9 @@ pub async fn known_instance(client: &AxClient, id: &InstanceId) -> Result<(), Pr
 
 /// Triggers a job: now, at an instant or after a delay, with parameters, a business date and
 /// a key, as `ax job trigger`.
-pub async fn trigger(client: &AxClient, request: &TriggerRequest) -> Result<ControlReply, Problem> {
+pub async fn trigger(client: &AxClient, request: &TriggerRequest) -> Result<Triggered, Problem> {
     known_job(client, &request.name).await?;
-    send(client, commands::TRIGGER, request, CONTROL_TIMEOUT).await
+    send(client, request, CONTROL_TIMEOUT).await
 }
 
 /// What can be done to a job by its name alone.
@@ -125,25 +115,15 @@ pub enum JobAction {
     Delete,
 }
 
-impl JobAction {
-    fn command(self) -> &'static str {
-        match self {
-            JobAction::Pause => commands::PAUSE,
-            JobAction::Resume => commands::RESUME,
-            JobAction::Delete => commands::DELETE,
-        }
-    }
-}
-
 /// Pauses, resumes or deletes a job, as `ax job pause|resume|delete`.
-pub async fn job(
-    client: &AxClient,
-    action: JobAction,
-    name: &JobName,
-) -> Result<ControlReply, Problem> {
+pub async fn job(client: &AxClient, action: JobAction, name: &JobName) -> Result<Done, Problem> {
     known_job(client, name).await?;
     let request = JobNameRequest { name: name.clone() };
-    send(client, action.command(), &request, CONTROL_TIMEOUT).await
+    match action {
+        JobAction::Pause => send(client, &Pause(request), CONTROL_TIMEOUT).await,
+        JobAction::Resume => send(client, &Resume(request), CONTROL_TIMEOUT).await,
+        JobAction::Delete => send(client, &Delete(request), CONTROL_TIMEOUT).await,
+    }
 }
 
 /// What can be done to one instance.
@@ -160,23 +140,23 @@ pub async fn instance(
     client: &AxClient,
     action: InstanceAction,
     request: &InstanceRequest,
-) -> Result<ControlReply, Problem> {
+) -> Result<Done, Problem> {
     known_instance(client, &request.instance).await?;
-    let command = match action {
-        InstanceAction::Cancel => commands::CANCEL,
-        InstanceAction::Kill => commands::KILL,
-    };
-    send(client, command, request, CONTROL_TIMEOUT).await
+    let request = request.clone();
+    match action {
+        InstanceAction::Cancel => send(client, &Cancel(request), CONTROL_TIMEOUT).await,
+        InstanceAction::Kill => send(client, &Kill(request), CONTROL_TIMEOUT).await,
+    }
 }
 
 /// Gives an operator's verdict on an instance, as `ax instance mark`.
-pub async fn mark(client: &AxClient, request: &MarkRequest) -> Result<ControlReply, Problem> {
+pub async fn mark(client: &AxClient, request: &MarkRequest) -> Result<Done, Problem> {
     known_instance(client, &request.instance).await?;
-    send(client, commands::MARK, request, CONTROL_TIMEOUT).await
+    send(client, request, CONTROL_TIMEOUT).await
 }
 
 /// Plans (dry run) or runs a re-run, as `ax rerun`; the reply carries the plan.
-pub async fn rerun(client: &AxClient, request: &RerunRequest) -> Result<ControlReply, Problem> {
+pub async fn rerun(client: &AxClient, request: &RerunRequest) -> Result<Planned, Problem> {
     if let Some(id) = &request.instance {
         known_instance(client, id).await?;
     }
@@ -188,16 +168,13 @@ pub async fn rerun(client: &AxClient, request: &RerunRequest) -> Result<ControlR
             "instance: name an instance, or a biz_date (with a root job)".into(),
         ));
     }
-    send(client, commands::RERUN, request, PLANNED_TIMEOUT).await
+    send(client, request, PLANNED_TIMEOUT).await
 }
 
 /// Creates the instances of a range of business dates, as `ax backfill`.
-pub async fn backfill(
-    client: &AxClient,
-    request: &BackfillRequest,
-) -> Result<ControlReply, Problem> {
+pub async fn backfill(client: &AxClient, request: &BackfillRequest) -> Result<Planned, Problem> {
     known_job(client, &request.job).await?;
-    send(client, commands::BACKFILL, request, PLANNED_TIMEOUT).await
+    send(client, request, PLANNED_TIMEOUT).await
 }
 
 /// What an apply changed, and what deserves a look though it was applied.
@@ -333,7 +310,7 @@ pub async fn apply(client: &AxClient, jobs: Vec<LocatedJob>) -> Result<Applied, 
             jobs: batch.into_iter().map(|j| j.doc).collect(),
             yaml: None,
         };
-        match send(client, commands::APPLY, &request, CONTROL_TIMEOUT).await {
+        match send(client, &request, CONTROL_TIMEOUT).await {
             Ok(reply) => changes.extend(reply.changes),
             Err(problem) if number == 0 => return Err(problem),
             Err(problem) => {
@@ -409,11 +386,7 @@ async fn unoffered_executors(client: &AxClient, jobs: &[LocatedJob]) -> Vec<Stri
 /// Replays a dead letter and removes it, as `ax dlq replay` (one of an instance becomes a
 /// re-run of it; any other is published again on its subject). The reply's `detail` says
 /// which ([`ax_bus::messages::DlqReplay`]).
-pub async fn replay(
-    client: &AxClient,
-    id: u64,
-    requested_by: &str,
-) -> Result<ControlReply, Problem> {
+pub async fn replay(client: &AxClient, id: u64, requested_by: &str) -> Result<Planned, Problem> {
     // Stream sequences start at 1; the server refuses to look up 0.
     let missing = || {
         Problem::NotFound(format!(
@@ -430,20 +403,17 @@ pub async fn replay(
         id,
         requested_by: requested_by.to_string(),
     };
-    send(client, commands::REPLAY, &request, PLANNED_TIMEOUT).await
+    send(client, &request, PLANNED_TIMEOUT).await
 }
 
 /// Lists, approves or rejects re-runs waiting for a second person, as `ax approvals`.
-pub async fn approval(
-    client: &AxClient,
-    request: &ApprovalRequest,
-) -> Result<ControlReply, Problem> {
-    send(client, commands::APPROVAL, request, PLANNED_TIMEOUT).await
+pub async fn approval(client: &AxClient, request: &ApprovalRequest) -> Result<Approvals, Problem> {
+    send(client, request, PLANNED_TIMEOUT).await
 }
 
 /// Pauses or resumes a priority's queue, as `ax queue pause|resume`.
-pub async fn queue(client: &AxClient, request: &QueueRequest) -> Result<ControlReply, Problem> {
-    send(client, commands::QUEUE, request, CONTROL_TIMEOUT).await
+pub async fn queue(client: &AxClient, request: &QueueRequest) -> Result<Done, Problem> {
+    send(client, request, CONTROL_TIMEOUT).await
 }
 
 /// What became of dead letter `letter`'s instance since (see

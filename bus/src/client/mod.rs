@@ -40,6 +40,8 @@ use chrono::{DateTime, Utc};
 
 use crate::client::provision::{Layout, ProvisionError};
 use crate::client::record_writes::Created;
+use crate::messages::commands::Command;
+use crate::messages::typed::{ControlRequest, FromReply};
 use crate::messages::{
     ControlReply, JobRecord, NodeStatus, QueueState, StoredRecord, TickRecord, WorkerInfo,
     REPLY_TO_HEADER,
@@ -286,6 +288,16 @@ pub enum ClientError {
          runs when one starts"
     )]
     NoAnswer(Duration, u64),
+    /// The Scheduler refused the command: its reasons, each naming the field (nothing was
+    /// changed).
+    #[error("{}", .0.join("; "))]
+    Refused(Vec<String>),
+    /// The Scheduler denied the command to whoever sent it (no token, or a role too low).
+    #[error("{0}")]
+    Denied(String),
+    /// The Scheduler's answer lacks what its command always answers.
+    #[error("the answer to the command is malformed: {0}")]
+    Malformed(String),
 }
 
 /// A URL list with any password replaced, for messages.
@@ -654,10 +666,31 @@ impl AxClient {
         &self.layout.subjects
     }
 
-    /// Publishes a control command (MessagePack) and waits up to `timeout` for the reply.
-    pub async fn control<T: Serialize>(
+    /// Sends a control command's request and waits up to `timeout` for its reply: the
+    /// command's own reply type when it was carried out, [`ClientError::Refused`] (the
+    /// Scheduler's reasons) or [`ClientError::Denied`] when it was not.
+    pub async fn send<C: ControlRequest>(
         &self,
-        command: &str,
+        request: &C,
+        timeout: Duration,
+    ) -> Result<C::Reply, ClientError> {
+        let reply = self.send_raw(C::COMMAND, request, timeout).await?;
+        if reply.denied {
+            return Err(ClientError::Denied(reply.errors.join("; ")));
+        }
+        if !reply.ok {
+            return Err(ClientError::Refused(reply.errors));
+        }
+        C::Reply::from_reply(reply).map_err(ClientError::Malformed)
+    }
+
+    /// Publishes a payload as command `command` (MessagePack) and waits up to `timeout` for the
+    /// reply as the wire has it, refusal or not: for a payload that is no request type (a test
+    /// of the Scheduler's refusals, a relay of documents it did not write). Everyone else
+    /// [`send`](Self::send)s.
+    pub async fn send_raw<T: Serialize>(
+        &self,
+        command: Command,
         request: &T,
         timeout: Duration,
     ) -> Result<ControlReply, ClientError> {
@@ -676,7 +709,7 @@ impl AxClient {
         if let Some(token) = &self.caller {
             headers.insert(crate::auth::TOKEN_HEADER, token.expose());
         }
-        let subject = self.subjects().control(command);
+        let subject = self.subjects().control(command.name());
         let ack = self
             .js
             .publish_with_headers(subject.clone(), headers, codec::encode(request)?)

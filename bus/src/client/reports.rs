@@ -232,8 +232,7 @@ impl AxClient {
         &self,
         request: &crate::messages::ReportRequest,
         timeout: Duration,
-    ) -> Result<crate::messages::ControlReply, ClientError> {
-        self.control(crate::messages::commands::REPORT, request, timeout)
-            .await
+    ) -> Result<crate::messages::typed::Done, ClientError> {
+        self.send(request, timeout).await
     }
 }

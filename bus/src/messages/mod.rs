@@ -18,6 +18,7 @@ pub mod control;
 pub mod fleet;
 pub mod registry;
 pub mod results;
+pub mod typed;
 pub mod work;
 
 pub use crate::instance::ShardRef;

@@ -8,8 +8,9 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use ax_bus::ids::TriggerKey;
+use ax_bus::messages::typed::Said;
 use ax_bus::messages::{
-    BackfillRequest, ControlReply, InstanceRequest, MarkRequest, RerunRequest, TriggerRequest,
+    BackfillRequest, InstanceRequest, MarkRequest, RerunRequest, TriggerRequest,
 };
 use ax_bus::State as InstanceState;
 
@@ -77,12 +78,12 @@ fn requested_by(request: &HttpRequest) -> String {
     crate::pages::caller(request).principal.name
 }
 
-/// The answer to a carried-out command.
-fn answered(reply: ControlReply) -> HttpResponse {
+/// The answer to a carried-out command, whichever it was.
+fn answered(reply: impl Said) -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({
-        "instance_id": reply.instance_id,
-        "message": reply.message,
-        "plan": reply.plan,
+        "instance_id": reply.instance(),
+        "message": reply.message(),
+        "plan": reply.plan(),
     }))
 }
 

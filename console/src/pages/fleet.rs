@@ -8,7 +8,8 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 
-use ax_bus::messages::{ControlReply, QueueRequest};
+use ax_bus::messages::typed::Done;
+use ax_bus::messages::QueueRequest;
 use ax_bus::spec::Priority;
 
 use crate::actions;
@@ -212,7 +213,7 @@ async fn queue(state: web::Data<State>, path: web::Path<(String, String)>) -> Ht
     pages::replied(queued(&state, &path.0, &path.1).await)
 }
 
-async fn queued(state: &State, priority: &str, action: &str) -> Result<ControlReply, Problem> {
+async fn queued(state: &State, priority: &str, action: &str) -> Result<Done, Problem> {
     let paused = match action {
         "pause" => true,
         "resume" => false,

@@ -9,7 +9,8 @@ use askama::Template;
 use serde::{Deserialize, Serialize};
 
 use ax_bus::ids::{InstanceId, JobName};
-use ax_bus::messages::{ControlReply, InstanceRequest, MarkRequest, PlanStep, RerunRequest};
+use ax_bus::messages::typed::Done as Carried;
+use ax_bus::messages::{InstanceRequest, MarkRequest, PlanStep, RerunRequest};
 use ax_bus::State as InstanceState;
 
 use crate::actions::{self, InstanceAction};
@@ -536,7 +537,7 @@ async fn acted(
     id: &str,
     action: &str,
     reason: &str,
-) -> Result<ControlReply, Problem> {
+) -> Result<Carried, Problem> {
     let action = match action {
         "cancel" => InstanceAction::Cancel,
         "kill" => InstanceAction::Kill,
@@ -580,7 +581,7 @@ async fn marked(
     request: &HttpRequest,
     id: &str,
     form: &MarkForm,
-) -> Result<ControlReply, Problem> {
+) -> Result<Carried, Problem> {
     let verdict = match form.state.as_str() {
         "success" => InstanceState::Success,
         "failed" => InstanceState::Failed,

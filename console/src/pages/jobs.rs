@@ -10,7 +10,8 @@ use askama::Template;
 use serde::Deserialize;
 
 use ax_bus::ids::{JobName, TriggerKey};
-use ax_bus::messages::{ControlReply, JobRecord, TriggerRequest};
+use ax_bus::messages::typed::{Done, Triggered};
+use ax_bus::messages::{JobRecord, TriggerRequest};
 use ax_bus::spec::{self, JobDocument, JobSpec};
 
 use crate::actions::{self, JobAction};
@@ -398,7 +399,7 @@ async fn trigger(
     pages::replied(triggered(&state, &name, &form).await)
 }
 
-async fn triggered(state: &State, name: &str, form: &TriggerForm) -> Result<ControlReply, Problem> {
+async fn triggered(state: &State, name: &str, form: &TriggerForm) -> Result<Triggered, Problem> {
     let request = form.request(job_name(name)?)?;
     actions::trigger(crate::api::client(state)?, &request).await
 }
@@ -407,7 +408,7 @@ async fn act(state: web::Data<State>, path: web::Path<(String, String)>) -> Http
     pages::replied(acted(&state, &path.0, &path.1).await)
 }
 
-async fn acted(state: &State, name: &str, action: &str) -> Result<ControlReply, Problem> {
+async fn acted(state: &State, name: &str, action: &str) -> Result<Done, Problem> {
     let action = match action {
         "pause" => JobAction::Pause,
         "resume" => JobAction::Resume,

@@ -218,11 +218,14 @@ pub(crate) fn action_failed(error: &Problem) -> HttpResponse {
 
 /// The fragment answering a control command: what the Scheduler said (with a link to the
 /// instance it names), or why nothing was done.
-pub(crate) fn replied(result: Result<ax_bus::messages::ControlReply, Problem>) -> HttpResponse {
+pub(crate) fn replied(result: Result<impl ax_bus::messages::typed::Said, Problem>) -> HttpResponse {
     match result {
         Ok(reply) => html(
             StatusCode::OK,
-            &Outcome::done(reply.message, reply.instance_id.map(|i| i.to_string())),
+            &Outcome::done(
+                reply.message().to_string(),
+                reply.instance().map(|i| i.to_string()),
+            ),
         ),
         Err(e) => action_failed(&e),
     }

@@ -9,7 +9,8 @@ use serde::Deserialize;
 
 use ax_bus::auth::approval::ApprovalState;
 use ax_bus::ids::ApprovalId;
-use ax_bus::messages::{ApprovalRequest, ControlReply};
+use ax_bus::messages::typed::Approvals;
+use ax_bus::messages::ApprovalRequest;
 
 use crate::actions;
 use crate::pages::{self, Chrome};
@@ -94,7 +95,7 @@ fn approval_id(text: &str) -> Result<ApprovalId, Problem> {
     ApprovalId::parse(text).map_err(|e| Problem::Malformed(format!("id: {e}")))
 }
 
-async fn decide(state: &State, request: ApprovalRequest) -> Result<ControlReply, Problem> {
+async fn decide(state: &State, request: ApprovalRequest) -> Result<Approvals, Problem> {
     actions::approval(crate::api::client(state)?, &request).await
 }
 

@@ -34,6 +34,7 @@ mod queue;
 mod replay;
 mod report;
 pub(crate) mod rerun;
+mod store;
 mod tokens;
 mod trigger;
 

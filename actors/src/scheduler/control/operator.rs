@@ -13,15 +13,15 @@ use ax_bus::client::Updated;
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::commands::Command;
 use ax_bus::messages::{InstanceRequest, MarkRequest};
-use ax_bus::{msg_id, AxClient, InstanceRecord, State, Tag};
+use ax_bus::{msg_id, InstanceRecord, State, Tag};
 
+use super::store::Instances;
 use super::{CommandError, ControlReply};
-use crate::jetstream::publish;
 
 /// Gives an operator's verdict: the instance ends `success` or `failed` with tag `marked`, and
 /// the verdict is told as a result (a success releases the downstream waiting on it).
 pub(super) async fn mark(
-    client: &AxClient,
+    store: &impl Instances,
     who: &str,
     request: MarkRequest,
 ) -> Result<ControlReply, CommandError> {
@@ -37,14 +37,14 @@ pub(super) async fn mark(
             "reason: a verdict needs one (it is kept in the record and the audit)",
         ));
     }
-    let Some((before, _)) = client.instance(id).await? else {
+    let Some(before) = store.record(id).await? else {
         return Err(CommandError::refused(ax_bus::client::retention::missing(
             id,
         )));
     };
     let message = format!("marked {} by {who}: {}", request.state, request.reason);
-    let record = match client
-        .update_instance(id, |r| r.marked(request.state, &message))
+    let record = match store
+        .update(id, |r| r.marked(request.state, &message))
         .await?
     {
         Updated::Written(record, _) => record,
@@ -66,7 +66,7 @@ pub(super) async fn mark(
         }
     };
     let marked = msg_id::marked(&record.trace_id, record.state.as_str());
-    publish::ended(client, &record, &marked).await?;
+    store.ended(&record, &marked).await?;
     answered(&before, &record)
 }
 
@@ -96,13 +96,13 @@ fn refusal(action: Command, record: &InstanceRecord) -> Option<String> {
 /// executing one (`kill`: its process group is stopped; it ends `failed`, tag `killed`, with no
 /// retry).
 pub(super) async fn act(
-    client: &AxClient,
+    store: &impl Instances,
     who: &str,
     request: InstanceRequest,
     action: Command,
 ) -> Result<ControlReply, CommandError> {
     let id = &request.instance;
-    let Some((before, _)) = client.instance(id).await? else {
+    let Some(before) = store.record(id).await? else {
         return Err(CommandError::refused(ax_bus::client::retention::missing(
             id,
         )));
@@ -125,8 +125,8 @@ pub(super) async fn act(
         (State::Cancelled, Tag::Operator)
     };
     // Checked again at the moment of writing: the record may have moved since it was read.
-    let updated = client
-        .update_instance(id, |r| match refusal(action, r) {
+    let updated = store
+        .update(id, |r| match refusal(action, r) {
             Some(_) if r.state.is_final() => Err(TransitionRefused::AlreadyEnded(r.state)),
             Some(_) => Err(TransitionRefused::AlreadyStarted),
             None => r.ended_early(&r.trace_id, state, tag, &message),
@@ -135,7 +135,7 @@ pub(super) async fn act(
     let record = match updated {
         Updated::Written(record, _) => record,
         Updated::Refused(_) => {
-            let now = client.instance(id).await?.map(|(r, _)| r);
+            let now = store.record(id).await?;
             let why = now
                 .as_ref()
                 .and_then(|r| refusal(action, r))
@@ -150,9 +150,11 @@ pub(super) async fn act(
     };
     if let (Command::Kill, Some(worker)) = (action, &before.worker) {
         // The worker stops the attempt's process group (dump signal, grace, SIGKILL).
-        publish::stop_attempt(client, worker, &before.trace_id).await;
+        store.stop_attempt(worker, &before.trace_id).await;
     }
-    publish::ended(client, &record, &msg_id::result(&record.trace_id)).await?;
+    store
+        .ended(&record, &msg_id::result(&record.trace_id))
+        .await?;
     answered(&before, &record)
 }
 
@@ -171,4 +173,176 @@ fn answered(
         }),
         ..ControlReply::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::control::store::Memory;
+
+    /// A queued first attempt of job `job`.
+    fn queued(job: &str) -> InstanceRecord {
+        let now = ax_bus::time::now();
+        InstanceRecord::first(
+            &crate::test_fixtures::spec(job, None, &[]),
+            now,
+            "2026-12-07".into(),
+            Default::default(),
+            ax_bus::instance::Trigger::Manual,
+            now,
+        )
+    }
+
+    /// `queued(job)` executing on worker `w1`.
+    fn executing(job: &str) -> InstanceRecord {
+        let mut record = queued(job);
+        record.tag = Tag::Executing;
+        record.worker = Some("w1".parse().unwrap());
+        record.started_at = Some(ax_bus::time::now());
+        record
+    }
+
+    fn asked(record: &InstanceRecord, reason: &str) -> InstanceRequest {
+        InstanceRequest {
+            instance: record.instance_id.clone(),
+            reason: Some(reason.into()),
+            requested_by: "ops@host".into(),
+        }
+    }
+
+    fn verdict(record: &InstanceRecord, state: State, reason: &str) -> MarkRequest {
+        MarkRequest {
+            instance: record.instance_id.clone(),
+            state,
+            reason: reason.into(),
+            requested_by: "ops@host".into(),
+        }
+    }
+
+    fn refused(outcome: Result<ControlReply, CommandError>) -> String {
+        match outcome {
+            Err(CommandError::Refused(reasons)) => reasons.join("; "),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    fn stored(memory: &Memory, record: &InstanceRecord) -> InstanceRecord {
+        memory.records.lock().unwrap()[&record.instance_id].clone()
+    }
+
+    #[tokio::test]
+    async fn a_cancel_ends_a_waiting_instance_and_tells_it() {
+        let waiting = queued("etl");
+        let memory = Memory::with([waiting.clone()]);
+        let reply = act(
+            &memory,
+            "ops",
+            asked(&waiting, "not today"),
+            Command::Cancel,
+        )
+        .await
+        .unwrap();
+        let after = stored(&memory, &waiting);
+        assert_eq!((after.state, after.tag), (State::Cancelled, Tag::Operator));
+        assert_eq!(after.message, "cancelled by ops: not today");
+        assert_eq!(reply.detail["before"], "running queued");
+        assert_eq!(reply.detail["after"], "cancelled operator");
+        assert_eq!(memory.ended.lock().unwrap().len(), 1);
+        assert!(memory.stopped.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_kill_stops_an_executing_attempt_and_fails_it_without_a_retry() {
+        let running = executing("etl");
+        let memory = Memory::with([running.clone()]);
+        act(&memory, "ops", asked(&running, "stuck"), Command::Kill)
+            .await
+            .unwrap();
+        let after = stored(&memory, &running);
+        assert_eq!((after.state, after.tag), (State::Failed, Tag::Killed));
+        assert_eq!(
+            memory.stopped.lock().unwrap().as_slice(),
+            [("w1".to_string(), running.trace_id.clone())]
+        );
+        let ended = memory.ended.lock().unwrap();
+        assert_eq!(ended[0].1, msg_id::result(&running.trace_id));
+    }
+
+    #[tokio::test]
+    async fn cancel_and_kill_refuse_the_state_the_other_is_for_and_an_ended_instance() {
+        let running = executing("a");
+        let waiting = queued("b");
+        let mut ended = queued("c");
+        ended.state = State::Success;
+        ended.tag = Tag::Completed;
+        let memory = Memory::with([running.clone(), waiting.clone(), ended.clone()]);
+        let why = refused(act(&memory, "ops", asked(&running, "x"), Command::Cancel).await);
+        assert!(why.contains("is executing on w1; kill it instead"), "{why}");
+        let why = refused(act(&memory, "ops", asked(&waiting, "x"), Command::Kill).await);
+        assert!(
+            why.contains("is not executing (running queued); cancel it"),
+            "{why}"
+        );
+        let why = refused(act(&memory, "ops", asked(&ended, "x"), Command::Kill).await);
+        assert!(
+            why.contains("has ended (success); there is nothing to kill"),
+            "{why}"
+        );
+        // Nothing moved, nothing told, nothing stopped.
+        assert_eq!(stored(&memory, &running), running);
+        assert_eq!(stored(&memory, &waiting), waiting);
+        assert!(memory.ended.lock().unwrap().is_empty());
+        assert!(memory.stopped.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unknown_instance_is_refused_by_its_id() {
+        let nowhere = queued("gone");
+        let memory = Memory::default();
+        let why = refused(act(&memory, "ops", asked(&nowhere, "x"), Command::Cancel).await);
+        assert!(why.contains(nowhere.instance_id.as_str()), "{why}");
+        let why = refused(mark(&memory, "ops", verdict(&nowhere, State::Success, "x")).await);
+        assert!(why.contains(nowhere.instance_id.as_str()), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_mark_ends_the_instance_in_its_verdict_and_tells_it_as_marked() {
+        let mut failed = queued("etl");
+        failed.state = State::Failed;
+        failed.tag = Tag::ExitCode;
+        let memory = Memory::with([failed.clone()]);
+        mark(
+            &memory,
+            "ops",
+            verdict(&failed, State::Success, "fixed by hand"),
+        )
+        .await
+        .unwrap();
+        let after = stored(&memory, &failed);
+        assert_eq!((after.state, after.tag), (State::Success, Tag::Marked));
+        assert_eq!(after.message, "marked success by ops: fixed by hand");
+        let ended = memory.ended.lock().unwrap();
+        assert_eq!(ended[0].1, msg_id::marked(&failed.trace_id, "success"));
+    }
+
+    #[tokio::test]
+    async fn a_mark_is_refused_without_a_reason_for_no_verdict_on_an_executing_or_same_state() {
+        let running = executing("a");
+        let mut done = queued("b");
+        done.state = State::Success;
+        done.tag = Tag::Completed;
+        let memory = Memory::with([running.clone(), done.clone()]);
+        let why = refused(mark(&memory, "ops", verdict(&done, State::Failed, " ")).await);
+        assert!(why.starts_with("reason: a verdict needs one"), "{why}");
+        let why = refused(mark(&memory, "ops", verdict(&done, State::Running, "x")).await);
+        assert!(
+            why.starts_with("state: an instance is marked success or failed"),
+            "{why}"
+        );
+        let why = refused(mark(&memory, "ops", verdict(&running, State::Failed, "x")).await);
+        assert!(why.contains("is executing; kill it first"), "{why}");
+        let why = refused(mark(&memory, "ops", verdict(&done, State::Success, "x")).await);
+        assert!(why.contains("is success already"), "{why}");
+        assert!(memory.ended.lock().unwrap().is_empty());
+    }
 }

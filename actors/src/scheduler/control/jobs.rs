@@ -11,6 +11,7 @@ use ax_bus::instance::Trigger;
 use ax_bus::messages::{ApplyRequest, Change, ControlReply, JobChange, JobRecord};
 use ax_bus::{codec, spec, AxClient};
 
+use super::store::Registry;
 use super::CommandError;
 use crate::scheduler::creator::Creator;
 use crate::scheduler::new_instance::NewInstance;
@@ -203,42 +204,114 @@ pub(super) async fn delete(
 }
 
 pub(super) async fn set_paused(
-    client: &AxClient,
+    registry: &impl Registry,
     name: &JobName,
     paused: bool,
 ) -> Result<ControlReply, CommandError> {
+    let verb = if paused { "paused" } else { "resumed" };
     loop {
-        let Some((mut record, revision)) = client.job(name).await? else {
+        let Some((mut record, revision)) = registry.job(name).await? else {
             return Err(no_such_job(name));
         };
-        let verb = if paused { "paused" } else { "resumed" };
-        if record.paused == paused {
-            return Ok(ControlReply {
-                ok: true,
-                message: format!("{name} was already {verb}"),
-                ..ControlReply::default()
-            });
+        let message = if record.paused == paused {
+            format!("{name} was already {verb}")
+        } else {
+            record.paused = paused;
+            record.updated_at = ax_bus::time::now();
+            // Written meanwhile (an apply, another pause): read it again.
+            if !registry.swap_job(name, &record, revision).await? {
+                continue;
+            }
+            format!("{name} {verb}")
+        };
+        return Ok(ControlReply {
+            ok: true,
+            message,
+            ..ControlReply::default()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use ax_bus::messages::QueueRequest;
+    use ax_bus::spec::Priority;
+
+    use super::*;
+    use crate::scheduler::control::store::Jobs;
+
+    fn registry_of(names: &[&str]) -> Jobs {
+        let jobs = Jobs::default();
+        for name in names {
+            let record = JobRecord {
+                spec: crate::test_fixtures::spec(name, Some("0 0 * * * *"), &[]),
+                paused: false,
+                updated_at: ax_bus::time::now(),
+                defined_at: None,
+            };
+            jobs.jobs
+                .lock()
+                .unwrap()
+                .insert(name.parse().unwrap(), (record, 1));
         }
-        record.paused = paused;
-        record.updated_at = ax_bus::time::now();
-        match client
-            .jobs
-            .update(name, codec::encode(&record)?, revision)
+        jobs
+    }
+
+    fn paused(jobs: &Jobs, name: &str) -> bool {
+        jobs.jobs.lock().unwrap()[&name.parse::<JobName>().unwrap()]
+            .0
+            .paused
+    }
+
+    #[tokio::test]
+    async fn a_pause_is_written_once_and_said_again_as_already_done() {
+        let jobs = registry_of(&["etl"]);
+        let name: JobName = "etl".parse().unwrap();
+        let reply = set_paused(&jobs, &name, true).await.unwrap();
+        assert_eq!(reply.message, "etl paused");
+        assert!(paused(&jobs, "etl"));
+        let again = set_paused(&jobs, &name, true).await.unwrap();
+        assert_eq!(again.message, "etl was already paused");
+        let resumed = set_paused(&jobs, &name, false).await.unwrap();
+        assert_eq!(resumed.message, "etl resumed");
+        assert!(!paused(&jobs, "etl"));
+    }
+
+    #[tokio::test]
+    async fn a_pause_that_races_another_write_reads_the_job_again() {
+        let jobs = registry_of(&["etl"]);
+        jobs.races.store(2, Ordering::SeqCst);
+        let reply = set_paused(&jobs, &"etl".parse().unwrap(), true)
             .await
-        {
-            Ok(_) => {
-                return Ok(ControlReply {
-                    ok: true,
-                    message: format!("{name} {verb}"),
-                    ..ControlReply::default()
-                })
-            }
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-            Err(e) => {
-                return Err(
-                    ActorError::from(NatsError::new(format!("update job {name}"), e)).into(),
-                )
-            }
+            .unwrap();
+        assert_eq!(reply.message, "etl paused");
+        assert!(paused(&jobs, "etl"));
+        assert_eq!(jobs.races.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_job_is_refused_by_its_name() {
+        let jobs = registry_of(&[]);
+        match set_paused(&jobs, &"nope".parse().unwrap(), true).await {
+            Err(CommandError::Refused(why)) => assert_eq!(why, ["no job named `nope`"]),
+            other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_queue_is_paused_and_resumed_by_an_operator() {
+        let jobs = registry_of(&[]);
+        let request = QueueRequest {
+            priority: Priority::Low,
+            paused: true,
+        };
+        let reply = crate::scheduler::control::queue::set_queue(&jobs, &request)
+            .await
+            .unwrap();
+        assert_eq!(reply.message, "queue low paused");
+        let state = jobs.queues.lock().unwrap()[&Priority::Low].clone();
+        assert!(state.paused && state.by.is_empty(), "{state:?}");
     }
 }

@@ -1,26 +1,21 @@
 //! `queue`: pause or resume the queue of one priority.
 
-use ax_bus::error::During;
 use ax_bus::messages::{ControlReply, QueueRequest, QueueState};
-use ax_bus::{codec, AxClient};
 
+use super::store::Registry;
 use super::CommandError;
 
 /// Pauses or resumes a priority's queue: the Routers stop (or start again) pulling from it;
 /// nothing in it is lost.
 pub(super) async fn set_queue(
-    client: &AxClient,
+    registry: &impl Registry,
     request: &QueueRequest,
 ) -> Result<ControlReply, CommandError> {
     let state = QueueState {
         paused: request.paused,
         by: String::new(),
     };
-    client
-        .queues
-        .put(request.priority.as_str(), codec::encode(&state)?)
-        .await
-        .during(|| format!("set queue {}", request.priority.as_str()))?;
+    registry.set_queue(request.priority, &state).await?;
     Ok(ControlReply {
         ok: true,
         message: format!(

@@ -1,11 +1,16 @@
-//! What the control handlers need of the store and the bus, narrowed to a trait so that their
+//! What the control handlers need of the store and the bus, narrowed to traits so that their
 //! decisions — refusals, transitions, what is told — are unit-tested against memory, while the
 //! integration tests keep the real nats-server. [`AxClient`] is the implementation that runs.
 
+use async_nats::jetstream::kv::UpdateErrorKind;
+
 use ax_bus::client::Updated;
-use ax_bus::ids::{InstanceId, TraceId};
+use ax_bus::error::{During, NatsError};
+use ax_bus::ids::{InstanceId, JobName, TraceId};
 use ax_bus::instance::TransitionRefused;
-use ax_bus::{AxClient, InstanceRecord};
+use ax_bus::messages::{JobRecord, QueueState};
+use ax_bus::spec::Priority;
+use ax_bus::{codec, AxClient, InstanceRecord};
 
 use crate::jetstream::publish;
 use crate::ActorError;
@@ -23,6 +28,53 @@ pub(crate) trait Instances {
     async fn ended(&self, record: &InstanceRecord, msg_id: &str) -> Result<(), ActorError>;
     /// Asks `worker` to stop attempt `trace` (best effort).
     async fn stop_attempt(&self, worker: &str, trace: &TraceId);
+}
+
+/// The job registry and the queues' states, as `pause`, `resume` and `queue` change them.
+pub(crate) trait Registry {
+    /// Job `name`'s record and its revision, if it has one.
+    async fn job(&self, name: &JobName) -> Result<Option<(JobRecord, u64)>, ActorError>;
+    /// Writes `record` over revision `revision` of `name`; `false` when the entry moved on
+    /// since (read it again).
+    async fn swap_job(
+        &self,
+        name: &JobName,
+        record: &JobRecord,
+        revision: u64,
+    ) -> Result<bool, ActorError>;
+    /// Sets a priority's queue's state.
+    async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError>;
+}
+
+impl Registry for AxClient {
+    async fn job(&self, name: &JobName) -> Result<Option<(JobRecord, u64)>, ActorError> {
+        Ok(AxClient::job(self, name).await?)
+    }
+
+    async fn swap_job(
+        &self,
+        name: &JobName,
+        record: &JobRecord,
+        revision: u64,
+    ) -> Result<bool, ActorError> {
+        match self
+            .jobs
+            .update(name, codec::encode(record)?, revision)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(false),
+            Err(e) => Err(NatsError::new(format!("update job {name}"), e).into()),
+        }
+    }
+
+    async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError> {
+        self.queues
+            .put(priority.as_str(), codec::encode(state)?)
+            .await
+            .during(|| format!("set queue {}", priority.as_str()))?;
+        Ok(())
+    }
 }
 
 impl Instances for AxClient {
@@ -105,5 +157,53 @@ impl Instances for Memory {
             .lock()
             .unwrap()
             .push((worker.to_string(), trace.clone()));
+    }
+}
+
+/// The registry in memory, for the handlers' unit tests: each job with its revision, and the
+/// writes it refused as moved on.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct Jobs {
+    pub(crate) jobs: std::sync::Mutex<std::collections::BTreeMap<JobName, (JobRecord, u64)>>,
+    pub(crate) queues: std::sync::Mutex<std::collections::BTreeMap<Priority, QueueState>>,
+    /// How many writes found the entry moved on; the first `races` writes are made to.
+    pub(crate) races: std::sync::atomic::AtomicUsize,
+}
+
+#[cfg(test)]
+impl Registry for Jobs {
+    async fn job(&self, name: &JobName) -> Result<Option<(JobRecord, u64)>, ActorError> {
+        Ok(self.jobs.lock().unwrap().get(name).cloned())
+    }
+
+    async fn swap_job(
+        &self,
+        name: &JobName,
+        record: &JobRecord,
+        revision: u64,
+    ) -> Result<bool, ActorError> {
+        use std::sync::atomic::Ordering;
+        let mut jobs = self.jobs.lock().unwrap();
+        let Some((held, at)) = jobs.get_mut(name) else {
+            return Ok(false);
+        };
+        // Another writer got there first, as often as the test asks.
+        if self.races.load(Ordering::SeqCst) > 0 {
+            self.races.fetch_sub(1, Ordering::SeqCst);
+            *at += 1;
+            return Ok(false);
+        }
+        if *at != revision {
+            return Ok(false);
+        }
+        *held = record.clone();
+        *at += 1;
+        Ok(true)
+    }
+
+    async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError> {
+        self.queues.lock().unwrap().insert(priority, state.clone());
+        Ok(())
     }
 }

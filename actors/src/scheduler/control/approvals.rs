@@ -299,7 +299,7 @@ async fn carry_out(
         via: approval.via,
     };
     let request = serde_json::to_value(&approval.request).unwrap_or_default();
-    let record = audit::record(desk, &requester, "rerun".into(), request, &reply);
+    let record = audit::record(&desk.node, &requester, "rerun".into(), request, &reply);
     audit::publish(desk, sequence, &record).await?;
     Ok(reply)
 }

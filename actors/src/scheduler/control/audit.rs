@@ -13,7 +13,7 @@ use ax_bus::messages::{ApprovalRequest, AuthRequest, ControlReply};
 use ax_bus::{codec, spec};
 
 use super::caller::Caller;
-use super::{Desk, Received};
+use super::Desk;
 use crate::jetstream::publish;
 use crate::ActorError;
 
@@ -21,9 +21,12 @@ use crate::ActorError;
 /// operation (`token.create`, `approval.approve`, …); `None` for what changes nothing and is
 /// not recorded (listings). A request that does not decode is recorded under its command
 /// (`token`, `approval` for those two), an unknown command under the name it came with.
-pub(crate) fn action_of(received: &Received) -> Option<String> {
-    let request = received.request.as_ref().ok();
-    Some(match (received.kind, request) {
+pub(crate) fn action_of(
+    kind: Option<Command>,
+    request: Option<&Request>,
+    name: &str,
+) -> Option<String> {
+    Some(match (kind, request) {
         (Some(Command::Auth), Some(Request::Auth(auth))) => match auth {
             AuthRequest::List => return None,
             AuthRequest::Bootstrap { .. } => "token.bootstrap".into(),
@@ -37,7 +40,7 @@ pub(crate) fn action_of(received: &Received) -> Option<String> {
             ApprovalRequest::Reject { .. } => "approval.reject".into(),
         },
         (Some(Command::Approval), _) => "approval".into(),
-        _ => received.name().to_string(),
+        _ => name.to_string(),
     })
 }
 
@@ -83,7 +86,7 @@ pub(crate) fn request_of(
 
 /// The record of one decided command.
 pub(crate) fn record(
-    desk: &Desk,
+    node: &ax_bus::ids::NodeId,
     caller: &Caller,
     action: String,
     request: serde_json::Value,
@@ -129,7 +132,7 @@ pub(crate) fn record(
         dry_run,
         detail,
         at: ax_bus::time::now(),
-        node: desk.node.clone(),
+        node: node.clone(),
     }
 }
 
@@ -186,4 +189,125 @@ pub(crate) async fn publish_system(
         node: desk.node.clone(),
     };
     publish(desk, 0, &record).await
+}
+
+#[cfg(test)]
+mod tests {
+    use ax_bus::auth::approval::ApprovalState;
+    use ax_bus::auth::Principal;
+    use ax_bus::messages::commands::Request;
+    use ax_bus::messages::{ApprovalRequest, AuthRequest, ControlReply};
+
+    use super::*;
+
+    fn decoded(kind: Command, json: serde_json::Value) -> Request {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Content-Type", "application/json");
+        Request::decode(kind, Some(&headers), json.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn an_action_is_its_command_or_its_operation_and_a_listing_none() {
+        let pause = decoded(Command::Pause, serde_json::json!({"name": "etl"}));
+        assert_eq!(
+            action_of(Some(Command::Pause), Some(&pause), "pause").as_deref(),
+            Some("pause")
+        );
+        let revoke = Request::Auth(AuthRequest::Revoke {
+            name: "ops".parse().unwrap(),
+        });
+        assert_eq!(
+            action_of(Some(Command::Auth), Some(&revoke), "auth").as_deref(),
+            Some("token.revoke")
+        );
+        let list = Request::Approval(ApprovalRequest::List);
+        assert_eq!(
+            action_of(Some(Command::Approval), Some(&list), "approval"),
+            None
+        );
+        // A request that does not decode is still recorded, under its command.
+        assert_eq!(
+            action_of(Some(Command::Auth), None, "auth").as_deref(),
+            Some("token")
+        );
+        assert_eq!(action_of(None, None, "reboot").as_deref(), Some("reboot"));
+    }
+
+    #[test]
+    fn the_audit_keeps_no_secret_and_an_apply_by_the_names_it_applied() {
+        let token =
+            serde_json::json!({"op": "create", "name": "ops", "role": "operator", "hash": "ab12"});
+        let kept = request_of(Some(Command::Auth), token);
+        assert!(kept.get("hash").is_none(), "{kept}");
+        assert_eq!(kept["name"], "ops");
+        let apply = serde_json::json!({
+            "jobs": [{"version": "v1", "job": {"name": "etl", "exec": {"type": "noop"}}}],
+            "yaml": "version: v1\njob:\n  name: report\n  exec: { type: noop }\n",
+        });
+        let kept = request_of(Some(Command::Apply), apply);
+        assert_eq!(kept["jobs"], serde_json::json!(["etl", "report"]));
+        assert!(kept.get("yaml").is_none(), "{kept}");
+    }
+
+    #[test]
+    fn the_outcome_says_done_refused_denied_or_pending_and_a_dry_run_is_marked() {
+        let node: ax_bus::ids::NodeId = "n1".parse().unwrap();
+        let caller = super::super::caller::Caller {
+            principal: Principal::unverified("ops@host"),
+            via: Via::Cli,
+        };
+        let outcome = |reply: ControlReply, request: serde_json::Value| {
+            record(&node, &caller, "rerun".into(), request, &reply)
+        };
+        let done = outcome(
+            ControlReply {
+                ok: true,
+                message: "1 started".into(),
+                ..ControlReply::default()
+            },
+            serde_json::json!({"dry_run": true}),
+        );
+        assert_eq!((done.outcome, done.dry_run), (Outcome::Done, true));
+        assert_eq!(
+            (done.actor.as_str(), done.message.as_str()),
+            ("ops@host", "1 started")
+        );
+        let refused = outcome(
+            ControlReply::refused(vec!["biz_date: no".into()]),
+            serde_json::Value::Null,
+        );
+        assert_eq!(
+            (refused.outcome, refused.message.as_str()),
+            (Outcome::Refused, "biz_date: no")
+        );
+        let denied = outcome(
+            ControlReply {
+                denied: true,
+                ..ControlReply::refused(vec!["denied: no token".into()])
+            },
+            serde_json::Value::Null,
+        );
+        assert_eq!(denied.outcome, Outcome::Denied);
+        let mut pending = ControlReply {
+            ok: true,
+            ..ControlReply::default()
+        };
+        pending.approval = Some(ax_bus::auth::approval::Approval {
+            id: ax_bus::ids::ApprovalId::random(),
+            request: Default::default(),
+            plan: Vec::new(),
+            requested_by: caller.principal.clone(),
+            via: Via::Cli,
+            created_at: ax_bus::time::now(),
+            expires_at: ax_bus::time::now(),
+            state: ApprovalState::Pending,
+            decided_by: None,
+            decided_at: None,
+            reason: None,
+            taken_by_command: None,
+        });
+        let pending = outcome(pending, serde_json::Value::Null);
+        assert_eq!(pending.outcome, Outcome::Pending);
+        assert!(pending.approval.is_some());
+    }
 }

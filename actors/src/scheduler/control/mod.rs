@@ -287,8 +287,9 @@ async fn handle(desk: &Desk, received: &Received) {
         }
     };
     let request = audit::request_of(received.kind, request);
-    if let Some(action) = audit::action_of(received) {
-        let record = audit::record(desk, &caller, action, request, &reply);
+    let decoded = received.request.as_ref().ok();
+    if let Some(action) = audit::action_of(received.kind, decoded, received.name()) {
+        let record = audit::record(&desk.node, &caller, action, request, &reply);
         if let Err(e) = Box::pin(audit::publish(desk, sequence, &record)).await {
             // Not acknowledged: carried out again on redelivery (commands are idempotent by
             // their ids and compare-and-swaps) and recorded then, once.

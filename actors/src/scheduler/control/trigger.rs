@@ -34,26 +34,7 @@ pub(super) async fn trigger(
                 .collect(),
         ));
     }
-    let mut errors = Vec::new();
-    if let Some(date) = &request.biz_date {
-        if ax_bus::time::parse_biz_date(date).is_none() {
-            errors.push(format!("biz_date: `{date}` is not a date (YYYY-MM-DD)"));
-        }
-    }
-    for name in request.params.keys() {
-        if !spec::is_valid_param_name(name) {
-            errors.push(format!(
-                "params.{name}: a param name must match [A-Za-z_][A-Za-z0-9_]{{0,63}}"
-            ));
-        }
-    }
-    let due = due_of(&request, published, max_delay).unwrap_or_else(|e| {
-        errors.push(e);
-        None
-    });
-    if !errors.is_empty() {
-        return Err(CommandError::Refused(errors));
-    }
+    let due = checked(&request, published, max_delay).map_err(CommandError::Refused)?;
     let tz: chrono_tz::Tz = job.spec.timezone.parse().unwrap_or(chrono_tz::UTC);
     let biz_date = request
         .biz_date
@@ -111,6 +92,36 @@ pub(super) async fn trigger(
     })
 }
 
+/// Every problem of `request`, each naming its field; else when it is due (`None`: now).
+fn checked(
+    request: &TriggerRequest,
+    published: chrono::DateTime<chrono::Utc>,
+    max_delay: std::time::Duration,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, Vec<String>> {
+    let mut errors = Vec::new();
+    if let Some(date) = &request.biz_date {
+        if ax_bus::time::parse_biz_date(date).is_none() {
+            errors.push(format!("biz_date: `{date}` is not a date (YYYY-MM-DD)"));
+        }
+    }
+    for name in request.params.keys() {
+        if !spec::is_valid_param_name(name) {
+            errors.push(format!(
+                "params.{name}: a param name must match [A-Za-z_][A-Za-z0-9_]{{0,63}}"
+            ));
+        }
+    }
+    let due = due_of(request, published, max_delay).unwrap_or_else(|e| {
+        errors.push(e);
+        None
+    });
+    if errors.is_empty() {
+        Ok(due)
+    } else {
+        Err(errors)
+    }
+}
+
 /// When a delayed trigger is due (`at` or `in`, counted from the command's publication so a
 /// redelivered command means the same instant); `None` for one that runs now.
 fn due_of(
@@ -154,5 +165,79 @@ pub(super) fn within(
             limit.num_days()
         )),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(json: serde_json::Value) -> TriggerRequest {
+        let mut all = serde_json::json!({"name": "etl"});
+        if let (Some(all), Some(more)) = (all.as_object_mut(), json.as_object()) {
+            all.extend(more.clone());
+        }
+        serde_json::from_value(all).unwrap()
+    }
+
+    fn at(text: &str) -> chrono::DateTime<chrono::Utc> {
+        ax_bus::time::parse_instant(text).unwrap()
+    }
+
+    const YEAR: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
+
+    #[test]
+    fn a_trigger_runs_now_or_is_due_at_its_instant_or_after_its_delay() {
+        let sent = at("2026-12-07T10:00:00.000Z");
+        assert_eq!(
+            checked(&request(serde_json::json!({})), sent, YEAR),
+            Ok(None)
+        );
+        let delayed = request(serde_json::json!({"in": "90s"}));
+        assert_eq!(
+            checked(&delayed, sent, YEAR),
+            Ok(Some(at("2026-12-07T10:01:30.000Z")))
+        );
+        let timed = request(serde_json::json!({"at": "2026-12-24T18:00:00+08:00"}));
+        assert_eq!(
+            checked(&timed, sent, YEAR),
+            Ok(Some(at("2026-12-24T10:00:00.000Z")))
+        );
+    }
+
+    #[test]
+    fn every_problem_of_a_trigger_is_named_at_once() {
+        let sent = at("2026-12-07T10:00:00.000Z");
+        let bad = request(serde_json::json!({
+            "biz_date": "2026-02-30",
+            "params": {"9lives": 1, "ok": 2},
+            "at": "2026-12-08T00:00:00Z",
+            "in": "1h",
+        }));
+        let errors = checked(&bad, sent, YEAR).unwrap_err();
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(
+            errors[0].starts_with("biz_date: `2026-02-30`"),
+            "{errors:?}"
+        );
+        assert!(errors[1].starts_with("params.9lives:"), "{errors:?}");
+        assert_eq!(errors[2], "at and in: give one of them, not both");
+    }
+
+    #[test]
+    fn a_trigger_too_far_ahead_is_refused_by_the_schedulers_limit() {
+        let sent = at("2026-12-07T10:00:00.000Z");
+        let far = request(serde_json::json!({"in": "400d"}));
+        let errors = checked(&far, sent, YEAR).unwrap_err();
+        assert!(
+            errors[0].starts_with("in: ") && errors[0].contains("more than 366 days ahead"),
+            "{errors:?}"
+        );
+        let past = request(serde_json::json!({"at": "yesterday"}));
+        let errors = checked(&past, sent, YEAR).unwrap_err();
+        assert!(
+            errors[0].starts_with("at: `yesterday` is not an RFC 3339 instant"),
+            "{errors:?}"
+        );
     }
 }

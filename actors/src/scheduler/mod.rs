@@ -28,6 +28,7 @@ pub(crate) mod orphans;
 pub(crate) mod overlap;
 pub(crate) mod partitions;
 pub(crate) mod planner;
+pub(crate) mod store;
 pub(crate) mod ticks;
 pub(crate) mod time_wheel;
 

@@ -18,9 +18,8 @@ use ax_bus::msg_id;
 use ax_bus::spec::Overlap;
 use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
+use crate::scheduler::store::{Instances, Latest};
 use crate::ActorError;
-
-use crate::jetstream::publish;
 
 /// What to do with a fire.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +34,7 @@ pub(crate) enum Decision {
 
 /// Applies `policy` to the fire of `work`.
 pub(crate) async fn decide(
-    client: &AxClient,
+    store: &(impl Instances + Latest),
     work: &WorkItem,
     policy: Overlap,
 ) -> Result<Decision, ActorError> {
@@ -43,21 +42,13 @@ pub(crate) async fn decide(
         return Ok(Decision::Proceed);
     }
     let job = work.job();
-    let latest = client
-        .latest
-        .get(job)
-        .await
-        .during(|| format!("read latest instance of {job}"))?;
-    let Some(previous_id) = latest.and_then(|v| {
-        let text = std::str::from_utf8(&v).ok()?;
-        InstanceId::parse(text).ok()
-    }) else {
+    let Some(previous_id) = store.latest(job).await? else {
         return Ok(Decision::Proceed);
     };
     if previous_id >= work.instance_id {
         return Ok(Decision::Proceed);
     }
-    let Some((previous, _)) = client.instance(&previous_id).await? else {
+    let Some(previous) = store.record(&previous_id).await? else {
         return Ok(Decision::Proceed);
     };
     if previous.state.is_final() {
@@ -75,7 +66,7 @@ pub(crate) async fn decide(
             biz_date: previous.biz_date,
         }),
         Overlap::CancelPrevious => {
-            cancel(client, &previous, &work.instance_id).await?;
+            cancel(store, &previous, &work.instance_id).await?;
             Decision::Proceed
         }
     })
@@ -83,13 +74,13 @@ pub(crate) async fn decide(
 
 /// Cancels `previous` in favour of `by`, stopping its process where one runs.
 async fn cancel(
-    client: &AxClient,
+    store: &impl Instances,
     previous: &InstanceRecord,
     by: &InstanceId,
 ) -> Result<(), ActorError> {
     let message = format!("superseded by {by}");
-    let updated = client
-        .update_instance(&previous.instance_id, |r| {
+    let updated = store
+        .update(&previous.instance_id, |r| {
             r.ended_early(
                 &previous.trace_id,
                 State::Cancelled,
@@ -102,9 +93,11 @@ async fn cancel(
         return Ok(());
     };
     if let (Tag::Executing, Some(worker)) = (previous.tag, &previous.worker) {
-        publish::stop_attempt(client, worker, &previous.trace_id).await;
+        store.stop_attempt(worker, &previous.trace_id).await;
     }
-    publish::ended(client, &record, &msg_id::result(&record.trace_id)).await
+    store
+        .ended(&record, &msg_id::result(&record.trace_id))
+        .await
 }
 
 /// Records `instance_id` as the job's latest instance, unless a later one is there already.
@@ -142,5 +135,135 @@ pub(crate) async fn note_latest(
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
             Err(e) => return Err(failed(e.into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::store::Memory;
+
+    /// A fire of job `etl` due `minute` minutes past 10:00, queued, and its work item.
+    fn fire(minute: i64) -> (InstanceRecord, WorkItem) {
+        let spec = crate::test_fixtures::spec("etl", Some("0 * * * * *"), &[]);
+        let due = chrono::NaiveDate::from_ymd_opt(2026, 12, 7)
+            .and_then(|d| d.and_hms_opt(10, 0, 0))
+            .map(|t| t.and_utc())
+            .unwrap()
+            + chrono::Duration::minutes(minute);
+        let record = InstanceRecord::first(
+            &spec,
+            due,
+            "2026-12-07".into(),
+            Default::default(),
+            ax_bus::instance::Trigger::Cron,
+            due,
+        );
+        let work = WorkItem::for_attempt(&record, spec);
+        (record, work)
+    }
+
+    fn memory_with(previous: &InstanceRecord) -> Memory {
+        let memory = Memory::with([previous.clone()]);
+        memory
+            .latest
+            .lock()
+            .unwrap()
+            .insert(previous.job.clone(), previous.instance_id.clone());
+        memory
+    }
+
+    #[tokio::test]
+    async fn a_fire_proceeds_when_nothing_earlier_is_still_open() {
+        let (previous, _) = fire(0);
+        let (_, work) = fire(1);
+        // No latest instance noted; `allow` whatever is noted.
+        let memory = Memory::default();
+        assert_eq!(
+            decide(&memory, &work, Overlap::Skip).await.unwrap(),
+            Decision::Proceed
+        );
+        let memory = memory_with(&previous);
+        assert_eq!(
+            decide(&memory, &work, Overlap::Allow).await.unwrap(),
+            Decision::Proceed
+        );
+        // The previous one ended.
+        let mut ended = previous.clone();
+        ended.state = State::Success;
+        ended.tag = Tag::Completed;
+        let memory = memory_with(&ended);
+        assert_eq!(
+            decide(&memory, &work, Overlap::Skip).await.unwrap(),
+            Decision::Proceed
+        );
+        // The latest noted is this fire itself (a fire handled again).
+        let (same, work) = fire(1);
+        let memory = memory_with(&same);
+        assert_eq!(
+            decide(&memory, &work, Overlap::Skip).await.unwrap(),
+            Decision::Proceed
+        );
+    }
+
+    #[tokio::test]
+    async fn skip_creates_nothing_and_queue_gates_on_the_previous() {
+        let (previous, _) = fire(0);
+        let (_, work) = fire(1);
+        let memory = memory_with(&previous);
+        match decide(&memory, &work, Overlap::Skip).await.unwrap() {
+            Decision::Skip(why) => assert_eq!(
+                why,
+                format!("overlap skip: {} is still running", previous.instance_id)
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            decide(&memory, &work, Overlap::Queue).await.unwrap(),
+            Decision::Queue(Gate {
+                instance_id: previous.instance_id.clone(),
+                job: previous.job.clone(),
+                biz_date: previous.biz_date.clone(),
+            })
+        );
+        // Deciding changed nothing.
+        assert_eq!(
+            memory.records.lock().unwrap()[&previous.instance_id],
+            previous
+        );
+    }
+
+    #[tokio::test]
+    async fn cancel_previous_supersedes_a_running_one_and_stops_its_process() {
+        let (mut previous, _) = fire(0);
+        previous.tag = Tag::Executing;
+        previous.worker = Some("w1".parse().unwrap());
+        let (next, work) = fire(1);
+        let memory = memory_with(&previous);
+        assert_eq!(
+            decide(&memory, &work, Overlap::CancelPrevious)
+                .await
+                .unwrap(),
+            Decision::Proceed
+        );
+        let after = memory.records.lock().unwrap()[&previous.instance_id].clone();
+        assert_eq!(
+            (after.state, after.tag),
+            (State::Cancelled, Tag::Superseded)
+        );
+        assert_eq!(after.message, format!("superseded by {}", next.instance_id));
+        assert_eq!(
+            memory.stopped.lock().unwrap().as_slice(),
+            [("w1".to_string(), previous.trace_id.clone())]
+        );
+        assert_eq!(memory.ended.lock().unwrap().len(), 1);
+        // A queued previous one is cancelled without a stop.
+        let (queued, _) = fire(0);
+        let memory = memory_with(&queued);
+        decide(&memory, &work, Overlap::CancelPrevious)
+            .await
+            .unwrap();
+        assert!(memory.stopped.lock().unwrap().is_empty());
+        assert_eq!(memory.ended.lock().unwrap().len(), 1);
     }
 }

@@ -11,11 +11,11 @@ use ax_bus::instance::Trigger;
 use ax_bus::messages::{ApplyRequest, Change, ControlReply, JobChange, JobRecord};
 use ax_bus::{codec, spec, AxClient};
 
-use super::store::Registry;
 use super::CommandError;
 use crate::scheduler::creator::Creator;
 use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::one_off;
+use crate::scheduler::store::Registry;
 use crate::ActorError;
 
 /// What a problem in an apply's `yaml` names as its file.
@@ -240,7 +240,7 @@ mod tests {
     use ax_bus::spec::Priority;
 
     use super::*;
-    use crate::scheduler::control::store::Jobs;
+    use crate::scheduler::store::Jobs;
 
     fn registry_of(names: &[&str]) -> Jobs {
         let jobs = Jobs::default();

@@ -34,7 +34,6 @@ mod queue;
 mod replay;
 mod report;
 pub(crate) mod rerun;
-mod store;
 mod tokens;
 mod trigger;
 

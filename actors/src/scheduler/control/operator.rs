@@ -15,8 +15,8 @@ use ax_bus::messages::commands::Command;
 use ax_bus::messages::{InstanceRequest, MarkRequest};
 use ax_bus::{msg_id, InstanceRecord, State, Tag};
 
-use super::store::Instances;
 use super::{CommandError, ControlReply};
+use crate::scheduler::store::Instances;
 
 /// Gives an operator's verdict: the instance ends `success` or `failed` with tag `marked`, and
 /// the verdict is told as a result (a success releases the downstream waiting on it).
@@ -178,7 +178,7 @@ fn answered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::control::store::Memory;
+    use crate::scheduler::store::Memory;
 
     /// A queued first attempt of job `job`.
     fn queued(job: &str) -> InstanceRecord {

@@ -2,8 +2,8 @@
 
 use ax_bus::messages::{ControlReply, QueueRequest, QueueState};
 
-use super::store::Registry;
 use super::CommandError;
+use crate::scheduler::store::Registry;
 
 /// Pauses or resumes a priority's queue: the Routers stop (or start again) pulling from it;
 /// nothing in it is lost.

@@ -1,6 +1,7 @@
-//! What the control handlers need of the store and the bus, narrowed to traits so that their
-//! decisions — refusals, transitions, what is told — are unit-tested against memory, while the
-//! integration tests keep the real nats-server. [`AxClient`] is the implementation that runs.
+//! What the Scheduler's decisions need of the store and the bus — the control handlers, the
+//! overlap policy — narrowed to traits so that the decisions (refusals, transitions, what is
+//! told) are unit-tested against memory, while the integration tests keep the real
+//! nats-server. [`AxClient`] is the implementation that runs.
 
 use async_nats::jetstream::kv::UpdateErrorKind;
 
@@ -28,6 +29,24 @@ pub(crate) trait Instances {
     async fn ended(&self, record: &InstanceRecord, msg_id: &str) -> Result<(), ActorError>;
     /// Asks `worker` to stop attempt `trace` (best effort).
     async fn stop_attempt(&self, worker: &str, trace: &TraceId);
+}
+
+/// Each job's latest instance (bucket `ax_latest`, kept for the jobs whose overlap policy is
+/// not `allow`).
+pub(crate) trait Latest {
+    /// The latest instance noted for `job`, if one is (a value that is no instance id is none).
+    async fn latest(&self, job: &JobName) -> Result<Option<InstanceId>, ActorError>;
+}
+
+impl Latest for AxClient {
+    async fn latest(&self, job: &JobName) -> Result<Option<InstanceId>, ActorError> {
+        let value = self
+            .latest
+            .get(job)
+            .await
+            .during(|| format!("read latest instance of {job}"))?;
+        Ok(value.and_then(|v| InstanceId::parse(std::str::from_utf8(&v).ok()?).ok()))
+    }
 }
 
 /// The job registry and the queues' states, as `pause`, `resume` and `queue` change them.
@@ -98,11 +117,13 @@ impl Instances for AxClient {
     }
 }
 
-/// The instances in memory, for the handlers' unit tests: what was written, ended and stopped.
+/// The instances in memory, for the decisions' unit tests: what was written, ended and stopped,
+/// and each job's latest instance.
 #[cfg(test)]
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
     pub(crate) records: std::sync::Mutex<std::collections::BTreeMap<InstanceId, InstanceRecord>>,
+    pub(crate) latest: std::sync::Mutex<std::collections::BTreeMap<JobName, InstanceId>>,
     /// Each end told, with its message id.
     pub(crate) ended: std::sync::Mutex<Vec<(InstanceRecord, String)>>,
     /// Each stop asked: (worker, trace).
@@ -205,5 +226,12 @@ impl Registry for Jobs {
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError> {
         self.queues.lock().unwrap().insert(priority, state.clone());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Latest for Memory {
+    async fn latest(&self, job: &JobName) -> Result<Option<InstanceId>, ActorError> {
+        Ok(self.latest.lock().unwrap().get(job).cloned())
     }
 }

@@ -4,27 +4,11 @@
 
 use crate::support;
 
-use std::path::Path;
 use std::time::Duration;
 
 use support::browser::Browser;
-use support::up::{up, Up};
+use support::up::{apply, up, Up};
 use support::*;
-
-/// Applies jobs, each `(name, the rest of its YAML)`.
-fn apply(up: &Up, dir: &Path, jobs: &[(&str, &str)]) {
-    let folder = dir.join("jobs");
-    std::fs::create_dir_all(&folder).unwrap();
-    for (name, rest) in jobs {
-        std::fs::write(
-            folder.join(format!("{name}.yaml")),
-            format!("version: v1\njob:\n  name: {name}\n{rest}"),
-        )
-        .unwrap();
-    }
-    let out = ax(&up.nats, &["job", "apply", "-f", folder.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-}
 
 fn trigger(up: &Up, job: &str) -> String {
     let out = ax(&up.nats, &["job", "trigger", job]);

@@ -60,8 +60,20 @@ pub(crate) async fn measure(url: &str, single: Option<u32>, quick: bool) -> Resu
     Ok(all)
 }
 
-/// Three nats-servers `c0`… routed to each other on loopback, their stores under `dir`.
+/// Three nats-servers `c0`… routed to each other on loopback, their stores under `dir`. The
+/// route ports are picked free before the servers bind them, and another process may take one
+/// in between (a loaded machine running tests does): then a new set is tried, in a new folder.
 fn start_cluster(dir: &Path) -> Result<Vec<LocalServer>> {
+    let mut tries = 0;
+    loop {
+        match start_cluster_in(&dir.join(format!("try{tries}"))) {
+            Err(e) if tries < 5 && e.to_string().contains("address already in use") => tries += 1,
+            started => return started,
+        }
+    }
+}
+
+fn start_cluster_in(dir: &Path) -> Result<Vec<LocalServer>> {
     let binary = find_binary()?;
     let routes = (0..SERVERS)
         .map(|_| free_port())

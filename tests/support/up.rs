@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ax_bus::client::local_server::{find_binary, BINARY_ENV};
 
-use super::{free_port, wait_for_logged, AxProcess};
+use super::{ax, free_port, stderr, wait_for_logged, AxProcess};
 
 /// An `ax up` of the test's own, with its console on a free port.
 pub(crate) struct Up {
@@ -60,4 +60,19 @@ pub(crate) async fn up_with(dir: &Path, extra: &[&str]) -> Up {
         http: format!("http://127.0.0.1:{http_port}"),
         client,
     }
+}
+
+/// Applies jobs to `up`, each `(name, the rest of its YAML)`, from files under `dir`.
+pub(crate) fn apply(up: &Up, dir: &Path, jobs: &[(&str, &str)]) {
+    let folder = dir.join("jobs");
+    std::fs::create_dir_all(&folder).unwrap();
+    for (name, rest) in jobs {
+        std::fs::write(
+            folder.join(format!("{name}.yaml")),
+            format!("version: v1\njob:\n  name: {name}\n{rest}"),
+        )
+        .unwrap();
+    }
+    let out = ax(&up.nats, &["job", "apply", "-f", folder.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
 }

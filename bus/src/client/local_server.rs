@@ -138,8 +138,26 @@ fn check_version(binary: &Path) -> Result<(), String> {
 }
 
 impl LocalServer {
-    /// Starts the server and waits until it accepts connections with JetStream enabled.
-    pub fn start(mut options: ServerOptions) -> Result<Self, LocalServerError> {
+    /// Starts the server and waits until it accepts connections with JetStream enabled. Without
+    /// a port it takes a free one; as another process may bind that port between the look and
+    /// the server's start (a loaded machine running tests does), a start that finds it taken
+    /// is tried again on another, a few times.
+    pub fn start(options: ServerOptions) -> Result<Self, LocalServerError> {
+        if options.port.is_some() {
+            return Self::start_on(options);
+        }
+        let mut tries = 0;
+        loop {
+            match Self::start_on(options.clone()) {
+                Err(e) if tries < 5 && e.to_string().contains("address already in use") => {
+                    tries += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    fn start_on(mut options: ServerOptions) -> Result<Self, LocalServerError> {
         let port = match options.port {
             Some(p) => p,
             None => free_port().map_err(|e| LocalServerError::Start(e.to_string()))?,

@@ -5,6 +5,7 @@
 
 use async_nats::jetstream::kv::UpdateErrorKind;
 
+use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
 use ax_bus::error::{During, NatsError};
 use ax_bus::ids::{InstanceId, JobName, TraceId};
@@ -29,6 +30,35 @@ pub(crate) trait Instances {
     async fn ended(&self, record: &InstanceRecord, msg_id: &str) -> Result<(), ActorError>;
     /// Asks `worker` to stop attempt `trace` (best effort).
     async fn stop_attempt(&self, worker: &str, trace: &TraceId);
+}
+
+/// The reports awaited of attempts whose endpoint answered `202 Accepted` (the claims bucket's
+/// `report.<trace>` keys).
+pub(crate) trait Reports {
+    /// What became of attempt `trace`'s report, if any attempt ever waited for one.
+    async fn report_state(&self, trace: &TraceId) -> Result<Option<ReportState>, ActorError>;
+    /// Hands `report` to the attempt waiting for it, with a compare-and-swap on its key.
+    async fn deliver_report(
+        &self,
+        trace: &TraceId,
+        report: &Report,
+    ) -> Result<Delivery, ActorError>;
+}
+
+impl Reports for AxClient {
+    async fn report_state(&self, trace: &TraceId) -> Result<Option<ReportState>, ActorError> {
+        Ok(AxClient::report_state(self, trace)
+            .await?
+            .map(|(state, _)| state))
+    }
+
+    async fn deliver_report(
+        &self,
+        trace: &TraceId,
+        report: &Report,
+    ) -> Result<Delivery, ActorError> {
+        Ok(AxClient::deliver_report(self, trace, report).await?)
+    }
 }
 
 /// Each job's latest instance (bucket `ax_latest`, kept for the jobs whose overlap policy is
@@ -124,6 +154,7 @@ impl Instances for AxClient {
 pub(crate) struct Memory {
     pub(crate) records: std::sync::Mutex<std::collections::BTreeMap<InstanceId, InstanceRecord>>,
     pub(crate) latest: std::sync::Mutex<std::collections::BTreeMap<JobName, InstanceId>>,
+    pub(crate) reports: std::sync::Mutex<std::collections::BTreeMap<TraceId, ReportState>>,
     /// Each end told, with its message id.
     pub(crate) ended: std::sync::Mutex<Vec<(InstanceRecord, String)>>,
     /// Each stop asked: (worker, trace).
@@ -233,5 +264,29 @@ impl Registry for Jobs {
 impl Latest for Memory {
     async fn latest(&self, job: &JobName) -> Result<Option<InstanceId>, ActorError> {
         Ok(self.latest.lock().unwrap().get(job).cloned())
+    }
+}
+
+#[cfg(test)]
+impl Reports for Memory {
+    async fn report_state(&self, trace: &TraceId) -> Result<Option<ReportState>, ActorError> {
+        Ok(self.reports.lock().unwrap().get(trace).cloned())
+    }
+
+    async fn deliver_report(
+        &self,
+        trace: &TraceId,
+        report: &Report,
+    ) -> Result<Delivery, ActorError> {
+        let mut reports = self.reports.lock().unwrap();
+        Ok(match reports.get(trace) {
+            None => Delivery::Unknown,
+            Some(ReportState::Reported(_)) => Delivery::AlreadyReported,
+            Some(ReportState::Closed { reason }) => Delivery::Closed(reason.clone()),
+            Some(ReportState::Waiting { .. }) => {
+                reports.insert(trace.clone(), ReportState::Reported(report.clone()));
+                Delivery::Accepted
+            }
+        })
     }
 }

@@ -9,29 +9,29 @@
 
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::messages::{ControlReply, ReportRequest};
-use ax_bus::AxClient;
 
 use super::CommandError;
+use crate::scheduler::store::{Instances, Reports};
 
 /// What a second report of a trace is answered.
 pub(crate) const ALREADY_REPORTED: &str = "already reported: this report is ignored";
 
 pub(crate) async fn report(
-    client: &AxClient,
+    store: &(impl Instances + Reports),
     request: ReportRequest,
 ) -> Result<ControlReply, CommandError> {
     let trace = &request.trace_id;
-    let instance_id = match client.report_state(trace).await? {
+    let instance_id = match store.report_state(trace).await? {
         None => return Err(CommandError::refused(unknown(trace))),
-        Some((ReportState::Reported(_), _)) => return Ok(answer(None, ALREADY_REPORTED)),
-        Some((ReportState::Closed { reason }, _)) => {
+        Some(ReportState::Reported(_)) => return Ok(answer(None, ALREADY_REPORTED)),
+        Some(ReportState::Closed { reason }) => {
             return Err(CommandError::refused(ended(trace, &reason)))
         }
-        Some((ReportState::Waiting { instance_id, .. }, _)) => instance_id,
+        Some(ReportState::Waiting { instance_id, .. }) => instance_id,
     };
-    match client.instance(&instance_id).await? {
-        Some((record, _)) if record.trace_id == *trace && !record.state.is_final() => {}
-        Some((record, _)) => {
+    match store.record(&instance_id).await? {
+        Some(record) if record.trace_id == *trace && !record.state.is_final() => {}
+        Some(record) => {
             return Err(CommandError::refused(format!(
                 "stale trace id {trace}: instance {instance_id} is on attempt {} ({}, {}) and \
                  no longer waits for it",
@@ -46,7 +46,7 @@ pub(crate) async fn report(
         output: request.output,
         at: ax_bus::time::now(),
     };
-    match client.deliver_report(trace, &report).await? {
+    match store.deliver_report(trace, &report).await? {
         Delivery::Accepted => Ok(answer(Some(instance_id), "reported")),
         Delivery::AlreadyReported => Ok(answer(Some(instance_id), ALREADY_REPORTED)),
         Delivery::Closed(reason) => Err(CommandError::refused(ended(trace, &reason))),
@@ -72,4 +72,110 @@ fn unknown(trace: &ax_bus::ids::TraceId) -> String {
 
 fn ended(trace: &ax_bus::ids::TraceId, reason: &str) -> String {
     format!("stale trace id {trace}: its attempt ended ({reason}) before a report came")
+}
+
+#[cfg(test)]
+mod tests {
+    use ax_bus::ids::TraceId;
+    use ax_bus::{InstanceRecord, State, Tag};
+
+    use super::*;
+    use crate::scheduler::store::Memory;
+
+    /// An http attempt executing on `w1`, whose endpoint answered 202: its record, and memory
+    /// holding it with its report awaited.
+    fn awaiting() -> (InstanceRecord, Memory) {
+        let now = ax_bus::time::now();
+        let mut record = InstanceRecord::first(
+            &crate::test_fixtures::spec("call", None, &[]),
+            now,
+            "2026-12-07".into(),
+            Default::default(),
+            ax_bus::instance::Trigger::Manual,
+            now,
+        );
+        record.tag = Tag::Executing;
+        let memory = Memory::with([record.clone()]);
+        memory.reports.lock().unwrap().insert(
+            record.trace_id.clone(),
+            ReportState::Waiting {
+                instance_id: record.instance_id.clone(),
+                worker: "w1".parse().unwrap(),
+            },
+        );
+        (record, memory)
+    }
+
+    fn of(trace: &TraceId) -> ReportRequest {
+        ReportRequest {
+            trace_id: trace.clone(),
+            success: true,
+            message: "done".into(),
+            output: serde_json::json!({"rows": 3}),
+        }
+    }
+
+    fn refused(outcome: Result<ControlReply, CommandError>) -> String {
+        match outcome {
+            Err(CommandError::Refused(reasons)) => reasons.join("; "),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_report_is_taken_and_a_second_ignored() {
+        let (record, memory) = awaiting();
+        let reply = report(&memory, of(&record.trace_id)).await.unwrap();
+        assert_eq!(
+            (reply.message.as_str(), reply.instance_id.as_ref()),
+            ("reported", Some(&record.instance_id))
+        );
+        match &memory.reports.lock().unwrap()[&record.trace_id] {
+            ReportState::Reported(taken) => {
+                assert!(taken.success && taken.message == "done" && taken.output["rows"] == 3)
+            }
+            other => panic!("{other:?}"),
+        }
+        let again = report(&memory, of(&record.trace_id)).await.unwrap();
+        assert_eq!(again.message, ALREADY_REPORTED);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_closed_or_stale_trace_is_refused_saying_which() {
+        let (record, memory) = awaiting();
+        let why = refused(report(&memory, of(&TraceId::random())).await);
+        assert!(why.starts_with("unknown trace id"), "{why}");
+        // The attempt timed out before the report.
+        memory.reports.lock().unwrap().insert(
+            record.trace_id.clone(),
+            ReportState::Closed {
+                reason: "timeout".into(),
+            },
+        );
+        let why = refused(report(&memory, of(&record.trace_id)).await);
+        assert!(
+            why.contains("its attempt ended (timeout) before a report came"),
+            "{why}"
+        );
+        // Awaited, but the instance moved on (a worker lost: a new attempt).
+        let (record, memory) = awaiting();
+        let moved = {
+            let mut records = memory.records.lock().unwrap();
+            let next = records.get_mut(&record.instance_id).unwrap();
+            next.trace_id = TraceId::random();
+            next.attempt = 2;
+            next.state = State::Running;
+            next.clone()
+        };
+        let why = refused(report(&memory, of(&record.trace_id)).await);
+        assert!(
+            why.contains(&format!("is on attempt 2 (running, {})", moved.trace_id)),
+            "{why}"
+        );
+        // Nothing was delivered.
+        assert!(matches!(
+            memory.reports.lock().unwrap()[&record.trace_id],
+            ReportState::Waiting { .. }
+        ));
+    }
 }

@@ -21,7 +21,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ax_bus::client::local_server::{find_binary, free_port, LocalServer, ServerOptions};
+use ax_bus::client::local_server::{
+    find_binary, free_port, on_free_ports, LocalServer, LocalServerError, ServerOptions,
+};
 use ax_bus::client::{AxClient, ConnectConfig};
 
 use crate::throughput::{self, Run, StreamWrites};
@@ -60,24 +62,22 @@ pub(crate) async fn measure(url: &str, single: Option<u32>, quick: bool) -> Resu
     Ok(all)
 }
 
-/// Three nats-servers `c0`… routed to each other on loopback, their stores under `dir`. The
-/// route ports are picked free before the servers bind them, and another process may take one
-/// in between (a loaded machine running tests does): then a new set is tried, in a new folder.
+/// Three nats-servers `c0`… routed to each other on loopback, their stores under `dir`: on new
+/// ports and in a new folder each time one of its ports was taken first ([`on_free_ports`]).
 fn start_cluster(dir: &Path) -> Result<Vec<LocalServer>> {
     let mut tries = 0;
-    loop {
-        match start_cluster_in(&dir.join(format!("try{tries}"))) {
-            Err(e) if tries < 5 && e.to_string().contains("address already in use") => tries += 1,
-            started => return started,
-        }
-    }
+    Ok(on_free_ports(|| {
+        tries += 1;
+        start_cluster_in(&dir.join(format!("try{tries}")))
+    })?)
 }
 
-fn start_cluster_in(dir: &Path) -> Result<Vec<LocalServer>> {
+fn start_cluster_in(dir: &Path) -> std::result::Result<Vec<LocalServer>, LocalServerError> {
     let binary = find_binary()?;
     let routes = (0..SERVERS)
         .map(|_| free_port())
-        .collect::<std::io::Result<Vec<u16>>>()?;
+        .collect::<std::io::Result<Vec<u16>>>()
+        .map_err(|e| LocalServerError::Start(format!("no free port: {e}")))?;
     let all_routes = routes
         .iter()
         .map(|p| format!("nats://127.0.0.1:{p}"))

@@ -107,20 +107,13 @@ pub(crate) fn free_port() -> u16 {
     }
 }
 
-/// Starts what `start` starts, again while it fails because its port was taken: a port found
-/// free is free only until something binds it, and tests that run at the same time (and their
-/// outgoing connections) take ports too.
+/// Starts what `start` starts on ports it picks free, again on others while one was taken
+/// first ([`on_free_ports`]).
 pub(crate) fn start_on_a_free_port<T>(
-    mut start: impl FnMut() -> Result<T, ax_bus::client::local_server::LocalServerError>,
+    start: impl FnMut() -> Result<T, ax_bus::client::local_server::LocalServerError>,
 ) -> T {
-    let mut tries = 0;
-    loop {
-        match start() {
-            Ok(started) => return started,
-            Err(e) if tries < 5 && e.to_string().contains("address already in use") => tries += 1,
-            Err(e) => panic!("nats-server starts: {e}"),
-        }
-    }
+    ax_bus::client::local_server::on_free_ports(start)
+        .unwrap_or_else(|e| panic!("nats-server starts: {e}"))
 }
 
 /// Three clustered nats-servers on loopback, each with its own store.

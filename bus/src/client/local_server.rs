@@ -36,6 +36,29 @@ pub enum LocalServerError {
     Start(String),
 }
 
+impl LocalServerError {
+    /// Whether the server did not start because a port it was given is taken.
+    pub fn port_taken(&self) -> bool {
+        self.to_string().contains("address already in use")
+    }
+}
+
+/// Runs `start` — which picks free ports and starts servers on them — again, a few times,
+/// while a port it picked was taken before its server bound it: a port found free is free
+/// only until something binds it, and on a loaded machine (tests side by side, their outgoing
+/// connections) something does. Every start of one server or of a cluster goes through here.
+pub fn on_free_ports<T>(
+    mut start: impl FnMut() -> Result<T, LocalServerError>,
+) -> Result<T, LocalServerError> {
+    let mut tries = 0;
+    loop {
+        match start() {
+            Err(e) if tries < 5 && e.port_taken() => tries += 1,
+            done => return done,
+        }
+    }
+}
+
 /// Options of a local server.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -139,22 +162,13 @@ fn check_version(binary: &Path) -> Result<(), String> {
 
 impl LocalServer {
     /// Starts the server and waits until it accepts connections with JetStream enabled. Without
-    /// a port it takes a free one; as another process may bind that port between the look and
-    /// the server's start (a loaded machine running tests does), a start that finds it taken
-    /// is tried again on another, a few times.
+    /// a port it takes a free one, again on another when that one was taken meanwhile
+    /// ([`on_free_ports`]).
     pub fn start(options: ServerOptions) -> Result<Self, LocalServerError> {
         if options.port.is_some() {
             return Self::start_on(options);
         }
-        let mut tries = 0;
-        loop {
-            match Self::start_on(options.clone()) {
-                Err(e) if tries < 5 && e.to_string().contains("address already in use") => {
-                    tries += 1;
-                }
-                started => return started,
-            }
-        }
+        on_free_ports(|| Self::start_on(options.clone()))
     }
 
     fn start_on(mut options: ServerOptions) -> Result<Self, LocalServerError> {
@@ -295,5 +309,46 @@ impl LocalServer {
 impl Drop for LocalServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taken() -> LocalServerError {
+        LocalServerError::Start(
+            "exited with exit status: 1: [FTL] Error listening on router port: 45885 - listen \
+             tcp 127.0.0.1:45885: bind: address already in use"
+                .into(),
+        )
+    }
+
+    #[test]
+    fn a_start_whose_port_was_taken_is_tried_again_and_any_other_failure_is_not() {
+        let mut runs = 0;
+        let started = on_free_ports(|| {
+            runs += 1;
+            if runs < 3 {
+                Err(taken())
+            } else {
+                Ok(runs)
+            }
+        });
+        assert_eq!(started.unwrap(), 3);
+        let mut runs = 0;
+        let failed = on_free_ports(|| -> Result<(), _> {
+            runs += 1;
+            Err(LocalServerError::Start("no such binary".into()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(runs, 1, "another failure is not tried again");
+        let mut runs = 0;
+        let given_up = on_free_ports(|| -> Result<(), _> {
+            runs += 1;
+            Err(taken())
+        });
+        assert!(given_up.unwrap_err().port_taken());
+        assert_eq!(runs, 6, "a few tries, then the failure");
     }
 }

@@ -141,7 +141,7 @@ pub(crate) async fn note_latest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::store::Memory;
+    use crate::scheduler::store::memory::Memory;
 
     /// A fire of job `etl` due `minute` minutes past 10:00, queued, and its work item.
     fn fire(minute: i64) -> (InstanceRecord, WorkItem) {

@@ -3,9 +3,14 @@
 //! [`AxClient::send`](crate::AxClient::send) takes a request and gives back that command's
 //! reply, with no command name to spell and no field of another command's answer to read.
 //!
+//! The Scheduler's handlers answer with the same types: each returns its command's reply, and
+//! the one place that carries out a request checks by the request's type that the handler's
+//! answer is that command's ([`ControlRequest::Reply`]).
+//!
 //! On the wire nothing changes: every command still answers with the one documented reply
 //! ([`ControlReply`], schema `control-reply`), of which each reply type here is the part its
-//! command fills. A refusal never becomes a reply: the client returns it as an error.
+//! command fills (`From` writes it, [`FromReply`] reads it back). A refusal never becomes a
+//! reply: the client returns it as an error.
 //! Requests shared by several commands (`delete`, `pause` and `resume` name a job; `cancel` and
 //! `kill` an instance) are wrapped in one type per command, sent as the request they wrap.
 
@@ -26,7 +31,7 @@ pub trait ControlRequest: Serialize {
     /// The command.
     const COMMAND: Command;
     /// What it answers when it is carried out.
-    type Reply: FromReply;
+    type Reply: FromReply + Into<ControlReply>;
 }
 
 /// A command's reply, read from the wire's one reply document.
@@ -183,6 +188,30 @@ impl FromReply for Tokens {
     }
 }
 
+/// Each reply written as the wire's one reply document: carried out, with its fields.
+macro_rules! on_the_wire {
+    ($($reply:ty { $($field:ident),* };)*) => {
+        $(impl From<$reply> for ControlReply {
+            fn from(reply: $reply) -> Self {
+                Self {
+                    ok: true,
+                    $($field: reply.$field.into(),)*
+                    ..Self::default()
+                }
+            }
+        })*
+    };
+}
+
+on_the_wire! {
+    Done { message, instance_id, detail };
+    Applied { changes, message };
+    Triggered { instance_id, message };
+    Planned { plan, message, approval, detail };
+    Approvals { approvals, approval, plan, message };
+    Tokens { tokens, message, detail };
+}
+
 impl Said for Done {
     fn message(&self) -> &str {
         &self.message
@@ -301,6 +330,61 @@ mod tests {
         assert_eq!(<Pause as ControlRequest>::COMMAND, Command::Pause);
         assert_eq!(<Delete as ControlRequest>::COMMAND, Command::Delete);
         assert_eq!(<Kill as ControlRequest>::COMMAND, Command::Kill);
+    }
+
+    /// What a handler answers is read back whole by its sender.
+    #[test]
+    fn each_reply_is_read_back_as_it_was_written() {
+        fn round_trip<R: FromReply + Into<ControlReply> + Clone + PartialEq + std::fmt::Debug>(
+            reply: R,
+        ) {
+            let wire: ControlReply = reply.clone().into();
+            assert!(wire.ok);
+            let bytes = serde_json::to_vec(&wire).unwrap();
+            let read: ControlReply = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(R::from_reply(read).unwrap(), reply);
+        }
+        let id: InstanceId = "etl.20260101T000000000Z".parse().unwrap();
+        let step = PlanStep {
+            instance_id: id.clone(),
+            job: "etl".parse().unwrap(),
+            biz_date: "2026-01-01".into(),
+            state: crate::State::Failed,
+            will_run: true,
+            why: "failed".into(),
+            rewrites: Vec::new(),
+        };
+        round_trip(Done {
+            message: "paused".into(),
+            instance_id: Some(id.clone()),
+            detail: serde_json::json!({"before": "waiting"}),
+        });
+        round_trip(Applied {
+            changes: vec![JobChange {
+                name: "etl".parse().unwrap(),
+                change: super::super::Change::Created,
+            }],
+            message: String::new(),
+        });
+        round_trip(Triggered {
+            instance_id: id,
+            message: "triggered".into(),
+        });
+        round_trip(Planned {
+            plan: vec![step.clone()],
+            message: "waiting for approval".into(),
+            approval: None,
+            detail: serde_json::Value::Null,
+        });
+        round_trip(Approvals {
+            plan: vec![step],
+            message: "approved".into(),
+            ..Approvals::default()
+        });
+        round_trip(Tokens {
+            message: "revoked".into(),
+            ..Tokens::default()
+        });
     }
 
     #[test]

@@ -15,7 +15,8 @@ use ax_bus::auth::{self, Role};
 use ax_bus::codec;
 use ax_bus::error::NatsError;
 use ax_bus::ids::ApprovalId;
-use ax_bus::messages::{ApprovalRequest, ControlReply, PlanStep, RerunRequest};
+use ax_bus::messages::typed::{Approvals, Planned};
+use ax_bus::messages::{ApprovalRequest, PlanStep, RerunRequest};
 
 use super::caller::Caller;
 use super::{audit, rerun, CommandError, Desk};
@@ -29,20 +30,19 @@ pub(crate) async fn rerun(
     desk: &Desk,
     caller: &Caller,
     request: RerunRequest,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Planned, CommandError> {
     let risky = desk.auth.enabled && auth::needs_approval(&request);
     let self_approved = caller.principal.role == Role::Admin && !desk.auth.require_second_admin;
     if !risky || self_approved {
         let plan = rerun::rerun(&desk.client, &request).await?;
-        return Ok(ControlReply {
-            ok: true,
+        return Ok(Planned {
             plan,
             message: if risky {
                 format!("self-approved by admin {}", caller.principal.name)
             } else {
                 String::new()
             },
-            ..ControlReply::default()
+            ..Planned::default()
         });
     }
     let plan = rerun::rerun(&desk.client, &dry(&request)).await?;
@@ -77,8 +77,7 @@ pub(crate) async fn rerun(
             Err(e) => return Err(ActorError::from(NatsError::new("store approval", e)).into()),
         }
     }
-    Ok(ControlReply {
-        ok: true,
+    Ok(Planned {
         message: format!(
             "waiting for approval {id}: another admin approves it with `ax approvals approve {id}` \
              before {}",
@@ -87,7 +86,7 @@ pub(crate) async fn rerun(
         ),
         plan,
         approval: Some(approval),
-        ..ControlReply::default()
+        ..Planned::default()
     })
 }
 
@@ -104,7 +103,7 @@ pub(crate) async fn decide(
     caller: &Caller,
     request: ApprovalRequest,
     sequence: u64,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Approvals, CommandError> {
     if !matches!(request, ApprovalRequest::List)
         && desk.auth.enabled
         && caller.principal.role < Role::Admin
@@ -128,11 +127,10 @@ pub(crate) async fn decide(
                 }
             }
             approvals.sort_by_key(|a| a.state != ApprovalState::Pending);
-            Ok(ControlReply {
-                ok: true,
+            Ok(Approvals {
                 message: format!("{} approvals", approvals.len()),
                 approvals,
-                ..ControlReply::default()
+                ..Approvals::default()
             })
         }
         ApprovalRequest::Approve { id } => approve(desk, caller, &id, sequence).await,
@@ -202,7 +200,7 @@ async fn approve(
     caller: &Caller,
     id: &ApprovalId,
     sequence: u64,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Approvals, CommandError> {
     let now = ax_bus::time::now();
     loop {
         let Some((mut approval, revision)) = desk.client.approval(id).await? else {
@@ -277,13 +275,12 @@ async fn carry_out(
     mut approval: Approval,
     revision: u64,
     sequence: u64,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Approvals, CommandError> {
     let plan = rerun::rerun(&desk.client, &approval.request).await?;
     approval.state = ApprovalState::Done;
     // Best effort: `approved` already says it was taken; `done` says it finished.
     let _ = write(desk, &approval, revision).await;
-    let reply = ControlReply {
-        ok: true,
+    let reply = Approvals {
         message: format!(
             "approval {}: re-run asked by {} approved by {} and carried out",
             approval.id,
@@ -292,14 +289,15 @@ async fn carry_out(
         ),
         plan,
         approval: Some(approval.clone()),
-        ..ControlReply::default()
+        ..Approvals::default()
     };
     let requester = Caller {
         principal: approval.requested_by.clone(),
         via: approval.via,
     };
     let request = serde_json::to_value(&approval.request).unwrap_or_default();
-    let record = audit::record(&desk.node, &requester, "rerun".into(), request, &reply);
+    let answered = reply.clone().into();
+    let record = audit::record(&desk.node, &requester, "rerun".into(), request, &answered);
     audit::publish(desk, sequence, &record).await?;
     Ok(reply)
 }
@@ -309,7 +307,7 @@ async fn reject(
     caller: &Caller,
     id: &ApprovalId,
     reason: &str,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Approvals, CommandError> {
     if reason.trim().is_empty() {
         return Err(CommandError::refused(
             "reason: a rejection needs one (it goes to the requester and the audit)",
@@ -327,11 +325,10 @@ async fn reject(
         approval.decided_at = Some(ax_bus::time::now());
         approval.reason = Some(reason.to_string());
         if write(desk, &approval, revision).await? {
-            return Ok(ControlReply {
-                ok: true,
+            return Ok(Approvals {
                 message: format!("approval {id} rejected: {reason}"),
                 approval: Some(approval),
-                ..ControlReply::default()
+                ..Approvals::default()
             });
         }
     }

@@ -8,7 +8,8 @@ use async_nats::jetstream::{kv::CreateErrorKind, kv::UpdateErrorKind};
 use ax_bus::error::{During, NatsError};
 use ax_bus::ids::JobName;
 use ax_bus::instance::Trigger;
-use ax_bus::messages::{ApplyRequest, Change, ControlReply, JobChange, JobRecord};
+use ax_bus::messages::typed::{Applied, Done};
+use ax_bus::messages::{ApplyRequest, Change, JobChange, JobRecord};
 use ax_bus::{codec, spec, AxClient};
 
 use super::CommandError;
@@ -26,7 +27,7 @@ pub(super) async fn apply(
     creator: &Creator,
     mut request: ApplyRequest,
     max_delay: std::time::Duration,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Applied, CommandError> {
     if let Some(text) = request.yaml.take() {
         let parsed = spec::yaml::parse_str(YAML_SOURCE, &text)
             .map_err(|e| CommandError::refused(e.to_string()))?;
@@ -96,10 +97,9 @@ pub(super) async fn apply(
         one_off::on_apply(client, creator, stored).await?;
         changes.push(change);
     }
-    Ok(ControlReply {
-        ok: true,
+    Ok(Applied {
         changes,
-        ..ControlReply::default()
+        message: String::new(),
     })
 }
 
@@ -166,10 +166,7 @@ pub(super) fn no_such_job(name: &JobName) -> CommandError {
     CommandError::refused(format!("no job named `{name}`"))
 }
 
-pub(super) async fn delete(
-    client: &AxClient,
-    name: &JobName,
-) -> Result<ControlReply, CommandError> {
+pub(super) async fn delete(client: &AxClient, name: &JobName) -> Result<Done, CommandError> {
     // Existence of the entry, not of a valid job: an entry written past the Schedulers' checks
     // is deleted like any other.
     if !client.job_exists(name).await? {
@@ -196,10 +193,9 @@ pub(super) async fn delete(
         .await
         .during(|| format!("delete job {name}"))?;
     one_off::on_delete(client, name, at.as_deref(), defined_at).await?;
-    Ok(ControlReply {
-        ok: true,
+    Ok(Done {
         message: format!("deleted {name}"),
-        ..ControlReply::default()
+        ..Done::default()
     })
 }
 
@@ -207,7 +203,7 @@ pub(super) async fn set_paused(
     registry: &impl Registry,
     name: &JobName,
     paused: bool,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Done, CommandError> {
     let verb = if paused { "paused" } else { "resumed" };
     loop {
         let Some((mut record, revision)) = registry.job(name).await? else {
@@ -224,10 +220,9 @@ pub(super) async fn set_paused(
             }
             format!("{name} {verb}")
         };
-        return Ok(ControlReply {
-            ok: true,
+        return Ok(Done {
             message,
-            ..ControlReply::default()
+            ..Done::default()
         });
     }
 }
@@ -240,7 +235,7 @@ mod tests {
     use ax_bus::spec::Priority;
 
     use super::*;
-    use crate::scheduler::store::Jobs;
+    use crate::scheduler::store::memory::Jobs;
 
     fn registry_of(names: &[&str]) -> Jobs {
         let jobs = Jobs::default();

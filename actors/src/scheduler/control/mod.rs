@@ -16,7 +16,9 @@
 //! second person waits there), [`backfill`], [`queue`], [`operator`] (cancel, kill, mark),
 //! [`replay`], [`report`] and [`tokens`] (auth). The role a command needs
 //! ([`ax_bus::auth::role_of`]), the audit and the console's routes match the same kinds, so a
-//! new command is a new variant and then each place the compiler names.
+//! new command is a new variant and then each place the compiler names. Each handler answers
+//! its command's own reply type ([`ax_bus::messages::typed`]), written as the wire's one reply
+//! document only at the end.
 //!
 //! Input is never trusted: a payload that does not decode, an unknown command or an invalid job
 //! is answered with the reasons, published as an alert on `ax.alert.control`, and acknowledged —
@@ -42,9 +44,12 @@ use futures::StreamExt;
 
 use ax_bus::error::During;
 use ax_bus::ids::NodeId;
+use ax_bus::messages::typed::{self, ControlRequest, Planned};
 use ax_bus::messages::{
     commands::{self, Command, Request},
-    AlertKind, ControlReply, PlanStep, TriggerRequest, REPLY_TO_HEADER,
+    AlertKind, ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, ControlReply,
+    MarkRequest, QueueRequest, ReplayRequest, ReportRequest, RerunRequest, TriggerRequest,
+    REPLY_TO_HEADER,
 };
 use ax_bus::{codec, reply_to, AxClient};
 
@@ -372,7 +377,8 @@ pub(crate) async fn answer(
 }
 
 /// Carries out a decoded request: one match over it, so a new command is a new [`Request`]
-/// variant and the compiler names this place.
+/// variant and the compiler names this place. Each arm's answer is checked to be its command's
+/// reply ([`ControlRequest::Reply`]) by [`answered`].
 async fn carry_out(
     desk: &Desk,
     request: Request,
@@ -385,41 +391,67 @@ async fn carry_out(
         max_delay,
         ..
     } = desk;
-    let kind = request.kind();
     let who = caller.principal.name.as_str();
     // Each command's future is boxed, so the control pump's future (and its poll frame) holds
     // a pointer per command rather than every command's state side by side.
     match request {
-        Request::Apply(request) => {
-            Box::pin(jobs::apply(client, creator, request, *max_delay)).await
+        Request::Apply(request) => answered::<ApplyRequest>(
+            Box::pin(jobs::apply(client, creator, request, *max_delay)).await,
+        ),
+        Request::Delete(request) => {
+            answered::<typed::Delete>(Box::pin(jobs::delete(client, &request.name)).await)
         }
-        Request::Delete(request) => Box::pin(jobs::delete(client, &request.name)).await,
-        Request::Pause(request) => Box::pin(jobs::set_paused(client, &request.name, true)).await,
-        Request::Resume(request) => Box::pin(jobs::set_paused(client, &request.name, false)).await,
-        Request::Trigger(request) => Box::pin(trigger::trigger(desk, request, published)).await,
-        Request::Rerun(request) => Box::pin(approvals::rerun(desk, caller, request)).await,
-        Request::Approval(request) => {
-            Box::pin(approvals::decide(desk, caller, request, published.1)).await
+        Request::Pause(request) => {
+            answered::<typed::Pause>(Box::pin(jobs::set_paused(client, &request.name, true)).await)
         }
-        Request::Auth(request) => Box::pin(tokens::handle(client, caller, request)).await,
-        Request::Replay(request) => Box::pin(replay::replay(client, &request)).await,
-        Request::Queue(request) => Box::pin(queue::set_queue(client, &request)).await,
-        Request::Backfill(request) => {
-            planned(Box::pin(backfill::backfill(client, creator, &request)).await)
+        Request::Resume(request) => answered::<typed::Resume>(
+            Box::pin(jobs::set_paused(client, &request.name, false)).await,
+        ),
+        Request::Trigger(request) => {
+            answered::<TriggerRequest>(Box::pin(trigger::trigger(desk, request, published)).await)
         }
-        Request::Cancel(request) | Request::Kill(request) => {
-            Box::pin(operator::act(client, who, request, kind)).await
+        Request::Rerun(request) => {
+            answered::<RerunRequest>(Box::pin(approvals::rerun(desk, caller, request)).await)
         }
-        Request::Mark(request) => Box::pin(operator::mark(client, who, request)).await,
-        Request::Report(request) => Box::pin(report::report(client, request)).await,
+        Request::Approval(request) => answered::<ApprovalRequest>(
+            Box::pin(approvals::decide(desk, caller, request, published.1)).await,
+        ),
+        Request::Auth(request) => {
+            answered::<AuthRequest>(Box::pin(tokens::handle(client, caller, request)).await)
+        }
+        Request::Replay(request) => {
+            answered::<ReplayRequest>(Box::pin(replay::replay(client, &request)).await)
+        }
+        Request::Queue(request) => {
+            answered::<QueueRequest>(Box::pin(queue::set_queue(client, &request)).await)
+        }
+        Request::Backfill(request) => answered::<BackfillRequest>(
+            Box::pin(backfill::backfill(client, creator, &request))
+                .await
+                .map(|plan| Planned {
+                    plan,
+                    ..Planned::default()
+                }),
+        ),
+        Request::Cancel(request) => answered::<typed::Cancel>(
+            Box::pin(operator::act(client, who, request, Command::Cancel)).await,
+        ),
+        Request::Kill(request) => answered::<typed::Kill>(
+            Box::pin(operator::act(client, who, request, Command::Kill)).await,
+        ),
+        Request::Mark(request) => {
+            answered::<MarkRequest>(Box::pin(operator::mark(client, who, request)).await)
+        }
+        Request::Report(request) => {
+            answered::<ReportRequest>(Box::pin(report::report(client, request)).await)
+        }
     }
 }
 
-/// The answer to a planned command (re-run, backfill).
-fn planned(plan: Result<Vec<PlanStep>, CommandError>) -> Result<ControlReply, CommandError> {
-    Ok(ControlReply {
-        ok: true,
-        plan: plan?,
-        ..ControlReply::default()
-    })
+/// A handler's answer as the wire's one reply document, typed by the request `C` it answers:
+/// a handler that answers another command's reply does not compile.
+fn answered<C: ControlRequest>(
+    outcome: Result<C::Reply, CommandError>,
+) -> Result<ControlReply, CommandError> {
+    outcome.map(Into::into)
 }

@@ -15,7 +15,9 @@ use ax_bus::messages::commands::Command;
 use ax_bus::messages::{InstanceRequest, MarkRequest};
 use ax_bus::{msg_id, InstanceRecord, State, Tag};
 
-use super::{CommandError, ControlReply};
+use ax_bus::messages::typed::Done;
+
+use super::CommandError;
 use crate::scheduler::store::Instances;
 
 /// Gives an operator's verdict: the instance ends `success` or `failed` with tag `marked`, and
@@ -24,7 +26,7 @@ pub(super) async fn mark(
     store: &impl Instances,
     who: &str,
     request: MarkRequest,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Done, CommandError> {
     let id = &request.instance;
     if !matches!(request.state, State::Success | State::Failed) {
         return Err(CommandError::refused(format!(
@@ -100,7 +102,7 @@ pub(super) async fn act(
     who: &str,
     request: InstanceRequest,
     action: Command,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Done, CommandError> {
     let id = &request.instance;
     let Some(before) = store.record(id).await? else {
         return Err(CommandError::refused(ax_bus::client::retention::missing(
@@ -159,26 +161,21 @@ pub(super) async fn act(
 }
 
 /// The answer: what became of the instance, and (for the audit) its state before and after.
-fn answered(
-    before: &InstanceRecord,
-    record: &InstanceRecord,
-) -> Result<ControlReply, CommandError> {
-    Ok(ControlReply {
-        ok: true,
+fn answered(before: &InstanceRecord, record: &InstanceRecord) -> Result<Done, CommandError> {
+    Ok(Done {
         instance_id: Some(record.instance_id.clone()),
         message: record.message.clone(),
         detail: serde_json::json!({
             "before": format!("{} {}", before.state, before.tag),
             "after": format!("{} {}", record.state, record.tag),
         }),
-        ..ControlReply::default()
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::store::Memory;
+    use crate::scheduler::store::memory::Memory;
 
     /// A queued first attempt of job `job`.
     fn queued(job: &str) -> InstanceRecord {
@@ -219,7 +216,7 @@ mod tests {
         }
     }
 
-    fn refused(outcome: Result<ControlReply, CommandError>) -> String {
+    fn refused(outcome: Result<Done, CommandError>) -> String {
         match outcome {
             Err(CommandError::Refused(reasons)) => reasons.join("; "),
             other => panic!("not refused: {other:?}"),

@@ -1,6 +1,7 @@
 //! `queue`: pause or resume the queue of one priority.
 
-use ax_bus::messages::{ControlReply, QueueRequest, QueueState};
+use ax_bus::messages::typed::Done;
+use ax_bus::messages::{QueueRequest, QueueState};
 
 use super::CommandError;
 use crate::scheduler::store::Registry;
@@ -10,19 +11,18 @@ use crate::scheduler::store::Registry;
 pub(super) async fn set_queue(
     registry: &impl Registry,
     request: &QueueRequest,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Done, CommandError> {
     let state = QueueState {
         paused: request.paused,
         by: String::new(),
     };
     registry.set_queue(request.priority, &state).await?;
-    Ok(ControlReply {
-        ok: true,
+    Ok(Done {
         message: format!(
             "queue {} {}",
             request.priority.as_str(),
             if request.paused { "paused" } else { "resumed" }
         ),
-        ..ControlReply::default()
+        ..Done::default()
     })
 }

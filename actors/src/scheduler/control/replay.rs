@@ -10,7 +10,8 @@
 
 use ax_bus::dead_letter::{self, DeadLetter};
 use ax_bus::ids::InstanceId;
-use ax_bus::messages::{ControlReply, DlqReplay, ReplayRequest, RerunRequest};
+use ax_bus::messages::typed::Planned;
+use ax_bus::messages::{DlqReplay, ReplayRequest, RerunRequest};
 use ax_bus::AxClient;
 
 use super::{rerun, CommandError};
@@ -19,7 +20,7 @@ use super::{rerun, CommandError};
 pub(crate) async fn replay(
     client: &AxClient,
     request: &ReplayRequest,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Planned, CommandError> {
     let id = request.id;
     let not_found = || {
         CommandError::refused(format!(
@@ -69,12 +70,11 @@ pub(crate) async fn replay(
         action: action.to_string(),
     })
     .unwrap_or_default();
-    Ok(ControlReply {
-        ok: true,
+    Ok(Planned {
         message,
         plan,
         detail,
-        ..ControlReply::default()
+        ..Planned::default()
     })
 }
 

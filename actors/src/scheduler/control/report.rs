@@ -8,7 +8,8 @@
 //! and the attempt's timeout never both win.
 
 use ax_bus::client::reports::{Delivery, Report, ReportState};
-use ax_bus::messages::{ControlReply, ReportRequest};
+use ax_bus::messages::typed::Done;
+use ax_bus::messages::ReportRequest;
 
 use super::CommandError;
 use crate::scheduler::store::{Instances, Reports};
@@ -19,7 +20,7 @@ pub(crate) const ALREADY_REPORTED: &str = "already reported: this report is igno
 pub(crate) async fn report(
     store: &(impl Instances + Reports),
     request: ReportRequest,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Done, CommandError> {
     let trace = &request.trace_id;
     let instance_id = match store.report_state(trace).await? {
         None => return Err(CommandError::refused(unknown(trace))),
@@ -54,12 +55,11 @@ pub(crate) async fn report(
     }
 }
 
-fn answer(instance_id: Option<ax_bus::ids::InstanceId>, message: &str) -> ControlReply {
-    ControlReply {
-        ok: true,
+fn answer(instance_id: Option<ax_bus::ids::InstanceId>, message: &str) -> Done {
+    Done {
         instance_id,
         message: message.to_string(),
-        ..ControlReply::default()
+        ..Done::default()
     }
 }
 
@@ -80,7 +80,7 @@ mod tests {
     use ax_bus::{InstanceRecord, State, Tag};
 
     use super::*;
-    use crate::scheduler::store::Memory;
+    use crate::scheduler::store::memory::Memory;
 
     /// An http attempt executing on `w1`, whose endpoint answered 202: its record, and memory
     /// holding it with its report awaited.
@@ -115,7 +115,7 @@ mod tests {
         }
     }
 
-    fn refused(outcome: Result<ControlReply, CommandError>) -> String {
+    fn refused(outcome: Result<Done, CommandError>) -> String {
         match outcome {
             Err(CommandError::Refused(reasons)) => reasons.join("; "),
             other => panic!("not refused: {other:?}"),

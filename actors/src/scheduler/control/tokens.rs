@@ -14,7 +14,8 @@ use ax_bus::client::auth::BOOTSTRAP_KEY;
 use ax_bus::codec;
 use ax_bus::error::NatsError;
 use ax_bus::ids::TokenName;
-use ax_bus::messages::{AuthRequest, ControlReply};
+use ax_bus::messages::typed::Tokens;
+use ax_bus::messages::AuthRequest;
 use ax_bus::AxClient;
 
 use super::caller::Caller;
@@ -26,7 +27,7 @@ pub(crate) async fn handle(
     client: &AxClient,
     caller: &Caller,
     request: AuthRequest,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Tokens, CommandError> {
     match request {
         AuthRequest::Bootstrap { name, hash } => bootstrap(client, name, hash).await,
         AuthRequest::Create {
@@ -37,11 +38,10 @@ pub(crate) async fn handle(
         } => create(client, caller, name, role, hash, expires_at).await,
         AuthRequest::List => {
             let tokens = client.token_records().await?;
-            Ok(ControlReply {
-                ok: true,
+            Ok(Tokens {
                 message: format!("{} tokens", tokens.len()),
                 tokens: tokens.iter().map(TokenRecord::listed).collect(),
-                ..ControlReply::default()
+                ..Tokens::default()
             })
         }
         AuthRequest::Revoke { name } => revoke(client, caller, name).await,
@@ -63,7 +63,7 @@ async fn bootstrap(
     client: &AxClient,
     name: TokenName,
     hash: String,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Tokens, CommandError> {
     checked_hash(&hash)?;
     let already = || {
         CommandError::refused(
@@ -84,10 +84,9 @@ async fn bootstrap(
         Err(e) => return Err(ActorError::from(NatsError::new("mark bootstrap", e)).into()),
     }
     store_new(client, &name, Role::Admin, hash, "bootstrap", None).await?;
-    Ok(ControlReply {
-        ok: true,
+    Ok(Tokens {
         message: format!("admin token `{name}` made"),
-        ..ControlReply::default()
+        ..Tokens::default()
     })
 }
 
@@ -98,7 +97,7 @@ async fn create(
     role: Role,
     hash: String,
     expires_at: Option<DateTime<Utc>>,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Tokens, CommandError> {
     checked_hash(&hash)?;
     if expires_at.is_some_and(|at| at <= ax_bus::time::now()) {
         return Err(CommandError::refused("expires: must be in the future"));
@@ -112,10 +111,9 @@ async fn create(
         expires_at,
     )
     .await?;
-    Ok(ControlReply {
-        ok: true,
+    Ok(Tokens {
         message: format!("{role} token `{name}` made"),
-        ..ControlReply::default()
+        ..Tokens::default()
     })
 }
 
@@ -165,16 +163,15 @@ async fn revoke(
     client: &AxClient,
     caller: &Caller,
     name: TokenName,
-) -> Result<ControlReply, CommandError> {
+) -> Result<Tokens, CommandError> {
     loop {
         let Some((mut record, revision)) = client.token_record(&name).await? else {
             return Err(CommandError::refused(format!("no token named `{name}`")));
         };
         if record.revoked_at.is_some() {
-            return Ok(ControlReply {
-                ok: true,
+            return Ok(Tokens {
                 message: format!("token `{name}` was revoked already"),
-                ..ControlReply::default()
+                ..Tokens::default()
             });
         }
         record.revoked_at = Some(ax_bus::time::now());
@@ -185,10 +182,9 @@ async fn revoke(
             .await
         {
             Ok(_) => {
-                return Ok(ControlReply {
-                    ok: true,
+                return Ok(Tokens {
                     message: format!("token `{name}` revoked"),
-                    ..ControlReply::default()
+                    ..Tokens::default()
                 })
             }
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,

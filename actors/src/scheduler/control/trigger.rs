@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use ax_bus::instance::Trigger;
-use ax_bus::messages::{ControlReply, TriggerRequest};
+use ax_bus::messages::typed::Triggered;
+use ax_bus::messages::TriggerRequest;
 use ax_bus::spec;
 use ax_bus::time::biz_date_in;
 
@@ -19,7 +20,7 @@ pub(super) async fn trigger(
     desk: &Desk,
     request: TriggerRequest,
     (published, sequence): (chrono::DateTime<chrono::Utc>, u64),
-) -> Result<ControlReply, CommandError> {
+) -> Result<Triggered, CommandError> {
     let (client, creator, max_delay) = (&desk.client, &desk.creator, desk.max_delay);
     let Some((job, _)) = client.job(&request.name).await? else {
         return Err(super::jobs::no_such_job(&request.name));
@@ -76,9 +77,8 @@ pub(super) async fn trigger(
              ax.alert.flow)"
         )));
     }
-    Ok(ControlReply {
-        ok: true,
-        instance_id: Some(id),
+    Ok(Triggered {
+        instance_id: id,
         message: match created {
             Created::Fired => match due {
                 Some(due) => format!("scheduled for {}", ax_bus::time::rfc3339(due)),
@@ -88,7 +88,6 @@ pub(super) async fn trigger(
             Created::Skipped => "skipped".into(),
             Created::SetAside => "set aside".into(),
         },
-        ..ControlReply::default()
     })
 }
 

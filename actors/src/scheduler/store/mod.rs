@@ -1,0 +1,70 @@
+//! What the Scheduler's decisions need of the store and the bus — the control handlers, the
+//! overlap policy — narrowed to traits so that the decisions (refusals, transitions, what is
+//! told) are unit-tested against memory, while the integration tests keep the real
+//! nats-server. [`AxClient`](ax_bus::AxClient) is the implementation that runs ([`client`]);
+//! [`memory`] holds the in-memory ones the unit tests drive.
+
+mod client;
+#[cfg(test)]
+pub(crate) mod memory;
+
+use ax_bus::client::reports::{Delivery, Report, ReportState};
+use ax_bus::client::Updated;
+use ax_bus::ids::{InstanceId, JobName, TraceId};
+use ax_bus::instance::TransitionRefused;
+use ax_bus::messages::{JobRecord, QueueState};
+use ax_bus::spec::Priority;
+use ax_bus::InstanceRecord;
+
+use crate::ActorError;
+
+/// The instance records an operator's command reads and moves, and how it tells an end.
+pub(crate) trait Instances {
+    /// The record of `id`, if there is one.
+    async fn record(&self, id: &InstanceId) -> Result<Option<InstanceRecord>, ActorError>;
+    /// Moves `id`'s record by `transition`, with a compare-and-swap that decides again on a
+    /// record that moved meanwhile.
+    async fn update<F>(&self, id: &InstanceId, transition: F) -> Result<Updated, ActorError>
+    where
+        F: Fn(&InstanceRecord) -> Result<InstanceRecord, TransitionRefused>;
+    /// Tells that `record` ended: its result (under `msg_id`) and its event.
+    async fn ended(&self, record: &InstanceRecord, msg_id: &str) -> Result<(), ActorError>;
+    /// Asks `worker` to stop attempt `trace` (best effort).
+    async fn stop_attempt(&self, worker: &str, trace: &TraceId);
+}
+
+/// The reports awaited of attempts whose endpoint answered `202 Accepted` (the claims bucket's
+/// `report.<trace>` keys).
+pub(crate) trait Reports {
+    /// What became of attempt `trace`'s report, if any attempt ever waited for one.
+    async fn report_state(&self, trace: &TraceId) -> Result<Option<ReportState>, ActorError>;
+    /// Hands `report` to the attempt waiting for it, with a compare-and-swap on its key.
+    async fn deliver_report(
+        &self,
+        trace: &TraceId,
+        report: &Report,
+    ) -> Result<Delivery, ActorError>;
+}
+
+/// Each job's latest instance (bucket `ax_latest`, kept for the jobs whose overlap policy is
+/// not `allow`).
+pub(crate) trait Latest {
+    /// The latest instance noted for `job`, if one is (a value that is no instance id is none).
+    async fn latest(&self, job: &JobName) -> Result<Option<InstanceId>, ActorError>;
+}
+
+/// The job registry and the queues' states, as `pause`, `resume` and `queue` change them.
+pub(crate) trait Registry {
+    /// Job `name`'s record and its revision, if it has one.
+    async fn job(&self, name: &JobName) -> Result<Option<(JobRecord, u64)>, ActorError>;
+    /// Writes `record` over revision `revision` of `name`; `false` when the entry moved on
+    /// since (read it again).
+    async fn swap_job(
+        &self,
+        name: &JobName,
+        record: &JobRecord,
+        revision: u64,
+    ) -> Result<bool, ActorError>;
+    /// Sets a priority's queue's state.
+    async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError>;
+}

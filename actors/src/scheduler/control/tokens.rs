@@ -5,46 +5,41 @@
 //! concurrent create. The first admin token (`bootstrap`) is made once: a marker is created
 //! first, and a second bootstrap — or one while any admin token exists — is refused.
 
-use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
 use chrono::{DateTime, Utc};
 
 use ax_bus::auth::token::TokenRecord;
 use ax_bus::auth::Role;
-use ax_bus::client::auth::BOOTSTRAP_KEY;
-use ax_bus::codec;
-use ax_bus::error::NatsError;
 use ax_bus::ids::TokenName;
 use ax_bus::messages::typed::Tokens;
 use ax_bus::messages::AuthRequest;
-use ax_bus::AxClient;
 
 use super::caller::Caller;
 use super::CommandError;
-use crate::ActorError;
+use crate::scheduler::store::TokenStore;
 
 /// Carries out an `auth` command.
 pub(crate) async fn handle(
-    client: &AxClient,
+    store: &impl TokenStore,
     caller: &Caller,
     request: AuthRequest,
 ) -> Result<Tokens, CommandError> {
     match request {
-        AuthRequest::Bootstrap { name, hash } => bootstrap(client, name, hash).await,
+        AuthRequest::Bootstrap { name, hash } => bootstrap(store, name, hash).await,
         AuthRequest::Create {
             name,
             role,
             hash,
             expires_at,
-        } => create(client, caller, name, role, hash, expires_at).await,
+        } => create(store, caller, name, role, hash, expires_at).await,
         AuthRequest::List => {
-            let tokens = client.token_records().await?;
+            let tokens = store.tokens().await?;
             Ok(Tokens {
                 message: format!("{} tokens", tokens.len()),
                 tokens: tokens.iter().map(TokenRecord::listed).collect(),
                 ..Tokens::default()
             })
         }
-        AuthRequest::Revoke { name } => revoke(client, caller, name).await,
+        AuthRequest::Revoke { name } => revoke(store, caller, name).await,
     }
 }
 
@@ -60,7 +55,7 @@ fn checked_hash(hash: &str) -> Result<(), CommandError> {
 }
 
 async fn bootstrap(
-    client: &AxClient,
+    store: &impl TokenStore,
     name: TokenName,
     hash: String,
 ) -> Result<Tokens, CommandError> {
@@ -70,20 +65,15 @@ async fn bootstrap(
             "ax auth bootstrap was run already; an admin makes tokens with ax auth token create",
         )
     };
-    let admins = client
-        .token_records()
+    let admins = store
+        .tokens()
         .await?
         .into_iter()
         .any(|t| t.role == Role::Admin && t.revoked_at.is_none());
-    if admins {
+    if admins || !store.mark_bootstrap().await? {
         return Err(already());
     }
-    match client.tokens.create(BOOTSTRAP_KEY, "1".into()).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => return Err(already()),
-        Err(e) => return Err(ActorError::from(NatsError::new("mark bootstrap", e)).into()),
-    }
-    store_new(client, &name, Role::Admin, hash, "bootstrap", None).await?;
+    store_new(store, &name, Role::Admin, hash, "bootstrap", None).await?;
     Ok(Tokens {
         message: format!("admin token `{name}` made"),
         ..Tokens::default()
@@ -91,7 +81,7 @@ async fn bootstrap(
 }
 
 async fn create(
-    client: &AxClient,
+    store: &impl TokenStore,
     caller: &Caller,
     name: TokenName,
     role: Role,
@@ -102,15 +92,7 @@ async fn create(
     if expires_at.is_some_and(|at| at <= ax_bus::time::now()) {
         return Err(CommandError::refused("expires: must be in the future"));
     }
-    store_new(
-        client,
-        &name,
-        role,
-        hash,
-        &caller.principal.name,
-        expires_at,
-    )
-    .await?;
+    store_new(store, &name, role, hash, &caller.principal.name, expires_at).await?;
     Ok(Tokens {
         message: format!("{role} token `{name}` made"),
         ..Tokens::default()
@@ -119,7 +101,7 @@ async fn create(
 
 /// Stores a new token under `name`: a name never used, or a revoked token's.
 async fn store_new(
-    client: &AxClient,
+    store: &impl TokenStore,
     name: &TokenName,
     role: Role,
     hash: String,
@@ -136,36 +118,26 @@ async fn store_new(
         revoked_at: None,
         revoked_by: None,
     };
-    let payload = codec::encode(&record)?;
     let taken = || CommandError::refused(format!("name: a token `{name}` exists; revoke it first"));
-    match client.token_record(name).await? {
-        None => match client.tokens.create(name.as_str(), payload).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Err(taken()),
-            Err(e) => {
-                Err(ActorError::from(NatsError::new(format!("store token {name}"), e)).into())
-            }
-        },
-        Some((old, revision)) if old.revoked_at.is_some() => {
-            match client.tokens.update(name.as_str(), payload, revision).await {
-                Ok(_) => Ok(()),
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(taken()),
-                Err(e) => {
-                    Err(ActorError::from(NatsError::new(format!("store token {name}"), e)).into())
-                }
-            }
-        }
-        Some(_) => Err(taken()),
+    let over = match store.token(name).await? {
+        None => None,
+        Some((old, revision)) if old.revoked_at.is_some() => Some(revision),
+        Some(_) => return Err(taken()),
+    };
+    // Written meanwhile by a create of the same name: one of the two is refused.
+    if !store.put_token(&record, over).await? {
+        return Err(taken());
     }
+    Ok(())
 }
 
 async fn revoke(
-    client: &AxClient,
+    store: &impl TokenStore,
     caller: &Caller,
     name: TokenName,
 ) -> Result<Tokens, CommandError> {
     loop {
-        let Some((mut record, revision)) = client.token_record(&name).await? else {
+        let Some((mut record, revision)) = store.token(&name).await? else {
             return Err(CommandError::refused(format!("no token named `{name}`")));
         };
         if record.revoked_at.is_some() {
@@ -176,23 +148,141 @@ async fn revoke(
         }
         record.revoked_at = Some(ax_bus::time::now());
         record.revoked_by = Some(caller.principal.name.clone());
-        match client
-            .tokens
-            .update(name.as_str(), codec::encode(&record)?, revision)
-            .await
-        {
-            Ok(_) => {
-                return Ok(Tokens {
-                    message: format!("token `{name}` revoked"),
-                    ..Tokens::default()
-                })
-            }
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => continue,
-            Err(e) => {
-                return Err(
-                    ActorError::from(NatsError::new(format!("revoke token {name}"), e)).into(),
-                )
-            }
+        // Written meanwhile (a second revocation): read it again.
+        if store.put_token(&record, Some(revision)).await? {
+            return Ok(Tokens {
+                message: format!("token `{name}` revoked"),
+                ..Tokens::default()
+            });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ax_bus::auth::{Principal, Via};
+
+    use super::*;
+    use crate::scheduler::store::memory::Keys;
+
+    const HASH: &str = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8";
+
+    fn admin() -> Caller {
+        Caller {
+            principal: Principal::token(&name("root"), Role::Admin),
+            via: Via::Cli,
+        }
+    }
+
+    fn name(text: &str) -> TokenName {
+        TokenName::parse(text).unwrap()
+    }
+
+    fn make(token: &str, role: Role) -> AuthRequest {
+        AuthRequest::Create {
+            name: name(token),
+            role,
+            hash: HASH.into(),
+            expires_at: None,
+        }
+    }
+
+    async fn refused(store: &Keys, request: AuthRequest) -> String {
+        match handle(store, &admin(), request).await {
+            Err(CommandError::Refused(why)) => why.join("; "),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bootstrap_makes_one_admin_token_once() {
+        let keys = Keys::default();
+        let first = AuthRequest::Bootstrap {
+            name: name("root"),
+            hash: HASH.into(),
+        };
+        let made = handle(&keys, &admin(), first.clone()).await.unwrap();
+        assert_eq!(made.message, "admin token `root` made");
+        let (root, _) = keys.token(&name("root")).await.unwrap().unwrap();
+        assert_eq!(
+            (root.role, root.created_by.as_str()),
+            (Role::Admin, "bootstrap")
+        );
+        assert!(refused(&keys, first).await.contains("was run already"));
+        // The marker alone refuses a second bootstrap, even with the admin token revoked.
+        keys.tokens.lock().unwrap().clear();
+        let again = AuthRequest::Bootstrap {
+            name: name("other"),
+            hash: HASH.into(),
+        };
+        assert!(refused(&keys, again).await.contains("was run already"));
+    }
+
+    #[tokio::test]
+    async fn a_bad_hash_or_a_past_expiry_is_refused_naming_its_field() {
+        let keys = Keys::default();
+        let short = AuthRequest::Create {
+            name: name("ci"),
+            role: Role::Operator,
+            hash: "abc".into(),
+            expires_at: None,
+        };
+        assert!(refused(&keys, short).await.starts_with("hash: "));
+        let upper = AuthRequest::Create {
+            name: name("ci"),
+            role: Role::Operator,
+            hash: HASH.to_uppercase(),
+            expires_at: None,
+        };
+        assert!(refused(&keys, upper).await.starts_with("hash: "));
+        let past = AuthRequest::Create {
+            name: name("ci"),
+            role: Role::Operator,
+            hash: HASH.into(),
+            expires_at: Some(ax_bus::time::now() - chrono::Duration::seconds(1)),
+        };
+        assert!(refused(&keys, past).await.starts_with("expires: "));
+        assert!(keys.tokens.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_name_is_taken_until_its_token_is_revoked() {
+        let keys = Keys::default();
+        let made = handle(&keys, &admin(), make("ci", Role::Operator))
+            .await
+            .unwrap();
+        assert_eq!(made.message, "operator token `ci` made");
+        assert_eq!(
+            keys.token(&name("ci")).await.unwrap().unwrap().0.created_by,
+            "root"
+        );
+        assert!(refused(&keys, make("ci", Role::Viewer))
+            .await
+            .contains("a token `ci` exists"));
+        let revoke = AuthRequest::Revoke { name: name("ci") };
+        let revoked = handle(&keys, &admin(), revoke.clone()).await.unwrap();
+        assert_eq!(revoked.message, "token `ci` revoked");
+        let (record, _) = keys.token(&name("ci")).await.unwrap().unwrap();
+        assert_eq!(record.revoked_by.as_deref(), Some("root"));
+        // Revoking twice is answered, not refused; the name is free again.
+        let again = handle(&keys, &admin(), revoke).await.unwrap();
+        assert_eq!(again.message, "token `ci` was revoked already");
+        handle(&keys, &admin(), make("ci", Role::Viewer))
+            .await
+            .unwrap();
+        let listed = handle(&keys, &admin(), AuthRequest::List).await.unwrap();
+        assert_eq!(listed.tokens.len(), 1);
+        assert_eq!(listed.tokens[0].role, Role::Viewer);
+        assert!(
+            listed.tokens[0].hash.is_empty(),
+            "a listing never shows a hash"
+        );
+    }
+
+    #[tokio::test]
+    async fn revoking_an_unknown_token_is_refused() {
+        let keys = Keys::default();
+        let why = refused(&keys, AuthRequest::Revoke { name: name("nope") }).await;
+        assert_eq!(why, "no token named `nope`");
     }
 }

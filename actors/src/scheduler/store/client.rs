@@ -1,17 +1,20 @@
 //! The store as it runs: each trait of [`super`] on the [`AxClient`], over NATS.
 
-use async_nats::jetstream::kv::UpdateErrorKind;
+use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
+
+use ax_bus::auth::token::TokenRecord;
+use ax_bus::client::auth::BOOTSTRAP_KEY;
 
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
 use ax_bus::error::{During, NatsError};
-use ax_bus::ids::{InstanceId, JobName, TraceId};
+use ax_bus::ids::{InstanceId, JobName, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::{JobRecord, QueueState};
 use ax_bus::spec::Priority;
 use ax_bus::{codec, AxClient, InstanceRecord};
 
-use super::{Instances, Latest, Registry, Reports};
+use super::{Instances, Latest, Registry, Reports, TokenStore};
 use crate::jetstream::publish;
 use crate::ActorError;
 
@@ -91,5 +94,40 @@ impl Instances for AxClient {
 
     async fn stop_attempt(&self, worker: &str, trace: &TraceId) {
         publish::stop_attempt(self, worker, trace).await;
+    }
+}
+
+impl TokenStore for AxClient {
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, ActorError> {
+        Ok(self.token_records().await?)
+    }
+
+    async fn token(&self, name: &TokenName) -> Result<Option<(TokenRecord, u64)>, ActorError> {
+        Ok(self.token_record(name).await?)
+    }
+
+    async fn mark_bootstrap(&self) -> Result<bool, ActorError> {
+        match self.tokens.create(BOOTSTRAP_KEY, "1".into()).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(NatsError::new("mark bootstrap", e).into()),
+        }
+    }
+
+    async fn put_token(&self, record: &TokenRecord, over: Option<u64>) -> Result<bool, ActorError> {
+        let (name, payload) = (record.name.as_str(), codec::encode(record)?);
+        let during = || format!("store token {name}");
+        match over {
+            None => match self.tokens.create(name, payload).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(NatsError::new(during(), e).into()),
+            },
+            Some(revision) => match self.tokens.update(name, payload, revision).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(false),
+                Err(e) => Err(NatsError::new(during(), e).into()),
+            },
+        }
     }
 }

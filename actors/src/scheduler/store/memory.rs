@@ -1,14 +1,15 @@
 //! The store in memory, for the decisions' unit tests (compiled for tests only).
 
+use ax_bus::auth::token::TokenRecord;
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
-use ax_bus::ids::{InstanceId, JobName, TraceId};
+use ax_bus::ids::{InstanceId, JobName, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::{JobRecord, QueueState};
 use ax_bus::spec::Priority;
 use ax_bus::InstanceRecord;
 
-use super::{Instances, Latest, Registry, Reports};
+use super::{Instances, Latest, Registry, Reports, TokenStore};
 use crate::ActorError;
 
 /// The instances in memory, for the decisions' unit tests: what was written, ended and stopped,
@@ -145,5 +146,44 @@ impl Reports for Memory {
                 Delivery::Accepted
             }
         })
+    }
+}
+
+/// The tokens in memory: each with its revision, and whether the bootstrap was marked.
+#[derive(Debug, Default)]
+pub(crate) struct Keys {
+    pub(crate) tokens: std::sync::Mutex<std::collections::BTreeMap<TokenName, (TokenRecord, u64)>>,
+    pub(crate) bootstrapped: std::sync::atomic::AtomicBool,
+}
+
+impl TokenStore for Keys {
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, ActorError> {
+        Ok(self
+            .tokens
+            .lock()
+            .unwrap()
+            .values()
+            .map(|(t, _)| t.clone())
+            .collect())
+    }
+
+    async fn token(&self, name: &TokenName) -> Result<Option<(TokenRecord, u64)>, ActorError> {
+        Ok(self.tokens.lock().unwrap().get(name).cloned())
+    }
+
+    async fn mark_bootstrap(&self) -> Result<bool, ActorError> {
+        Ok(!self
+            .bootstrapped
+            .swap(true, std::sync::atomic::Ordering::SeqCst))
+    }
+
+    async fn put_token(&self, record: &TokenRecord, over: Option<u64>) -> Result<bool, ActorError> {
+        let mut tokens = self.tokens.lock().unwrap();
+        let at = tokens.get(&record.name).map(|(_, revision)| *revision);
+        if at != over {
+            return Ok(false);
+        }
+        tokens.insert(record.name.clone(), (record.clone(), at.unwrap_or(0) + 1));
+        Ok(true)
     }
 }

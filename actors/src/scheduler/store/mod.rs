@@ -8,9 +8,10 @@ mod client;
 #[cfg(test)]
 pub(crate) mod memory;
 
+use ax_bus::auth::token::TokenRecord;
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
-use ax_bus::ids::{InstanceId, JobName, TraceId};
+use ax_bus::ids::{InstanceId, JobName, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::{JobRecord, QueueState};
 use ax_bus::spec::Priority;
@@ -67,4 +68,17 @@ pub(crate) trait Registry {
     ) -> Result<bool, ActorError>;
     /// Sets a priority's queue's state.
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError>;
+}
+
+/// The API tokens (bucket `ax_tokens`), as `auth` makes, lists and revokes them.
+pub(crate) trait TokenStore {
+    /// Every token (the bootstrap marker is none).
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, ActorError>;
+    /// Token `name` and its revision, if there is one.
+    async fn token(&self, name: &TokenName) -> Result<Option<(TokenRecord, u64)>, ActorError>;
+    /// Marks that `auth bootstrap` was run; `false` when it was already.
+    async fn mark_bootstrap(&self) -> Result<bool, ActorError>;
+    /// Writes `record` as a name never written (`over: None`) or over revision `over`; `false`
+    /// when another write got there first.
+    async fn put_token(&self, record: &TokenRecord, over: Option<u64>) -> Result<bool, ActorError>;
 }

@@ -8,13 +8,13 @@ use async_nats::jetstream;
 
 use ax_bus::auth::audit::{AuditRecord, Outcome};
 use ax_bus::auth::Via;
+use ax_bus::ids::NodeId;
 use ax_bus::messages::commands::{Command, Request};
 use ax_bus::messages::{ApprovalRequest, AuthRequest, ControlReply};
 use ax_bus::{codec, spec};
 
 use super::caller::Caller;
-use super::Desk;
-use crate::jetstream::publish;
+use crate::scheduler::store::AuditLog;
 use crate::ActorError;
 
 /// The action a command is recorded as: the command, or for `auth` and `approval` the
@@ -136,37 +136,10 @@ pub(crate) fn record(
     }
 }
 
-/// Publishes `record`, once per (command, action): `key` is the command's stream sequence. A
-/// slow or failed ack is tried again (the message id makes a repeat harmless) before giving up:
-/// a command not acknowledged for its audit comes back later, behind the commands sent after it.
-pub(crate) async fn publish(desk: &Desk, key: u64, record: &AuditRecord) -> Result<(), ActorError> {
-    let client = &desk.client;
-    let msg_id = if key == 0 {
-        ax_bus::msg_id::audit(&record.action)
-    } else {
-        format!("audit:{key}:{}", record.action)
-    };
-    let subject = client.subjects().audit(&record.action);
-    let mut pause = std::time::Duration::from_millis(250);
-    for _ in 1..PUBLISH_TRIES {
-        match publish::to_stream_acked(client, subject.clone(), &msg_id, record).await {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                tracing::debug!(error = %e, retry_in = ?pause, "audit record not stored yet");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
-            }
-        }
-    }
-    publish::to_stream_acked(client, subject, &msg_id, record).await
-}
-
-/// How often an audit record is tried before its command is handed back for redelivery.
-const PUBLISH_TRIES: usize = 4;
-
 /// Records an action of ax's own (an approval's expiry, the backlog control), not a command's.
 pub(crate) async fn publish_system(
-    desk: &Desk,
+    log: &impl AuditLog,
+    node: &NodeId,
     action: &str,
     request: serde_json::Value,
     message: String,
@@ -186,9 +159,9 @@ pub(crate) async fn publish_system(
         dry_run: false,
         detail: serde_json::Value::Null,
         at: ax_bus::time::now(),
-        node: desk.node.clone(),
+        node: node.clone(),
     };
-    publish(desk, 0, &record).await
+    log.audit(0, &record).await
 }
 
 #[cfg(test)]

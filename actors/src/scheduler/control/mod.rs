@@ -56,6 +56,7 @@ use ax_bus::{codec, reply_to, AxClient};
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::scheduler::creator::Creator;
 use crate::scheduler::graph::Graph;
+use crate::scheduler::store::AuditLog;
 use crate::ActorError;
 
 use crate::jetstream::publish;
@@ -294,7 +295,7 @@ async fn handle(desk: &Desk, received: &Received) {
     let decoded = received.request.as_ref().ok();
     if let Some(action) = audit::action_of(received.kind, decoded, received.name()) {
         let record = audit::record(&desk.node, &caller, action, request, &reply);
-        if let Err(e) = Box::pin(audit::publish(desk, sequence, &record)).await {
+        if let Err(e) = Box::pin(client.audit(sequence, &record)).await {
             // Not acknowledged: carried out again on redelivery (commands are idempotent by
             // their ids and compare-and-swaps) and recorded then, once.
             tracing::warn!(command, error = %e, "cannot record the command on the audit stream; retrying later");
@@ -392,6 +393,11 @@ async fn carry_out(
         ..
     } = desk;
     let who = caller.principal.name.as_str();
+    let clerk = approvals::Clerk {
+        store: client,
+        auth: desk.auth,
+        node: &desk.node,
+    };
     // Each command's future is boxed, so the control pump's future (and its poll frame) holds
     // a pointer per command rather than every command's state side by side.
     match request {
@@ -411,10 +417,10 @@ async fn carry_out(
             answered::<TriggerRequest>(Box::pin(trigger::trigger(desk, request, published)).await)
         }
         Request::Rerun(request) => {
-            answered::<RerunRequest>(Box::pin(approvals::rerun(desk, caller, request)).await)
+            answered::<RerunRequest>(Box::pin(approvals::rerun(&clerk, caller, request)).await)
         }
         Request::Approval(request) => answered::<ApprovalRequest>(
-            Box::pin(approvals::decide(desk, caller, request, published.1)).await,
+            Box::pin(approvals::decide(&clerk, caller, request, published.1)).await,
         ),
         Request::Auth(request) => {
             answered::<AuthRequest>(Box::pin(tokens::handle(client, caller, request)).await)

@@ -23,13 +23,12 @@ use ax_bus::client::Updated;
 use ax_bus::ids::{InstanceId, JobName, TraceId};
 use ax_bus::messages::{DateInstances, PlanStep, RerunRequest, WorkItem};
 use ax_bus::spec::JobSpec;
-use ax_bus::{AxClient, State};
+use ax_bus::State;
 
-use crate::jetstream::publish;
 use crate::scheduler::control::CommandError;
+use crate::scheduler::store::{History, Instances, Registry};
 use crate::ActorError;
 use ax_bus::client::deps::DayKey;
-use ax_bus::msg_id;
 use ax_bus::time::parse_biz_date;
 
 /// upstream job → (downstream job, date offset).
@@ -37,11 +36,11 @@ pub(crate) type Dependents = HashMap<JobName, Vec<(JobName, i64)>>;
 
 /// Plans and (unless a dry run) carries out a re-run.
 pub(crate) async fn rerun(
-    client: &AxClient,
+    store: &(impl Registry + Instances + History),
     request: &RerunRequest,
 ) -> Result<Vec<PlanStep>, CommandError> {
-    let registry = client.job_specs().await?;
-    let (roots, mut entries) = find_roots(client, request, &registry).await?;
+    let registry = store.specs().await?;
+    let (roots, mut entries) = find_roots(store, request, &registry).await?;
     let dependents = dependents(&registry, request.force_downstream);
     let mut queue: VecDeque<DayKey> = entries.keys().cloned().collect();
     while let Some((job, date)) = queue.pop_front() {
@@ -50,7 +49,7 @@ pub(crate) async fn rerun(
             if entries.contains_key(&key) {
                 continue;
             }
-            let day = client.deps_of_day(&key.0, key.1).await?;
+            let day = store.day(&key.0, key.1).await?;
             if !day.instances.is_empty() {
                 entries.insert(key.clone(), day);
                 queue.push_back(key);
@@ -64,10 +63,10 @@ pub(crate) async fn rerun(
             .map(|spec| spec.produces.clone())
             .unwrap_or_default();
     }
-    refuse_removed(client, &plan).await?;
+    refuse_removed(store, &plan).await?;
     if !request.dry_run {
         for step in plan.iter_mut().filter(|s| s.will_run) {
-            start_again(client, &registry, step).await?;
+            start_again(store, &registry, step).await?;
         }
     }
     Ok(plan)
@@ -76,10 +75,10 @@ pub(crate) async fn rerun(
 /// Refuses a plan that would re-run an instance whose record is gone (its retention passed,
 /// while the dependency history, kept longer, still lists it): a re-run starts again from the
 /// record, so none of the plan is carried out.
-async fn refuse_removed(client: &AxClient, plan: &[PlanStep]) -> Result<(), CommandError> {
+async fn refuse_removed(store: &impl Instances, plan: &[PlanStep]) -> Result<(), CommandError> {
     let mut removed = Vec::new();
     for step in plan.iter().filter(|s| s.will_run) {
-        if client.instance(&step.instance_id).await?.is_none() {
+        if store.record(&step.instance_id).await?.is_none() {
             removed.push(step.instance_id.to_string());
         }
     }
@@ -101,7 +100,7 @@ async fn refuse_removed(client: &AxClient, plan: &[PlanStep]) -> Result<(), Comm
 type Roots = (BTreeSet<InstanceId>, BTreeMap<DayKey, DateInstances>);
 
 async fn find_roots(
-    client: &AxClient,
+    store: &(impl Instances + History),
     request: &RerunRequest,
     registry: &BTreeMap<JobName, JobSpec>,
 ) -> Result<Roots, CommandError> {
@@ -119,7 +118,7 @@ async fn find_roots(
                     "--root goes with --biz-date, not --instance",
                 ));
             }
-            let Some((record, _)) = client.instance(id).await? else {
+            let Some(record) = store.record(id).await? else {
                 return Err(CommandError::refused(ax_bus::client::retention::missing(
                     id,
                 )));
@@ -130,7 +129,7 @@ async fn find_roots(
                 )));
             };
             let key = (record.job.clone(), date);
-            let mut day = client.deps_of_day(&key.0, key.1).await?;
+            let mut day = store.day(&key.0, key.1).await?;
             day.instances
                 .insert(record.instance_id.clone(), (record.attempt, record.state));
             entries.insert(key, day);
@@ -142,7 +141,7 @@ async fn find_roots(
                     "--biz-date `{date_text}` is not a date (YYYY-MM-DD)"
                 )));
             };
-            entries.extend(client.deps_of_date(date).await?);
+            entries.extend(store.date(date).await?);
             let day_jobs: BTreeSet<&JobName> = entries.keys().map(|(j, _)| j).collect();
             let root_jobs: Vec<JobName> = match &request.root {
                 Some(root) => {
@@ -315,7 +314,7 @@ fn fate(request: &RerunRequest, is_root: bool, state: State) -> (bool, String) {
 
 /// Starts a planned instance again; a step whose instance moved meanwhile becomes "stays".
 async fn start_again(
-    client: &AxClient,
+    store: &impl Instances,
     registry: &BTreeMap<JobName, JobSpec>,
     step: &mut PlanStep,
 ) -> Result<(), ActorError> {
@@ -325,10 +324,7 @@ async fn start_again(
         return Ok(());
     };
     let trace = TraceId::random();
-    let record = match client
-        .update_instance(&step.instance_id, |r| r.rerun(&trace))
-        .await?
-    {
+    let record = match store.update(&step.instance_id, |r| r.rerun(&trace)).await? {
         Updated::Written(record, _) => *record,
         Updated::Refused(refused) => {
             step.will_run = false;
@@ -342,15 +338,7 @@ async fn start_again(
         }
     };
     let work = WorkItem::for_attempt(&record, spec.clone());
-    publish::to_stream_acked(
-        client,
-        client.subjects().created(&record.job),
-        &msg_id::created(&record.trace_id),
-        &work,
-    )
-    .await?;
-    publish::event(client, &record).await;
-    Ok(())
+    store.hand_on(&record, &work).await
 }
 
 #[cfg(test)]

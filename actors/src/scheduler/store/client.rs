@@ -2,19 +2,26 @@
 
 use async_nats::jetstream::kv::{CreateErrorKind, UpdateErrorKind};
 
+use std::collections::BTreeMap;
+
+use chrono::NaiveDate;
+
+use ax_bus::auth::approval::Approval;
+use ax_bus::auth::audit::AuditRecord;
 use ax_bus::auth::token::TokenRecord;
 use ax_bus::client::auth::BOOTSTRAP_KEY;
+use ax_bus::client::deps::Days;
 
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
 use ax_bus::error::{During, NatsError};
-use ax_bus::ids::{InstanceId, JobName, TokenName, TraceId};
+use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{JobRecord, QueueState};
-use ax_bus::spec::Priority;
-use ax_bus::{codec, AxClient, InstanceRecord};
+use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
+use ax_bus::spec::{JobSpec, Priority};
+use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
 
-use super::{Instances, Latest, Registry, Reports, TokenStore};
+use super::{ApprovalStore, AuditLog, History, Instances, Latest, Registry, Reports, TokenStore};
 use crate::jetstream::publish;
 use crate::ActorError;
 
@@ -67,6 +74,10 @@ impl Registry for AxClient {
         }
     }
 
+    async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError> {
+        Ok(self.job_specs().await?)
+    }
+
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError> {
         self.queues
             .put(priority.as_str(), codec::encode(state)?)
@@ -94,6 +105,18 @@ impl Instances for AxClient {
 
     async fn stop_attempt(&self, worker: &str, trace: &TraceId) {
         publish::stop_attempt(self, worker, trace).await;
+    }
+
+    async fn hand_on(&self, record: &InstanceRecord, work: &WorkItem) -> Result<(), ActorError> {
+        publish::to_stream_acked(
+            self,
+            self.subjects().created(&record.job),
+            &msg_id::created(&record.trace_id),
+            work,
+        )
+        .await?;
+        publish::event(self, record).await;
+        Ok(())
     }
 }
 
@@ -129,5 +152,77 @@ impl TokenStore for AxClient {
                 Err(e) => Err(NatsError::new(during(), e).into()),
             },
         }
+    }
+}
+
+impl History for AxClient {
+    async fn day(&self, job: &JobName, date: NaiveDate) -> Result<DateInstances, ActorError> {
+        Ok(self.deps_of_day(job, date).await?)
+    }
+
+    async fn date(&self, date: NaiveDate) -> Result<Days, ActorError> {
+        Ok(self.deps_of_date(date).await?)
+    }
+}
+
+impl ApprovalStore for AxClient {
+    async fn approvals(&self) -> Result<Vec<Approval>, ActorError> {
+        Ok(AxClient::approvals(self).await?)
+    }
+
+    async fn approval(&self, id: &ApprovalId) -> Result<Option<(Approval, u64)>, ActorError> {
+        Ok(AxClient::approval(self, id).await?)
+    }
+
+    async fn create_approval(&self, approval: &Approval) -> Result<bool, ActorError> {
+        let id = approval.id.as_str();
+        match self.approvals.create(id, codec::encode(approval)?).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(NatsError::new(format!("store approval {id}"), e).into()),
+        }
+    }
+
+    async fn swap_approval(
+        &self,
+        approval: &Approval,
+        revision: u64,
+    ) -> Result<Option<u64>, ActorError> {
+        let id = approval.id.as_str();
+        match self
+            .approvals
+            .update(id, codec::encode(approval)?, revision)
+            .await
+        {
+            Ok(revision) => Ok(Some(revision)),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(None),
+            Err(e) => Err(NatsError::new(format!("update approval {id}"), e).into()),
+        }
+    }
+}
+
+/// How often an audit record is tried before its command is handed back for redelivery.
+const AUDIT_TRIES: usize = 4;
+
+impl AuditLog for AxClient {
+    async fn audit(&self, key: u64, record: &AuditRecord) -> Result<(), ActorError> {
+        let msg_id = if key == 0 {
+            msg_id::audit(&record.action)
+        } else {
+            format!("audit:{key}:{}", record.action)
+        };
+        let subject = self.subjects().audit(&record.action);
+        let mut pause = std::time::Duration::from_millis(250);
+        for _ in 1..AUDIT_TRIES {
+            match publish::to_stream_acked(self, subject.clone(), &msg_id, record).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(error = %e, retry_in = ?pause, "audit record not stored yet");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+        }
+        publish::to_stream_acked(self, subject, &msg_id, record).await
     }
 }

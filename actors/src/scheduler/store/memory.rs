@@ -1,15 +1,23 @@
 //! The store in memory, for the decisions' unit tests (compiled for tests only).
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use chrono::NaiveDate;
+
+use ax_bus::auth::approval::Approval;
+use ax_bus::auth::audit::AuditRecord;
 use ax_bus::auth::token::TokenRecord;
+use ax_bus::client::deps::{DayKey, Days};
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
-use ax_bus::ids::{InstanceId, JobName, TokenName, TraceId};
+use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{JobRecord, QueueState};
-use ax_bus::spec::Priority;
+use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
+use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::InstanceRecord;
 
-use super::{Instances, Latest, Registry, Reports, TokenStore};
+use super::{ApprovalStore, AuditLog, History, Instances, Latest, Registry, Reports, TokenStore};
 use crate::ActorError;
 
 /// The instances in memory, for the decisions' unit tests: what was written, ended and stopped,
@@ -23,6 +31,16 @@ pub(crate) struct Memory {
     pub(crate) ended: std::sync::Mutex<Vec<(InstanceRecord, String)>>,
     /// Each stop asked: (worker, trace).
     pub(crate) stopped: std::sync::Mutex<Vec<(String, TraceId)>>,
+    /// Each new attempt handed on (a re-run's).
+    pub(crate) handed: Mutex<Vec<WorkItem>>,
+    /// The registry.
+    pub(crate) registry: Jobs,
+    /// The dependency history.
+    pub(crate) days: Mutex<Days>,
+    /// The approvals, each with its revision.
+    pub(crate) approvals: Mutex<BTreeMap<ApprovalId, (Approval, u64)>>,
+    /// Each audit record, with its key.
+    pub(crate) audited: Mutex<Vec<(u64, AuditRecord)>>,
 }
 
 impl Memory {
@@ -72,6 +90,11 @@ impl Instances for Memory {
             .unwrap()
             .push((worker.to_string(), trace.clone()));
     }
+
+    async fn hand_on(&self, _record: &InstanceRecord, work: &WorkItem) -> Result<(), ActorError> {
+        self.handed.lock().unwrap().push(work.clone());
+        Ok(())
+    }
 }
 
 /// The registry in memory, for the handlers' unit tests: each job with its revision, and the
@@ -112,6 +135,14 @@ impl Registry for Jobs {
         *held = record.clone();
         *at += 1;
         Ok(true)
+    }
+
+    async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError> {
+        let jobs = self.jobs.lock().unwrap();
+        Ok(jobs
+            .iter()
+            .map(|(name, (record, _))| (name.clone(), record.spec.clone()))
+            .collect())
     }
 
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError> {
@@ -185,5 +216,95 @@ impl TokenStore for Keys {
         }
         tokens.insert(record.name.clone(), (record.clone(), at.unwrap_or(0) + 1));
         Ok(true)
+    }
+}
+
+/// The registry of [`Memory`] is its [`Jobs`].
+impl Registry for Memory {
+    async fn job(&self, name: &JobName) -> Result<Option<(JobRecord, u64)>, ActorError> {
+        self.registry.job(name).await
+    }
+
+    async fn swap_job(
+        &self,
+        name: &JobName,
+        record: &JobRecord,
+        revision: u64,
+    ) -> Result<bool, ActorError> {
+        self.registry.swap_job(name, record, revision).await
+    }
+
+    async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError> {
+        self.registry.specs().await
+    }
+
+    async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError> {
+        self.registry.set_queue(priority, state).await
+    }
+}
+
+impl History for Memory {
+    async fn day(&self, job: &JobName, date: NaiveDate) -> Result<DateInstances, ActorError> {
+        let key: DayKey = (job.clone(), date);
+        Ok(self
+            .days
+            .lock()
+            .unwrap()
+            .get(&key)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    async fn date(&self, date: NaiveDate) -> Result<Days, ActorError> {
+        let days = self.days.lock().unwrap();
+        Ok(days
+            .iter()
+            .filter(|((_, on), _)| *on == date)
+            .map(|(key, day)| (key.clone(), day.clone()))
+            .collect())
+    }
+}
+
+impl ApprovalStore for Memory {
+    async fn approvals(&self) -> Result<Vec<Approval>, ActorError> {
+        let approvals = self.approvals.lock().unwrap();
+        Ok(approvals.values().map(|(a, _)| a.clone()).collect())
+    }
+
+    async fn approval(&self, id: &ApprovalId) -> Result<Option<(Approval, u64)>, ActorError> {
+        Ok(self.approvals.lock().unwrap().get(id).cloned())
+    }
+
+    async fn create_approval(&self, approval: &Approval) -> Result<bool, ActorError> {
+        let mut approvals = self.approvals.lock().unwrap();
+        if approvals.contains_key(&approval.id) {
+            return Ok(false);
+        }
+        approvals.insert(approval.id.clone(), (approval.clone(), 1));
+        Ok(true)
+    }
+
+    async fn swap_approval(
+        &self,
+        approval: &Approval,
+        revision: u64,
+    ) -> Result<Option<u64>, ActorError> {
+        let mut approvals = self.approvals.lock().unwrap();
+        match approvals.get_mut(&approval.id) {
+            Some((held, at)) if *at == revision => {
+                *held = approval.clone();
+                // Other keys are written between: a revision is no count of this one's writes.
+                *at += 10;
+                Ok(Some(*at))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+impl AuditLog for Memory {
+    async fn audit(&self, key: u64, record: &AuditRecord) -> Result<(), ActorError> {
+        self.audited.lock().unwrap().push((key, record.clone()));
+        Ok(())
     }
 }

@@ -8,13 +8,20 @@ mod client;
 #[cfg(test)]
 pub(crate) mod memory;
 
+use std::collections::BTreeMap;
+
+use chrono::NaiveDate;
+
+use ax_bus::auth::approval::Approval;
+use ax_bus::auth::audit::AuditRecord;
 use ax_bus::auth::token::TokenRecord;
+use ax_bus::client::deps::Days;
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
-use ax_bus::ids::{InstanceId, JobName, TokenName, TraceId};
+use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{JobRecord, QueueState};
-use ax_bus::spec::Priority;
+use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
+use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::InstanceRecord;
 
 use crate::ActorError;
@@ -32,6 +39,9 @@ pub(crate) trait Instances {
     async fn ended(&self, record: &InstanceRecord, msg_id: &str) -> Result<(), ActorError>;
     /// Asks `worker` to stop attempt `trace` (best effort).
     async fn stop_attempt(&self, worker: &str, trace: &TraceId);
+    /// Hands a new attempt of `record` (a re-run's) to the DagCoordinator as `work`, and tells
+    /// its event.
+    async fn hand_on(&self, record: &InstanceRecord, work: &WorkItem) -> Result<(), ActorError>;
 }
 
 /// The reports awaited of attempts whose endpoint answered `202 Accepted` (the claims bucket's
@@ -66,6 +76,8 @@ pub(crate) trait Registry {
         record: &JobRecord,
         revision: u64,
     ) -> Result<bool, ActorError>;
+    /// Every valid job's spec, by name.
+    async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError>;
     /// Sets a priority's queue's state.
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError>;
 }
@@ -81,4 +93,37 @@ pub(crate) trait TokenStore {
     /// Writes `record` as a name never written (`over: None`) or over revision `over`; `false`
     /// when another write got there first.
     async fn put_token(&self, record: &TokenRecord, over: Option<u64>) -> Result<bool, ActorError>;
+}
+
+/// The dependency history (bucket `ax_deps`): each job's instances of each business date, as a
+/// re-run follows them down.
+pub(crate) trait History {
+    /// The instances of `job` for `date`.
+    async fn day(&self, job: &JobName, date: NaiveDate) -> Result<DateInstances, ActorError>;
+    /// Every job's instances for `date`.
+    async fn date(&self, date: NaiveDate) -> Result<Days, ActorError>;
+}
+
+/// The approvals of risky re-runs (bucket `ax_approvals`).
+pub(crate) trait ApprovalStore {
+    /// Every approval, pending first.
+    async fn approvals(&self) -> Result<Vec<Approval>, ActorError>;
+    /// Approval `id` and its revision, if there is one.
+    async fn approval(&self, id: &ApprovalId) -> Result<Option<(Approval, u64)>, ActorError>;
+    /// Stores a new approval; `false` when its id is taken (draw another).
+    async fn create_approval(&self, approval: &Approval) -> Result<bool, ActorError>;
+    /// Writes `approval` over `revision`: its new revision, or none when someone else wrote it
+    /// first.
+    async fn swap_approval(
+        &self,
+        approval: &Approval,
+        revision: u64,
+    ) -> Result<Option<u64>, ActorError>;
+}
+
+/// The audit stream (`ax.audit.<action>`).
+pub(crate) trait AuditLog {
+    /// Records `record`, once under `key` (a command's stream sequence; 0: an action of ax's
+    /// own, once per record), retrying a moment before giving up.
+    async fn audit(&self, key: u64, record: &AuditRecord) -> Result<(), ActorError>;
 }

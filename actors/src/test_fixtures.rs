@@ -15,3 +15,22 @@ pub(crate) fn spec(name: &str, cron: Option<&str>, deps: &[(&str, &str)]) -> Job
     }
     serde_json::from_value(value).unwrap()
 }
+
+/// An instance of `spec` for business date `biz_date` that ended `state` (attempt 1).
+pub(crate) fn ended(
+    spec: &JobSpec,
+    biz_date: &str,
+    state: ax_bus::State,
+) -> ax_bus::InstanceRecord {
+    let now = ax_bus::time::now();
+    let mut record = ax_bus::InstanceRecord::first(
+        spec,
+        now,
+        biz_date.into(),
+        Default::default(),
+        ax_bus::instance::Trigger::Manual,
+        now,
+    );
+    record.state = state;
+    record
+}

@@ -335,7 +335,6 @@ async fn reject(
 mod tests {
     use ax_bus::auth::{Principal, Via};
     use ax_bus::ids::TokenName;
-    use ax_bus::messages::{DateInstances, JobRecord};
     use ax_bus::{InstanceRecord, State};
 
     use super::*;
@@ -352,45 +351,17 @@ mod tests {
 
     /// An instance of `job` for [`DATE`] that ended `state`.
     fn ended(job: &str, state: State) -> InstanceRecord {
-        let now = ax_bus::time::now();
-        let mut record = InstanceRecord::first(
-            &crate::test_fixtures::spec(job, None, &[]),
-            now,
-            DATE.into(),
-            Default::default(),
-            ax_bus::instance::Trigger::Manual,
-            now,
-        );
-        record.state = state;
-        record
+        crate::test_fixtures::ended(&crate::test_fixtures::spec(job, None, &[]), DATE, state)
     }
 
     /// The store with `records`, their jobs registered and their day in the history.
     fn store(records: &[InstanceRecord]) -> Memory {
-        let memory = Memory::with(records.iter().cloned());
-        let date = ax_bus::time::parse_biz_date(DATE).unwrap();
-        for record in records {
-            let record_of_job = JobRecord {
-                spec: crate::test_fixtures::spec(record.job.as_str(), None, &[]),
-                paused: false,
-                updated_at: ax_bus::time::now(),
-                defined_at: None,
-            };
-            let job = record.job.clone();
-            memory
-                .registry
-                .jobs
-                .lock()
-                .unwrap()
-                .insert(job.clone(), (record_of_job, 1));
-            let day = DateInstances {
-                instances: [(record.instance_id.clone(), (record.attempt, record.state))]
-                    .into_iter()
-                    .collect(),
-            };
-            memory.days.lock().unwrap().insert((job, date), day);
-        }
-        memory
+        let specs = records
+            .iter()
+            .map(|r| crate::test_fixtures::spec(r.job.as_str(), None, &[]));
+        Memory::with(records.iter().cloned())
+            .registering(specs)
+            .with_history()
     }
 
     /// A re-run of the whole date: risky, so it needs a second person with auth on.

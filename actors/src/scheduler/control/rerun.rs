@@ -450,4 +450,160 @@ mod tests {
         assert_eq!(steps[1].why, "still waiting_retry");
         assert!(!steps[1].will_run);
     }
+
+    mod carried_out {
+        use ax_bus::InstanceRecord;
+
+        use super::*;
+        use crate::scheduler::store::memory::Memory;
+        use crate::test_fixtures::{ended, spec};
+
+        /// load (failed) ← report (cancelled, same day) ← mail (succeeded, same day).
+        fn chain() -> (Memory, [InstanceRecord; 3]) {
+            let specs = [
+                spec("load", None, &[]),
+                spec("report", None, &[("load", "current")]),
+                spec("mail", None, &[("report", "current")]),
+            ];
+            let records = [
+                ended(&specs[0], "2026-01-01", State::Failed),
+                ended(&specs[1], "2026-01-01", State::Cancelled),
+                ended(&specs[2], "2026-01-01", State::Success),
+            ];
+            let memory = Memory::with(records.clone())
+                .registering(specs)
+                .with_history();
+            (memory, records)
+        }
+
+        fn one(record: &InstanceRecord, dry_run: bool) -> RerunRequest {
+            RerunRequest {
+                instance: Some(record.instance_id.clone()),
+                dry_run,
+                requested_by: "ops@host".into(),
+                ..RerunRequest::default()
+            }
+        }
+
+        fn refused(outcome: Result<Vec<PlanStep>, CommandError>) -> String {
+            match outcome {
+                Err(CommandError::Refused(why)) => why.join("; "),
+                other => panic!("not refused: {other:?}"),
+            }
+        }
+
+        #[tokio::test]
+        async fn a_rerun_starts_the_root_and_what_failed_below_it_as_new_attempts() {
+            let (memory, [load, report, mail]) = chain();
+            let plan = rerun(&memory, &one(&load, false)).await.unwrap();
+            let runs: Vec<_> = plan.iter().map(|s| (s.job.as_str(), s.will_run)).collect();
+            assert_eq!(runs, [("load", true), ("report", true), ("mail", false)]);
+            let handed: Vec<_> = memory
+                .handed
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|w| w.instance_id.clone())
+                .collect();
+            assert_eq!(
+                handed,
+                [load.instance_id.clone(), report.instance_id.clone()]
+            );
+            let records = memory.records.lock().unwrap();
+            for record in [&load, &report] {
+                let now = &records[&record.instance_id];
+                assert_eq!((now.attempt, now.state), (2, State::Running));
+                assert_ne!(now.trace_id, record.trace_id, "a new attempt, a new trace");
+            }
+            assert_eq!(records[&mail.instance_id], mail, "a success below stays");
+        }
+
+        #[tokio::test]
+        async fn a_dry_run_plans_and_changes_nothing() {
+            let (memory, [load, ..]) = chain();
+            let plan = rerun(&memory, &one(&load, true)).await.unwrap();
+            assert_eq!(plan.len(), 3);
+            assert!(memory.handed.lock().unwrap().is_empty());
+            assert_eq!(memory.records.lock().unwrap()[&load.instance_id], load);
+        }
+
+        #[tokio::test]
+        async fn a_plan_with_a_removed_record_runs_none_of_it() {
+            let (memory, [load, report, _]) = chain();
+            memory.records.lock().unwrap().remove(&report.instance_id);
+            let why = refused(rerun(&memory, &one(&load, false)).await);
+            assert!(why.contains("their records were removed"), "{why}");
+            assert!(why.contains(report.instance_id.as_str()), "{why}");
+            assert!(memory.handed.lock().unwrap().is_empty());
+            assert_eq!(memory.records.lock().unwrap()[&load.instance_id], load);
+        }
+
+        #[tokio::test]
+        async fn a_bad_request_is_refused_naming_what_is_wrong() {
+            let (memory, [load, ..]) = chain();
+            let both = RerunRequest {
+                biz_date: Some("2026-01-01".into()),
+                ..one(&load, false)
+            };
+            assert!(
+                refused(rerun(&memory, &both).await).contains("either --instance or --biz-date")
+            );
+            let bad_date = RerunRequest {
+                biz_date: Some("01/01/2026".into()),
+                ..RerunRequest::default()
+            };
+            assert!(refused(rerun(&memory, &bad_date).await).contains("is not a date"));
+            let no_root = RerunRequest {
+                biz_date: Some("2026-01-01".into()),
+                root: Some(job("nope")),
+                ..RerunRequest::default()
+            };
+            assert_eq!(
+                refused(rerun(&memory, &no_root).await),
+                "no job named `nope`"
+            );
+            let gone = RerunRequest {
+                instance: Some(id("load.20250101T000000000Z")),
+                ..RerunRequest::default()
+            };
+            assert!(!refused(rerun(&memory, &gone).await).is_empty());
+            assert!(memory.handed.lock().unwrap().is_empty());
+        }
+
+        #[tokio::test]
+        async fn an_instance_that_started_since_its_day_was_read_stays() {
+            let (memory, [load, report, _]) = chain();
+            // The history still says cancelled; the record, read when starting it, says running.
+            {
+                let mut records = memory.records.lock().unwrap();
+                records.get_mut(&report.instance_id).unwrap().state = State::Running;
+            }
+            let plan = rerun(&memory, &one(&load, false)).await.unwrap();
+            assert!(plan[0].will_run, "{plan:?}");
+            assert!(!plan[1].will_run, "{plan:?}");
+            assert!(plan[1].why.starts_with("not re-run: "), "{plan:?}");
+            let handed = memory.handed.lock().unwrap();
+            assert_eq!(handed.len(), 1);
+            assert_eq!(handed[0].instance_id, load.instance_id);
+        }
+
+        #[tokio::test]
+        async fn a_root_still_running_stays() {
+            let (memory, [load, report, _]) = chain();
+            {
+                let mut records = memory.records.lock().unwrap();
+                records.get_mut(&load.instance_id).unwrap().state = State::Running;
+            }
+            let plan = rerun(&memory, &one(&load, false)).await.unwrap();
+            assert_eq!(
+                (plan[0].will_run, plan[0].why.as_str()),
+                (false, "still running")
+            );
+            // What failed below it runs again once the root's attempt ends well: the
+            // DagCoordinator holds it until then.
+            let handed = memory.handed.lock().unwrap();
+            assert_eq!(handed.len(), 1);
+            assert_eq!(handed[0].instance_id, report.instance_id);
+        }
+    }
 }

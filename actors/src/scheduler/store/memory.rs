@@ -52,6 +52,40 @@ impl Memory {
         }
         memory
     }
+
+    /// `self` with `specs` registered as jobs.
+    pub(crate) fn registering(self, specs: impl IntoIterator<Item = JobSpec>) -> Self {
+        let now = ax_bus::time::now();
+        for spec in specs {
+            let record = JobRecord {
+                spec,
+                paused: false,
+                updated_at: now,
+                defined_at: None,
+            };
+            let mut jobs = self.registry.jobs.lock().unwrap();
+            jobs.insert(record.spec.name.clone(), (record, 1));
+        }
+        self
+    }
+
+    /// `self` with each record held written into the dependency history of its day.
+    pub(crate) fn with_history(self) -> Self {
+        {
+            let records = self.records.lock().unwrap();
+            let mut days = self.days.lock().unwrap();
+            for record in records.values() {
+                let Some(date) = ax_bus::time::parse_biz_date(&record.biz_date) else {
+                    continue;
+                };
+                days.entry((record.job.clone(), date))
+                    .or_default()
+                    .instances
+                    .insert(record.instance_id.clone(), (record.attempt, record.state));
+            }
+        }
+        self
+    }
 }
 
 impl Instances for Memory {

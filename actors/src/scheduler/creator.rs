@@ -59,6 +59,7 @@ use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::scheduler::orphans;
 use crate::scheduler::overlap::{self, Decision};
+use crate::scheduler::store::{Instances, Registry};
 use crate::scheduler::ticks::{self, Tick};
 use crate::ActorError;
 
@@ -685,40 +686,23 @@ impl Batch<'_> {
         hand_offs: &burst::Open,
     ) -> (Created, Result<Vec<Ack>, ActorError>) {
         let (client, node) = (self.client, self.node);
-        let deduplicated = || {
-            let tick = instance.tick_of(TickOutcome::Deduplicated, "created by another Scheduler");
-            ticks::publish(client, node, tick)
+        let sends = Sends::of(found, instance.tick);
+        let mut sent = match sends.hand_off {
+            HandOff::Whole => hand_off(client, node, instance, hand_offs).await,
+            HandOff::Work => hand_off_work(client, instance, hand_offs).await,
+            HandOff::Nothing => Ok(Vec::new()),
         };
-        // A live fire that finds its instance created was raced by another Scheduler (a
-        // handover): the ledger says so. A catch-up that finds it created finds a tick that was
-        // fired after all (the watermark it counted from lags the fires by a second or so): the
-        // instance record says so, nothing more to record.
-        let raced = instance.tick == Some(TickOutcome::Fired);
-        match (found, instance.tick) {
-            (Existing::Ours, _) => (
-                Created::Fired,
-                hand_off(client, node, instance, hand_offs).await,
-            ),
-            // Another creator wrote the same first attempt, and may have died before handing
-            // it on: hand it on too (the message id makes a second hand-off a no-op).
-            (Existing::SameAttempt, _) => {
-                let mut sent = hand_off_work(client, instance, hand_offs).await;
-                if raced {
-                    if let Ok(acks) = sent.as_mut() {
-                        match deduplicated().await {
-                            Ok(ack) => acks.push(Ack::plain(ack)),
-                            Err(e) => sent = Err(e),
-                        }
-                    }
+        if sends.deduplicated {
+            if let Ok(acks) = sent.as_mut() {
+                let tick =
+                    instance.tick_of(TickOutcome::Deduplicated, "created by another Scheduler");
+                match ticks::publish(client, node, tick).await {
+                    Ok(ack) => acks.push(Ack::plain(ack)),
+                    Err(e) => sent = Err(e),
                 }
-                (Created::Deduplicated, sent)
             }
-            (Existing::Other, _) if raced => (
-                Created::Deduplicated,
-                deduplicated().await.map(|ack| vec![Ack::plain(ack)]),
-            ),
-            (Existing::Other, _) => (Created::Deduplicated, Ok(Vec::new())),
         }
+        (sends.outcome, sent)
     }
 
     /// Awaits a hand-off's acks; then the creation is done (and the instance, if another
@@ -859,13 +843,60 @@ enum Existing {
     Other,
 }
 
+/// What a creation sends once it knows what stood under its instance's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sends {
+    /// What the creation was.
+    outcome: Created,
+    /// The hand-off of the first attempt.
+    hand_off: HandOff,
+    /// A `deduplicated` tick for the ledger.
+    deduplicated: bool,
+}
+
+/// Which hand-off a creation sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HandOff {
+    /// The hand-off, a caught-up tick's record and the event of the creation.
+    Whole,
+    /// The hand-off alone (its message id makes a second one a no-op).
+    Work,
+    /// None.
+    Nothing,
+}
+
+impl Sends {
+    fn of(found: Existing, tick: Option<TickOutcome>) -> Self {
+        // A live fire that finds its instance created was raced by another Scheduler (a
+        // handover): the ledger says so. A catch-up that finds it created finds a tick that was
+        // fired after all (the watermark it counted from lags the fires by a second or so): the
+        // instance record says so, nothing more to record.
+        let raced = tick == Some(TickOutcome::Fired);
+        let (outcome, hand_off) = match found {
+            Existing::Ours => (Created::Fired, HandOff::Whole),
+            // Another creator wrote the same first attempt, and may have died before handing
+            // it on: hand it on too.
+            Existing::SameAttempt => (Created::Deduplicated, HandOff::Work),
+            Existing::Other => (Created::Deduplicated, HandOff::Nothing),
+        };
+        Self {
+            outcome,
+            hand_off,
+            deduplicated: raced && found != Existing::Ours,
+        }
+    }
+}
+
 /// Reads the record that stood in the way of creating `record`.
-async fn existing(client: &AxClient, record: &InstanceRecord) -> Result<Existing, ActorError> {
-    let Some((stored, _)) = client.instance(&record.instance_id).await? else {
+async fn existing(
+    store: &(impl Instances + Registry),
+    record: &InstanceRecord,
+) -> Result<Existing, ActorError> {
+    let Some(stored) = store.record(&record.instance_id).await? else {
         // Refused as existing, yet not there: deleted with its job in between (nothing to
         // hand on), or — the job still there — a refusal that must not be taken for another
         // Scheduler's record, or the fire is lost: the creation is tried again.
-        if client.job(&record.job).await?.is_none() {
+        if store.job(&record.job).await?.is_none() {
             return Ok(Existing::Other);
         }
         return Err(NatsError::new(
@@ -922,5 +953,115 @@ mod tests {
         assert!(!in_flight.settled(at(11), short).await);
         drop((later, trigger));
         assert!(in_flight.settled(at(11), short).await);
+    }
+
+    mod found {
+        use ax_bus::InstanceRecord;
+
+        use super::super::*;
+        use crate::scheduler::store::memory::Memory;
+        use crate::test_fixtures::spec;
+
+        /// A first attempt of `job`, as a creator about to write it would hold it.
+        fn fire(job: &str) -> InstanceRecord {
+            let now = ax_bus::time::now();
+            InstanceRecord::first(
+                &spec(job, Some("* * * * *"), &[]),
+                now,
+                "2026-12-07".into(),
+                Default::default(),
+                ax_bus::instance::Trigger::Cron,
+                now,
+            )
+        }
+
+        /// `record` as another Scheduler wrote the same tick: same id and trace, its own
+        /// creator.
+        fn theirs(record: &InstanceRecord) -> InstanceRecord {
+            InstanceRecord {
+                created_by: Some("another-node".parse().unwrap()),
+                ..record.clone()
+            }
+        }
+
+        #[tokio::test]
+        async fn a_record_is_ours_the_same_attempt_or_another() {
+            let ours = fire("etl");
+            let memory = Memory::with([ours.clone()]).registering([spec("etl", None, &[])]);
+            assert_eq!(existing(&memory, &ours).await.unwrap(), Existing::Ours);
+
+            let memory = Memory::with([theirs(&ours)]);
+            assert_eq!(
+                existing(&memory, &ours).await.unwrap(),
+                Existing::SameAttempt
+            );
+
+            // The other creator's attempt has started: handing it on again would be wrong.
+            let mut started = theirs(&ours);
+            started.tag = Tag::Executing;
+            let memory = Memory::with([started]);
+            assert_eq!(existing(&memory, &ours).await.unwrap(), Existing::Other);
+
+            // A retried or re-run attempt stands there: another trace.
+            let mut other = theirs(&ours);
+            other.trace_id = ax_bus::ids::TraceId::random();
+            let memory = Memory::with([other]);
+            assert_eq!(existing(&memory, &ours).await.unwrap(), Existing::Other);
+        }
+
+        #[tokio::test]
+        async fn a_refusal_with_no_record_is_nothing_to_hand_on_only_with_its_job_gone() {
+            let fire = fire("etl");
+            // Deleted with its job in between.
+            let gone = Memory::default();
+            assert_eq!(existing(&gone, &fire).await.unwrap(), Existing::Other);
+            // The job is there: the creation is tried again, never taken for another's.
+            let there = Memory::default().registering([spec("etl", None, &[])]);
+            let error = existing(&there, &fire).await.unwrap_err();
+            assert!(error.to_string().contains("no record is there"), "{error}");
+        }
+
+        #[test]
+        fn what_each_finding_sends() {
+            let live = Some(TickOutcome::Fired);
+            let catch_up = Some(TickOutcome::CaughtUp);
+            let sends = |found, tick| {
+                let s = Sends::of(found, tick);
+                (s.outcome, s.hand_off, s.deduplicated)
+            };
+            use Created::{Deduplicated, Fired};
+            use Existing::{Other, Ours, SameAttempt};
+            assert_eq!(sends(Ours, live), (Fired, HandOff::Whole, false));
+            assert_eq!(sends(Ours, None), (Fired, HandOff::Whole, false));
+            // Raced by another Scheduler on a live fire: the ledger says so.
+            assert_eq!(
+                sends(SameAttempt, live),
+                (Deduplicated, HandOff::Work, true)
+            );
+            assert_eq!(sends(Other, live), (Deduplicated, HandOff::Nothing, true));
+            // A catch-up or a trigger that finds its instance: nothing more to record.
+            assert_eq!(
+                sends(SameAttempt, catch_up),
+                (Deduplicated, HandOff::Work, false)
+            );
+            assert_eq!(
+                sends(Other, catch_up),
+                (Deduplicated, HandOff::Nothing, false)
+            );
+            assert_eq!(sends(Other, None), (Deduplicated, HandOff::Nothing, false));
+        }
+
+        #[test]
+        fn only_what_no_retry_changes_is_set_aside() {
+            let codec = ActorError::from(ax_bus::codec::CodecError::UnsupportedContentType(
+                "text/plain".into(),
+            ));
+            assert!(permanent(&codec));
+            let away = ActorError::from(NatsError::new(
+                "create instance",
+                Reason("timed out".into()),
+            ));
+            assert!(!permanent(&away));
+        }
     }
 }

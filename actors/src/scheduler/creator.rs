@@ -272,9 +272,17 @@ impl Creator {
             let _ = tx.send(request);
         });
     }
+}
 
-    /// Creates and waits for the outcome.
-    pub(crate) async fn create(&self, instance: NewInstance) -> Result<Created, ActorError> {
+/// What creates an instance and says what became of it: the [`Creator`] as it runs, or memory
+/// in the handlers' unit tests.
+pub(crate) trait Creates {
+    /// Creates `instance` and waits for the outcome.
+    async fn create(&self, instance: NewInstance) -> Result<Created, ActorError>;
+}
+
+impl Creates for Creator {
+    async fn create(&self, instance: NewInstance) -> Result<Created, ActorError> {
         let (reply, outcome) = oneshot::channel();
         self.send(instance, Some(reply))?;
         outcome

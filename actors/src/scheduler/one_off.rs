@@ -30,7 +30,7 @@ use ax_bus::spec::JobSpec;
 use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
 use crate::jetstream::publish;
-use crate::scheduler::creator::Creator;
+use crate::scheduler::creator::{Creates, Creator};
 use crate::scheduler::delayed;
 use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;

@@ -17,12 +17,13 @@ use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::instance::Trigger;
 use ax_bus::messages::{BackfillRequest, Gate, PlanStep};
 use ax_bus::spec::JobSpec;
-use ax_bus::{AxClient, State};
+use ax_bus::State;
 
 use crate::scheduler::control::CommandError;
-use crate::scheduler::creator::{Created, Creator};
+use crate::scheduler::creator::{Created, Creates};
 use crate::scheduler::fire_schedule::FireSchedule;
 use crate::scheduler::new_instance::NewInstance;
+use crate::scheduler::store::Registry;
 use crate::ActorError;
 use ax_bus::time::parse_biz_date;
 use ax_bus::time::{biz_date_in, start_of_day};
@@ -32,11 +33,11 @@ pub(crate) const MAX_DATES: i64 = 366;
 
 /// Creates the backfill's instances; a refusal (bad request) or what was created.
 pub(crate) async fn backfill(
-    client: &AxClient,
-    creator: &Creator,
+    registry: &impl Registry,
+    creator: &impl Creates,
     request: &BackfillRequest,
 ) -> Result<Vec<PlanStep>, CommandError> {
-    let registry = client.job_specs().await?;
+    let registry = registry.specs().await?;
     let (spec, from, to) = checked(&registry, request)?;
     let parallel = request.parallel.unwrap_or(1) as usize;
     let downstream = if request.with_downstream {
@@ -135,7 +136,7 @@ fn expected_time(spec: &JobSpec, date: NaiveDate) -> chrono::DateTime<chrono::Ut
 }
 
 async fn create(
-    creator: &Creator,
+    creator: &impl Creates,
     spec: &JobSpec,
     date: NaiveDate,
     gate: Option<Gate>,
@@ -235,5 +236,143 @@ mod tests {
             ax_bus::time::rfc3339(expected_time(&plain, date)),
             "2026-03-08T00:00:00.000Z"
         );
+    }
+
+    mod carried_out {
+        use super::super::*;
+        use crate::scheduler::store::memory::{Made, Memory};
+        use crate::test_fixtures::spec;
+
+        /// `load` daily at 01:00, `report` (no cron) on it, `mail` daily on report's day before.
+        fn registry() -> Memory {
+            Memory::default().registering([
+                spec("load", Some("0 1 * * *"), &[]),
+                spec("report", None, &[("load", "current")]),
+                spec("mail", Some("0 3 * * *"), &[("report", "-1d")]),
+            ])
+        }
+
+        fn request(from: &str, to: &str, parallel: Option<u32>) -> BackfillRequest {
+            BackfillRequest {
+                job: JobName::parse("load").unwrap(),
+                from: from.into(),
+                to: to.into(),
+                with_downstream: false,
+                parallel,
+                requested_by: "ops@host".into(),
+            }
+        }
+
+        fn refused(outcome: Result<Vec<PlanStep>, CommandError>) -> String {
+            match outcome {
+                Err(CommandError::Refused(why)) => why.join("; "),
+                other => panic!("not refused: {other:?}"),
+            }
+        }
+
+        #[tokio::test]
+        async fn each_date_is_one_instance_gated_on_the_one_parallel_dates_before() {
+            let (registry, made) = (registry(), Made::default());
+            let plan = backfill(
+                &registry,
+                &made,
+                &request("2026-01-01", "2026-01-04", Some(2)),
+            )
+            .await
+            .unwrap();
+            let made = made.made.lock().unwrap();
+            let dates: Vec<_> = made.iter().map(|m| m.record.biz_date.as_str()).collect();
+            assert_eq!(
+                dates,
+                ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"]
+            );
+            let gates: Vec<_> = made
+                .iter()
+                .map(|m| m.work.gate.as_ref().map(|g| g.instance_id.clone()))
+                .collect();
+            assert_eq!(gates[..2], [None, None]);
+            assert_eq!(gates[2].as_ref(), Some(&made[0].record.instance_id));
+            assert_eq!(gates[3].as_ref(), Some(&made[1].record.instance_id));
+            assert!(made.iter().all(|m| m.record.trigger == Trigger::Backfill));
+            assert_eq!(
+                ax_bus::time::rfc3339(made[0].record.expected_time),
+                "2026-01-01T01:00:00.000Z"
+            );
+            assert!(plan.iter().all(|s| s.will_run));
+            assert!(plan[2].why.starts_with("created; runs after "), "{plan:?}");
+        }
+
+        #[tokio::test]
+        async fn a_date_that_has_its_instance_is_left_as_it_is() {
+            let (registry, made) = (registry(), Made::default());
+            backfill(&registry, &made, &request("2026-01-02", "2026-01-02", None))
+                .await
+                .unwrap();
+            let plan = backfill(&registry, &made, &request("2026-01-01", "2026-01-03", None))
+                .await
+                .unwrap();
+            let runs: Vec<_> = plan.iter().map(|s| s.will_run).collect();
+            assert_eq!(runs, [true, false, true]);
+            assert_eq!(plan[1].why, "exists already; left as it is");
+            assert_eq!(made.made.lock().unwrap().len(), 3);
+        }
+
+        #[tokio::test]
+        async fn with_downstream_its_cron_jobs_get_their_offset_dates() {
+            let (registry, made) = (registry(), Made::default());
+            let asked = BackfillRequest {
+                with_downstream: true,
+                ..request("2026-01-01", "2026-01-02", None)
+            };
+            let plan = backfill(&registry, &made, &asked).await.unwrap();
+            let steps: Vec<_> = plan
+                .iter()
+                .map(|s| (s.job.as_str(), s.biz_date.as_str()))
+                .collect();
+            // mail reads report's day before: load's 1 January is mail's 2 January.
+            assert_eq!(
+                steps,
+                [
+                    ("load", "2026-01-01"),
+                    ("mail", "2026-01-02"),
+                    ("load", "2026-01-02"),
+                    ("mail", "2026-01-03"),
+                ]
+            );
+        }
+
+        #[tokio::test]
+        async fn a_bad_backfill_is_refused_naming_why_and_makes_nothing() {
+            let (registry, made) = (registry(), Made::default());
+            let cases = [
+                (
+                    request("2026-01-02", "2026-01-01", None),
+                    "--from 2026-01-02 is after --to 2026-01-01",
+                ),
+                (
+                    request("2026-01-01", "2026-01-02", Some(0)),
+                    "--parallel 0: at least 1 instance must run at once",
+                ),
+                (
+                    request("2026-01-01", "2027-01-02", None),
+                    "a backfill covers at most 366 dates",
+                ),
+                (
+                    request("01/01/2026", "2026-01-02", None),
+                    "--from `01/01/2026` is not a date (YYYY-MM-DD)",
+                ),
+                (
+                    BackfillRequest {
+                        job: JobName::parse("nope").unwrap(),
+                        ..request("2026-01-01", "2026-01-01", None)
+                    },
+                    "no job named `nope`",
+                ),
+            ];
+            for (asked, why) in cases {
+                assert_eq!(refused(backfill(&registry, &made, &asked).await), why);
+            }
+            assert!(made.made.lock().unwrap().is_empty());
+        }
     }
 }

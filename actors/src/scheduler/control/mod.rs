@@ -414,7 +414,13 @@ async fn carry_out(
             Box::pin(jobs::set_paused(client, &request.name, false)).await,
         ),
         Request::Trigger(request) => {
-            answered::<TriggerRequest>(Box::pin(trigger::trigger(desk, request, published)).await)
+            let bounds = trigger::Bounds {
+                max_delay: *max_delay,
+                max_payload: client.nats.server_info().max_payload,
+                graph: &desk.graph,
+            };
+            let trigger = trigger::trigger((client, creator), &bounds, request, published);
+            answered::<TriggerRequest>(Box::pin(trigger).await)
         }
         Request::Rerun(request) => {
             answered::<RerunRequest>(Box::pin(approvals::rerun(&clerk, caller, request)).await)

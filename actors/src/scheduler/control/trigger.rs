@@ -9,20 +9,33 @@ use ax_bus::messages::TriggerRequest;
 use ax_bus::spec;
 use ax_bus::time::biz_date_in;
 
-use super::{CommandError, Desk};
-use crate::scheduler::creator::Created;
+use super::CommandError;
+use crate::scheduler::creator::{Created, Creates};
+use crate::scheduler::graph::Graph;
 use crate::scheduler::new_instance::NewInstance;
+use crate::scheduler::store::Registry;
+
+/// What a trigger is checked against besides its job.
+pub(super) struct Bounds<'a> {
+    /// How far ahead a delayed trigger may be due (`[scheduler] max_delay_days`).
+    pub(super) max_delay: std::time::Duration,
+    /// The largest message the server takes: every hand-off of the attempt carries the
+    /// instance.
+    pub(super) max_payload: usize,
+    /// The dependency graph: whether the instance skips the DagCoordinator.
+    pub(super) graph: &'a Graph,
+}
 
 /// A manual run. Its expected time is when the command reached the server (the JetStream
 /// timestamp, identical on every redelivery) and its id adds the command's stream sequence, so
 /// a redelivered trigger never runs twice and two triggers within a millisecond both run.
 pub(super) async fn trigger(
-    desk: &Desk,
+    (registry, creator): (&impl Registry, &impl Creates),
+    bounds: &Bounds<'_>,
     request: TriggerRequest,
     (published, sequence): (chrono::DateTime<chrono::Utc>, u64),
 ) -> Result<Triggered, CommandError> {
-    let (client, creator, max_delay) = (&desk.client, &desk.creator, desk.max_delay);
-    let Some((job, _)) = client.job(&request.name).await? else {
+    let Some((job, _)) = registry.job(&request.name).await? else {
         return Err(super::jobs::no_such_job(&request.name));
     };
     let invalid = spec::validate_spec(&job.spec);
@@ -35,7 +48,7 @@ pub(super) async fn trigger(
                 .collect(),
         ));
     }
-    let due = checked(&request, published, max_delay).map_err(CommandError::Refused)?;
+    let due = checked(&request, published, bounds.max_delay).map_err(CommandError::Refused)?;
     let tz: chrono_tz::Tz = job.spec.timezone.parse().unwrap_or(chrono_tz::UTC);
     let biz_date = request
         .biz_date
@@ -65,9 +78,9 @@ pub(super) async fn trigger(
         instance = instance.delayed_until(due);
         instance.defined_at = job.defined_at;
     }
-    instance.skip_coordinator = !desk.graph.needs_coordinator(&job.spec);
+    instance.skip_coordinator = !bounds.graph.needs_coordinator(&job.spec);
     instance
-        .too_big_for(client.nats.server_info().max_payload)
+        .too_big_for(bounds.max_payload)
         .map_err(CommandError::refused)?;
     let id = instance.record.instance_id.clone();
     let created = creator.create(instance).await?;
@@ -238,5 +251,151 @@ mod tests {
             errors[0].starts_with("at: `yesterday` is not an RFC 3339 instant"),
             "{errors:?}"
         );
+    }
+
+    mod carried_out {
+        use ax_bus::instance::Trigger;
+
+        use super::super::*;
+        use super::{at, request};
+        use crate::scheduler::store::memory::{Made, Memory};
+        use crate::test_fixtures::spec;
+
+        const SENT: &str = "2026-12-07T10:00:00.000Z";
+
+        /// A registry holding `etl` (param `region: eu`, Shanghai time).
+        fn registry() -> Memory {
+            let mut etl = spec("etl", None, &[]);
+            etl.timezone = "Asia/Shanghai".into();
+            etl.params.insert("region".into(), "eu".into());
+            Memory::default().registering([etl])
+        }
+
+        fn bounds(graph: &Graph) -> Bounds<'_> {
+            Bounds {
+                max_delay: std::time::Duration::from_secs(86_400),
+                max_payload: 1024 * 1024,
+                graph,
+            }
+        }
+
+        async fn sent(
+            registry: &Memory,
+            made: &Made,
+            bounds: &Bounds<'_>,
+            json: serde_json::Value,
+            sequence: u64,
+        ) -> Result<Triggered, CommandError> {
+            trigger(
+                (registry, made),
+                bounds,
+                request(json),
+                (at(SENT), sequence),
+            )
+            .await
+        }
+
+        fn refused(outcome: Result<Triggered, CommandError>) -> String {
+            match outcome {
+                Err(CommandError::Refused(why)) => why.join("; "),
+                other => panic!("not refused: {other:?}"),
+            }
+        }
+
+        #[tokio::test]
+        async fn a_trigger_makes_one_manual_instance_of_its_jobs_day_with_the_params_merged() {
+            let (registry, made, graph) = (registry(), Made::default(), Graph::default());
+            graph.loaded();
+            let params = serde_json::json!({"params": {"day": 7}});
+            let triggered = sent(&registry, &made, &bounds(&graph), params, 41)
+                .await
+                .unwrap();
+            assert_eq!(triggered.message, "triggered");
+            let made = made.made.lock().unwrap();
+            let instance = &made[0];
+            assert_eq!(instance.record.instance_id, triggered.instance_id);
+            assert_eq!(instance.record.trigger, Trigger::Manual);
+            // 18:00 in Shanghai: the job's own day.
+            assert_eq!(instance.record.biz_date, "2026-12-07");
+            assert_eq!(instance.record.params["region"], "eu");
+            assert_eq!(instance.record.params["day"], 7);
+            assert!(instance.skip_coordinator, "nothing in the DAG concerns it");
+            drop(made);
+            // A job something depends on goes through the DagCoordinator.
+            graph.note_deps(&spec("report", None, &[("etl", "current")]));
+            let made = Made::default();
+            sent(&registry, &made, &bounds(&graph), serde_json::json!({}), 42)
+                .await
+                .unwrap();
+            assert!(!made.made.lock().unwrap()[0].skip_coordinator);
+        }
+
+        #[tokio::test]
+        async fn a_redelivered_trigger_or_one_of_the_same_key_makes_nothing_new() {
+            let (registry, made, graph) = (registry(), Made::default(), Graph::default());
+            let bounds = bounds(&graph);
+            let first = sent(&registry, &made, &bounds, serde_json::json!({}), 41)
+                .await
+                .unwrap();
+            let again = sent(&registry, &made, &bounds, serde_json::json!({}), 41)
+                .await
+                .unwrap();
+            assert_eq!(again.message, "already triggered");
+            assert_eq!(again.instance_id, first.instance_id);
+            // Another command within the same millisecond is another instance.
+            let other = sent(&registry, &made, &bounds, serde_json::json!({}), 42)
+                .await
+                .unwrap();
+            assert_ne!(other.instance_id, first.instance_id);
+            let keyed = serde_json::json!({"key": "order-17"});
+            let one = sent(&registry, &made, &bounds, keyed.clone(), 43)
+                .await
+                .unwrap();
+            let two = sent(&registry, &made, &bounds, keyed, 44).await.unwrap();
+            assert_eq!(
+                (one.instance_id, two.message.as_str()),
+                (two.instance_id.clone(), "already triggered")
+            );
+            assert_eq!(made.made.lock().unwrap().len(), 3);
+        }
+
+        #[tokio::test]
+        async fn a_delayed_trigger_is_scheduled_for_its_instant() {
+            let (registry, made, graph) = (registry(), Made::default(), Graph::default());
+            let delayed = serde_json::json!({"in": "90s"});
+            let triggered = sent(&registry, &made, &bounds(&graph), delayed, 41)
+                .await
+                .unwrap();
+            assert_eq!(triggered.message, "scheduled for 2026-12-07T10:01:30.000Z");
+            let made = made.made.lock().unwrap();
+            assert!(made[0].delayed);
+            assert_eq!(
+                ax_bus::time::rfc3339(made[0].record.expected_time),
+                "2026-12-07T10:01:30.000Z"
+            );
+        }
+
+        #[tokio::test]
+        async fn what_cannot_run_is_refused_before_anything_is_made() {
+            let (registry, made, graph) = (registry(), Made::default(), Graph::default());
+            let bounds = bounds(&graph);
+            let unknown = request(serde_json::json!({"name": "nope"}));
+            let why = refused(trigger((&registry, &made), &bounds, unknown, (at(SENT), 1)).await);
+            assert_eq!(why, "no job named `nope`");
+            let huge = "x".repeat(spec::MAX_PARAMS_BYTES);
+            let big = serde_json::json!({"params": {"blob": huge}});
+            let why = refused(sent(&registry, &made, &bounds, big, 2).await);
+            assert!(why.starts_with("params: "), "{why}");
+            let small = Bounds {
+                max_payload: 512,
+                ..bounds
+            };
+            let why = refused(sent(&registry, &made, &small, serde_json::json!({}), 3).await);
+            assert!(!why.is_empty());
+            let far = serde_json::json!({"in": "2d"});
+            let why = refused(sent(&registry, &made, &bounds, far, 4).await);
+            assert!(why.contains("more than 1 days ahead"), "{why}");
+            assert!(made.made.lock().unwrap().is_empty());
+        }
     }
 }

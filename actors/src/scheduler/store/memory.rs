@@ -18,6 +18,8 @@ use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::InstanceRecord;
 
 use super::{ApprovalStore, AuditLog, History, Instances, Latest, Registry, Reports, TokenStore};
+use crate::scheduler::creator::{Created, Creates};
+use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
 
 /// The instances in memory, for the decisions' unit tests: what was written, ended and stopped,
@@ -340,5 +342,24 @@ impl AuditLog for Memory {
     async fn audit(&self, key: u64, record: &AuditRecord) -> Result<(), ActorError> {
         self.audited.lock().unwrap().push((key, record.clone()));
         Ok(())
+    }
+}
+
+/// Instances created in memory: each one made, in order; a second creation of an id is
+/// de-duplicated, as the instances bucket's create-if-absent does.
+#[derive(Debug, Default)]
+pub(crate) struct Made {
+    pub(crate) made: Mutex<Vec<NewInstance>>,
+}
+
+impl Creates for Made {
+    async fn create(&self, instance: NewInstance) -> Result<Created, ActorError> {
+        let mut made = self.made.lock().unwrap();
+        let id = &instance.record.instance_id;
+        if made.iter().any(|m| m.record.instance_id == *id) {
+            return Ok(Created::Deduplicated);
+        }
+        made.push(instance);
+        Ok(Created::Fired)
     }
 }

@@ -311,8 +311,7 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(triggered.message, "triggered");
-            let made = made.made.lock().unwrap();
-            let instance = &made[0];
+            let instance = made.made.lock().unwrap()[0].clone();
             assert_eq!(instance.record.instance_id, triggered.instance_id);
             assert_eq!(instance.record.trigger, Trigger::Manual);
             // 18:00 in Shanghai: the job's own day.
@@ -320,7 +319,6 @@ mod tests {
             assert_eq!(instance.record.params["region"], "eu");
             assert_eq!(instance.record.params["day"], 7);
             assert!(instance.skip_coordinator, "nothing in the DAG concerns it");
-            drop(made);
             // A job something depends on goes through the DagCoordinator.
             graph.note_deps(&spec("report", None, &[("etl", "current")]));
             let made = Made::default();

@@ -11,6 +11,8 @@ use ax_bus::auth::audit::AuditRecord;
 use ax_bus::auth::token::TokenRecord;
 use ax_bus::client::auth::BOOTSTRAP_KEY;
 use ax_bus::client::deps::Days;
+use ax_bus::dead_letter::DeadLetter;
+use ax_bus::error::Reason;
 
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
@@ -21,7 +23,9 @@ use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
 use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
 
-use super::{ApprovalStore, AuditLog, History, Instances, Latest, Registry, Reports, TokenStore};
+use super::{
+    ApprovalStore, AuditLog, DeadLetters, History, Instances, Latest, Registry, Reports, TokenStore,
+};
 use crate::jetstream::publish;
 use crate::ActorError;
 
@@ -224,5 +228,29 @@ impl AuditLog for AxClient {
             }
         }
         publish::to_stream_acked(self, subject, &msg_id, record).await
+    }
+}
+
+impl DeadLetters for AxClient {
+    async fn letter(&self, id: u64) -> Result<Option<DeadLetter>, ActorError> {
+        Ok(self
+            .dead_letter(id)
+            .await?
+            .map(|stored| DeadLetter::from_stored(&stored)))
+    }
+
+    async fn put_back(&self, id: u64, subject: &str) -> Result<(), ActorError> {
+        // Read again for its bytes: a letter removed meanwhile (another replay) is a failure
+        // for now, and the command, redelivered, finds it gone.
+        let Some(stored) = self.dead_letter(id).await? else {
+            let gone = Reason(format!("dead letter {id} was removed meanwhile"));
+            return Err(NatsError::new(format!("replay dead letter {id}"), gone).into());
+        };
+        Ok(self.republish_dead_letter(id, subject, &stored).await?)
+    }
+
+    async fn remove_letter(&self, id: u64) -> Result<(), ActorError> {
+        self.remove_dead_letter(id).await?;
+        Ok(())
     }
 }

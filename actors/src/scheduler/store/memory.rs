@@ -11,13 +11,16 @@ use ax_bus::auth::token::TokenRecord;
 use ax_bus::client::deps::{DayKey, Days};
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
+use ax_bus::dead_letter::DeadLetter;
 use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
 use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::InstanceRecord;
 
-use super::{ApprovalStore, AuditLog, History, Instances, Latest, Registry, Reports, TokenStore};
+use super::{
+    ApprovalStore, AuditLog, DeadLetters, History, Instances, Latest, Registry, Reports, TokenStore,
+};
 use crate::scheduler::creator::{Created, Creates};
 use crate::scheduler::new_instance::NewInstance;
 use crate::ActorError;
@@ -43,6 +46,10 @@ pub(crate) struct Memory {
     pub(crate) approvals: Mutex<BTreeMap<ApprovalId, (Approval, u64)>>,
     /// Each audit record, with its key.
     pub(crate) audited: Mutex<Vec<(u64, AuditRecord)>>,
+    /// The dead letters.
+    pub(crate) letters: Mutex<BTreeMap<u64, DeadLetter>>,
+    /// Each letter put back: (id, subject).
+    pub(crate) put_back: Mutex<Vec<(u64, String)>>,
 }
 
 impl Memory {
@@ -361,5 +368,24 @@ impl Creates for Made {
         }
         made.push(instance);
         Ok(Created::Fired)
+    }
+}
+
+impl DeadLetters for Memory {
+    async fn letter(&self, id: u64) -> Result<Option<DeadLetter>, ActorError> {
+        Ok(self.letters.lock().unwrap().get(&id).cloned())
+    }
+
+    async fn put_back(&self, id: u64, subject: &str) -> Result<(), ActorError> {
+        self.put_back
+            .lock()
+            .unwrap()
+            .push((id, subject.to_string()));
+        Ok(())
+    }
+
+    async fn remove_letter(&self, id: u64) -> Result<(), ActorError> {
+        self.letters.lock().unwrap().remove(&id);
+        Ok(())
     }
 }

@@ -18,6 +18,7 @@ use ax_bus::auth::token::TokenRecord;
 use ax_bus::client::deps::Days;
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
+use ax_bus::dead_letter::DeadLetter;
 use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
@@ -126,4 +127,15 @@ pub(crate) trait AuditLog {
     /// Records `record`, once under `key` (a command's stream sequence; 0: an action of ax's
     /// own, once per record), retrying a moment before giving up.
     async fn audit(&self, key: u64, record: &AuditRecord) -> Result<(), ActorError>;
+}
+
+/// The dead letters (stream `AX_DEAD`), as `replay` reads, puts back and removes them.
+pub(crate) trait DeadLetters {
+    /// Dead letter `id`, as it describes itself, if there is one.
+    async fn letter(&self, id: u64) -> Result<Option<DeadLetter>, ActorError>;
+    /// Puts dead letter `id` back on `subject` as it came, de-duplicated by the letter (a
+    /// replay repeated after a lost answer publishes it once).
+    async fn put_back(&self, id: u64, subject: &str) -> Result<(), ActorError>;
+    /// Removes dead letter `id`, its replay stored.
+    async fn remove_letter(&self, id: u64) -> Result<(), ActorError>;
 }

@@ -73,11 +73,7 @@ pub(crate) struct Stored<'a> {
 /// After a job was stored: the old instant's instance cancelled if `at` moved, the new one's
 /// created — or, if it exists and waits under an older definition or was withdrawn before its
 /// time, scheduled again with this one — if it lies ahead.
-pub(crate) async fn on_apply(
-    client: &AxClient,
-    creator: &Creator,
-    job: Stored<'_>,
-) -> Result<(), ActorError> {
+async fn on_apply(client: &AxClient, creator: &Creator, job: Stored<'_>) -> Result<(), ActorError> {
     let spec = job.spec;
     let at = spec.at.as_deref().and_then(instant);
     if let Some(before) = job.previous_at.and_then(instant).filter(|b| Some(*b) != at) {
@@ -139,7 +135,7 @@ pub(crate) async fn on_apply(
 
 /// After job `name`, whose `at` was `at` and which was created at `defined_at`, was
 /// deleted: its instance cancelled if it still waits.
-pub(crate) async fn on_delete(
+async fn on_delete(
     client: &AxClient,
     name: &JobName,
     at: Option<&str>,
@@ -211,4 +207,38 @@ async fn withdraw(
     };
     publish::event(client, &record).await;
     Ok(Some(StoredRecord { record, revision }))
+}
+/// What follows a one-off job's `at` as the job is applied or deleted: the [`Follower`] that
+/// runs, or memory in the job commands' unit tests.
+pub(crate) trait OneOffs {
+    /// `job` was stored: its waiting instance follows ([`on_apply`]).
+    async fn applied(&self, job: Stored<'_>) -> Result<(), ActorError>;
+    /// Job `name` was deleted: its waiting instance, if any, is withdrawn ([`on_delete`]).
+    async fn deleted(
+        &self,
+        name: &JobName,
+        at: Option<&str>,
+        defined_at: Option<DateTime<Utc>>,
+    ) -> Result<(), ActorError>;
+}
+
+/// The one-off jobs' waiting instances, followed in the store and made by the creator.
+pub(crate) struct Follower<'a> {
+    pub(crate) client: &'a AxClient,
+    pub(crate) creator: &'a Creator,
+}
+
+impl OneOffs for Follower<'_> {
+    async fn applied(&self, job: Stored<'_>) -> Result<(), ActorError> {
+        on_apply(self.client, self.creator, job).await
+    }
+
+    async fn deleted(
+        &self,
+        name: &JobName,
+        at: Option<&str>,
+        defined_at: Option<DateTime<Utc>>,
+    ) -> Result<(), ActorError> {
+        on_delete(self.client, name, at, defined_at).await
+    }
 }

@@ -3,98 +3,56 @@
 //! lose one another's change; a one-off job's waiting instance follows its job (see
 //! [`crate::scheduler::one_off`]).
 
-use async_nats::jetstream::{kv::CreateErrorKind, kv::UpdateErrorKind};
-
-use ax_bus::error::{During, NatsError};
 use ax_bus::ids::JobName;
 use ax_bus::instance::Trigger;
 use ax_bus::messages::typed::{Applied, Done};
 use ax_bus::messages::{ApplyRequest, Change, JobChange, JobRecord};
-use ax_bus::{codec, spec, AxClient};
+use ax_bus::spec;
 
 use super::CommandError;
-use crate::scheduler::creator::Creator;
 use crate::scheduler::new_instance::NewInstance;
-use crate::scheduler::one_off;
+use crate::scheduler::one_off::{self, OneOffs};
 use crate::scheduler::store::Registry;
 use crate::ActorError;
 
 /// What a problem in an apply's `yaml` names as its file.
 pub(crate) const YAML_SOURCE: &str = "yaml";
 
+/// What an apply is checked against besides the registry.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// How far ahead a one-off job's `at` may be (`[scheduler] max_delay_days`).
+    pub(super) max_delay: std::time::Duration,
+    /// The largest message the server takes: every fire's hand-off carries the job.
+    pub(super) max_payload: usize,
+}
+
 pub(super) async fn apply(
-    client: &AxClient,
-    creator: &Creator,
+    (registry, one_offs): (&impl Registry, &impl OneOffs),
     mut request: ApplyRequest,
-    max_delay: std::time::Duration,
+    limits: Limits,
 ) -> Result<Applied, CommandError> {
     if let Some(text) = request.yaml.take() {
         let parsed = spec::yaml::parse_str(YAML_SOURCE, &text)
             .map_err(|e| CommandError::refused(e.to_string()))?;
         request.jobs.extend(parsed.into_iter().map(|job| job.doc));
     }
-    let docs: Vec<&spec::JobDocument> = request.jobs.iter().collect();
-    let mut errors: Vec<String> =
-        spec::check_documents(&docs, |i| format!("first as document {}", i + 1))
-            .into_iter()
-            .map(|(i, e)| format!("{}: {e}", docs[i].job.name))
-            .collect();
-    let now = ax_bus::time::now();
-    for doc in &request.jobs {
-        let at = doc.job.at.as_deref().map(ax_bus::time::parse_instant);
-        if let Some(Ok(at)) = at {
-            if let Err(e) = super::trigger::within(at, now, max_delay) {
-                errors.push(format!("{}: job.at: {e}", doc.job.name));
-            }
-        }
-    }
-    if request.jobs.is_empty() {
-        errors.push("the apply holds no job".to_string());
-    }
-    if !errors.is_empty() {
-        return Err(CommandError::Refused(errors));
-    }
-    // A job whose every fire would be too big to hand on is refused now, not fire by fire.
-    let max_payload = client.nats.server_info().max_payload;
-    for doc in &request.jobs {
-        let now = ax_bus::time::now();
-        let fire = NewInstance::new(
-            &doc.job,
-            now,
-            now.format("%Y-%m-%d").to_string(),
-            doc.job.params.clone(),
-            Trigger::Cron,
-            now,
-        );
-        if let Err(e) = fire.too_big_for(max_payload) {
-            errors.push(format!("{}: {e}", doc.job.name));
-        }
-    }
-    if !errors.is_empty() {
-        return Err(CommandError::Refused(errors));
-    }
-    let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
-    let applied: Vec<&spec::JobSpec> = request.jobs.iter().map(|d| &d.job).collect();
-    for (job, e) in spec::graph::validate_graph(&applied, &registered) {
-        errors.push(format!("{job}: {e}"));
-    }
-    if !errors.is_empty() {
-        return Err(CommandError::Refused(errors));
-    }
+    let registered: Vec<spec::JobSpec> = registry.specs().await?.into_values().collect();
+    checked(&request.jobs, &registered, limits).map_err(CommandError::Refused)?;
     let mut changes = Vec::new();
     for doc in request.jobs {
-        let previous_at = match client.job(&doc.job.name).await? {
+        let previous_at = match registry.job(&doc.job.name).await? {
             Some((record, _)) => record.spec.at,
             None => None,
         };
-        let (change, defined_at) = store_job(client, doc.job.clone()).await?;
+        let (change, defined_at) = store_job(registry, doc.job.clone()).await?;
         let stored = one_off::Stored {
             spec: &doc.job,
             change: change.change,
             defined_at,
             previous_at: previous_at.as_deref(),
         };
-        one_off::on_apply(client, creator, stored).await?;
+        one_offs.applied(stored).await?;
         changes.push(change);
     }
     Ok(Applied {
@@ -103,15 +61,72 @@ pub(super) async fn apply(
     })
 }
 
+/// Every problem of the jobs of an apply, each naming its job, in three rounds (each job's
+/// own rules and its `at`, then whether each fire fits a message, then the graph with the
+/// registry's jobs): all or nothing.
+fn checked(
+    jobs: &[spec::JobDocument],
+    registered: &[spec::JobSpec],
+    limits: Limits,
+) -> Result<(), Vec<String>> {
+    let docs: Vec<&spec::JobDocument> = jobs.iter().collect();
+    let mut errors: Vec<String> =
+        spec::check_documents(&docs, |i| format!("first as document {}", i + 1))
+            .into_iter()
+            .map(|(i, e)| format!("{}: {e}", docs[i].job.name))
+            .collect();
+    let now = ax_bus::time::now();
+    for doc in jobs {
+        let at = doc.job.at.as_deref().map(ax_bus::time::parse_instant);
+        if let Some(Ok(at)) = at {
+            if let Err(e) = super::trigger::within(at, now, limits.max_delay) {
+                errors.push(format!("{}: job.at: {e}", doc.job.name));
+            }
+        }
+    }
+    if jobs.is_empty() {
+        errors.push("the apply holds no job".to_string());
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // A job whose every fire would be too big to hand on is refused now, not fire by fire.
+    for doc in jobs {
+        let fire = NewInstance::new(
+            &doc.job,
+            now,
+            now.format("%Y-%m-%d").to_string(),
+            doc.job.params.clone(),
+            Trigger::Cron,
+            now,
+        );
+        if let Err(e) = fire.too_big_for(limits.max_payload) {
+            errors.push(format!("{}: {e}", doc.job.name));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let applied: Vec<&spec::JobSpec> = jobs.iter().map(|d| &d.job).collect();
+    for (job, e) in spec::graph::validate_graph(&applied, registered) {
+        errors.push(format!("{job}: {e}"));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
 /// Stores `spec` (created, or changed if it differs from what is stored): how, and when a job
 /// of its name was created.
 async fn store_job(
-    client: &AxClient,
+    registry: &impl Registry,
     spec: spec::JobSpec,
 ) -> Result<(JobChange, Option<chrono::DateTime<chrono::Utc>>), CommandError> {
     let name = spec.name.clone();
     loop {
-        let existing = client.job(&name).await?;
+        let existing = registry.job(&name).await?;
         let change = match &existing {
             None => Change::Created,
             Some((record, _)) if record.spec == spec => {
@@ -134,26 +149,9 @@ async fn store_job(
                 Some((r, _)) => r.defined_at,
             },
         };
-        let payload = codec::encode(&record)?;
         let written = match existing {
-            None => match client.jobs.create(&name, payload).await {
-                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => false,
-                Err(e) => {
-                    return Err(
-                        ActorError::from(NatsError::new(format!("store job {name}"), e)).into(),
-                    )
-                }
-                Ok(_) => true,
-            },
-            Some((_, revision)) => match client.jobs.update(&name, payload, revision).await {
-                Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => false,
-                Err(e) => {
-                    return Err(
-                        ActorError::from(NatsError::new(format!("store job {name}"), e)).into(),
-                    )
-                }
-                Ok(_) => true,
-            },
+            None => registry.create_job(&name, &record).await?,
+            Some((_, revision)) => registry.swap_job(&name, &record, revision).await?,
         };
         if written {
             return Ok((JobChange { name, change }, record.defined_at));
@@ -166,19 +164,22 @@ pub(super) fn no_such_job(name: &JobName) -> CommandError {
     CommandError::refused(format!("no job named `{name}`"))
 }
 
-pub(super) async fn delete(client: &AxClient, name: &JobName) -> Result<Done, CommandError> {
+pub(super) async fn delete(
+    (registry, one_offs): (&impl Registry, &impl OneOffs),
+    name: &JobName,
+) -> Result<Done, CommandError> {
     // Existence of the entry, not of a valid job: an entry written past the Schedulers' checks
     // is deleted like any other.
-    if !client.job_exists(name).await? {
+    if !registry.job_exists(name).await? {
         return Err(no_such_job(name));
     }
     // An entry that does not decode has no `at` to withdraw.
-    let (at, defined_at) = match client.job(name).await {
+    let (at, defined_at) = match registry.job(name).await {
         Ok(Some((record, _))) => (record.spec.at, record.defined_at),
-        Ok(None) | Err(ax_bus::ClientError::Codec(_)) => (None, None),
+        Ok(None) | Err(ActorError::Client(ax_bus::ClientError::Codec(_))) => (None, None),
         Err(e) => return Err(e.into()),
     };
-    let registered: Vec<spec::JobSpec> = client.jobs().await?.into_iter().map(|r| r.spec).collect();
+    let registered: Vec<spec::JobSpec> = registry.specs().await?.into_values().collect();
     let dependents = spec::graph::dependents_of(name, &registered);
     if !dependents.is_empty() {
         let dependents: Vec<&str> = dependents.iter().map(|d| d.as_str()).collect();
@@ -187,12 +188,8 @@ pub(super) async fn delete(client: &AxClient, name: &JobName) -> Result<Done, Co
             dependents.join(", ")
         )));
     }
-    client
-        .jobs
-        .delete(name)
-        .await
-        .during(|| format!("delete job {name}"))?;
-    one_off::on_delete(client, name, at.as_deref(), defined_at).await?;
+    registry.delete_job(name).await?;
+    one_offs.deleted(name, at.as_deref(), defined_at).await?;
     Ok(Done {
         message: format!("deleted {name}"),
         ..Done::default()
@@ -308,5 +305,152 @@ mod tests {
         assert_eq!(reply.message, "queue low paused");
         let state = jobs.queues.lock().unwrap()[&Priority::Low].clone();
         assert!(state.paused && state.by.is_empty(), "{state:?}");
+    }
+
+    mod applied {
+        use ax_bus::messages::{ApplyRequest, Change};
+
+        use super::super::*;
+        use crate::scheduler::store::memory::Memory;
+        use crate::test_fixtures::spec;
+
+        const LIMITS: Limits = Limits {
+            max_delay: std::time::Duration::from_secs(86_400),
+            max_payload: 1024 * 1024,
+        };
+
+        fn yaml(text: &str) -> ApplyRequest {
+            ApplyRequest {
+                jobs: Vec::new(),
+                yaml: Some(text.into()),
+            }
+        }
+
+        const TWO: &str = "version: v1\njob:\n  name: load\n  cron: \"0 1 * * *\"\n  exec: {type: shell, command: \"true\"}\n---\nversion: v1\njob:\n  name: report\n  deps: [{name: load}]\n  exec: {type: shell, command: \"true\"}\n";
+
+        fn refused<T: std::fmt::Debug>(outcome: Result<T, CommandError>) -> Vec<String> {
+            match outcome {
+                Err(CommandError::Refused(why)) => why,
+                other => panic!("not refused: {other:?}"),
+            }
+        }
+
+        fn changes(applied: &Applied) -> Vec<(&str, Change)> {
+            applied
+                .changes
+                .iter()
+                .map(|c| (c.name.as_str(), c.change))
+                .collect()
+        }
+
+        #[tokio::test]
+        async fn an_apply_creates_then_finds_unchanged_then_updates_keeping_pause_and_birth() {
+            let memory = Memory::default();
+            let store = (&memory, &memory);
+            let made = apply(store, yaml(TWO), LIMITS).await.unwrap();
+            assert_eq!(
+                changes(&made),
+                [("load", Change::Created), ("report", Change::Created)]
+            );
+            let load: JobName = "load".parse().unwrap();
+            let born = memory.job(&load).await.unwrap().unwrap().0.defined_at;
+            assert!(born.is_some());
+            let same = apply(store, yaml(TWO), LIMITS).await.unwrap();
+            assert_eq!(
+                changes(&same),
+                [("load", Change::Unchanged), ("report", Change::Unchanged)]
+            );
+            set_paused(&memory, &load, true).await.unwrap();
+            let edited = yaml(&TWO.replace("0 1 * * *", "0 2 * * *"));
+            let updated = apply(store, edited, LIMITS).await.unwrap();
+            assert_eq!(changes(&updated)[0], ("load", Change::Updated));
+            let (record, _) = memory.job(&load).await.unwrap().unwrap();
+            assert_eq!(record.spec.cron.as_deref(), Some("0 2 * * *"));
+            assert!(record.paused, "an edit keeps the pause");
+            assert_eq!(record.defined_at, born, "an edit is the same job");
+            assert_eq!(
+                memory.one_offs.lock().unwrap().len(),
+                6,
+                "each job stored is told"
+            );
+        }
+
+        #[tokio::test]
+        async fn an_apply_that_races_another_write_compares_again() {
+            let memory = Memory::default().registering([spec("load", None, &[])]);
+            memory
+                .registry
+                .races
+                .store(1, std::sync::atomic::Ordering::SeqCst);
+            let applied = apply((&memory, &memory), yaml(TWO), LIMITS).await.unwrap();
+            assert_eq!(changes(&applied)[0], ("load", Change::Updated));
+            let (record, _) = memory.job(&"load".parse().unwrap()).await.unwrap().unwrap();
+            assert_eq!(record.spec.cron.as_deref(), Some("0 1 * * *"));
+        }
+
+        #[tokio::test]
+        async fn an_apply_is_all_or_nothing_and_names_each_problem() {
+            let memory = Memory::default();
+            let store = (&memory, &memory);
+            // One bad job refuses the good one with it.
+            let bad =
+                format!("{TWO}---\nversion: v1\njob:\n  name: Bad Name\n  exec: {{type: shell, command: x}}\n");
+            let why = refused(apply(store, yaml(&bad), LIMITS).await);
+            assert!(!why.is_empty());
+            // A dependency on no job, and an `at` past the limit.
+            let orphan = "version: v1\njob:\n  name: report\n  deps: [{name: nowhere}]\n  exec: {type: shell, command: \"true\"}\n";
+            let why = refused(apply(store, yaml(orphan), LIMITS).await);
+            assert!(why[0].starts_with("report: "), "{why:?}");
+            let at = ax_bus::time::rfc3339(ax_bus::time::now() + chrono::Duration::days(3));
+            let late = format!(
+                "version: v1\njob:\n  name: once\n  at: \"{at}\"\n  exec: {{type: shell, command: \"true\"}}\n"
+            );
+            let why = refused(apply(store, yaml(&late), LIMITS).await);
+            assert!(
+                why[0].starts_with("once: job.at: ") && why[0].contains("more than 1 days ahead"),
+                "{why:?}"
+            );
+            let small = Limits {
+                max_payload: 256,
+                ..LIMITS
+            };
+            let why = refused(apply(store, yaml(TWO), small).await);
+            assert_eq!(why.len(), 2, "{why:?}");
+            let none = ApplyRequest {
+                jobs: Vec::new(),
+                yaml: None,
+            };
+            assert_eq!(
+                refused(apply(store, none, LIMITS).await),
+                ["the apply holds no job"]
+            );
+            assert!(memory.registry.jobs.lock().unwrap().is_empty());
+            assert!(memory.one_offs.lock().unwrap().is_empty());
+        }
+
+        #[tokio::test]
+        async fn a_job_something_depends_on_is_not_deleted() {
+            let memory = Memory::default();
+            let store = (&memory, &memory);
+            apply(store, yaml(TWO), LIMITS).await.unwrap();
+            let load: JobName = "load".parse().unwrap();
+            let why = refused(delete(store, &load).await);
+            assert_eq!(
+                why,
+                ["`load` is a dependency of report; change or delete them first"]
+            );
+            let report: JobName = "report".parse().unwrap();
+            let deleted = delete(store, &report).await.unwrap();
+            assert_eq!(deleted.message, "deleted report");
+            delete(store, &load).await.unwrap();
+            assert!(memory.registry.jobs.lock().unwrap().is_empty());
+            let why = refused(delete(store, &load).await);
+            assert_eq!(why, ["no job named `load`"]);
+            let told = memory.one_offs.lock().unwrap();
+            assert_eq!(
+                told[told.len() - 2..],
+                [(report, "deleted"), (load, "deleted")]
+            );
+        }
     }
 }

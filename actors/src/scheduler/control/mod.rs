@@ -56,6 +56,7 @@ use ax_bus::{codec, reply_to, AxClient};
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::scheduler::creator::Creator;
 use crate::scheduler::graph::Graph;
+use crate::scheduler::one_off::Follower;
 use crate::scheduler::store::AuditLog;
 use crate::ActorError;
 
@@ -393,6 +394,7 @@ async fn carry_out(
         ..
     } = desk;
     let who = caller.principal.name.as_str();
+    let one_offs = Follower { client, creator };
     let clerk = approvals::Clerk {
         store: client,
         auth: desk.auth,
@@ -401,11 +403,17 @@ async fn carry_out(
     // Each command's future is boxed, so the control pump's future (and its poll frame) holds
     // a pointer per command rather than every command's state side by side.
     match request {
-        Request::Apply(request) => answered::<ApplyRequest>(
-            Box::pin(jobs::apply(client, creator, request, *max_delay)).await,
-        ),
+        Request::Apply(request) => {
+            let limits = jobs::Limits {
+                max_delay: *max_delay,
+                max_payload: client.nats.server_info().max_payload,
+            };
+            let apply = jobs::apply((client, &one_offs), request, limits);
+            answered::<ApplyRequest>(Box::pin(apply).await)
+        }
         Request::Delete(request) => {
-            answered::<typed::Delete>(Box::pin(jobs::delete(client, &request.name)).await)
+            let delete = jobs::delete((client, &one_offs), &request.name);
+            answered::<typed::Delete>(Box::pin(delete).await)
         }
         Request::Pause(request) => {
             answered::<typed::Pause>(Box::pin(jobs::set_paused(client, &request.name, true)).await)

@@ -78,6 +78,26 @@ impl Registry for AxClient {
         }
     }
 
+    async fn job_exists(&self, name: &JobName) -> Result<bool, ActorError> {
+        Ok(AxClient::job_exists(self, name).await?)
+    }
+
+    async fn create_job(&self, name: &JobName, record: &JobRecord) -> Result<bool, ActorError> {
+        match self.jobs.create(name, codec::encode(record)?).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(NatsError::new(format!("store job {name}"), e).into()),
+        }
+    }
+
+    async fn delete_job(&self, name: &JobName) -> Result<(), ActorError> {
+        self.jobs
+            .delete(name)
+            .await
+            .during(|| format!("delete job {name}"))?;
+        Ok(())
+    }
+
     async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError> {
         Ok(self.job_specs().await?)
     }

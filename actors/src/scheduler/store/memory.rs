@@ -23,6 +23,7 @@ use super::{
 };
 use crate::scheduler::creator::{Created, Creates};
 use crate::scheduler::new_instance::NewInstance;
+use crate::scheduler::one_off::{OneOffs, Stored};
 use crate::ActorError;
 
 /// The instances in memory, for the decisions' unit tests: what was written, ended and stopped,
@@ -50,6 +51,8 @@ pub(crate) struct Memory {
     pub(crate) letters: Mutex<BTreeMap<u64, DeadLetter>>,
     /// Each letter put back: (id, subject).
     pub(crate) put_back: Mutex<Vec<(u64, String)>>,
+    /// Each job whose waiting one-off instance was told of an apply or a deletion.
+    pub(crate) one_offs: Mutex<Vec<(JobName, &'static str)>>,
 }
 
 impl Memory {
@@ -180,6 +183,24 @@ impl Registry for Jobs {
         Ok(true)
     }
 
+    async fn job_exists(&self, name: &JobName) -> Result<bool, ActorError> {
+        Ok(self.jobs.lock().unwrap().contains_key(name))
+    }
+
+    async fn create_job(&self, name: &JobName, record: &JobRecord) -> Result<bool, ActorError> {
+        let mut jobs = self.jobs.lock().unwrap();
+        if jobs.contains_key(name) {
+            return Ok(false);
+        }
+        jobs.insert(name.clone(), (record.clone(), 1));
+        Ok(true)
+    }
+
+    async fn delete_job(&self, name: &JobName) -> Result<(), ActorError> {
+        self.jobs.lock().unwrap().remove(name);
+        Ok(())
+    }
+
     async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError> {
         let jobs = self.jobs.lock().unwrap();
         Ok(jobs
@@ -275,6 +296,18 @@ impl Registry for Memory {
         revision: u64,
     ) -> Result<bool, ActorError> {
         self.registry.swap_job(name, record, revision).await
+    }
+
+    async fn job_exists(&self, name: &JobName) -> Result<bool, ActorError> {
+        self.registry.job_exists(name).await
+    }
+
+    async fn create_job(&self, name: &JobName, record: &JobRecord) -> Result<bool, ActorError> {
+        self.registry.create_job(name, record).await
+    }
+
+    async fn delete_job(&self, name: &JobName) -> Result<(), ActorError> {
+        self.registry.delete_job(name).await
     }
 
     async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError> {
@@ -386,6 +419,27 @@ impl DeadLetters for Memory {
 
     async fn remove_letter(&self, id: u64) -> Result<(), ActorError> {
         self.letters.lock().unwrap().remove(&id);
+        Ok(())
+    }
+}
+
+impl OneOffs for Memory {
+    async fn applied(&self, job: Stored<'_>) -> Result<(), ActorError> {
+        let mut told = self.one_offs.lock().unwrap();
+        told.push((job.spec.name.clone(), "applied"));
+        Ok(())
+    }
+
+    async fn deleted(
+        &self,
+        name: &JobName,
+        _at: Option<&str>,
+        _defined_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<(), ActorError> {
+        self.one_offs
+            .lock()
+            .unwrap()
+            .push((name.clone(), "deleted"));
         Ok(())
     }
 }

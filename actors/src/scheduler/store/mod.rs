@@ -65,7 +65,8 @@ pub(crate) trait Latest {
     async fn latest(&self, job: &JobName) -> Result<Option<InstanceId>, ActorError>;
 }
 
-/// The job registry and the queues' states, as `pause`, `resume` and `queue` change them.
+/// The job registry and the queues' states, as `apply`, `delete`, `pause`, `resume` and
+/// `queue` change them.
 pub(crate) trait Registry {
     /// Job `name`'s record and its revision, if it has one.
     async fn job(&self, name: &JobName) -> Result<Option<(JobRecord, u64)>, ActorError>;
@@ -77,6 +78,13 @@ pub(crate) trait Registry {
         record: &JobRecord,
         revision: u64,
     ) -> Result<bool, ActorError>;
+    /// Whether an entry is registered under `name` (a valid job or not).
+    async fn job_exists(&self, name: &JobName) -> Result<bool, ActorError>;
+    /// Writes `record` as job `name`, never registered before; `false` when another write got
+    /// there first.
+    async fn create_job(&self, name: &JobName, record: &JobRecord) -> Result<bool, ActorError>;
+    /// Removes job `name`.
+    async fn delete_job(&self, name: &JobName) -> Result<(), ActorError>;
     /// Every valid job's spec, by name.
     async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError>;
     /// Sets a priority's queue's state.

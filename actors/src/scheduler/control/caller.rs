@@ -8,12 +8,13 @@
 
 use async_nats::jetstream;
 
-use ax_bus::auth::{self, token::Token, Principal, Role, Via};
-use ax_bus::client::auth::CheckError;
-use ax_bus::messages::commands::Request;
+use ax_bus::auth::token::{Token, TokenError};
+use ax_bus::auth::{self, Principal, Role, Via};
+use ax_bus::messages::commands::{Command, Request};
 use ax_bus::messages::AuthRequest;
 
-use super::{CommandError, Desk, Received};
+use super::{CommandError, Received};
+use crate::scheduler::store::TokenStore;
 
 /// Who is acting, and through which door.
 #[derive(Clone, Debug)]
@@ -46,20 +47,40 @@ pub(crate) fn claimed(message: &jetstream::Message, request: &serde_json::Value)
     }
 }
 
-/// Checks the caller of the command `received` and names them in `caller`; refuses one who
-/// may not.
+/// What the caller check reads of a command: its kind, its request, the token it carries and
+/// its name as it came.
+pub(crate) struct Asked<'a> {
+    pub(crate) kind: Option<Command>,
+    pub(crate) request: Option<&'a Request>,
+    pub(crate) token: Option<&'a str>,
+    pub(crate) name: &'a str,
+}
+
+impl<'a> Asked<'a> {
+    /// What `received` asks.
+    pub(crate) fn of(received: &'a Received) -> Self {
+        Self {
+            kind: received.kind,
+            request: received.request.as_ref().ok(),
+            token: header(&received.message, auth::TOKEN_HEADER),
+            name: received.name(),
+        }
+    }
+}
+
+/// Checks the caller of the command `asked` (with `[auth] enabled`) and names them in
+/// `caller`; refuses one who may not.
 pub(crate) async fn authorize(
-    desk: &Desk,
-    received: &Received,
+    (tokens, enabled): (&impl TokenStore, bool),
+    asked: &Asked<'_>,
     caller: &mut Caller,
 ) -> Result<(), CommandError> {
-    if !desk.auth.enabled {
+    if !enabled {
         return Ok(());
     }
-    let message = &received.message;
     if matches!(
-        received.request,
-        Ok(Request::Auth(AuthRequest::Bootstrap { .. }))
+        asked.request,
+        Some(Request::Auth(AuthRequest::Bootstrap { .. }))
     ) {
         caller.principal = Principal {
             name: "bootstrap".into(),
@@ -68,7 +89,7 @@ pub(crate) async fn authorize(
         };
         return Ok(());
     }
-    let token = header(message, auth::TOKEN_HEADER).map(Token::parse);
+    let token = asked.token.map(Token::parse);
     // Until proven, the caller is the name their token claims, with no rights.
     caller.principal = Principal {
         name: match &token {
@@ -78,24 +99,183 @@ pub(crate) async fn authorize(
         role: Role::Viewer,
         verified: false,
     };
-    let token = match token.transpose() {
-        Ok(token) => token,
-        Err(e) => return Err(CommandError::Denied(e.to_string())),
-    };
-    caller.principal = match desk.client.check_token(token.as_ref()).await {
-        Ok(principal) => principal,
-        Err(CheckError::Token(e)) => return Err(CommandError::Denied(e.to_string())),
-        Err(CheckError::Client(e)) => return Err(CommandError::Transient(e.into())),
-    };
+    let denied = |e: TokenError| CommandError::Denied(e.to_string());
+    let token = token
+        .transpose()
+        .map_err(denied)?
+        .ok_or(TokenError::Missing)
+        .map_err(denied)?;
+    let record = tokens.token(token.name()).await?;
+    let role = token
+        .check(record.as_ref().map(|(r, _)| r), ax_bus::time::now())
+        .map_err(denied)?;
+    caller.principal = Principal::token(token.name(), role);
     // A command no one knows is an admin's to be told so.
-    let needed = received.kind.map_or(Role::Admin, auth::role_of);
+    let needed = asked.kind.map_or(Role::Admin, auth::role_of);
     if caller.principal.role < needed {
         return Err(CommandError::Denied(format!(
             "`{}` needs the {needed} role; token `{}` is {}",
-            received.name(),
-            caller.principal.name,
-            caller.principal.role
+            asked.name, caller.principal.name, caller.principal.role
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use ax_bus::auth::token::TokenRecord;
+    use ax_bus::ids::TokenName;
+    use ax_bus::messages::{JobNameRequest, TriggerRequest};
+
+    use super::*;
+    use crate::scheduler::store::memory::Keys;
+
+    /// A token of `role` named `name`, stored (revoked or expired as asked), and its text.
+    fn made(keys: &Keys, name: &str, role: Role, change: impl Fn(&mut TokenRecord)) -> String {
+        let name = TokenName::parse(name).unwrap();
+        let (token, hash) = Token::generate(&name);
+        let mut record = TokenRecord {
+            name: name.clone(),
+            role,
+            hash,
+            created_at: ax_bus::time::now(),
+            created_by: "root".into(),
+            expires_at: None,
+            revoked_at: None,
+            revoked_by: None,
+        };
+        change(&mut record);
+        keys.tokens.lock().unwrap().insert(name, (record, 1));
+        token.expose().to_string()
+    }
+
+    fn nobody() -> Caller {
+        Caller {
+            principal: Principal::unverified("ops@host"),
+            via: Via::Cli,
+        }
+    }
+
+    /// Checks `request` sent with `token` as command `kind`: the caller named, or why denied.
+    async fn check(
+        keys: &Keys,
+        kind: Command,
+        request: &Request,
+        token: Option<&str>,
+    ) -> Result<Principal, String> {
+        let asked = Asked {
+            kind: Some(kind),
+            request: Some(request),
+            token,
+            name: kind.name(),
+        };
+        let mut caller = nobody();
+        match authorize((keys, true), &asked, &mut caller).await {
+            Ok(()) => Ok(caller.principal),
+            Err(CommandError::Denied(why)) => Err(why),
+            Err(other) => panic!("neither allowed nor denied: {other:?}"),
+        }
+    }
+
+    fn delete() -> Request {
+        Request::Delete(JobNameRequest {
+            name: "etl".parse().unwrap(),
+        })
+    }
+
+    fn trigger() -> Request {
+        Request::Trigger(
+            serde_json::from_value::<TriggerRequest>(serde_json::json!({"name": "etl"})).unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_token_of_a_high_enough_role_names_its_caller() {
+        let keys = Keys::default();
+        let ops = made(&keys, "ops", Role::Operator, |_| {});
+        let who = check(&keys, Command::Trigger, &trigger(), Some(&ops))
+            .await
+            .unwrap();
+        assert_eq!(
+            (who.name.as_str(), who.role, who.verified),
+            ("ops", Role::Operator, true)
+        );
+        let why = check(&keys, Command::Delete, &delete(), Some(&ops))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            why,
+            "`delete` needs the admin role; token `ops` is operator"
+        );
+    }
+
+    #[tokio::test]
+    async fn no_token_a_malformed_an_unknown_a_revoked_or_an_expired_one_is_denied() {
+        let keys = Keys::default();
+        let revoked = made(&keys, "gone", Role::Admin, |r| {
+            r.revoked_at = Some(ax_bus::time::now());
+        });
+        let expired = made(&keys, "old", Role::Admin, |r| {
+            r.expires_at = Some(ax_bus::time::now() - chrono::Duration::seconds(1));
+        });
+        let (stranger, _) = Token::generate(&TokenName::parse("stranger").unwrap());
+        let good = made(&keys, "root", Role::Admin, |_| {});
+        // The right name with another secret.
+        let forged = format!(
+            "{}{}",
+            &good[..good.len() - 1],
+            if good.ends_with('0') { '1' } else { '0' }
+        );
+        let cases = [
+            (None, "no token"),
+            (Some("axt_nope"), "malformed token"),
+            (Some(stranger.expose()), "token `stranger` is not valid"),
+            (Some(forged.as_str()), "token `root` is not valid"),
+            (Some(revoked.as_str()), "token `gone` was revoked"),
+            (Some(expired.as_str()), "token `old` expired at"),
+        ];
+        for (token, said) in cases {
+            let why = check(&keys, Command::Trigger, &trigger(), token)
+                .await
+                .unwrap_err();
+            assert!(why.starts_with(said), "{token:?}: {why}");
+        }
+    }
+
+    #[tokio::test]
+    async fn only_bootstrap_goes_without_a_token_and_with_auth_off_anyone_may() {
+        let keys = Keys::default();
+        let bootstrap = Request::Auth(AuthRequest::Bootstrap {
+            name: TokenName::parse("root").unwrap(),
+            hash: "0".repeat(64),
+        });
+        let who = check(&keys, Command::Auth, &bootstrap, None).await.unwrap();
+        assert_eq!((who.name.as_str(), who.verified), ("bootstrap", false));
+        let asked = Asked {
+            kind: Some(Command::Delete),
+            request: None,
+            token: None,
+            name: "delete",
+        };
+        let mut caller = nobody();
+        authorize((&keys, false), &asked, &mut caller)
+            .await
+            .unwrap();
+        assert_eq!(caller.principal.name, "ops@host");
+        // An unknown command, auth on: an admin's to be told so.
+        let operator = made(&keys, "ops", Role::Operator, |_| {});
+        let unknown = Asked {
+            kind: None,
+            request: None,
+            token: Some(&operator),
+            name: "explode",
+        };
+        let mut caller = nobody();
+        match authorize((&keys, true), &unknown, &mut caller).await {
+            Err(CommandError::Denied(why)) => {
+                assert!(why.starts_with("`explode` needs the admin role"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

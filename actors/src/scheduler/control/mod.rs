@@ -258,7 +258,9 @@ async fn handle(desk: &Desk, received: &Received) {
         Ok(reply_to) => {
             // Boxed: each step's state lives on the heap, not in the pump's poll frame (a debug
             // build's actor thread has a small stack).
-            let outcome = match Box::pin(caller::authorize(desk, received, &mut caller)).await {
+            let asked = caller::Asked::of(received);
+            let check = caller::authorize((client, desk.auth.enabled), &asked, &mut caller);
+            let outcome = match Box::pin(check).await {
                 Ok(()) => match &received.request {
                     Ok(request) => {
                         Box::pin(carry_out(

@@ -20,9 +20,9 @@ use actix_web::http::Method;
 use ax_bus::auth::token::Token;
 pub use ax_bus::auth::{Principal, Role, Via};
 use ax_bus::client::auth::CheckError;
-use ax_bus::messages::commands::Command;
 use ax_bus::AxClient;
 
+use crate::changes::{self, Does};
 use crate::csrf::{self, Forged};
 use crate::session::Sessions;
 use crate::throttle::Throttle;
@@ -136,139 +136,14 @@ pub enum Denied {
     Host(String),
 }
 
-/// What a state-changing route does, for the role it needs.
-#[derive(Clone, Copy, Debug)]
-enum Does {
-    /// Sends this control command: it needs the command's role
-    /// ([`ax_bus::auth::role_of`], an exhaustive match), as the Scheduler checks again.
-    Command(Command),
-    /// Decides an approval: an admin's.
-    Decide,
-    /// Changes nothing anywhere (a check, the bulk page's plan, signing out): needs `role`.
-    Nothing(Role),
-}
-
-/// Every state-changing route, by method and path (`{}` one segment). A change not listed
-/// needs an admin: a route added without a line here is closed, not open, to operators — and
-/// a unit test fails until the line is written (every change route the server registers has
-/// one, every line a route).
-const CHANGES: &[(&str, &str, Does)] = &[
-    ("POST", "/api/v1/jobs", Does::Command(Command::Apply)),
-    ("DELETE", "/api/v1/jobs/{}", Does::Command(Command::Delete)),
-    (
-        "POST",
-        "/api/v1/jobs/{}/trigger",
-        Does::Command(Command::Trigger),
-    ),
-    (
-        "POST",
-        "/api/v1/jobs/{}/pause",
-        Does::Command(Command::Pause),
-    ),
-    (
-        "POST",
-        "/api/v1/jobs/{}/resume",
-        Does::Command(Command::Resume),
-    ),
-    (
-        "POST",
-        "/api/v1/instances/{}/cancel",
-        Does::Command(Command::Cancel),
-    ),
-    (
-        "POST",
-        "/api/v1/instances/{}/kill",
-        Does::Command(Command::Kill),
-    ),
-    (
-        "POST",
-        "/api/v1/instances/{}/mark",
-        Does::Command(Command::Mark),
-    ),
-    ("POST", "/api/v1/rerun", Does::Command(Command::Rerun)),
-    ("POST", "/api/v1/backfill", Does::Command(Command::Backfill)),
-    (
-        "POST",
-        "/api/v1/dead-letters/{}/replay",
-        Does::Command(Command::Replay),
-    ),
-    (
-        "POST",
-        "/api/v1/queues/{}/pause",
-        Does::Command(Command::Queue),
-    ),
-    (
-        "POST",
-        "/api/v1/queues/{}/resume",
-        Does::Command(Command::Queue),
-    ),
-    ("POST", "/ui/jobs/validate", Does::Nothing(Role::Operator)),
-    ("POST", "/ui/jobs/apply", Does::Command(Command::Apply)),
-    (
-        "POST",
-        "/ui/jobs/{}/trigger",
-        Does::Command(Command::Trigger),
-    ),
-    ("POST", "/ui/jobs/{}/pause", Does::Command(Command::Pause)),
-    ("POST", "/ui/jobs/{}/resume", Does::Command(Command::Resume)),
-    ("POST", "/ui/jobs/{}/delete", Does::Command(Command::Delete)),
-    ("POST", "/ui/queues/{}/pause", Does::Command(Command::Queue)),
-    (
-        "POST",
-        "/ui/queues/{}/resume",
-        Does::Command(Command::Queue),
-    ),
-    ("POST", "/ui/dlq/replay", Does::Command(Command::Replay)),
-    // Re-runs (planned dry or carried out) and cancellations, each checked again as a command.
-    ("POST", "/ui/instances/bulk", Does::Command(Command::Rerun)),
-    (
-        "POST",
-        "/ui/instances/{}/cancel",
-        Does::Command(Command::Cancel),
-    ),
-    (
-        "POST",
-        "/ui/instances/{}/kill",
-        Does::Command(Command::Kill),
-    ),
-    (
-        "POST",
-        "/ui/instances/{}/mark",
-        Does::Command(Command::Mark),
-    ),
-    ("POST", "/ui/rerun/plan", Does::Command(Command::Rerun)),
-    ("POST", "/ui/rerun/run", Does::Command(Command::Rerun)),
-    ("POST", "/ui/backfill", Does::Command(Command::Backfill)),
-    ("POST", "/ui/approvals/{}/approve", Does::Decide),
-    ("POST", "/ui/approvals/{}/reject", Does::Decide),
-    ("POST", "/logout", Does::Nothing(Role::Viewer)),
-];
-
-/// Whether `path` has `pattern`'s shape (`{}` standing for one non-empty segment).
-fn shaped(pattern: &str, path: &str) -> bool {
-    let (mut want, mut have) = (pattern.split('/'), path.split('/'));
-    loop {
-        match (want.next(), have.next()) {
-            (None, None) => return true,
-            (Some("{}"), Some(segment)) if !segment.is_empty() => {}
-            (Some(w), Some(h)) if w == h => {}
-            _ => return false,
-        }
-    }
-}
-
 /// The role a request needs: reading (`GET`, `HEAD`) needs a viewer; a change what its route
-/// does needs (`CHANGES`) — a command's role, the same the Scheduler checks again; any change
-/// not listed an admin.
+/// does needs ([`crate::changes`]) — a command's role, the same the Scheduler checks again; any
+/// change no route declares an admin.
 pub fn needed(method: &str, path: &str) -> Role {
     if matches!(method, "GET" | "HEAD") {
         return Role::Viewer;
     }
-    let does = CHANGES
-        .iter()
-        .find(|(m, pattern, _)| *m == method && shaped(pattern, path))
-        .map(|(_, _, does)| *does);
-    match does {
+    match changes::does(method, path) {
         Some(Does::Command(command)) => ax_bus::auth::role_of(command),
         Some(Does::Decide) | None => Role::Admin,
         Some(Does::Nothing(role)) => role,
@@ -495,79 +370,6 @@ mod tests {
             ("POST", "/api/v1/new-thing"),
         ] {
             assert_eq!(needed(admin.0, admin.1), Role::Admin, "{admin:?}");
-        }
-    }
-
-    /// The `(method, path)` of every state-changing route the console's sources register
-    /// (a path given to `route` with a POST, PUT, DELETE or PATCH), read from the sources.
-    fn registered_changes() -> Vec<(String, String)> {
-        fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
-            for entry in std::fs::read_dir(dir).unwrap().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    walk(&path, out);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    out.push(std::fs::read_to_string(&path).unwrap());
-                }
-            }
-        }
-        let mut sources = Vec::new();
-        walk(
-            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-            &mut sources,
-        );
-        let mut routes = Vec::new();
-        for source in &sources {
-            for piece in source.split(".route(").skip(1) {
-                let mut quoted = piece.splitn(3, '"');
-                let (Some(_), Some(path)) = (quoted.next(), quoted.next()) else {
-                    continue;
-                };
-                let rest = quoted.next().unwrap_or_default();
-                let method = ["post", "put", "delete", "patch"].into_iter().find(|m| {
-                    rest.trim_start_matches([',', ' ', '\n'])
-                        .starts_with(&format!("web::{m}()"))
-                });
-                if let Some(method) = method {
-                    routes.push((method.to_uppercase(), path.to_string()));
-                }
-            }
-        }
-        routes
-    }
-
-    /// Whether a table line's pattern covers a registered route's: a `{name}` of the route
-    /// stands for any segment of the line (one of its actions, or any), a literal only for
-    /// itself.
-    fn covers(line: &str, route: &str) -> bool {
-        let (line, route): (Vec<&str>, Vec<&str>) =
-            (line.split('/').collect(), route.split('/').collect());
-        line.len() == route.len()
-            && line.iter().zip(&route).all(|(l, r)| {
-                (r.starts_with('{') && r.ends_with('}')) || (*l == "{}" && !r.is_empty()) || l == r
-            })
-    }
-
-    #[test]
-    fn every_change_route_has_its_line_in_the_table_and_every_line_a_route() {
-        let routes = registered_changes();
-        assert!(routes.len() > 20, "{routes:?}");
-        for (method, route) in &routes {
-            if public(route) {
-                continue;
-            }
-            assert!(
-                CHANGES.iter().any(|(m, line, _)| m == method && covers(line, route)),
-                "{method} {route} is registered but has no line in CHANGES: say which command it sends"
-            );
-        }
-        for (m, line, _) in CHANGES {
-            assert!(
-                routes
-                    .iter()
-                    .any(|(method, route)| m == method && covers(line, route)),
-                "{m} {line} is in CHANGES but no route has it"
-            );
         }
     }
 

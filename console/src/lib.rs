@@ -25,6 +25,7 @@ pub mod actions;
 mod api;
 mod assets;
 pub mod attention;
+pub(crate) mod changes;
 pub mod csrf;
 pub mod gantt;
 pub mod index;

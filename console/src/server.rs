@@ -129,6 +129,7 @@ pub fn start(listen: &str, options: Options) -> Result<Running, ServerError> {
         if console {
             app.configure(crate::api::routes)
                 .configure(crate::pages::routes)
+                .configure(crate::changes::mount)
                 .configure(crate::assets::routes)
                 .default_service(web::to(crate::pages::not_found))
         } else {

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use ax_bus::ids::TriggerKey;
+use ax_bus::messages::commands::Command;
 use ax_bus::messages::typed::Said;
 use ax_bus::messages::{
     BackfillRequest, InstanceRequest, MarkRequest, RerunRequest, TriggerRequest,
@@ -17,30 +18,24 @@ use ax_bus::State as InstanceState;
 use crate::actions::{self, InstanceAction, JobAction};
 use crate::api::client;
 use crate::api::reads::{instance_id, job_name};
+use crate::changes::{changes, Does};
 use crate::problem::Problem;
 use crate::server::State;
 
-pub(super) fn routes(config: &mut web::ServiceConfig) {
-    config
-        .route("/api/v1/jobs", web::post().to(apply))
-        .route("/api/v1/jobs/{name}/trigger", web::post().to(trigger))
-        .route("/api/v1/jobs/{name}/pause", web::post().to(pause))
-        .route("/api/v1/jobs/{name}/resume", web::post().to(resume))
-        .route("/api/v1/jobs/{name}", web::delete().to(delete))
-        .route("/api/v1/instances/{id}/cancel", web::post().to(cancel))
-        .route("/api/v1/instances/{id}/kill", web::post().to(kill))
-        .route("/api/v1/instances/{id}/mark", web::post().to(mark))
-        .route("/api/v1/rerun", web::post().to(rerun))
-        .route("/api/v1/backfill", web::post().to(backfill))
-        .route("/api/v1/dead-letters/{id}/replay", web::post().to(replay))
-        .route(
-            "/api/v1/queues/{priority}/pause",
-            web::post().to(pause_queue),
-        )
-        .route(
-            "/api/v1/queues/{priority}/resume",
-            web::post().to(resume_queue),
-        );
+changes! {
+    POST "/api/v1/jobs" => apply, Does::Command(Command::Apply);
+    POST "/api/v1/jobs/{name}/trigger" => trigger, Does::Command(Command::Trigger);
+    POST "/api/v1/jobs/{name}/pause" => pause, Does::Command(Command::Pause);
+    POST "/api/v1/jobs/{name}/resume" => resume, Does::Command(Command::Resume);
+    DELETE "/api/v1/jobs/{name}" => delete, Does::Command(Command::Delete);
+    POST "/api/v1/instances/{id}/cancel" => cancel, Does::Command(Command::Cancel);
+    POST "/api/v1/instances/{id}/kill" => kill, Does::Command(Command::Kill);
+    POST "/api/v1/instances/{id}/mark" => mark, Does::Command(Command::Mark);
+    POST "/api/v1/rerun" => rerun, Does::Command(Command::Rerun);
+    POST "/api/v1/backfill" => backfill, Does::Command(Command::Backfill);
+    POST "/api/v1/dead-letters/{id}/replay" => replay, Does::Command(Command::Replay);
+    POST "/api/v1/queues/{priority}/pause" => pause_queue, Does::Command(Command::Queue);
+    POST "/api/v1/queues/{priority}/resume" => resume_queue, Does::Command(Command::Queue);
 }
 
 /// A JSON body, or the default when the body is empty; a malformed one names where and why.

@@ -17,13 +17,14 @@ use crate::problem::Problem;
 use crate::server::{error_body, State};
 
 mod changes;
+
+pub(crate) use changes::CHANGES;
 mod openapi;
 mod reads;
 
 /// The API's routes (each behind the server's access check, like every route).
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     reads::routes(config);
-    changes::routes(config);
     config.route("/api/v1/openapi.json", web::get().to(openapi::document));
 }
 

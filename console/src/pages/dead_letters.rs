@@ -6,8 +6,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 
 use ax_bus::dead_letter::DeadLetter;
+use ax_bus::messages::commands::Command;
 
 use crate::actions;
+use crate::changes::{changes, Does};
 use crate::pages::{self, Chrome, Done, Results};
 use crate::server::State;
 
@@ -17,8 +19,11 @@ const MAX_REPLAY: usize = 500;
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/dlq", web::get().to(list))
-        .route("/dlq/{id}", web::get().to(letter))
-        .route("/ui/dlq/replay", web::post().to(replay));
+        .route("/dlq/{id}", web::get().to(letter));
+}
+
+changes! {
+    POST "/ui/dlq/replay" => replay, Does::Command(Command::Replay);
 }
 
 struct LetterRow {

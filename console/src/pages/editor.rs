@@ -8,12 +8,15 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
 
+use ax_bus::auth::Role;
 use ax_bus::ids::JobName;
+use ax_bus::messages::commands::Command;
 use ax_bus::spec::files::load_text;
 use ax_bus::spec::yaml::LocatedError;
 use ax_bus::spec::{self, JobDocument};
 
 use crate::actions;
+use crate::changes::{changes, Does};
 use crate::pages::{self, Chrome};
 use crate::problem::Problem;
 use crate::server::State;
@@ -37,9 +40,12 @@ job:
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/jobs/new", web::get().to(new))
-        .route("/jobs/{name}/edit", web::get().to(edit))
-        .route("/ui/jobs/validate", web::post().to(validate))
-        .route("/ui/jobs/apply", web::post().to(apply));
+        .route("/jobs/{name}/edit", web::get().to(edit));
+}
+
+changes! {
+    POST "/ui/jobs/validate" => validate, Does::Nothing(Role::Operator);
+    POST "/ui/jobs/apply" => apply, Does::Command(Command::Apply);
 }
 
 #[derive(Template)]

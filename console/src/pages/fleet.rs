@@ -8,11 +8,13 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 
+use ax_bus::messages::commands::Command;
 use ax_bus::messages::typed::Done;
 use ax_bus::messages::QueueRequest;
 use ax_bus::spec::Priority;
 
 use crate::actions;
+use crate::changes::{changes, Does};
 use crate::pages::{self, Chrome};
 use crate::problem::Problem;
 use crate::server::State;
@@ -21,8 +23,12 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/workers", web::get().to(workers))
         .route("/nodes", web::get().to(nodes))
-        .route("/queues", web::get().to(queues))
-        .route("/ui/queues/{priority}/{action}", web::post().to(queue));
+        .route("/queues", web::get().to(queues));
+}
+
+changes! {
+    POST "/ui/queues/{priority}/{action:pause}" => queue, Does::Command(Command::Queue);
+    POST "/ui/queues/{priority}/{action:resume}" => queue, Does::Command(Command::Queue);
 }
 
 struct WorkerRow {

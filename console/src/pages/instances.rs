@@ -9,11 +9,13 @@ use askama::Template;
 use serde::{Deserialize, Serialize};
 
 use ax_bus::ids::{InstanceId, JobName};
+use ax_bus::messages::commands::Command;
 use ax_bus::messages::typed::Done as Carried;
 use ax_bus::messages::{InstanceRequest, MarkRequest, PlanStep, RerunRequest};
 use ax_bus::State as InstanceState;
 
 use crate::actions::{self, InstanceAction};
+use crate::changes::{changes, Does};
 use crate::index::Filter;
 use crate::pages::instance_log::{self, LogView};
 use crate::pages::{self, Chrome, Done, Results};
@@ -27,13 +29,18 @@ pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/instances", web::get().to(list))
         .route("/instances/{id}", web::get().to(page))
-        .route("/ui/instances/bulk", web::post().to(bulk))
-        .route("/ui/instances/{id}/mark", web::post().to(mark))
-        .route("/ui/instances/{id}/{action}", web::post().to(act))
-        .route("/rerun", web::get().to(rerun_page))
-        .route("/ui/rerun/plan", web::post().to(plan))
-        .route("/ui/rerun/run", web::post().to(run))
-        .route("/ui/backfill", web::post().to(backfill));
+        .route("/rerun", web::get().to(rerun_page));
+}
+
+changes! {
+    // Re-runs (planned dry or carried out) and cancellations, each checked again as a command.
+    POST "/ui/instances/bulk" => bulk, Does::Command(Command::Rerun);
+    POST "/ui/instances/{id}/mark" => mark, Does::Command(Command::Mark);
+    POST "/ui/instances/{id}/{action:cancel}" => act, Does::Command(Command::Cancel);
+    POST "/ui/instances/{id}/{action:kill}" => act, Does::Command(Command::Kill);
+    POST "/ui/rerun/plan" => plan, Does::Command(Command::Rerun);
+    POST "/ui/rerun/run" => run, Does::Command(Command::Rerun);
+    POST "/ui/backfill" => backfill, Does::Command(Command::Backfill);
 }
 
 /// The list's query, as the filter form sends it (empty = any).

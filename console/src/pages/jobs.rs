@@ -10,11 +10,13 @@ use askama::Template;
 use serde::Deserialize;
 
 use ax_bus::ids::{JobName, TriggerKey};
+use ax_bus::messages::commands::Command;
 use ax_bus::messages::typed::{Done, Triggered};
 use ax_bus::messages::{JobRecord, TriggerRequest};
 use ax_bus::spec::{self, JobDocument, JobSpec};
 
 use crate::actions::{self, JobAction};
+use crate::changes::{changes, Does};
 use crate::job_view::next_fire;
 use crate::pages::{self, Chrome};
 use crate::problem::Problem;
@@ -26,9 +28,14 @@ const SHOWN: usize = 20;
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/jobs", web::get().to(list))
-        .route("/jobs/{name}", web::get().to(page))
-        .route("/ui/jobs/{name}/trigger", web::post().to(trigger))
-        .route("/ui/jobs/{name}/{action}", web::post().to(act));
+        .route("/jobs/{name}", web::get().to(page));
+}
+
+changes! {
+    POST "/ui/jobs/{name}/trigger" => trigger, Does::Command(Command::Trigger);
+    POST "/ui/jobs/{name}/{action:pause}" => act, Does::Command(Command::Pause);
+    POST "/ui/jobs/{name}/{action:resume}" => act, Does::Command(Command::Resume);
+    POST "/ui/jobs/{name}/{action:delete}" => act, Does::Command(Command::Delete);
 }
 
 /// The list's filters, as the form sends them (empty = any).

@@ -13,6 +13,7 @@ use ax_bus::messages::typed::Approvals;
 use ax_bus::messages::ApprovalRequest;
 
 use crate::actions;
+use crate::changes::{changes, Does};
 use crate::pages::{self, Chrome};
 use crate::problem::Problem;
 use crate::server::State;
@@ -23,9 +24,12 @@ const AUDIT_ROWS: usize = 500;
 pub(crate) fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/approvals", web::get().to(approvals))
-        .route("/ui/approvals/{id}/approve", web::post().to(approve))
-        .route("/ui/approvals/{id}/reject", web::post().to(reject))
         .route("/audit", web::get().to(audit));
+}
+
+changes! {
+    POST "/ui/approvals/{id}/approve" => approve, Does::Decide;
+    POST "/ui/approvals/{id}/reject" => reject, Does::Decide;
 }
 
 struct ApprovalRow {

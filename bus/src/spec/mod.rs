@@ -18,6 +18,7 @@ mod exec;
 pub mod files;
 pub mod graph;
 pub mod redact;
+pub mod resources;
 pub mod seconds;
 mod shell_context;
 pub mod template;
@@ -187,6 +188,10 @@ pub struct JobSpec {
         deserialize_with = "seconds::map"
     )]
     pub freshness: BTreeMap<dataset::DatasetUri, u64>,
+    /// What one attempt may use on its worker (memory, CPU, processes), enforced in a cgroup of
+    /// its own: see [`resources`].
+    #[serde(default, skip_serializing_if = "resources::Resources::is_empty")]
+    pub resources: resources::Resources,
 }
 
 /// What a job run by its data does when one of its inputs is updated again for a business
@@ -644,6 +649,19 @@ fn validate_job(job: &JobSpec, errors: &mut Vec<SpecError>) {
     validate_datasets(job, errors);
     validate_shape(job, errors);
     validate_waits(job, errors);
+    validate_resources(job, errors);
+}
+
+/// What one attempt may use: each limit large enough to start in, on an executor that runs a
+/// process the worker can confine.
+fn validate_resources(job: &JobSpec, errors: &mut Vec<SpecError>) {
+    let runs_a_process = matches!(
+        job.exec,
+        ExecSpec::Shell(_) | ExecSpec::Python(_) | ExecSpec::Plugin(_)
+    );
+    for (field, reason) in resources::problems(&job.resources, runs_a_process) {
+        errors.push(SpecError::new(field, reason));
+    }
 }
 
 /// The document's size, the name, when it fires (`at` or `cron`) and in which time zone.
@@ -1025,6 +1043,7 @@ mod tests {
             on_datasets: vec![],
             rerun: DataRerun::Never,
             freshness: BTreeMap::new(),
+            resources: Default::default(),
         }
     }
 

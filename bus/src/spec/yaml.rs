@@ -121,6 +121,16 @@ struct RawJob {
     on_datasets: Option<Spanned<Vec<Spanned<super::dataset::DatasetUri>>>>,
     rerun: Option<Spanned<super::DataRerun>>,
     freshness: Option<Spanned<BTreeMap<super::dataset::DatasetUri, super::seconds::Seconds>>>,
+    resources: Option<Spanned<RawResources>>,
+}
+
+/// `resources`, each limit with its line.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResources {
+    memory: Option<Spanned<super::resources::Memory>>,
+    cpu: Option<Spanned<super::resources::Cpu>>,
+    pids: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -297,6 +307,14 @@ fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError
             .into_iter()
             .map(|(uri, secs)| (uri, secs.0))
             .collect(),
+        resources: match lines.take_opt("job.resources", job.resources) {
+            Some(raw) => super::resources::Resources {
+                memory: lines.take_opt("job.resources.memory", raw.memory),
+                cpu: lines.take_opt("job.resources.cpu", raw.cpu),
+                pids: lines.take_opt("job.resources.pids", raw.pids),
+            },
+            None => super::resources::Resources::default(),
+        },
     };
     Ok(LocatedJob {
         file: file.to_string(),
@@ -400,6 +418,47 @@ job:
                 "{located}"
             );
         }
+    }
+
+    #[test]
+    fn each_resource_limit_is_read_and_refused_at_its_own_line() {
+        let spec = |exec: &str, memory: &str| {
+            format!(
+                "version: v1\njob:\n  name: a\n  exec: {exec}\n  resources:\n    cpu: 500m\n    memory: {memory}\n    pids: 64\n"
+            )
+        };
+        let shell = "{ type: shell, command: 'true' }";
+        let jobs = parse_str("f.yaml", &spec(shell, "64Mi")).unwrap();
+        let resources = jobs[0].doc.job.resources;
+        assert_eq!(
+            resources.memory,
+            Some(super::super::resources::Memory(64 << 20))
+        );
+        assert_eq!(resources.cpu, Some(super::super::resources::Cpu(500)));
+        assert_eq!(resources.pids, Some(64));
+        assert!(super::super::validate(&jobs[0].doc).is_empty());
+        let unread = parse_str("f.yaml", &spec(shell, "lots"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unread.starts_with("f.yaml:7: ")
+                && unread.contains("`lots` is not a quantity of memory"),
+            "{unread}"
+        );
+        let jobs = parse_str("f.yaml", &spec(shell, "1Mi")).unwrap();
+        let errors = super::super::validate(&jobs[0].doc);
+        let located = jobs[0].locate(errors[0].clone()).to_string();
+        assert!(
+            located.starts_with("f.yaml:7: job.resources.memory: 1Mi is less than 4Mi"),
+            "{located}"
+        );
+        let jobs = parse_str("f.yaml", &spec("{ type: noop }", "64Mi")).unwrap();
+        let errors = super::super::validate(&jobs[0].doc);
+        let located = jobs[0].locate(errors[0].clone()).to_string();
+        assert!(
+            located.starts_with("f.yaml:5: job.resources: only an executor that runs a process"),
+            "{located}"
+        );
     }
 
     #[test]

@@ -455,8 +455,9 @@ job:
         let jobs = parse_str("f.yaml", &spec("{ type: noop }", "64Mi")).unwrap();
         let errors = super::super::validate(&jobs[0].doc);
         let located = jobs[0].locate(errors[0].clone()).to_string();
+        // A block mapping is placed at its first line.
         assert!(
-            located.starts_with("f.yaml:5: job.resources: only an executor that runs a process"),
+            located.starts_with("f.yaml:6: job.resources: only an executor that runs a process"),
             "{located}"
         );
     }

@@ -66,6 +66,7 @@ fn worker_config(
         data_dir,
         dispatch_ack_wait: file.worker.dispatch_ack_wait()?,
         log_max_bytes: file.worker.log_max_bytes()?,
+        cgroups: file.worker.cgroups()?,
         executors: ExecutorsConfig {
             databases: file.databases.clone(),
             plugin_dir: file.worker.plugin_dir.clone(),

@@ -20,6 +20,8 @@
 //! plugin_dir = "/opt/ax/plugins"        # plugin executors, loaded at start
 //! python = "python3"                    # the python executor's interpreter outside a venv
 //! log_max_bytes = 8388608               # cap of an attempt's shipped log (head and tail kept)
+//! cgroups = "auto"                      # each attempt in a cgroup below the worker's ("auto"),
+//!                                       # below a delegated cgroup v2 directory (a path), or "off"
 //!
 //! [worker.adaptive]                     # slots follow the machine's pressure, within min..max
 //! min = 2                               # (slots above is where the budget starts)
@@ -72,6 +74,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use ax_actors::Adaptive;
+use ax_actors::CgroupSetting;
 use ax_actors::RouterConfig;
 use ax_actors::DEFAULT_DISPATCH_ACK_WAIT;
 use ax_actors::DEFAULT_MAX_CLOCK_SKEW;
@@ -550,6 +553,8 @@ pub(crate) struct WorkerSection {
     pub python: Option<String>,
     /// The cap of an attempt's shipped log, in bytes (8 MiB).
     pub log_max_bytes: Option<u64>,
+    /// Where attempts' cgroups are made: `auto`, `off`, or a cgroup v2 directory.
+    pub cgroups: Option<String>,
     /// Slots that follow the machine's pressure.
     pub adaptive: Option<AdaptiveSection>,
 }
@@ -612,6 +617,18 @@ impl WorkerSection {
             Some(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
             Some(n) => anyhow::bail!("[worker] slots = {n}: must be from 1 to {MAX_SLOTS}"),
         }
+    }
+
+    /// Where attempts' cgroups are made; an error names the field.
+    pub(crate) fn cgroups(&self) -> Result<CgroupSetting> {
+        Ok(match self.cgroups.as_deref() {
+            None | Some("auto") => CgroupSetting::Auto,
+            Some("off") => CgroupSetting::Off,
+            Some(path) if path.starts_with('/') => CgroupSetting::Under(PathBuf::from(path)),
+            Some(other) => anyhow::bail!(
+                "[worker] cgroups = {other:?}: must be \"auto\", \"off\" or the absolute path of a cgroup v2 directory delegated to the worker"
+            ),
+        })
     }
 
     /// The cap of an attempt's log, defaulted; an error names the field.

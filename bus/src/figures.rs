@@ -205,6 +205,7 @@ mod tests {
             next_attempt_at: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            usage: None,
             shard: None,
             trigger: Some(Trigger::Cron),
             due_at: None,

@@ -101,6 +101,9 @@ pub enum Tag {
     Killed,
     /// The attempt ran past its timeout; the process group was killed.
     Timeout,
+    /// The kernel's OOM killer ended a process of the attempt: it went over its `resources`
+    /// memory limit.
+    OomKilled,
     /// The executor could not start the work.
     SpawnFailed,
     /// The job was deleted while the instance waited.
@@ -140,7 +143,7 @@ pub enum Tag {
 impl Tag {
     /// Every tag but `other` (what a newer version's unknown tag reads as), for the choices of
     /// a filter. The test below matches every variant, so a new tag is added here too.
-    pub const ALL: [Tag; 24] = [
+    pub const ALL: [Tag; 25] = [
         Tag::Queued,
         Tag::Scheduled,
         Tag::WaitingDeps,
@@ -150,6 +153,7 @@ impl Tag {
         Tag::ExitCode,
         Tag::Killed,
         Tag::Timeout,
+        Tag::OomKilled,
         Tag::SpawnFailed,
         Tag::Rejected,
         Tag::ExecutorError,
@@ -180,6 +184,7 @@ impl Tag {
             Tag::ExitCode => "exit_code",
             Tag::Killed => "killed",
             Tag::Timeout => "timeout",
+            Tag::OomKilled => "oom_killed",
             Tag::SpawnFailed => "spawn_failed",
             Tag::JobDeleted => "job_deleted",
             Tag::WaitingDeps => "waiting_deps",
@@ -296,6 +301,9 @@ pub struct InstanceRecord {
     /// Last bytes of the last attempt's stderr.
     #[serde(default)]
     pub stderr_tail: String,
+    /// What the last attempt's processes used, counted in its cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     /// For a shard: its parent and place.
     #[serde(default)]
     pub shard: Option<ShardRef>,
@@ -505,6 +513,20 @@ pub struct AttemptEnd {
     pub stdout_tail: String,
     /// Last bytes of stderr.
     pub stderr_tail: String,
+    /// What its processes used, counted in its cgroup (none where it had none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// What an attempt's processes used, as its cgroup counted them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU time, user and system, of all its processes (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    /// The most memory its processes held at once (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
 }
 
 impl AttemptEnd {
@@ -529,6 +551,7 @@ impl AttemptEnd {
             exit_code: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            usage: None,
         }
     }
 }
@@ -580,6 +603,7 @@ impl InstanceRecord {
             exit_code: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            usage: None,
             shard: None,
             worker_losses: 0,
             pin: None,
@@ -621,6 +645,7 @@ impl InstanceRecord {
         next.stdout_tail = String::new();
         next.stderr_tail = String::new();
         next.due_at = None;
+        next.usage = None;
         next
     }
 
@@ -666,6 +691,7 @@ impl InstanceRecord {
         next.exit_code = end.exit_code;
         next.stdout_tail = end.stdout_tail.clone();
         next.stderr_tail = end.stderr_tail.clone();
+        next.usage = end.usage;
         next.started_at = self.started_at.or(end.started_at);
         Ok(next)
     }
@@ -788,6 +814,7 @@ impl InstanceRecord {
         next.exit_code = end.exit_code;
         next.stdout_tail = end.stdout_tail.clone();
         next.stderr_tail = end.stderr_tail.clone();
+        next.usage = end.usage;
         Ok(next)
     }
 
@@ -1034,6 +1061,7 @@ pub(crate) mod tests {
             folded: None,
             data_reruns: 0,
             due_at: None,
+            usage: None,
         }
     }
 
@@ -1363,6 +1391,7 @@ mod tag_tests {
             | Tag::ExitCode
             | Tag::Killed
             | Tag::Timeout
+            | Tag::OomKilled
             | Tag::SpawnFailed
             | Tag::JobDeleted
             | Tag::WaitingDeps

@@ -48,6 +48,6 @@ pub mod subjects;
 pub mod time;
 
 pub use client::{AxClient, ClientError};
-pub use instance::{InstanceRecord, State, Tag};
+pub use instance::{InstanceRecord, State, Tag, Usage};
 pub use spec::JobSpec;
 pub use subjects::Subjects;

@@ -417,6 +417,7 @@ mod tests {
             next_attempt_at: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            usage: None,
             shard: None,
             trigger: None,
             due_at: None,

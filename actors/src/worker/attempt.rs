@@ -44,6 +44,7 @@ pub(super) struct Attempts {
     pub(super) contact: Contact,
     pub(super) registered: Registered,
     pub(super) acks: Acks,
+    pub(super) confinement: Arc<crate::worker::cgroup::Confinement>,
 }
 
 /// Why a dispatch is not run, and what becomes of its message.
@@ -554,6 +555,7 @@ async fn execute(
                     values: &values,
                     cluster: Some(&attempts.client),
                     log: Some(&log),
+                    confinement: Some(&attempts.confinement),
                 };
                 let result = match executor.prepare(&ctx).await {
                     Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),
@@ -576,5 +578,6 @@ async fn execute(
         exit_code: result.exit_code,
         stdout_tail: result.stdout_tail,
         stderr_tail: result.stderr_tail,
+        usage: result.usage,
     }
 }

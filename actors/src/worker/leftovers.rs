@@ -232,7 +232,8 @@ mod tests {
             .args(["-c", "sleep 300 & sleep 300"])
             .process_group(0);
         let lifeline =
-            crate::worker::lifeline::Lifeline::arm(&mut command, Some(dir.path())).unwrap();
+            crate::worker::lifeline::Lifeline::arm(&mut command, Some(dir.path()), Vec::new())
+                .unwrap();
         let mut child = command.spawn().unwrap();
         let id = Pid::from_raw(child.id() as i32);
         // The worker died before it wrote its record: only the watcher's empty one is there.

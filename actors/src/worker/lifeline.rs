@@ -24,7 +24,10 @@
 //! size; if it is killed on its own, the worker sees its attempt end and kills the group.
 //!
 //! A command that leaves its process group (`setsid`, a daemonizing double fork) escapes the
-//! watcher as it escapes every group kill.
+//! watcher as it escapes every group kill; an attempt in a cgroup of its own ([`super::cgroup`])
+//! does not escape that: the command writes itself into its cgroup here, after the watcher's
+//! fork and before its exec, so the watcher stays outside what the cgroup counts and limits,
+//! and the command never runs outside it.
 
 use std::io;
 use std::io::PipeWriter;
@@ -49,9 +52,13 @@ impl Lifeline {
     /// With `groups`, the watcher records its group there (an empty file named by the group
     /// id, see [`super::leftovers`]) before it forks the command: a worker dying between the
     /// spawn and its own, fuller record of the group still leaves the group recorded.
+    ///
+    /// With `entries` (the `cgroup.procs` of the attempt's cgroups, open), the command writes
+    /// itself into each before it execs, or exits 126 saying why on its stderr.
     pub(crate) fn arm(
         command: &mut std::process::Command,
         groups: Option<&std::path::Path>,
+        entries: Vec<RawFd>,
     ) -> io::Result<Self> {
         // Both ends close-on-exec.
         let (watched, held) = io::pipe()?;
@@ -75,7 +82,7 @@ impl Lifeline {
                 if let Some(folder) = &folder {
                     record_group(folder);
                 }
-                stand_watch(fd)
+                stand_watch(fd, &entries)
             });
         }
         Ok(Self { _held: held })
@@ -124,7 +131,7 @@ unsafe fn record_group(folder: &[u8]) {
 ///
 /// # Safety
 /// Only between fork and exec of a `Command` spawn.
-unsafe fn stand_watch(lifeline: RawFd) -> io::Result<()> {
+unsafe fn stand_watch(lifeline: RawFd, entries: &[RawFd]) -> io::Result<()> {
     let watcher = libc::getpid();
     let command = libc::fork();
     if command < 0 {
@@ -142,6 +149,13 @@ unsafe fn stand_watch(lifeline: RawFd) -> io::Result<()> {
         );
         if libc::getppid() != watcher {
             libc::_exit(127);
+        }
+        for &entry in entries {
+            if libc::write(entry, b"0".as_ptr().cast(), 1) != 1 {
+                const SAID: &[u8] = b"ax: cannot enter the attempt's cgroup\n";
+                libc::write(2, SAID.as_ptr().cast(), SAID.len());
+                libc::_exit(126);
+            }
         }
         return Ok(());
     }
@@ -252,7 +266,7 @@ mod tests {
     fn started(script: &str) -> (std::process::Child, Lifeline) {
         let mut command = std::process::Command::new("/bin/sh");
         command.args(["-c", script]).process_group(0);
-        let lifeline = Lifeline::arm(&mut command, None).unwrap();
+        let lifeline = Lifeline::arm(&mut command, None, Vec::new()).unwrap();
         (command.spawn().unwrap(), lifeline)
     }
 

@@ -88,6 +88,7 @@ pub async fn run_locally(run: LocalRun, scratch: &Path) -> Result<LocalRunEnd, E
                 values: &values,
                 cluster: None,
                 log: None,
+                confinement: None,
             };
             match executor.prepare(&ctx).await {
                 Err(reason) => ExecResult::failed(Tag::ExecutorError, reason),

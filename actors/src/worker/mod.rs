@@ -31,6 +31,7 @@
 mod acks;
 mod attempt;
 pub(crate) mod budget;
+pub(crate) mod cgroup;
 mod contact;
 pub(crate) mod executor;
 mod leftovers;
@@ -104,6 +105,8 @@ pub struct WorkerConfig {
     pub executors: ExecutorsConfig,
     /// The cap of an attempt's shipped log, in bytes (see [`ax_bus::log`]).
     pub log_max_bytes: usize,
+    /// Where its attempts' cgroups are made (`[worker] cgroups`, see [`cgroup`]).
+    pub cgroups: cgroup::CgroupSetting,
 }
 
 impl WorkerConfig {
@@ -120,6 +123,7 @@ impl WorkerConfig {
             dispatch_ack_wait: DEFAULT_DISPATCH_ACK_WAIT,
             executors: ExecutorsConfig::default(),
             log_max_bytes: logs::DEFAULT_LOG_MAX_BYTES,
+            cgroups: cgroup::CgroupSetting::Auto,
         }
     }
 
@@ -129,6 +133,22 @@ impl WorkerConfig {
             Some(adaptive) => Slots::new(self.slots, adaptive.max, self.reserved),
             None => Slots::new(self.slots, self.slots, self.reserved),
         }
+    }
+
+    /// The name of the cgroup its attempts' cgroups go in: its id and a digest of its data
+    /// directory, so that a restarted worker finds what its predecessor left, and two workers
+    /// of one id on a host (tests, a mistake) never touch each other's.
+    fn cgroup_name(&self) -> String {
+        // FNV-1a: the same digest from one build to the next.
+        let digest = self
+            .data_dir
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0x811c_9dc5_u32, |hash, byte| {
+                (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
+            });
+        format!("{}-{digest:08x}", self.id)
     }
 
     /// Where attempts keep their scratch files (and their process groups are recorded).
@@ -172,6 +192,8 @@ pub struct WorkerSupervisor {
     registered: registered::Registered,
     /// The sender of acknowledgements to the Routers (from the first start on).
     acks: Option<acks::Acks>,
+    /// How its attempts are kept apart: cgroups, or process groups only.
+    confinement: Arc<cgroup::Confinement>,
 }
 
 impl WorkerSupervisor {
@@ -184,7 +206,12 @@ impl WorkerSupervisor {
         reporter: Addr<Reporter>,
         clock: Option<ClockGuard>,
     ) -> Self {
+        let confinement = Arc::new(cgroup::Confinement::set_up(
+            &config.cgroups,
+            &config.cgroup_name(),
+        ));
         Self {
+            confinement,
             client,
             slots: config.new_slots(),
             budget: config.adaptive.clone().map(budget::Budget::new),
@@ -220,6 +247,7 @@ impl WorkerSupervisor {
             executors: self.executors.clone(),
             contact: self.contact.clone(),
             registered: self.registered.clone(),
+            confinement: self.confinement.clone(),
         }
     }
 
@@ -334,6 +362,18 @@ impl Actor for WorkerSupervisor {
             // Before any dispatch is taken, so no attempt is declared lost (and run again)
             // while processes of a previous process's attempts may still run.
             leftovers::reap(&leftovers::dir(&self.config.scratch()));
+            match self.confinement.as_ref() {
+                cgroup::Confinement::Cgroups(cgroups) => {
+                    let reaped = cgroups.reap();
+                    if reaped > 0 {
+                        tracing::warn!(worker = %self.config.id, reaped, "killed and removed the cgroups of attempts an earlier run of this worker left");
+                    }
+                    tracing::info!(worker = %self.config.id, confinement = %cgroups.describe(), "attempts run in cgroups");
+                }
+                cgroup::Confinement::ProcessGroups { why } => {
+                    tracing::warn!(worker = %self.config.id, %why, "attempts run in process groups only: no resource limits, and a command that leaves its process group escapes the kill");
+                }
+            }
             // Outlives restarts of the actor, as the memory it keeps up does.
             self.registered.follow(self.client.clone());
         }

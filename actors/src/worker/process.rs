@@ -13,6 +13,11 @@
 //! watcher tied to the worker by a pipe ([`super::lifeline`]), and its group is recorded in the
 //! worker's data directory for the next start to kill should the watcher have died too
 //! ([`super::leftovers`]).
+//!
+//! With a cgroup for the attempt ([`ProcessSpec::confine`], see [`super::cgroup`]) the command
+//! runs in it from its first instruction, and every kill above is also a kill of the whole
+//! cgroup: what left the process group (`setsid`, a daemon) is killed with the rest. Its end
+//! then says what the attempt used and whether the OOM killer ended it.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -27,6 +32,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::Notify;
 
+use ax_bus::spec::resources::Resources;
+
+use super::cgroup::{Accounted, AttemptCgroup, Cgroups};
 use super::leftovers::GroupRecord;
 use super::lifeline::Lifeline;
 use super::logs::LogSink;
@@ -61,6 +69,19 @@ pub(crate) struct ProcessSpec {
     /// Where everything read from stdout and stderr also goes, as it is read (the attempt's
     /// shipped log); nowhere when `None`.
     pub log: Option<Arc<LogSink>>,
+    /// The cgroup it runs in; a process group only when `None`.
+    pub confine: Option<Confine>,
+}
+
+/// An attempt's cgroup to be: where, named what, limited how.
+#[derive(Clone, Debug)]
+pub(crate) struct Confine {
+    /// The worker's cgroups.
+    pub cgroups: Arc<Cgroups>,
+    /// The attempt's cgroup's name (its trace id).
+    pub name: String,
+    /// Its limits.
+    pub resources: Resources,
 }
 
 /// The stack-dump step of a timeout.
@@ -105,11 +126,16 @@ pub(crate) struct ProcessEnd {
     pub stdout_tail: String,
     /// Last [`TAIL_BYTES`] of stderr.
     pub stderr_tail: String,
+    /// What its cgroup counted, when it had one.
+    pub accounted: Option<Accounted>,
 }
 
 /// The command of `spec`, in a process group of its own, dying with the worker (with the
 /// returned lifeline).
-fn command(spec: &ProcessSpec) -> std::io::Result<(Command, Lifeline)> {
+fn command(
+    spec: &ProcessSpec,
+    cgroup: Option<&AttemptCgroup>,
+) -> std::io::Result<(Command, Lifeline)> {
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -126,14 +152,22 @@ fn command(spec: &ProcessSpec) -> std::io::Result<(Command, Lifeline)> {
     if let Some(dir) = &spec.workdir {
         command.current_dir(dir);
     }
-    let lifeline = Lifeline::arm(command.as_std_mut(), spec.groups.as_deref())?;
+    let entries = cgroup.map(AttemptCgroup::entries).unwrap_or_default();
+    let lifeline = Lifeline::arm(command.as_std_mut(), spec.groups.as_deref(), entries)?;
     Ok((command, lifeline))
 }
 
 /// Runs `spec` to its end, its timeout, or until `cancel` is notified (at a timeout or a
 /// cancel: the dump signal, its grace, then SIGKILL to the whole group).
 pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessEnd {
-    let (mut child, lifeline) = match command(spec)
+    let cgroup = match &spec.confine {
+        Some(confine) => match confine.cgroups.attempt(&confine.name, &confine.resources) {
+            Ok(cgroup) => Some(Arc::new(cgroup)),
+            Err(e) => return not_started(format!("cannot make the attempt's cgroup: {e}")),
+        },
+        None => None,
+    };
+    let (mut child, lifeline) = match command(spec, cgroup.as_deref())
         .and_then(|(mut command, lifeline)| command.spawn().map(|child| (child, lifeline)))
     {
         Ok(started) => started,
@@ -142,11 +176,7 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
             if let Some(dir) = &spec.groups {
                 super::leftovers::clear_ended(dir);
             }
-            return ProcessEnd {
-                exit: Exit::SpawnFailed(format!("cannot start {}: {e}", spec.program.display())),
-                stdout_tail: String::new(),
-                stderr_tail: String::new(),
-            };
+            return not_started(format!("cannot start {}: {e}", spec.program.display()));
         }
     };
     let leader = child.id().map(|pid| Pid::from_raw(pid as i32));
@@ -158,6 +188,7 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
     };
     let group = GroupKiller {
         group: leader,
+        cgroup: cgroup.clone(),
         _record: record,
         _lifeline: lifeline,
     };
@@ -217,6 +248,18 @@ pub(crate) async fn run(spec: &ProcessSpec, cancel: Option<&Notify>) -> ProcessE
         exit,
         stdout_tail: drain(stdout).await,
         stderr_tail: drain(stderr).await,
+        // Read once everything in it is gone; dropped after, it is removed.
+        accounted: cgroup.map(|cgroup| cgroup.accounted()),
+    }
+}
+
+/// The end of a process that never started, for `why`.
+fn not_started(why: String) -> ProcessEnd {
+    ProcessEnd {
+        exit: Exit::SpawnFailed(why),
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+        accounted: None,
     }
 }
 
@@ -252,11 +295,12 @@ async fn dump_and_wait(spec: &ProcessSpec, group: &GroupKiller, child: &mut toki
 /// How often the grace period checks whether the group is gone.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 
-/// Kills the process group when dropped: at the end of a run, and also when the run is
-/// cancelled (its future dropped because the worker shuts down); then clears its record and
-/// lets go of its lifeline.
+/// Kills the process group, and the attempt's cgroup with whatever left the group, when
+/// dropped: at the end of a run, and also when the run is cancelled (its future dropped because
+/// the worker shuts down); then clears its record and lets go of its lifeline.
 struct GroupKiller {
     group: Option<Pid>,
+    cgroup: Option<Arc<AttemptCgroup>>,
     _record: Option<GroupRecord>,
     _lifeline: Lifeline,
 }
@@ -265,6 +309,9 @@ impl Drop for GroupKiller {
     fn drop(&mut self) {
         if let Some(group) = self.group {
             let _ = killpg(group, Signal::SIGKILL);
+        }
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
         }
     }
 }
@@ -308,7 +355,7 @@ pub(crate) mod tests {
         run(spec, None).await
     }
 
-    fn sh(script: &str, timeout_ms: u64) -> ProcessSpec {
+    pub(crate) fn sh(script: &str, timeout_ms: u64) -> ProcessSpec {
         ProcessSpec {
             program: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()],
@@ -320,6 +367,7 @@ pub(crate) mod tests {
             stdout_limit: TAIL_BYTES,
             groups: None,
             log: None,
+            confine: None,
         }
     }
 

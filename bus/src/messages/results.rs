@@ -69,6 +69,9 @@ pub struct ResultMessage {
         skip_serializing_if = "Option::is_none"
     )]
     pub due_at: Option<DateTime<Utc>>,
+    /// What the attempt's processes used, counted in its cgroup (absent where it had none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::instance::Usage>,
 }
 
 impl ResultMessage {
@@ -100,6 +103,7 @@ impl ResultMessage {
             next_attempt_at,
             stdout_tail: end.stdout_tail.clone(),
             stderr_tail: end.stderr_tail.clone(),
+            usage: end.usage,
             shard: work.shard.clone(),
             trigger: work.trigger,
             due_at: work.due_at,
@@ -133,6 +137,7 @@ impl ResultMessage {
             next_attempt_at: record.next_attempt_at,
             stdout_tail: record.stdout_tail.clone(),
             stderr_tail: record.stderr_tail.clone(),
+            usage: record.usage,
             shard: record.shard.clone(),
             trigger: Some(record.trigger),
             due_at: record.due_at,

@@ -88,7 +88,7 @@ impl std::fmt::Display for Memory {
             (1 << 20, "Mi"),
             (1 << 10, "Ki"),
         ] {
-            if self.0 >= unit && self.0 % unit == 0 {
+            if self.0 >= unit && self.0.is_multiple_of(unit) {
                 return write!(f, "{}{suffix}", self.0 / unit);
             }
         }
@@ -134,7 +134,7 @@ impl Cpu {
 
 impl std::fmt::Display for Cpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0 % 1000 == 0 {
+        if self.0.is_multiple_of(1000) {
             write!(f, "{}", self.0 / 1000)
         } else {
             write!(f, "{}m", self.0)

@@ -12,7 +12,10 @@ use ax_bus::instance::Tag;
 use ax_bus::spec::{DumpSignal, OnTimeoutSpec};
 
 use super::{AttemptContext, ExecResult};
-use crate::worker::process::{self, Exit, OnTimeout, ProcessEnd, ProcessSpec, TAIL_BYTES};
+use ax_bus::spec::resources::Memory;
+
+use crate::worker::cgroup::Confinement;
+use crate::worker::process::{self, Confine, Exit, OnTimeout, ProcessEnd, ProcessSpec, TAIL_BYTES};
 
 /// Largest output file read (bigger ones are refused, not truncated into invalid JSON).
 const MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
@@ -45,6 +48,18 @@ impl Child {
     /// the [`ProcessEnd`] is returned too, for executors that read stdout.
     pub(crate) async fn run(self, ctx: &AttemptContext<'_>) -> (ExecResult, ProcessEnd) {
         let work = ctx.work;
+        let confine = match confine(ctx) {
+            Ok(confine) => confine,
+            Err(refused) => {
+                let ran = ProcessEnd {
+                    exit: Exit::SpawnFailed(refused.clone()),
+                    stdout_tail: String::new(),
+                    stderr_tail: String::new(),
+                    accounted: None,
+                };
+                return (ExecResult::failed(Tag::Rejected, refused), ran);
+            }
+        };
         let output_file = ctx.scratch.join(format!("{}.output.json", work.trace_id));
         let timeout = Duration::from_secs(work.spec.timeout_secs());
         let spec = ProcessSpec {
@@ -58,6 +73,7 @@ impl Child {
             stdout_limit: self.stdout_limit,
             groups: Some(crate::worker::leftovers::dir(ctx.scratch)),
             log: ctx.log.cloned(),
+            confine,
         };
         let ran = process::run(&spec, Some(ctx.cancel)).await;
         let mut result = result_of(&ran, timeout, &work.spec.on_timeout);
@@ -71,9 +87,43 @@ impl Child {
     }
 }
 
+/// The cgroup the attempt runs in, if the worker makes them; why it cannot run, when it asks
+/// for limits this worker cannot enforce (never run unlimited).
+fn confine(ctx: &AttemptContext<'_>) -> Result<Option<Confine>, String> {
+    let resources = ctx.work.spec.resources;
+    match ctx.confinement {
+        Some(Confinement::Cgroups(cgroups)) => match cgroups.refusal(&resources) {
+            Some(why) => Err(why),
+            None => Ok(Some(Confine {
+                cgroups: cgroups.clone(),
+                name: ctx.work.trace_id.to_string(),
+                resources,
+            })),
+        },
+        Some(Confinement::ProcessGroups { why }) if !resources.is_empty() => Err(format!(
+            "this worker cannot enforce `resources`: process groups only ({why})"
+        )),
+        None if !resources.is_empty() => {
+            Err("`resources` are enforced by a worker of a cluster, not in a local run".into())
+        }
+        _ => Ok(None),
+    }
+}
+
 /// How a process's end reads as a result (output not yet read).
 pub(crate) fn result_of(ran: &ProcessEnd, timeout: Duration, spec: &OnTimeoutSpec) -> ExecResult {
+    let oom_killed = ran.accounted.is_some_and(|a| a.oom_killed);
     let (success, tag, message) = match &ran.exit {
+        Exit::Code(code) if *code != 0 && oom_killed => (
+            false,
+            Tag::OomKilled,
+            oom_message(ran, &format!("exit code {code}")),
+        ),
+        Exit::Signal(signal) if oom_killed => (
+            false,
+            Tag::OomKilled,
+            oom_message(ran, &format!("signal {signal}")),
+        ),
         Exit::Code(0) => (true, Tag::Completed, "exit 0".to_string()),
         Exit::Code(code) => (false, Tag::ExitCode, format!("exit code {code}")),
         Exit::Signal(signal) => (false, Tag::Killed, format!("killed by signal {signal}")),
@@ -96,7 +146,19 @@ pub(crate) fn result_of(ran: &ProcessEnd, timeout: Duration, spec: &OnTimeoutSpe
         },
         stdout_tail: ran.stdout_tail.clone(),
         stderr_tail: ran.stderr_tail.clone(),
+        usage: ran.accounted.map(|a| a.usage),
     }
+}
+
+/// What an OOM kill says: the limit and the peak, and how the command ended (`how`).
+fn oom_message(ran: &ProcessEnd, how: &str) -> String {
+    let bytes = |b: Option<u64>| b.map_or("?".to_string(), |b| Memory(b).to_string());
+    let accounted = ran.accounted;
+    format!(
+        "killed by the OOM killer: over its memory limit of {} (peak {}); {how}",
+        bytes(accounted.and_then(|a| a.memory_limit)),
+        bytes(accounted.and_then(|a| a.usage.peak_memory_bytes)),
+    )
 }
 
 /// The process-level form of the spec's `on_timeout`.

@@ -67,6 +67,8 @@ pub struct AttemptContext<'a> {
     pub cluster: Option<&'a ax_bus::AxClient>,
     /// Where a process's output is shipped while it runs; none in a local run.
     pub log: Option<&'a std::sync::Arc<crate::worker::logs::LogSink>>,
+    /// How the worker keeps its attempts apart; process groups only when `None` (a local run).
+    pub confinement: Option<&'a crate::worker::cgroup::Confinement>,
 }
 
 /// How an attempt's work ended.
@@ -86,6 +88,8 @@ pub struct ExecResult {
     pub stdout_tail: String,
     /// The end of stderr.
     pub stderr_tail: String,
+    /// What its processes used, counted in its cgroup.
+    pub usage: Option<ax_bus::Usage>,
 }
 
 impl ExecResult {
@@ -99,6 +103,7 @@ impl ExecResult {
             exit_code: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            usage: None,
         }
     }
 
@@ -112,6 +117,7 @@ impl ExecResult {
             exit_code: None,
             stdout_tail: String::new(),
             stderr_tail: String::new(),
+            usage: None,
         }
     }
 }

@@ -133,6 +133,7 @@ async fn step(program: &str, args: &[&str], what: &str) -> Result<(), String> {
         stdin: None,
         stdout_limit: TAIL_BYTES,
         groups: None,
+        confine: None,
         log: None,
     };
     let ran = process::run(&spec, None).await;

@@ -75,6 +75,7 @@ mod tests {
             values: &values,
             cluster: None,
             log: None,
+            confinement: None,
         };
         Shell.run(&ctx).await
     }

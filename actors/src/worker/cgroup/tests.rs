@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 
 use super::*;
 use crate::worker::process::tests::sh;
-use crate::worker::process::{self, Confine, Exit, ProcessEnd};
+use crate::worker::process::{self, Confine, Exit};
 
 /// Cgroups of a worker of its own (a fresh name per test: tests run side by side).
 fn cgroups() -> Arc<Cgroups> {
@@ -167,7 +167,7 @@ async fn an_attempt_over_its_memory_limit_is_told_oom_killed_with_its_limit_and_
     let accounted = end.accounted.unwrap();
     assert!(!accounted.oom_killed);
     let peak = accounted.usage.peak_memory_bytes.unwrap();
-    assert!(peak >= 256 << 20 && peak < 400 << 20, "peak {peak}");
+    assert!((256 << 20..400 << 20).contains(&peak), "peak {peak}");
 }
 
 #[tokio::test]

@@ -137,7 +137,7 @@ pub enum Denied {
 }
 
 /// The role a request needs: reading (`GET`, `HEAD`) needs a viewer; a change what its route
-/// does needs ([`crate::changes`]) — a command's role, the same the Scheduler checks again; any
+/// does needs (`crate::changes`) — a command's role, the same the Scheduler checks again; any
 /// change no route declares an admin.
 pub fn needed(method: &str, path: &str) -> Role {
     if matches!(method, "GET" | "HEAD") {

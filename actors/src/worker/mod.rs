@@ -105,7 +105,7 @@ pub struct WorkerConfig {
     pub executors: ExecutorsConfig,
     /// The cap of an attempt's shipped log, in bytes (see [`ax_bus::log`]).
     pub log_max_bytes: usize,
-    /// Where its attempts' cgroups are made (`[worker] cgroups`, see [`cgroup`]).
+    /// Where its attempts' cgroups are made (`[worker] cgroups`, see [`CgroupSetting`](crate::CgroupSetting)).
     pub cgroups: cgroup::CgroupSetting,
 }
 

@@ -2,7 +2,7 @@
 //! overlap policy — narrowed to traits so that the decisions (refusals, transitions, what is
 //! told) are unit-tested against memory, while the integration tests keep the real
 //! nats-server. [`AxClient`](ax_bus::AxClient) is the implementation that runs ([`client`]);
-//! [`memory`] holds the in-memory ones the unit tests drive.
+//! `memory` holds the in-memory ones the unit tests drive.
 
 mod client;
 #[cfg(test)]

@@ -231,9 +231,12 @@ mod tests {
         command
             .args(["-c", "sleep 300 & sleep 300"])
             .process_group(0);
-        let lifeline =
-            crate::worker::lifeline::Lifeline::arm(&mut command, Some(dir.path()), Vec::new())
-                .unwrap();
+        let lifeline = crate::worker::lifeline::Lifeline::arm(
+            &mut command,
+            Some(dir.path()),
+            crate::worker::lifeline::CgroupFds::default(),
+        )
+        .unwrap();
         let mut child = command.spawn().unwrap();
         let id = Pid::from_raw(child.id() as i32);
         // The worker died before it wrote its record: only the watcher's empty one is there.

@@ -24,10 +24,12 @@
 //! size; if it is killed on its own, the worker sees its attempt end and kills the group.
 //!
 //! A command that leaves its process group (`setsid`, a daemonizing double fork) escapes the
-//! watcher as it escapes every group kill; an attempt in a cgroup of its own ([`super::cgroup`])
-//! does not escape that: the command writes itself into its cgroup here, after the watcher's
-//! fork and before its exec, so the watcher stays outside what the cgroup counts and limits,
-//! and the command never runs outside it.
+//! group kill; an attempt in a cgroup of its own ([`super::cgroup`]) does not escape its
+//! watcher: the command writes itself into its cgroup here, after the watcher's fork and before
+//! its exec, so the watcher stays outside what the cgroup counts and limits and the command
+//! never runs outside it; and a watcher given the cgroup's `cgroup.kill` (v2) writes it when
+//! the worker dies, before it kills its group, so what left the group dies too even if the
+//! worker never comes back to reap it.
 
 use std::io;
 use std::io::PipeWriter;
@@ -43,6 +45,16 @@ pub(crate) struct Lifeline {
     _held: PipeWriter,
 }
 
+/// The descriptors of an attempt's cgroup that its command and watcher use (open, close-on-exec:
+/// gone from the command once it runs).
+#[derive(Debug, Default)]
+pub(crate) struct CgroupFds {
+    /// Each hierarchy's `cgroup.procs`, which the command writes itself into.
+    pub(crate) procs: Vec<RawFd>,
+    /// Its v2 `cgroup.kill`, which the watcher writes when the worker dies.
+    pub(crate) kill: Option<RawFd>,
+}
+
 impl Lifeline {
     /// Makes `command` start under a watcher tied to the returned lifeline, which must be held
     /// until the command's group is gone. The watcher's end of the pipe stays open in this
@@ -53,12 +65,13 @@ impl Lifeline {
     /// id, see [`super::leftovers`]) before it forks the command: a worker dying between the
     /// spawn and its own, fuller record of the group still leaves the group recorded.
     ///
-    /// With `entries` (the `cgroup.procs` of the attempt's cgroups, open), the command writes
-    /// itself into each before it execs, or exits 126 saying why on its stderr.
+    /// With `cgroup`, the command writes itself into each of its `cgroup.procs` before it
+    /// execs, or exits 126 saying why on its stderr; the watcher kills it whole with its
+    /// `cgroup.kill` when the lifeline goes.
     pub(crate) fn arm(
         command: &mut std::process::Command,
         groups: Option<&std::path::Path>,
-        entries: Vec<RawFd>,
+        cgroup: CgroupFds,
     ) -> io::Result<Self> {
         // Both ends close-on-exec.
         let (watched, held) = io::pipe()?;
@@ -82,7 +95,7 @@ impl Lifeline {
                 if let Some(folder) = &folder {
                     record_group(folder);
                 }
-                stand_watch(fd, &entries)
+                stand_watch(fd, &cgroup)
             });
         }
         Ok(Self { _held: held })
@@ -131,7 +144,7 @@ unsafe fn record_group(folder: &[u8]) {
 ///
 /// # Safety
 /// Only between fork and exec of a `Command` spawn.
-unsafe fn stand_watch(lifeline: RawFd, entries: &[RawFd]) -> io::Result<()> {
+unsafe fn stand_watch(lifeline: RawFd, cgroup: &CgroupFds) -> io::Result<()> {
     let watcher = libc::getpid();
     let command = libc::fork();
     if command < 0 {
@@ -150,7 +163,7 @@ unsafe fn stand_watch(lifeline: RawFd, entries: &[RawFd]) -> io::Result<()> {
         if libc::getppid() != watcher {
             libc::_exit(127);
         }
-        for &entry in entries {
+        for &entry in &cgroup.procs {
             if libc::write(entry, b"0".as_ptr().cast(), 1) != 1 {
                 const SAID: &[u8] = b"ax: cannot enter the attempt's cgroup\n";
                 libc::write(2, SAID.as_ptr().cast(), SAID.len());
@@ -159,14 +172,14 @@ unsafe fn stand_watch(lifeline: RawFd, entries: &[RawFd]) -> io::Result<()> {
         }
         return Ok(());
     }
-    watch(lifeline, command)
+    watch(lifeline, cgroup.kill.unwrap_or(-1), command)
 }
 
 /// The watcher's life: see the module.
 ///
 /// # Safety
 /// Only in the watcher (see [`stand_watch`]).
-unsafe fn watch(lifeline: RawFd, command: libc::pid_t) -> ! {
+unsafe fn watch(lifeline: RawFd, cgroup_kill: RawFd, command: libc::pid_t) -> ! {
     for signal in 1..32 {
         if !matches!(
             signal,
@@ -184,7 +197,7 @@ unsafe fn watch(lifeline: RawFd, command: libc::pid_t) -> ! {
         }
     }
     libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-    close_all_but(lifeline);
+    close_all_but(&[lifeline, cgroup_kill]);
     // Where the kernel has no process descriptors, the end is polled for instead.
     let pidfd = libc::syscall(libc::SYS_pidfd_open, command, 0) as libc::c_int;
     loop {
@@ -204,6 +217,10 @@ unsafe fn watch(lifeline: RawFd, command: libc::pid_t) -> ! {
         let ready = libc::poll(fds.as_mut_ptr(), watched, timeout_ms);
         if ready > 0 && fds[0].revents != 0 {
             // Nobody ever writes to the lifeline: any event is its hang-up, the worker's end.
+            // The cgroup first (this process is outside it), then the group, this one with it.
+            if cgroup_kill >= 0 {
+                libc::write(cgroup_kill, b"1".as_ptr().cast(), 1);
+            }
             libc::kill(0, libc::SIGKILL);
         }
         let mut status = 0;
@@ -236,23 +253,44 @@ unsafe fn end_as(status: libc::c_int) -> ! {
     libc::_exit(1)
 }
 
-/// Closes every descriptor but `keep`: the watcher must hold no write end of another
-/// attempt's lifeline (two watchers holding each other's would never see the worker die), nor
-/// the worker's sockets and pipes.
-unsafe fn close_all_but(keep: RawFd) {
-    let ranged = |low: RawFd, high: libc::c_uint| {
-        libc::syscall(libc::SYS_close_range, low as libc::c_uint, high, 0) == 0
+/// Closes every descriptor but those of `keep` (negative ones stand for none): the watcher
+/// must hold no write end of another attempt's lifeline (two watchers holding each other's
+/// would never see the worker die), nor the worker's sockets and pipes.
+unsafe fn close_all_but(keep: &[RawFd]) {
+    let mut kept = [-1 as RawFd; 2];
+    let count = keep.len().min(kept.len());
+    kept[..count].copy_from_slice(&keep[..count]);
+    kept.sort_unstable();
+    let ranged = |low: RawFd, high: RawFd| {
+        high < low
+            || libc::syscall(
+                libc::SYS_close_range,
+                low as libc::c_uint,
+                high as libc::c_uint,
+                0,
+            ) == 0
     };
-    let below = keep == 0 || ranged(0, (keep - 1) as libc::c_uint);
-    let above = ranged(keep + 1, libc::c_uint::MAX);
-    if below && above {
+    // The ranges between the kept ones, then everything above the last.
+    let mut low = 0;
+    let mut closed = true;
+    for &fd in kept.iter().filter(|&&fd| fd >= 0) {
+        closed &= ranged(low, fd - 1);
+        low = fd + 1;
+    }
+    closed &= libc::syscall(
+        libc::SYS_close_range,
+        low as libc::c_uint,
+        libc::c_uint::MAX,
+        0,
+    ) == 0;
+    if closed {
         return;
     }
     let limit = match libc::sysconf(libc::_SC_OPEN_MAX) {
         n if n > 0 => n.min(1 << 20) as RawFd,
         _ => 1 << 16,
     };
-    for fd in (0..limit).filter(|&fd| fd != keep) {
+    for fd in (0..limit).filter(|fd| !kept.contains(fd)) {
         libc::close(fd);
     }
 }
@@ -266,7 +304,7 @@ mod tests {
     fn started(script: &str) -> (std::process::Child, Lifeline) {
         let mut command = std::process::Command::new("/bin/sh");
         command.args(["-c", script]).process_group(0);
-        let lifeline = Lifeline::arm(&mut command, None, Vec::new()).unwrap();
+        let lifeline = Lifeline::arm(&mut command, None, CgroupFds::default()).unwrap();
         (command.spawn().unwrap(), lifeline)
     }
 

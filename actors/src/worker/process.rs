@@ -152,8 +152,8 @@ fn command(
     if let Some(dir) = &spec.workdir {
         command.current_dir(dir);
     }
-    let entries = cgroup.map(AttemptCgroup::entries).unwrap_or_default();
-    let lifeline = Lifeline::arm(command.as_std_mut(), spec.groups.as_deref(), entries)?;
+    let fds = cgroup.map(AttemptCgroup::fds).unwrap_or_default();
+    let lifeline = Lifeline::arm(command.as_std_mut(), spec.groups.as_deref(), fds)?;
     Ok((command, lifeline))
 }
 

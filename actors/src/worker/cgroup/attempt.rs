@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use ax_bus::spec::resources::Resources;
 use ax_bus::Usage;
 
 use super::{Controller, Place};
+use crate::worker::lifeline::CgroupFds;
 
 /// The cgroup period the CPU limit is a share of (100 ms, the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
@@ -25,6 +26,8 @@ pub(crate) struct AttemptCgroup {
     dirs: Vec<(PathBuf, Place)>,
     /// Each `cgroup.procs`, open for the command to write itself into.
     procs: Vec<File>,
+    /// Its v2 `cgroup.kill`, open for the watcher to write when the worker dies.
+    killer: Option<File>,
     /// The memory limit it was given.
     memory_limit: Option<u64>,
 }
@@ -46,6 +49,7 @@ impl AttemptCgroup {
         let mut made = Self {
             dirs: Vec::new(),
             procs: Vec::new(),
+            killer: None,
             memory_limit: resources.memory.map(|m| m.0),
         };
         for place in places {
@@ -65,6 +69,13 @@ impl AttemptCgroup {
                     .open(&procs)
                     .map_err(|e| named(e, &procs))?,
             );
+            if place.unified && made.killer.is_none() {
+                // Kernels before 5.14 have none: the restarted worker's reap is left then.
+                made.killer = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.kill"))
+                    .ok();
+            }
         }
         Ok(made)
     }
@@ -75,9 +86,12 @@ impl AttemptCgroup {
         self.dirs.iter().map(|(dir, _)| dir.clone()).collect()
     }
 
-    /// The descriptors the command writes itself into (close-on-exec: gone once it runs).
-    pub(crate) fn entries(&self) -> Vec<RawFd> {
-        self.procs.iter().map(AsRawFd::as_raw_fd).collect()
+    /// The descriptors the command writes itself into and its watcher kills it with.
+    pub(crate) fn fds(&self) -> CgroupFds {
+        CgroupFds {
+            procs: self.procs.iter().map(AsRawFd::as_raw_fd).collect(),
+            kill: self.killer.as_ref().map(AsRawFd::as_raw_fd),
+        }
     }
 
     /// Kills every process in it, wherever it went in its session or group.
@@ -123,6 +137,7 @@ impl Drop for AttemptCgroup {
     fn drop(&mut self) {
         self.kill();
         self.procs.clear();
+        self.killer = None;
         let dirs: Vec<(PathBuf, Place)> = std::mem::take(&mut self.dirs);
         if dirs.iter().all(|(dir, _)| std::fs::remove_dir(dir).is_ok()) {
             return;

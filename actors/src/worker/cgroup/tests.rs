@@ -202,6 +202,40 @@ async fn cpu_time_is_counted_as_the_process_used_it_and_held_to_its_limit() {
 }
 
 #[tokio::test]
+async fn the_watcher_kills_what_left_its_process_group_when_the_worker_dies() {
+    use std::os::unix::process::CommandExt;
+    let cgroups = cgroups();
+    let cgroup = cgroups
+        .attempt("worker-died", &Resources::default())
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("escaped.pid");
+    let mut command = std::process::Command::new("/bin/sh");
+    command
+        .args(["-c", &escaping(&pid_file, "sleep 600")])
+        .process_group(0);
+    let lifeline =
+        crate::worker::lifeline::Lifeline::arm(&mut command, None, cgroup.fds()).unwrap();
+    let mut child = command.spawn().unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !pid_file.exists() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let escaped = escaped_pid(&pid_file);
+    assert!(!gone(escaped));
+    // The worker's end of the lifeline goes as it does when the worker dies; its cgroup is
+    // kept (nothing of the worker runs to kill it).
+    drop(lifeline);
+    assert!(
+        until_gone(escaped).await,
+        "{escaped} left its group and outlived its worker"
+    );
+    let _ = child.wait();
+    drop(cgroup);
+}
+
+#[tokio::test]
 async fn a_restarted_worker_kills_and_removes_what_its_predecessor_left() {
     let name = format!("test-{}", ax_bus::ids::TraceId::random());
     let before = Cgroups::set_up(&CgroupSetting::Auto, &name).unwrap();

@@ -3,6 +3,7 @@
 use anyhow::{anyhow, Result};
 
 use ax_bus::messages::{QueueRequest, WorkerInfo};
+use ax_bus::room::Isolation;
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
@@ -104,6 +105,12 @@ pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
                 info.tags.join(",")
             },
             info.executors.join(","),
+            info.isolation
+                .as_ref()
+                .map_or_else(|| "-".into(), Isolation::walls),
+            info.isolation
+                .as_ref()
+                .map_or_else(|| "-".into(), Isolation::room),
             if alive {
                 format!("{age:.1}s ago")
             } else {
@@ -131,6 +138,8 @@ pub(crate) async fn workers(client: &AxClient, json: bool) -> Result<()> {
             "SCORE",
             "TAGS",
             "EXECUTORS",
+            "WALLS",
+            "ROOM",
             "HEARTBEAT",
         ],
         &rows,

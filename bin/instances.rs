@@ -216,6 +216,10 @@ pub(crate) async fn get(client: &AxClient, id: &InstanceId, json: bool) -> Resul
             record.exit_code.map_or("-".into(), |c| c.to_string()),
         ),
         ("message", record.message.clone()),
+        (
+            "usage",
+            record.usage.map_or_else(|| "-".into(), |u| u.to_string()),
+        ),
         ("output", record.output.to_string()),
         ("params", serde_json::to_string(&record.params)?),
     ];
@@ -238,13 +242,14 @@ pub(crate) async fn get(client: &AxClient, id: &InstanceId, json: bool) -> Resul
                     table::time(a.started_at),
                     table::time(a.finished_at),
                     a.exit_code.map_or("-".into(), |c| c.to_string()),
+                    a.usage.map_or_else(|| "-".into(), |u| u.to_string()),
                     table::short(&a.message, 60),
                 ]
             })
             .collect();
         table::print(
             &[
-                "ATTEMPT", "STATE", "WORKER", "STARTED", "ENDED", "EXIT", "MESSAGE",
+                "ATTEMPT", "STATE", "WORKER", "STARTED", "ENDED", "EXIT", "USAGE", "MESSAGE",
             ],
             &rows,
         );

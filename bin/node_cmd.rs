@@ -67,6 +67,7 @@ fn worker_config(
         dispatch_ack_wait: file.worker.dispatch_ack_wait()?,
         log_max_bytes: file.worker.log_max_bytes()?,
         cgroups: file.worker.cgroups()?,
+        offer: file.worker.offer(),
         executors: ExecutorsConfig {
             databases: file.databases.clone(),
             plugin_dir: file.worker.plugin_dir.clone(),

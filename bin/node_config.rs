@@ -22,6 +22,8 @@
 //! log_max_bytes = 8388608               # cap of an attempt's shipped log (head and tail kept)
 //! cgroups = "auto"                      # each attempt in a cgroup below the worker's ("auto"),
 //!                                       # below a delegated cgroup v2 directory (a path), or "off"
+//! memory = "16Gi"                       # offered to attempts asking for memory (the host's)
+//! cpu = 8                               # offered to attempts asking for CPU (its cores)
 //!
 //! [worker.adaptive]                     # slots follow the machine's pressure, within min..max
 //! min = 2                               # (slots above is where the budget starts)
@@ -74,14 +76,15 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use ax_actors::Adaptive;
-use ax_actors::CgroupSetting;
 use ax_actors::RouterConfig;
 use ax_actors::DEFAULT_DISPATCH_ACK_WAIT;
 use ax_actors::DEFAULT_MAX_CLOCK_SKEW;
+use ax_actors::{CgroupSetting, Offer};
 use ax_actors::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 use ax_bus::client::NatsAuth;
 use ax_bus::messages::Reserved;
 use ax_bus::routing::RoutingPolicy;
+use ax_bus::spec::resources::{Cpu, Memory};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -555,6 +558,10 @@ pub(crate) struct WorkerSection {
     pub log_max_bytes: Option<u64>,
     /// Where attempts' cgroups are made: `auto`, `off`, or a cgroup v2 directory.
     pub cgroups: Option<String>,
+    /// The memory offered to attempts that ask for some (`16Gi`; the host's by default).
+    pub memory: Option<Memory>,
+    /// The CPU offered to attempts that ask for some (cores, `8` or `7500m`; its cores).
+    pub cpu: Option<Cpu>,
     /// Slots that follow the machine's pressure.
     pub adaptive: Option<AdaptiveSection>,
 }
@@ -629,6 +636,14 @@ impl WorkerSection {
                 "[worker] cgroups = {other:?}: must be \"auto\", \"off\" or the absolute path of a cgroup v2 directory delegated to the worker"
             ),
         })
+    }
+
+    /// What the worker offers attempts that ask for resources.
+    pub(crate) fn offer(&self) -> Offer {
+        Offer {
+            memory: self.memory.map(|m| m.0),
+            cpu: self.cpu.map(|c| c.0),
+        }
     }
 
     /// The cap of an attempt's log, defaulted; an error names the field.
@@ -872,6 +887,20 @@ mod tests {
             kept.retention.retention().unwrap().results,
             Some(ax_bus::duration::MAX)
         );
+    }
+
+    #[test]
+    fn what_a_worker_offers_is_read_in_kubernetes_units_and_a_bad_one_names_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("n.toml");
+        std::fs::write(&path, "[worker]\nmemory = \"16Gi\"\ncpu = \"7500m\"\n").unwrap();
+        let offer = read(&path).unwrap().worker.offer();
+        assert_eq!(offer.memory, Some(16 << 30));
+        assert_eq!(offer.cpu, Some(7500));
+        std::fs::write(&path, "[worker]\nslots = 2\nmemory = \"lots\"\n").unwrap();
+        let err = read(&path).unwrap_err().to_string();
+        assert!(err.contains("n.toml:3"), "{err}");
+        assert!(err.contains("lots"), "{err}");
     }
 
     #[test]

@@ -547,7 +547,13 @@ async fn an_operator_runs_ax_from_the_browser() {
 
     // The fleet: the worker, the node, and a queue paused and resumed from its page.
     browser.open(&format!("{base}/workers")).await;
-    assert!(browser.text("#workers").await.contains("local"));
+    let workers = browser.text("#workers").await;
+    assert!(workers.contains("local"), "{workers}");
+    // How the worker keeps its attempts apart, and the room it offers them.
+    assert!(
+        workers.contains("cgroups: memory") && workers.contains(" CPU free"),
+        "{workers}"
+    );
     // Scored as the Routers score: their policy, read from the node's heartbeat.
     let policy = browser.text("#routing-policy").await;
     assert!(
@@ -752,11 +758,13 @@ async fn a_running_attempts_log_is_followed_on_its_page_with_a_tab_per_attempt()
     browser
         .reload_until("the re-run's tab", "#logs", |t| t.contains("attempt 2"))
         .await;
-    // The history is grouped by attempt, each saying how long it ran and how it ended.
+    // The history is grouped by attempt, each saying how long it ran, how it ended and what
+    // it used (its worker runs it in a cgroup).
     let first = browser.text("#history-1").await;
     assert!(
         first.starts_with("Attempt 1 — ran ")
-            && first.ends_with(" on local: success completed, exit code 0"),
+            && first.contains(" on local: success completed, exit code 0; used cpu ")
+            && first.contains(" s, peak memory "),
         "{first}"
     );
     browser.element("#history-2").await;

@@ -46,6 +46,7 @@ mod protocol;
 mod provisioning;
 mod python_client;
 mod rerun_backfill;
+mod resources;
 mod retention;
 mod scale_out;
 mod shards;

@@ -64,6 +64,7 @@ pub fn simulated_worker(index: usize, classes: usize) -> Option<WorkerInfo> {
         reserved: Default::default(),
         budget: None,
         attempts: Vec::new(),
+        isolation: None,
         version: env!("CARGO_PKG_VERSION").into(),
         started_at: ax_bus::time::now(),
     })

@@ -50,7 +50,7 @@ pub use scheduler::fire_schedule::FireSchedule;
 pub use scheduler::new_instance::NewInstance;
 pub use scheduler::partitions::Partitions;
 pub use scheduler::Scheduler;
-pub use worker::cgroup::{CgroupSetting, Cgroups, Confinement};
+pub use worker::cgroup::{CgroupSetting, Cgroups, Confinement, Offer};
 pub use worker::executor::{ExecResult, ExecutorError, ExecutorsConfig};
 pub use worker::local_run::{run_locally, LocalRun, LocalRunEnd};
 pub use worker::{

@@ -96,6 +96,18 @@ pub struct Metrics {
     pub day_trigger_latency: Family<Day, Gauge<f64, AtomicU64>>,
     /// The day's longest attempt, as `ax status` gives it (read when scraped).
     pub day_longest_run: Family<Day, Gauge<f64, AtomicU64>>,
+    /// CPU time of the attempts that ended on this worker, by job (from their cgroups).
+    pub attempt_cpu: Family<JobLabel, Histogram, fn() -> Histogram>,
+    /// Peak memory of the attempts that ended on this worker, by job (from their cgroups).
+    pub attempt_peak_memory: Family<JobLabel, Histogram, fn() -> Histogram>,
+}
+
+/// A job, as a label: `job_name`, since Prometheus gives every scraped series a `job` of its
+/// own (the scrape job's) and would rename ours.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabel {
+    /// Its name.
+    pub job_name: String,
 }
 
 /// A day of the summary, as labels: its date and the time zone the date is in.
@@ -191,6 +203,10 @@ impl Metrics {
             day_trigger_latency,
             day_longest_run,
         } = Reads::register(registry);
+        let Used {
+            attempt_cpu,
+            attempt_peak_memory,
+        } = Used::register(registry);
         registry.register_collector(Box::new(ActorCollector));
         Self {
             registry: root,
@@ -220,6 +236,8 @@ impl Metrics {
             day_ended,
             day_trigger_latency,
             day_longest_run,
+            attempt_cpu,
+            attempt_peak_memory,
         }
     }
 
@@ -279,6 +297,23 @@ impl Metrics {
             self.day_longest_run
                 .get_or_create(&day)
                 .set(longest.duration_ms as f64 / 1000.0);
+        }
+    }
+
+    /// Observes what an attempt of `job` used, as far as its worker counted it.
+    pub fn attempt_used(&self, job: &str, usage: ax_bus::Usage) {
+        let label = JobLabel {
+            job_name: job.into(),
+        };
+        if let Some(ms) = usage.cpu_ms {
+            self.attempt_cpu
+                .get_or_create(&label)
+                .observe(ms as f64 / 1000.0);
+        }
+        if let Some(bytes) = usage.peak_memory_bytes {
+            self.attempt_peak_memory
+                .get_or_create(&label)
+                .observe(bytes as f64);
         }
     }
 
@@ -370,6 +405,40 @@ impl Attempts {
             dispatch_to_ack,
             retries,
             dead_letters,
+        }
+    }
+}
+
+/// The families of what attempts used, per job: their CPU time and peak memory.
+struct Used {
+    attempt_cpu: Family<JobLabel, Histogram, fn() -> Histogram>,
+    attempt_peak_memory: Family<JobLabel, Histogram, fn() -> Histogram>,
+}
+
+impl Used {
+    fn register(r: &mut Registry) -> Self {
+        // 10 ms to about 11 hours of CPU; 1 MiB to 1 TiB of memory.
+        let cpu: Family<JobLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.01, 4.0, 12)));
+        r.register_with_unit(
+            "attempt_cpu",
+            "CPU time, user and system, of the attempts that ended on this worker, by job (from their cgroups)",
+            Unit::Seconds,
+            cpu.clone(),
+        );
+        let memory: Family<JobLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1024.0 * 1024.0, 4.0, 11))
+            });
+        r.register_with_unit(
+            "attempt_peak_memory",
+            "The most memory the processes of the attempts that ended on this worker held at once, by job (from their cgroups)",
+            Unit::Bytes,
+            memory.clone(),
+        );
+        Self {
+            attempt_cpu: cpu,
+            attempt_peak_memory: memory,
         }
     }
 }
@@ -793,6 +862,13 @@ mod tests {
         m.attempt_finished(true, ax_bus::Tag::Completed, Some(0.5));
         m.attempt_finished(false, ax_bus::Tag::Timeout, Some(2.0));
         m.fire_lateness.observe(0.003);
+        m.attempt_used(
+            "etl_daily",
+            ax_bus::Usage {
+                cpu_ms: Some(1500),
+                peak_memory_bytes: Some(3 << 20),
+            },
+        );
         m.set_queue_depths(&[ax_bus::client::status::QueueDepth {
             queue: "ready_low".into(),
             pending: 150,
@@ -806,6 +882,9 @@ mod tests {
             "ax_attempts_finished_total{outcome=\"failure\",tag=\"timeout\"}",
             "ax_queue_pending{queue=\"ready_low\"} 150",
             "ax_queue_ack_pending{queue=\"ready_low\"} 2",
+            "ax_attempt_cpu_seconds_sum{job_name=\"etl_daily\"} 1.5",
+            "ax_attempt_cpu_seconds_bucket{job_name=\"etl_daily\",le=\"2.56\"} 1",
+            "ax_attempt_peak_memory_bytes_bucket{job_name=\"etl_daily\",le=\"4.194304e+06\"} 1",
             "process_cpu_seconds_total",
             "process_resident_memory_bytes",
         ] {

@@ -177,6 +177,9 @@ pub struct Attempt {
     pub message: String,
     /// The last bytes of its stderr.
     pub stderr_tail: String,
+    /// What its processes used, where its worker counted it (see [`crate::Usage`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::Usage>,
 }
 
 impl Attempt {
@@ -192,6 +195,7 @@ impl Attempt {
             exit_code: record.exit_code,
             message: record.message.clone(),
             stderr_tail: record.stderr_tail.clone(),
+            usage: record.usage,
         }
     }
 }
@@ -739,7 +743,7 @@ mod tests {
         scheduled.tag = Tag::Scheduled;
         let released = written(&scheduled, 1, "s1", scheduled.released(&tr(1), 0).unwrap());
         assert_eq!(released.writes, None, "not created as queued");
-        let no_worker = written(&r0, 1, "r1", r0.no_worker(&tr(1)).unwrap());
+        let no_worker = written(&r0, 1, "r1", r0.no_worker(&tr(1), None).unwrap());
         let started = no_worker
             .started(&tr(1), &node("w1"), at(2), &note("r1", 1, 1, &[]))
             .unwrap();

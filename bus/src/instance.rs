@@ -529,6 +529,23 @@ pub struct Usage {
     pub peak_memory_bytes: Option<u64>,
 }
 
+impl std::fmt::Display for Usage {
+    /// `cpu 1.234 s, peak memory 63.9Mi`; a figure not counted is left out (`-`: neither).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut said = Vec::new();
+        if let Some(ms) = self.cpu_ms {
+            said.push(format!("cpu {:.3} s", ms as f64 / 1000.0));
+        }
+        if let Some(bytes) = self.peak_memory_bytes {
+            said.push(format!("peak memory {}", crate::room::about(bytes)));
+        }
+        if said.is_empty() {
+            return f.write_str("-");
+        }
+        f.write_str(&said.join(", "))
+    }
+}
+
 impl AttemptEnd {
     /// An end at `finished_at` with nothing more to say: no message, output, process or start
     /// (a refusal, a dead letter; the rest set by the caller where there is more).
@@ -723,15 +740,22 @@ impl InstanceRecord {
         Ok(())
     }
 
-    /// The Router found no live worker for the current attempt; it keeps trying.
-    pub fn no_worker(&self, trace_id: &TraceId) -> Result<Self, TransitionRefused> {
+    /// The Router found no live worker for the current attempt (`why`, where it is more than
+    /// none offering its executor and tags: no room for its resources); it keeps trying.
+    pub fn no_worker(
+        &self,
+        trace_id: &TraceId,
+        why: Option<&str>,
+    ) -> Result<Self, TransitionRefused> {
         self.check_current(trace_id)?;
         if self.tag == Tag::Executing {
             return Err(TransitionRefused::AlreadyStarted);
         }
         let mut next = self.clone();
         next.tag = Tag::NoWorker;
-        next.message = "no live worker offers this job's executor and tags".into();
+        next.message = why
+            .unwrap_or("no live worker offers this job's executor and tags")
+            .into();
         Ok(next)
     }
 

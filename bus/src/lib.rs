@@ -42,6 +42,7 @@ pub mod msg_id;
 pub mod openlineage;
 pub mod partition;
 pub mod reply_to;
+pub mod room;
 pub mod routing;
 pub mod spec;
 pub mod subjects;

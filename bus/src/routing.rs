@@ -100,6 +100,7 @@ mod tests {
             reserved: Default::default(),
             budget: None,
             attempts: Vec::new(),
+            isolation: None,
             version: "t".into(),
             started_at: crate::time::now(),
         }

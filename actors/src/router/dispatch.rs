@@ -84,7 +84,7 @@ impl Dispatcher {
                 );
                 Ok(())
             }
-            Target::NoWorker => {
+            Target::NoWorker | Target::NoRoom(_) => {
                 publish::to_stream_acked(
                     &self.client,
                     self.client.subjects().ready(work.spec.priority),
@@ -157,7 +157,7 @@ impl Dispatcher {
         let target = self.target(&work, excluded.clone()).await;
         let to = match target {
             Target::Worker(worker) => Some(worker),
-            Target::NoWorker => None,
+            Target::NoWorker | Target::NoRoom(_) => None,
             // A pinned attempt has nowhere else to go.
             Target::PinnedGone(pin) => return self.fail_pinned(&work, &pin).await,
         };
@@ -264,12 +264,13 @@ impl Dispatcher {
         });
     }
 
-    /// Tags the record `no_worker` and says so in an event (a refusal means the attempt moved
-    /// on).
-    pub(super) async fn note_no_worker(&self, work: &WorkItem) {
+    /// Tags the record `no_worker`, saying `why` where the fleet said more than that no worker
+    /// offers its tags and executor, and says so in an event (a refusal means the attempt
+    /// moved on).
+    pub(super) async fn note_no_worker(&self, work: &WorkItem, why: Option<&str>) {
         match self
             .client
-            .update_instance(&work.instance_id, |r| r.no_worker(&work.trace_id))
+            .update_instance(&work.instance_id, |r| r.no_worker(&work.trace_id, why))
             .await
         {
             Ok(Updated::Written(record, _)) => publish::event(&self.client, &record).await,

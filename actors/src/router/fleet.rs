@@ -10,6 +10,11 @@
 //! eligible classes — those whose tags include all the job's tags and whose executors include
 //! its type — are computed once per (tags, type) and cached. The clock and the random source
 //! are given to the fleet, so its choices can be tested exactly.
+//!
+//! An attempt whose job asks for `resources` goes only to a worker that can limit them and has
+//! room for them ([`ax_bus::room`]): what its heartbeat says its running attempts asked for,
+//! plus what this Router sent it since. When no eligible worker has room, the choice says why
+//! ([`Target::NoRoom`]), naming the request and the largest room there is.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -19,7 +24,9 @@ use rand::{Rng, SeedableRng};
 
 use ax_bus::ids::WorkerId;
 use ax_bus::messages::{WorkItem, WorkerInfo};
+use ax_bus::room::{self, Isolation, Lack, Requested};
 use ax_bus::routing::RoutingPolicy;
+use ax_bus::spec::resources::Resources;
 
 /// Where an attempt goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +35,8 @@ pub(crate) enum Target {
     Worker(WorkerId),
     /// Nobody can take it now.
     NoWorker,
+    /// Workers could take it but none has room for its `resources` now: why.
+    NoRoom(String),
     /// It may run on this worker only, and that worker is gone.
     PinnedGone(WorkerId),
 }
@@ -39,6 +48,7 @@ pub(crate) struct Request {
     pub(crate) pin: Option<WorkerId>,
     pub(crate) tags: Vec<String>,
     pub(crate) kind: String,
+    pub(crate) resources: Resources,
 }
 
 impl Request {
@@ -48,6 +58,7 @@ impl Request {
             pin: work.pin.clone(),
             tags: work.spec.tags.clone(),
             kind: work.spec.exec.name().to_string(),
+            resources: work.spec.resources,
         }
     }
 }
@@ -89,7 +100,25 @@ struct Member {
     last_seen: Instant,
     /// Sent by this Router since the last heartbeat.
     recent: u32,
+    /// What those asked for.
+    recent_asked: Requested,
     rank: Rank,
+}
+
+impl Member {
+    /// What stops an attempt asking for `resources` from going to it (`None`: it fits).
+    fn lacks(&self, resources: &Resources) -> Option<Lack> {
+        if resources.is_empty() {
+            return None;
+        }
+        // A worker of a version before isolation limits nothing.
+        let limits_nothing = Isolation::default();
+        self.info
+            .isolation
+            .as_ref()
+            .unwrap_or(&limits_nothing)
+            .lacks(resources, self.recent_asked)
+    }
 }
 
 /// The workers as this Router sees them.
@@ -158,16 +187,18 @@ impl Fleet {
             if !self.alive(worker) {
                 return Target::PinnedGone(worker.clone());
             }
-            self.charge(worker);
+            self.charge(worker, Requested::of(&request.resources));
             return Target::Worker(worker.clone());
         }
-        self.pick(&request.tags, &request.kind, excluded)
-            .or_else(|| {
-                (!excluded.is_empty())
-                    .then(|| self.pick(&request.tags, &request.kind, &[]))
-                    .flatten()
-            })
-            .map_or(Target::NoWorker, Target::Worker)
+        let mut chosen = self.fitting(request, excluded);
+        if chosen.is_err() && !excluded.is_empty() {
+            chosen = self.fitting(request, &[]);
+        }
+        match chosen {
+            Ok(worker) => Target::Worker(worker),
+            Err(lacks) if lacks.is_empty() => Target::NoWorker,
+            Err(lacks) => Target::NoRoom(room::nowhere(&request.resources, &lacks)),
+        }
     }
 
     /// A heartbeat arrived (`seen` is when, for a heartbeat replayed at start).
@@ -192,6 +223,7 @@ impl Fleet {
                 class,
                 last_seen: seen,
                 recent: 0,
+                recent_asked: Requested::default(),
                 rank,
             },
         );
@@ -206,22 +238,35 @@ impl Fleet {
         Some(member.info)
     }
 
-    /// The best live worker for a job with `tags` and executor `kind`, other than those in
-    /// `exclude`; it is counted as one attempt busier.
+    /// The best live worker for a job with `tags` and executor `kind` that asks for no
+    /// resources, other than those in `exclude`; it is counted as one attempt busier.
     pub(crate) fn pick(
         &mut self,
         tags: &[String],
         kind: &str,
         exclude: &[WorkerId],
     ) -> Option<WorkerId> {
-        let key = (sorted(tags), kind.to_string());
+        let request = Request {
+            pin: None,
+            tags: tags.to_vec(),
+            kind: kind.to_string(),
+            resources: Resources::default(),
+        };
+        self.fitting(&request, exclude).ok()
+    }
+
+    /// The best live worker for `request` with room for its resources, other than those in
+    /// `exclude`, counted as one attempt busier; or what each live eligible worker lacks (none:
+    /// no live worker offers its tags and executor).
+    fn fitting(&mut self, request: &Request, exclude: &[WorkerId]) -> Result<WorkerId, Vec<Lack>> {
+        let key = (sorted(&request.tags), request.kind.clone());
+        let (tags, kind) = (&key.0, key.1.as_str());
         if !self.eligible.contains_key(&key) {
             let classes = self
                 .classes
                 .keys()
                 .filter(|c| {
-                    c.executors.iter().any(|e| e == kind)
-                        && key.0.iter().all(|t| c.tags.contains(t))
+                    c.executors.iter().any(|e| e == kind) && tags.iter().all(|t| c.tags.contains(t))
                 })
                 .cloned()
                 .collect();
@@ -229,13 +274,27 @@ impl Fleet {
         }
         let now = (self.now)();
         let mut best: Option<Rank> = None;
+        let mut lacks = Vec::new();
         for class in self.eligible.get(&key).into_iter().flatten() {
             let Some(set) = self.classes.get(class) else {
                 continue;
             };
-            // Skip the excluded and the silent (few: the janitor removes the dead).
+            // Skip the excluded and the silent (few: the janitor removes the dead), and those
+            // without room (none, for work that asks for nothing).
             let candidate = set.iter().find(|(_, _, id)| {
-                !exclude.contains(id) && self.members.get(id).is_some_and(|m| self.fresh(m, now))
+                let Some(member) = self.members.get(id) else {
+                    return false;
+                };
+                if exclude.contains(id) || !self.fresh(member, now) {
+                    return false;
+                }
+                match member.lacks(&request.resources) {
+                    None => true,
+                    Some(lack) => {
+                        lacks.push(lack);
+                        false
+                    }
+                }
             });
             if let Some(rank) = candidate {
                 if best.as_ref().is_none_or(|b| rank < b) {
@@ -243,9 +302,11 @@ impl Fleet {
                 }
             }
         }
-        let (_, _, id) = best?;
-        self.charge(&id);
-        Some(id)
+        let Some((_, _, id)) = best else {
+            return Err(lacks);
+        };
+        self.charge(&id, Requested::of(&request.resources));
+        Ok(id)
     }
 
     /// Whether `id` is in the registry as this Router sees it, alive or not yet judged dead.
@@ -276,12 +337,13 @@ impl Fleet {
         ids
     }
 
-    /// Counts one more attempt sent to `id` (re-ranks it).
-    fn charge(&mut self, id: &str) {
+    /// Counts one more attempt sent to `id`, asking for `asked` (re-ranks it).
+    fn charge(&mut self, id: &str, asked: Requested) {
         let Some(member) = self.members.get_mut(id) else {
             return;
         };
         member.recent += 1;
+        member.recent_asked = member.recent_asked.plus(asked);
         let rank = (
             Score(self.policy.score(&member.info, member.recent)),
             self.draws.random(),
@@ -357,6 +419,7 @@ mod tests {
             reserved: Default::default(),
             budget: None,
             attempts: vec![],
+            isolation: None,
             version: "t".into(),
             started_at: ax_bus::time::now(),
         }
@@ -406,7 +469,81 @@ mod tests {
             pin: pin.map(|p| WorkerId::parse(p).unwrap()),
             tags: tags.iter().map(|t| t.to_string()).collect(),
             kind: kind.into(),
+            resources: Resources::default(),
         }
+    }
+
+    /// A worker that limits memory and CPU, offering `memory` and `cores`, of which its running
+    /// attempts asked for `asked`.
+    fn roomy(id: &str, memory: &str, cores: u32, asked: &str) -> WorkerInfo {
+        let parse = |m: &str| ax_bus::spec::resources::Memory::parse(m).unwrap().0;
+        WorkerInfo {
+            isolation: Some(Isolation {
+                cgroups: true,
+                said: String::new(),
+                limits: vec!["memory".into(), "cpu".into(), "pids".into()],
+                memory_bytes: parse(memory),
+                cpu_millis: cores * 1000,
+                requested: Requested {
+                    memory_bytes: parse(asked),
+                    cpu_millis: 0,
+                },
+            }),
+            ..info(id, &[], 0, cores, 0.0)
+        }
+    }
+
+    fn asking(memory: &str) -> Request {
+        Request {
+            resources: Resources {
+                memory: Some(ax_bus::spec::resources::Memory::parse(memory).unwrap()),
+                ..Resources::default()
+            },
+            ..request(None, &[], "shell")
+        }
+    }
+
+    #[test]
+    fn work_asking_for_memory_goes_where_there_is_room_and_says_why_when_none_has() {
+        let clock = TestClock::new();
+        let mut fleet = clock.fleet(7);
+        let now = clock.now();
+        fleet.heartbeat(roomy("big", "8Gi", 4, "0"), now);
+        fleet.heartbeat(roomy("small", "4Gi", 4, "2Gi"), now);
+        fleet.heartbeat(info("old", &[], 0, 64, 0.0), now);
+        // The old worker limits nothing: it gets work asking for nothing, never the rest.
+        assert_eq!(fleet.choose(&asking("4Gi"), &[]), worker("big"));
+        assert_eq!(fleet.choose(&asking("4Gi"), &[]), worker("big"));
+        assert_eq!(
+            fleet.choose(&asking("4Gi"), &[]),
+            Target::NoRoom("no worker with 4Gi memory free; largest 2Gi".into()),
+            "what this Router sent since the heartbeats counts"
+        );
+        assert_eq!(fleet.choose(&asking("2Gi"), &[]), worker("small"));
+        // A heartbeat says what runs now: the big worker's attempts ended.
+        fleet.heartbeat(roomy("big", "8Gi", 4, "0"), clock.now());
+        assert_eq!(fleet.choose(&asking("8Gi"), &[]), worker("big"));
+        // Larger than any worker's whole room: it waits, saying so.
+        assert_eq!(
+            fleet.choose(&asking("16Gi"), &[]),
+            Target::NoRoom("no worker with 16Gi memory free; largest 0".into())
+        );
+        fleet.remove("big");
+        fleet.remove("small");
+        assert_eq!(
+            fleet.choose(&asking("1Gi"), &[]),
+            Target::NoRoom(
+                "no live worker of its tags and executor can limit its memory (cgroups)".into()
+            )
+        );
+        assert_eq!(
+            fleet.choose(&request(None, &[], "shell"), &[]),
+            worker("old")
+        );
+        assert_eq!(
+            fleet.choose(&request(None, &[], "python"), &[]),
+            Target::NoWorker
+        );
     }
 
     fn worker(id: &str) -> Target {

@@ -227,7 +227,8 @@ async fn place(
                 let (work, ack) = dispatcher.send(work, &worker).await?;
                 sent.push((message, ack, Pending::new(work, worker, Vec::new())));
             }
-            Target::NoWorker => no_worker_yet(dispatcher, &work, &message).await,
+            Target::NoWorker => no_worker_yet(dispatcher, &work, &message, None).await,
+            Target::NoRoom(why) => no_worker_yet(dispatcher, &work, &message, Some(&why)).await,
             Target::PinnedGone(worker) => {
                 dispatcher.fail_pinned(&work, &worker).await?;
                 consume::ack(&message).await;
@@ -237,15 +238,17 @@ async fn place(
     Ok(sent)
 }
 
-/// Nobody can take `work` now: tagged `no_worker` the first time, looked at again in a second.
+/// Nobody can take `work` now (`why`, where it is more than no worker offering its tags and
+/// executor): tagged `no_worker` the first time, looked at again in a second.
 async fn no_worker_yet(
     dispatcher: &Dispatcher,
     work: &WorkItem,
     message: &async_nats::jetstream::Message,
+    why: Option<&str>,
 ) {
     let first_time = message.info().map(|i| i.delivered == 1).unwrap_or(true);
     if first_time {
-        dispatcher.note_no_worker(work).await;
+        dispatcher.note_no_worker(work, why).await;
     }
     consume::nak(message, NO_WORKER_RETRY).await;
 }
@@ -263,7 +266,7 @@ async fn split_one(
             }
             consume::ack(&message).await;
         }
-        None => no_worker_yet(dispatcher, &work, &message).await,
+        None => no_worker_yet(dispatcher, &work, &message, None).await,
     }
     Ok(())
 }

@@ -58,19 +58,25 @@ enum Skip {
 }
 
 impl Attempts {
-    /// Runs the attempt of `message` to its end.
-    pub(super) async fn run(&self, message: jetstream::Message, scratch: &Path) {
-        let me = &self.config.id;
-        let Some(mut work) = consume::decode_or_dead_letter::<WorkItem>(
+    /// The attempt `message` carries, or `None` when it cannot be read (then it went to the
+    /// dead letters with an alert).
+    pub(super) async fn decoded(&self, message: &jetstream::Message) -> Option<WorkItem> {
+        consume::decode_or_dead_letter::<WorkItem>(
             &self.client,
-            me,
+            &self.config.id,
             AlertKind::Dispatch,
-            &message,
+            message,
         )
         .await
-        else {
-            return;
-        };
+    }
+
+    /// Runs the attempt `work` of `message` to its end.
+    pub(super) async fn run(
+        &self,
+        message: jetstream::Message,
+        mut work: WorkItem,
+        scratch: &Path,
+    ) {
         // Only for the first write; the outbox keeps the work item without it.
         let stored = work.stored.take();
         self.wait_for_contact(&work, &message).await;
@@ -85,6 +91,7 @@ impl Attempts {
             instance: work.instance_id.clone(),
             dispatch: dispatch.clone(),
             lease: work.spec.lease,
+            asked: ax_bus::room::Requested::of(&work.spec.resources),
             stop: stop.clone(),
         });
         // One start per attempt: its `executing` record's, which the running event, the
@@ -352,6 +359,9 @@ impl Attempts {
             .map(|started| (end.finished_at - started).num_milliseconds() as f64 / 1000.0);
         if let Some(metrics) = crate::metrics::recording() {
             metrics.attempt_finished(end.success, end.tag, ran);
+            if let Some(usage) = end.usage {
+                metrics.attempt_used(outcome.work.job().as_str(), usage);
+            }
         }
         let durable = match self.reporter.send(Record(outcome.clone())).await {
             Ok(Ok(())) => return,

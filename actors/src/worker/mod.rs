@@ -58,6 +58,7 @@ use tokio::sync::Notify;
 use ax_bus::ids::{DispatchId, InstanceId, TraceId, WorkerId};
 use ax_bus::instance::AttemptEnd;
 use ax_bus::messages::{Reserved, RunningAttempt, WorkerInfo};
+use ax_bus::room::Requested;
 use ax_bus::spec::Priority;
 use ax_bus::{codec, AxClient};
 
@@ -107,6 +108,8 @@ pub struct WorkerConfig {
     pub log_max_bytes: usize,
     /// Where its attempts' cgroups are made (`[worker] cgroups`, see [`CgroupSetting`](crate::CgroupSetting)).
     pub cgroups: cgroup::CgroupSetting,
+    /// The memory and CPU it offers attempts that ask for resources (`[worker] memory`, `cpu`).
+    pub offer: cgroup::Offer,
 }
 
 impl WorkerConfig {
@@ -124,14 +127,15 @@ impl WorkerConfig {
             executors: ExecutorsConfig::default(),
             log_max_bytes: logs::DEFAULT_LOG_MAX_BYTES,
             cgroups: cgroup::CgroupSetting::Auto,
+            offer: cgroup::Offer::default(),
         }
     }
 
-    /// The slots it starts with.
-    fn new_slots(&self) -> Arc<Slots> {
+    /// The slots it starts with, with `room` for what attempts ask for.
+    fn new_slots(&self, room: Requested) -> Arc<Slots> {
         match &self.adaptive {
-            Some(adaptive) => Slots::new(self.slots, adaptive.max, self.reserved),
-            None => Slots::new(self.slots, self.slots, self.reserved),
+            Some(adaptive) => Slots::new(self.slots, adaptive.max, self.reserved, room),
+            None => Slots::new(self.slots, self.slots, self.reserved, room),
         }
     }
 
@@ -164,6 +168,8 @@ struct InFlight {
     dispatch: DispatchId,
     /// Its job's `lease` (seconds).
     lease: Option<u64>,
+    /// The memory and CPU its job's `resources` ask for.
+    asked: Requested,
     stop: Arc<Notify>,
 }
 
@@ -194,6 +200,8 @@ pub struct WorkerSupervisor {
     acks: Option<acks::Acks>,
     /// How its attempts are kept apart: cgroups, or process groups only.
     confinement: Arc<cgroup::Confinement>,
+    /// That, and the room it offers, as its heartbeat says them (read once, at its start).
+    offered: ax_bus::room::Isolation,
 }
 
 impl WorkerSupervisor {
@@ -210,10 +218,16 @@ impl WorkerSupervisor {
             &config.cgroups,
             &config.cgroup_name(),
         ));
+        let offered = confinement.isolation(config.offer);
+        let room = Requested {
+            memory_bytes: offered.memory_bytes,
+            cpu_millis: offered.cpu_millis,
+        };
         Self {
             confinement,
+            offered,
             client,
-            slots: config.new_slots(),
+            slots: config.new_slots(room),
             budget: config.adaptive.clone().map(budget::Budget::new),
             decided_at: Instant::now(),
             config,
@@ -324,6 +338,13 @@ impl WorkerSupervisor {
                     lease_secs: attempt.lease,
                 })
                 .collect(),
+            isolation: Some(ax_bus::room::Isolation {
+                requested: self
+                    .in_flight
+                    .values()
+                    .fold(Requested::default(), |all, a| all.plus(a.asked)),
+                ..self.offered.clone()
+            }),
             version: env!("CARGO_PKG_VERSION").to_string(),
             started_at: self.started_at,
         };
@@ -402,6 +423,7 @@ struct Running {
     instance: InstanceId,
     dispatch: DispatchId,
     lease: Option<u64>,
+    asked: Requested,
     stop: Arc<Notify>,
 }
 
@@ -413,6 +435,7 @@ impl Handler<Running> for WorkerSupervisor {
             instance: msg.instance,
             dispatch: msg.dispatch,
             lease: msg.lease,
+            asked: msg.asked,
             stop: msg.stop,
         };
         self.in_flight.insert(msg.trace, attempt);

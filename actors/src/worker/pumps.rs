@@ -7,6 +7,7 @@ use futures::StreamExt;
 
 use ax_bus::error::{During, NatsError};
 use ax_bus::ids::{TraceId, WorkerId};
+use ax_bus::room::Requested;
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
@@ -75,31 +76,36 @@ pub(super) async fn dispatches(
     let mut messages = Progressed::new(messages, pump.clone());
     while let Some(message) = messages.next().await {
         let message = message.during(|| "dispatch consumer")?;
+        let Some(work) = attempts.decoded(&message).await else {
+            continue;
+        };
         // Waiting for a slot is waiting on purpose, however long the attempts take.
         pump.held();
-        let permit = wait_for_slot(&attempts, priority, &message).await;
+        let asked = Requested::of(&work.spec.resources);
+        let permit = wait_for_slot(&attempts, priority, asked, &message).await;
         pump.working();
         let attempts = attempts.clone();
         let scratch = scratch.clone();
         // Attempts are not tied to the actor's context: a restart of the actor must not cut a
         // running process off from its outcome.
         tokio::spawn(async move {
-            attempts.run(message, &scratch).await;
+            attempts.run(message, work, &scratch).await;
             drop(permit);
         });
     }
     Ok(())
 }
 
-/// Waits for a slot for `message`'s attempt, keeping the dispatch in progress meanwhile so
+/// Waits for a slot (and room for what it `asked`) for `message`'s attempt, keeping the dispatch in progress meanwhile so
 /// that JetStream does not deliver it again while it waits (a budget that shrank, or high work
 /// taking the slots, may hold it for longer than the ack wait).
 async fn wait_for_slot(
     attempts: &Attempts,
     priority: Priority,
+    asked: Requested,
     message: &async_nats::jetstream::Message,
 ) -> Permit {
-    let acquire = attempts.slots.acquire(priority);
+    let acquire = attempts.slots.acquire(priority, asked);
     tokio::pin!(acquire);
     let every = attempts.config.dispatch_ack_wait / 3;
     let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + every, every);

@@ -11,12 +11,18 @@
 //! - **The budget moves.** With `[worker.adaptive]` the total follows the machine's pressure
 //!   ([`super::budget`]); a smaller budget stops new starts until enough attempts end (running
 //!   ones are never cut short), a larger one hands its slots to the waiters at once.
+//! - **Room for what attempts ask.** An attempt whose job's `resources` ask for memory or CPU
+//!   takes a slot only while what the running attempts asked for, and it, fit in the worker's
+//!   room ([`ax_bus::room`]); the Routers send only where they see room, and this holds the
+//!   line where their view is late (a burst sent between two heartbeats). One attempt alone
+//!   always runs, so an attempt larger than the room cannot wait for ever.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
 use ax_bus::messages::Reserved;
+use ax_bus::room::Requested;
 use ax_bus::spec::Priority;
 
 /// The slots of one worker.
@@ -25,6 +31,8 @@ pub(crate) struct Slots {
     reserved: Reserved,
     /// The largest budget it may be given (the dispatch consumers are sized by it).
     most: u32,
+    /// The memory and CPU its attempts may ask for together.
+    room: Requested,
     state: Mutex<State>,
     changed: Notify,
 }
@@ -33,6 +41,8 @@ pub(crate) struct Slots {
 struct State {
     budget: u32,
     running: u32,
+    /// What the running attempts asked for.
+    asked: Requested,
     /// Pumps waiting for a slot, by rank (high first).
     waiting: [u32; 3],
 }
@@ -41,12 +51,20 @@ struct State {
 #[derive(Debug)]
 pub(crate) struct Permit {
     slots: Arc<Slots>,
+    asked: Requested,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
         let mut state = self.slots.state();
         state.running = state.running.saturating_sub(1);
+        state.asked = Requested {
+            memory_bytes: state
+                .asked
+                .memory_bytes
+                .saturating_sub(self.asked.memory_bytes),
+            cpu_millis: state.asked.cpu_millis.saturating_sub(self.asked.cpu_millis),
+        };
         drop(state);
         self.slots.changed.notify_waiters();
     }
@@ -81,15 +99,17 @@ fn rank(priority: Priority) -> usize {
 
 impl Slots {
     /// A budget of `budget` slots, at most `most`, `reserved` of them kept for higher
-    /// priorities.
-    pub(crate) fn new(budget: u32, most: u32, reserved: Reserved) -> Arc<Self> {
+    /// priorities, with `room` for what attempts ask for.
+    pub(crate) fn new(budget: u32, most: u32, reserved: Reserved, room: Requested) -> Arc<Self> {
         let most = most.max(1);
         Arc::new(Self {
             reserved,
             most,
+            room,
             state: Mutex::new(State {
                 budget: budget.clamp(1, most),
                 running: 0,
+                asked: Requested::default(),
                 waiting: [0; 3],
             }),
             changed: Notify::new(),
@@ -142,9 +162,18 @@ impl Slots {
         self.state().waiting.iter().sum()
     }
 
-    /// Waits for a slot that work of `priority` may take: one under its limit, with no higher
-    /// priority waiting.
-    pub(crate) async fn acquire(self: &Arc<Self>, priority: Priority) -> Permit {
+    /// Whether an attempt asking for `asked` fits beside what runs (alone, it always does).
+    fn fits(&self, state: &State, asked: Requested) -> bool {
+        let taken = state.asked.plus(asked);
+        state.running == 0
+            || asked == Requested::default()
+            || (taken.memory_bytes <= self.room.memory_bytes
+                && taken.cpu_millis <= self.room.cpu_millis)
+    }
+
+    /// Waits for a slot that work of `priority` asking for `asked` may take: one under its
+    /// limit, with room for `asked`, and no higher priority waiting.
+    pub(crate) async fn acquire(self: &Arc<Self>, priority: Priority, asked: Requested) -> Permit {
         let rank = rank(priority);
         self.state().waiting[rank] += 1;
         let mut waiting = Waiting {
@@ -159,8 +188,12 @@ impl Slots {
             {
                 let mut state = self.state();
                 let higher_waits = state.waiting[..rank].iter().any(|w| *w > 0);
-                if !higher_waits && state.running < self.limit_in(state.budget, priority) {
+                if !higher_waits
+                    && state.running < self.limit_in(state.budget, priority)
+                    && self.fits(&state, asked)
+                {
                     state.running += 1;
+                    state.asked = state.asked.plus(asked);
                     state.waiting[rank] -= 1;
                     waiting.taken = true;
                     let more = state.running < state.budget && state.waiting.iter().any(|w| *w > 0);
@@ -171,6 +204,7 @@ impl Slots {
                     }
                     return Permit {
                         slots: self.clone(),
+                        asked,
                     };
                 }
             }
@@ -186,11 +220,24 @@ mod tests {
 
     const SHORT: Duration = Duration::from_millis(50);
     const LONG: Duration = Duration::from_secs(5);
+    const GIB: u64 = 1 << 30;
+    /// More room than any test asks for.
+    const ROOMY: Requested = Requested {
+        memory_bytes: 1 << 40,
+        cpu_millis: 1_000_000,
+    };
+
+    fn memory(gib: u64) -> Requested {
+        Requested {
+            memory_bytes: gib * GIB,
+            cpu_millis: 0,
+        }
+    }
 
     /// A pump of `priority` waiting for a slot, on a task of its own.
     fn waiter(slots: &Arc<Slots>, priority: Priority) -> tokio::task::JoinHandle<Permit> {
         let slots = slots.clone();
-        tokio::spawn(async move { slots.acquire(priority).await })
+        tokio::spawn(async move { slots.acquire(priority, Requested::default()).await })
     }
 
     /// Returns once `n` pumps wait.
@@ -206,21 +253,22 @@ mod tests {
 
     #[tokio::test]
     async fn low_work_never_takes_the_reserved_slots() {
-        let slots = Slots::new(4, 4, Reserved { high: 1, normal: 1 });
+        let slots = Slots::new(4, 4, Reserved { high: 1, normal: 1 }, ROOMY);
         assert_eq!(
             [Priority::High, Priority::Normal, Priority::Low].map(|p| slots.limit(p)),
             [4, 3, 2]
         );
-        let _a = slots.acquire(Priority::Low).await;
-        let _b = slots.acquire(Priority::Low).await;
-        let third_low = tokio::time::timeout(SHORT, slots.acquire(Priority::Low)).await;
+        let _a = slots.acquire(Priority::Low, Requested::default()).await;
+        let _b = slots.acquire(Priority::Low, Requested::default()).await;
+        let third_low =
+            tokio::time::timeout(SHORT, slots.acquire(Priority::Low, Requested::default())).await;
         assert!(
             third_low.is_err(),
             "a third low attempt took a reserved slot"
         );
         assert_eq!(slots.waiting(), 0, "a given-up wait is no longer counted");
-        let _c = slots.acquire(Priority::Normal).await;
-        let _d = slots.acquire(Priority::High).await;
+        let _c = slots.acquire(Priority::Normal, Requested::default()).await;
+        let _d = slots.acquire(Priority::High, Requested::default()).await;
         assert_eq!(slots.running(), 4);
         let waiting = waiter(&slots, Priority::High);
         drop(_c);
@@ -231,9 +279,9 @@ mod tests {
     #[tokio::test]
     async fn a_freed_slot_goes_to_the_high_work_waiting_not_to_low() {
         // No reservation: low fills every slot, and more low work queues.
-        let slots = Slots::new(2, 2, Reserved::default());
-        let first = slots.acquire(Priority::Low).await;
-        let _second = slots.acquire(Priority::Low).await;
+        let slots = Slots::new(2, 2, Reserved::default(), ROOMY);
+        let first = slots.acquire(Priority::Low, Requested::default()).await;
+        let _second = slots.acquire(Priority::Low, Requested::default()).await;
         let low = waiter(&slots, Priority::Low);
         until_waiting(&slots, 1).await;
         let high = waiter(&slots, Priority::High);
@@ -258,9 +306,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_larger_budget_starts_the_waiting_work_and_a_smaller_one_holds_new_starts() {
-        let slots = Slots::new(1, 3, Reserved::default());
+        let slots = Slots::new(1, 3, Reserved::default(), ROOMY);
         assert_eq!(slots.most(Priority::Low), 3);
-        let first = slots.acquire(Priority::Low).await;
+        let first = slots.acquire(Priority::Low, Requested::default()).await;
         let waiters = [waiter(&slots, Priority::Low), waiter(&slots, Priority::Low)];
         until_waiting(&slots, 2).await;
         slots.set_budget(3);
@@ -277,14 +325,57 @@ mod tests {
         slots.set_budget(1);
         assert_eq!(slots.running(), 3);
         permits.pop();
-        let next = tokio::time::timeout(SHORT, slots.acquire(Priority::High)).await;
+        let next =
+            tokio::time::timeout(SHORT, slots.acquire(Priority::High, Requested::default())).await;
         assert!(next.is_err(), "work started over a smaller budget");
         permits.clear();
         drop(first);
-        tokio::time::timeout(LONG, slots.acquire(Priority::High))
+        tokio::time::timeout(LONG, slots.acquire(Priority::High, Requested::default()))
             .await
             .expect("starts once what runs is under the budget");
         slots.set_budget(99);
         assert_eq!(slots.budget(), 3, "the budget stays within its bounds");
+    }
+
+    #[tokio::test]
+    async fn an_attempt_waits_for_room_for_what_it_asks_and_one_alone_always_runs() {
+        let room = Requested {
+            memory_bytes: 8 * GIB,
+            cpu_millis: 4000,
+        };
+        let slots = Slots::new(4, 4, Reserved::default(), room);
+        let six = slots.acquire(Priority::Normal, memory(6)).await;
+        // A slot is free but the memory is not: it waits, holding back lower priorities too.
+        let four = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.acquire(Priority::Normal, memory(4)).await }
+        });
+        until_waiting(&slots, 1).await;
+        let asking_nothing = slots.acquire(Priority::High, Requested::default()).await;
+        assert_eq!(slots.running(), 2, "work asking nothing still runs");
+        let two = tokio::time::timeout(SHORT, slots.acquire(Priority::High, memory(2)))
+            .await
+            .expect("what fits beside the 6 GiB runs");
+        assert_eq!(slots.waiting(), 1);
+        drop(six);
+        let four = tokio::time::timeout(LONG, four)
+            .await
+            .expect("the room freed starts it")
+            .expect("the pump");
+        let cpu = Requested {
+            memory_bytes: 0,
+            cpu_millis: 4001,
+        };
+        assert!(
+            tokio::time::timeout(SHORT, slots.acquire(Priority::High, cpu))
+                .await
+                .is_err(),
+            "over the CPU room beside others"
+        );
+        drop((four, two, asking_nothing));
+        // Larger than the whole room: alone, it runs rather than waiting for ever.
+        tokio::time::timeout(LONG, slots.acquire(Priority::Low, memory(64)))
+            .await
+            .expect("one attempt alone always runs");
     }
 }

@@ -55,6 +55,10 @@ pub struct WorkerInfo {
     /// The attempts running now (for the Router, should the worker die).
     #[serde(default)]
     pub attempts: Vec<RunningAttempt>,
+    /// How it keeps its attempts apart, and its room for attempts asking for `resources`
+    /// (absent from workers of versions before it: they limit nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<crate::room::Isolation>,
     /// ax version.
     pub version: String,
     /// When it started.

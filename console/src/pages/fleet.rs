@@ -11,6 +11,7 @@ use askama::Template;
 use ax_bus::messages::commands::Command;
 use ax_bus::messages::typed::Done;
 use ax_bus::messages::QueueRequest;
+use ax_bus::room::Isolation;
 use ax_bus::spec::Priority;
 
 use crate::actions;
@@ -41,6 +42,11 @@ struct WorkerRow {
     score: String,
     tags: String,
     executors: String,
+    /// How it keeps its attempts apart (`cgroups: memory, cpu, pids`), with the worker's
+    /// own words in the cell's title.
+    walls: String,
+    walls_said: String,
+    room: String,
     heartbeat: String,
     alive: bool,
     attempts: Vec<String>,
@@ -87,6 +93,18 @@ async fn workers(state: web::Data<State>, request: HttpRequest) -> HttpResponse 
                 score: format!("{:.3}", policy.score(&info, 0)),
                 tags: info.tags.join(", "),
                 executors: info.executors.join(", "),
+                walls: info
+                    .isolation
+                    .as_ref()
+                    .map_or_else(|| "-".into(), Isolation::walls),
+                walls_said: info
+                    .isolation
+                    .as_ref()
+                    .map_or_else(String::new, |i| i.said.clone()),
+                room: info
+                    .isolation
+                    .as_ref()
+                    .map_or_else(|| "-".into(), Isolation::room),
                 heartbeat: if alive {
                     format!("{age:.1} s ago")
                 } else {

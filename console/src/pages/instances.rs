@@ -342,7 +342,8 @@ fn by_attempt(
                         .exit_code
                         .map(|c| format!(", exit code {c}"))
                         .unwrap_or_default();
-                    format!(": {} {}{exit}", a.state, a.tag)
+                    let used = a.usage.map(|u| format!("; used {u}")).unwrap_or_default();
+                    format!(": {} {}{exit}{used}", a.state, a.tag)
                 })
                 .unwrap_or_default();
             let summary = format!("{summary}{outcome}");
@@ -405,6 +406,8 @@ struct InstancePage {
     finished_at: String,
     worker: String,
     exit_code: String,
+    /// What the ended attempt's processes used (`cpu 1.234 s, peak memory 63.9Mi`).
+    usage: String,
     trigger: String,
     priority: String,
     next_attempt_at: String,
@@ -503,6 +506,7 @@ async fn page(
         exit_code: record
             .exit_code
             .map_or_else(|| "–".into(), |c| c.to_string()),
+        usage: record.usage.map_or_else(|| "–".into(), |u| u.to_string()),
         trigger: word(&record.trigger),
         priority: word(&record.priority),
         next_attempt_at: pages::time(record.next_attempt_at),

@@ -27,6 +27,7 @@ pub(crate) mod layout;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use ax_bus::room::{Isolation, Requested};
 use ax_bus::spec::resources::Resources;
 
 pub(crate) use attempt::{Accounted, AttemptCgroup};
@@ -74,6 +75,39 @@ impl Confinement {
             }
         }
     }
+
+    /// How it stands for the heartbeat, offering attempts `offer` (`[worker] memory` and
+    /// `cpu`; by default the host's memory — or the limit above the worker's cgroup, where
+    /// lower — and its cores), nothing asked for yet.
+    pub(crate) fn isolation(&self, offer: Offer) -> Isolation {
+        let (cgroups, limits, ceiling) = match self {
+            Self::Cgroups(cgroups) => (true, cgroups.limits(), cgroups.memory_ceiling()),
+            Self::ProcessGroups { .. } => (false, Vec::new(), None),
+        };
+        let host = crate::runtime::host::memory().unwrap_or(0);
+        Isolation {
+            cgroups,
+            said: self.describe(),
+            limits,
+            memory_bytes: offer
+                .memory
+                .unwrap_or_else(|| ceiling.map_or(host, |c| c.min(host))),
+            cpu_millis: offer
+                .cpu
+                .unwrap_or_else(|| crate::runtime::host::cores().saturating_mul(1000)),
+            requested: Requested::default(),
+        }
+    }
+}
+
+/// What a worker offers the attempts that ask for resources, where its config says
+/// (`[worker] memory`, `cpu`); the host's otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offer {
+    /// Bytes.
+    pub memory: Option<u64>,
+    /// Millicores.
+    pub cpu: Option<u32>,
 }
 
 /// What a place's cgroups are used for.
@@ -192,17 +226,43 @@ impl Cgroups {
         self.places.iter().any(|p| p.serves(controller))
     }
 
-    /// What this worker enforces, in a few words (`memory, pids, cpu; cgroup v1 and v2`).
-    pub fn describe(&self) -> String {
-        let limits: Vec<&str> = [
+    /// The limits it enforces (`memory`, `cpu`, `pids`), as the heartbeat names them.
+    pub(crate) fn limits(&self) -> Vec<String> {
+        [
             (Controller::Memory, "memory"),
             (Controller::Cpu, "cpu"),
             (Controller::Pids, "pids"),
         ]
         .into_iter()
         .filter(|(c, _)| self.enforces(*c))
-        .map(|(_, name)| name)
-        .collect();
+        .map(|(_, name)| name.to_string())
+        .collect()
+    }
+
+    /// The lowest memory limit of the worker's own cgroup and those above it (bytes), which
+    /// its attempts' cgroups count against; none where nothing above limits memory.
+    pub(crate) fn memory_ceiling(&self) -> Option<u64> {
+        let place = self.places.iter().find(|p| p.serves(Controller::Memory))?;
+        let file = if place.unified {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        place
+            .dir
+            .ancestors()
+            .skip(1)
+            .take(64)
+            .map_while(|dir| std::fs::read_to_string(dir.join(file)).ok())
+            .filter_map(|text| text.trim().parse::<u64>().ok())
+            // v1 writes "no limit" as a page-rounded i64::MAX.
+            .filter(|&limit| limit < 1 << 62)
+            .min()
+    }
+
+    /// What this worker enforces, in a few words (`memory, pids, cpu; cgroup v1 and v2`).
+    pub fn describe(&self) -> String {
+        let limits = self.limits();
         let versions = match (
             self.places.iter().any(|p| p.unified),
             self.places.iter().any(|p| !p.unified),

@@ -1,0 +1,196 @@
+//! Walls between jobs on a worker, with real nodes on this kind of machine (root, cgroups): a
+//! job over its `resources.memory` ends `oom_killed` while its worker and the next job carry on;
+//! what a daemon a job started escapes into dies with its worker; work asking for more memory
+//! than any worker offers waits, saying why, and runs once a larger worker joins.
+
+use crate::support;
+
+use std::time::Duration;
+
+use ax_bus::{State, Tag};
+use support::*;
+
+/// `ax worker list --json`'s entry of `worker`.
+fn listed(nats: &TestNats, worker: &str) -> Option<serde_json::Value> {
+    let out = ax(&nats.url(), &["worker", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    list.as_array()?
+        .iter()
+        .find(|w| w["worker"]["id"] == worker)
+        .map(|w| w["worker"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_over_its_memory_limit_ends_oom_killed_and_its_worker_goes_on() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let node = AxProcess::node(&nats, "n1", "all", &[]);
+    let hog = "python3 -c \"x = bytearray(256 * 1024 * 1024); print(len(x))\"";
+    apply_job(
+        &nats,
+        "walls",
+        &[
+            shell_job(
+                "hog",
+                "  resources: { memory: 64Mi }\n  retry: { times: 1, interval: 1 }\n",
+                hog,
+            ),
+            shell_job("next", "", "echo fine"),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    let id = trigger(&nats, &["hog"]);
+    let record = final_record(&client, &id, Duration::from_secs(60)).await;
+    assert_eq!((record.state, record.tag), (State::Failed, Tag::OomKilled));
+    assert_eq!(record.attempt, 2, "the retry policy applies: {record:?}");
+    assert!(
+        record
+            .message
+            .starts_with("killed by the OOM killer: over its memory limit of 64Mi (peak "),
+        "{}",
+        record.message
+    );
+    let peak = record
+        .usage
+        .and_then(|u| u.peak_memory_bytes)
+        .expect("the peak, from its cgroup");
+    assert!(peak > 32 << 20 && peak <= 64 << 20, "peak {peak}");
+    // Both attempts' results say it, the first with its retry ahead.
+    let results = wait_for(Duration::from_secs(30), "both results", || async {
+        let results = results_of(&client, "hog").await;
+        (results.len() == 2).then_some(results)
+    })
+    .await;
+    assert!(
+        results
+            .iter()
+            .all(|r| r.tag == Tag::OomKilled && r.usage.is_some()),
+        "{results:?}"
+    );
+    assert_eq!(results[0].state, State::WaitingRetry);
+    // The worker and its node are up, and run the next job, counting what it used.
+    assert!(alive(node.pid().as_raw()), "the node died with its job");
+    let next = final_record(&client, &trigger(&nats, &["next"]), Duration::from_secs(30)).await;
+    assert_eq!(next.state, State::Success, "{next:?}");
+    assert!(next.usage.is_some_and(|u| u.cpu_ms.is_some()), "{next:?}");
+    // `ax instance get` shows it, each attempt with its own.
+    let shown = stdout(&ax(&nats.url(), &["instance", "get", &id]));
+    assert!(shown.contains("peak memory"), "{shown}");
+    assert_eq!(
+        shown.matches("oom_killed").count(),
+        3,
+        "the tag, then each attempt's line: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_left_a_jobs_process_group_dies_when_its_worker_is_killed() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let mut worker = AxProcess::node(&nats, "w1", "worker", &[]);
+    let pid_file = nats.path("daemon").join("escaped.pid");
+    let command = format!(
+        "setsid sh -c \"echo \\$\\$ > {}; exec sleep 600\" </dev/null >/dev/null 2>&1 & sleep 600",
+        pid_file.display()
+    );
+    apply_job(
+        &nats,
+        "daemon",
+        &shell_job("daemonizes", "  timeout: 900\n", &command),
+    )
+    .await;
+    let id = trigger(&nats, &["daemonizes"]);
+    let escaped: i32 = wait_for(Duration::from_secs(30), "the daemon's pid", || async {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+    })
+    .await;
+    assert!(alive(escaped));
+    // It left the attempt's process group: only its cgroup holds it.
+    let group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(escaped))).unwrap();
+    assert_eq!(group.as_raw(), escaped, "setsid made it a group of its own");
+    worker.kill9();
+    wait_for(
+        Duration::from_secs(10),
+        "the daemon to die with its worker",
+        || async { (!alive(escaped)).then_some(()) },
+    )
+    .await;
+    // A worker back on the same data directory loses the attempt and runs it again.
+    let _back = AxProcess::node(&nats, "w1", "worker", &[]);
+    wait_for(Duration::from_secs(60), "a new attempt", || async {
+        client
+            .instance(&id.parse().unwrap())
+            .await
+            .ok()
+            .flatten()
+            .filter(|(r, _)| r.attempt >= 2 && r.tag == Tag::Executing)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_worker() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let _small = AxProcess::configured(&nats, "small", "worker", "[worker]\nmemory = \"1Gi\"\n");
+    wait_for(Duration::from_secs(30), "the small worker", || async {
+        listed(&nats, "small").filter(|w| w["isolation"]["memory_bytes"] == 1u64 << 30)
+    })
+    .await;
+    apply_job(
+        &nats,
+        "big",
+        &[
+            shell_job("big", "  resources: { memory: 2Gi }\n", "echo big"),
+            shell_job(
+                "small_enough",
+                "  resources: { memory: 512Mi }\n",
+                "echo small",
+            ),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    let big = trigger(&nats, &["big"]);
+    // What fits runs meanwhile.
+    let small = final_record(
+        &client,
+        &trigger(&nats, &["small_enough"]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        (small.state, small.worker.map(|w| w.to_string())),
+        (State::Success, Some("small".into()))
+    );
+    let waiting = wait_for(Duration::from_secs(30), "the reason it waits", || async {
+        client
+            .instance(&big.parse().unwrap())
+            .await
+            .ok()
+            .flatten()
+            .map(|(r, _)| r)
+            .filter(|r| r.tag == Tag::NoWorker)
+    })
+    .await;
+    assert_eq!(
+        waiting.message,
+        "no worker with 2Gi memory free; largest 1Gi"
+    );
+    let _large = AxProcess::configured(&nats, "large", "worker", "[worker]\nmemory = \"4Gi\"\n");
+    let ran = final_record(&client, &big, Duration::from_secs(60)).await;
+    assert_eq!(
+        (ran.state, ran.worker.map(|w| w.to_string())),
+        (State::Success, Some("large".into()))
+    );
+    let shown = listed(&nats, "large").expect("the large worker listed");
+    assert_eq!(shown["isolation"]["cgroups"], true, "{shown}");
+    let table = stdout(&ax(&nats.url(), &["worker", "list"]));
+    assert!(table.contains("cgroups: memory"), "{table}");
+    assert!(table.contains("of 4Gi"), "{table}");
+}

@@ -38,6 +38,8 @@ pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
                     }
                     None => "-".to_string(),
                 },
+                node.machine
+                    .map_or_else(|| "-".to_string(), |m| m.to_string()),
                 if troubled.is_empty() {
                     "ok".to_string()
                 } else {
@@ -55,6 +57,7 @@ pub(crate) async fn nodes(client: &AxClient, json: bool) -> Result<()> {
             "STARTED",
             "HEARTBEAT",
             "FIRES",
+            "MACHINE",
             "ACTORS",
         ],
         &rows,

@@ -53,6 +53,7 @@ fn quick_bench_prints_sane_figures() {
         "triggers",
         "routing",
         "concurrency",
+        "cgroups",
         "lateness",
         "dag",
         "recovery",

@@ -562,7 +562,12 @@ async fn an_operator_runs_ax_from_the_browser() {
     );
     browser.screenshot("workers").await;
     browser.open(&format!("{base}/nodes")).await;
-    assert!(browser.text("#nodes").await.contains("scheduler"));
+    let nodes = browser.text("#nodes").await;
+    assert!(nodes.contains("scheduler"), "{nodes}");
+    assert!(
+        nodes.contains("cpu ") && nodes.contains(", disk "),
+        "each node's machine: {nodes}"
+    );
     browser.screenshot("nodes").await;
     browser.open(&format!("{base}/queues")).await;
     browser.click("#pause-low").await;

@@ -55,6 +55,7 @@ mod sql_executor;
 mod storage_full;
 mod stranded;
 mod support;
+mod systemd_units;
 mod triggers;
 mod wire_corpus;
 mod worker_death;

@@ -338,6 +338,14 @@ async fn prometheus_scrapes_the_counts_of_what_ran() {
         ("ax_workers_live", 1.0),
         (r#"ax_backlog_workers{priority="normal"}"#, 1.0),
         ("ax_data_dir_bytes > bool 0", 1.0),
+        (
+            "ax_node_disk_total_bytes >= bool ax_node_disk_free_bytes",
+            1.0,
+        ),
+        ("ax_node_memory_total_bytes > bool 0", 1.0),
+        // The attempts ran in cgroups: what they used is counted per job.
+        ("sum(ax_attempt_cpu_seconds_count) > bool 0", 1.0),
+        ("sum(ax_attempt_peak_memory_bytes_count) > bool 0", 1.0),
         (r#"ax_build_info{version!=""}"#, 1.0),
         (r#"ax_actor_panics_total{actor="scheduler"}"#, 0.0),
         ("ax_partitions_owned", 128.0),

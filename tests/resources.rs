@@ -193,4 +193,29 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
     let table = stdout(&ax(&nats.url(), &["worker", "list"]));
     assert!(table.contains("cgroups: memory"), "{table}");
     assert!(table.contains("of 4Gi"), "{table}");
+    // Each node's heartbeat says its machine: memory, and the disk of its data directory.
+    let nodes: serde_json::Value =
+        serde_json::from_slice(&ax(&nats.url(), &["nodes", "--json"]).stdout).unwrap();
+    let machines: Vec<&serde_json::Value> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| &n["machine"])
+        .collect();
+    assert_eq!(machines.len(), 3, "{nodes}");
+    for machine in machines {
+        let number = |field: &str| machine[field].as_u64().unwrap_or(0);
+        assert!(
+            number("memory_total_bytes") >= number("memory_available_bytes")
+                && number("memory_available_bytes") > 0
+                && number("disk_total_bytes") >= number("disk_free_bytes")
+                && number("disk_free_bytes") > 0,
+            "{machine}"
+        );
+    }
+    let table = stdout(&ax(&nats.url(), &["nodes"]));
+    assert!(
+        table.contains("MACHINE") && table.contains(", disk "),
+        "{table}"
+    );
 }

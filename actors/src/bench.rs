@@ -151,3 +151,85 @@ pub fn dag_decisions(specs: &[JobSpec], date: NaiveDate) -> (Duration, usize) {
     }
     (started.elapsed(), released)
 }
+
+/// What a cgroup costs an attempt: the time to make and remove an attempt's cgroup alone, and
+/// a command (`true`) run as the worker runs it, in a cgroup of its own and in its process
+/// group only.
+#[derive(Clone, Debug)]
+pub struct CgroupCost {
+    /// Making an attempt's cgroup (every hierarchy, limits written) and removing it.
+    pub make_and_remove: Duration,
+    /// One attempt of `true` in a cgroup of its own: made, entered, killed, read, removed.
+    pub confined: Duration,
+    /// One attempt of `true` in its process group only.
+    pub plain: Duration,
+    /// How this machine's worker would keep its attempts apart.
+    pub said: String,
+}
+
+/// [`CgroupCost`], averaged over `n` of each; why not, where this process cannot make
+/// cgroups (not root, a read-only `/sys/fs/cgroup`).
+pub async fn cgroup_cost(n: u32) -> Result<CgroupCost, String> {
+    use crate::worker::cgroup::{CgroupSetting, Cgroups};
+    use crate::worker::process::{self, Confine, OnTimeout, ProcessSpec};
+    use ax_bus::spec::resources::{Memory, Resources};
+    let name = format!("bench-{}", std::process::id());
+    let cgroups = std::sync::Arc::new(Cgroups::set_up(&CgroupSetting::Auto, &name)?);
+    // A memory limit where it can be enforced: what a job with `resources` costs.
+    let resources = Resources {
+        memory: cgroups
+            .refusal(&Resources {
+                memory: Some(Memory(256 << 20)),
+                ..Resources::default()
+            })
+            .is_none()
+            .then_some(Memory(256 << 20)),
+        ..Resources::default()
+    };
+    let n = n.max(1);
+    let started = Instant::now();
+    for i in 0..n {
+        let made = cgroups
+            .attempt(&format!("bench-{i}"), &resources)
+            .map_err(|e| e.to_string())?;
+        drop(made);
+    }
+    let make_and_remove = started.elapsed() / n;
+    let spec = |confine: Option<Confine>| ProcessSpec {
+        program: "/bin/true".into(),
+        args: Vec::new(),
+        env: Vec::new(),
+        workdir: None,
+        timeout: Duration::from_secs(30),
+        on_timeout: OnTimeout::default(),
+        stdin: None,
+        stdout_limit: process::TAIL_BYTES,
+        groups: None,
+        log: None,
+        confine,
+    };
+    let mut timed = [Duration::ZERO; 2];
+    // Alternated, so that a machine's drift weighs on both alike.
+    for i in 0..n {
+        for (slot, confined) in [(0, true), (1, false)] {
+            let confine = confined.then(|| Confine {
+                cgroups: cgroups.clone(),
+                name: format!("bench-run-{i}"),
+                resources,
+            });
+            let spec = spec(confine);
+            let started = Instant::now();
+            let end = process::run(&spec, None).await;
+            timed[slot] += started.elapsed();
+            if end.exit != process::Exit::Code(0) {
+                return Err(format!("`true` did not succeed: {end:?}"));
+            }
+        }
+    }
+    Ok(CgroupCost {
+        make_and_remove,
+        confined: timed[0] / n,
+        plain: timed[1] / n,
+        said: cgroups.describe(),
+    })
+}

@@ -100,6 +100,53 @@ pub struct Metrics {
     pub attempt_cpu: Family<JobLabel, Histogram, fn() -> Histogram>,
     /// Peak memory of the attempts that ended on this worker, by job (from their cgroups).
     pub attempt_peak_memory: Family<JobLabel, Histogram, fn() -> Histogram>,
+    /// The node's machine, as its last heartbeat read it.
+    machine: MachineGauges,
+}
+
+/// The node's machine: CPU busy, memory and the data directory's disk.
+#[derive(Debug)]
+struct MachineGauges {
+    cpu_busy: Gauge<f64, AtomicU64>,
+    memory_total: Gauge,
+    memory_available: Gauge,
+    disk_total: Gauge,
+    disk_free: Gauge,
+}
+
+impl MachineGauges {
+    fn register(r: &mut Registry) -> Self {
+        let cpu_busy = Gauge::<f64, AtomicU64>::default();
+        r.register(
+            "node_cpu_busy_ratio",
+            "The share of the machine's cores busy between the node's last two heartbeats",
+            cpu_busy.clone(),
+        );
+        let bytes = |r: &mut Registry, name: &str, help: &str| {
+            let gauge = Gauge::default();
+            r.register_with_unit(name, help, Unit::Bytes, gauge.clone());
+            gauge
+        };
+        Self {
+            cpu_busy,
+            memory_total: bytes(r, "node_memory_total", "The machine's memory (MemTotal)"),
+            memory_available: bytes(
+                r,
+                "node_memory_available",
+                "The machine's memory available to new work (MemAvailable)",
+            ),
+            disk_total: bytes(
+                r,
+                "node_disk_total",
+                "The size of the file system of the node's data directory",
+            ),
+            disk_free: bytes(
+                r,
+                "node_disk_free",
+                "What is free for the node on the file system of its data directory",
+            ),
+        }
+    }
 }
 
 /// A job, as a label: `job_name`, since Prometheus gives every scraped series a `job` of its
@@ -207,6 +254,7 @@ impl Metrics {
             attempt_cpu,
             attempt_peak_memory,
         } = Used::register(registry);
+        let machine = MachineGauges::register(registry);
         registry.register_collector(Box::new(ActorCollector));
         Self {
             registry: root,
@@ -238,6 +286,7 @@ impl Metrics {
             day_longest_run,
             attempt_cpu,
             attempt_peak_memory,
+            machine,
         }
     }
 
@@ -298,6 +347,19 @@ impl Metrics {
                 .get_or_create(&day)
                 .set(longest.duration_ms as f64 / 1000.0);
         }
+    }
+
+    /// Sets the node's machine figures from its heartbeat's reading.
+    pub fn set_machine(&self, machine: &ax_bus::messages::Machine) {
+        let gauges = &self.machine;
+        if let Some(busy) = machine.cpu_busy {
+            gauges.cpu_busy.set(busy);
+        }
+        let set = |gauge: &Gauge, bytes: u64| gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        set(&gauges.memory_total, machine.memory_total_bytes);
+        set(&gauges.memory_available, machine.memory_available_bytes);
+        set(&gauges.disk_total, machine.disk_total_bytes);
+        set(&gauges.disk_free, machine.disk_free_bytes);
     }
 
     /// Observes what an attempt of `job` used, as far as its worker counted it.
@@ -869,6 +931,13 @@ mod tests {
                 peak_memory_bytes: Some(3 << 20),
             },
         );
+        m.set_machine(&ax_bus::messages::Machine {
+            cpu_busy: Some(0.5),
+            memory_total_bytes: 8 << 30,
+            memory_available_bytes: 2 << 30,
+            disk_total_bytes: 100 << 30,
+            disk_free_bytes: 5 << 30,
+        });
         m.set_queue_depths(&[ax_bus::client::status::QueueDepth {
             queue: "ready_low".into(),
             pending: 150,
@@ -885,6 +954,10 @@ mod tests {
             "ax_attempt_cpu_seconds_sum{job_name=\"etl_daily\"} 1.5",
             "ax_attempt_cpu_seconds_bucket{job_name=\"etl_daily\",le=\"2.56\"} 1",
             "ax_attempt_peak_memory_bytes_bucket{job_name=\"etl_daily\",le=\"4.194304e+06\"} 1",
+            "ax_node_cpu_busy_ratio 0.5",
+            "ax_node_disk_free_bytes 5368709120",
+            "ax_node_disk_total_bytes 107374182400",
+            "ax_node_memory_available_bytes 2147483648",
             "process_cpu_seconds_total",
             "process_resident_memory_bytes",
         ] {

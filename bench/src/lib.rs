@@ -6,7 +6,7 @@
 //! (no-op instances end to end), `triggers` (keyed triggers from a service end to end, pending
 //! delayed instances), `routing` (the Router's decision and its cost to dispatch),
 //! `concurrency` (high work beside a CPU-bound low flood, fixed slots against the adaptive
-//! budget), `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
+//! budget), `cgroups` (what an attempt's cgroup costs), `lateness` (fires against their expected time), `dag` (the DagCoordinator on 10,000-job
 //! graphs), `recovery` (a restarted Scheduler), `scale` (Schedulers sharing the jobs),
 //! `cluster` (one nats-server against three at replicas 3, and which saturates first),
 //! `console` (page renders with 100,000 instances stored), `history` (the store per finished
@@ -16,6 +16,7 @@
 //! debug build: it shows that each works (the test suite runs it); its figures are not the
 //! ones to compare.
 
+mod cgroups;
 mod cluster;
 mod concurrency;
 mod console;
@@ -92,13 +93,14 @@ pub struct Report {
 }
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 14] = [
+const SECTIONS: [&str; 15] = [
     "memory",
     "wire",
     "throughput",
     "triggers",
     "routing",
     "concurrency",
+    "cgroups",
     "lateness",
     "dag",
     "recovery",
@@ -167,6 +169,10 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
     if wanted("concurrency") {
         say("concurrency: a CPU-bound low flood and a high trickle, fixed slots and adaptive…");
         figures.extend(concurrency::measure(&server.url, quick).await?);
+    }
+    if wanted("cgroups") {
+        say("cgroups: what an attempt's cgroup costs…");
+        figures.extend(cgroups::measure(quick).await);
     }
     if wanted("lateness") {
         say("lateness: simultaneous and steady fires…");

@@ -1,7 +1,8 @@
 //! A node's heartbeat: every few seconds each node writes what it runs and what has befallen its
 //! actors (panics, restarts, ended pumps, stalls) under its name in the nodes bucket, whose
 //! entries expire when a node falls silent; a Router's node adds its routing policy, so that
-//! the console and `ax worker list` score workers as the Routers do. `ax nodes` reads it: the way an operator sees that
+//! the console and `ax worker list` score workers as the Routers do, and each node its machine's
+//! CPU, memory and disk ([`machine`]). `ax nodes` reads it: the way an operator sees that
 //! an actor keeps restarting without reading every node's log.
 
 use std::collections::BTreeSet;
@@ -9,25 +10,27 @@ use std::time::Duration;
 
 use ax_bus::error::NatsError;
 use ax_bus::ids::NodeId;
-use ax_bus::messages::{AlertKind, NodeStatus, SchedulerShare};
+use ax_bus::messages::{AlertKind, Machine, NodeStatus, SchedulerShare};
 use ax_bus::routing::RoutingPolicy;
 use ax_bus::{codec, AxClient};
 
 use crate::jetstream::publish;
 use crate::node::roles::Role;
-use crate::runtime::supervision;
+use crate::runtime::{machine, supervision};
 use crate::scheduler::partitions::Partitions;
 
 /// How often a node writes its heartbeat.
 pub(crate) const NODE_HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 
-/// What `node` would write now (`router`: its Router's policy, when it runs one).
+/// What `node` would write now (`router`: its Router's policy, when it runs one; `machine`:
+/// its machine as just read).
 pub(crate) fn status(
     node: &NodeId,
     roles: &BTreeSet<Role>,
     started_at: chrono::DateTime<chrono::Utc>,
     partitions: Option<&Partitions>,
     router: Option<&RoutingPolicy>,
+    machine: Option<Machine>,
 ) -> NodeStatus {
     NodeStatus {
         node: node.clone(),
@@ -43,6 +46,7 @@ pub(crate) fn status(
             SchedulerShare { partitions, jobs }
         }),
         router: router.cloned(),
+        machine,
     }
 }
 
@@ -56,18 +60,25 @@ pub(crate) async fn beat(
     roles: BTreeSet<Role>,
     partitions: Option<Partitions>,
     router: Option<RoutingPolicy>,
+    data_dir: std::path::PathBuf,
 ) {
     let started_at = ax_bus::time::now();
     let mut every = tokio::time::interval(NODE_HEARTBEAT_EVERY);
     let mut full_since: Option<chrono::DateTime<chrono::Utc>> = None;
+    let mut sampler = machine::Sampler::default();
     loop {
         every.tick().await;
+        let machine = sampler.sample(&data_dir);
+        if let (Some(machine), Some(metrics)) = (machine, crate::metrics::recording()) {
+            metrics.set_machine(&machine);
+        }
         let now = status(
             &node,
             &roles,
             started_at,
             partitions.as_ref(),
             router.as_ref(),
+            machine,
         );
         let value = match codec::encode(&now) {
             Ok(value) => value,

@@ -278,6 +278,7 @@ impl Starting {
             self.config.roles.clone(),
             self.partitions.clone(),
             routing,
+            self.config.worker.data_dir.clone(),
         ));
         let pending_of = consumer_backlog(client.clone());
         let alert = move |stall: watchdog::Stall| {

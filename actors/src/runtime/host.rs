@@ -17,27 +17,5 @@ pub(crate) fn cores() -> u32 {
 /// This machine's memory (`MemTotal`, bytes), where `/proc/meminfo` says.
 pub(crate) fn memory() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    meminfo_total(&meminfo)
-}
-
-fn meminfo_total(meminfo: &str) -> Option<u64> {
-    let kib: u64 = meminfo
-        .lines()
-        .find_map(|line| line.strip_prefix("MemTotal:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib.saturating_mul(1024))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_total_is_read_in_bytes() {
-        let meminfo = "MemTotal:       24576000 kB\nMemFree:  100 kB\n";
-        assert_eq!(super::meminfo_total(meminfo), Some(24_576_000 * 1024));
-        assert_eq!(super::meminfo_total("MemFree: 1 kB\n"), None);
-    }
+    super::machine::meminfo_bytes(&meminfo, "MemTotal:")
 }

@@ -11,6 +11,7 @@ pub(crate) mod clock;
 pub(crate) mod clock_guard;
 pub(crate) mod host;
 pub(crate) mod lease;
+pub(crate) mod machine;
 pub(crate) mod progress;
 pub(crate) mod supervision;
 pub(crate) mod watchdog;

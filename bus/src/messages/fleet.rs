@@ -94,6 +94,62 @@ pub struct NodeStatus {
     /// How its Router scores workers and judges them alive (nodes without one: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router: Option<crate::routing::RoutingPolicy>,
+    /// Its machine's CPU, memory and data directory's disk (absent where `/proc` or the disk
+    /// could not be read, and from versions before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Machine>,
+}
+
+/// A node's machine as its heartbeat reads it: the article's fourth class of figures (each
+/// node's CPU, memory and disk).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// The share of all its cores busy since the heartbeat before (0 to 1; absent in a
+    /// process's first heartbeat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_busy: Option<f64>,
+    /// Its memory (`MemTotal`, bytes).
+    pub memory_total_bytes: u64,
+    /// Its memory available to new work (`MemAvailable`, bytes).
+    pub memory_available_bytes: u64,
+    /// The size of the file system of the node's data directory (bytes).
+    pub disk_total_bytes: u64,
+    /// What is free on it for the node (bytes).
+    pub disk_free_bytes: u64,
+}
+
+impl Machine {
+    /// The share of the data directory's disk in use (0 to 1; 0 for a disk of no size).
+    pub fn disk_used(&self) -> f64 {
+        if self.disk_total_bytes == 0 {
+            return 0.0;
+        }
+        1.0 - self.disk_free_bytes as f64 / self.disk_total_bytes as f64
+    }
+
+    /// The share of the memory in use (0 to 1).
+    pub fn memory_used(&self) -> f64 {
+        if self.memory_total_bytes == 0 {
+            return 0.0;
+        }
+        1.0 - self.memory_available_bytes as f64 / self.memory_total_bytes as f64
+    }
+}
+
+impl std::fmt::Display for Machine {
+    /// `cpu 23%, memory 61% of 23.4Gi, disk 45% of 98.3Gi` (`cpu -` before a second reading).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let percent = |share: f64| format!("{:.0}%", share * 100.0);
+        write!(
+            f,
+            "cpu {}, memory {} of {}, disk {} of {}",
+            self.cpu_busy.map_or_else(|| "-".into(), percent),
+            percent(self.memory_used()),
+            crate::room::about(self.memory_total_bytes),
+            percent(self.disk_used()),
+            crate::room::about(self.disk_total_bytes)
+        )
+    }
 }
 
 /// A Scheduler's share of the cron jobs.
@@ -251,9 +307,28 @@ mod node_status_tests {
             ]),
             scheduler: None,
             router: None,
+            machine: None,
         };
         assert_eq!(node.troubles(), ["router: 2 restarts, 1 panics, 0 stalls"]);
         node.actors.clear();
         assert!(node.troubles().is_empty());
+    }
+
+    #[test]
+    fn a_machine_says_the_share_of_its_disk_and_memory_in_use() {
+        let machine = Machine {
+            cpu_busy: Some(0.25),
+            memory_total_bytes: 8 << 30,
+            memory_available_bytes: 2 << 30,
+            disk_total_bytes: 100,
+            disk_free_bytes: 5,
+        };
+        assert!((machine.disk_used() - 0.95).abs() < 1e-9);
+        assert!((machine.memory_used() - 0.75).abs() < 1e-9);
+        assert_eq!(Machine::default().disk_used(), 0.0);
+        assert_eq!(
+            machine.to_string(),
+            "cpu 25%, memory 75% of 8Gi, disk 95% of 100"
+        );
     }
 }

@@ -140,6 +140,10 @@ struct NodeRow {
     version: String,
     started: String,
     heartbeat: String,
+    /// Its machine's CPU, memory and data directory's disk (`cpu 23%, memory 61% of 23.4Gi,
+    /// disk 45% of 98.3Gi`), and whether that disk is nearly full (over 90 %).
+    machine: String,
+    disk_nearly_full: bool,
     troubles: Vec<String>,
 }
 
@@ -171,6 +175,8 @@ async fn nodes(state: web::Data<State>, request: HttpRequest) -> HttpResponse {
                 "{:.1} s ago",
                 (now - n.seen_at).num_milliseconds() as f64 / 1000.0
             ),
+            machine: n.machine.map_or_else(|| "–".into(), |m| m.to_string()),
+            disk_nearly_full: n.machine.is_some_and(|m| m.disk_used() > 0.9),
             troubles: n.troubles(),
         })
         .collect();

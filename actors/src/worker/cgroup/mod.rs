@@ -154,6 +154,19 @@ impl Place {
     pub(crate) fn serves(&self, controller: Controller) -> bool {
         self.serves.contains(&controller)
     }
+
+    /// Whether an attempt with `resources` goes in this place: the v2 tree always (its kill),
+    /// a v1 hierarchy only for what it counts (memory, CPU time) or a limit asked for. Each
+    /// entry costs the command about 400 µs of the kernel's (a cgroup move waits for an RCU
+    /// grace period), so a pids hierarchy is left out where no `pids` limit is asked.
+    pub(crate) fn needed_for(&self, resources: &Resources) -> bool {
+        self.unified
+            || self.serves.iter().any(|c| match c {
+                Controller::Memory | Controller::CpuUsage => true,
+                Controller::Cpu => resources.cpu.is_some(),
+                Controller::Pids => resources.pids.is_some(),
+            })
+    }
 }
 
 /// The cgroups a worker confines its attempts in.
@@ -303,7 +316,13 @@ impl Cgroups {
 
     /// Makes the cgroup of the attempt `name` (its trace id) with `resources`' limits.
     pub(crate) fn attempt(&self, name: &str, resources: &Resources) -> io::Result<AttemptCgroup> {
-        AttemptCgroup::make(&self.places, name, resources)
+        let places: Vec<Place> = self
+            .places
+            .iter()
+            .filter(|p| p.needed_for(resources))
+            .cloned()
+            .collect();
+        AttemptCgroup::make(&places, name, resources)
     }
 
     /// Kills and removes every attempt's cgroup a predecessor of this worker left (it died
@@ -323,8 +342,8 @@ impl Cgroups {
         }
         let reaped = names.len();
         for name in names {
-            // Made again (emptied on the way) and dropped: killed and removed.
-            match self.attempt(&name, &Resources::default()) {
+            // Made again in every place (emptied on the way) and dropped: killed and removed.
+            match AttemptCgroup::make(&self.places, &name, &Resources::default()) {
                 Ok(left) => drop(left),
                 Err(e) => {
                     tracing::warn!(cgroup = %name, error = %e, "a cgroup left by an earlier run of this worker was not removed")

@@ -239,9 +239,14 @@ async fn the_watcher_kills_what_left_its_process_group_when_the_worker_dies() {
 async fn a_restarted_worker_kills_and_removes_what_its_predecessor_left() {
     let name = format!("test-{}", ax_bus::ids::TraceId::random());
     let before = Cgroups::set_up(&CgroupSetting::Auto, &name).unwrap();
-    let left = before
-        .attempt("left-behind", &Resources::default())
-        .unwrap();
+    // With pids and cpu limits: in every hierarchy, those entered only for a limit included.
+    let every_place = Resources {
+        pids: Some(64),
+        cpu: Some(Cpu(500)),
+        ..Resources::default()
+    };
+    let left = before.attempt("left-behind", &every_place).unwrap();
+    assert_eq!(left.dirs().len(), before.places.len());
     let mut child = std::process::Command::new("sleep")
         .arg("600")
         .spawn()

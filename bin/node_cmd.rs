@@ -68,6 +68,7 @@ fn worker_config(
         log_max_bytes: file.worker.log_max_bytes()?,
         cgroups: file.worker.cgroups()?,
         offer: file.worker.offer(),
+        default_limits: node_config::worker_limits(file.worker.limits)?,
         executors: ExecutorsConfig {
             databases: file.databases.clone(),
             plugin_dir: file.worker.plugin_dir.clone(),

@@ -24,6 +24,7 @@
 //!                                       # below a delegated cgroup v2 directory (a path), or "off"
 //! memory = "16Gi"                       # offered to attempts asking for memory (the host's)
 //! cpu = 8                               # offered to attempts asking for CPU (its cores)
+//! limits = { memory = "2Gi", pids = 1024 }  # limits of attempts whose job sets none of a kind
 //!
 //! [worker.adaptive]                     # slots follow the machine's pressure, within min..max
 //! min = 2                               # (slots above is where the budget starts)
@@ -84,7 +85,7 @@ use ax_actors::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 use ax_bus::client::NatsAuth;
 use ax_bus::messages::Reserved;
 use ax_bus::routing::RoutingPolicy;
-use ax_bus::spec::resources::{Cpu, Memory};
+use ax_bus::spec::resources::{Cpu, Memory, Resources};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -562,6 +563,8 @@ pub(crate) struct WorkerSection {
     pub memory: Option<Memory>,
     /// The CPU offered to attempts that ask for some (cores, `8` or `7500m`; its cores).
     pub cpu: Option<Cpu>,
+    /// The limits of attempts whose job sets none of a kind (`[worker.limits]`).
+    pub limits: Option<Resources>,
     /// Slots that follow the machine's pressure.
     pub adaptive: Option<AdaptiveSection>,
 }
@@ -614,6 +617,16 @@ impl AdaptiveSection {
         }
         Ok(adaptive)
     }
+}
+
+/// `[worker] limits`, checked as a job's `resources` are; an error names the field.
+pub(crate) fn worker_limits(limits: Option<Resources>) -> Result<Resources> {
+    let limits = limits.unwrap_or_default();
+    if let Some((field, why)) = ax_bus::spec::resources::problems(&limits, true).first() {
+        let field = field.trim_start_matches("job.resources.");
+        anyhow::bail!("[worker] limits.{field}: {why}");
+    }
+    Ok(limits)
 }
 
 impl WorkerSection {
@@ -897,6 +910,20 @@ mod tests {
         let offer = read(&path).unwrap().worker.offer();
         assert_eq!(offer.memory, Some(16 << 30));
         assert_eq!(offer.cpu, Some(7500));
+        std::fs::write(
+            &path,
+            "[worker]\nlimits = { memory = \"2Gi\", pids = 1024 }\n",
+        )
+        .unwrap();
+        let limits = read(&path).unwrap().worker.limits.unwrap();
+        assert_eq!(limits.memory.map(|m| m.0), Some(2 << 30));
+        assert_eq!((limits.cpu, limits.pids), (None, Some(1024)));
+        std::fs::write(&path, "[worker]\nlimits = { memory = \"1Mi\" }\n").unwrap();
+        let limits = read(&path).unwrap().worker.limits.unwrap();
+        assert_eq!(
+            worker_limits(Some(limits)).unwrap_err().to_string(),
+            "[worker] limits.memory: 1Mi is less than 4Mi: no process starts in it"
+        );
         std::fs::write(&path, "[worker]\nslots = 2\nmemory = \"lots\"\n").unwrap();
         let err = read(&path).unwrap_err().to_string();
         assert!(err.contains("n.toml:3"), "{err}");

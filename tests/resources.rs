@@ -219,3 +219,29 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
         "{table}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_default_limit_holds_a_job_that_sets_none() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::configured(
+        &nats,
+        "n1",
+        "all",
+        "[worker]\nlimits = { memory = \"64Mi\" }\n",
+    );
+    let hog = "python3 -c \"x = bytearray(256 * 1024 * 1024); print(len(x))\"";
+    apply_job(&nats, "unlimited", &shell_job("unlimited", "", hog)).await;
+    let record = final_record(
+        &client,
+        &trigger(&nats, &["unlimited"]),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!((record.state, record.tag), (State::Failed, Tag::OomKilled));
+    assert!(
+        record.message.contains("memory limit of 64Mi"),
+        "{}",
+        record.message
+    );
+}

@@ -110,6 +110,8 @@ pub struct WorkerConfig {
     pub cgroups: cgroup::CgroupSetting,
     /// The memory and CPU it offers attempts that ask for resources (`[worker] memory`, `cpu`).
     pub offer: cgroup::Offer,
+    /// The limits of an attempt whose job sets none of a kind (`[worker.limits]`).
+    pub default_limits: ax_bus::spec::resources::Resources,
 }
 
 impl WorkerConfig {
@@ -128,6 +130,7 @@ impl WorkerConfig {
             log_max_bytes: logs::DEFAULT_LOG_MAX_BYTES,
             cgroups: cgroup::CgroupSetting::Auto,
             offer: cgroup::Offer::default(),
+            default_limits: Default::default(),
         }
     }
 
@@ -217,6 +220,7 @@ impl WorkerSupervisor {
         let confinement = Arc::new(cgroup::Confinement::set_up(
             &config.cgroups,
             &config.cgroup_name(),
+            config.default_limits,
         ));
         let offered = confinement.isolation(config.offer);
         let room = Requested {

@@ -58,10 +58,14 @@ pub enum Confinement {
 }
 
 impl Confinement {
-    /// Sets up the cgroups of `setting` for `worker`, or says why it runs without.
-    pub fn set_up(setting: &CgroupSetting, worker: &str) -> Self {
+    /// Sets up the cgroups of `setting` for `worker`, giving attempts whose job sets no limit
+    /// of a kind `defaults`' (where enforced), or says why it runs without.
+    pub fn set_up(setting: &CgroupSetting, worker: &str, defaults: Resources) -> Self {
         match Cgroups::set_up(setting, worker) {
-            Ok(cgroups) => Self::Cgroups(std::sync::Arc::new(cgroups)),
+            Ok(mut cgroups) => {
+                cgroups.defaults = defaults;
+                Self::Cgroups(std::sync::Arc::new(cgroups))
+            }
             Err(why) => Self::ProcessGroups { why },
         }
     }
@@ -173,6 +177,8 @@ impl Place {
 #[derive(Debug)]
 pub struct Cgroups {
     places: Vec<Place>,
+    /// The limits of an attempt whose job sets none of that kind (`[worker.limits]`).
+    defaults: Resources,
 }
 
 impl Cgroups {
@@ -208,7 +214,10 @@ impl Cgroups {
                 problems.join("; ")
             });
         }
-        let cgroups = Self { places };
+        let cgroups = Self {
+            places,
+            defaults: Resources::default(),
+        };
         cgroups
             .probe()
             .map_err(|e| format!("cannot make an attempt's cgroup: {e}"))?;
@@ -312,6 +321,23 @@ impl Cgroups {
                 self.describe()
             )
         })
+    }
+
+    /// The limits of an attempt whose job asks for `resources`: those, and the worker's
+    /// default of each kind the job leaves unset, where this worker enforces it.
+    pub(crate) fn limits_for(&self, resources: &Resources) -> Resources {
+        let default = |controller| {
+            if self.enforces(controller) {
+                self.defaults
+            } else {
+                Resources::default()
+            }
+        };
+        Resources {
+            memory: resources.memory.or(default(Controller::Memory).memory),
+            cpu: resources.cpu.or(default(Controller::Cpu).cpu),
+            pids: resources.pids.or(default(Controller::Pids).pids),
+        }
     }
 
     /// Makes the cgroup of the attempt `name` (its trace id) with `resources`' limits.

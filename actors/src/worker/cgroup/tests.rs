@@ -272,7 +272,7 @@ async fn a_restarted_worker_kills_and_removes_what_its_predecessor_left() {
 #[test]
 fn a_worker_that_cannot_write_cgroups_says_so_and_refuses_limits() {
     let setting = CgroupSetting::Under("/proc/ax-no-cgroup-here".into());
-    let confinement = Confinement::set_up(&setting, "w1");
+    let confinement = Confinement::set_up(&setting, "w1", Resources::default());
     let said = confinement.describe();
     assert!(
         said.starts_with("process groups only, no resource limits: ")
@@ -282,6 +282,34 @@ fn a_worker_that_cannot_write_cgroups_says_so_and_refuses_limits() {
     let Confinement::ProcessGroups { .. } = confinement else {
         panic!("{said}");
     };
-    let off = Confinement::set_up(&CgroupSetting::Off, "w1").describe();
+    let off = Confinement::set_up(&CgroupSetting::Off, "w1", Resources::default()).describe();
     assert!(off.contains("cgroups are off"), "{off}");
+}
+
+#[test]
+fn a_workers_default_limits_fill_what_a_job_leaves_unset_where_enforced() {
+    let defaults = Resources {
+        memory: Some(Memory(1 << 30)),
+        cpu: Some(Cpu(2000)),
+        pids: Some(512),
+    };
+    let name = format!("test-{}", ax_bus::ids::TraceId::random());
+    let Confinement::Cgroups(cgroups) = Confinement::set_up(&CgroupSetting::Auto, &name, defaults)
+    else {
+        panic!("this kind of machine makes cgroups as root");
+    };
+    let asked = Resources {
+        memory: Some(Memory(64 << 20)),
+        ..Resources::default()
+    };
+    assert_eq!(
+        cgroups.limits_for(&asked),
+        Resources {
+            memory: Some(Memory(64 << 20)),
+            cpu: Some(Cpu(2000)),
+            pids: Some(512),
+        },
+        "the job's own limit wins; the others come from the worker"
+    );
+    assert_eq!(cgroups.limits_for(&Resources::default()), defaults);
 }

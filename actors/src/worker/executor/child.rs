@@ -97,7 +97,7 @@ fn confine(ctx: &AttemptContext<'_>) -> Result<Option<Confine>, String> {
             None => Ok(Some(Confine {
                 cgroups: cgroups.clone(),
                 name: ctx.work.trace_id.to_string(),
-                resources,
+                resources: cgroups.limits_for(&resources),
             })),
         },
         Some(Confinement::ProcessGroups { why }) if !resources.is_empty() => Err(format!(

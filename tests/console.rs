@@ -114,8 +114,20 @@ async fn an_operator_runs_ax_from_the_browser() {
             "#last-runs a.run.success[href='/instances/{created}']"
         ))
         .await;
-    let ran = browser.text("#recent tbody tr td:last-child").await;
+    let ran = browser.text("#recent tbody tr td:nth-child(6)").await;
     assert!(ran != "–" && !ran.is_empty(), "{ran}");
+    // And what each used (its worker runs it in a cgroup), usually and at most.
+    let used = browser.text("#recent tbody tr td:last-child").await;
+    assert!(
+        used.starts_with("cpu ") && used.contains("peak memory"),
+        "{used}"
+    );
+    let usage = browser.text("#usage").await;
+    assert!(
+        usage.starts_with("Used by the last 1 counted: usually cpu ")
+            && usage.contains("at most cpu"),
+        "{usage}"
+    );
 
     // Bad values are shown beside the control, every one at once, and nothing is created.
     browser.open(&format!("{base}/jobs/greet")).await;

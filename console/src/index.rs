@@ -70,6 +70,9 @@ pub struct Row {
     pub message: String,
     /// The start of the last line the current attempt wrote to stderr (empty if none).
     pub last_line: String,
+    /// What the ended attempt's processes used, where its worker counted it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ax_bus::Usage>,
 }
 
 /// An id held by several of the index's maps, written as the id.
@@ -101,6 +104,7 @@ impl Row {
             worker: None,
             message: String::new(),
             last_line: String::new(),
+            usage: None,
         }
     }
 
@@ -126,6 +130,7 @@ impl Row {
                 .chars()
                 .take(MESSAGE_CHARS)
                 .collect(),
+            usage: record.usage,
         }
     }
 }

@@ -181,6 +181,47 @@ struct RecentRow {
     finished: String,
     /// How long its current attempt ran (`–` until it ended).
     ran: String,
+    /// What it used (`cpu 1.234 s, peak memory 63.9Mi`; `–` where not counted).
+    used: String,
+}
+
+/// What a job's recent attempts used: the usual (the median) and the largest of each figure.
+#[derive(Debug, PartialEq)]
+struct UsageSpread {
+    /// How many of the recent attempts were counted.
+    counted: usize,
+    usual: ax_bus::Usage,
+    largest: ax_bus::Usage,
+}
+
+impl UsageSpread {
+    /// The spread of `used`, the recent attempts' usage (none counted: `None`).
+    fn of(used: &[ax_bus::Usage]) -> Option<Self> {
+        if used.is_empty() {
+            return None;
+        }
+        let spread = |figure: fn(&ax_bus::Usage) -> Option<u64>| {
+            let mut values: Vec<u64> = used.iter().filter_map(figure).collect();
+            values.sort_unstable();
+            (
+                values.get(values.len() / 2).copied(),
+                values.last().copied(),
+            )
+        };
+        let (cpu_usual, cpu_largest) = spread(|u| u.cpu_ms);
+        let (memory_usual, memory_largest) = spread(|u| u.peak_memory_bytes);
+        Some(Self {
+            counted: used.len(),
+            usual: ax_bus::Usage {
+                cpu_ms: cpu_usual,
+                peak_memory_bytes: memory_usual,
+            },
+            largest: ax_bus::Usage {
+                cpu_ms: cpu_largest,
+                peak_memory_bytes: memory_largest,
+            },
+        })
+    }
 }
 
 struct TickRow {
@@ -201,6 +242,8 @@ struct JobPage {
     updated_at: String,
     yaml: String,
     recent: Vec<RecentRow>,
+    /// What the recent attempts used, usually and at most (`None`: none was counted).
+    usage: Option<UsageSpread>,
     /// The last runs at a glance, oldest first.
     runs: Vec<RunCell>,
     ticks: Vec<TickRow>,
@@ -248,11 +291,13 @@ async fn page(
         job: spec::redact::spec(&record.spec),
     };
     let yaml = serde_saphyr::to_string(&doc).unwrap_or_else(|e| format!("# not printable: {e}"));
-    let recent = state
+    let rows = state
         .index
         .as_ref()
         .map(|index| index.recent(&name, SHOWN))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let used: Vec<ax_bus::Usage> = rows.iter().filter_map(|r| r.usage).collect();
+    let recent = rows
         .into_iter()
         .map(|r| RecentRow {
             instance_id: r.instance_id.to_string(),
@@ -264,6 +309,7 @@ async fn page(
                 (Some(start), Some(end)) => pages::duration((end - start).num_milliseconds()),
                 _ => "–".into(),
             },
+            used: r.usage.map_or_else(|| "–".into(), |u| u.to_string()),
         })
         .collect();
     let ticks = ticks
@@ -287,6 +333,7 @@ async fn page(
         updated_at: pages::time(Some(record.updated_at)),
         yaml,
         recent,
+        usage: UsageSpread::of(&used),
         runs: last_runs(&state, &name, 30),
         ticks,
         writes: record
@@ -427,4 +474,30 @@ async fn acted(state: &State, name: &str, action: &str) -> Result<Done, Problem>
         }
     };
     actions::job(crate::api::client(state)?, action, &job_name(name)?).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn used(cpu_ms: Option<u64>, peak: Option<u64>) -> ax_bus::Usage {
+        ax_bus::Usage {
+            cpu_ms,
+            peak_memory_bytes: peak,
+        }
+    }
+
+    #[test]
+    fn the_usual_is_the_median_and_the_largest_the_most_of_each_figure() {
+        assert_eq!(UsageSpread::of(&[]), None);
+        let spread = UsageSpread::of(&[
+            used(Some(300), Some(10)),
+            used(Some(100), Some(30)),
+            used(Some(200), None),
+        ])
+        .unwrap();
+        assert_eq!(spread.counted, 3);
+        assert_eq!(spread.usual, used(Some(200), Some(30)));
+        assert_eq!(spread.largest, used(Some(300), Some(30)));
+    }
 }

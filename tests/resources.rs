@@ -245,3 +245,64 @@ async fn a_workers_default_limit_holds_a_job_that_sets_none() {
         record.message
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_cannot_make_cgroups_says_so_and_work_with_limits_waits() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    // A cgroup directory nobody can make cgroups in: the worker falls back to process groups.
+    let _node = AxProcess::configured(
+        &nats,
+        "n1",
+        "all",
+        "[worker]\ncgroups = \"/proc/ax-no-cgroups-here\"\n",
+    );
+    let shown = wait_for(
+        Duration::from_secs(30),
+        "the worker's heartbeat",
+        || async { listed(&nats, "n1") },
+    )
+    .await;
+    assert_eq!(shown["isolation"]["cgroups"], false, "{shown}");
+    let said = shown["isolation"]["said"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with("process groups only, no resource limits: ")
+            && said.contains("/proc/ax-no-cgroups-here"),
+        "{said}"
+    );
+    let table = stdout(&ax(&nats.url(), &["worker", "list"]));
+    assert!(table.contains("process groups only"), "{table}");
+    apply_job(
+        &nats,
+        "fallback",
+        &[
+            shell_job("plain", "", "echo plain"),
+            shell_job("limited", "  resources: { memory: 64Mi }\n", "echo limited"),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    let plain = final_record(
+        &client,
+        &trigger(&nats, &["plain"]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(plain.state, State::Success);
+    assert!(plain.usage.is_none(), "nothing counts it: {plain:?}");
+    let limited = trigger(&nats, &["limited"]);
+    let waiting = wait_for(Duration::from_secs(30), "the reason it waits", || async {
+        client
+            .instance(&limited.parse().unwrap())
+            .await
+            .ok()
+            .flatten()
+            .map(|(r, _)| r)
+            .filter(|r| r.tag == Tag::NoWorker)
+    })
+    .await;
+    assert_eq!(
+        waiting.message,
+        "no live worker of its tags and executor can limit its memory (cgroups)"
+    );
+}

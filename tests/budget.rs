@@ -10,16 +10,6 @@ use std::time::Duration;
 use ax_bus::{AxClient, State};
 use support::*;
 
-/// The worker's entry in `ax worker list --json`.
-fn listed(nats: &TestNats, worker: &str) -> Option<serde_json::Value> {
-    let out = ax(&nats.url(), &["worker", "list", "--json"]);
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    list.as_array()?
-        .iter()
-        .find(|w| w["worker"]["id"] == worker)
-        .map(|w| w["worker"].clone())
-}
-
 /// When each successful instance of `job` started.
 async fn starts(client: &AxClient, job: &str) -> Vec<chrono::DateTime<chrono::Utc>> {
     instances(client, job)
@@ -112,7 +102,7 @@ async fn the_adaptive_budget_grows_for_waiting_work_and_shrinks_when_memory_runs
     let grown = wait_for(
         Duration::from_secs(60),
         "the budget to grow to 4 with 4 attempts running",
-        || async { listed(&nats, "roomy").filter(|w| w["slots"] == 4 && w["running"] == 4) },
+        || async { worker_listed(&nats, "roomy").filter(|w| w["slots"] == 4 && w["running"] == 4) },
     )
     .await;
     assert_eq!(grown["budget"]["min"], 1);
@@ -156,7 +146,7 @@ async fn the_adaptive_budget_grows_for_waiting_work_and_shrinks_when_memory_runs
         Duration::from_secs(30),
         "the budget to shrink for memory",
         || async {
-            listed(&nats, "tight")
+            worker_listed(&nats, "tight")
                 .filter(|w| w["slots"] == 1 && w["budget"]["reason"] == "memory_low")
         },
     )

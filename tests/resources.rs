@@ -1,7 +1,8 @@
 //! Walls between jobs on a worker, with real nodes on this kind of machine (root, cgroups): a
 //! job over its `resources.memory` ends `oom_killed` while its worker and the next job carry on;
-//! what a daemon a job started escapes into dies with its worker; work asking for more memory
-//! than any worker offers waits, saying why, and runs once a larger worker joins.
+//! a daemon a job started outside its process group dies at a kill, a timeout and its worker's
+//! death; work asking for more memory than any worker offers waits, saying why, and runs once a
+//! larger worker joins; a worker's default limits hold; a worker without cgroups says so.
 
 use crate::support;
 
@@ -9,16 +10,6 @@ use std::time::Duration;
 
 use ax_bus::{State, Tag};
 use support::*;
-
-/// `ax worker list --json`'s entry of `worker`.
-fn listed(nats: &TestNats, worker: &str) -> Option<serde_json::Value> {
-    let out = ax(&nats.url(), &["worker", "list", "--json"]);
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    list.as_array()?
-        .iter()
-        .find(|w| w["worker"]["id"] == worker)
-        .map(|w| w["worker"].clone())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_over_its_memory_limit_ends_oom_killed_and_its_worker_goes_on() {
@@ -84,6 +75,74 @@ async fn a_job_over_its_memory_limit_ends_oom_killed_and_its_worker_goes_on() {
     );
 }
 
+/// A shell command that starts a daemon in a session of its own (its pid written to
+/// `pid_file`), then sleeps.
+fn daemonizing(pid_file: &std::path::Path) -> String {
+    format!(
+        "setsid sh -c \"echo \\$\\$ > {}; exec sleep 600\" </dev/null >/dev/null 2>&1 & sleep 600",
+        pid_file.display()
+    )
+}
+
+/// The pid of the daemon a job started, once written; it left the attempt's process group.
+async fn daemon(pid_file: &std::path::Path) -> i32 {
+    let escaped: i32 = wait_for(Duration::from_secs(30), "the daemon's pid", || async {
+        std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+    })
+    .await;
+    assert!(alive(escaped));
+    let group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(escaped))).unwrap();
+    assert_eq!(group.as_raw(), escaped, "setsid made it a group of its own");
+    escaped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_left_a_jobs_process_group_dies_at_a_kill_and_at_a_timeout() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &[]);
+    let dir = nats.path("daemons");
+    let (killed, timed_out) = (dir.join("killed.pid"), dir.join("timed-out.pid"));
+    apply_job(
+        &nats,
+        "daemons",
+        &[
+            shell_job("killed", "  timeout: 900\n", &daemonizing(&killed)),
+            shell_job(
+                "timed_out",
+                "  timeout: 2\n  on_timeout: { signal: none }\n",
+                &daemonizing(&timed_out),
+            ),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    let id = trigger(&nats, &["killed"]);
+    let escaped = daemon(&killed).await;
+    let out = ax(&nats.url(), &["instance", "kill", &id, "--reason", "test"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(record.tag, Tag::Killed, "{record:?}");
+    wait_for(
+        Duration::from_secs(10),
+        "the killed job's daemon to die",
+        || async { (!alive(escaped)).then_some(()) },
+    )
+    .await;
+    let id = trigger(&nats, &["timed_out"]);
+    let escaped = daemon(&timed_out).await;
+    let record = final_record(&client, &id, Duration::from_secs(30)).await;
+    assert_eq!(record.tag, Tag::Timeout, "{record:?}");
+    wait_for(
+        Duration::from_secs(10),
+        "the timed-out job's daemon to die",
+        || async { (!alive(escaped)).then_some(()) },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_left_a_jobs_process_group_dies_when_its_worker_is_killed() {
     let nats = TestNats::start();
@@ -91,27 +150,14 @@ async fn what_left_a_jobs_process_group_dies_when_its_worker_is_killed() {
     let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
     let mut worker = AxProcess::node(&nats, "w1", "worker", &[]);
     let pid_file = nats.path("daemon").join("escaped.pid");
-    let command = format!(
-        "setsid sh -c \"echo \\$\\$ > {}; exec sleep 600\" </dev/null >/dev/null 2>&1 & sleep 600",
-        pid_file.display()
-    );
     apply_job(
         &nats,
         "daemon",
-        &shell_job("daemonizes", "  timeout: 900\n", &command),
+        &shell_job("daemonizes", "  timeout: 900\n", &daemonizing(&pid_file)),
     )
     .await;
     let id = trigger(&nats, &["daemonizes"]);
-    let escaped: i32 = wait_for(Duration::from_secs(30), "the daemon's pid", || async {
-        std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
-    })
-    .await;
-    assert!(alive(escaped));
-    // It left the attempt's process group: only its cgroup holds it.
-    let group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(escaped))).unwrap();
-    assert_eq!(group.as_raw(), escaped, "setsid made it a group of its own");
+    let escaped = daemon(&pid_file).await;
     worker.kill9();
     wait_for(
         Duration::from_secs(10),
@@ -139,7 +185,7 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
     let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
     let _small = AxProcess::configured(&nats, "small", "worker", "[worker]\nmemory = \"1Gi\"\n");
     wait_for(Duration::from_secs(30), "the small worker", || async {
-        listed(&nats, "small").filter(|w| w["isolation"]["memory_bytes"] == 1u64 << 30)
+        worker_listed(&nats, "small").filter(|w| w["isolation"]["memory_bytes"] == 1u64 << 30)
     })
     .await;
     apply_job(
@@ -188,7 +234,7 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
         (ran.state, ran.worker.map(|w| w.to_string())),
         (State::Success, Some("large".into()))
     );
-    let shown = listed(&nats, "large").expect("the large worker listed");
+    let shown = worker_listed(&nats, "large").expect("the large worker listed");
     assert_eq!(shown["isolation"]["cgroups"], true, "{shown}");
     let table = stdout(&ax(&nats.url(), &["worker", "list"]));
     assert!(table.contains("cgroups: memory"), "{table}");
@@ -260,7 +306,7 @@ async fn a_worker_that_cannot_make_cgroups_says_so_and_work_with_limits_waits() 
     let shown = wait_for(
         Duration::from_secs(30),
         "the worker's heartbeat",
-        || async { listed(&nats, "n1") },
+        || async { worker_listed(&nats, "n1") },
     )
     .await;
     assert_eq!(shown["isolation"]["cgroups"], false, "{shown}");

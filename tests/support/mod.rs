@@ -617,6 +617,16 @@ pub(crate) fn trigger(nats: &TestNats, args: &[&str]) -> String {
         .to_string()
 }
 
+/// `worker`'s entry in `ax worker list --json` (its heartbeat), once listed.
+pub(crate) fn worker_listed(nats: &TestNats, worker: &str) -> Option<serde_json::Value> {
+    let out = ax(&nats.url(), &["worker", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    list.as_array()?
+        .iter()
+        .find(|w| w["worker"]["id"] == worker)
+        .map(|w| w["worker"].clone())
+}
+
 /// Waits for an instance to reach a final state and returns its record.
 pub(crate) async fn final_record(client: &AxClient, id: &str, within: Duration) -> InstanceRecord {
     let id: ax_bus::ids::InstanceId = id.parse().expect("an instance id");

@@ -8,7 +8,10 @@
 //! `auto_pause_low`, the low-priority queue is paused (recorded on `ax.audit.queue`, shown by
 //! `ax queue list` as paused by the backlog control): the workers' slots go to normal and high
 //! work. Once every priority stays below half the limit for `resume_after`, the queue is
-//! resumed — only a pause of its own: an operator's pause is the operator's to lift. High and
+//! resumed — only a pause of its own: an operator's pause is the operator's to lift. What the
+//! paused low queue itself holds back in its ready queue does not count against its resume
+//! (only what waits at the workers does): it is what the pause keeps back, and counting it
+//! would keep a queue that filled faster than the Routers moved it paused for ever. High and
 //! normal queues are never paused by it.
 //!
 //! [`Control`] decides from the depths alone (a pure state machine, unit-tested); [`watch`]
@@ -61,6 +64,8 @@ impl Default for BacklogConfig {
 pub(crate) struct Depth {
     /// Messages not yet taken: the ready queue's and the workers' queues'.
     pub(crate) waiting: u64,
+    /// Of those, the ready queue's: what a pause of the priority holds back.
+    pub(crate) held: u64,
     /// Workers consuming the priority.
     pub(crate) workers: u64,
 }
@@ -123,9 +128,14 @@ impl Control {
                 }
             }
         }
+        // The paused low queue is judged by what waits at the workers, not by what it holds.
+        let judged = |priority: &Priority, d: &Depth| match priority {
+            Priority::Low if paused_by_control => d.waiting.saturating_sub(d.held),
+            _ => d.waiting,
+        };
         let calm = depths
-            .values()
-            .all(|d| d.waiting.saturating_mul(2) < limit(d));
+            .iter()
+            .all(|(p, d)| judged(p, d).saturating_mul(2) < limit(d));
         if !calm {
             self.calm_since = None;
             return actions;
@@ -293,6 +303,7 @@ async fn depths(
         let name = format!("router-ready-{}", priority.as_str());
         if let Ok(info) = flow.consumer_info(&name).await {
             depth.waiting += info.num_pending;
+            depth.held += info.num_pending;
         }
     }
     let dispatch = client
@@ -333,6 +344,7 @@ mod tests {
                 Priority::Low,
                 Depth {
                     waiting: low,
+                    held: 0,
                     workers: 1,
                 },
             ),
@@ -340,6 +352,7 @@ mod tests {
                 Priority::High,
                 Depth {
                     waiting: high,
+                    held: 0,
                     workers: 1,
                 },
             ),
@@ -360,6 +373,7 @@ mod tests {
                     Priority::Low,
                     Depth {
                         waiting: 150,
+                        held: 0,
                         workers: 1
                     }
                 ),
@@ -404,6 +418,7 @@ mod tests {
             Priority::Normal,
             Depth {
                 waiting: 250,
+                held: 0,
                 workers: 3,
             },
         )]);
@@ -415,6 +430,7 @@ mod tests {
             Priority::Normal,
             Depth {
                 waiting: 301,
+                held: 0,
                 workers: 3,
             },
         )]);
@@ -425,9 +441,48 @@ mod tests {
                 Priority::Normal,
                 Depth {
                     waiting: 301,
+                    held: 0,
                     workers: 3
                 }
             )]
         );
+    }
+
+    #[test]
+    fn what_the_paused_low_queue_holds_back_does_not_keep_it_paused() {
+        let mut control = Control::new(config());
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // 300 low held in the ready queue by the pause, 10 left at the worker.
+        let held = |at_workers: u64| {
+            BTreeMap::from([(
+                Priority::Low,
+                Depth {
+                    waiting: 300 + at_workers,
+                    held: 300,
+                    workers: 1,
+                },
+            )])
+        };
+        control.observe(&held(10), false, at(0));
+        let paused = control.observe(&held(10), false, at(120));
+        assert_eq!(paused.last(), Some(&Action::PauseLow));
+        assert!(control.observe(&held(10), true, at(121)).is_empty());
+        assert_eq!(
+            control.observe(&held(10), true, at(721)),
+            [Action::ResumeLow]
+        );
+        // Not paused by the control: the whole backlog counts, and it is not calm.
+        let mut unpaused = Control::new(config());
+        unpaused.observe(&held(10), false, at(0));
+        assert!(!unpaused
+            .observe(&held(10), false, at(900))
+            .contains(&Action::ResumeLow));
+        // Paused, but the workers still have more than half the limit waiting: not calm.
+        let mut busy = Control::new(config());
+        busy.observe(&held(60), false, at(0));
+        busy.observe(&held(60), false, at(120));
+        assert!(busy.observe(&held(60), true, at(121)).is_empty());
+        assert!(busy.observe(&held(60), true, at(900)).is_empty());
     }
 }

@@ -180,8 +180,9 @@ impl Fleet {
     }
 
     /// Where the attempt `request` goes: its pinned worker if it has one (gone: nowhere else),
-    /// else the best live eligible worker not `excluded` — or an excluded one when no other can
-    /// take it. The chosen worker is charged, so the next choice sees its load.
+    /// else the best live eligible worker with room for its resources, not `excluded` — or an
+    /// excluded one when no other can take it; none with room: why. The chosen worker is
+    /// charged, so the next choice sees its load and what it was sent.
     pub(crate) fn choose(&mut self, request: &Request, excluded: &[WorkerId]) -> Target {
         if let Some(worker) = &request.pin {
             if !self.alive(worker) {

@@ -11,6 +11,22 @@ use std::time::Duration;
 use ax_bus::{State, Tag};
 use support::*;
 
+/// Why instance `id` waits for a worker, once its record says it does (`no_worker`).
+async fn waiting_reason(client: &ax_bus::AxClient, id: &str) -> String {
+    let id: ax_bus::ids::InstanceId = id.parse().expect("an instance id");
+    wait_for(Duration::from_secs(30), "the reason it waits", || async {
+        client
+            .instance(&id)
+            .await
+            .ok()
+            .flatten()
+            .map(|(r, _)| r)
+            .filter(|r| r.tag == Tag::NoWorker)
+    })
+    .await
+    .message
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_over_its_memory_limit_ends_oom_killed_and_its_worker_goes_on() {
     let nats = TestNats::start();
@@ -214,18 +230,8 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
         (small.state, small.worker.map(|w| w.to_string())),
         (State::Success, Some("small".into()))
     );
-    let waiting = wait_for(Duration::from_secs(30), "the reason it waits", || async {
-        client
-            .instance(&big.parse().unwrap())
-            .await
-            .ok()
-            .flatten()
-            .map(|(r, _)| r)
-            .filter(|r| r.tag == Tag::NoWorker)
-    })
-    .await;
     assert_eq!(
-        waiting.message,
+        waiting_reason(&client, &big).await,
         "no worker with 2Gi memory free; largest 1Gi"
     );
     let _large = AxProcess::configured(&nats, "large", "worker", "[worker]\nmemory = \"4Gi\"\n");
@@ -337,18 +343,8 @@ async fn a_worker_that_cannot_make_cgroups_says_so_and_work_with_limits_waits() 
     assert_eq!(plain.state, State::Success);
     assert!(plain.usage.is_none(), "nothing counts it: {plain:?}");
     let limited = trigger(&nats, &["limited"]);
-    let waiting = wait_for(Duration::from_secs(30), "the reason it waits", || async {
-        client
-            .instance(&limited.parse().unwrap())
-            .await
-            .ok()
-            .flatten()
-            .map(|(r, _)| r)
-            .filter(|r| r.tag == Tag::NoWorker)
-    })
-    .await;
     assert_eq!(
-        waiting.message,
+        waiting_reason(&client, &limited).await,
         "no live worker of its tags and executor can limit its memory (cgroups)"
     );
 }

@@ -21,19 +21,12 @@ fn parse(loadavg: &str, meminfo: &str, cores: u32) -> Option<Pressure> {
         .next()?
         .parse()
         .ok()?;
-    let kib: u64 = meminfo
-        .lines()
-        .find_map(|line| line.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
+    let memory_available = crate::runtime::machine::meminfo_bytes(meminfo, "MemAvailable:")?;
     // The thread reading this file is one of them.
     let others = running.saturating_sub(1);
     Some(Pressure {
         load_per_core: f64::from(others) / f64::from(cores.max(1)),
-        memory_available: kib.saturating_mul(1024),
+        memory_available,
     })
 }
 

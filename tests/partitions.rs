@@ -192,19 +192,7 @@ async fn partitions_lose_nothing_and_never_run_one_instance_twice_at_once() {
         .join("---\n"),
     )
     .unwrap();
-    set_up(&url).await;
-    // A Scheduler takes commands once it runs: on a loaded machine the nodes' start can take
-    // longer than the CLI's 10 s wait for an answer.
-    wait_for(Duration::from_secs(60), "a Scheduler to run", || async {
-        client
-            .nodes()
-            .await
-            .ok()?
-            .iter()
-            .any(|n| n.scheduler.is_some())
-            .then_some(())
-    })
-    .await;
+    scheduler_running(&url).await;
     let applied = ax(&url, &["job", "apply", "-f", jobs_file.to_str().unwrap()]);
     assert!(applied.status.success(), "{}", stderr(&applied));
     let applied_at = ax_bus::time::now();

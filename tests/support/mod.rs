@@ -577,9 +577,29 @@ pub(crate) async fn set_up(url: &str) {
     .await;
 }
 
-/// Writes a job file and applies it with the CLI, once a node has set JetStream up.
+/// Waits until a node has set up JetStream and a Scheduler runs at `url`: a command sent
+/// before waits for its answer only the CLI's 10 s, which a loaded machine's start of the
+/// nodes can outlast.
+pub(crate) async fn scheduler_running(url: &str) {
+    set_up(url).await;
+    let client = AxClient::connect(&ConnectConfig::new(url, "ax-test-probe"))
+        .await
+        .expect("connect once set up");
+    wait_for(Duration::from_secs(60), "a Scheduler to run", || async {
+        client
+            .nodes()
+            .await
+            .ok()?
+            .iter()
+            .any(|n| n.scheduler.is_some())
+            .then_some(())
+    })
+    .await;
+}
+
+/// Writes a job file and applies it with the CLI, once a Scheduler runs.
 pub(crate) async fn apply_job(nats: &TestNats, name: &str, yaml: &str) {
-    set_up(&nats.url()).await;
+    scheduler_running(&nats.url()).await;
     let file = job_file(&nats.path("jobs"), &format!("{name}.yaml"), yaml);
     let out = ax(
         &nats.url(),

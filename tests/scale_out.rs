@@ -194,7 +194,7 @@ async fn schedulers_share_the_jobs_and_hand_them_over_without_loss_or_duplicate(
         .collect();
     let client = nats.client().await;
     // The Schedulers run before the jobs are applied: on a loaded machine their start can take
-    // longer than the CLI's 10 s wait for an answer.
+    // longer than the CLI's 30 s wait for an answer.
     wait_balanced(&client, &["s1", "s2", "s3"], Duration::from_secs(60)).await;
     apply_every_second(&nats, "j", JOBS);
 

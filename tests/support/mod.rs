@@ -578,7 +578,7 @@ pub(crate) async fn set_up(url: &str) {
 }
 
 /// Waits until a node has set up JetStream and a Scheduler runs at `url`: a command sent
-/// before waits for its answer only the CLI's 10 s, which a loaded machine's start of the
+/// before waits for its answer only the CLI's 30 s, which a loaded machine's start of the
 /// nodes can outlast.
 pub(crate) async fn scheduler_running(url: &str) {
     set_up(url).await;

@@ -270,6 +270,30 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
         table.contains("MACHINE") && table.contains(", disk "),
         "{table}"
     );
+
+    // A broadcast asking for 2Gi runs once on each worker that can ever hold it: the large
+    // one, never the small (its run would wait there for ever).
+    let ledger = nats.path("jobs").join("ledger");
+    apply_job(
+        &nats,
+        "everywhere",
+        &shell_job(
+            "everywhere",
+            "  broadcast: true
+  resources: { memory: 2Gi }
+",
+            &format!("echo $AX_WORKER >> {}", ledger.display()),
+        ),
+    )
+    .await;
+    let parent = final_record(
+        &client,
+        &trigger(&nats, &["everywhere"]),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(parent.state, State::Success, "{}", parent.message);
+    assert_eq!(lines_of(&ledger), ["large"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::resources::{Cpu, Memory, Resources};
+use crate::spec::resources::{Cpu, LimitKind, Memory, Resources};
 
 /// How a worker keeps its attempts apart and the room it offers them (in its heartbeat;
 /// absent from workers of versions before it, which limit nothing).
@@ -64,8 +64,8 @@ impl Requested {
 /// Why an attempt cannot go to a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lack {
-    /// It cannot enforce this limit (`memory`, `cpu` or `pids`).
-    Limit(&'static str),
+    /// It cannot enforce this kind of limit.
+    Limit(LimitKind),
     /// Not this much memory free (bytes free).
     Memory(u64),
     /// Not this much CPU free (millicores free).
@@ -85,17 +85,29 @@ impl Isolation {
     /// What stops an attempt asking for `resources` from going to this worker, `also` being
     /// asked for there since its heartbeat; `None`: it fits.
     pub fn lacks(&self, resources: &Resources, also: Requested) -> Option<Lack> {
-        for (asked, limit) in [
-            (resources.memory.is_some(), "memory"),
-            (resources.cpu.is_some(), "cpu"),
-            (resources.pids.is_some(), "pids"),
-        ] {
-            if asked && !self.limits.iter().any(|l| l == limit) {
-                return Some(Lack::Limit(limit));
-            }
+        self.lacks_within(resources, self.free(also))
+    }
+
+    /// What stops an attempt asking for `resources` from ever running on this worker, whatever
+    /// runs there: a limit it cannot enforce, or more than it offers in all (`None`: it fits
+    /// once its running attempts end). A broadcast's run waits at its worker for the room.
+    pub fn never_fits(&self, resources: &Resources) -> Option<Lack> {
+        let all = Requested {
+            memory_bytes: self.memory_bytes,
+            cpu_millis: self.cpu_millis,
+        };
+        self.lacks_within(resources, all)
+    }
+
+    /// What stops `resources` with `free` left.
+    fn lacks_within(&self, resources: &Resources, free: Requested) -> Option<Lack> {
+        if let Some(kind) = resources
+            .kinds()
+            .find(|kind| !self.limits.iter().any(|l| l == kind.name()))
+        {
+            return Some(Lack::Limit(kind));
         }
         let asked = Requested::of(resources);
-        let free = self.free(also);
         if asked.memory_bytes > free.memory_bytes {
             return Some(Lack::Memory(free.memory_bytes));
         }
@@ -156,18 +168,19 @@ pub fn nowhere(resources: &Resources, lacks: &[Lack]) -> String {
             format!("no worker with {asked} CPU free; largest {}", Cpu(largest))
         }
         _ => {
-            let mut limits: Vec<&str> = lacks
+            let mut limits: Vec<LimitKind> = lacks
                 .iter()
                 .filter_map(|l| match l {
-                    Lack::Limit(limit) => Some(*limit),
+                    Lack::Limit(kind) => Some(*kind),
                     _ => None,
                 })
                 .collect();
             limits.sort_unstable();
             limits.dedup();
+            let names: Vec<&str> = limits.into_iter().map(LimitKind::name).collect();
             format!(
                 "no live worker of its tags and executor can limit its {} (cgroups)",
-                limits.join(", ")
+                names.join(", ")
             )
         }
     }
@@ -238,7 +251,7 @@ mod tests {
         let w = worker(&[], "64Gi", "32");
         assert_eq!(
             w.lacks(&asking(Some("1Gi"), None), Requested::default()),
-            Some(Lack::Limit("memory"))
+            Some(Lack::Limit(LimitKind::Memory))
         );
         let pids = Resources {
             pids: Some(10),
@@ -246,7 +259,7 @@ mod tests {
         };
         assert_eq!(
             worker(&["memory", "cpu"], "1Gi", "1").lacks(&pids, Requested::default()),
-            Some(Lack::Limit("pids"))
+            Some(Lack::Limit(LimitKind::Pids))
         );
     }
 
@@ -265,7 +278,7 @@ mod tests {
         let lacks = [
             Lack::Memory(1024 * 1024 * 1024),
             Lack::Memory(2 * 1024 * 1024 * 1024),
-            Lack::Limit("memory"),
+            Lack::Limit(LimitKind::Memory),
         ];
         assert_eq!(
             nowhere(&asked, &lacks),
@@ -282,7 +295,7 @@ mod tests {
         assert_eq!(about(1536), "1.5Ki");
         assert_eq!(about(1000), "1000");
         assert_eq!(
-            nowhere(&asked, &[Lack::Limit("memory")]),
+            nowhere(&asked, &[Lack::Limit(LimitKind::Memory)]),
             "no live worker of its tags and executor can limit its memory (cgroups)"
         );
     }

@@ -111,13 +111,22 @@ impl Member {
         if resources.is_empty() {
             return None;
         }
-        // A worker of a version before isolation limits nothing.
-        let limits_nothing = Isolation::default();
-        self.info
-            .isolation
-            .as_ref()
-            .unwrap_or(&limits_nothing)
-            .lacks(resources, self.recent_asked)
+        self.isolation().lacks(resources, self.recent_asked)
+    }
+
+    /// What stops an attempt asking for `resources` from ever running on it.
+    fn never_fits(&self, resources: &Resources) -> Option<Lack> {
+        if resources.is_empty() {
+            return None;
+        }
+        self.isolation().never_fits(resources)
+    }
+
+    /// Its walls and room; a worker of a version before isolation limits nothing.
+    fn isolation(&self) -> &Isolation {
+        static LIMITS_NOTHING: std::sync::LazyLock<Isolation> =
+            std::sync::LazyLock::new(Isolation::default);
+        self.info.isolation.as_ref().unwrap_or(&LIMITS_NOTHING)
     }
 }
 
@@ -321,8 +330,16 @@ impl Fleet {
         self.members.get(id).is_some_and(|m| self.fresh(m, now))
     }
 
-    /// Every live worker that can run a job with `tags` and executor `kind`, sorted by id.
-    pub(crate) fn eligible_all(&self, tags: &[String], kind: &str) -> Vec<WorkerId> {
+    /// Every live worker that can run a job with `tags`, executor `kind` and `resources`,
+    /// sorted by id: one that cannot enforce a limit it sets, or offers less than it asks in
+    /// all, is left out (as one without its tags); one busy now is not (the run waits there
+    /// for its room).
+    pub(crate) fn eligible_all(
+        &self,
+        tags: &[String],
+        kind: &str,
+        resources: &Resources,
+    ) -> Vec<WorkerId> {
         let now = (self.now)();
         let mut ids: Vec<WorkerId> = self
             .members
@@ -331,6 +348,7 @@ impl Fleet {
                 self.fresh(m, now)
                     && m.info.executors.iter().any(|e| e == kind)
                     && tags.iter().all(|t| m.info.tags.contains(t))
+                    && m.never_fits(resources).is_none()
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -549,6 +567,36 @@ mod tests {
 
     fn worker(id: &str) -> Target {
         Target::Worker(WorkerId::parse(id).unwrap())
+    }
+
+    #[test]
+    fn a_broadcast_asking_for_resources_runs_on_each_worker_that_can_ever_hold_it() {
+        let clock = TestClock::new();
+        let mut fleet = clock.fleet(3);
+        let now = clock.now();
+        fleet.heartbeat(roomy("big", "8Gi", 4, "0"), now);
+        fleet.heartbeat(roomy("busy", "8Gi", 4, "7Gi"), now);
+        fleet.heartbeat(roomy("small", "1Gi", 4, "0"), now);
+        fleet.heartbeat(info("old", &[], 0, 64, 0.0), now);
+        let ids = |resources: &Resources| -> Vec<String> {
+            fleet
+                .eligible_all(&[], "shell", resources)
+                .into_iter()
+                .map(|w| w.to_string())
+                .collect()
+        };
+        // Asking for nothing: every worker, the one that limits nothing too.
+        assert_eq!(ids(&Resources::default()), ["big", "busy", "old", "small"]);
+        // 2Gi: not the worker that limits nothing, nor the one offering 1Gi in all; the busy
+        // one is in (its run waits there for the room).
+        assert_eq!(ids(&asking("2Gi").resources), ["big", "busy"]);
+        // More than any offers: none (the broadcast says it found no worker).
+        assert!(ids(&asking("16Gi").resources).is_empty());
+        let pids = Resources {
+            pids: Some(64),
+            ..Resources::default()
+        };
+        assert_eq!(ids(&pids), ["big", "busy", "small"]);
     }
 
     #[test]

@@ -37,6 +37,7 @@ use tokio::sync::watch;
 
 use ax_bus::ids::{NodeId, WorkerId};
 use ax_bus::messages::{DispatchAck, WorkerInfo};
+use ax_bus::spec::resources::Resources;
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
 
@@ -182,19 +183,24 @@ impl Handler<Choose> for Router {
     }
 }
 
-/// Every live worker offering the executor with all the tags (a broadcast's runs).
+/// Every live worker offering the executor with all the tags that can ever hold the
+/// resources asked (a broadcast's runs).
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<WorkerId>")]
 pub(crate) struct Eligible {
     pub(crate) tags: Vec<String>,
     pub(crate) kind: String,
+    pub(crate) resources: Resources,
 }
 
 impl Handler<Eligible> for Router {
     type Result = MessageResult<Eligible>;
 
     fn handle(&mut self, msg: Eligible, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.fleet.eligible_all(&msg.tags, &msg.kind))
+        MessageResult(
+            self.fleet
+                .eligible_all(&msg.tags, &msg.kind, &msg.resources),
+        )
     }
 }
 

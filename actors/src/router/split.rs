@@ -61,6 +61,7 @@ async fn children_of(
     let eligible = Eligible {
         tags: spec.tags.clone(),
         kind: spec.exec.name().to_string(),
+        resources: spec.resources,
     };
     let workers = dispatcher.router.send(eligible).await?;
     if workers.is_empty() {

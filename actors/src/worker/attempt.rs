@@ -91,7 +91,6 @@ impl Attempts {
             instance: work.instance_id.clone(),
             dispatch: dispatch.clone(),
             lease: work.spec.lease,
-            asked: ax_bus::room::Requested::of(&work.spec.resources),
             stop: stop.clone(),
         });
         // One start per attempt: its `executing` record's, which the running event, the

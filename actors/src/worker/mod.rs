@@ -171,8 +171,6 @@ struct InFlight {
     dispatch: DispatchId,
     /// Its job's `lease` (seconds).
     lease: Option<u64>,
-    /// The memory and CPU its job's `resources` ask for.
-    asked: Requested,
     stop: Arc<Notify>,
 }
 
@@ -343,10 +341,7 @@ impl WorkerSupervisor {
                 })
                 .collect(),
             isolation: Some(ax_bus::room::Isolation {
-                requested: self
-                    .in_flight
-                    .values()
-                    .fold(Requested::default(), |all, a| all.plus(a.asked)),
+                requested: self.slots.asked(),
                 ..self.offered.clone()
             }),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -427,7 +422,6 @@ struct Running {
     instance: InstanceId,
     dispatch: DispatchId,
     lease: Option<u64>,
-    asked: Requested,
     stop: Arc<Notify>,
 }
 
@@ -439,7 +433,6 @@ impl Handler<Running> for WorkerSupervisor {
             instance: msg.instance,
             dispatch: msg.dispatch,
             lease: msg.lease,
-            asked: msg.asked,
             stop: msg.stop,
         };
         self.in_flight.insert(msg.trace, attempt);

@@ -157,6 +157,12 @@ impl Slots {
         self.state().running
     }
 
+    /// What the attempts holding a slot asked for together (the heartbeat's `requested`: the
+    /// room they take from the moment they take their slot, as the gate counts it).
+    pub(crate) fn asked(&self) -> Requested {
+        self.state().asked
+    }
+
     /// Pumps waiting for a slot now (work that a larger budget would start).
     pub(crate) fn waiting(&self) -> u32 {
         self.state().waiting.iter().sum()
@@ -357,6 +363,11 @@ mod tests {
             .await
             .expect("what fits beside the 6 GiB runs");
         assert_eq!(slots.waiting(), 1);
+        assert_eq!(
+            slots.asked(),
+            memory(8),
+            "what the heartbeat says is asked for"
+        );
         drop(six);
         let four = tokio::time::timeout(LONG, four)
             .await
@@ -373,6 +384,11 @@ mod tests {
             "over the CPU room beside others"
         );
         drop((four, two, asking_nothing));
+        assert_eq!(
+            slots.asked(),
+            Requested::default(),
+            "every permit gave its room back"
+        );
         // Larger than the whole room: alone, it runs rather than waiting for ever.
         tokio::time::timeout(LONG, slots.acquire(Priority::Low, memory(64)))
             .await

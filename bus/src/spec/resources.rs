@@ -29,6 +29,46 @@ impl Resources {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
+
+    /// Whether it sets a limit of `kind`.
+    pub fn sets(&self, kind: LimitKind) -> bool {
+        match kind {
+            LimitKind::Memory => self.memory.is_some(),
+            LimitKind::Cpu => self.cpu.is_some(),
+            LimitKind::Pids => self.pids.is_some(),
+        }
+    }
+
+    /// The kinds of limit it sets, in [`LimitKind::ALL`]'s order.
+    pub fn kinds(&self) -> impl Iterator<Item = LimitKind> + '_ {
+        LimitKind::ALL.into_iter().filter(|kind| self.sets(*kind))
+    }
+}
+
+/// A kind of limit a job may set and a worker may enforce: the one list the spec, the worker's
+/// heartbeat, its refusals and the Router's choice all name limits from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LimitKind {
+    /// `memory`.
+    Memory,
+    /// `cpu`.
+    Cpu,
+    /// `pids`.
+    Pids,
+}
+
+impl LimitKind {
+    /// Every kind, in the order tables and messages list them.
+    pub const ALL: [Self; 3] = [Self::Memory, Self::Cpu, Self::Pids];
+
+    /// Its name, as the spec's field and the heartbeat's list write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Cpu => "cpu",
+            Self::Pids => "pids",
+        }
+    }
 }
 
 /// A quantity of memory, in bytes.

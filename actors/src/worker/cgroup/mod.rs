@@ -28,7 +28,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use ax_bus::room::{Isolation, Requested};
-use ax_bus::spec::resources::Resources;
+use ax_bus::spec::resources::{LimitKind, Resources};
 
 pub(crate) use attempt::{Accounted, AttemptCgroup};
 
@@ -142,6 +142,16 @@ impl Controller {
     const ALL: [Self; 4] = [Self::Memory, Self::Pids, Self::Cpu, Self::CpuUsage];
 }
 
+impl From<LimitKind> for Controller {
+    fn from(kind: LimitKind) -> Self {
+        match kind {
+            LimitKind::Memory => Self::Memory,
+            LimitKind::Cpu => Self::Cpu,
+            LimitKind::Pids => Self::Pids,
+        }
+    }
+}
+
 /// One hierarchy the worker makes attempts' cgroups in: the directory they go in, and what they
 /// are used for there.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -250,15 +260,11 @@ impl Cgroups {
 
     /// The limits it enforces (`memory`, `cpu`, `pids`), as the heartbeat names them.
     pub(crate) fn limits(&self) -> Vec<String> {
-        [
-            (Controller::Memory, "memory"),
-            (Controller::Cpu, "cpu"),
-            (Controller::Pids, "pids"),
-        ]
-        .into_iter()
-        .filter(|(c, _)| self.enforces(*c))
-        .map(|(_, name)| name.to_string())
-        .collect()
+        LimitKind::ALL
+            .into_iter()
+            .filter(|kind| self.enforces((*kind).into()))
+            .map(|kind| kind.name().to_string())
+            .collect()
     }
 
     /// The lowest memory limit of the worker's own cgroup and those above it (bytes), which
@@ -305,15 +311,11 @@ impl Cgroups {
 
     /// Whether this worker can enforce every limit of `resources`; which it cannot, if not.
     pub(crate) fn refusal(&self, resources: &Resources) -> Option<String> {
-        let missing: Vec<&str> = [
-            (resources.memory.is_some(), Controller::Memory, "memory"),
-            (resources.cpu.is_some(), Controller::Cpu, "cpu"),
-            (resources.pids.is_some(), Controller::Pids, "pids"),
-        ]
-        .into_iter()
-        .filter(|(asked, controller, _)| *asked && !self.enforces(*controller))
-        .map(|(_, _, name)| name)
-        .collect();
+        let missing: Vec<&str> = resources
+            .kinds()
+            .filter(|kind| !self.enforces((*kind).into()))
+            .map(LimitKind::name)
+            .collect();
         (!missing.is_empty()).then(|| {
             format!(
                 "this worker cannot limit {} ({})",

@@ -35,7 +35,7 @@ const SERVERS: usize = 3;
 /// One server (the bench's, `single` its pid, at `url`) against three, the same `n` instances
 /// each.
 pub(crate) async fn measure(url: &str, single: Option<u32>, quick: bool) -> Result<Vec<Figure>> {
-    let n = if quick { 500 } else { 20_000 };
+    let n = if quick { 300 } else { 20_000 };
     let one = throughput::run_on(
         &crate::client_for(url, "clone").await?,
         n,

@@ -285,7 +285,7 @@ async fn intake(nats: &async_nats::Client, n: usize, prefix: &str) -> Result<Dur
 
 pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
-    let n = if quick { 2_000 } else { 50_000 };
+    let n = if quick { 1_000 } else { 50_000 };
     let took = intake(nats, n, "benchin").await?;
     figures.push(Figure {
         section: "dag",
@@ -298,7 +298,7 @@ pub(crate) async fn measure(nats: &async_nats::Client, quick: bool) -> Result<Ve
             took.as_millis()
         ),
     });
-    for (i, graph) in graphs(if quick { 1_000 } else { 10_000 })
+    for (i, graph) in graphs(if quick { 300 } else { 10_000 })
         .into_iter()
         .enumerate()
     {

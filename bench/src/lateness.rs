@@ -3,8 +3,8 @@
 //! 10,000 and 100,000 jobs due at the same instant, a steady 1,000 fires per second at each
 //! whole second, and 1,000 one-offs per second spread over the second (delayed triggers, each
 //! due at its own millisecond). Only Schedulers run, so nothing else competes. A quick run
-//! (the test suite's, a debug build on a busy machine) has 2,000 jobs due at one instant and
-//! 200 firing every second, for 3 s.
+//! (the test suite's, a debug build on a busy machine) has 1,000 jobs due at one instant and
+//! 200 firing every second, for 2 s.
 
 use std::time::Duration;
 
@@ -127,10 +127,16 @@ fn ahead(lead: i64) -> Result<chrono::DateTime<chrono::Utc>> {
 
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
-    let bursts: &[usize] = if quick { &[2_000] } else { &[10_000, 100_000] };
+    let bursts: &[usize] = if quick { &[1_000] } else { &[10_000, 100_000] };
     for (i, n) in bursts.iter().copied().enumerate() {
         // A quick run is a debug build on a busy machine: its jobs may take longer to load.
-        let at = ahead(if n > 10_000 || quick { 20 } else { 5 })?;
+        let at = ahead(if n > 10_000 {
+            20
+        } else if quick {
+            15
+        } else {
+            5
+        })?;
         let cron = cron_at(at);
         let specs = (0..n).map(|j| noop_job(&format!("b{j}"), &cron)).collect();
         let late = lateness(url, &format!("lb{i}"), specs, n, Some(at)).await?;
@@ -141,7 +147,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         };
         figures.push(figure(format!("{n} fires due at one instant"), late, what));
     }
-    let (seconds, jobs) = if quick { (3, 200) } else { (10, 1_000) };
+    let (seconds, jobs) = if quick { (2, 200) } else { (10, 1_000) };
     let specs = (0..jobs)
         .map(|j| noop_job(&format!("s{j}"), "* * * * * *"))
         .collect();
@@ -152,7 +158,7 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
         &format!("{seconds} s of {jobs} jobs firing every second (target p99 20 ms at 1,000)"),
     ));
     // A quick run is a debug build's smoke test on a busy machine: more time to take them in.
-    let lead = if quick { 20 } else { 4 };
+    let lead = if quick { 15 } else { 4 };
     let late = spread(url, seconds as i64, lead).await?;
     figures.push(figure(
         "steady 1,000 one-offs per second, spread".into(),

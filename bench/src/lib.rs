@@ -179,7 +179,7 @@ pub async fn run(quick: bool, only: &[String]) -> Result<Report> {
         figures.extend(lateness::measure(&server.url, quick).await?);
     }
     if wanted("dag") {
-        say("dag: 10,000-job graphs (1,000 with --quick)…");
+        say("dag: 10,000-job graphs (300 with --quick)…");
         figures.extend(dag::measure(&nats, quick).await?);
     }
     if wanted("recovery") {

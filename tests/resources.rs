@@ -2,7 +2,8 @@
 //! job over its `resources.memory` ends `oom_killed` while its worker and the next job carry on;
 //! a daemon a job started outside its process group dies at a kill, a timeout and its worker's
 //! death; work asking for more memory than any worker offers waits, saying why, and runs once a
-//! larger worker joins; a worker's default limits hold; a worker without cgroups says so.
+//! larger worker joins, through a NATS restart and a worker's, and a broadcast runs only where
+//! its request can ever fit; a worker's default limits hold; a worker without cgroups says so.
 
 use crate::support;
 
@@ -371,4 +372,82 @@ async fn a_worker_that_cannot_make_cgroups_says_so_and_work_with_limits_waits() 
         waiting_reason(&client, &limited).await,
         "no live worker of its tags and executor can limit its memory (cgroups)"
     );
+}
+
+/// Work waiting for room keeps waiting through a NATS restart and runs once when the room is
+/// freed; a worker killed while it held room comes back with all of it (nothing it held
+/// before is counted again), and what waited runs there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_waiting_for_room_survives_a_nats_restart_and_a_restarted_worker_has_its_room() {
+    let mut nats = TestNats::start();
+    let client = nats.client().await;
+    let _core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
+    let small_config = "[worker]\nmemory = \"1Gi\"\n";
+    let mut small = AxProcess::configured(&nats, "small", "worker", small_config);
+    wait_for(Duration::from_secs(30), "the small worker", || async {
+        worker_listed(&nats, "small").filter(|w| w["isolation"]["memory_bytes"] == 1u64 << 30)
+    })
+    .await;
+    let release = nats.path("jobs").join("release");
+    let hold = format!("while [ ! -f {} ]; do sleep 0.1; done", release.display());
+    apply_job(
+        &nats,
+        "hold",
+        &[
+            shell_job("hold", "  resources: { memory: 768Mi }\n", &hold),
+            shell_job("next", "  resources: { memory: 512Mi }\n", "echo next"),
+        ]
+        .join("---\n"),
+    )
+    .await;
+    let executing = |id: String| {
+        let client = client.clone();
+        async move {
+            let id: ax_bus::ids::InstanceId = id.parse().expect("an instance id");
+            wait_for(Duration::from_secs(30), "the holder to run", || async {
+                let (record, _) = client.instance(&id).await.ok()??;
+                (record.tag == Tag::Executing).then_some(())
+            })
+            .await;
+        }
+    };
+
+    // The holder takes 768Mi of the 1Gi; the next waits, saying so, through a NATS restart.
+    let holder = trigger(&nats, &["hold"]);
+    executing(holder.clone()).await;
+    let next = trigger(&nats, &["next"]);
+    let waiting = "no worker with 512Mi memory free; largest 256Mi";
+    assert_eq!(waiting_reason(&client, &next).await, waiting);
+    nats.server.restart().expect("nats-server restarts");
+    let client = nats.client().await;
+    assert_eq!(waiting_reason(&client, &next).await, waiting);
+    std::fs::write(&release, "go").unwrap();
+    let (held, ran) = (
+        final_record(&client, &holder, Duration::from_secs(60)).await,
+        final_record(&client, &next, Duration::from_secs(60)).await,
+    );
+    assert_eq!((held.state, ran.state), (State::Success, State::Success));
+    assert_eq!(ran.attempt, 1, "{ran:?}");
+
+    // The worker dies holding 768Mi; restarted, it offers the whole 1Gi again.
+    std::fs::remove_file(&release).unwrap();
+    let holder = trigger(&nats, &["hold"]);
+    executing(holder.clone()).await;
+    let next = trigger(&nats, &["next"]);
+    assert_eq!(waiting_reason(&client, &next).await, waiting);
+    small.kill9();
+    let _small = AxProcess::configured(&nats, "small", "worker", small_config);
+    std::fs::write(&release, "go").unwrap();
+    let ran = final_record(&client, &next, Duration::from_secs(90)).await;
+    assert_eq!(
+        (ran.state, ran.worker.map(|w| w.to_string())),
+        (State::Success, Some("small".into()))
+    );
+    let held = final_record(&client, &holder, Duration::from_secs(90)).await;
+    assert!(held.state.is_final(), "{held:?}");
+    let shown = wait_for(Duration::from_secs(30), "the room given back", || async {
+        worker_listed(&nats, "small").filter(|w| w["isolation"]["requested"]["memory_bytes"] == 0)
+    })
+    .await;
+    assert_eq!(shown["isolation"]["memory_bytes"], 1u64 << 30, "{shown}");
 }

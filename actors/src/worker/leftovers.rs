@@ -197,6 +197,13 @@ mod tests {
             .unwrap()
     }
 
+    /// Kills `child`'s whole group (the shell may have forked its `sleep`, which would outlive
+    /// a kill of the shell alone, holding the test's output) and reaps the shell.
+    fn end(mut child: std::process::Child) {
+        killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+        child.wait().unwrap();
+    }
+
     #[test]
     fn a_recorded_group_is_killed_and_its_record_cleared() {
         let dir = tempfile::tempdir().unwrap();
@@ -214,14 +221,13 @@ mod tests {
     #[test]
     fn a_reused_group_id_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = group("sleep 300");
+        let child = group("sleep 300");
         let id = Pid::from_raw(child.id() as i32);
         // A record of the same id with another start time: another process had it.
         std::fs::write(dir.path().join(id.to_string()), "1").unwrap();
         assert!(reap(dir.path()).is_empty());
         assert!(killpg(id, None).is_ok(), "an unrelated group was killed");
-        child.kill().unwrap();
-        child.wait().unwrap();
+        end(child);
     }
 
     #[test]
@@ -254,24 +260,22 @@ mod tests {
 
     #[test]
     fn an_unstamped_record_older_than_its_groups_leader_is_not_ours() {
-        let mut child = group("sleep 300");
+        let child = group("sleep 300");
         let now = std::time::SystemTime::now();
         // A record a minute older than the process that now has the id is not that group's.
         let ours = [now - Duration::from_secs(60), now]
             .map(|written| ours_unstamped(Pid::from_raw(child.id() as i32), written));
-        child.kill().unwrap();
-        child.wait().unwrap();
+        end(child);
         assert_eq!(ours, [false, true]);
     }
 
     #[test]
     fn a_finished_attempt_leaves_no_record() {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = group("sleep 300");
+        let child = group("sleep 300");
         let id = Pid::from_raw(child.id() as i32);
         drop(GroupRecord::write(dir.path(), id).unwrap());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-        child.kill().unwrap();
-        child.wait().unwrap();
+        end(child);
     }
 }

@@ -561,7 +561,9 @@ pub(crate) struct WorkerSection {
     pub cgroups: Option<String>,
     /// The memory offered to attempts that ask for some (`16Gi`; the host's by default).
     pub memory: Option<Memory>,
-    /// The CPU offered to attempts that ask for some (cores, `8` or `7500m`; its cores).
+    /// The CPU offered to attempts that ask for some (cores, `8` or `7500m`; its cores);
+    /// `cpus` is read as the same.
+    #[serde(alias = "cpus")]
     pub cpu: Option<Cpu>,
     /// The limits of attempts whose job sets none of a kind (`[worker.limits]`).
     pub limits: Option<Resources>,
@@ -910,6 +912,8 @@ mod tests {
         let offer = read(&path).unwrap().worker.offer();
         assert_eq!(offer.memory, Some(16 << 30));
         assert_eq!(offer.cpu, Some(7500));
+        std::fs::write(&path, "[worker]\ncpus = 8\n").unwrap();
+        assert_eq!(read(&path).unwrap().worker.offer().cpu, Some(8000));
         std::fs::write(
             &path,
             "[worker]\nlimits = { memory = \"2Gi\", pids = 1024 }\n",

@@ -256,3 +256,21 @@ async fn retention_settings_set_the_streams_ages_and_a_node_without_them_keeps_t
         bad.log_text()
     );
 }
+
+/// A local nats-server (`ax up`'s, a test's) started on a port another nats-server took first
+/// fails, saying the port is taken: it never passes the other one off as itself (a command
+/// would then talk to a server that ends with someone else's test or deployment).
+#[test]
+fn a_local_server_on_a_port_another_server_holds_fails_instead_of_taking_it_for_its_own() {
+    let first = TestNats::start();
+    let dir = tempfile::tempdir().unwrap();
+    let second = LocalServer::start(ServerOptions {
+        binary: find_binary().expect("nats-server"),
+        port: Some(first.server.port),
+        store_dir: dir.path().join("store"),
+        log_file: None,
+        extra_args: Vec::new(),
+    });
+    let error = second.expect_err("a second server on a taken port");
+    assert!(error.port_taken(), "{error}");
+}

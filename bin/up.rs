@@ -109,24 +109,29 @@ fn nats_of(
         Some(url) => url.to_string(),
         None => {
             let binary = local_server::find_binary()?;
-            let port = match nats_port {
-                Some(port) => port,
-                None if local_server::port_in_use(DEFAULT_PORT) => {
-                    let port = local_server::free_port()?;
-                    eprintln!(
-                        "port {DEFAULT_PORT} is taken; the embedded nats-server uses port {port}"
-                    );
-                    port
-                }
-                None => DEFAULT_PORT,
+            let start = |port: Option<u16>| {
+                LocalServer::start(ServerOptions {
+                    binary: binary.clone(),
+                    port,
+                    store_dir: data_dir.join("nats"),
+                    log_file: None,
+                    extra_args: Vec::new(),
+                })
             };
-            let started = LocalServer::start(ServerOptions {
-                binary,
-                port: Some(port),
-                store_dir: data_dir.join("nats"),
-                log_file: None,
-                extra_args: Vec::new(),
-            })?;
+            let started = match nats_port {
+                Some(port) => start(Some(port))?,
+                // Any free port (picked again if another process takes it before the server
+                // binds).
+                None if local_server::port_in_use(DEFAULT_PORT) => {
+                    let started = start(None)?;
+                    eprintln!(
+                        "port {DEFAULT_PORT} is taken; the embedded nats-server uses port {}",
+                        started.port
+                    );
+                    started
+                }
+                None => start(Some(DEFAULT_PORT))?,
+            };
             let url = started.url.clone();
             server = Some(started);
             url

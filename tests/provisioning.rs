@@ -264,13 +264,19 @@ async fn retention_settings_set_the_streams_ages_and_a_node_without_them_keeps_t
 fn a_local_server_on_a_port_another_server_holds_fails_instead_of_taking_it_for_its_own() {
     let first = TestNats::start();
     let dir = tempfile::tempdir().unwrap();
-    let second = LocalServer::start(ServerOptions {
-        binary: find_binary().expect("nats-server"),
-        port: Some(first.server.port),
-        store_dir: dir.path().join("store"),
-        log_file: None,
-        extra_args: Vec::new(),
-    });
-    let error = second.expect_err("a second server on a taken port");
-    assert!(error.port_taken(), "{error}");
+    // Plain, and with a config file of its own (which names the server).
+    let config = dir.path().join("other.conf");
+    std::fs::write(&config, "server_name: other\n").unwrap();
+    let configured = vec!["-c".to_string(), config.display().to_string()];
+    for (i, extra_args) in [Vec::new(), configured].into_iter().enumerate() {
+        let second = LocalServer::start(ServerOptions {
+            binary: find_binary().expect("nats-server"),
+            port: Some(first.server.port),
+            store_dir: dir.path().join(format!("store{i}")),
+            log_file: None,
+            extra_args,
+        });
+        let error = second.expect_err("a second server on a taken port");
+        assert!(error.port_taken(), "{error}");
+    }
 }

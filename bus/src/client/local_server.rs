@@ -86,26 +86,6 @@ pub struct LocalServer {
     pub options: ServerOptions,
 }
 
-/// The server name `options` give it (`-n`/`--name`), if any.
-fn name_of(options: &ServerOptions) -> Option<&str> {
-    let args = &options.extra_args;
-    let at = args.iter().position(|a| a == "-n" || a == "--name")?;
-    args.get(at + 1).map(String::as_str)
-}
-
-/// Gives the server on `port` a name of its own for its readiness check, unless its options
-/// name it already or a config file may (a flag would override the file's `server_name`).
-fn own_name(options: &mut ServerOptions, port: u16) {
-    let configured = options
-        .extra_args
-        .iter()
-        .any(|a| a == "-c" || a == "--config");
-    if name_of(options).is_none() && !configured {
-        let name = format!("ax-local-{port}-{:08x}", rand::random::<u32>());
-        options.extra_args.extend(["-n".to_string(), name]);
-    }
-}
-
 /// A free TCP port on 127.0.0.1 (free when asked; the caller should use it quickly).
 pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -197,7 +177,6 @@ impl LocalServer {
             None => free_port().map_err(|e| LocalServerError::Start(e.to_string()))?,
         };
         options.port = Some(port);
-        own_name(&mut options, port);
         std::fs::create_dir_all(&options.store_dir).map_err(|e| {
             LocalServerError::Start(format!("{}: {e}", options.store_dir.display()))
         })?;
@@ -253,7 +232,7 @@ impl LocalServer {
                     )));
                 }
             }
-            if self.jetstream_ready() {
+            if self.jetstream_ready() && self.says_ready(log_file) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -267,10 +246,23 @@ impl LocalServer {
         }
     }
 
-    /// The health endpoint is not enabled, so readiness is "the port answers with an INFO line
-    /// that announces JetStream" — and names this server, where it has a name of its own: a
-    /// server another process started on the same port between the look for a free one and
-    /// this one's bind must not pass for it (this one then exits, `address already in use`).
+    /// Whether this server's own log says it is ready: its file logger starts each line with
+    /// the process id (`[pid] … Server is ready`). The port answering is not enough: a server
+    /// another process started there between the look for a free port and this one's bind
+    /// answers too, while this one exits, `address already in use`.
+    fn says_ready(&self, log_file: &Path) -> bool {
+        let Some(pid) = self.pid() else {
+            return false;
+        };
+        let mine = format!("[{pid}] ");
+        std::fs::read_to_string(log_file).is_ok_and(|log| {
+            log.lines()
+                .any(|line| line.starts_with(&mine) && line.ends_with("Server is ready"))
+        })
+    }
+
+    /// The health endpoint is not enabled, so the port must answer with an INFO line that
+    /// announces JetStream.
     fn jetstream_ready(&self) -> bool {
         let Ok(mut stream) = TcpStream::connect_timeout(
             &std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
@@ -283,9 +275,7 @@ impl LocalServer {
         match stream.read(&mut buf) {
             Ok(n) => {
                 let info = String::from_utf8_lossy(&buf[..n]);
-                let ours = name_of(&self.options)
-                    .is_none_or(|name| info.contains(&format!("\"server_name\":\"{name}\"")));
-                info.starts_with("INFO") && info.contains("\"jetstream\":true") && ours
+                info.starts_with("INFO") && info.contains("\"jetstream\":true")
             }
             Err(_) => false,
         }

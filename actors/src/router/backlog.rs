@@ -62,12 +62,19 @@ impl Default for BacklogConfig {
 /// What waits in one priority, and who consumes it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Depth {
-    /// Messages not yet taken: the ready queue's and the workers' queues'.
-    pub(crate) waiting: u64,
-    /// Of those, the ready queue's: what a pause of the priority holds back.
+    /// Messages not yet taken in the ready queue: what a pause of the priority holds back.
     pub(crate) held: u64,
+    /// Messages not yet taken in the workers' queues.
+    pub(crate) at_workers: u64,
     /// Workers consuming the priority.
     pub(crate) workers: u64,
+}
+
+impl Depth {
+    /// Messages not yet taken: the ready queue's and the workers' queues'.
+    pub(crate) fn waiting(&self) -> u64 {
+        self.held.saturating_add(self.at_workers)
+    }
 }
 
 /// What the control decided.
@@ -111,7 +118,7 @@ impl Control {
         let mut actions = Vec::new();
         let limit = |d: &Depth| self.config.factor.saturating_mul(d.workers.max(1));
         for (priority, depth) in depths {
-            if depth.waiting > limit(depth) {
+            if depth.waiting() > limit(depth) {
                 let since = *self.above_since.entry(*priority).or_insert(now);
                 let alerted = self.alerted.entry(*priority).or_insert(false);
                 if now.duration_since(since) >= self.config.hold && !*alerted {
@@ -123,15 +130,15 @@ impl Control {
                 }
             } else {
                 self.above_since.remove(priority);
-                if depth.waiting.saturating_mul(2) < limit(depth) {
+                if depth.waiting().saturating_mul(2) < limit(depth) {
                     self.alerted.insert(*priority, false);
                 }
             }
         }
         // The paused low queue is judged by what waits at the workers, not by what it holds.
         let judged = |priority: &Priority, d: &Depth| match priority {
-            Priority::Low if paused_by_control => d.waiting.saturating_sub(d.held),
-            _ => d.waiting,
+            Priority::Low if paused_by_control => d.at_workers,
+            _ => d.waiting(),
         };
         let calm = depths
             .iter()
@@ -187,7 +194,7 @@ fn record(depths: &BTreeMap<Priority, Depth>) {
             priority: priority.as_str(),
         };
         let waiting = metrics.backlog_waiting.get_or_create(&label);
-        waiting.set(gauge(depth.waiting));
+        waiting.set(gauge(depth.waiting()));
         let workers = metrics.backlog_workers.get_or_create(&label);
         workers.set(gauge(depth.workers));
     }
@@ -205,7 +212,7 @@ async fn carry_out(
             let message = format!(
                 "{} work waiting: {} for {} worker(s), more than {factor} per worker for {:?}",
                 priority.as_str(),
-                depth.waiting,
+                depth.waiting(),
                 depth.workers,
                 shared.config.backlog.hold
             );
@@ -302,7 +309,6 @@ async fn depths(
     for (priority, depth) in depths.iter_mut() {
         let name = format!("router-ready-{}", priority.as_str());
         if let Ok(info) = flow.consumer_info(&name).await {
-            depth.waiting += info.num_pending;
             depth.held += info.num_pending;
         }
     }
@@ -317,7 +323,7 @@ async fn depths(
         for (priority, depth) in depths.iter_mut() {
             let name = client.layout.worker_consumer(worker, *priority);
             if let Ok(info) = dispatch.consumer_info(&name).await {
-                depth.waiting += info.num_pending;
+                depth.at_workers += info.num_pending;
                 depth.workers += 1;
             }
         }
@@ -343,16 +349,16 @@ mod tests {
             (
                 Priority::Low,
                 Depth {
-                    waiting: low,
                     held: 0,
+                    at_workers: low,
                     workers: 1,
                 },
             ),
             (
                 Priority::High,
                 Depth {
-                    waiting: high,
                     held: 0,
+                    at_workers: high,
                     workers: 1,
                 },
             ),
@@ -372,8 +378,8 @@ mod tests {
                 Action::Alert(
                     Priority::Low,
                     Depth {
-                        waiting: 150,
                         held: 0,
+                        at_workers: 150,
                         workers: 1
                     }
                 ),
@@ -417,8 +423,8 @@ mod tests {
         let busy = BTreeMap::from([(
             Priority::Normal,
             Depth {
-                waiting: 250,
                 held: 0,
+                at_workers: 250,
                 workers: 3,
             },
         )]);
@@ -429,8 +435,8 @@ mod tests {
         let busier = BTreeMap::from([(
             Priority::Normal,
             Depth {
-                waiting: 301,
                 held: 0,
+                at_workers: 301,
                 workers: 3,
             },
         )]);
@@ -440,8 +446,8 @@ mod tests {
             [Action::Alert(
                 Priority::Normal,
                 Depth {
-                    waiting: 301,
                     held: 0,
+                    at_workers: 301,
                     workers: 3
                 }
             )]
@@ -458,8 +464,8 @@ mod tests {
             BTreeMap::from([(
                 Priority::Low,
                 Depth {
-                    waiting: 300 + at_workers,
                     held: 300,
+                    at_workers,
                     workers: 1,
                 },
             )])

@@ -101,11 +101,7 @@ async fn an_accepted_attempt_ends_with_its_first_report_or_its_timeout() {
     // of the same trace is ignored, saying so.
     let id = trigger(&nats, &["accepts"]);
     let trace = endpoint.trace(1).await;
-    let waiting = wait_for(Duration::from_secs(30), "the attempt executing", || async {
-        let (record, _) = client.instance(&support::id(&id)).await.unwrap()?;
-        (record.tag == ax_bus::Tag::Executing).then_some(record)
-    })
-    .await;
+    let waiting = executing(&client, &id, Duration::from_secs(30)).await;
     assert_eq!(waiting.trace_id, trace);
     let first = report(&client, &trace, true, "loaded 3 rows").await;
     assert!(first.ok, "{:?}", first.errors);

@@ -253,15 +253,7 @@ async fn a_coordinator_killed_while_instances_wait_loses_nothing() {
     final_record(&client, &order, Duration::from_secs(15)).await;
     let stat = waiting_instance(&client, "order_stat_daily", "2026-03-01").await;
     let pay = trigger(&nats, &["sync_pay_daily", "--biz-date", "2026-03-01"]);
-    wait_for(
-        Duration::from_secs(15),
-        "the payment sync to run",
-        || async {
-            let record = client.instance(&support::id(&pay)).await.unwrap()?.0;
-            (record.tag == Tag::Executing).then_some(())
-        },
-    )
-    .await;
+    executing(&client, &pay, Duration::from_secs(15)).await;
     coordinator.kill9();
 
     // The last upstream ends while no coordinator runs; the stat job keeps waiting.

@@ -247,11 +247,7 @@ async fn a_second_dispatch_of_a_running_attempt_elsewhere_is_refused() {
     )
     .await;
     let id = trigger(&nats, &["twice"]);
-    let record = wait_for(Duration::from_secs(20), "the attempt to start", || async {
-        let (record, _) = client.instance(&support::id(&id)).await.ok()??;
-        (record.tag == Tag::Executing).then_some(record)
-    })
-    .await;
+    let record = executing(&client, &id, Duration::from_secs(20)).await;
     let runner = record.worker.clone().expect("a worker");
     let (other, other_log) = if runner.as_str() == "n1" {
         ("w2", &w2)

@@ -404,15 +404,7 @@ async fn a_worker_killed_mid_attempt_leads_to_exactly_one_success() {
     )
     .await;
     let id = trigger(&nats, &["long"]);
-    wait_for(
-        Duration::from_secs(15),
-        "the attempt to run on the doomed worker",
-        || async {
-            let record = client.instance(&support::id(&id)).await.unwrap()?.0;
-            (record.tag == Tag::Executing).then_some(())
-        },
-    )
-    .await;
+    executing(&client, &id, Duration::from_secs(15)).await;
     let _survivor = AxProcess::node(&nats, "survivor", "worker", &[]);
     doomed.kill9();
     let record = final_record(&client, &id, Duration::from_secs(40)).await;

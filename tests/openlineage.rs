@@ -105,11 +105,9 @@ async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once()
 
     // A running attempt's START comes while it runs.
     let slow = trigger(&nats, &["slow"]);
-    let slow_trace = wait_for(Duration::from_secs(30), "slow to execute", || async {
-        let (record, _) = client.instance(&slow.parse().unwrap()).await.ok()??;
-        (record.tag == ax_bus::Tag::Executing).then_some(record.trace_id)
-    })
-    .await;
+    let slow_trace = executing(&client, &slow, Duration::from_secs(30))
+        .await
+        .trace_id;
     let slow_run = attempt_run_id(&slow_trace);
     wait_for_logged(
         Duration::from_secs(30),

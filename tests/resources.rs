@@ -115,6 +115,16 @@ async fn daemon(pid_file: &std::path::Path) -> i32 {
     escaped
 }
 
+/// Waits (10 s at most) for process `pid`, `what`, to be gone.
+async fn dies(pid: i32, what: &str) {
+    wait_for(
+        Duration::from_secs(10),
+        &format!("{what} to die"),
+        || async { (!alive(pid)).then_some(()) },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_left_a_jobs_process_group_dies_at_a_kill_and_at_a_timeout() {
     let nats = TestNats::start();
@@ -142,22 +152,12 @@ async fn what_left_a_jobs_process_group_dies_at_a_kill_and_at_a_timeout() {
     assert!(out.status.success(), "{}", stderr(&out));
     let record = final_record(&client, &id, Duration::from_secs(30)).await;
     assert_eq!(record.tag, Tag::Killed, "{record:?}");
-    wait_for(
-        Duration::from_secs(10),
-        "the killed job's daemon to die",
-        || async { (!alive(escaped)).then_some(()) },
-    )
-    .await;
+    dies(escaped, "the killed job's daemon").await;
     let id = trigger(&nats, &["timed_out"]);
     let escaped = daemon(&timed_out).await;
     let record = final_record(&client, &id, Duration::from_secs(30)).await;
     assert_eq!(record.tag, Tag::Timeout, "{record:?}");
-    wait_for(
-        Duration::from_secs(10),
-        "the timed-out job's daemon to die",
-        || async { (!alive(escaped)).then_some(()) },
-    )
-    .await;
+    dies(escaped, "the timed-out job's daemon").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,12 +176,7 @@ async fn what_left_a_jobs_process_group_dies_when_its_worker_is_killed() {
     let id = trigger(&nats, &["daemonizes"]);
     let escaped = daemon(&pid_file).await;
     worker.kill9();
-    wait_for(
-        Duration::from_secs(10),
-        "the daemon to die with its worker",
-        || async { (!alive(escaped)).then_some(()) },
-    )
-    .await;
+    dies(escaped, "the daemon of a killed worker").await;
     // A worker back on the same data directory loses the attempt and runs it again.
     let _back = AxProcess::node(&nats, "w1", "worker", &[]);
     wait_for(Duration::from_secs(60), "a new attempt", || async {
@@ -400,21 +395,10 @@ async fn work_waiting_for_room_survives_a_nats_restart_and_a_restarted_worker_ha
         .join("---\n"),
     )
     .await;
-    let executing = |id: String| {
-        let client = client.clone();
-        async move {
-            let id: ax_bus::ids::InstanceId = id.parse().expect("an instance id");
-            wait_for(Duration::from_secs(30), "the holder to run", || async {
-                let (record, _) = client.instance(&id).await.ok()??;
-                (record.tag == Tag::Executing).then_some(())
-            })
-            .await;
-        }
-    };
 
     // The holder takes 768Mi of the 1Gi; the next waits, saying so, through a NATS restart.
     let holder = trigger(&nats, &["hold"]);
-    executing(holder.clone()).await;
+    executing(&client, &holder, Duration::from_secs(30)).await;
     let next = trigger(&nats, &["next"]);
     let waiting = "no worker with 512Mi memory free; largest 256Mi";
     assert_eq!(waiting_reason(&client, &next).await, waiting);
@@ -432,7 +416,7 @@ async fn work_waiting_for_room_survives_a_nats_restart_and_a_restarted_worker_ha
     // The worker dies holding 768Mi; restarted, it offers the whole 1Gi again.
     std::fs::remove_file(&release).unwrap();
     let holder = trigger(&nats, &["hold"]);
-    executing(holder.clone()).await;
+    executing(&client, &holder, Duration::from_secs(30)).await;
     let next = trigger(&nats, &["next"]);
     assert_eq!(waiting_reason(&client, &next).await, waiting);
     small.kill9();

@@ -200,15 +200,7 @@ async fn a_broadcast_run_whose_worker_dies_fails_instead_of_moving() {
     .await;
     let id = trigger(&nats, &["each"]);
     let doomed_run = format!("{id}.w-doomed");
-    wait_for(
-        Duration::from_secs(15),
-        "the doomed worker's run to start",
-        || async {
-            let record = client.instance(&support::id(&doomed_run)).await.unwrap()?.0;
-            (record.tag == Tag::Executing).then_some(())
-        },
-    )
-    .await;
+    executing(&client, &doomed_run, Duration::from_secs(15)).await;
     doomed.kill9();
     let parent = final_record(&client, &id, Duration::from_secs(60)).await;
     assert_eq!(parent.state, State::Failed);

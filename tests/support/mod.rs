@@ -662,6 +662,17 @@ pub(crate) async fn final_record(client: &AxClient, id: &str, within: Duration) 
     .await
 }
 
+/// Waits for an instance's attempt to be executing and returns its record.
+pub(crate) async fn executing(client: &AxClient, id: &str, within: Duration) -> InstanceRecord {
+    let id: ax_bus::ids::InstanceId = id.parse().expect("an instance id");
+    let id = &id;
+    wait_for(within, &format!("{id} to execute"), || async {
+        let (record, _) = client.instance(id).await.ok()??;
+        (record.tag == ax_bus::Tag::Executing).then_some(record)
+    })
+    .await
+}
+
 /// Reads one HTTP/1.1 request with a content-length body from a test server's socket:
 /// (request line and headers, body).
 pub(crate) async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {

@@ -200,6 +200,7 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
         worker_listed(&nats, "small").filter(|w| w["isolation"]["memory_bytes"] == 1u64 << 30)
     })
     .await;
+    let ledger = nats.path("jobs").join("ledger");
     apply_job(
         &nats,
         "big",
@@ -209,6 +210,11 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
                 "small_enough",
                 "  resources: { memory: 512Mi }\n",
                 "echo small",
+            ),
+            shell_job(
+                "everywhere",
+                "  broadcast: true\n  resources: { memory: 2Gi }\n",
+                &format!("echo $AX_WORKER >> {}", ledger.display()),
             ),
         ]
         .join("---\n"),
@@ -228,6 +234,13 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
     );
     assert_eq!(
         waiting_reason(&client, &big).await,
+        "no worker with 2Gi memory free; largest 1Gi"
+    );
+    // A broadcast asking for 2Gi waits too, saying why: it runs once on each worker that can
+    // ever hold it, and the small one never can (its run would wait there for ever).
+    let broadcast = trigger(&nats, &["everywhere"]);
+    assert_eq!(
+        waiting_reason(&client, &broadcast).await,
         "no worker with 2Gi memory free; largest 1Gi"
     );
     let _large = AxProcess::configured(&nats, "large", "worker", "[worker]\nmemory = \"4Gi\"\n");
@@ -267,27 +280,8 @@ async fn work_asking_for_more_memory_than_any_worker_offers_waits_for_a_larger_w
         "{table}"
     );
 
-    // A broadcast asking for 2Gi runs once on each worker that can ever hold it: the large
-    // one, never the small (its run would wait there for ever).
-    let ledger = nats.path("jobs").join("ledger");
-    apply_job(
-        &nats,
-        "everywhere",
-        &shell_job(
-            "everywhere",
-            "  broadcast: true
-  resources: { memory: 2Gi }
-",
-            &format!("echo $AX_WORKER >> {}", ledger.display()),
-        ),
-    )
-    .await;
-    let parent = final_record(
-        &client,
-        &trigger(&nats, &["everywhere"]),
-        Duration::from_secs(60),
-    )
-    .await;
+    // Once the large worker joined, the broadcast ran there, and only there.
+    let parent = final_record(&client, &broadcast, Duration::from_secs(60)).await;
     assert_eq!(parent.state, State::Success, "{}", parent.message);
     assert_eq!(lines_of(&ledger), ["large"]);
 }

@@ -116,16 +116,22 @@ impl Member {
 
     /// What stops an attempt asking for `resources` from ever running on it.
     fn never_fits(&self, resources: &Resources) -> Option<Lack> {
-        if resources.is_empty() {
-            return None;
-        }
         self.isolation().never_fits(resources)
     }
 
     /// Its walls and room; a worker of a version before isolation limits nothing.
     fn isolation(&self) -> &Isolation {
-        static LIMITS_NOTHING: std::sync::LazyLock<Isolation> =
-            std::sync::LazyLock::new(Isolation::default);
+        static LIMITS_NOTHING: Isolation = Isolation {
+            cgroups: false,
+            said: String::new(),
+            limits: Vec::new(),
+            memory_bytes: 0,
+            cpu_millis: 0,
+            requested: Requested {
+                memory_bytes: 0,
+                cpu_millis: 0,
+            },
+        };
         self.info.isolation.as_ref().unwrap_or(&LIMITS_NOTHING)
     }
 }
@@ -333,14 +339,15 @@ impl Fleet {
     /// Every live worker that can run a job with `tags`, executor `kind` and `resources`,
     /// sorted by id: one that cannot enforce a limit it sets, or offers less than it asks in
     /// all, is left out (as one without its tags); one busy now is not (the run waits there
-    /// for its room).
+    /// for its room). None: what those of its tags and executor lack (none at all: empty).
     pub(crate) fn eligible_all(
         &self,
         tags: &[String],
         kind: &str,
         resources: &Resources,
-    ) -> Vec<WorkerId> {
+    ) -> Result<Vec<WorkerId>, Vec<Lack>> {
         let now = (self.now)();
+        let mut lacks = Vec::new();
         let mut ids: Vec<WorkerId> = self
             .members
             .iter()
@@ -348,12 +355,21 @@ impl Fleet {
                 self.fresh(m, now)
                     && m.info.executors.iter().any(|e| e == kind)
                     && tags.iter().all(|t| m.info.tags.contains(t))
-                    && m.never_fits(resources).is_none()
+            })
+            .filter(|(_, m)| match m.never_fits(resources) {
+                None => true,
+                Some(lack) => {
+                    lacks.push(lack);
+                    false
+                }
             })
             .map(|(id, _)| id.clone())
             .collect();
+        if ids.is_empty() {
+            return Err(lacks);
+        }
         ids.sort();
-        ids
+        Ok(ids)
     }
 
     /// Counts one more attempt sent to `id`, asking for `asked` (re-ranks it).
@@ -581,6 +597,7 @@ mod tests {
         let ids = |resources: &Resources| -> Vec<String> {
             fleet
                 .eligible_all(&[], "shell", resources)
+                .unwrap_or_default()
                 .into_iter()
                 .map(|w| w.to_string())
                 .collect()
@@ -590,8 +607,18 @@ mod tests {
         // 2Gi: not the worker that limits nothing, nor the one offering 1Gi in all; the busy
         // one is in (its run waits there for the room).
         assert_eq!(ids(&asking("2Gi").resources), ["big", "busy"]);
-        // More than any offers: none (the broadcast says it found no worker).
-        assert!(ids(&asking("16Gi").resources).is_empty());
+        // More than any offers: none, saying why (no executor or tags: no lack to say).
+        let huge = asking("16Gi").resources;
+        assert_eq!(
+            fleet
+                .eligible_all(&[], "shell", &huge)
+                .map_err(|lacks| room::nowhere(&huge, &lacks)),
+            Err("no worker with 16Gi memory free; largest 8Gi".to_string())
+        );
+        assert_eq!(
+            fleet.eligible_all(&[], "python", &Resources::default()),
+            Err(Vec::new())
+        );
         let pids = Resources {
             pids: Some(64),
             ..Resources::default()

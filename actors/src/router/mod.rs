@@ -184,9 +184,9 @@ impl Handler<Choose> for Router {
 }
 
 /// Every live worker offering the executor with all the tags that can ever hold the
-/// resources asked (a broadcast's runs).
+/// resources asked (a broadcast's runs); none: what those of its tags and executor lack.
 #[derive(Debug, Message)]
-#[rtype(result = "Vec<WorkerId>")]
+#[rtype(result = "Result<Vec<WorkerId>, Vec<ax_bus::room::Lack>>")]
 pub(crate) struct Eligible {
     pub(crate) tags: Vec<String>,
     pub(crate) kind: String,

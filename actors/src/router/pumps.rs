@@ -260,13 +260,15 @@ async fn split_one(
     message: async_nats::jetstream::Message,
 ) -> Result<(), ActorError> {
     match split::expand(dispatcher, &work).await? {
-        Some(children) => {
+        split::Split::Children(children) => {
             for child in children {
                 dispatcher.dispatch_now(child).await?;
             }
             consume::ack(&message).await;
         }
-        None => no_worker_yet(dispatcher, &work, &message, None).await,
+        split::Split::NoWorker(why) => {
+            no_worker_yet(dispatcher, &work, &message, why.as_deref()).await
+        }
     }
     Ok(())
 }

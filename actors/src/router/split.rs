@@ -13,23 +13,52 @@ use ax_bus::ids::{IdError, InstanceId, WorkerId};
 use ax_bus::instance::TransitionRefused;
 use ax_bus::messages::{ShardRef, SplitPlan, WorkItem};
 use ax_bus::msg_id;
+use ax_bus::room;
 use ax_bus::{AxClient, InstanceRecord, State, Tag};
 
 use super::{Dispatcher, Eligible};
 use crate::jetstream::publish;
 use crate::ActorError;
 
-/// Splits `parent`; the children to dispatch, or `None` when a broadcast finds no worker.
+/// What splitting an instance gives.
+pub(crate) enum Split {
+    /// The children to dispatch.
+    Children(Vec<WorkItem>),
+    /// A broadcast finds no worker: why, where workers of its tags and executor exist but none
+    /// can ever hold its `resources` (`None`: none offers them).
+    NoWorker(Option<String>),
+}
+
+/// Splits `parent` into its children, or says why a broadcast has none yet.
 pub(crate) async fn expand(
     dispatcher: &Dispatcher,
     parent: &WorkItem,
-) -> Result<Option<Vec<WorkItem>>, ActorError> {
+) -> Result<Split, ActorError> {
     let client = &dispatcher.client;
-    let Some(children) = children_of(dispatcher, parent).await? else {
-        return Ok(None);
+    let spec = &parent.spec;
+    let children = if spec.broadcast {
+        let eligible = Eligible {
+            tags: spec.tags.clone(),
+            kind: spec.exec.name().to_string(),
+            resources: spec.resources,
+        };
+        match dispatcher.router.send(eligible).await? {
+            Ok(workers) => workers
+                .into_iter()
+                .map(|w| Ok((parent.instance_id.child(&format!("w-{w}"))?, Some(w))))
+                .collect::<Result<Vec<_>, IdError>>()?,
+            Err(lacks) => {
+                let why = (!lacks.is_empty()).then(|| room::nowhere(&spec.resources, &lacks));
+                return Ok(Split::NoWorker(why));
+            }
+        }
+    } else {
+        (0..spec.shards.unwrap_or(1))
+            .map(|i| Ok((parent.instance_id.child(&format!("s{i}"))?, None)))
+            .collect::<Result<Vec<_>, IdError>>()?
     };
     let Some((parent_record, _)) = client.instance(&parent.instance_id).await? else {
-        return Ok(Some(Vec::new()));
+        return Ok(Split::Children(Vec::new()));
     };
     let total = children.len() as u32;
     let planned: Vec<InstanceId> = children.iter().map(|(id, _)| id.clone()).collect();
@@ -41,38 +70,7 @@ pub(crate) async fn expand(
         }
     }
     announce(client, parent, planned).await?;
-    Ok(Some(works))
-}
-
-/// The children's ids, each with the worker it is pinned to (one run of a broadcast per
-/// eligible worker; `None` when there is none), or the shards.
-async fn children_of(
-    dispatcher: &Dispatcher,
-    parent: &WorkItem,
-) -> Result<Option<Vec<(InstanceId, Option<WorkerId>)>>, ActorError> {
-    let spec = &parent.spec;
-    if !spec.broadcast {
-        return Ok(Some(
-            (0..spec.shards.unwrap_or(1))
-                .map(|i| Ok((parent.instance_id.child(&format!("s{i}"))?, None)))
-                .collect::<Result<_, IdError>>()?,
-        ));
-    }
-    let eligible = Eligible {
-        tags: spec.tags.clone(),
-        kind: spec.exec.name().to_string(),
-        resources: spec.resources,
-    };
-    let workers = dispatcher.router.send(eligible).await?;
-    if workers.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(
-        workers
-            .into_iter()
-            .map(|w| Ok((parent.instance_id.child(&format!("w-{w}"))?, Some(w))))
-            .collect::<Result<_, IdError>>()?,
-    ))
+    Ok(Split::Children(works))
 }
 
 /// The record of child `index` of `total`: the parent's, as a fresh first attempt whose trace

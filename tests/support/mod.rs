@@ -566,25 +566,22 @@ pub(crate) fn pids_with(needle: &str) -> Vec<i32> {
 }
 
 /// Waits until a node has set up ax's streams and buckets at `url` (a command only reads
-/// them: run before the first node has, it fails saying so).
-pub(crate) async fn set_up(url: &str) {
+/// them: run before the first node has, it fails saying so); a client connected once it has.
+pub(crate) async fn set_up(url: &str) -> AxClient {
     let config = ConnectConfig::new(url, "ax-test-probe");
     wait_for(
         Duration::from_secs(30),
         "a node to set up JetStream",
-        || async { AxClient::connect(&config).await.ok().map(|_| ()) },
+        || async { AxClient::connect(&config).await.ok() },
     )
-    .await;
+    .await
 }
 
 /// Waits until a node has set up JetStream and a Scheduler runs at `url`: a command sent
 /// before waits for its answer only the CLI's 30 s, which a loaded machine's start of the
 /// nodes can outlast.
 pub(crate) async fn scheduler_running(url: &str) {
-    set_up(url).await;
-    let client = AxClient::connect(&ConnectConfig::new(url, "ax-test-probe"))
-        .await
-        .expect("connect once set up");
+    let client = set_up(url).await;
     wait_for(Duration::from_secs(60), "a Scheduler to run", || async {
         client
             .nodes()

@@ -23,7 +23,7 @@
 //! cgroups = "auto"                      # each attempt in a cgroup below the worker's ("auto"),
 //!                                       # below a delegated cgroup v2 directory (a path), or "off"
 //! memory = "16Gi"                       # offered to attempts asking for memory (the host's)
-//! cpu = 8                               # offered to attempts asking for CPU (its cores)
+//! cpus = 8                              # offered to attempts asking for CPU (its cores)
 //! limits = { memory = "2Gi", pids = 1024 }  # limits of attempts whose job sets none of a kind
 //!
 //! [worker.adaptive]                     # slots follow the machine's pressure, within min..max
@@ -561,9 +561,9 @@ pub(crate) struct WorkerSection {
     pub cgroups: Option<String>,
     /// The memory offered to attempts that ask for some (`16Gi`; the host's by default).
     pub memory: Option<Memory>,
-    /// The CPU offered to attempts that ask for some (cores, `8` or `7500m`; its cores);
-    /// `cpus` is read as the same.
-    #[serde(alias = "cpus")]
+    /// The CPU offered to attempts that ask for some (`cpus`, DESIGN's key: cores, `8` or
+    /// `7500m`; its cores); `cpu`, as `resources` writes it, is read as the same.
+    #[serde(rename = "cpus", alias = "cpu")]
     pub cpu: Option<Cpu>,
     /// The limits of attempts whose job sets none of a kind (`[worker.limits]`).
     pub limits: Option<Resources>,
@@ -908,11 +908,11 @@ mod tests {
     fn what_a_worker_offers_is_read_in_kubernetes_units_and_a_bad_one_names_its_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("n.toml");
-        std::fs::write(&path, "[worker]\nmemory = \"16Gi\"\ncpu = \"7500m\"\n").unwrap();
+        std::fs::write(&path, "[worker]\nmemory = \"16Gi\"\ncpus = \"7500m\"\n").unwrap();
         let offer = read(&path).unwrap().worker.offer();
         assert_eq!(offer.memory, Some(16 << 30));
         assert_eq!(offer.cpu, Some(7500));
-        std::fs::write(&path, "[worker]\ncpus = 8\n").unwrap();
+        std::fs::write(&path, "[worker]\ncpu = 8\n").unwrap();
         assert_eq!(read(&path).unwrap().worker.offer().cpu, Some(8000));
         std::fs::write(
             &path,

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use ax_bus::auth::Role;
-use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TriggerKey};
+use ax_bus::ids::{ApprovalId, InstanceId, JobName, Namespace, TokenName, TriggerKey};
 use clap::{Args, Parser, Subcommand};
 
 /// ax: a distributed task scheduler on NATS JetStream.
@@ -23,6 +23,10 @@ pub(crate) struct Cli {
     /// itself).
     #[arg(long, global = true, env = "AX_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// The namespace of the job names given without one (`settle` is `payments/settle` with
+    /// `-n payments`), and the only one `ax job list` lists.
+    #[arg(short = 'n', long, global = true, env = "AX_NAMESPACE")]
+    pub namespace: Option<Namespace>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -124,6 +128,54 @@ pub(crate) enum Command {
     /// Follow a public subject.
     #[command(subcommand)]
     Tail(TailCommand),
+    /// Teams' parts of ax: each job is in one (`default` when its spec names none).
+    #[command(subcommand)]
+    Namespace(NamespaceCommand),
+}
+
+impl Command {
+    /// Every job name given on the command line, for `--namespace` to place.
+    pub(crate) fn job_names(&mut self) -> Vec<&mut JobName> {
+        match self {
+            Command::Job(command) => match command {
+                JobCommand::Get { name }
+                | JobCommand::Delete { name }
+                | JobCommand::Pause { name }
+                | JobCommand::Resume { name }
+                | JobCommand::History { name, .. }
+                | JobCommand::Trigger { name, .. }
+                | JobCommand::Init { name, .. } => vec![name],
+                JobCommand::Run(args) => args.job.iter_mut().collect(),
+                JobCommand::Apply { .. } | JobCommand::List => Vec::new(),
+            },
+            Command::Rerun(args) => args.root.iter_mut().collect(),
+            Command::Backfill(args) => vec![&mut args.job],
+            Command::History(HistoryCommand::Export { job, .. })
+            | Command::Tail(TailCommand::Results { job }) => job.iter_mut().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum NamespaceCommand {
+    /// Each namespace that holds jobs, with how many.
+    List,
+    /// The NATS user a namespace's business services connect as: an entry for the server's
+    /// `authorization { users = [ … ] }`, allowing them to trigger and read the namespace's
+    /// work and nothing else (their connections take the inbox prefix `_INBOX.<namespace>`).
+    /// Nothing is read from NATS: a server's config can be written before it runs.
+    User {
+        /// The namespace.
+        namespace: Namespace,
+        /// The user's name (the namespace's by default).
+        #[arg(long)]
+        user: Option<String>,
+        /// The password as the config writes it (default: `$<NAMESPACE>_NATS_PASSWORD`, a
+        /// variable of the server's environment).
+        #[arg(long)]
+        password: Option<String>,
+    },
 }
 
 #[derive(Args, Debug)]

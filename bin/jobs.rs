@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use ax_bus::auth::service_user::ServicePermissions;
+use ax_bus::client::provision::Layout;
 use ax_bus::client::ClientError;
-use ax_bus::ids::{JobName, TriggerKey};
+use ax_bus::ids::{JobName, Namespace, TriggerKey};
 use ax_bus::messages::typed::{ControlRequest, Done};
 use ax_bus::messages::{BackfillRequest, PlanStep, RerunRequest, TriggerRequest};
 use ax_bus::spec::files::load_files;
@@ -96,8 +98,15 @@ pub(crate) async fn apply(client: &AxClient, jobs: Vec<LocatedJob>, json: bool) 
     Ok(())
 }
 
-pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
-    let jobs = client.jobs().await?;
+pub(crate) async fn list(
+    client: &AxClient,
+    namespace: Option<&Namespace>,
+    json: bool,
+) -> Result<()> {
+    let mut jobs = client.jobs().await?;
+    if let Some(namespace) = namespace {
+        jobs.retain(|j| j.spec.name.namespace() == namespace.as_str());
+    }
     if json {
         let docs: Vec<serde_json::Value> = jobs.iter().map(ax_console::job_view::summary).collect();
         return table::json(&docs);
@@ -120,6 +129,51 @@ pub(crate) async fn list(client: &AxClient, json: bool) -> Result<()> {
         &rows,
     );
     Ok(())
+}
+
+/// `ax namespace list`: each namespace that holds jobs, with how many.
+pub(crate) async fn namespaces(client: &AxClient, json: bool) -> Result<()> {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for job in client.jobs().await? {
+        *counts
+            .entry(job.spec.name.namespace().to_string())
+            .or_default() += 1;
+    }
+    if json {
+        let docs: Vec<serde_json::Value> = counts
+            .iter()
+            .map(|(namespace, jobs)| serde_json::json!({"namespace": namespace, "jobs": jobs}))
+            .collect();
+        return table::json(&docs);
+    }
+    let rows: Vec<Vec<String>> = counts
+        .into_iter()
+        .map(|(namespace, jobs)| vec![namespace, jobs.to_string()])
+        .collect();
+    table::print(&["NAMESPACE", "JOBS"], &rows);
+    Ok(())
+}
+
+/// `ax namespace user`: the server config's entry for the namespace's business services.
+pub(crate) fn namespace_user(
+    layout: &Layout,
+    namespace: &Namespace,
+    user: Option<String>,
+    password: Option<String>,
+) {
+    let permissions = ServicePermissions::of(layout, namespace);
+    let user = user.unwrap_or_else(|| namespace.to_string());
+    let password = password.unwrap_or_else(|| {
+        format!(
+            "${}_NATS_PASSWORD",
+            namespace.to_uppercase().replace('-', "_")
+        )
+    });
+    print!("{}", permissions.user_block(&user, &password));
+    println!(
+        "    # its connections take the inbox prefix {}",
+        ServicePermissions::inbox_prefix_of(namespace)
+    );
 }
 
 pub(crate) async fn get(client: &AxClient, name: &JobName, json: bool) -> Result<()> {

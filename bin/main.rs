@@ -29,7 +29,7 @@ use tracing_subscriber::EnvFilter;
 
 use args::{
     AuditCommand, Cli, Command, DlqCommand, HistoryCommand, InstanceCommand, JobCommand,
-    QueueCommand, TailCommand, WorkerCommand,
+    NamespaceCommand, QueueCommand, TailCommand, WorkerCommand,
 };
 use ax_bus::messages::typed::{Cancel, Delete, Kill, Pause, Resume};
 use ax_bus::messages::JobNameRequest;
@@ -80,7 +80,15 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<()> {
+async fn run(mut cli: Cli) -> Result<()> {
+    if let Some(namespace) = &cli.namespace {
+        for name in cli.command.job_names() {
+            if name.in_default() {
+                *name = ax_bus::ids::JobName::in_namespace(namespace, name)?;
+            }
+        }
+    }
+    let namespace = cli.namespace.clone();
     let nats = cli.nats.as_deref();
     let json = cli.json;
     let prefix = cli.prefix.as_str();
@@ -93,7 +101,7 @@ async fn run(cli: Cli) -> Result<()> {
     // The long-running commands' futures are boxed: inline beside every other command's, they
     // made this future's poll frame large enough to overflow the main thread's stack (debug).
     match cli.command {
-        Command::Job(command) => Box::pin(job(command, &to, json)).await,
+        Command::Job(command) => Box::pin(job(command, &to, namespace.as_ref(), json)).await,
         Command::Instance(command) => Box::pin(instance(command, &to, json)).await,
         Command::Up(args) => Box::pin(up::run(args, nats, prefix)).await,
         Command::Node(args) => Box::pin(node_cmd::run(args, nats, prefix)).await,
@@ -151,6 +159,21 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Tail(TailCommand::Results { job }) => {
             instances::tail_results(&client().await?, job.as_ref()).await
         }
+        Command::Namespace(NamespaceCommand::List) => {
+            jobs::namespaces(&client().await?, json).await
+        }
+        Command::Namespace(NamespaceCommand::User {
+            namespace,
+            user,
+            password,
+        }) => {
+            let layout = ax_bus::client::provision::Layout::new(
+                ax_bus::subjects::Subjects::new(prefix),
+                None,
+            );
+            jobs::namespace_user(&layout, &namespace, user, password);
+            Ok(())
+        }
     }
 }
 
@@ -168,14 +191,19 @@ impl Connect<'_> {
 }
 
 /// `ax job …`.
-async fn job(command: JobCommand, to: &Connect<'_>, json: bool) -> Result<()> {
+async fn job(
+    command: JobCommand,
+    to: &Connect<'_>,
+    namespace: Option<&ax_bus::ids::Namespace>,
+    json: bool,
+) -> Result<()> {
     let client = || to.client();
     match command {
         JobCommand::Apply { files } => {
             let found = jobs::load_or_report(&files)?;
             jobs::apply(&client().await?, found, json).await
         }
-        JobCommand::List => jobs::list(&client().await?, json).await,
+        JobCommand::List => jobs::list(&client().await?, namespace, json).await,
         JobCommand::Get { name } => jobs::get(&client().await?, &name, json).await,
         JobCommand::Delete { name } => {
             let request = Delete(JobNameRequest { name: name.clone() });

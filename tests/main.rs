@@ -34,6 +34,7 @@ mod leases;
 mod lineage;
 mod local_run;
 mod metrics;
+mod namespaces;
 mod nats_auth;
 mod nats_cluster;
 mod openapi;

@@ -118,7 +118,7 @@ const ROWS: [(&str, &[&str]); 6] = [
 
 /// The users of the shipped cluster config (config/cluster): its core nodes run the
 /// Scheduler, the DagCoordinator and the Router, its workers the worker.
-const CLUSTER_USERS: [(&str, &[&str]); 4] = [
+pub(crate) const CLUSTER_USERS: [(&str, &[&str]); 4] = [
     ("core", &["Scheduler", "DagCoordinator", "Router"]),
     ("worker", &["worker + Reporter"]),
     ("operator", &["operators (`ax` CLI)"]),
@@ -221,7 +221,10 @@ fn roles_config() -> String {
 
 /// An `authorization` block giving each of `users` the union of its rows of the table, and
 /// the password `password(user)` (as it stands in the config: quoted text or `$VARIABLE`).
-fn authorization(users: &[(&str, &[&str])], password: impl Fn(&str) -> String) -> String {
+pub(crate) fn authorization(
+    users: &[(&str, &[&str])],
+    password: impl Fn(&str) -> String,
+) -> String {
     let doc = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"),
     )
@@ -663,7 +666,7 @@ asyncio.run(main())
 }
 
 /// A connection as `user` of the roles config, and the server's errors to it (lower case).
-async fn connect_as(
+pub(crate) async fn connect_as(
     nats: &TestNats,
     user: &str,
 ) -> (
@@ -691,7 +694,7 @@ async fn connect_as(
 /// Publishes `payload` on `subject` as whoever `client` is, and waits for the server to refuse
 /// it by name (a publish the server accepts draws no error, so the wait ends at its deadline
 /// and fails the test).
-async fn refused(
+pub(crate) async fn refused(
     client: &async_nats::Client,
     errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
     subject: &str,

@@ -1,6 +1,11 @@
 //! Identities, each a type of its own, checked where it enters (spec, command line, wire).
 //!
-//! - [`JobName`]: `[a-z0-9_-]{1,64}`, one subject token (`ax.result.<job>`).
+//! - [`Namespace`]: a team's part of ax, `[a-z0-9_-]{1,64}`; `default` holds what names none.
+//! - [`JobName`]: `[a-z0-9_-]{1,64}` in `default`, `<namespace>.<name>` in any other namespace
+//!   (`payments.settle`; written `payments/settle` too): the namespace is a token of its own in
+//!   every subject, record key and instance id, so that NATS permissions confine a namespace
+//!   by wildcards (`ax.result.payments.*`), which match whole tokens only; a `default` job's
+//!   name is the one token it always was.
 //! - [`InstanceId`]: job name + expected fire time (`hello.20261129T183700123Z`; a manual
 //!   trigger's: its command's publication time and sequence, `hello.20261129T183700123Z-42`), or a
 //!   sub-instance of one (`<parent>.s3`, `<parent>.w-<worker>`): stable across retries and
@@ -39,6 +44,8 @@ pub const MAX_INSTANCE_ID: usize = 320;
 pub enum IdKind {
     /// A job name.
     Job,
+    /// A namespace.
+    Namespace,
     /// An instance id.
     Instance,
     /// A trace id.
@@ -59,6 +66,7 @@ impl IdKind {
     fn as_str(self) -> &'static str {
         match self {
             IdKind::Job => "job name",
+            IdKind::Namespace => "namespace",
             IdKind::Instance => "instance id",
             IdKind::Trace => "trace id",
             IdKind::Dispatch => "dispatch id",
@@ -102,12 +110,44 @@ fn token_chars(text: &str, extra: &[u8]) -> bool {
         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || extra.contains(&b))
 }
 
-fn check_job(text: &str) -> Result<(), &'static str> {
-    let ok = (1..=64).contains(&text.len())
+/// The namespace of every job that names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+fn short_name(text: &str) -> bool {
+    (1..=64).contains(&text.len())
         && text
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    ok.then_some(()).ok_or("must match [a-z0-9_-]{1,64}")
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+fn check_job(text: &str) -> Result<(), &'static str> {
+    let ok = match text.split_once('.') {
+        None => short_name(text),
+        Some((namespace, name)) => {
+            short_name(namespace) && namespace != DEFAULT_NAMESPACE && short_name(name)
+        }
+    };
+    ok.then_some(()).ok_or(
+        "must match [a-z0-9_-]{1,64}, after its namespace and `.` or `/` outside `default` (`payments.settle`)",
+    )
+}
+
+/// A job name as ax writes it: `payments/settle` as `payments.settle`, `default.x` as `x`.
+fn canonical_job(text: &str) -> std::borrow::Cow<'_, str> {
+    let dotted = match text.split_once('/') {
+        Some((namespace, name)) => std::borrow::Cow::Owned(format!("{namespace}.{name}")),
+        None => std::borrow::Cow::Borrowed(text),
+    };
+    match dotted.strip_prefix("default.") {
+        Some(name) if short_name(name) => std::borrow::Cow::Owned(name.to_string()),
+        _ => dotted,
+    }
+}
+
+fn check_namespace(text: &str) -> Result<(), &'static str> {
+    short_name(text)
+        .then_some(())
+        .ok_or("must match [a-z0-9_-]{1,64}")
 }
 
 fn check_instance(text: &str) -> Result<(), &'static str> {
@@ -159,15 +199,20 @@ fn check_node(text: &str) -> Result<(), &'static str> {
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $kind:expr, $check:path) => {
+        string_id!($(#[$doc])* $name, $kind, $check, std::borrow::Cow::Borrowed);
+    };
+    ($(#[$doc:meta])* $name:ident, $kind:expr, $check:path, $canonical:path) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub struct $name(String);
 
         impl $name {
-            /// Checks `text` against the rule of this identity.
+            /// Checks `text` against the rule of this identity (after writing it as ax writes
+            /// it, where it has two spellings).
             pub fn parse(text: &str) -> Result<Self, IdError> {
-                $check(text).map_err(|rule| IdError::new($kind, text, rule))?;
-                Ok(Self(text.to_string()))
+                let canonical = $canonical(text);
+                $check(&canonical).map_err(|rule| IdError::new($kind, text, rule))?;
+                Ok(Self(canonical.into_owned()))
             }
 
             /// The text.
@@ -220,8 +265,10 @@ macro_rules! string_id {
             type Error = IdError;
 
             fn try_from(text: String) -> Result<Self, IdError> {
-                $check(&text).map_err(|rule| IdError::new($kind, &text, rule))?;
-                Ok(Self(text))
+                if $check(&text).is_ok() {
+                    return Ok(Self(text));
+                }
+                Self::parse(&text)
             }
         }
 
@@ -277,11 +324,32 @@ macro_rules! string_id {
 }
 
 string_id!(
-    /// A job's name: `[a-z0-9_-]{1,64}`.
+    /// A job's name: `[a-z0-9_-]{1,64}`, after its namespace outside `default` (see the
+    /// module docs).
     JobName,
     IdKind::Job,
-    check_job
+    check_job,
+    canonical_job
 );
+
+string_id!(
+    /// A namespace: `[a-z0-9_-]{1,64}` (see the module docs).
+    Namespace,
+    IdKind::Namespace,
+    check_namespace
+);
+
+impl Namespace {
+    /// `default`, the namespace of every job that names none.
+    pub fn default_namespace() -> Self {
+        Self(DEFAULT_NAMESPACE.to_string())
+    }
+
+    /// Whether this is `default`.
+    pub fn is_default(&self) -> bool {
+        self.0 == DEFAULT_NAMESPACE
+    }
+}
 
 string_id!(
     /// An instance's id: job name + expected time, or a sub-instance of one (see the module
@@ -345,6 +413,39 @@ impl ApprovalId {
 pub type WorkerId = NodeId;
 
 impl JobName {
+    /// Job `name` of namespace `namespace` (`name` alone in `default`); `name` must be a
+    /// name without a namespace.
+    pub fn in_namespace(namespace: &Namespace, name: &str) -> Result<Self, IdError> {
+        if namespace.is_default() {
+            return Self::parse(name);
+        }
+        if name.contains(['.', '/']) {
+            return Err(IdError::new(
+                IdKind::Job,
+                name,
+                "must be a name within its namespace, without `.` or `/`",
+            ));
+        }
+        Self::parse(&format!("{namespace}.{name}"))
+    }
+
+    /// The namespace of the job (`default` for a name without one).
+    pub fn namespace(&self) -> &str {
+        self.0
+            .split_once('.')
+            .map_or(DEFAULT_NAMESPACE, |(namespace, _)| namespace)
+    }
+
+    /// The name within its namespace.
+    pub fn short(&self) -> &str {
+        self.0.split_once('.').map_or(&self.0, |(_, name)| name)
+    }
+
+    /// Whether the job is in `default`.
+    pub fn in_default(&self) -> bool {
+        !self.0.contains('.')
+    }
+
     /// A job name taken as it is, not checked: only for a spec's own `name`, which
     /// [`crate::spec::validate`] checks together with every other rule (so that all problems of
     /// a spec are told at once).
@@ -470,6 +571,36 @@ mod tests {
         assert_eq!(InstanceId::parse("nodot").unwrap().fire(), None);
         assert_eq!(InstanceId::parse("a.notatime").unwrap().fire(), None);
         assert_eq!(id.child("s3").unwrap(), format!("{id}.s3").as_str());
+    }
+
+    #[test]
+    fn a_job_outside_default_is_named_after_its_namespace_in_one_spelling() {
+        let settle = JobName::parse("payments/settle").unwrap();
+        assert_eq!(settle, "payments.settle");
+        assert_eq!(JobName::parse("payments.settle").unwrap(), settle);
+        assert_eq!((settle.namespace(), settle.short()), ("payments", "settle"));
+        assert!(!settle.in_default());
+        // `default` is never written.
+        let hello = JobName::parse("default/hello").unwrap();
+        assert_eq!(hello, "hello");
+        assert_eq!((hello.namespace(), hello.short()), ("default", "hello"));
+        assert_eq!(JobName::parse("default").unwrap(), "default");
+        // On the wire too.
+        let decoded: JobName = serde_json::from_str("\"payments/settle\"").unwrap();
+        assert_eq!(decoded, settle);
+        for bad in ["a.b.c", "a/b/c", ".x", "x.", "A.x", "a.X", "a/"] {
+            assert!(JobName::parse(bad).is_err(), "{bad}");
+        }
+        let payments = Namespace::parse("payments").unwrap();
+        assert_eq!(JobName::in_namespace(&payments, "settle").unwrap(), settle);
+        assert!(JobName::in_namespace(&payments, "other.settle").is_err());
+        let default = Namespace::default_namespace();
+        assert_eq!(JobName::in_namespace(&default, "x").unwrap(), "x");
+        // The instance of a fire names its job whole.
+        let at = chrono::Utc::now();
+        let id = InstanceId::for_fire(&settle, at);
+        assert!(id.starts_with("payments.settle."));
+        assert_eq!(id.fire().map(|(job, _)| job), Some("payments.settle"));
     }
 
     #[test]

@@ -2,14 +2,24 @@
 //!
 //! Public (documented in docs/protocol.md, stable):
 //! - `<prefix>.control.<command>`: job definitions and commands, consumed by Schedulers;
-//! - `<prefix>.request.<command>`: the same commands as plain NATS requests;
+//! - `<prefix>.control.<command>.<namespace>`: `trigger` and `report` confined to one
+//!   namespace, for a namespace's business services (see [`Subjects::control_in`]);
+//! - `<prefix>.request.<command>[.<namespace>]`: the same commands as plain NATS requests;
 //! - `<prefix>.result.<job>`: one message per finished attempt;
-//! - `<prefix>.event.<job>.<state>`: lifecycle events;
+//! - `<prefix>.event.<job>.<state>`: lifecycle events.
+//!
+//! A job outside `default` is named `<namespace>.<name>` ([`crate::ids::JobName`]), so its
+//! namespace is a token of its own in every subject that names the job
+//! (`ax.result.payments.settle`, `ax.event.payments.settle.failed`) and that names its
+//! instances (`ax.log.payments.settle.<time>.<attempt>`): what a namespace's service user may
+//! read is `ax.result.payments.*`, and the server refuses it the rest.
+//!
 //! - `<prefix>.alert.<kind>`: problems an operator should see (malformed control messages, ...);
 //! - `<prefix>.log.<instance>.<attempt>`: an attempt's stdout and stderr, while it runs.
 //!
 //! Internal (`<prefix>.internal.>`): the hand-offs between actors.
 
+use crate::ids::Namespace;
 use crate::spec::Priority;
 
 /// The default subject prefix.
@@ -50,15 +60,51 @@ impl Subjects {
         format!("{}.control.>", self.prefix)
     }
 
+    /// `ax.control.<command>.<namespace>`: a command confined to one namespace — what the
+    /// NATS permissions of a namespace's business services allow them to send (`trigger` and
+    /// `report`); the Schedulers refuse one that names another namespace's job or attempt.
+    pub fn control_in(&self, command: &str, namespace: &Namespace) -> String {
+        format!("{}.control.{command}.{namespace}", self.prefix)
+    }
+
     /// `ax.request.<command>`: the same commands for a plain NATS request, answered on its
     /// reply subject (the Schedulers queue them on the control subject).
     pub fn request(&self, command: &str) -> String {
         format!("{}.request.{command}", self.prefix)
     }
 
-    /// `ax.request.*`: what the Schedulers' front door serves.
+    /// `ax.request.<command>.<namespace>`: [`Subjects::control_in`] as a plain NATS request.
+    pub fn request_in(&self, command: &str, namespace: &Namespace) -> String {
+        format!("{}.request.{command}.{namespace}", self.prefix)
+    }
+
+    /// `ax.request.>`: what the Schedulers' front door serves.
     pub fn request_all(&self) -> String {
-        format!("{}.request.*", self.prefix)
+        format!("{}.request.>", self.prefix)
+    }
+
+    /// The control subject a request subject queues its command on: `ax.request.<tail>` on
+    /// `ax.control.<tail>`; `None` for a subject that is not a request's.
+    pub fn control_for_request(&self, subject: &str) -> Option<String> {
+        let tail = subject
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(".request.")?;
+        Some(format!("{}.control.{tail}", self.prefix))
+    }
+
+    /// The command a control subject names, and its namespace if it names one
+    /// (`ax.control.trigger.payments`); the whole tail after `ax.control.` as the command, for
+    /// a subject of more tokens (no command has that name: it is refused as unknown).
+    pub fn command_of<'a>(&self, subject: &'a str) -> (&'a str, Option<&'a str>) {
+        let tail = subject
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|rest| rest.strip_prefix(".control."))
+            .unwrap_or(subject);
+        match tail.split_once('.') {
+            Some((command, namespace)) if !namespace.contains('.') => (command, Some(namespace)),
+            Some(_) => (tail, None),
+            None => (tail, None),
+        }
     }
 
     /// `ax.result.<job>`.
@@ -74,6 +120,15 @@ impl Subjects {
     /// `ax.event.<job>.<state>`.
     pub fn event(&self, job: &str, state: &str) -> String {
         format!("{}.event.{job}.{state}", self.prefix)
+    }
+
+    /// `ax.event.*.<state>` and `ax.event.*.*.<state>`: one state's events of every job, in
+    /// `default` and in the other namespaces (a wildcard stands for one token).
+    pub fn events_in_state(&self, state: &str) -> [String; 2] {
+        [
+            format!("{}.event.*.{state}", self.prefix),
+            format!("{}.event.*.*.{state}", self.prefix),
+        ]
     }
 
     /// `ax.log.<instance>.<attempt>`: the log of one attempt.
@@ -271,5 +326,33 @@ mod tests {
         assert_eq!(s.event("hello", "success"), "ax.event.hello.success");
         assert_eq!(s.ready(Priority::High), "ax.internal.ready.high");
         assert_eq!(Subjects::new("a.b").storage_tag(), "a_b");
+    }
+
+    #[test]
+    fn a_namespace_is_a_token_of_its_own_in_every_subject_that_names_it() {
+        let s = Subjects::new("team.ax");
+        let payments = Namespace::parse("payments").unwrap();
+        let job = crate::ids::JobName::parse("payments/settle").unwrap();
+        assert_eq!(s.result(&job), "team.ax.result.payments.settle");
+        assert_eq!(
+            s.event(&job, "failed"),
+            "team.ax.event.payments.settle.failed"
+        );
+        assert_eq!(
+            s.control_in("trigger", &payments),
+            "team.ax.control.trigger.payments"
+        );
+        assert_eq!(
+            s.command_of("team.ax.control.trigger.payments"),
+            ("trigger", Some("payments"))
+        );
+        assert_eq!(s.command_of("team.ax.control.apply"), ("apply", None));
+        assert_eq!(s.command_of("team.ax.control.a.b.c"), ("a.b.c", None));
+        assert_eq!(
+            s.control_for_request(&s.request_in("report", &payments))
+                .as_deref(),
+            Some("team.ax.control.report.payments")
+        );
+        assert_eq!(s.control_for_request("team.ax.result.x"), None);
     }
 }

@@ -65,12 +65,12 @@ pub(crate) async fn translate(
         .await?
         .into_stream();
     let mut specs: BTreeMap<JobName, JobSpec> = BTreeMap::new();
-    let running = client.subjects().event("*", State::Running.as_str());
-    let mut starts = client
-        .nats
-        .subscribe(running.clone())
-        .await
-        .during(|| format!("subscribe {running}"))?;
+    let mut subscribed = Vec::new();
+    for running in client.subjects().events_in_state(State::Running.as_str()) {
+        let subscriber = client.nats.subscribe(running.clone()).await;
+        subscribed.push(subscriber.during(|| format!("subscribe {running}"))?);
+    }
+    let mut starts = futures::stream::select_all(subscribed);
     let spec = ConsumerSpec::new(
         client.layout.results_stream(),
         CONSUMER,

@@ -6,7 +6,8 @@
 //! instances a day, and a value holding all of them outgrows NATS's 1 MiB payload limit within
 //! hours, while each change rewrote the whole day (quadratic work over the day). A change now
 //! writes one small value. One date's entries are the key pattern `<YYYYMMDD>.>`, one (job,
-//! date)'s `<YYYYMMDD>.<job>.>` (job names are a single token, `[a-z0-9_-]`).
+//! date)'s `<YYYYMMDD>.<job>.>` (a job's name is one token in `default`, two elsewhere:
+//! `payments.settle`, whose instance ids start with it too).
 //!
 //! Each entry lives [`crate::client::provision::HISTORY_MAX_AGE`] from its last change. Values
 //! written by earlier versions (one key per (job, date) holding the whole day) are recognised
@@ -50,12 +51,29 @@ pub enum StoredKey {
 
 /// The inverse of [`entry_key`]; also recognises legacy day keys.
 pub fn parse_key(key: &str) -> Option<StoredKey> {
-    let mut parts = key.splitn(3, '.');
-    let date = NaiveDate::parse_from_str(parts.next()?, DATE_FORMAT).ok()?;
-    let job = JobName::parse(parts.next()?).ok()?;
-    Some(match parts.next() {
-        Some(instance) => StoredKey::Entry((job, date), InstanceId::parse(instance).ok()?),
-        None => StoredKey::LegacyDay((job, date)),
+    let (date, rest) = key.split_once('.')?;
+    let date = NaiveDate::parse_from_str(date, DATE_FORMAT).ok()?;
+    // The job's name is one token in `default` and two elsewhere (`payments.settle`), and an
+    // instance id starts with its job's name: the job is the longest start the rest repeats.
+    let mut dots = rest.match_indices('.').map(|(at, _)| at);
+    let (first, second) = (dots.next(), dots.next());
+    for end in [second, first].into_iter().flatten() {
+        let (job, instance) = (&rest[..end], &rest[end + 1..]);
+        let repeated = instance
+            .strip_prefix(job)
+            .is_some_and(|after| after.starts_with('.'));
+        if let (true, Ok(job), Ok(instance)) =
+            (repeated, JobName::parse(job), InstanceId::parse(instance))
+        {
+            return Some(StoredKey::Entry((job, date), instance));
+        }
+    }
+    Some(match first {
+        Some(end) => StoredKey::Entry(
+            (JobName::parse(&rest[..end]).ok()?, date),
+            InstanceId::parse(&rest[end + 1..]).ok()?,
+        ),
+        None => StoredKey::LegacyDay((JobName::parse(rest).ok()?, date)),
     })
 }
 
@@ -163,6 +181,23 @@ mod tests {
 
     fn id(text: &str) -> InstanceId {
         InstanceId::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_key_of_a_job_outside_default_names_the_whole_job() {
+        for (name, instance) in [
+            ("payments.settle", "payments.settle.20261129T000000000Z.s3"),
+            ("a.a", "a.a.key-a.a"),
+            ("payments", "payments.key-settle.payments"),
+            ("stat", "stat.20261129T000000000Z"),
+        ] {
+            let key = entry_key(&job(name), date(), &id(instance));
+            assert_eq!(
+                parse_key(&key),
+                Some(StoredKey::Entry((job(name), date()), id(instance))),
+                "{key}"
+            );
+        }
     }
 
     #[test]

@@ -174,7 +174,14 @@ impl Request {
     ) -> Result<Self, crate::codec::CodecError> {
         use crate::codec::decode_request as read;
         Ok(match kind {
-            Command::Apply => Self::Apply(read(headers, payload)?),
+            Command::Apply => {
+                let mut apply: super::ApplyRequest = read(headers, payload)?;
+                // A client that skips the CLI may write `namespace:`: stored, it is in the name.
+                for doc in &mut apply.jobs {
+                    doc.job.settle_namespace();
+                }
+                Self::Apply(apply)
+            }
             Command::Delete => Self::Delete(read(headers, payload)?),
             Command::Pause => Self::Pause(read(headers, payload)?),
             Command::Resume => Self::Resume(read(headers, payload)?),

@@ -1,5 +1,6 @@
 //! Rules that need every job in view: a dependency must name a known job (registered, or in the
-//! same apply), and same-date dependencies and data runs must not form a cycle.
+//! same apply), same-date dependencies and data runs must not form a cycle, and no job of
+//! `default` is named like a namespace.
 //!
 //! Two kinds of edges make a job wait for another for the same business date: a `current`
 //! dependency, and a dataset — a job run by its data (`on_datasets`) waits for every job that
@@ -17,6 +18,34 @@ use super::dataset::DatasetUri;
 use super::{JobSpec, SpecError};
 use crate::ids::JobName;
 
+/// Why `job` cannot have its name: a namespace and a job of `default` never share a name. The
+/// namespace is the first token of its jobs' subjects, record keys and instance ids
+/// (`ax.log.payments.settle.…`), where a `default` job's name is too (`ax.log.payments.…`): the
+/// NATS permissions that give a namespace's services its own (`ax.log.payments.>`) would give
+/// them that job's as well.
+fn name_clash(
+    job: &JobSpec,
+    jobs: &BTreeMap<&str, &JobSpec>,
+    namespaces: &BTreeSet<&str>,
+) -> Option<String> {
+    let name = job.name.as_str();
+    if job.name.in_default() {
+        return namespaces.contains(name).then(|| {
+            format!(
+                "`{name}` is a namespace: a job of `default` cannot have its name, which would \
+                 share the namespace's subjects"
+            )
+        });
+    }
+    let namespace = job.name.namespace();
+    jobs.contains_key(namespace).then(|| {
+        format!(
+            "namespace `{namespace}` is the name of a job of `default`, which would share its \
+             subjects: name the namespace otherwise"
+        )
+    })
+}
+
 /// Checks the jobs of an apply against the registry, where an applied job replaces a registered
 /// one of the same name. Returns `(job, error)` pairs.
 pub fn validate_graph<'a>(
@@ -31,7 +60,15 @@ pub fn validate_graph<'a>(
         jobs.insert(job.name.as_str(), job);
     }
     let mut errors = Vec::new();
+    let namespaces: BTreeSet<&str> = jobs
+        .values()
+        .map(|j| j.name.namespace())
+        .filter(|ns| *ns != crate::ids::DEFAULT_NAMESPACE)
+        .collect();
     for job in applied {
+        if let Some(clash) = name_clash(job, &jobs, &namespaces) {
+            errors.push((job.name.clone(), SpecError::new("job.name", clash)));
+        }
         for (i, dep) in job.deps.iter().enumerate() {
             if !jobs.contains_key(dep.name.as_str()) {
                 errors.push((
@@ -270,5 +307,32 @@ mod tests {
         assert!(validate_graph(&[&stat, &sync], []).is_empty());
         assert!(validate_graph(&[&stat], [&sync]).is_empty());
         assert_eq!(dependents_of("sync", [&stat, &sync]), ["stat"]);
+    }
+
+    #[test]
+    fn a_dependency_crosses_namespaces_by_its_whole_name_and_no_default_job_is_named_like_one() {
+        // payments.settle waits for ledger.close (another namespace) and rates (`default`).
+        let close = job("ledger.close", &[]);
+        let rates = job("rates", &[]);
+        let settle = job(
+            "payments.settle",
+            &[("ledger.close", "current"), ("rates", "current")],
+        );
+        assert!(validate_graph(&[&settle], [&close, &rates]).is_empty());
+        // A `default` job named like a namespace, whichever comes first.
+        let clash = job("ledger", &[]);
+        let errors = validate_graph(&[&clash], [&close]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].1.reason.contains("`ledger` is a namespace"),
+            "{errors:?}"
+        );
+        let errors = validate_graph(&[&close], [&clash]);
+        assert!(errors[0]
+            .1
+            .reason
+            .contains("namespace `ledger` is the name of a job"));
+        let errors = validate_graph(&[&close, &clash], []);
+        assert_eq!(errors.len(), 2, "{errors:?}");
     }
 }

@@ -90,10 +90,16 @@ pub struct JobDocument {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
-    /// `[a-z0-9_-]{1,64}`, unique. Checked by [`validate`] with every other rule (so that all
-    /// of a spec's problems are told at once), not when decoded.
+    /// `[a-z0-9_-]{1,64}`, unique in its namespace; after its namespace (`payments.settle`)
+    /// outside `default` once [`JobSpec::settle_namespace`] has taken in `namespace`. Checked by
+    /// [`validate`] with every other rule (so that all of a spec's problems are told at once),
+    /// not when decoded.
     #[serde(deserialize_with = "unchecked_name")]
     pub name: JobName,
+    /// The namespace as the spec's author wrote it (`default` when absent), taken into `name`
+    /// and the dependencies' names by [`JobSpec::settle_namespace`]: a stored spec holds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// 5 fields (from minutes) or 6 (from seconds); a job without cron runs when triggered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
@@ -216,6 +222,35 @@ pub const MAX_SHARDS: u32 = 1000;
 pub const MAX_AT_DAYS: i64 = 3660;
 
 impl JobSpec {
+    /// Takes `namespace:` into the names: the job's own becomes `<namespace>.<name>`, and so
+    /// does each dependency named without a namespace (a dependency on a `default` job is
+    /// written `default/<name>`); every name is then written as ax writes it
+    /// (`payments/settle` as `payments.settle`). Idempotent; what breaks a rule is left as it
+    /// is, for [`validate`] to name.
+    pub fn settle_namespace(&mut self) {
+        let namespace = match self.namespace.as_deref() {
+            Some(ns) if crate::ids::Namespace::parse(ns).is_err() => return,
+            Some(crate::ids::DEFAULT_NAMESPACE) | None => None,
+            Some(ns) => Some(ns.to_string()),
+        };
+        let settle = |name: &JobName| -> JobName {
+            let raw = name.as_str();
+            let written = match &namespace {
+                Some(ns) if !raw.contains(['.', '/']) => format!("{ns}.{raw}"),
+                _ => raw.to_string(),
+            };
+            JobName::parse(&written).unwrap_or_else(|_| JobName::unchecked(written))
+        };
+        if namespace.is_some() && self.name.contains(['.', '/']) {
+            return; // named twice: validate says so
+        }
+        self.name = settle(&self.name);
+        for dep in &mut self.deps {
+            dep.name = settle(&dep.name);
+        }
+        self.namespace = None;
+    }
+
     /// Whether instances of this job split into sub-instances (shards or a broadcast).
     pub fn splits(&self) -> bool {
         self.broadcast || self.shards.is_some_and(|n| n > 1)
@@ -528,12 +563,17 @@ impl fmt::Display for SpecError {
     }
 }
 
-/// Whether `name` is a valid job name: `[a-z0-9_-]{1,64}`.
+/// Whether `name` is a valid job name as ax writes it (see [`JobName`]).
 pub fn is_valid_job_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    JobName::parse(name).is_ok_and(|parsed| parsed == name)
+}
+
+/// What a job name that breaks the rule is told.
+fn name_rule(name: &str) -> String {
+    format!(
+        "`{name}` must match [a-z0-9_-]{{1,64}}, after its namespace and `.` or `/` outside \
+         `default` (`payments/settle`)"
+    )
 }
 
 /// Whether `name` can be a param name (it becomes the variable `AX_PARAM_<name>`).
@@ -673,11 +713,22 @@ fn validate_name_and_time(job: &JobSpec, errors: &mut Vec<SpecError>) {
             format!("{size} bytes as JSON is more than {MAX_SPEC_BYTES}"),
         ));
     }
-    if !is_valid_job_name(&job.name) {
-        errors.push(SpecError::new(
+    match job.namespace.as_deref() {
+        Some(ns) if crate::ids::Namespace::parse(ns).is_err() => errors.push(SpecError::new(
+            "job.namespace",
+            format!("`{ns}` must match [a-z0-9_-]{{1,64}}"),
+        )),
+        Some(ns) if job.name.contains(['.', '/']) => errors.push(SpecError::new(
             "job.name",
-            format!("`{}` must match [a-z0-9_-]{{1,64}}", job.name),
-        ));
+            format!(
+                "`{}` names a namespace and `namespace: {ns}` names one too: give it once",
+                job.name
+            ),
+        )),
+        _ => {}
+    }
+    if !is_valid_job_name(&job.name) {
+        errors.push(SpecError::new("job.name", name_rule(&job.name)));
     }
     if let Some(at) = &job.at {
         match crate::time::parse_instant(at) {
@@ -966,10 +1017,7 @@ fn validate_deps(job: &JobSpec, errors: &mut Vec<SpecError>) {
     for (i, dep) in job.deps.iter().enumerate() {
         let field = |name: &str| format!("job.deps[{i}].{name}");
         if !is_valid_job_name(&dep.name) {
-            errors.push(SpecError::new(
-                field("name"),
-                format!("`{}` must match [a-z0-9_-]{{1,64}}", dep.name),
-            ));
+            errors.push(SpecError::new(field("name"), name_rule(&dep.name)));
         }
         let offset = match dep.offset_days() {
             Ok(offset) => offset,
@@ -1019,6 +1067,7 @@ mod tests {
     pub(crate) fn shell_job(name: &str, command: &str) -> JobSpec {
         JobSpec {
             name: JobName::unchecked(name.to_string()),
+            namespace: None,
             cron: Some("*/5 * * * *".into()),
             at: None,
             timezone: "UTC".into(),

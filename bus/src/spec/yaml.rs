@@ -97,6 +97,7 @@ struct RawDocument {
 #[serde(deny_unknown_fields)]
 struct RawJob {
     name: Spanned<String>,
+    namespace: Option<Spanned<String>>,
     cron: Option<Spanned<String>>,
     at: Option<Spanned<String>>,
     timezone: Option<Spanned<String>>,
@@ -275,8 +276,9 @@ fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError
             grace: lines.take_opt("job.on_timeout.grace", t.grace),
         })
         .unwrap_or_default();
-    let spec = JobSpec {
+    let mut spec = JobSpec {
         name: JobName::unchecked(name),
+        namespace: lines.take_opt("job.namespace", job.namespace),
         cron: lines.take_opt("job.cron", job.cron),
         at: lines.take_opt("job.at", job.at),
         timezone: lines
@@ -316,6 +318,7 @@ fn into_located(file: &str, raw: RawDocument) -> Result<LocatedJob, LocatedError
             None => super::resources::Resources::default(),
         },
     };
+    spec.settle_namespace();
     Ok(LocatedJob {
         file: file.to_string(),
         line: name_line,
@@ -374,6 +377,44 @@ job:
         assert_eq!(jobs[1].line_of("job.deps[0].biz_date"), 19);
         assert_eq!(jobs[1].doc.job.deps[0].offset_days(), Ok(-1));
         assert_eq!(jobs[1].doc.job.overlap, super::super::Overlap::Queue);
+    }
+
+    #[test]
+    fn a_namespace_is_taken_into_the_names_and_a_dependency_names_default_or_another_whole() {
+        let text = "version: v1\njob:\n  namespace: payments\n  name: settle\n  deps:\n    - name: ledger\n    - name: default/rates\n    - name: risk/score\n  exec: { type: noop }\n";
+        let jobs = parse_str("f.yaml", text).unwrap();
+        let job = &jobs[0].doc.job;
+        assert_eq!(job.name, "payments.settle");
+        assert_eq!(
+            job.namespace, None,
+            "a stored spec holds its namespace in its name"
+        );
+        let deps: Vec<&str> = job.deps.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(deps, ["payments.ledger", "rates", "risk.score"]);
+        assert!(super::super::validate(&jobs[0].doc).is_empty());
+        // Settled again (as the Scheduler does on receipt), it is the same.
+        let mut again = job.clone();
+        again.settle_namespace();
+        assert_eq!(&again, job);
+
+        // Without `namespace:`, a job is in `default`, or in the namespace its name gives.
+        let text = "version: v1\njob:\n  name: payments/settle\n  deps: [ { name: ledger } ]\n  exec: { type: noop }\n";
+        let job = &parse_str("f.yaml", text).unwrap()[0].doc.job;
+        assert_eq!(job.name, "payments.settle");
+        assert_eq!(job.deps[0].name, "ledger");
+
+        // What breaks a rule is told at its line.
+        for (text, line, field) in [
+            ("version: v1\njob:\n  namespace: Pay\n  name: settle\n  exec: { type: noop }\n", 3, "job.namespace"),
+            ("version: v1\njob:\n  namespace: payments\n  name: risk.settle\n  exec: { type: noop }\n", 4, "job.name"),
+            ("version: v1\njob:\n  name: a.b.c\n  exec: { type: noop }\n", 3, "job.name"),
+        ] {
+            let docs = parse_str("f.yaml", text).unwrap();
+            let errors = super::super::validate(&docs[0].doc);
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert_eq!(errors[0].field, field);
+            assert_eq!(docs[0].line_of(field), line);
+        }
     }
 
     #[test]

@@ -52,7 +52,7 @@ struct Queued {
     headers: Option<async_nats::HeaderMap>,
 }
 
-/// Serves `ax.request.*` until the subscription ends.
+/// Serves `ax.request.>` until the subscription ends.
 pub(crate) async fn serve(desk: Desk) -> Result<(), ActorError> {
     let client = &desk.client;
     let subject = client.subjects().request_all();
@@ -84,8 +84,10 @@ pub(crate) async fn serve(desk: Desk) -> Result<(), ActorError> {
 /// Publishes `request` on the control subject it names, answering to its reply subject.
 async fn queue(desk: &Desk, request: async_nats::Message) -> Option<Queued> {
     let client = &desk.client;
-    let command = request.subject.rsplit('.').next().unwrap_or_default();
-    let subject = client.subjects().control(command);
+    let subject = client
+        .subjects()
+        .control_for_request(&request.subject)
+        .unwrap_or_else(|| client.subjects().control("unknown"));
     let mut headers = request.headers.clone().unwrap_or_default();
     let reply = request.reply.as_ref().map(|r| r.to_string());
     // The requester's reply subject is where the answer goes, whatever the headers say (a

@@ -43,7 +43,7 @@ use async_nats::jetstream;
 use futures::StreamExt;
 
 use ax_bus::error::During;
-use ax_bus::ids::NodeId;
+use ax_bus::ids::{JobName, Namespace, NodeId};
 use ax_bus::messages::typed::{self, ControlRequest, Planned};
 use ax_bus::messages::{
     commands::{self, Command, Request},
@@ -51,6 +51,7 @@ use ax_bus::messages::{
     MarkRequest, QueueRequest, ReplayRequest, ReportRequest, RerunRequest, TriggerRequest,
     REPLY_TO_HEADER,
 };
+use ax_bus::subjects::Subjects;
 use ax_bus::{codec, reply_to, AxClient};
 
 use crate::jetstream::consume::{self, ConsumerSpec};
@@ -116,7 +117,7 @@ pub(crate) async fn serve(desk: Desk) -> Result<(), ActorError> {
     let mut triggers = Vec::with_capacity(TRIGGERS_AT_ONCE);
     while let Some(batch) = batches.next().await {
         for message in batch {
-            let received = Received::of(message.during(|| "control consumer")?);
+            let received = Received::of(message.during(|| "control consumer")?, client.subjects());
             if received.kind == Some(Command::Trigger) {
                 triggers.push(received);
                 continue;
@@ -139,16 +140,26 @@ pub(crate) struct Received {
     kind: Option<Command>,
     /// Its request, or why it is none.
     request: Result<Request, String>,
+    /// The namespace its subject confines it to (`ax.control.trigger.payments`), if any.
+    namespace: Option<Namespace>,
 }
 
 impl Received {
-    fn of(message: jetstream::Message) -> Self {
-        let name = command_of(&message);
+    fn of(message: jetstream::Message, subjects: &Subjects) -> Self {
+        let (name, namespace) = subjects.command_of(&message.subject);
         let kind = Command::parse(name);
-        let request = match kind {
-            Some(kind) => Request::decode(kind, message.headers.as_ref(), &message.payload)
-                .map_err(|e| e.to_string()),
-            None => Err(format!(
+        let namespace = namespace.map(Namespace::parse).transpose();
+        let request = match (kind, &namespace) {
+            (_, Err(e)) => Err(format!("`{}` names no namespace: {e}", message.subject)),
+            (Some(kind), Ok(namespace)) => {
+                Request::decode(kind, message.headers.as_ref(), &message.payload)
+                    .map_err(|e| e.to_string())
+                    .and_then(|request| match namespace {
+                        Some(namespace) => confine(request, namespace, &message.subject),
+                        None => Ok(request),
+                    })
+            }
+            (None, Ok(_)) => Err(format!(
                 "unknown control command `{name}` ({})",
                 commands::ALL.join(", ")
             )),
@@ -157,6 +168,7 @@ impl Received {
             message,
             kind,
             request,
+            namespace: namespace.ok().flatten(),
         }
     }
 
@@ -169,15 +181,49 @@ impl Received {
     }
 }
 
+/// A request sent on a subject confined to `namespace` (`ax.control.trigger.payments`), kept
+/// within it: what a namespace's business services send, whose NATS permissions allow no other
+/// control subject. A trigger names a job of the namespace (a name without one is taken as
+/// one of it); a report is checked against its attempt's job when carried out; no other
+/// command travels on such a subject.
+fn confine(request: Request, namespace: &Namespace, subject: &str) -> Result<Request, String> {
+    match request {
+        Request::Trigger(mut trigger) => {
+            if trigger.name.in_default() {
+                trigger.name =
+                    JobName::in_namespace(namespace, &trigger.name).map_err(|e| e.to_string())?;
+            }
+            if trigger.name.namespace() != namespace.as_str() {
+                return Err(format!(
+                    "job `{}` is not in namespace `{namespace}`, to which `{subject}` confines \
+                     its triggers",
+                    trigger.name
+                ));
+            }
+            Ok(Request::Trigger(trigger))
+        }
+        Request::Report(report) => Ok(Request::Report(report)),
+        other => Err(format!(
+            "`{subject}` carries only `trigger` and `report` (a namespace's services send no \
+             other command), not `{}`",
+            other.kind().name()
+        )),
+    }
+}
+
 /// How many triggers that arrived together are carried out at once: each waits for a registry
 /// read and its creation, which the creator pipelines with the others' (a client that sends
 /// thousands gets them created at the pace of cron fires, not one round trip after another).
 /// The consumer's `max_ack_pending` bounds it too.
 const TRIGGERS_AT_ONCE: usize = 256;
 
-/// The command a control message names (the last token of its subject).
+/// The command a control message names (the token after `control`, for an unknown one).
 fn command_of(message: &jetstream::Message) -> &str {
-    message.subject.rsplit('.').next().unwrap_or_default()
+    let tail = message
+        .subject
+        .split_once(".control.")
+        .map_or("", |(_, t)| t);
+    tail.split('.').next().unwrap_or_default()
 }
 
 /// Carries out `triggers` side by side and empties the list. Triggers do not depend on each
@@ -266,6 +312,7 @@ async fn handle(desk: &Desk, received: &Received) {
                         Box::pin(carry_out(
                             desk,
                             request.clone(),
+                            received.namespace.as_ref(),
                             &caller,
                             (published, sequence),
                         ))
@@ -386,6 +433,7 @@ pub(crate) async fn answer(
 async fn carry_out(
     desk: &Desk,
     request: Request,
+    namespace: Option<&Namespace>,
     caller: &caller::Caller,
     published: (chrono::DateTime<chrono::Utc>, u64),
 ) -> Result<ControlReply, CommandError> {
@@ -465,7 +513,7 @@ async fn carry_out(
             answered::<MarkRequest>(Box::pin(operator::mark(client, who, request)).await)
         }
         Request::Report(request) => {
-            answered::<ReportRequest>(Box::pin(report::report(client, request)).await)
+            answered::<ReportRequest>(Box::pin(report::report(client, request, namespace)).await)
         }
     }
 }

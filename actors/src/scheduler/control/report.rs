@@ -8,6 +8,7 @@
 //! and the attempt's timeout never both win.
 
 use ax_bus::client::reports::{Delivery, Report, ReportState};
+use ax_bus::ids::Namespace;
 use ax_bus::messages::typed::Done;
 use ax_bus::messages::ReportRequest;
 
@@ -20,6 +21,7 @@ pub(crate) const ALREADY_REPORTED: &str = "already reported: this report is igno
 pub(crate) async fn report(
     store: &(impl Instances + Reports),
     request: ReportRequest,
+    namespace: Option<&Namespace>,
 ) -> Result<Done, CommandError> {
     let trace = &request.trace_id;
     let instance_id = match store.report_state(trace).await? {
@@ -31,6 +33,10 @@ pub(crate) async fn report(
         Some(ReportState::Waiting { instance_id, .. }) => instance_id,
     };
     match store.record(&instance_id).await? {
+        // Told as unknown: a service of one namespace learns nothing of another's attempts.
+        Some(record) if namespace.is_some_and(|ns| record.job.namespace() != ns.as_str()) => {
+            return Err(CommandError::refused(unknown(trace)))
+        }
         Some(record) if record.trace_id == *trace && !record.state.is_final() => {}
         Some(record) => {
             return Err(CommandError::refused(format!(
@@ -125,7 +131,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_report_is_taken_and_a_second_ignored() {
         let (record, memory) = awaiting();
-        let reply = report(&memory, of(&record.trace_id)).await.unwrap();
+        let reply = report(&memory, of(&record.trace_id), None).await.unwrap();
         assert_eq!(
             (reply.message.as_str(), reply.instance_id.as_ref()),
             ("reported", Some(&record.instance_id))
@@ -136,14 +142,32 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let again = report(&memory, of(&record.trace_id)).await.unwrap();
+        let again = report(&memory, of(&record.trace_id), None).await.unwrap();
         assert_eq!(again.message, ALREADY_REPORTED);
+    }
+
+    #[tokio::test]
+    async fn a_report_confined_to_another_namespace_is_told_the_trace_is_unknown() {
+        let (record, memory) = awaiting();
+        let payments = Namespace::parse("payments").unwrap();
+        let why = refused(report(&memory, of(&record.trace_id), Some(&payments)).await);
+        assert!(why.starts_with("unknown trace id"), "{why}");
+        assert!(matches!(
+            memory.reports.lock().unwrap()[&record.trace_id],
+            ReportState::Waiting { .. }
+        ));
+        // Its own namespace (`default`, the job's) takes it.
+        let default = Namespace::default_namespace();
+        let reply = report(&memory, of(&record.trace_id), Some(&default))
+            .await
+            .unwrap();
+        assert_eq!(reply.message, "reported");
     }
 
     #[tokio::test]
     async fn an_unknown_closed_or_stale_trace_is_refused_saying_which() {
         let (record, memory) = awaiting();
-        let why = refused(report(&memory, of(&TraceId::random())).await);
+        let why = refused(report(&memory, of(&TraceId::random()), None).await);
         assert!(why.starts_with("unknown trace id"), "{why}");
         // The attempt timed out before the report.
         memory.reports.lock().unwrap().insert(
@@ -152,7 +176,7 @@ mod tests {
                 reason: "timeout".into(),
             },
         );
-        let why = refused(report(&memory, of(&record.trace_id)).await);
+        let why = refused(report(&memory, of(&record.trace_id), None).await);
         assert!(
             why.contains("its attempt ended (timeout) before a report came"),
             "{why}"
@@ -167,7 +191,7 @@ mod tests {
             next.state = State::Running;
             next.clone()
         };
-        let why = refused(report(&memory, of(&record.trace_id)).await);
+        let why = refused(report(&memory, of(&record.trace_id), None).await);
         assert!(
             why.contains(&format!("is on attempt 2 (running, {})", moved.trace_id)),
             "{why}"

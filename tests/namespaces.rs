@@ -1,0 +1,271 @@
+//! Namespaces: a job of a team's namespace is named after it in every subject, key and id; its
+//! business services, connected as the NATS user `ax namespace user` prints, trigger and read
+//! their namespace's work and nothing of another's, nor ax's own consumers; and a job of one
+//! namespace waits for its upstream in another for the same business date.
+
+use std::time::Duration;
+
+use ax_bus::messages::{ControlReply, TriggerRequest};
+use ax_bus::State;
+use futures::StreamExt;
+
+use crate::nats_auth::{authorization, connect_as, refused, CLUSTER_USERS};
+use crate::support::*;
+
+const JOBS: &str = "version: v1
+job:
+  namespace: a
+  name: hello
+  exec: { type: shell, command: 'echo hello-a' }
+---
+version: v1
+job:
+  namespace: b
+  name: secret
+  exec: { type: shell, command: 'echo secret-b' }
+---
+version: v1
+job:
+  namespace: b
+  name: after
+  deps: [ { name: a/hello, biz_date: current } ]
+  exec: { type: noop }
+";
+
+/// The entry `ax namespace user` prints for `namespace`, its password `<namespace>-secret` (as
+/// `connect_as` signs in).
+fn printed_user(namespace: &str) -> String {
+    let password = format!("\"{namespace}-secret\"");
+    // Written before the server runs: nothing is read from NATS.
+    let out = ax(
+        "nats://127.0.0.1:1",
+        &[
+            "namespace",
+            "user",
+            namespace,
+            "--password",
+            &password,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+}
+
+/// A trigger sent as a plain request on `subject` by `client`, and its answer.
+async fn request_trigger(client: &async_nats::Client, subject: &str, job: &str) -> ControlReply {
+    let request = TriggerRequest {
+        name: job.parse().expect("a job name"),
+        biz_date: None,
+        params: Default::default(),
+        key: None,
+        at: None,
+        delay: None,
+    };
+    let payload = ax_bus::codec::encode(&request).expect("encode");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(40),
+        client.request(subject.to_string(), payload),
+    )
+    .await
+    .expect("answered in time")
+    .expect("answered");
+    ax_bus::codec::decode(&answer.payload).expect("a control reply")
+}
+
+/// Subscribes to `subject` as whoever `client` is and waits for the server to refuse it.
+async fn refused_subscription(
+    client: &async_nats::Client,
+    errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    subject: &str,
+) {
+    let _ignored = client.subscribe(subject.to_string()).await.unwrap();
+    client.flush().await.unwrap();
+    let wanted = format!(
+        "permissions violation for subscription to \"{}\"",
+        subject.to_lowercase()
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, errors.recv()).await {
+            Ok(Some(error)) if error.contains(&wanted) => return,
+            Ok(Some(_)) => continue,
+            _ => panic!("the server let a namespace's service subscribe to {subject}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_it_the_rest() {
+    let users = format!("{}{}", printed_user("a"), printed_user("b"));
+    let config = authorization(&CLUSTER_USERS, |user| format!("\"{user}-secret\"")).replacen(
+        "\n  ]\n}\n",
+        &format!("\n{users}  ]\n}}\n"),
+        1,
+    );
+    let nats = TestNats::start_with_config(Some(&config), Some("operator:operator-secret"));
+    let as_user = |user: &str| {
+        nats.server
+            .url
+            .replacen("://", &format!("://{user}:{user}-secret@"), 1)
+    };
+    let client = nats.client().await;
+    let nodes = [
+        AxProcess::node_at(
+            &as_user("core"),
+            &nats,
+            "core-1",
+            "scheduler,dag,router",
+            &[],
+        ),
+        AxProcess::node_at(&as_user("worker"), &nats, "worker-1", "worker", &[]),
+    ];
+    apply_job(&nats, "namespaces", JOBS).await;
+
+    // The CLI places short names in `-n`'s namespace and lists one namespace.
+    let listed = ax(&nats.url(), &["job", "list", "-n", "b", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
+    let names: Vec<&str> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|j| j["name"].as_str())
+        .collect();
+    assert_eq!(names, ["b.after", "b.secret"], "{listed}");
+    let counts = ax(&nats.url(), &["namespace", "list", "--json"]);
+    let counts: serde_json::Value = serde_json::from_slice(&counts.stdout).expect("json");
+    assert_eq!(
+        counts,
+        serde_json::json!([{"namespace": "a", "jobs": 1}, {"namespace": "b", "jobs": 2}])
+    );
+    // `b.after` waits for `a.hello` of its business date.
+    let after = trigger(&nats, &["-n", "b", "after"]);
+    assert!(after.starts_with("b.after."), "{after}");
+    wait_for(Duration::from_secs(30), "b.after to wait for a.hello", || async {
+        let id = after.parse().expect("an instance id");
+        let record = client.instance(&id).await.ok().flatten()?.0;
+        (record.tag == ax_bus::Tag::WaitingDeps).then_some(())
+    })
+    .await;
+
+    let (service, mut errors) = connect_as(&nats, "a").await;
+    let mut events = service.subscribe("ax.event.a.*.*").await.unwrap();
+    // Its own job, by its short name on its own subject.
+    let reply = request_trigger(&service, "ax.request.trigger.a", "hello").await;
+    assert!(reply.ok, "{reply:?}");
+    let hello = reply.instance_id.expect("an instance").to_string();
+    assert!(hello.starts_with("a.hello."), "{hello}");
+    // Another namespace's job through its own subject: refused by the Scheduler.
+    let reply = request_trigger(&service, "ax.request.trigger.a", "b/secret").await;
+    assert!(!reply.ok, "{reply:?}");
+    assert!(
+        reply
+            .errors
+            .iter()
+            .any(|e| e.contains("not in namespace `a`")),
+        "{reply:?}"
+    );
+    // Anything else: refused by the server.
+    let trigger_b = br#"{"name": "secret"}"#.as_slice();
+    for (subject, payload) in [
+        ("ax.control.trigger.b", trigger_b),
+        ("ax.request.trigger.b", trigger_b),
+        ("ax.control.trigger", trigger_b),
+        ("ax.request.trigger", trigger_b),
+        ("ax.control.rerun.a", b"{}".as_slice()),
+        ("ax.control.apply", b"{}".as_slice()),
+        // Another namespace's results, or all of them, through a consumer of its own.
+        (
+            "$JS.API.CONSUMER.CREATE.AX_RESULTS.a-1.ax.result.b.>",
+            br#"{"stream_name": "AX_RESULTS", "config": {"name": "a-1", "filter_subject": "ax.result.b.>", "ack_policy": "explicit"}}"#.as_slice(),
+        ),
+        (
+            "$JS.API.CONSUMER.CREATE.AX_RESULTS.a-1.ax.result.>",
+            br#"{"stream_name": "AX_RESULTS", "config": {"name": "a-1", "filter_subject": "ax.result.>", "ack_policy": "explicit"}}"#.as_slice(),
+        ),
+        (
+            "$JS.API.CONSUMER.CREATE.AX_RESULTS.a-1",
+            br#"{"stream_name": "AX_RESULTS", "config": {"name": "a-1", "ack_policy": "explicit"}}"#.as_slice(),
+        ),
+        // Results or logs by sequence, which reach every namespace.
+        ("$JS.API.DIRECT.GET.AX_RESULTS", br#"{"seq": 1}"#.as_slice()),
+        ("$JS.API.STREAM.MSG.GET.AX_LOGS", br#"{"seq": 1}"#.as_slice()),
+        ("$JS.API.STREAM.INFO.AX_RESULTS", b"".as_slice()),
+        // Instance records, whose reads name the key in their body.
+        (
+            "$JS.API.STREAM.MSG.GET.KV_ax_instances",
+            br#"{"last_by_subj": "$KV.ax_instances.b.secret.x"}"#.as_slice(),
+        ),
+        // ax's own consumers.
+        ("$JS.API.CONSUMER.NAMES.AX_RESULTS", b"{}".as_slice()),
+        ("$JS.API.CONSUMER.DELETE.AX_RESULTS.dag-results-1", b"".as_slice()),
+        ("$JS.API.CONSUMER.DELETE.AX_RESULTS.openlineage", b"".as_slice()),
+        ("$JS.API.CONSUMER.MSG.NEXT.AX_RESULTS.dag-results-1", b"{}".as_slice()),
+    ] {
+        refused(&service, &mut errors, subject, payload).await;
+    }
+    for subject in [
+        "ax.result.b.*",
+        "ax.result.>",
+        "ax.event.>",
+        "ax.log.b.>",
+        "_INBOX.b.>",
+    ] {
+        refused_subscription(&service, &mut errors, subject).await;
+    }
+
+    // Its own work runs, and so does the downstream of another namespace that waited for it.
+    let upstream = final_record(&client, &hello, Duration::from_secs(60)).await;
+    let downstream = final_record(&client, &after, Duration::from_secs(60)).await;
+    assert_eq!(upstream.state, State::Success, "{upstream:?}");
+    assert_eq!(downstream.state, State::Success, "{downstream:?}");
+    assert!(
+        downstream.started_at >= upstream.finished_at && downstream.biz_date == upstream.biz_date,
+        "{downstream:?} did not wait for {upstream:?}"
+    );
+    // Its events came on its own subjects.
+    let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("an event of a.hello")
+        .expect("the subscription");
+    assert!(
+        event.subject.starts_with("ax.event.a.hello."),
+        "{}",
+        event.subject
+    );
+    // Its result, through a consumer of its own filtered to its namespace.
+    let js = async_nats::jetstream::new(service.clone());
+    let consumer: async_nats::jetstream::consumer::PullConsumer = js
+        .create_consumer_on_stream(
+            async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("a-1".into()),
+                filter_subject: "ax.result.a.>".into(),
+                ..Default::default()
+            },
+            "AX_RESULTS",
+        )
+        .await
+        .expect("a consumer of its own");
+    let mut results = consumer.messages().await.expect("read it");
+    let result = tokio::time::timeout(Duration::from_secs(10), results.next())
+        .await
+        .expect("its result")
+        .expect("a message")
+        .expect("a result");
+    assert_eq!(result.subject.as_str(), "ax.result.a.hello");
+
+    // The other namespace's service cannot trigger the first's job either.
+    let (other, mut errors) = connect_as(&nats, "b").await;
+    let reply = request_trigger(&other, "ax.request.trigger.b", "a/hello").await;
+    assert!(!reply.ok, "{reply:?}");
+    refused(&other, &mut errors, "ax.control.trigger.a", trigger_b).await;
+    assert_eq!(instances(&client, "b.secret").await.len(), 0);
+    assert_eq!(instances(&client, "a.hello").await.len(), 1);
+
+    for process in &nodes {
+        let log = process.log_text();
+        assert!(
+            !log.to_lowercase().contains("permissions violation"),
+            "{log}"
+        );
+    }
+}

@@ -252,7 +252,8 @@ pub(crate) enum TokenCommand {
         /// Its name (`[a-z0-9][a-z0-9-]*`).
         #[arg(long)]
         name: TokenName,
-        /// viewer, operator or admin.
+        /// viewer, operator or admin: in every namespace, or with `-n/--namespace` in that
+        /// one only.
         #[arg(long)]
         role: Role,
         /// It stops working after this long (`30d`, `12h`).

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 
 use ax_bus::auth::token::Token;
+use ax_bus::ids::Namespace;
 use ax_bus::messages::{ApprovalRequest, AuthRequest};
 use ax_bus::AxClient;
 
@@ -40,7 +41,12 @@ fn hand_over(token: &Token, out: Option<&Path>) -> Result<()> {
 }
 
 /// `ax auth …`.
-pub(crate) async fn run(client: &AxClient, command: AuthCommand, json: bool) -> Result<()> {
+pub(crate) async fn run(
+    client: &AxClient,
+    command: AuthCommand,
+    namespace: Option<&Namespace>,
+    json: bool,
+) -> Result<()> {
     match command {
         AuthCommand::Bootstrap { name, out } => {
             let (token, hash) = Token::generate(&name);
@@ -66,6 +72,7 @@ pub(crate) async fn run(client: &AxClient, command: AuthCommand, json: bool) -> 
                 &AuthRequest::Create {
                     name,
                     role,
+                    namespaces: namespace.into_iter().cloned().collect(),
                     hash,
                     expires_at,
                 },
@@ -86,7 +93,8 @@ pub(crate) async fn run(client: &AxClient, command: AuthCommand, json: bool) -> 
                 .map(|t| {
                     vec![
                         t.name.to_string(),
-                        t.role.to_string(),
+                        ax_bus::auth::Principal::token(&t.name, t.role, t.namespaces.clone())
+                            .roles(),
                         instant(Some(t.created_at)),
                         t.created_by.clone(),
                         instant(t.expires_at),

@@ -120,7 +120,9 @@ async fn run(mut cli: Cli) -> Result<()> {
         Command::Queue(QueueCommand::List) => fleet::queues(&client().await?, json).await,
         Command::Dlq(DlqCommand::List) => dlq::list(&client().await?, json).await,
         Command::Dlq(DlqCommand::Replay { id }) => dlq::replay(&client().await?, id, json).await,
-        Command::Auth(command) => auth::run(&client().await?, command, json).await,
+        Command::Auth(command) => {
+            auth::run(&client().await?, command, namespace.as_ref(), json).await
+        }
         Command::Approvals(command) => auth::approvals(&client().await?, command, json).await,
         Command::Audit(AuditCommand::List {
             since,

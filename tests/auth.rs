@@ -404,3 +404,166 @@ async fn a_second_admin_approves_in_time_and_no_one_approves_their_own() {
         && r.actor == "admin"
         && r.approved_by.as_deref() == Some("boss")));
 }
+
+/// Makes a token of `role` in `namespace` only, with the admin's, and returns its file.
+fn namespace_token(
+    nats: &TestNats,
+    admin: &Path,
+    name: &str,
+    role: &str,
+    namespace: &str,
+) -> PathBuf {
+    let file = nats.path("tokens").join(name);
+    let out = as_(
+        nats,
+        admin,
+        &[
+            "auth",
+            "token",
+            "create",
+            "--name",
+            name,
+            "--role",
+            role,
+            "-n",
+            namespace,
+            "--out",
+            file.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert!(out.status.success(), "create {name}: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("{role} in {namespace}")),
+        "{}",
+        stderr(&out)
+    );
+    file
+}
+
+const TEAMS: &str = "version: v1
+job: { namespace: a, name: up, exec: { type: noop } }
+---
+version: v1
+job:
+  namespace: b
+  name: down
+  deps: [{ name: a/up, biz_date: current }]
+  exec: { type: noop }
+---
+version: v1
+job: { namespace: b, name: other, exec: { type: noop } }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_a_namespace_acts_in_it_and_is_denied_elsewhere_naming_the_namespace() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _node = AxProcess::node(&nats, "n1", "all", &["--auth"]);
+    let admin = bootstrap(&nats).await;
+    let jobs = job_file(&nats.path("jobs"), "teams.yaml", TEAMS);
+    let out = as_(
+        &nats,
+        &admin,
+        &["job", "apply", "-f", jobs.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let a_ops = namespace_token(&nats, &admin, "a-ops", "operator", "a");
+    let b_admin = namespace_token(&nats, &admin, "b-admin", "admin", "b");
+    let denied = |out: &std::process::Output, said: &str| {
+        assert!(!out.status.success(), "allowed: {}", stdout(out));
+        assert!(stderr(out).contains(said), "{}", stderr(out));
+    };
+
+    // In its namespace, an operator of `a` triggers (a short name is placed by -n).
+    let date = "2026-12-01";
+    let up = {
+        let out = as_(
+            &nats,
+            &a_ops,
+            &["job", "trigger", "-n", "a", "up", "--biz-date", date],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out).split_whitespace().next().unwrap().to_string()
+    };
+    // Elsewhere it is denied, each refusal naming the namespace and the role it needs.
+    let out = as_(&nats, &a_ops, &["job", "trigger", "b/other"]);
+    denied(
+        &out,
+        "`trigger` in namespace `b` needs the operator role there; token `a-ops` is operator in a",
+    );
+    let out = as_(&nats, &a_ops, &["job", "pause", "b/other"]);
+    denied(
+        &out,
+        "`pause` in namespace `b` needs the operator role there",
+    );
+    let out = as_(&nats, &a_ops, &["queue", "pause", "low"]);
+    denied(
+        &out,
+        "`queue` needs the admin role; token `a-ops` is operator in a",
+    );
+    let out = as_(&nats, &a_ops, &["rerun", "--biz-date", date, "--yes"]);
+    denied(&out, "acts across namespaces");
+
+    // The downstream in `b` ran after the upstream in `a`.
+    let up_done = final_record(&client, &up, Duration::from_secs(30)).await;
+    assert_eq!(up_done.state, State::Success);
+    let down = wait_for(Duration::from_secs(30), "b.down to run", || async {
+        instances(&client, "b.down")
+            .await
+            .into_iter()
+            .find(|r| r.state == State::Success)
+    })
+    .await;
+    // `b`'s instance is out of reach of `a`'s operator; a re-run of `a`'s that would force
+    // `b`'s downstream to run again is refused whole.
+    let out = as_(&nats, &a_ops, &["instance", "cancel", &down.instance_id]);
+    denied(&out, "in namespace `b` needs the operator role there");
+    let out = as_(
+        &nats,
+        &a_ops,
+        &["rerun", "--instance", &up, "--force-downstream"],
+    );
+    denied(&out, "the re-run reaches b.down.");
+    let out = as_(&nats, &a_ops, &["rerun", "--instance", &up]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // An admin of `b` defines `b`'s jobs, and no other's.
+    let more = job_file(
+        &nats.path("jobs"),
+        "more.yaml",
+        "version: v1\njob: { namespace: b, name: extra, exec: { type: noop } }\n",
+    );
+    let out = as_(
+        &nats,
+        &b_admin,
+        &["job", "apply", "-f", more.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let theirs = job_file(
+        &nats.path("jobs"),
+        "theirs.yaml",
+        "version: v1\njob: { namespace: a, name: sneaky, exec: { type: noop } }\n",
+    );
+    let out = as_(
+        &nats,
+        &b_admin,
+        &["job", "apply", "-f", theirs.to_str().unwrap()],
+    );
+    denied(&out, "`apply` in namespace `a` needs the admin role there");
+    let out = as_(&nats, &b_admin, &["job", "delete", "a/up"]);
+    denied(&out, "`delete` in namespace `a` needs the admin role there");
+    let names: Vec<String> = client
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.spec.name.to_string())
+        .collect();
+    assert_eq!(names, ["a.up", "b.down", "b.extra", "b.other"]);
+    let listed = as_(&nats, &admin, &["auth", "token", "list"]);
+    assert!(
+        stdout(&listed).contains("operator in a"),
+        "{}",
+        stdout(&listed)
+    );
+}

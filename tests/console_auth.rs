@@ -84,6 +84,37 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
         .await
         .unwrap();
     assert_eq!(read.status(), 200);
+    // A token of one namespace: the console and the API serve roles in every namespace only.
+    let scoped = {
+        let file = dir.path().join("pay.token");
+        let out = as_admin(&[
+            "auth",
+            "token",
+            "create",
+            "--name",
+            "pay",
+            "--role",
+            "admin",
+            "-n",
+            "payments",
+            "--out",
+            file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        std::fs::read_to_string(file).unwrap().trim().to_string()
+    };
+    let refused = http
+        .get(format!("{base}/api/v1/jobs"))
+        .bearer_auth(&scoped)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    let said = refused.text().await.unwrap();
+    assert!(
+        said.contains("pay is admin in payments (the console and the API serve roles in every namespace only)"),
+        "{said}"
+    );
     let trigger = |token: String| {
         let http = http.clone();
         let url = format!("{base}/api/v1/jobs/greet/trigger");

@@ -39,13 +39,7 @@ fn printed_user(namespace: &str) -> String {
     // Written before the server runs: nothing is read from NATS.
     let out = ax(
         "nats://127.0.0.1:1",
-        &[
-            "namespace",
-            "user",
-            namespace,
-            "--password",
-            &password,
-        ],
+        &["namespace", "user", namespace, "--password", &password],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     stdout(&out)
@@ -140,11 +134,15 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
     // `b.after` waits for `a.hello` of its business date.
     let after = trigger(&nats, &["-n", "b", "after"]);
     assert!(after.starts_with("b.after."), "{after}");
-    wait_for(Duration::from_secs(30), "b.after to wait for a.hello", || async {
-        let id = after.parse().expect("an instance id");
-        let record = client.instance(&id).await.ok().flatten()?.0;
-        (record.tag == ax_bus::Tag::WaitingDeps).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "b.after to wait for a.hello",
+        || async {
+            let id = after.parse().expect("an instance id");
+            let record = client.instance(&id).await.ok().flatten()?.0;
+            (record.tag == ax_bus::Tag::WaitingDeps).then_some(())
+        },
+    )
     .await;
 
     let (service, mut errors) = connect_as(&nats, "a").await;

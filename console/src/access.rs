@@ -43,7 +43,7 @@ pub struct Caller {
 impl Caller {
     /// Whether they may do what needs `role` (pages leave out the controls they may not use).
     pub fn may(&self, role: Role) -> bool {
-        self.principal.role >= role
+        self.principal.role >= Some(role)
     }
 }
 
@@ -112,7 +112,7 @@ pub enum Denied {
     #[error("cannot check the token now: {0}")]
     Unavailable(String),
     /// The caller's role is below the route's.
-    #[error("{method} {path} needs the {needed} role; {who} is {has}")]
+    #[error("{method} {path} needs the {needed} role; {who} is {roles}")]
     Role {
         /// The request's method.
         method: String,
@@ -122,8 +122,10 @@ pub enum Denied {
         needed: Role,
         /// Who asked.
         who: String,
-        /// What they have.
-        has: Role,
+        /// What they have, highest first.
+        has: Option<Role>,
+        /// Their roles as a sentence names them.
+        roles: String,
     },
     /// A state change forged by another site, or without the page's token.
     #[error(transparent)]
@@ -238,15 +240,24 @@ pub async fn check(
         Err(CheckError::Client(e)) => return Err(Denied::Unavailable(e.to_string())),
     };
     let needed = needed(request.method.as_str(), request.path);
-    if who.role >= needed {
+    // A token scoped to namespaces is refused here: the pages and the API serve roles in
+    // every namespace only, for now.
+    if who.role >= Some(needed) {
         return Ok((who, token));
     }
     Err(Denied::Role {
         method: request.method.to_string(),
         path: request.path.into(),
         needed,
-        who: who.name,
-        has: who.role,
+        who: who.name.clone(),
+        has: who.highest(),
+        roles: match who.role {
+            None if !who.namespaces.is_empty() => format!(
+                "{} (the console and the API serve roles in every namespace only)",
+                who.roles()
+            ),
+            _ => who.roles(),
+        },
     })
 }
 
@@ -277,7 +288,7 @@ pub fn audit_refusal(
         return;
     }
     let (actor, role, verified) = match denied {
-        Denied::Role { who, has, .. } => (who.clone(), *has, true),
+        Denied::Role { who, has, .. } => (who.clone(), has.unwrap_or(Role::Viewer), true),
         _ => (
             bearer
                 .and_then(|text| Token::parse(text).ok())
@@ -384,7 +395,10 @@ mod tests {
             peer: None,
         };
         let (who, token) = check(request, &Gate::default()).await.unwrap();
-        assert_eq!((who.role, who.verified, token), (Role::Admin, false, None));
+        assert_eq!(
+            (who.role, who.verified, token),
+            (Some(Role::Admin), false, None)
+        );
     }
 
     #[test]

@@ -23,7 +23,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::TokenName;
+use std::collections::BTreeMap;
+
+use crate::ids::{Namespace, TokenName};
 use crate::messages::{commands::Command, RerunRequest};
 
 /// Header carrying the caller's API token on a control command.
@@ -86,25 +88,34 @@ impl FromStr for Role {
     }
 }
 
-/// Who is acting.
+/// Who is acting, and what they may do: a role in every namespace, roles in single
+/// namespaces (a token made with `--namespace`), or both.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Principal {
     /// The token's name; with auth off, who the sender said it was (`user@host`) or
     /// `anonymous`.
     pub name: String,
-    /// What they may do.
-    pub role: Role,
+    /// What they may do in every namespace; none for a token scoped to namespaces.
+    pub role: Option<Role>,
+    /// What they may do in single namespaces, besides `role`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespaces: BTreeMap<Namespace, Role>,
     /// Whether a token proved it (false with auth off).
     #[serde(default)]
     pub verified: bool,
 }
 
 impl Principal {
-    /// A caller proved by the token `name`.
-    pub fn token(name: &TokenName, role: Role) -> Self {
+    /// A caller proved by the token `name`, with `record`'s roles.
+    pub fn token(
+        name: &TokenName,
+        role: Option<Role>,
+        namespaces: BTreeMap<Namespace, Role>,
+    ) -> Self {
         Self {
             name: name.to_string(),
             role,
+            namespaces,
             verified: true,
         }
     }
@@ -117,8 +128,40 @@ impl Principal {
             } else {
                 said.to_string()
             },
-            role: Role::Admin,
+            role: Some(Role::Admin),
+            namespaces: BTreeMap::new(),
             verified: false,
+        }
+    }
+
+    /// What they may do in `namespace`: the higher of their role everywhere and there.
+    pub fn role_in(&self, namespace: &str) -> Option<Role> {
+        let there = self
+            .namespaces
+            .iter()
+            .find(|(ns, _)| ns.as_str() == namespace)
+            .map(|(_, role)| *role);
+        self.role.max(there)
+    }
+
+    /// The highest role they hold anywhere (what the audit records beside the action).
+    pub fn highest(&self) -> Option<Role> {
+        self.namespaces.values().copied().max().max(self.role)
+    }
+
+    /// Their roles as a sentence names them: `admin`, `operator in payments`, `viewer, admin
+    /// in payments`, or `no role`.
+    pub fn roles(&self) -> String {
+        let mut parts: Vec<String> = self.role.iter().map(|r| r.to_string()).collect();
+        parts.extend(
+            self.namespaces
+                .iter()
+                .map(|(namespace, role)| format!("{role} in {namespace}")),
+        );
+        if parts.is_empty() {
+            "no role".into()
+        } else {
+            parts.join(", ")
         }
     }
 }

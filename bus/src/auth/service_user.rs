@@ -140,8 +140,8 @@ mod tests {
         let permissions = payments();
         for subject in permissions.publish.iter().chain(&permissions.subscribe) {
             let tokens: Vec<&str> = subject.split('.').collect();
-            let confined = tokens.contains(&"payments")
-                || tokens.iter().any(|t| t.starts_with("payments-"));
+            let confined =
+                tokens.contains(&"payments") || tokens.iter().any(|t| t.starts_with("payments-"));
             assert!(confined, "{subject} reaches past the namespace");
         }
         // No unfiltered consumer, no read by sequence, no stream's metadata.

@@ -17,8 +17,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::Role;
-use crate::ids::TokenName;
+use std::collections::BTreeMap;
+
+use super::{Principal, Role};
+use crate::ids::{Namespace, TokenName};
 
 const PREFIX: &str = "axt_";
 const SECRET_HEX: usize = 64;
@@ -110,12 +112,12 @@ impl Token {
         &self.text
     }
 
-    /// Whether `record` is this token's and grants its role at `now`.
+    /// Whether `record` is this token's and grants its roles at `now`: the caller it proves.
     pub fn check(
         &self,
         record: Option<&TokenRecord>,
         now: DateTime<Utc>,
-    ) -> Result<Role, TokenError> {
+    ) -> Result<Principal, TokenError> {
         let (name, secret) = Self::split(&self.text)?;
         let presented = hash(secret);
         // Compared even when there is no record, against a hash nothing matches, so an unknown
@@ -137,7 +139,11 @@ impl Token {
                 });
             }
         }
-        Ok(record.role)
+        Ok(Principal::token(
+            &name,
+            record.role,
+            record.namespaces.clone(),
+        ))
     }
 }
 
@@ -168,8 +174,14 @@ pub fn hash(secret: &str) -> String {
 pub struct TokenRecord {
     /// Its name.
     pub name: TokenName,
-    /// What it may do.
-    pub role: Role,
+    /// What it may do in every namespace; none for a token scoped to namespaces (left out,
+    /// so that a node of a version before namespaces cannot read it and takes the token as
+    /// invalid, never as one of every namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// What it may do in single namespaces.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespaces: BTreeMap<Namespace, Role>,
     /// SHA-256 of its secret, hex; empty (and left out) in listings ([`TokenRecord::listed`]).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hash: String,
@@ -196,7 +208,8 @@ mod tests {
     fn record(name: &TokenName, hash: String) -> TokenRecord {
         TokenRecord {
             name: name.clone(),
-            role: Role::Operator,
+            role: Some(Role::Operator),
+            namespaces: BTreeMap::new(),
             hash,
             created_at: crate::time::now(),
             created_by: "test".into(),
@@ -214,7 +227,10 @@ mod tests {
         assert_eq!(format!("{token:?}"), "Token(ci-bot, ***)");
         let now = crate::time::now();
         let good = record(&name, stored);
-        assert_eq!(token.check(Some(&good), now), Ok(Role::Operator));
+        assert_eq!(
+            token.check(Some(&good), now).map(|who| who.role),
+            Ok(Some(Role::Operator))
+        );
         let (other, _) = Token::generate(&name);
         assert_eq!(
             other.check(Some(&good), now),

@@ -39,8 +39,7 @@ impl AxClient {
     pub async fn check_token(&self, token: Option<&Token>) -> Result<Principal, CheckError> {
         let token = token.ok_or(TokenError::Missing)?;
         let record = self.token_record(token.name()).await?;
-        let role = token.check(record.as_ref().map(|(r, _)| r), crate::time::now())?;
-        Ok(Principal::token(token.name(), role))
+        Ok(token.check(record.as_ref().map(|(r, _)| r), crate::time::now())?)
     }
 
     /// A token's record and its revision, if one was ever made by that name.

@@ -78,8 +78,11 @@ pub enum AuthRequest {
     Create {
         /// Its name (unused, or a revoked token's).
         name: crate::ids::TokenName,
-        /// What it may do.
+        /// What it may do: in every namespace, or in those of `namespaces` only.
         role: crate::auth::Role,
+        /// The namespaces it may act in with `role`; none: every namespace.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        namespaces: Vec<crate::ids::Namespace>,
         /// SHA-256 of its secret, hex.
         hash: String,
         /// When it stops working.

@@ -86,7 +86,7 @@ async fn sign_in(
                 throttle.succeeded(peer);
             }
             let id = state.gate.sessions.open(token);
-            tracing::info!(who = %who.name, role = %who.role, "signed in to the console");
+            tracing::info!(who = %who.name, roles = %who.roles(), "signed in to the console");
             HttpResponse::Ok()
                 .cookie(session::cookie(&id))
                 .insert_header(("HX-Redirect", "/"))

@@ -80,7 +80,7 @@ impl Chrome {
         Chrome {
             csrf: caller.csrf.clone(),
             who: caller.principal.name.clone(),
-            role: caller.principal.role.to_string(),
+            role: caller.principal.roles(),
             section,
             signed_in: caller.principal.verified,
             can_operate: caller.may(crate::access::Role::Operator),

@@ -12,6 +12,7 @@ use chrono::Duration;
 use ax_bus::auth::approval::{Approval, ApprovalState};
 use ax_bus::auth::{self, Role};
 use ax_bus::ids::{ApprovalId, NodeId};
+use ax_bus::messages::commands::Command;
 use ax_bus::messages::typed::{Approvals, Planned};
 use ax_bus::messages::{ApprovalRequest, PlanStep, RerunRequest};
 
@@ -36,14 +37,45 @@ pub(crate) struct Clerk<'a, S> {
 /// How long an approval waits for a decision unless the node says otherwise.
 pub(crate) const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// Refuses a re-run by a token of single namespaces whose plan reaches past them: a chain's
+/// downstream may be another namespace's job, which nothing of this one re-runs.
+async fn within_namespaces(
+    clerk: &Clerk<'_, impl Store>,
+    caller: &Caller,
+    request: &RerunRequest,
+) -> Result<(), CommandError> {
+    let needed = auth::role_of(Command::Rerun);
+    let plan = rerun::rerun(clerk.store, &dry(request)).await?;
+    let who = &caller.principal;
+    match plan
+        .iter()
+        .filter(|step| step.will_run)
+        .find(|step| who.role_in(step.job.namespace()) < Some(needed))
+    {
+        Some(step) => Err(CommandError::Denied(format!(
+            "the re-run reaches {} of namespace `{}`, which needs the {needed} role there; token \
+             `{}` is {}; nothing was re-run",
+            step.instance_id,
+            step.job.namespace(),
+            who.name,
+            who.roles()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A re-run as `caller` asked for it: carried out, or waiting for approval.
 pub(crate) async fn rerun(
     clerk: &Clerk<'_, impl Store>,
     caller: &Caller,
     request: RerunRequest,
 ) -> Result<Planned, CommandError> {
+    if clerk.auth.enabled && caller.principal.role < Some(auth::role_of(Command::Rerun)) {
+        within_namespaces(clerk, caller, &request).await?;
+    }
     let risky = clerk.auth.enabled && auth::needs_approval(&request);
-    let self_approved = caller.principal.role == Role::Admin && !clerk.auth.require_second_admin;
+    let self_approved =
+        caller.principal.role == Some(Role::Admin) && !clerk.auth.require_second_admin;
     if !risky || self_approved {
         let plan = rerun::rerun(clerk.store, &request).await?;
         return Ok(Planned {
@@ -106,11 +138,12 @@ pub(crate) async fn decide(
 ) -> Result<Approvals, CommandError> {
     if !matches!(request, ApprovalRequest::List)
         && clerk.auth.enabled
-        && caller.principal.role < Role::Admin
+        && caller.principal.role < Some(Role::Admin)
     {
         return Err(CommandError::Denied(format!(
-            "deciding an approval needs the admin role; token `{}` is {}",
-            caller.principal.name, caller.principal.role
+            "deciding an approval needs the admin role in every namespace; token `{}` is {}",
+            caller.principal.name,
+            caller.principal.roles()
         )));
     }
     match request {
@@ -344,7 +377,11 @@ mod tests {
 
     fn caller(name: &str, role: Role) -> Caller {
         Caller {
-            principal: Principal::token(&TokenName::parse(name).unwrap(), role),
+            principal: Principal::token(
+                &TokenName::parse(name).unwrap(),
+                Some(role),
+                Default::default(),
+            ),
             via: Via::Cli,
         }
     }

@@ -117,7 +117,10 @@ pub(crate) fn record(
     AuditRecord {
         action,
         actor: caller.principal.name.clone(),
-        role: caller.principal.role,
+        role: caller
+            .principal
+            .highest()
+            .unwrap_or(ax_bus::auth::Role::Viewer),
         verified: caller.principal.verified,
         via: caller.via,
         request,

@@ -13,8 +13,9 @@ use ax_bus::auth::{self, Principal, Role, Via};
 use ax_bus::messages::commands::{Command, Request};
 use ax_bus::messages::AuthRequest;
 
+use super::scope::{self, Scope};
 use super::{CommandError, Received};
-use crate::scheduler::store::TokenStore;
+use crate::scheduler::store::{Instances, Reports, TokenStore};
 
 /// Who is acting, and through which door.
 #[derive(Clone, Debug)]
@@ -69,9 +70,10 @@ impl<'a> Asked<'a> {
 }
 
 /// Checks the caller of the command `asked` (with `[auth] enabled`) and names them in
-/// `caller`; refuses one who may not.
+/// `caller`; refuses one who may not. A token scoped to namespaces must hold the command's
+/// role in each namespace the command touches ([`super::scope`]).
 pub(crate) async fn authorize(
-    (tokens, enabled): (&impl TokenStore, bool),
+    (store, enabled): (&(impl TokenStore + Instances + Reports), bool),
     asked: &Asked<'_>,
     caller: &mut Caller,
 ) -> Result<(), CommandError> {
@@ -84,7 +86,8 @@ pub(crate) async fn authorize(
     ) {
         caller.principal = Principal {
             name: "bootstrap".into(),
-            role: Role::Viewer,
+            role: None,
+            namespaces: Default::default(),
             verified: false,
         };
         return Ok(());
@@ -96,7 +99,8 @@ pub(crate) async fn authorize(
             Some(Ok(token)) => token.name().to_string(),
             _ => "anonymous".into(),
         },
-        role: Role::Viewer,
+        role: None,
+        namespaces: Default::default(),
         verified: false,
     };
     let denied = |e: TokenError| CommandError::Denied(e.to_string());
@@ -105,20 +109,51 @@ pub(crate) async fn authorize(
         .map_err(denied)?
         .ok_or(TokenError::Missing)
         .map_err(denied)?;
-    let record = tokens.token(token.name()).await?;
-    let role = token
+    let record = store.token(token.name()).await?;
+    caller.principal = token
         .check(record.as_ref().map(|(r, _)| r), ax_bus::time::now())
         .map_err(denied)?;
-    caller.principal = Principal::token(token.name(), role);
     // A command no one knows is an admin's to be told so.
     let needed = asked.kind.map_or(Role::Admin, auth::role_of);
-    if caller.principal.role < needed {
-        return Err(CommandError::Denied(format!(
-            "`{}` needs the {needed} role; token `{}` is {}",
-            asked.name, caller.principal.name, caller.principal.role
-        )));
+    let who = &caller.principal;
+    if who.role >= Some(needed) {
+        return Ok(());
     }
-    Ok(())
+    let short = || {
+        CommandError::Denied(format!(
+            "`{}` needs the {needed} role; token `{}` is {}",
+            asked.name,
+            who.name,
+            who.roles()
+        ))
+    };
+    if who.highest() < Some(needed) {
+        return Err(short());
+    }
+    let Some(request) = asked.request else {
+        return Err(short());
+    };
+    match scope::of(store, request).await? {
+        Scope::Everywhere => Err(CommandError::Denied(format!(
+            "`{}` acts across namespaces and needs the {needed} role in every one; token `{}` \
+             is {}",
+            asked.name,
+            who.name,
+            who.roles()
+        ))),
+        Scope::In(namespaces) => match namespaces
+            .iter()
+            .find(|namespace| who.role_in(namespace) < Some(needed))
+        {
+            Some(namespace) => Err(CommandError::Denied(format!(
+                "`{}` in namespace `{namespace}` needs the {needed} role there; token `{}` is {}",
+                asked.name,
+                who.name,
+                who.roles()
+            ))),
+            None => Ok(()),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -128,7 +163,7 @@ mod tests {
     use ax_bus::messages::{JobNameRequest, TriggerRequest};
 
     use super::*;
-    use crate::scheduler::store::memory::Keys;
+    use crate::scheduler::store::memory::{Keys, Memory};
 
     /// A token of `role` named `name`, stored (revoked or expired as asked), and its text.
     fn made(keys: &Keys, name: &str, role: Role, change: impl Fn(&mut TokenRecord)) -> String {
@@ -136,7 +171,8 @@ mod tests {
         let (token, hash) = Token::generate(&name);
         let mut record = TokenRecord {
             name: name.clone(),
-            role,
+            role: Some(role),
+            namespaces: Default::default(),
             hash,
             created_at: ax_bus::time::now(),
             created_by: "root".into(),
@@ -158,7 +194,7 @@ mod tests {
 
     /// Checks `request` sent with `token` as command `kind`: the caller named, or why denied.
     async fn check(
-        keys: &Keys,
+        keys: &Memory,
         kind: Command,
         request: &Request,
         token: Option<&str>,
@@ -191,14 +227,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_token_of_a_high_enough_role_names_its_caller() {
-        let keys = Keys::default();
-        let ops = made(&keys, "ops", Role::Operator, |_| {});
+        let keys = Memory::default();
+        let ops = made(&keys.keys, "ops", Role::Operator, |_| {});
         let who = check(&keys, Command::Trigger, &trigger(), Some(&ops))
             .await
             .unwrap();
         assert_eq!(
             (who.name.as_str(), who.role, who.verified),
-            ("ops", Role::Operator, true)
+            ("ops", Some(Role::Operator), true)
         );
         let why = check(&keys, Command::Delete, &delete(), Some(&ops))
             .await
@@ -210,16 +246,92 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_token_of_a_namespace_acts_there_and_nowhere_else() {
+        let keys = Memory::default();
+        let ops = made(&keys.keys, "pay-ops", Role::Operator, |r| {
+            r.role = None;
+            r.namespaces = [("payments".parse().unwrap(), Role::Operator)].into();
+        });
+        let trigger_of = |job: &str| {
+            Request::Trigger(
+                serde_json::from_value::<TriggerRequest>(serde_json::json!({"name": job})).unwrap(),
+            )
+        };
+        let who = check(
+            &keys,
+            Command::Trigger,
+            &trigger_of("payments/settle"),
+            Some(&ops),
+        )
+        .await
+        .unwrap();
+        assert_eq!(who.role_in("payments"), Some(Role::Operator));
+        let why = check(
+            &keys,
+            Command::Trigger,
+            &trigger_of("ledger/close"),
+            Some(&ops),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            why,
+            "`trigger` in namespace `ledger` needs the operator role there; token `pay-ops` is \
+             operator in payments"
+        );
+        let why = check(&keys, Command::Trigger, &trigger_of("etl"), Some(&ops))
+            .await
+            .unwrap_err();
+        assert!(why.contains("in namespace `default`"), "{why}");
+        // An instance's namespace is its record's job's.
+        let record = ax_bus::InstanceRecord::first(
+            &crate::test_fixtures::spec("ledger.close", None, &[]),
+            ax_bus::time::now(),
+            "2026-12-07".into(),
+            Default::default(),
+            ax_bus::instance::Trigger::Manual,
+            ax_bus::time::now(),
+        );
+        let id = record.instance_id.clone();
+        keys.records.lock().unwrap().insert(id.clone(), record);
+        let cancel = Request::Cancel(ax_bus::messages::InstanceRequest {
+            instance: id,
+            reason: None,
+            requested_by: String::new(),
+        });
+        let why = check(&keys, Command::Cancel, &cancel, Some(&ops))
+            .await
+            .unwrap_err();
+        assert!(why.contains("in namespace `ledger`"), "{why}");
+        // What acts across namespaces needs the role in every one.
+        let queue = Request::Queue(
+            serde_json::from_value(serde_json::json!({"priority": "low", "paused": true})).unwrap(),
+        );
+        let why = check(&keys, Command::Queue, &queue, Some(&ops))
+            .await
+            .unwrap_err();
+        assert!(why.contains("needs the admin role"), "{why}");
+        // A role too low for the command anywhere is told as before.
+        let why = check(&keys, Command::Delete, &delete(), Some(&ops))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            why,
+            "`delete` needs the admin role; token `pay-ops` is operator in payments"
+        );
+    }
+
+    #[tokio::test]
     async fn no_token_a_malformed_an_unknown_a_revoked_or_an_expired_one_is_denied() {
-        let keys = Keys::default();
-        let revoked = made(&keys, "gone", Role::Admin, |r| {
+        let keys = Memory::default();
+        let revoked = made(&keys.keys, "gone", Role::Admin, |r| {
             r.revoked_at = Some(ax_bus::time::now());
         });
-        let expired = made(&keys, "old", Role::Admin, |r| {
+        let expired = made(&keys.keys, "old", Role::Admin, |r| {
             r.expires_at = Some(ax_bus::time::now() - chrono::Duration::seconds(1));
         });
         let (stranger, _) = Token::generate(&TokenName::parse("stranger").unwrap());
-        let good = made(&keys, "root", Role::Admin, |_| {});
+        let good = made(&keys.keys, "root", Role::Admin, |_| {});
         // The right name with another secret.
         let forged = format!(
             "{}{}",
@@ -244,7 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_bootstrap_goes_without_a_token_and_with_auth_off_anyone_may() {
-        let keys = Keys::default();
+        let keys = Memory::default();
         let bootstrap = Request::Auth(AuthRequest::Bootstrap {
             name: TokenName::parse("root").unwrap(),
             hash: "0".repeat(64),
@@ -263,7 +375,7 @@ mod tests {
             .unwrap();
         assert_eq!(caller.principal.name, "ops@host");
         // An unknown command, auth on: an admin's to be told so.
-        let operator = made(&keys, "ops", Role::Operator, |_| {});
+        let operator = made(&keys.keys, "ops", Role::Operator, |_| {});
         let unknown = Asked {
             kind: None,
             request: None,

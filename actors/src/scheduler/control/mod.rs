@@ -36,6 +36,7 @@ mod queue;
 mod replay;
 mod report;
 pub(crate) mod rerun;
+mod scope;
 mod tokens;
 mod trigger;
 

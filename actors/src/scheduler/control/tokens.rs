@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use ax_bus::auth::token::TokenRecord;
 use ax_bus::auth::Role;
-use ax_bus::ids::TokenName;
+use ax_bus::ids::{Namespace, TokenName};
 use ax_bus::messages::typed::Tokens;
 use ax_bus::messages::AuthRequest;
 
@@ -28,9 +28,13 @@ pub(crate) async fn handle(
         AuthRequest::Create {
             name,
             role,
+            namespaces,
             hash,
             expires_at,
-        } => create(store, caller, name, role, hash, expires_at).await,
+        } => {
+            let grant = Grant { role, namespaces };
+            create(store, caller, name, grant, hash, expires_at).await
+        }
         AuthRequest::List => {
             let tokens = store.tokens().await?;
             Ok(Tokens {
@@ -69,22 +73,32 @@ async fn bootstrap(
         .tokens()
         .await?
         .into_iter()
-        .any(|t| t.role == Role::Admin && t.revoked_at.is_none());
+        .any(|t| t.role == Some(Role::Admin) && t.revoked_at.is_none());
     if admins || !store.mark_bootstrap().await? {
         return Err(already());
     }
-    store_new(store, &name, Role::Admin, hash, "bootstrap", None).await?;
+    let grant = Grant {
+        role: Role::Admin,
+        namespaces: Vec::new(),
+    };
+    store_new(store, &name, &grant, hash, "bootstrap", None).await?;
     Ok(Tokens {
         message: format!("admin token `{name}` made"),
         ..Tokens::default()
     })
 }
 
+/// What a new token may do: `role` everywhere, or in `namespaces` only.
+struct Grant {
+    role: Role,
+    namespaces: Vec<Namespace>,
+}
+
 async fn create(
     store: &impl TokenStore,
     caller: &Caller,
     name: TokenName,
-    role: Role,
+    grant: Grant,
     hash: String,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<Tokens, CommandError> {
@@ -92,9 +106,21 @@ async fn create(
     if expires_at.is_some_and(|at| at <= ax_bus::time::now()) {
         return Err(CommandError::refused("expires: must be in the future"));
     }
-    store_new(store, &name, role, hash, &caller.principal.name, expires_at).await?;
+    let by = &caller.principal.name;
+    store_new(store, &name, &grant, hash, by, expires_at).await?;
+    let role = grant.role;
     Ok(Tokens {
-        message: format!("{role} token `{name}` made"),
+        message: match grant.namespaces.as_slice() {
+            [] => format!("{role} token `{name}` made"),
+            namespaces => format!(
+                "token `{name}` made, {role} in {}",
+                namespaces
+                    .iter()
+                    .map(Namespace::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
         ..Tokens::default()
     })
 }
@@ -103,14 +129,20 @@ async fn create(
 async fn store_new(
     store: &impl TokenStore,
     name: &TokenName,
-    role: Role,
+    grant: &Grant,
     hash: String,
     created_by: &str,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<(), CommandError> {
+    let scoped = !grant.namespaces.is_empty();
     let record = TokenRecord {
         name: name.clone(),
-        role,
+        role: (!scoped).then_some(grant.role),
+        namespaces: grant
+            .namespaces
+            .iter()
+            .map(|namespace| (namespace.clone(), grant.role))
+            .collect(),
         hash,
         created_at: ax_bus::time::now(),
         created_by: created_by.to_string(),
@@ -169,7 +201,7 @@ mod tests {
 
     fn admin() -> Caller {
         Caller {
-            principal: Principal::token(&name("root"), Role::Admin),
+            principal: Principal::token(&name("root"), Some(Role::Admin), Default::default()),
             via: Via::Cli,
         }
     }
@@ -182,6 +214,7 @@ mod tests {
         AuthRequest::Create {
             name: name(token),
             role,
+            namespaces: Vec::new(),
             hash: HASH.into(),
             expires_at: None,
         }
@@ -206,7 +239,7 @@ mod tests {
         let (root, _) = keys.token(&name("root")).await.unwrap().unwrap();
         assert_eq!(
             (root.role, root.created_by.as_str()),
-            (Role::Admin, "bootstrap")
+            (Some(Role::Admin), "bootstrap")
         );
         assert!(refused(&keys, first).await.contains("was run already"));
         // The marker alone refuses a second bootstrap, even with the admin token revoked.
@@ -224,6 +257,7 @@ mod tests {
         let short = AuthRequest::Create {
             name: name("ci"),
             role: Role::Operator,
+            namespaces: Vec::new(),
             hash: "abc".into(),
             expires_at: None,
         };
@@ -231,6 +265,7 @@ mod tests {
         let upper = AuthRequest::Create {
             name: name("ci"),
             role: Role::Operator,
+            namespaces: Vec::new(),
             hash: HASH.to_uppercase(),
             expires_at: None,
         };
@@ -238,6 +273,7 @@ mod tests {
         let past = AuthRequest::Create {
             name: name("ci"),
             role: Role::Operator,
+            namespaces: Vec::new(),
             hash: HASH.into(),
             expires_at: Some(ax_bus::time::now() - chrono::Duration::seconds(1)),
         };
@@ -272,11 +308,43 @@ mod tests {
             .unwrap();
         let listed = handle(&keys, &admin(), AuthRequest::List).await.unwrap();
         assert_eq!(listed.tokens.len(), 1);
-        assert_eq!(listed.tokens[0].role, Role::Viewer);
+        assert_eq!(listed.tokens[0].role, Some(Role::Viewer));
         assert!(
             listed.tokens[0].hash.is_empty(),
             "a listing never shows a hash"
         );
+    }
+
+    #[tokio::test]
+    async fn a_token_of_namespaces_holds_its_role_there_and_none_everywhere() {
+        let keys = Keys::default();
+        let request = AuthRequest::Create {
+            name: name("pay-ops"),
+            role: Role::Operator,
+            namespaces: vec!["payments".parse().unwrap(), "ledger".parse().unwrap()],
+            hash: HASH.into(),
+            expires_at: None,
+        };
+        let made = handle(&keys, &admin(), request).await.unwrap();
+        assert_eq!(
+            made.message,
+            "token `pay-ops` made, operator in payments, ledger"
+        );
+        let (record, _) = keys.token(&name("pay-ops")).await.unwrap().unwrap();
+        assert_eq!(record.role, None);
+        let roles: Vec<(&str, Role)> = record
+            .namespaces
+            .iter()
+            .map(|(ns, role)| (ns.as_str(), *role))
+            .collect();
+        assert_eq!(
+            roles,
+            [("ledger", Role::Operator), ("payments", Role::Operator)]
+        );
+        // Stored without a role everywhere: a node before namespaces cannot read it, and
+        // takes the token as invalid rather than as an operator's of every namespace.
+        let stored = serde_json::to_value(&record).unwrap();
+        assert!(stored.get("role").is_none(), "{stored}");
     }
 
     #[tokio::test]

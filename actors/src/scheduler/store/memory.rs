@@ -53,6 +53,8 @@ pub(crate) struct Memory {
     pub(crate) put_back: Mutex<Vec<(u64, String)>>,
     /// Each job whose waiting one-off instance was told of an apply or a deletion.
     pub(crate) one_offs: Mutex<Vec<(JobName, &'static str)>>,
+    /// The tokens.
+    pub(crate) keys: Keys,
 }
 
 impl Memory {
@@ -280,6 +282,25 @@ impl TokenStore for Keys {
         }
         tokens.insert(record.name.clone(), (record.clone(), at.unwrap_or(0) + 1));
         Ok(true)
+    }
+}
+
+/// The tokens of [`Memory`] are its [`Keys`].
+impl TokenStore for Memory {
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, ActorError> {
+        self.keys.tokens().await
+    }
+
+    async fn token(&self, name: &TokenName) -> Result<Option<(TokenRecord, u64)>, ActorError> {
+        self.keys.token(name).await
+    }
+
+    async fn mark_bootstrap(&self) -> Result<bool, ActorError> {
+        self.keys.mark_bootstrap().await
+    }
+
+    async fn put_token(&self, record: &TokenRecord, over: Option<u64>) -> Result<bool, ActorError> {
+        self.keys.put_token(record, over).await
     }
 }
 

@@ -24,7 +24,8 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "AX_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// The namespace of the job names given without one (`settle` is `payments/settle` with
-    /// `-n payments`), and the only one `ax job list` lists.
+    /// `-n payments`), and the only one `ax job list`, `ax instance list` and `ax audit list`
+    /// list.
     #[arg(short = 'n', long, global = true, env = "AX_NAMESPACE")]
     pub namespace: Option<Namespace>,
     #[command(subcommand)]

@@ -202,6 +202,8 @@ pub(crate) struct AuditFilter {
     pub actor: Option<String>,
     /// Only this action.
     pub action: Option<String>,
+    /// Only what acted in this namespace (`-n`).
+    pub namespace: Option<Namespace>,
 }
 
 /// `ax audit list`.
@@ -214,6 +216,12 @@ pub(crate) async fn audit(client: &AxClient, filter: &AuditFilter, json: bool) -
         .into_iter()
         .filter(|r| filter.actor.as_ref().is_none_or(|a| &r.actor == a))
         .filter(|r| filter.action.as_ref().is_none_or(|a| &r.action == a))
+        .filter(|r| {
+            filter
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| r.namespaces.iter().any(|n| n == ns.as_str()))
+        })
         .collect();
     if json {
         return table::json(&records);
@@ -226,6 +234,11 @@ pub(crate) async fn audit(client: &AxClient, filter: &AuditFilter, json: bool) -
                 r.actor.clone(),
                 r.role.to_string(),
                 r.via.to_string(),
+                if r.namespaces.is_empty() {
+                    "*".to_string()
+                } else {
+                    r.namespaces.join(",")
+                },
                 if r.dry_run {
                     format!("{} (dry run)", r.action)
                 } else {
@@ -245,7 +258,15 @@ pub(crate) async fn audit(client: &AxClient, filter: &AuditFilter, json: bool) -
         .collect();
     table::print(
         &[
-            "AT", "ACTOR", "ROLE", "VIA", "ACTION", "OUTCOME", "APPROVAL", "MESSAGE",
+            "AT",
+            "ACTOR",
+            "ROLE",
+            "VIA",
+            "NAMESPACES",
+            "ACTION",
+            "OUTCOME",
+            "APPROVAL",
+            "MESSAGE",
         ],
         &rows,
     );

@@ -25,6 +25,8 @@ pub(crate) struct Filter {
     pub(crate) tag: Option<ax_bus::Tag>,
     /// The newest this many; `None` for all (`--all`).
     pub(crate) limit: Option<usize>,
+    /// Only instances of this namespace's jobs (`-n`).
+    pub(crate) namespace: Option<ax_bus::ids::Namespace>,
 }
 
 /// Whether job `name` is one `pattern` asks for: a glob (`*`, `?`) matches the whole name,
@@ -92,6 +94,12 @@ pub(crate) async fn list(client: &AxClient, filter: &Filter, json: bool, ids: bo
         .filter(|r| filter.until.is_none_or(|t| r.expected_time <= t))
         .filter(|r| filter.state.is_none_or(|s| r.state == s))
         .filter(|r| filter.tag.is_none_or(|t| r.tag == t))
+        .filter(|r| {
+            filter
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| r.job.namespace() == ns.as_str())
+        })
         .collect();
     // Instances due later (a trigger `--at` next month) are no recent runs: left out unless
     // asked for by their tag, or by a window that reaches them.

@@ -102,7 +102,9 @@ async fn run(mut cli: Cli) -> Result<()> {
     // made this future's poll frame large enough to overflow the main thread's stack (debug).
     match cli.command {
         Command::Job(command) => Box::pin(job(command, &to, namespace.as_ref(), json)).await,
-        Command::Instance(command) => Box::pin(instance(command, &to, json)).await,
+        Command::Instance(command) => {
+            Box::pin(instance(command, &to, namespace.as_ref(), json)).await
+        }
         Command::Up(args) => Box::pin(up::run(args, nats, prefix)).await,
         Command::Node(args) => Box::pin(node_cmd::run(args, nats, prefix)).await,
         Command::Bench { quick, only } => Box::pin(bench::run(quick, &only, json)).await,
@@ -133,6 +135,7 @@ async fn run(mut cli: Cli) -> Result<()> {
                 since,
                 actor,
                 action,
+                namespace: namespace.clone(),
             };
             auth::audit(&client().await?, &filter, json).await
         }
@@ -254,7 +257,12 @@ async fn job(
 }
 
 /// `ax instance …`.
-async fn instance(command: InstanceCommand, to: &Connect<'_>, json: bool) -> Result<()> {
+async fn instance(
+    command: InstanceCommand,
+    to: &Connect<'_>,
+    namespace: Option<&ax_bus::ids::Namespace>,
+    json: bool,
+) -> Result<()> {
     let client = || to.client();
     match command {
         InstanceCommand::List {
@@ -276,6 +284,7 @@ async fn instance(command: InstanceCommand, to: &Connect<'_>, json: bool) -> Res
                 state,
                 tag,
                 limit: (!all).then_some(limit),
+                namespace: namespace.cloned(),
             };
             instances::list(&client().await?, &filter, json, ids).await
         }

@@ -566,4 +566,23 @@ async fn a_token_of_a_namespace_acts_in_it_and_is_denied_elsewhere_naming_the_na
         "{}",
         stdout(&listed)
     );
+    // The audit names where each command acted: `-n b` lists the denied trigger of `b`'s job
+    // and the apply in `b`, and nothing that acted elsewhere only.
+    let of_b = wait_for(Duration::from_secs(30), "the audit of b", || async {
+        let out = as_(&nats, &admin, &["audit", "list", "-n", "b", "--json"]);
+        let records: Vec<AuditRecord> = serde_json::from_slice(&out.stdout).ok()?;
+        records
+            .iter()
+            .any(|r| r.action == "apply" && r.actor == "b-admin" && r.outcome == Outcome::Done)
+            .then_some(records)
+    })
+    .await;
+    assert!(
+        of_b.iter().any(|r| r.action == "trigger"
+            && r.actor == "a-ops"
+            && r.outcome == Outcome::Denied
+            && r.namespaces == ["b"]),
+        "{of_b:?}"
+    );
+    assert!(of_b.iter().all(|r| r.namespaces.iter().any(|n| n == "b")));
 }

@@ -1224,3 +1224,57 @@ async fn a_datasets_page_shows_its_writers_readers_updates_and_lineage() {
     assert_eq!(edges, serde_json::json!(["report>digest|edge data"]));
     assert!(browser.text("#dag-legend").await.contains("dashed"));
 }
+
+/// The job list filters by namespace, in the page (a select of the namespaces that hold jobs)
+/// and in the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_list_shows_one_namespace_when_asked() {
+    let nats = TestNats::start();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let node = AxProcess::node(&nats, "n1", "scheduler,admin", &["--http", &addr]);
+    apply_job(
+        &nats,
+        "teams",
+        "version: v1\njob: { namespace: a, name: hello, exec: { type: noop } }\n---\n\
+         version: v1\njob: { namespace: b, name: report, exec: { type: noop } }\n---\n\
+         version: v1\njob: { name: plain, exec: { type: noop } }\n",
+    )
+    .await;
+    let base = format!("http://{addr}");
+    let names = |body: serde_json::Value| -> Vec<String> {
+        body.as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|j| j["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let listed = wait_for_logged(Duration::from_secs(60), "the API", &[&node], || async {
+        let response = reqwest::get(format!("{base}/api/v1/jobs?namespace=b"))
+            .await
+            .ok()?;
+        let body: serde_json::Value = response.json().await.ok()?;
+        Some(names(body)).filter(|n| !n.is_empty())
+    })
+    .await;
+    assert_eq!(listed, ["b.report"]);
+    let every: serde_json::Value = reqwest::get(format!("{base}/api/v1/jobs"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(names(every), ["a.hello", "b.report", "plain"]);
+
+    let browser = Browser::start().await;
+    browser.open(&format!("{base}/jobs?namespace=a")).await;
+    let table = browser.text("#jobs").await;
+    assert!(
+        table.contains("a.hello") && !table.contains("b.report") && !table.contains("plain"),
+        "{table}"
+    );
+    let choices = browser.text("#namespace").await;
+    for namespace in ["a", "b", "default"] {
+        assert!(choices.contains(namespace), "{choices}");
+    }
+    browser.screenshot("jobs-namespace").await;
+}

@@ -220,6 +220,9 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
         downstream.started_at >= upstream.finished_at && downstream.biz_date == upstream.biz_date,
         "{downstream:?} did not wait for {upstream:?}"
     );
+    // `-n` lists one namespace's instances.
+    let listed = ax(&nats.url(), &["instance", "list", "-n", "a", "--ids"]);
+    assert_eq!(stdout(&listed).trim(), hello, "{}", stderr(&listed));
     // Its events came on its own subjects.
     let event = tokio::time::timeout(Duration::from_secs(10), events.next())
         .await

@@ -32,6 +32,8 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// An attempt's end, as counted.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Finished {
+    /// The namespace of its job (`default` for a job that names none).
+    pub namespace: String,
     /// `success` or `failure`.
     pub outcome: &'static str,
     /// The tag it ended with (`completed`, `exit_code`, `timeout`, ...).
@@ -379,11 +381,17 @@ impl Metrics {
         }
     }
 
-    /// Counts an attempt that ended after `seconds` of running.
-    pub fn attempt_finished(&self, success: bool, tag: ax_bus::Tag, seconds: Option<f64>) {
+    /// Counts an attempt of a job of `namespace` that ended after `seconds` of running.
+    pub fn attempt_finished(
+        &self,
+        namespace: &str,
+        (success, tag): (bool, ax_bus::Tag),
+        seconds: Option<f64>,
+    ) {
         let outcome = if success { "success" } else { "failure" };
         self.attempts_finished
             .get_or_create(&Finished {
+                namespace: namespace.to_string(),
                 outcome,
                 tag: tag.as_str(),
             })
@@ -921,8 +929,8 @@ mod tests {
     #[test]
     fn the_text_names_every_family_with_its_unit_and_no_id_labels() {
         let m = metrics();
-        m.attempt_finished(true, ax_bus::Tag::Completed, Some(0.5));
-        m.attempt_finished(false, ax_bus::Tag::Timeout, Some(2.0));
+        m.attempt_finished("default", (true, ax_bus::Tag::Completed), Some(0.5));
+        m.attempt_finished("payments", (false, ax_bus::Tag::Timeout), Some(2.0));
         m.fire_lateness.observe(0.003);
         m.attempt_used(
             "etl_daily",
@@ -948,7 +956,7 @@ mod tests {
             "ax_build_info{version=",
             "ax_fire_lateness_seconds_bucket{le=",
             "ax_execution_duration_seconds_count",
-            "ax_attempts_finished_total{outcome=\"failure\",tag=\"timeout\"}",
+            "ax_attempts_finished_total{namespace=\"payments\",outcome=\"failure\",tag=\"timeout\"}",
             "ax_queue_pending{queue=\"ready_low\"} 150",
             "ax_queue_ack_pending{queue=\"ready_low\"} 2",
             "ax_attempt_cpu_seconds_sum{job_name=\"etl_daily\"} 1.5",

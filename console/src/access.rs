@@ -304,6 +304,7 @@ pub fn audit_refusal(
         role,
         verified,
         via,
+        namespaces: Vec::new(),
         request: serde_json::json!({
             "method": request.method().as_str(),
             "path": request.path(),

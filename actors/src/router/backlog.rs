@@ -260,6 +260,7 @@ async fn set_low(shared: &Dispatcher, paused: bool, why: &str) -> Result<(), Act
         role: ax_bus::auth::Role::Admin,
         verified: false,
         via: ax_bus::auth::Via::System,
+        namespaces: Vec::new(),
         request: serde_json::json!({ "priority": Priority::Low.as_str(), "paused": paused }),
         outcome: ax_bus::auth::audit::Outcome::Done,
         message: format!("low queue {action}d: {why}"),

@@ -357,7 +357,8 @@ impl Attempts {
             .started_at
             .map(|started| (end.finished_at - started).num_milliseconds() as f64 / 1000.0);
         if let Some(metrics) = crate::metrics::recording() {
-            metrics.attempt_finished(end.success, end.tag, ran);
+            let namespace = outcome.work.job().namespace();
+            metrics.attempt_finished(namespace, (end.success, end.tag), ran);
             if let Some(usage) = end.usage {
                 metrics.attempt_used(outcome.work.job().as_str(), usage);
             }

@@ -54,6 +54,9 @@ pub struct AuditRecord {
     pub verified: bool,
     /// Through which door.
     pub via: Via,
+    /// The namespaces it acted in (none: across namespaces, or nothing that exists).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
     /// What was asked, as JSON, without secrets.
     pub request: serde_json::Value,
     /// How it ended.

@@ -46,11 +46,14 @@ pub(crate) struct JobFilter {
     pub(crate) executor: String,
     pub(crate) tag: String,
     pub(crate) paused: String,
+    /// The namespace whose jobs are listed (empty: every namespace).
+    pub(crate) namespace: String,
 }
 
 impl JobFilter {
     pub(crate) fn admits(&self, job: &JobRecord) -> bool {
         (self.q.is_empty() || job.spec.name.as_str().contains(self.q.trim()))
+            && (self.namespace.is_empty() || job.spec.name.namespace() == self.namespace)
             && (self.executor.is_empty() || job.spec.exec.name() == self.executor)
             && (self.tag.is_empty() || job.spec.tags.contains(&self.tag))
             && match self.paused.as_str() {
@@ -123,6 +126,8 @@ pub(crate) fn last_runs(state: &State, job: &ax_bus::ids::JobName, n: usize) -> 
 struct ListPage {
     chrome: Chrome,
     filter: JobFilter,
+    /// The namespaces that hold jobs, for the namespace filter.
+    namespaces: Vec<String>,
     executors: Vec<String>,
     rows: Vec<JobRow>,
     total: usize,
@@ -149,6 +154,10 @@ async fn list(
         .collect();
     executors.sort();
     executors.dedup();
+    let namespaces: std::collections::BTreeSet<String> = jobs
+        .iter()
+        .map(|j| j.spec.name.namespace().to_string())
+        .collect();
     let rows = jobs
         .iter()
         .filter(|j| filter.admits(j))
@@ -166,6 +175,7 @@ async fn list(
     let page = ListPage {
         chrome: Chrome::of(&pages::caller(&request), "jobs"),
         filter: filter.into_inner(),
+        namespaces: namespaces.into_iter().collect(),
         executors,
         rows,
         total: jobs.len(),

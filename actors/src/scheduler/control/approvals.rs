@@ -326,8 +326,14 @@ async fn carry_out(
         via: approval.via,
     };
     let request = serde_json::to_value(&approval.request).unwrap_or_default();
-    let answered = reply.clone().into();
-    let record = audit::record(clerk.node, &requester, "rerun".into(), request, &answered);
+    let answered: ax_bus::messages::ControlReply = reply.clone().into();
+    let namespaces: std::collections::BTreeSet<String> = answered
+        .plan
+        .iter()
+        .map(|step| step.job.namespace().to_string())
+        .collect();
+    let by = (&requester, namespaces.into_iter().collect());
+    let record = audit::record(clerk.node, by, "rerun".into(), request, &answered);
     clerk.store.audit(sequence, &record).await?;
     Ok(reply)
 }

@@ -87,7 +87,7 @@ pub(crate) fn request_of(
 /// The record of one decided command.
 pub(crate) fn record(
     node: &ax_bus::ids::NodeId,
-    caller: &Caller,
+    (caller, namespaces): (&Caller, Vec<String>),
     action: String,
     request: serde_json::Value,
     reply: &ControlReply,
@@ -123,6 +123,7 @@ pub(crate) fn record(
             .unwrap_or(ax_bus::auth::Role::Viewer),
         verified: caller.principal.verified,
         via: caller.via,
+        namespaces,
         request,
         outcome,
         message: if reply.ok {
@@ -154,6 +155,7 @@ pub(crate) async fn publish_system(
         role: ax_bus::auth::Role::Admin,
         verified: false,
         via: Via::System,
+        namespaces: Vec::new(),
         request,
         outcome: Outcome::Done,
         message,
@@ -233,7 +235,13 @@ mod tests {
             via: Via::Cli,
         };
         let outcome = |reply: ControlReply, request: serde_json::Value| {
-            record(&node, &caller, "rerun".into(), request, &reply)
+            record(
+                &node,
+                (&caller, Vec::new()),
+                "rerun".into(),
+                request,
+                &reply,
+            )
         };
         let done = outcome(
             ControlReply {

@@ -13,9 +13,9 @@ use ax_bus::auth::{self, Principal, Role, Via};
 use ax_bus::messages::commands::{Command, Request};
 use ax_bus::messages::AuthRequest;
 
-use super::scope::{self, Scope};
+use super::scope::Scope;
 use super::{CommandError, Received};
-use crate::scheduler::store::{Instances, Reports, TokenStore};
+use crate::scheduler::store::TokenStore;
 
 /// Who is acting, and through which door.
 #[derive(Clone, Debug)]
@@ -73,8 +73,8 @@ impl<'a> Asked<'a> {
 /// `caller`; refuses one who may not. A token scoped to namespaces must hold the command's
 /// role in each namespace the command touches ([`super::scope`]).
 pub(crate) async fn authorize(
-    (store, enabled): (&(impl TokenStore + Instances + Reports), bool),
-    asked: &Asked<'_>,
+    (store, enabled): (&impl TokenStore, bool),
+    (asked, scope): (&Asked<'_>, &Scope),
     caller: &mut Caller,
 ) -> Result<(), CommandError> {
     if !enabled {
@@ -127,13 +127,10 @@ pub(crate) async fn authorize(
             who.roles()
         ))
     };
-    if who.highest() < Some(needed) {
+    if who.highest() < Some(needed) || asked.request.is_none() {
         return Err(short());
     }
-    let Some(request) = asked.request else {
-        return Err(short());
-    };
-    match scope::of(store, request).await? {
+    match scope {
         Scope::Everywhere => Err(CommandError::Denied(format!(
             "`{}` acts across namespaces and needs the {needed} role in every one; token `{}` \
              is {}",
@@ -206,7 +203,8 @@ mod tests {
             name: kind.name(),
         };
         let mut caller = nobody();
-        match authorize((keys, true), &asked, &mut caller).await {
+        let scope = super::super::scope::of(keys, request).await.unwrap();
+        match authorize((keys, true), (&asked, &scope), &mut caller).await {
             Ok(()) => Ok(caller.principal),
             Err(CommandError::Denied(why)) => Err(why),
             Err(other) => panic!("neither allowed nor denied: {other:?}"),
@@ -370,7 +368,7 @@ mod tests {
             name: "delete",
         };
         let mut caller = nobody();
-        authorize((&keys, false), &asked, &mut caller)
+        authorize((&keys, false), (&asked, &Scope::Everywhere), &mut caller)
             .await
             .unwrap();
         assert_eq!(caller.principal.name, "ops@host");
@@ -383,7 +381,7 @@ mod tests {
             name: "explode",
         };
         let mut caller = nobody();
-        match authorize((&keys, true), &unknown, &mut caller).await {
+        match authorize((&keys, true), (&unknown, &Scope::Everywhere), &mut caller).await {
             Err(CommandError::Denied(why)) => {
                 assert!(why.starts_with("`explode` needs the admin role"))
             }

@@ -61,6 +61,7 @@ use crate::scheduler::graph::Graph;
 use crate::scheduler::one_off::Follower;
 use crate::scheduler::store::AuditLog;
 use crate::ActorError;
+use scope::Scope;
 
 use crate::jetstream::publish;
 
@@ -301,12 +302,25 @@ async fn handle(desk: &Desk, received: &Received) {
         Err(_) => audit::decoded(message),
     };
     let mut caller = caller::claimed(message, &request);
+    // Where it acts: what the caller's roles must cover, and what the audit records.
+    let scope = match &received.request {
+        Ok(request) => match Box::pin(scope::of(client, request)).await {
+            Ok(scope) => scope,
+            Err(e) => {
+                tracing::warn!(command, error = %e, "cannot tell where a command acts; retrying later");
+                consume::nak(message, consume::backoff(message)).await;
+                return;
+            }
+        },
+        Err(_) => Scope::In(Default::default()),
+    };
     let (reply_to, outcome) = match reply_to {
         Ok(reply_to) => {
             // Boxed: each step's state lives on the heap, not in the pump's poll frame (a debug
             // build's actor thread has a small stack).
             let asked = caller::Asked::of(received);
-            let check = caller::authorize((client, desk.auth.enabled), &asked, &mut caller);
+            let enabled = desk.auth.enabled;
+            let check = caller::authorize((client, enabled), (&asked, &scope), &mut caller);
             let outcome = match Box::pin(check).await {
                 Ok(()) => match &received.request {
                     Ok(request) => {
@@ -345,7 +359,8 @@ async fn handle(desk: &Desk, received: &Received) {
     let request = audit::request_of(received.kind, request);
     let decoded = received.request.as_ref().ok();
     if let Some(action) = audit::action_of(received.kind, decoded, received.name()) {
-        let record = audit::record(&desk.node, &caller, action, request, &reply);
+        let by = (&caller, scope.namespaces());
+        let record = audit::record(&desk.node, by, action, request, &reply);
         if let Err(e) = Box::pin(client.audit(sequence, &record)).await {
             // Not acknowledged: carried out again on redelivery (commands are idempotent by
             // their ids and compare-and-swaps) and recorded then, once.

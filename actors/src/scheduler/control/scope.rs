@@ -1,4 +1,4 @@
-//! Which namespaces a command touches, for the caller check: a token holds roles in every
+//! Which namespaces a command touches, for the caller check and the audit: a token holds roles in every
 //! namespace, in single ones, or both (see [`ax_bus::auth::Principal`]), and a command is
 //! allowed only where it holds the role the command needs.
 //!
@@ -29,6 +29,14 @@ pub(crate) enum Scope {
 }
 
 impl Scope {
+    /// The namespaces it is confined to, as the audit records them (none: everywhere).
+    pub(crate) fn namespaces(&self) -> Vec<String> {
+        match self {
+            Scope::Everywhere => Vec::new(),
+            Scope::In(namespaces) => namespaces.iter().cloned().collect(),
+        }
+    }
+
     fn of_names<'a>(names: impl IntoIterator<Item = &'a ax_bus::ids::JobName>) -> Self {
         Scope::In(
             names

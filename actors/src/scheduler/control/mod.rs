@@ -541,3 +541,52 @@ fn answered<C: ControlRequest>(
 ) -> Result<ControlReply, CommandError> {
     outcome.map(Into::into)
 }
+
+#[cfg(test)]
+mod tests {
+    use ax_bus::messages::JobNameRequest;
+
+    use super::*;
+
+    fn trigger(job: &str) -> Request {
+        Request::Trigger(
+            serde_json::from_value::<TriggerRequest>(serde_json::json!({ "name": job })).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_subject_of_a_namespace_holds_its_command_to_the_namespace() {
+        let payments = Namespace::parse("payments").unwrap();
+        let subject = "ax.control.trigger.payments";
+        // A name without a namespace is one of the subject's.
+        match confine(trigger("settle"), &payments, subject) {
+            Ok(Request::Trigger(t)) => assert_eq!(t.name, "payments.settle"),
+            other => panic!("{other:?}"),
+        }
+        match confine(trigger("payments/settle"), &payments, subject) {
+            Ok(Request::Trigger(t)) => assert_eq!(t.name, "payments.settle"),
+            other => panic!("{other:?}"),
+        }
+        let why = confine(trigger("ledger/close"), &payments, subject).unwrap_err();
+        assert_eq!(
+            why,
+            "job `ledger.close` is not in namespace `payments`, to which \
+             `ax.control.trigger.payments` confines its triggers"
+        );
+        // `default`'s subject keeps `default`'s jobs.
+        let default = Namespace::default_namespace();
+        assert!(confine(trigger("etl"), &default, "ax.control.trigger.default").is_ok());
+        assert!(confine(
+            trigger("payments/settle"),
+            &default,
+            "ax.control.trigger.default"
+        )
+        .is_err());
+        // No other command travels on such a subject.
+        let pause = Request::Pause(JobNameRequest {
+            name: "payments.settle".parse().unwrap(),
+        });
+        let why = confine(pause, &payments, "ax.control.pause.payments").unwrap_err();
+        assert!(why.contains("carries only `trigger` and `report`"), "{why}");
+    }
+}

@@ -85,7 +85,8 @@ fn parse_deps(deps: &[String]) -> Result<BTreeMap<(JobName, String), serde_json:
         .map(|dep| {
             let bad = || anyhow!("--dep `{dep}`: expected JOB.FIELD=VALUE");
             let (key, value) = dep.split_once('=').ok_or_else(bad)?;
-            let (job, field) = key.split_once('.').ok_or_else(bad)?;
+            // A field holds no `.`; a job's name may (`payments.settle`).
+            let (job, field) = key.rsplit_once('.').ok_or_else(bad)?;
             let job: JobName = job.parse().map_err(|e| anyhow!("--dep `{dep}`: {e}"))?;
             let value = serde_json::from_str(value)
                 .unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
@@ -200,6 +201,17 @@ job:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dep_output_names_its_job_whole_with_or_without_a_namespace() {
+        let deps = parse_deps(&["up.rows=3".into(), "payments/settle.total=ok".into()]).unwrap();
+        let keys: Vec<(&str, &str)> = deps
+            .keys()
+            .map(|(job, field)| (job.as_str(), field.as_str()))
+            .collect();
+        assert_eq!(keys, [("payments.settle", "total"), ("up", "rows")]);
+        assert!(parse_deps(&["rows=3".into()]).is_err());
+    }
 
     #[test]
     fn every_starting_spec_is_a_valid_job() {

@@ -61,9 +61,13 @@ impl Placeholder {
     }
 }
 
-/// `AX_DEP_<job>_<field>` (a `-` in the job's name becomes `_`).
+/// `AX_DEP_<job>_<field>` (a `-` in the job's name becomes `_`, the `.` after a namespace
+/// `__`: `AX_DEP_payments__settle_rows`).
 pub fn dep_env_name(job: &str, field: &str) -> String {
-    format!("AX_DEP_{}_{field}", job.replace('-', "_"))
+    format!(
+        "AX_DEP_{}_{field}",
+        job.replace('-', "_").replace('.', "__")
+    )
 }
 
 /// What a template may refer to.
@@ -212,10 +216,21 @@ fn dep_output(name: &str, scope: &Scope<'_>) -> Result<Placeholder, String> {
         format!("`{{{{{name}}}}}`: write `{{{{deps.<job>.output.<field>}}}}`, with <job> one of job.deps")
     };
     let rest = name.strip_prefix("deps.").ok_or_else(usage)?;
-    let (job, field) = rest.split_once(".output.").ok_or_else(usage)?;
-    let Some(job) = scope.upstream.iter().find(|u| *u == job) else {
+    // A field holds no `.`, a job's name may (`payments.settle`).
+    let (job, field) = rest.rsplit_once(".output.").ok_or_else(usage)?;
+    // Named whole, or within its namespace when no other upstream has that name.
+    let mut by_short = scope.upstream.iter().filter(|u| u.short() == job);
+    let found = match scope.upstream.iter().find(|u| *u == job) {
+        Some(upstream) => Some(upstream),
+        None => match (by_short.next(), by_short.next()) {
+            (Some(upstream), None) => Some(upstream),
+            _ => None,
+        },
+    };
+    let Some(job) = found else {
         return Err(format!(
-            "`{{{{{name}}}}}` reads the output of `{job}`, which job.deps does not list"
+            "`{{{{{name}}}}}` reads the output of `{job}`, which job.deps does not list (or \
+             lists in several namespaces: name it whole, `<namespace>.<name>`)"
         ));
     };
     if field.is_empty() || !field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -345,6 +360,34 @@ mod render_tests {
         assert!(scope_parse("{{deps.load-orders.output.a.b}}")
             .unwrap_err()
             .contains("top-level"));
+    }
+
+    #[test]
+    fn an_upstream_of_another_namespace_is_read_by_its_whole_name_or_its_own() {
+        let upstream: Vec<JobName> = ["payments.settle", "ledger.close", "risk.close"]
+            .iter()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let params = BTreeMap::new();
+        let scope = Scope {
+            params: &params,
+            upstream: &upstream,
+        };
+        for text in [
+            "{{deps.payments.settle.output.rows}}",
+            "{{deps.settle.output.rows}}",
+        ] {
+            let t = Template::parse(text, &scope).unwrap();
+            assert_eq!(
+                t.render_shell(),
+                r#""${AX_DEP_payments__settle_rows}""#,
+                "{text}"
+            );
+        }
+        // Two upstreams share the name `close`: it must be named whole.
+        let why = Template::parse("{{deps.close.output.rows}}", &scope).unwrap_err();
+        assert!(why.contains("name it whole"), "{why}");
+        assert!(Template::parse("{{deps.risk.close.output.rows}}", &scope).is_ok());
     }
 
     #[test]

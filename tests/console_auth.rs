@@ -84,37 +84,6 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
         .await
         .unwrap();
     assert_eq!(read.status(), 200);
-    // A token of one namespace: the console and the API serve roles in every namespace only.
-    let scoped = {
-        let file = dir.path().join("pay.token");
-        let out = as_admin(&[
-            "auth",
-            "token",
-            "create",
-            "--name",
-            "pay",
-            "--role",
-            "admin",
-            "-n",
-            "payments",
-            "--out",
-            file.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        std::fs::read_to_string(file).unwrap().trim().to_string()
-    };
-    let refused = http
-        .get(format!("{base}/api/v1/jobs"))
-        .bearer_auth(&scoped)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), 403);
-    let said = refused.text().await.unwrap();
-    assert!(
-        said.contains("pay is admin in payments (the console and the API serve roles in every namespace only)"),
-        "{said}"
-    );
     let trigger = |token: String| {
         let http = http.clone();
         let url = format!("{base}/api/v1/jobs/greet/trigger");
@@ -343,4 +312,142 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
     .await;
     assert_eq!(taken.status(), 200);
     assert_eq!(jobs(viewer.clone()).await.status(), 401);
+}
+
+/// A token of one namespace through the API: it lists and reads that namespace's jobs and
+/// instances and acts on them; another namespace's are refused naming the namespace, the
+/// pages of every namespace naming that, and a command whose body reaches another namespace
+/// is refused by the Scheduler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_a_namespace_reads_and_acts_there_through_the_api_and_nowhere_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = up_with(dir.path(), &["--auth"]).await;
+    let admin = dir.path().join(".ax/admin.token");
+    wait_for(Duration::from_secs(30), "the admin token", || async {
+        admin.exists().then_some(())
+    })
+    .await;
+    let as_admin = |args: &[&str]| {
+        let mut full = vec!["--token-file", admin.to_str().unwrap()];
+        full.extend_from_slice(args);
+        ax(&up.nats, &full)
+    };
+    let jobs = job_file(
+        dir.path(),
+        "teams.yaml",
+        "version: v1\njob: { namespace: a, name: own, exec: { type: noop } }\n---\n\
+         version: v1\njob: { namespace: b, name: other, exec: { type: noop } }\n",
+    );
+    let out = as_admin(&["job", "apply", "-f", jobs.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let file = dir.path().join("a-ops.token");
+    let out = as_admin(&[
+        "auth",
+        "token",
+        "create",
+        "--name",
+        "a-ops",
+        "--role",
+        "operator",
+        "-n",
+        "a",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = std::fs::read_to_string(file).unwrap().trim().to_string();
+    let theirs = as_admin(&["job", "trigger", "b/other"]);
+    assert!(theirs.status.success(), "{}", stderr(&theirs));
+    let theirs = stdout(&theirs)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+
+    let http = reqwest::Client::new();
+    let base = up.http.clone();
+    let send = |method: reqwest::Method, path: String| {
+        let http = http.clone();
+        let (base, token) = (base.clone(), token.clone());
+        async move {
+            let response = http
+                .request(method, format!("{base}{path}"))
+                .bearer_auth(token)
+                .json(&serde_json::json!({}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap())
+        }
+    };
+    use reqwest::Method;
+    // Its namespace: listed, read, triggered.
+    let (status, listed) = send(Method::GET, "/api/v1/jobs".into()).await;
+    assert_eq!(status, 200, "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|j| j["name"].as_str())
+        .collect();
+    assert_eq!(names, ["a.own"]);
+    assert_eq!(send(Method::GET, "/api/v1/jobs/a.own".into()).await.0, 200);
+    let (status, done) = send(Method::POST, "/api/v1/jobs/a.own/trigger".into()).await;
+    assert_eq!(status, 200, "{done}");
+    let done: serde_json::Value = serde_json::from_str(&done).unwrap();
+    let own = done["instance_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        send(Method::GET, format!("/api/v1/instances/{own}"))
+            .await
+            .0,
+        200
+    );
+    let listed = wait_for(Duration::from_secs(30), "its instance listed", || async {
+        let (_, body) = send(Method::GET, "/api/v1/instances".into()).await;
+        let body: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let ids: Vec<String> = body["instances"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r["instance_id"].as_str().map(str::to_string))
+            .collect();
+        ids.contains(&own).then_some(ids)
+    })
+    .await;
+    assert!(!listed.contains(&theirs), "{listed:?}");
+
+    // Another namespace's job and instance: refused, naming the namespace.
+    for (method, path) in [
+        (Method::GET, "/api/v1/jobs/b.other".to_string()),
+        (Method::POST, "/api/v1/jobs/b.other/trigger".to_string()),
+        (Method::POST, "/api/v1/jobs/b.other/pause".to_string()),
+        (Method::GET, format!("/api/v1/instances/{theirs}")),
+        (Method::POST, format!("/api/v1/instances/{theirs}/cancel")),
+        (Method::GET, format!("/instances/{theirs}")),
+    ] {
+        let (status, said) = send(method.clone(), path.clone()).await;
+        assert_eq!(status, 403, "{method} {path}: {said}");
+        assert!(
+            said.contains("role in namespace `b`; a-ops is operator in a"),
+            "{method} {path}: {said}"
+        );
+    }
+    // What is of every namespace.
+    let (status, said) = send(Method::GET, "/api/v1/status".into()).await;
+    assert_eq!(status, 403, "{said}");
+    assert!(said.contains("in every namespace"), "{said}");
+    // A re-run whose body names another namespace's instance: the Scheduler refuses it.
+    let http = reqwest::Client::new();
+    let rerun = http
+        .post(format!("{base}/api/v1/rerun"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({ "instance": theirs }))
+        .send()
+        .await
+        .unwrap();
+    let status = rerun.status().as_u16();
+    let said = rerun.text().await.unwrap();
+    assert_eq!(status, 403, "{said}");
+    assert!(said.contains("in namespace `b`"), "{said}");
 }

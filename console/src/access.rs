@@ -24,6 +24,7 @@ use ax_bus::AxClient;
 
 use crate::changes::{self, Does};
 use crate::csrf::{self, Forged};
+use crate::scoped::{self, Touches};
 use crate::session::Sessions;
 use crate::throttle::Throttle;
 
@@ -112,7 +113,7 @@ pub enum Denied {
     #[error("cannot check the token now: {0}")]
     Unavailable(String),
     /// The caller's role is below the route's.
-    #[error("{method} {path} needs the {needed} role; {who} is {roles}")]
+    #[error("{method} {path} needs the {needed} role{place}; {who} is {roles}")]
     Role {
         /// The request's method.
         method: String,
@@ -120,6 +121,8 @@ pub enum Denied {
         path: String,
         /// What the route needs.
         needed: Role,
+        /// Where it needs it (` in namespace `b``, ` in every namespace`), or nothing.
+        place: String,
         /// Who asked.
         who: String,
         /// What they have, highest first.
@@ -240,24 +243,39 @@ pub async fn check(
         Err(CheckError::Client(e)) => return Err(Denied::Unavailable(e.to_string())),
     };
     let needed = needed(request.method.as_str(), request.path);
-    // A token scoped to namespaces is refused here: the pages and the API serve roles in
-    // every namespace only, for now.
     if who.role >= Some(needed) {
         return Ok((who, token));
+    }
+    // A token of single namespaces: where the route acts decides (see `scoped`).
+    let place = match scoped::touches(request.method.as_str(), request.path) {
+        _ if who.highest() < Some(needed) => None,
+        Touches::Kept => return Ok((who, token)),
+        Touches::Job(job) => Some(job.namespace().to_string()),
+        Touches::Instance(id) => match client.instance(&id).await {
+            Ok(Some((record, _))) => Some(record.job.namespace().to_string()),
+            // None: its page says so, telling nothing of any namespace.
+            Ok(None) => return Ok((who, token)),
+            Err(e) => return Err(Denied::Unavailable(e.to_string())),
+        },
+        Touches::Everything => None,
+    };
+    if let Some(namespace) = &place {
+        if who.role_in(namespace) >= Some(needed) {
+            return Ok((who, token));
+        }
     }
     Err(Denied::Role {
         method: request.method.to_string(),
         path: request.path.into(),
         needed,
+        place: match place {
+            Some(namespace) => format!(" in namespace `{namespace}`"),
+            None if who.role.is_none() => " in every namespace".into(),
+            None => String::new(),
+        },
         who: who.name.clone(),
         has: who.highest(),
-        roles: match who.role {
-            None if !who.namespaces.is_empty() => format!(
-                "{} (the console and the API serve roles in every namespace only)",
-                who.roles()
-            ),
-            _ => who.roles(),
-        },
+        roles: who.roles(),
     })
 }
 

@@ -154,11 +154,18 @@ pub struct Filter {
     pub to: Option<DateTime<Utc>>,
     /// Not of these jobs (a busy job hidden from a list).
     pub hide: Vec<JobName>,
+    /// Only of these namespaces' jobs (a caller whose roles are in single namespaces sees
+    /// theirs); `None`: every namespace.
+    pub namespaces: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Filter {
     fn admits(&self, row: &Row) -> bool {
         self.job.as_ref().is_none_or(|j| *j == row.job)
+            && self
+                .namespaces
+                .as_ref()
+                .is_none_or(|kept| kept.contains(row.job.namespace()))
             && self
                 .job_part
                 .as_ref()

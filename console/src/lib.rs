@@ -33,6 +33,7 @@ pub mod job_view;
 pub mod layout;
 mod pages;
 pub mod problem;
+mod scoped;
 pub mod server;
 pub mod session;
 pub mod throttle;

@@ -3,13 +3,14 @@
 //! the console's index — and an instance's record and history (`ax instance get|history
 //! --json`).
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
 use ax_bus::ids::{InstanceId, JobName};
 use ax_bus::spec::{self, JobDocument};
 
 use crate::api::client;
+use crate::index::Filter;
 use crate::job_view::next_fire;
 use crate::pages::instances::ListQuery;
 use crate::pages::jobs::JobFilter;
@@ -78,6 +79,7 @@ async fn status(
 /// `GET /api/v1/jobs[?q=&executor=&tag=&paused=yes|no]`: the jobs the filters admit.
 async fn jobs(
     state: web::Data<State>,
+    request: HttpRequest,
     filter: web::Query<JobFilter>,
 ) -> Result<HttpResponse, Problem> {
     if !matches!(filter.paused.as_str(), "" | "yes" | "no") {
@@ -87,9 +89,14 @@ async fn jobs(
         )));
     }
     let jobs = client(&state)?.jobs().await.map_err(unavailable)?;
+    let seen = crate::scoped::seen(&crate::pages::caller(&request).principal);
     let docs: Vec<serde_json::Value> = jobs
         .iter()
         .filter(|j| filter.admits(j))
+        .filter(|j| {
+            seen.as_ref()
+                .is_none_or(|kept| kept.contains(j.spec.name.namespace()))
+        })
         .map(crate::job_view::summary)
         .collect();
     Ok(HttpResponse::Ok().json(docs))
@@ -149,9 +156,13 @@ async fn ticks(
 /// of the instances the filters admit, newest due first, and whether more follow.
 async fn instances(
     state: web::Data<State>,
+    request: HttpRequest,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, Problem> {
-    let filter = query.filter()?;
+    let filter = Filter {
+        namespaces: crate::scoped::seen(&crate::pages::caller(&request).principal),
+        ..query.filter()?
+    };
     let per_page = query.per_page.unwrap_or(crate::pages::instances::PER_PAGE);
     if per_page == 0 || per_page > MAX_PER_PAGE {
         return Err(Problem::Malformed(format!(

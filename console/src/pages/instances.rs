@@ -121,6 +121,7 @@ impl ListQuery {
             from: instant("from", &self.from)?,
             to: instant("to", &self.to)?,
             hide,
+            namespaces: None,
         })
     }
 
@@ -221,6 +222,10 @@ async fn list(
         Ok(filter) => (Some(filter), None),
         Err(e) => (None, Some(e.to_string())),
     };
+    let filter = filter.map(|filter| Filter {
+        namespaces: crate::scoped::seen(&pages::caller(&request).principal),
+        ..filter
+    });
     let (page, current) = match (&state.index, &filter) {
         (Some(index), Some(filter)) => (
             Some(index.page(filter, query.page, PER_PAGE)),

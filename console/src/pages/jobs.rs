@@ -147,7 +147,10 @@ async fn list(
     request: HttpRequest,
     filter: web::Query<JobFilter>,
 ) -> HttpResponse {
-    let jobs = pages::or_return!(pages::registry_jobs(&state, &request).await);
+    let mut jobs = pages::or_return!(pages::registry_jobs(&state, &request).await);
+    if let Some(kept) = crate::scoped::seen(&pages::caller(&request).principal) {
+        jobs.retain(|j| kept.contains(j.spec.name.namespace()));
+    }
     let mut executors: Vec<String> = jobs
         .iter()
         .map(|j| j.spec.exec.name().to_string())

@@ -552,6 +552,46 @@ async fn a_token_of_a_namespace_acts_in_it_and_is_denied_elsewhere_naming_the_na
     denied(&out, "`apply` in namespace `a` needs the admin role there");
     let out = as_(&nats, &b_admin, &["job", "delete", "a/up"]);
     denied(&out, "`delete` in namespace `a` needs the admin role there");
+    // Nor re-runs the upstream its downstream waited for.
+    let out = as_(&nats, &b_admin, &["rerun", "--instance", &up]);
+    denied(
+        &out,
+        "`rerun` in namespace `a` needs the operator role there",
+    );
+
+    // A second person's approval of a forced re-run comes from an admin of its namespace.
+    let b_ops = namespace_token(&nats, &admin, "b-ops", "operator", "b");
+    let a_admin = namespace_token(&nats, &admin, "a-admin", "admin", "a");
+    let other = {
+        let out = as_(&nats, &admin, &["job", "trigger", "b/other"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out).split_whitespace().next().unwrap().to_string()
+    };
+    final_record(&client, &other, Duration::from_secs(30)).await;
+    let out = as_(
+        &nats,
+        &b_ops,
+        &["rerun", "--instance", &other, "--force-downstream"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let asked = approval_id(&out);
+    let out = as_(&nats, &a_admin, &["approvals", "approve", &asked]);
+    denied(
+        &out,
+        "deciding an approval needs the admin role in namespace `b`; token `a-admin` is admin in a",
+    );
+    // The admin of `b` sees it among the approvals, and approves it.
+    let listed = as_(&nats, &b_admin, &["approvals", "list"]);
+    assert!(stdout(&listed).contains(&asked), "{}", stdout(&listed));
+    let listed = as_(&nats, &a_admin, &["approvals", "list"]);
+    assert!(!stdout(&listed).contains(&asked), "{}", stdout(&listed));
+    let out = as_(&nats, &b_admin, &["approvals", "approve", &asked]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for(Duration::from_secs(30), "b.other to run again", || async {
+        let again = final_record(&client, &other, Duration::from_secs(30)).await;
+        (again.attempt == 2).then_some(())
+    })
+    .await;
     let names: Vec<String> = client
         .jobs()
         .await

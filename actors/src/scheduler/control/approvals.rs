@@ -129,6 +129,56 @@ fn dry(request: &RerunRequest) -> RerunRequest {
     }
 }
 
+/// Refuses a caller who may not decide approval `id`: an admin of every namespace may; an
+/// admin of single namespaces may decide one whose plan stays within them (a whole date's
+/// re-run reaches every namespace).
+async fn may_decide(
+    clerk: &Clerk<'_, impl Store>,
+    caller: &Caller,
+    id: &ApprovalId,
+) -> Result<(), CommandError> {
+    let who = &caller.principal;
+    if who.role >= Some(Role::Admin) {
+        return Ok(());
+    }
+    let denied = |place: String| {
+        CommandError::Denied(format!(
+            "deciding an approval needs the admin role {place}; token `{}` is {}",
+            who.name,
+            who.roles()
+        ))
+    };
+    if who.highest() < Some(Role::Admin) {
+        return Err(denied("where its plan reaches".into()));
+    }
+    let Some((approval, _)) = clerk.store.approval(id).await? else {
+        return Err(no_such(id));
+    };
+    reach(&approval, caller, Role::Admin).map_err(denied)
+}
+
+/// Whether `caller` holds `role` wherever `approval`'s plan reaches; else where it does not
+/// (`in namespace `b``, `in every namespace`).
+fn reach(approval: &Approval, caller: &Caller, role: Role) -> Result<(), String> {
+    let who = &caller.principal;
+    if who.role >= Some(role) {
+        return Ok(());
+    }
+    let request = &approval.request;
+    if request.instance.is_none() && request.root.is_none() {
+        return Err("in every namespace (a whole date's re-run)".into());
+    }
+    match approval
+        .plan
+        .iter()
+        .map(|step| step.job.namespace())
+        .find(|namespace| who.role_in(namespace) < Some(role))
+    {
+        Some(namespace) => Err(format!("in namespace `{namespace}`")),
+        None => Ok(()),
+    }
+}
+
 /// Carries out an `approval` command; `sequence` is the command's stream sequence.
 pub(crate) async fn decide(
     clerk: &Clerk<'_, impl Store>,
@@ -136,15 +186,12 @@ pub(crate) async fn decide(
     request: ApprovalRequest,
     sequence: u64,
 ) -> Result<Approvals, CommandError> {
-    if !matches!(request, ApprovalRequest::List)
-        && clerk.auth.enabled
-        && caller.principal.role < Some(Role::Admin)
-    {
-        return Err(CommandError::Denied(format!(
-            "deciding an approval needs the admin role in every namespace; token `{}` is {}",
-            caller.principal.name,
-            caller.principal.roles()
-        )));
+    let deciding = match &request {
+        ApprovalRequest::List => None,
+        ApprovalRequest::Approve { id } | ApprovalRequest::Reject { id, .. } => Some(id),
+    };
+    if let Some(id) = deciding.filter(|_| clerk.auth.enabled) {
+        may_decide(clerk, caller, id).await?;
     }
     match request {
         ApprovalRequest::List => {
@@ -159,6 +206,8 @@ pub(crate) async fn decide(
                     approval.state = ApprovalState::Expired;
                 }
             }
+            // A caller of single namespaces sees the approvals whose plans stay within them.
+            approvals.retain(|a| !clerk.auth.enabled || reach(a, caller, Role::Viewer).is_ok());
             approvals.sort_by_key(|a| a.state != ApprovalState::Pending);
             Ok(Approvals {
                 message: format!("{} approvals", approvals.len()),

@@ -4,8 +4,9 @@
 //!
 //! A command naming jobs touches their namespaces; one naming an instance or an attempt, its
 //! job's (read from its record, which is the authority: an id is only text). What reaches
-//! across namespaces — queues, dead letters, approvals, tokens, a whole business date's
-//! re-run — touches every namespace and needs the role everywhere. A re-run's plan that
+//! across namespaces — queues, dead letters, tokens, a whole business date's re-run — touches
+//! every namespace and needs the role everywhere. Approvals are checked against each one's plan
+//! where they are listed and decided (`approvals`). A re-run's plan that
 //! crosses into other namespaces is checked step by step where the plan is made (see
 //! `rerun`).
 
@@ -70,9 +71,9 @@ pub(crate) async fn of(
             }
             _ => Scope::In(BTreeSet::new()),
         },
-        Request::Queue(_) | Request::Replay(_) | Request::Approval(_) | Request::Auth(_) => {
-            Scope::Everywhere
-        }
+        // Checked against each approval's plan where they are listed or decided.
+        Request::Approval(_) => Scope::In(BTreeSet::new()),
+        Request::Queue(_) | Request::Replay(_) | Request::Auth(_) => Scope::Everywhere,
     })
 }
 

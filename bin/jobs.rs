@@ -20,11 +20,8 @@ use ax_bus::AxClient;
 use crate::args::{BackfillArgs, RerunArgs};
 use crate::table;
 
-/// How long a command waits for a Scheduler's answer. A running Scheduler answers in
-/// milliseconds; this is how long a command sent while the nodes start (or a Scheduler fails
-/// over) waits for one, which a loaded machine's start can take well past 10 s. Past it the
-/// command stays queued and runs when a Scheduler starts; the CLI says so.
-pub(crate) const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a command waits for a Scheduler's answer: the console's and the API's wait.
+pub(crate) use ax_console::actions::CONTROL_TIMEOUT;
 
 /// Sends a command's request and waits for its reply; a refusal is the error, its reasons one
 /// a line (one reason is the error itself, on one line).

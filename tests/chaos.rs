@@ -209,7 +209,7 @@ async fn nothing_is_lost_or_run_twice_under_random_kills() {
     )
     .unwrap();
     // The fleet up first (on a loaded machine a three-server cluster and five nodes take a
-    // while): an apply nobody answers within its 10 s would fail the test before the chaos.
+    // while): an apply nobody answers within its 30 s would fail the test before the chaos.
     wait_for(Duration::from_secs(120), "every node's heartbeat", || {
         let client = client.clone();
         async move {

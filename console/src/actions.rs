@@ -22,8 +22,11 @@ use ax_bus::AxClient;
 
 use crate::problem::{unavailable, Problem};
 
-/// How long a command waits for a Scheduler's answer (as the CLI's).
-const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a command waits for a Scheduler's answer, here and in the CLI. A running Scheduler
+/// answers in milliseconds; this is how long a command sent while the nodes start (or a
+/// Scheduler fails over) waits for one, which a loaded machine's start can take well past
+/// 10 s. Past it the command stays queued and runs when a Scheduler starts; the answer says so.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a planned command (re-run, backfill) may take on the Scheduler's side.
 const PLANNED_TIMEOUT: Duration = Duration::from_secs(120);
 

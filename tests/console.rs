@@ -1225,8 +1225,8 @@ async fn a_datasets_page_shows_its_writers_readers_updates_and_lineage() {
     assert!(browser.text("#dag-legend").await.contains("dashed"));
 }
 
-/// The job list filters by namespace, in the page (a select of the namespaces that hold jobs)
-/// and in the API.
+/// The job and instance lists filter by namespace, in the pages (a select of the namespaces
+/// that hold jobs) and in the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_list_shows_one_namespace_when_asked() {
     let nats = TestNats::start();
@@ -1264,6 +1264,29 @@ async fn the_job_list_shows_one_namespace_when_asked() {
         .await
         .unwrap();
     assert_eq!(names(every), ["a.hello", "b.report", "plain"]);
+    // The instance list too.
+    let ours = support::trigger(&nats, &["a/hello"]);
+    let theirs = support::trigger(&nats, &["b/report"]);
+    let listed = wait_for(Duration::from_secs(30), "the instances listed", || async {
+        let body: serde_json::Value = reqwest::get(format!("{base}/api/v1/instances?namespace=a"))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let ids: Vec<String> = body["instances"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| r["instance_id"].as_str().map(str::to_string))
+            .collect();
+        ids.contains(&ours).then_some(ids)
+    })
+    .await;
+    assert!(!listed.contains(&theirs), "{listed:?}");
+    let bad = reqwest::get(format!("{base}/api/v1/instances?namespace=Not%20One"))
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
 
     let browser = Browser::start().await;
     browser.open(&format!("{base}/jobs?namespace=a")).await;

@@ -57,6 +57,19 @@ pub(crate) fn seen(who: &Principal) -> Option<std::collections::BTreeSet<String>
     Some(who.namespaces.keys().map(|ns| ns.to_string()).collect())
 }
 
+/// What a list keeps: the namespaces it was asked for (`asked`), of those `seen` by the
+/// caller ([`seen`]); `None`: every namespace.
+pub(crate) fn kept(
+    asked: Option<std::collections::BTreeSet<String>>,
+    seen: Option<std::collections::BTreeSet<String>>,
+) -> Option<std::collections::BTreeSet<String>> {
+    match (asked, seen) {
+        (Some(asked), Some(seen)) => Some(asked.intersection(&seen).cloned().collect()),
+        (asked, None) => asked,
+        (None, seen) => seen,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

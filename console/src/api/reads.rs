@@ -159,9 +159,11 @@ async fn instances(
     request: HttpRequest,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, Problem> {
+    let filter = query.filter()?;
+    let seen = crate::scoped::seen(&crate::pages::caller(&request).principal);
     let filter = Filter {
-        namespaces: crate::scoped::seen(&crate::pages::caller(&request).principal),
-        ..query.filter()?
+        namespaces: crate::scoped::kept(filter.namespaces, seen),
+        ..filter
     };
     let per_page = query.per_page.unwrap_or(crate::pages::instances::PER_PAGE);
     if per_page == 0 || per_page > MAX_PER_PAGE {

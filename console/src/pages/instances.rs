@@ -55,6 +55,8 @@ pub(crate) struct ListQuery {
     pub(crate) to: String,
     /// Jobs left out, by name, separated by commas or spaces.
     pub(crate) hide: String,
+    /// Only this namespace's jobs (empty: every namespace).
+    pub(crate) namespace: String,
     /// 0-based.
     pub(crate) page: usize,
     /// Rows per page (the API's; pages show [`PER_PAGE`]).
@@ -121,7 +123,15 @@ impl ListQuery {
             from: instant("from", &self.from)?,
             to: instant("to", &self.to)?,
             hide,
-            namespaces: None,
+            namespaces: match self.namespace.as_str() {
+                "" => None,
+                namespace => Some(
+                    [ax_bus::ids::Namespace::parse(namespace)
+                        .map_err(|e| Problem::Malformed(format!("namespace: {e}")))?
+                        .to_string()]
+                    .into(),
+                ),
+            },
         })
     }
 
@@ -222,8 +232,9 @@ async fn list(
         Ok(filter) => (Some(filter), None),
         Err(e) => (None, Some(e.to_string())),
     };
+    let seen = crate::scoped::seen(&pages::caller(&request).principal);
     let filter = filter.map(|filter| Filter {
-        namespaces: crate::scoped::seen(&pages::caller(&request).principal),
+        namespaces: crate::scoped::kept(filter.namespaces, seen),
         ..filter
     });
     let (page, current) = match (&state.index, &filter) {

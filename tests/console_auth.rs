@@ -434,9 +434,14 @@ async fn a_token_of_a_namespace_reads_and_acts_there_through_the_api_and_nowhere
         );
     }
     // What is of every namespace.
-    let (status, said) = send(Method::GET, "/api/v1/status".into()).await;
-    assert_eq!(status, 403, "{said}");
-    assert!(said.contains("in every namespace"), "{said}");
+    for path in ["/api/v1/status", "/audit", "/workers"] {
+        let (status, said) = send(Method::GET, path.into()).await;
+        assert_eq!(status, 403, "{path}: {said}");
+        assert!(said.contains("in every namespace"), "{path}: {said}");
+    }
+    // The approvals page lists what its namespaces' plans reach (none here).
+    let (status, said) = send(Method::GET, "/approvals".into()).await;
+    assert_eq!(status, 200, "{said}");
     // A re-run whose body names another namespace's instance: the Scheduler refuses it.
     let http = reqwest::Client::new();
     let rerun = http

@@ -20,7 +20,8 @@ pub(crate) enum Touches {
     /// One instance's page, API or action (its namespace is its record's job's).
     Instance(InstanceId),
     /// A list its handler keeps to the caller's namespaces, or a command whose body the
-    /// Scheduler checks namespace by namespace (apply, re-run, backfill), or the logout.
+    /// Scheduler checks namespace by namespace (apply, re-run, backfill, an approval's
+    /// decision), or the logout.
     Kept,
     /// Every namespace.
     Everything,
@@ -32,7 +33,8 @@ pub(crate) fn touches(method: &str, path: &str) -> Touches {
     let job = |name: &str| JobName::parse(name).map_or(Touches::Everything, Touches::Job);
     let instance = |id: &str| InstanceId::parse(id).map_or(Touches::Everything, Touches::Instance);
     match (method, segments.as_slice()) {
-        (_, ["jobs" | "instances" | "rerun" | "logout"])
+        (_, ["jobs" | "instances" | "rerun" | "approvals" | "logout"])
+        | (_, ["ui", "approvals", _, _])
         | (_, ["jobs", "new"])
         | (_, ["ui", "jobs", "validate" | "apply"])
         | (_, ["ui", "instances", "bulk"])
@@ -104,6 +106,12 @@ mod tests {
             ("POST", "/ui/jobs/apply", Touches::Kept),
             ("POST", "/ui/instances/bulk", Touches::Kept),
             ("POST", "/api/v1/rerun", Touches::Kept),
+            ("GET", "/approvals", Touches::Kept),
+            (
+                "POST",
+                "/ui/approvals/00112233aabbccdd/approve",
+                Touches::Kept,
+            ),
             ("GET", "/", Touches::Everything),
             ("GET", "/api/v1/status", Touches::Everything),
             ("GET", "/audit", Touches::Everything),

@@ -82,6 +82,16 @@ pub struct Approval {
 }
 
 impl Approval {
+    /// The namespaces its re-run reaches, its plan's jobs'; `None` for a whole date's re-run,
+    /// which reaches every namespace.
+    pub fn namespaces(&self) -> Option<std::collections::BTreeSet<&str>> {
+        let r = &self.request;
+        if r.instance.is_none() && r.root.is_none() {
+            return None;
+        }
+        Some(self.plan.iter().map(|step| step.job.namespace()).collect())
+    }
+
     /// Whether it is still pending at `now` (a pending one past its time has expired, even
     /// before the sweep marks it).
     pub fn pending_at(&self, now: DateTime<Utc>) -> bool {

@@ -144,6 +144,28 @@ impl Principal {
         self.role.max(there)
     }
 
+    /// Whether they hold `role` in each of `namespaces` (`None`: every namespace); else where
+    /// they lack it (`in namespace `b``, `in every namespace`).
+    pub fn holds<'a>(
+        &self,
+        role: Role,
+        namespaces: Option<impl IntoIterator<Item = &'a str>>,
+    ) -> Result<(), String> {
+        if self.role >= Some(role) {
+            return Ok(());
+        }
+        let Some(namespaces) = namespaces else {
+            return Err("in every namespace".into());
+        };
+        match namespaces
+            .into_iter()
+            .find(|namespace| self.role_in(namespace) < Some(role))
+        {
+            Some(namespace) => Err(format!("in namespace `{namespace}`")),
+            None => Ok(()),
+        }
+    }
+
     /// The highest role they hold anywhere (what the audit records beside the action).
     pub fn highest(&self) -> Option<Role> {
         self.namespaces.values().copied().max().max(self.role)
@@ -273,6 +295,45 @@ mod tests {
             .map(|c| (c.name().to_string(), role_of(*c).as_str().to_string()))
             .collect();
         assert_eq!(documented, commands);
+    }
+
+    #[test]
+    fn a_principal_holds_a_role_in_its_namespaces_or_everywhere() {
+        let name = TokenName::parse("a-ops").unwrap();
+        let scoped = Principal::token(
+            &name,
+            None,
+            [(Namespace::parse("a").unwrap(), Role::Operator)].into(),
+        );
+        assert_eq!(scoped.role_in("a"), Some(Role::Operator));
+        assert_eq!(scoped.role_in("b"), None);
+        assert_eq!(scoped.highest(), Some(Role::Operator));
+        assert_eq!(scoped.roles(), "operator in a");
+        assert_eq!(scoped.holds(Role::Viewer, Some(["a"])), Ok(()));
+        assert_eq!(
+            scoped.holds(Role::Viewer, Some(["a", "b"])),
+            Err("in namespace `b`".into())
+        );
+        assert_eq!(
+            scoped.holds(Role::Admin, Some(["a"])),
+            Err("in namespace `a`".into())
+        );
+        assert_eq!(
+            scoped.holds(Role::Viewer, None::<[&str; 0]>),
+            Err("in every namespace".into())
+        );
+        // A role everywhere, and a higher one in a namespace.
+        let both = Principal::token(
+            &name,
+            Some(Role::Viewer),
+            [(Namespace::parse("a").unwrap(), Role::Admin)].into(),
+        );
+        assert_eq!(
+            (both.role_in("a"), both.role_in("z")),
+            (Some(Role::Admin), Some(Role::Viewer))
+        );
+        assert_eq!(both.roles(), "viewer, admin in a");
+        assert_eq!(both.holds(Role::Viewer, None::<[&str; 0]>), Ok(()));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use askama::Template;
 use serde::Deserialize;
 
 use ax_bus::auth::approval::ApprovalState;
+use ax_bus::auth::Role;
 use ax_bus::ids::ApprovalId;
 use ax_bus::messages::typed::Approvals;
 use ax_bus::messages::ApprovalRequest;
@@ -59,8 +60,11 @@ async fn approvals(state: web::Data<State>, request: HttpRequest) -> HttpRespons
         }
     };
     let now = ax_bus::time::now();
+    // A caller of single namespaces sees the approvals whose plans stay within them.
+    let who = pages::caller(&request).principal;
     let mut rows: Vec<ApprovalRow> = all
         .iter()
+        .filter(|a| who.holds(Role::Viewer, a.namespaces()).is_ok())
         .map(|a| {
             let pending = a.pending_at(now);
             let state = if a.state == ApprovalState::Pending && !pending {

@@ -158,25 +158,15 @@ async fn may_decide(
 }
 
 /// Whether `caller` holds `role` wherever `approval`'s plan reaches; else where it does not
-/// (`in namespace `b``, `in every namespace`).
+/// (`in namespace `b``, `in every namespace (a whole date's re-run)`).
 fn reach(approval: &Approval, caller: &Caller, role: Role) -> Result<(), String> {
-    let who = &caller.principal;
-    if who.role >= Some(role) {
-        return Ok(());
-    }
-    let request = &approval.request;
-    if request.instance.is_none() && request.root.is_none() {
-        return Err("in every namespace (a whole date's re-run)".into());
-    }
-    match approval
-        .plan
-        .iter()
-        .map(|step| step.job.namespace())
-        .find(|namespace| who.role_in(namespace) < Some(role))
-    {
-        Some(namespace) => Err(format!("in namespace `{namespace}`")),
-        None => Ok(()),
-    }
+    caller
+        .principal
+        .holds(role, approval.namespaces())
+        .map_err(|place| match approval.namespaces() {
+            None => format!("{place} (a whole date's re-run)"),
+            Some(_) => place,
+        })
 }
 
 /// Carries out an `approval` command; `sequence` is the command's stream sequence.

@@ -32,22 +32,16 @@ fn as_(nats: &TestNats, token: &Path, args: &[&str]) -> std::process::Output {
 
 /// Makes a token with the admin's and returns its file.
 fn token(nats: &TestNats, admin: &Path, name: &str, role: &str) -> PathBuf {
+    token_with(nats, admin, (name, role), &[])
+}
+
+/// Makes a token with the admin's, `more` added to its command (`-n a`), and returns its file.
+fn token_with(nats: &TestNats, admin: &Path, (name, role): (&str, &str), more: &[&str]) -> PathBuf {
     let file = nats.path("tokens").join(name);
-    let out = as_(
-        nats,
-        admin,
-        &[
-            "auth",
-            "token",
-            "create",
-            "--name",
-            name,
-            "--role",
-            role,
-            "--out",
-            file.to_str().expect("utf-8 path"),
-        ],
-    );
+    let mut args = vec!["auth", "token", "create", "--name", name, "--role", role];
+    args.extend_from_slice(more);
+    args.extend(["--out", file.to_str().expect("utf-8 path")]);
+    let out = as_(nats, admin, &args);
     assert!(out.status.success(), "create {name}: {}", stderr(&out));
     file
 }
@@ -413,31 +407,7 @@ fn namespace_token(
     role: &str,
     namespace: &str,
 ) -> PathBuf {
-    let file = nats.path("tokens").join(name);
-    let out = as_(
-        nats,
-        admin,
-        &[
-            "auth",
-            "token",
-            "create",
-            "--name",
-            name,
-            "--role",
-            role,
-            "-n",
-            namespace,
-            "--out",
-            file.to_str().expect("utf-8 path"),
-        ],
-    );
-    assert!(out.status.success(), "create {name}: {}", stderr(&out));
-    assert!(
-        stderr(&out).contains(&format!("{role} in {namespace}")),
-        "{}",
-        stderr(&out)
-    );
-    file
+    token_with(nats, admin, (name, role), &["-n", namespace])
 }
 
 const TEAMS: &str = "version: v1
@@ -489,20 +459,17 @@ async fn a_token_of_a_namespace_acts_in_it_and_is_denied_elsewhere_naming_the_na
     let out = as_(&nats, &a_ops, &["job", "trigger", "b/other"]);
     denied(
         &out,
-        "`trigger` in namespace `b` needs the operator role there; token `a-ops` is operator in a",
+        "`trigger` needs the operator role in namespace `b`; token `a-ops` is operator in a",
     );
     let out = as_(&nats, &a_ops, &["job", "pause", "b/other"]);
-    denied(
-        &out,
-        "`pause` in namespace `b` needs the operator role there",
-    );
+    denied(&out, "`pause` needs the operator role in namespace `b`");
     let out = as_(&nats, &a_ops, &["queue", "pause", "low"]);
     denied(
         &out,
         "`queue` needs the admin role; token `a-ops` is operator in a",
     );
     let out = as_(&nats, &a_ops, &["rerun", "--biz-date", date, "--yes"]);
-    denied(&out, "acts across namespaces");
+    denied(&out, "`rerun` needs the operator role in every namespace");
 
     // The downstream in `b` ran after the upstream in `a`.
     let up_done = final_record(&client, &up, Duration::from_secs(30)).await;
@@ -517,7 +484,7 @@ async fn a_token_of_a_namespace_acts_in_it_and_is_denied_elsewhere_naming_the_na
     // `b`'s instance is out of reach of `a`'s operator; a re-run of `a`'s that would force
     // `b`'s downstream to run again is refused whole.
     let out = as_(&nats, &a_ops, &["instance", "cancel", &down.instance_id]);
-    denied(&out, "in namespace `b` needs the operator role there");
+    denied(&out, "needs the operator role in namespace `b`");
     let out = as_(
         &nats,
         &a_ops,
@@ -549,15 +516,12 @@ async fn a_token_of_a_namespace_acts_in_it_and_is_denied_elsewhere_naming_the_na
         &b_admin,
         &["job", "apply", "-f", theirs.to_str().unwrap()],
     );
-    denied(&out, "`apply` in namespace `a` needs the admin role there");
+    denied(&out, "`apply` needs the admin role in namespace `a`");
     let out = as_(&nats, &b_admin, &["job", "delete", "a/up"]);
-    denied(&out, "`delete` in namespace `a` needs the admin role there");
+    denied(&out, "`delete` needs the admin role in namespace `a`");
     // Nor re-runs the upstream its downstream waited for.
     let out = as_(&nats, &b_admin, &["rerun", "--instance", &up]);
-    denied(
-        &out,
-        "`rerun` in namespace `a` needs the operator role there",
-    );
+    denied(&out, "`rerun` needs the operator role in namespace `a`");
 
     // A second person's approval of a forced re-run comes from an admin of its namespace.
     let b_ops = namespace_token(&nats, &admin, "b-ops", "operator", "b");

@@ -119,38 +119,23 @@ pub(crate) async fn authorize(
     if who.role >= Some(needed) {
         return Ok(());
     }
-    let short = || {
+    let denied = |place: String| {
         CommandError::Denied(format!(
-            "`{}` needs the {needed} role; token `{}` is {}",
+            "`{}` needs the {needed} role{place}; token `{}` is {}",
             asked.name,
             who.name,
             who.roles()
         ))
     };
     if who.highest() < Some(needed) || asked.request.is_none() {
-        return Err(short());
+        return Err(denied(String::new()));
     }
-    match scope {
-        Scope::Everywhere => Err(CommandError::Denied(format!(
-            "`{}` acts across namespaces and needs the {needed} role in every one; token `{}` \
-             is {}",
-            asked.name,
-            who.name,
-            who.roles()
-        ))),
-        Scope::In(namespaces) => match namespaces
-            .iter()
-            .find(|namespace| who.role_in(namespace) < Some(needed))
-        {
-            Some(namespace) => Err(CommandError::Denied(format!(
-                "`{}` in namespace `{namespace}` needs the {needed} role there; token `{}` is {}",
-                asked.name,
-                who.name,
-                who.roles()
-            ))),
-            None => Ok(()),
-        },
-    }
+    let namespaces = match scope {
+        Scope::Everywhere => None,
+        Scope::In(namespaces) => Some(namespaces.iter().map(String::as_str)),
+    };
+    who.holds(needed, namespaces)
+        .map_err(|place| denied(format!(" {place}")))
 }
 
 #[cfg(test)]
@@ -218,8 +203,12 @@ mod tests {
     }
 
     fn trigger() -> Request {
+        trigger_of("etl")
+    }
+
+    fn trigger_of(job: &str) -> Request {
         Request::Trigger(
-            serde_json::from_value::<TriggerRequest>(serde_json::json!({"name": "etl"})).unwrap(),
+            serde_json::from_value::<TriggerRequest>(serde_json::json!({ "name": job })).unwrap(),
         )
     }
 
@@ -250,11 +239,6 @@ mod tests {
             r.role = None;
             r.namespaces = [("payments".parse().unwrap(), Role::Operator)].into();
         });
-        let trigger_of = |job: &str| {
-            Request::Trigger(
-                serde_json::from_value::<TriggerRequest>(serde_json::json!({"name": job})).unwrap(),
-            )
-        };
         let who = check(
             &keys,
             Command::Trigger,
@@ -274,13 +258,13 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             why,
-            "`trigger` in namespace `ledger` needs the operator role there; token `pay-ops` is \
-             operator in payments"
+            "`trigger` needs the operator role in namespace `ledger`; token `pay-ops` is operator \
+             in payments"
         );
         let why = check(&keys, Command::Trigger, &trigger_of("etl"), Some(&ops))
             .await
             .unwrap_err();
-        assert!(why.contains("in namespace `default`"), "{why}");
+        assert!(why.contains("role in namespace `default`"), "{why}");
         // An instance's namespace is its record's job's.
         let record = ax_bus::InstanceRecord::first(
             &crate::test_fixtures::spec("ledger.close", None, &[]),
@@ -300,7 +284,7 @@ mod tests {
         let why = check(&keys, Command::Cancel, &cancel, Some(&ops))
             .await
             .unwrap_err();
-        assert!(why.contains("in namespace `ledger`"), "{why}");
+        assert!(why.contains("role in namespace `ledger`"), "{why}");
         // What acts across namespaces needs the role in every one.
         let queue = Request::Queue(
             serde_json::from_value(serde_json::json!({"priority": "low", "paused": true})).unwrap(),

@@ -134,9 +134,24 @@ pub(crate) enum Command {
     Namespace(NamespaceCommand),
 }
 
+impl Cli {
+    /// Places the job names given without a namespace in `--namespace`'s.
+    pub(crate) fn place_job_names(&mut self) -> Result<(), ax_bus::ids::IdError> {
+        let Some(namespace) = &self.namespace else {
+            return Ok(());
+        };
+        for name in self.command.job_names() {
+            if name.in_default() {
+                *name = JobName::in_namespace(namespace, name)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Command {
     /// Every job name given on the command line, for `--namespace` to place.
-    pub(crate) fn job_names(&mut self) -> Vec<&mut JobName> {
+    fn job_names(&mut self) -> Vec<&mut JobName> {
         match self {
             Command::Job(command) => match command {
                 JobCommand::Get { name }

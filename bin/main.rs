@@ -81,13 +81,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(mut cli: Cli) -> Result<()> {
-    if let Some(namespace) = &cli.namespace {
-        for name in cli.command.job_names() {
-            if name.in_default() {
-                *name = ax_bus::ids::JobName::in_namespace(namespace, name)?;
-            }
-        }
-    }
+    cli.place_job_names()?;
     let namespace = cli.namespace.clone();
     let nats = cli.nats.as_deref();
     let json = cli.json;
@@ -164,21 +158,7 @@ async fn run(mut cli: Cli) -> Result<()> {
         Command::Tail(TailCommand::Results { job }) => {
             instances::tail_results(&client().await?, job.as_ref()).await
         }
-        Command::Namespace(NamespaceCommand::List) => {
-            jobs::namespaces(&client().await?, json).await
-        }
-        Command::Namespace(NamespaceCommand::User {
-            namespace,
-            user,
-            password,
-        }) => {
-            let layout = ax_bus::client::provision::Layout::new(
-                ax_bus::subjects::Subjects::new(prefix),
-                None,
-            );
-            jobs::namespace_user(&layout, &namespace, user, password);
-            Ok(())
-        }
+        Command::Namespace(command) => namespaces(command, &to, json).await,
     }
 }
 
@@ -192,6 +172,23 @@ struct Connect<'a> {
 impl Connect<'_> {
     async fn client(&self) -> Result<ax_bus::AxClient> {
         connect::connect(self.nats, self.prefix, self.token_file.as_deref()).await
+    }
+}
+
+/// `ax namespace …`.
+async fn namespaces(command: NamespaceCommand, to: &Connect<'_>, json: bool) -> Result<()> {
+    match command {
+        NamespaceCommand::List => jobs::namespaces(&to.client().await?, json).await,
+        NamespaceCommand::User {
+            namespace,
+            user,
+            password,
+        } => {
+            let subjects = ax_bus::subjects::Subjects::new(to.prefix);
+            let layout = ax_bus::client::provision::Layout::new(subjects, None);
+            jobs::namespace_user(&layout, &namespace, user, password);
+            Ok(())
+        }
     }
 }
 

@@ -303,16 +303,8 @@ async fn handle(desk: &Desk, received: &Received) {
     };
     let mut caller = caller::claimed(message, &request);
     // Where it acts: what the caller's roles must cover, and what the audit records.
-    let scope = match &received.request {
-        Ok(request) => match Box::pin(scope::of(client, request)).await {
-            Ok(scope) => scope,
-            Err(e) => {
-                tracing::warn!(command, error = %e, "cannot tell where a command acts; retrying later");
-                consume::nak(message, consume::backoff(message)).await;
-                return;
-            }
-        },
-        Err(_) => Scope::In(Default::default()),
+    let Some(scope) = Box::pin(scope_of(client, received)).await else {
+        return;
     };
     let (reply_to, outcome) = match reply_to {
         Ok(reply_to) => {
@@ -385,6 +377,24 @@ async fn handle(desk: &Desk, received: &Received) {
     }
     if let Err(e) = message.ack().await {
         tracing::warn!(error = %e, "cannot ack control message");
+    }
+}
+
+/// Where `received` acts ([`scope::of`]); `None` when that cannot be read now (NATS away):
+/// the message is left for redelivery.
+async fn scope_of(client: &AxClient, received: &Received) -> Option<Scope> {
+    let Ok(request) = &received.request else {
+        return Some(Scope::In(Default::default()));
+    };
+    match scope::of(client, request).await {
+        Ok(scope) => Some(scope),
+        Err(e) => {
+            let command = received.name();
+            tracing::warn!(command, error = %e, "cannot tell where a command acts; retrying later");
+            let message = &received.message;
+            consume::nak(message, consume::backoff(message)).await;
+            None
+        }
     }
 }
 

@@ -4,27 +4,49 @@
 
 use crate::support;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ax_bus::auth::audit::{AuditRecord, Outcome};
 use support::browser::Browser;
-use support::up::up_with;
+use support::up::{up_with, Up};
 use support::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
-    let dir = tempfile::tempdir().unwrap();
-    let up = up_with(dir.path(), &["--auth"]).await;
-    let admin = dir.path().join(".ax/admin.token");
+/// `ax up --auth` in `dir`, once its first admin token is written, and that token's file.
+async fn signed_up(dir: &Path) -> (Up, PathBuf) {
+    let up = up_with(dir, &["--auth"]).await;
+    let admin = dir.join(".ax/admin.token");
     wait_for(Duration::from_secs(30), "the admin token", || async {
         admin.exists().then_some(())
     })
     .await;
-    let as_admin = |args: &[&str]| {
-        let mut full = vec!["--token-file", admin.to_str().unwrap()];
-        full.extend_from_slice(args);
-        ax(&up.nats, &full)
-    };
+    (up, admin)
+}
+
+/// `ax` with the token in file `token`.
+fn as_holder(up: &Up, token: &Path, args: &[&str]) -> std::process::Output {
+    let mut full = vec!["--token-file", token.to_str().unwrap()];
+    full.extend_from_slice(args);
+    ax(&up.nats, &full)
+}
+
+/// A token `name` of `role` made with the admin's (`more`: `-n <namespace>`), as text.
+fn made(up: &Up, admin: &Path, name: &str, role: &str, more: &[&str]) -> String {
+    // Beside the admin's, under `.ax/`.
+    let file = admin.with_file_name(format!("{name}.token"));
+    let mut args = vec!["auth", "token", "create", "--name", name, "--role", role];
+    args.extend_from_slice(more);
+    args.extend(["--out", file.to_str().unwrap()]);
+    let out = as_holder(up, admin, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::read_to_string(file).unwrap().trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, admin) = signed_up(dir.path()).await;
+    let as_admin = |args: &[&str]| as_holder(&up, &admin, args);
     let jobs = job_file(
         dir.path(),
         "greet.yaml",
@@ -32,22 +54,7 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
     );
     let out = as_admin(&["job", "apply", "-f", jobs.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let make = |name: &str, role: &str| {
-        let file = dir.path().join(format!("{name}.token"));
-        let out = as_admin(&[
-            "auth",
-            "token",
-            "create",
-            "--name",
-            name,
-            "--role",
-            role,
-            "--out",
-            file.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        std::fs::read_to_string(file).unwrap().trim().to_string()
-    };
+    let make = |name: &str, role: &str| made(&up, &admin, name, role, &[]);
     let viewer = make("watcher", "viewer");
     let operator = make("ops", "operator");
 
@@ -235,7 +242,7 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
     assert!(browser.has("#trigger").await && !browser.has("#delete").await);
     // The operator's re-run of a whole business date waits for an admin: the approvals page
     // lists it.
-    let ops_token = dir.path().join("ops.token");
+    let ops_token = admin.with_file_name("ops.token");
     let (record, _) = up
         .client
         .instance(&id.parse().unwrap())
@@ -321,17 +328,8 @@ async fn a_viewer_sees_no_action_and_every_change_needs_its_role() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_of_a_namespace_reads_and_acts_there_through_the_api_and_nowhere_else() {
     let dir = tempfile::tempdir().unwrap();
-    let up = up_with(dir.path(), &["--auth"]).await;
-    let admin = dir.path().join(".ax/admin.token");
-    wait_for(Duration::from_secs(30), "the admin token", || async {
-        admin.exists().then_some(())
-    })
-    .await;
-    let as_admin = |args: &[&str]| {
-        let mut full = vec!["--token-file", admin.to_str().unwrap()];
-        full.extend_from_slice(args);
-        ax(&up.nats, &full)
-    };
+    let (up, admin) = signed_up(dir.path()).await;
+    let as_admin = |args: &[&str]| as_holder(&up, &admin, args);
     let jobs = job_file(
         dir.path(),
         "teams.yaml",
@@ -340,22 +338,7 @@ async fn a_token_of_a_namespace_reads_and_acts_there_through_the_api_and_nowhere
     );
     let out = as_admin(&["job", "apply", "-f", jobs.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let file = dir.path().join("a-ops.token");
-    let out = as_admin(&[
-        "auth",
-        "token",
-        "create",
-        "--name",
-        "a-ops",
-        "--role",
-        "operator",
-        "-n",
-        "a",
-        "--out",
-        file.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let token = std::fs::read_to_string(file).unwrap().trim().to_string();
+    let token = made(&up, &admin, "a-ops", "operator", &["-n", "a"]);
     let theirs = as_admin(&["job", "trigger", "b/other"]);
     assert!(theirs.status.success(), "{}", stderr(&theirs));
     let theirs = stdout(&theirs)

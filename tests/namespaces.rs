@@ -9,7 +9,7 @@ use ax_bus::messages::{ControlReply, TriggerRequest};
 use ax_bus::State;
 use futures::StreamExt;
 
-use crate::nats_auth::{authorization, connect_as, refused, CLUSTER_USERS};
+use crate::nats_auth::{authorization, connect_as, refused, refused_subscription, CLUSTER_USERS};
 use crate::support::*;
 
 const JOBS: &str = "version: v1
@@ -64,28 +64,6 @@ async fn request_trigger(client: &async_nats::Client, subject: &str, job: &str) 
     .expect("answered in time")
     .expect("answered");
     ax_bus::codec::decode(&answer.payload).expect("a control reply")
-}
-
-/// Subscribes to `subject` as whoever `client` is and waits for the server to refuse it.
-async fn refused_subscription(
-    client: &async_nats::Client,
-    errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
-    subject: &str,
-) {
-    let _ignored = client.subscribe(subject.to_string()).await.unwrap();
-    client.flush().await.unwrap();
-    let wanted = format!(
-        "permissions violation for subscription to \"{}\"",
-        subject.to_lowercase()
-    );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match tokio::time::timeout_at(deadline, errors.recv()).await {
-            Ok(Some(error)) if error.contains(&wanted) => return,
-            Ok(Some(_)) => continue,
-            _ => panic!("the server let a namespace's service subscribe to {subject}"),
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,6 +231,36 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
         .expect("a message")
         .expect("a result");
     assert_eq!(result.subject.as_str(), "ax.result.a.hello");
+
+    // Bad input on a namespace's subject, even from a user the server lets send it: a token
+    // that is no namespace, and a command no namespace's service sends.
+    let reply = request_trigger(&client.nats, "ax.request.trigger.NotOne", "hello").await;
+    assert!(!reply.ok, "{reply:?}");
+    assert!(
+        reply
+            .errors
+            .iter()
+            .any(|e| e.contains("names no namespace")),
+        "{reply:?}"
+    );
+    let pause = ax_bus::codec::encode(&ax_bus::messages::JobNameRequest {
+        name: "a.hello".parse().unwrap(),
+    })
+    .unwrap();
+    let answer = client
+        .nats
+        .request("ax.request.pause.a", pause)
+        .await
+        .expect("answered");
+    let reply: ControlReply = ax_bus::codec::decode(&answer.payload).expect("a reply");
+    assert!(
+        !reply.ok
+            && reply
+                .errors
+                .iter()
+                .any(|e| e.contains("carries only `trigger` and `report`")),
+        "{reply:?}"
+    );
 
     // The other namespace's service cannot trigger the first's job either.
     let (other, mut errors) = connect_as(&nats, "b").await;

@@ -723,6 +723,28 @@ pub(crate) async fn refused(
     }
 }
 
+/// Subscribes to `subject` as whoever `client` is and waits for the server to refuse it.
+pub(crate) async fn refused_subscription(
+    client: &async_nats::Client,
+    errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    subject: &str,
+) {
+    let _ignored = client.subscribe(subject.to_string()).await.unwrap();
+    client.flush().await.unwrap();
+    let wanted = format!(
+        "permissions violation for subscription to \"{}\"",
+        subject.to_lowercase()
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, errors.recv()).await {
+            Ok(Some(error)) if error.contains(&wanted) => return,
+            Ok(Some(_)) => continue,
+            _ => panic!("the server let the client subscribe to {subject}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stolen_worker_or_app_credential_cannot_define_start_or_destroy_work() {
     let nats = TestNats::start_with_config(Some(&roles_config()), Some("operator:operator-secret"));
@@ -797,20 +819,7 @@ async fn a_stolen_worker_or_app_credential_cannot_define_start_or_destroy_work()
     }
     // Other clients' replies: the app may not listen under anyone's inbox prefix but its own.
     for subject in ["_INBOX.>", "_INBOX.operator.>", "_INBOX.*.*", ">"] {
-        let _ignored = app.subscribe(subject.to_string()).await.unwrap();
-        app.flush().await.unwrap();
-        let wanted = format!(
-            "permissions violation for subscription to \"{}\"",
-            subject.to_lowercase()
-        );
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            match tokio::time::timeout_at(deadline, errors.recv()).await {
-                Ok(Some(error)) if error.contains(&wanted) => break,
-                Ok(Some(_)) => continue,
-                _ => panic!("the server let the app subscribe to {subject}"),
-            }
-        }
+        refused_subscription(&app, &mut errors, subject).await;
     }
     // What the app's row is for still works: a trigger, answered on its inbox.
     let inbox = app.new_inbox();

@@ -253,6 +253,22 @@ async fn every_attempt_reaches_the_lineage_endpoint_as_a_start_and_an_end_once()
 
     // The node killed with kill -9 and started again: the events it had taken are not sent
     // again (its consumers resume past them, a repeat is stored once), and a new run's are.
+    // Killed once the forwarder has acknowledged every event it POSTed: one killed between a
+    // POST and its acknowledgement sends that event again, as at-least-once delivery must.
+    wait_for(
+        Duration::from_secs(30),
+        "every event acknowledged",
+        || async {
+            let stream = client
+                .js
+                .get_stream(client.layout.lineage_stream())
+                .await
+                .ok()?;
+            let info = stream.consumer_info("openlineage-http").await.ok()?;
+            (info.num_pending == 0 && info.num_ack_pending == 0).then_some(())
+        },
+    )
+    .await;
     node.kill9();
     let node = AxProcess::configured(&nats, "n1", "all", &config);
     let later = trigger(&nats, &["load"]);

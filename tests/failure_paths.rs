@@ -197,6 +197,7 @@ async fn a_dispatch_delivered_twice_runs_once() {
         passed_over: Vec::new(),
         trigger: Some(record.trigger),
         due_at: record.due_at,
+        tell_end: false,
     };
     // The same dispatch again, under a new message id so JetStream does not drop it.
     client

@@ -3,13 +3,15 @@
 //! ([`DispatchAcks`]). A burst of dispatches costs a few messages instead of one per attempt;
 //! a lone acknowledgement is [`LINGER`] later, against a deadline of seconds. Best effort, as
 //! each one was: a lost acknowledgement costs the Router a look at the record at the deadline.
+//! The ends a Router asked to hear of ([`WorkItem::tell_end`](ax_bus::messages::WorkItem))
+//! go the same way: a lost one costs it the freed slot until the next heartbeat.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use ax_bus::ids::NodeId;
+use ax_bus::ids::{NodeId, WorkerId};
 use ax_bus::messages::{DispatchAck, DispatchAcks};
 use ax_bus::{codec, AxClient};
 
@@ -18,10 +20,19 @@ const MOST: usize = 512;
 /// How long the first acknowledgement waits for others to go with it.
 const LINGER: Duration = Duration::from_millis(2);
 
+/// What a worker tells a Router.
+#[derive(Debug)]
+enum Note {
+    /// A dispatch was received.
+    Ack(DispatchAck),
+    /// An attempt of that Router's ended on this worker.
+    Ended(WorkerId),
+}
+
 /// Where attempts hand their acknowledgements; cheap to clone.
 #[derive(Clone, Debug)]
 pub(super) struct Acks {
-    tx: mpsc::UnboundedSender<(NodeId, DispatchAck)>,
+    tx: mpsc::UnboundedSender<(NodeId, Note)>,
 }
 
 impl Acks {
@@ -34,11 +45,16 @@ impl Acks {
 
     /// Queues `ack` for `router`.
     pub(super) fn send(&self, router: &NodeId, ack: DispatchAck) {
-        let _ = self.tx.send((router.clone(), ack));
+        let _ = self.tx.send((router.clone(), Note::Ack(ack)));
+    }
+
+    /// Queues for `router` that an attempt it sent `worker` ended.
+    pub(super) fn ended(&self, router: &NodeId, worker: &WorkerId) {
+        let _ = self.tx.send((router.clone(), Note::Ended(worker.clone())));
     }
 }
 
-async fn send(client: AxClient, mut rx: mpsc::UnboundedReceiver<(NodeId, DispatchAck)>) {
+async fn send(client: AxClient, mut rx: mpsc::UnboundedReceiver<(NodeId, Note)>) {
     let mut gathered = Vec::with_capacity(MOST);
     while rx.recv_many(&mut gathered, MOST).await > 0 {
         if gathered.len() < MOST {
@@ -51,8 +67,8 @@ async fn send(client: AxClient, mut rx: mpsc::UnboundedReceiver<(NodeId, Dispatc
             }
         }
         for (router, acks) in by_router(gathered.drain(..)) {
-            let count = acks.len();
-            let sent = match codec::encode(&DispatchAcks { acks }) {
+            let count = acks.acks.len() + acks.ended.len();
+            let sent = match codec::encode(&acks) {
                 Ok(payload) => client
                     .nats
                     .publish(client.subjects().ack(&router), payload)
@@ -67,13 +83,18 @@ async fn send(client: AxClient, mut rx: mpsc::UnboundedReceiver<(NodeId, Dispatc
     }
 }
 
-/// The acknowledgements grouped by Router, each group in the order made.
-fn by_router(
-    gathered: impl Iterator<Item = (NodeId, DispatchAck)>,
-) -> BTreeMap<NodeId, Vec<DispatchAck>> {
-    let mut groups: BTreeMap<NodeId, Vec<DispatchAck>> = BTreeMap::new();
-    for (router, ack) in gathered {
-        groups.entry(router).or_default().push(ack);
+/// The acknowledgements and ends grouped by Router, each group in the order made.
+fn by_router(gathered: impl Iterator<Item = (NodeId, Note)>) -> BTreeMap<NodeId, DispatchAcks> {
+    let mut groups: BTreeMap<NodeId, DispatchAcks> = BTreeMap::new();
+    for (router, note) in gathered {
+        let group = groups.entry(router).or_insert_with(|| DispatchAcks {
+            acks: Vec::new(),
+            ended: Vec::new(),
+        });
+        match note {
+            Note::Ack(ack) => group.acks.push(ack),
+            Note::Ended(worker) => group.ended.push(worker),
+        }
     }
     groups
 }
@@ -99,10 +120,12 @@ mod tests {
         let gathered = traces
             .iter()
             .zip(routers)
-            .map(|(t, r)| (r.clone(), ack(&format!("{t:0>32}"))));
-        let groups = by_router(gathered);
+            .map(|(t, r)| (r.clone(), Note::Ack(ack(&format!("{t:0>32}")))));
+        let ended = (r2.clone(), Note::Ended(WorkerId::parse("w1").unwrap()));
+        let groups = by_router(gathered.chain([ended]));
         let names = |router: &NodeId| -> Vec<String> {
             groups[router]
+                .acks
                 .iter()
                 .map(|a| a.trace_id.to_string().trim_start_matches('0').to_string())
                 .collect()
@@ -110,6 +133,8 @@ mod tests {
         assert_eq!(groups.len(), 2);
         assert_eq!(names(&r1), ["a1", "a2", "a3"]);
         assert_eq!(names(&r2), ["b1"]);
+        assert!(groups[&r1].ended.is_empty());
+        assert_eq!(groups[&r2].ended, [WorkerId::parse("w1").unwrap()]);
     }
 
     #[test]
@@ -117,6 +142,7 @@ mod tests {
         let lone = ack(&"c".repeat(32));
         let batch = DispatchAcks {
             acks: vec![lone.clone(), ack(&"d".repeat(32))],
+            ended: vec![WorkerId::parse("w1").unwrap()],
         };
         let encoded = codec::encode(&batch).unwrap();
         assert_eq!(codec::decode::<DispatchAcks>(&encoded).unwrap(), batch);

@@ -86,11 +86,15 @@ pub(super) async fn dispatches(
         pump.working();
         let attempts = attempts.clone();
         let scratch = scratch.clone();
+        let tell = work.router.clone().filter(|_| work.tell_end);
         // Attempts are not tied to the actor's context: a restart of the actor must not cut a
         // running process off from its outcome.
         tokio::spawn(async move {
             attempts.run(message, work, &scratch).await;
             drop(permit);
+            if let Some(router) = tell {
+                attempts.acks.ended(&router, &attempts.config.id);
+            }
         });
     }
     Ok(())

@@ -251,9 +251,12 @@ pub fn role_of(command: Command) -> Role {
         | Command::Replay
         | Command::Report => Role::Operator,
         Command::Approval => Role::Viewer,
-        Command::Apply | Command::Delete | Command::Queue | Command::Mark | Command::Auth => {
-            Role::Admin
-        }
+        Command::Apply
+        | Command::Delete
+        | Command::Queue
+        | Command::Mark
+        | Command::Auth
+        | Command::Namespace => Role::Admin,
     }
 }
 

@@ -916,6 +916,27 @@ impl AxClient {
         Ok(states)
     }
 
+    /// Every namespace's stored settings (`ax namespace set`), by namespace; a namespace
+    /// without an entry has the defaults (weight 1, no quota).
+    pub async fn namespace_settings(
+        &self,
+    ) -> Result<
+        std::collections::BTreeMap<crate::ids::Namespace, crate::messages::NamespaceSettings>,
+        ClientError,
+    > {
+        use crate::messages::NamespaceSettings;
+        let filter = format!("{}>", NamespaceSettings::KEY_PREFIX);
+        let feed = KvFeed::open(&self.js, &self.layout.queues_bucket(), &filter).await?;
+        let mut settings = std::collections::BTreeMap::new();
+        for (key, value, _) in feed.snapshot().await? {
+            let Some(namespace) = NamespaceSettings::namespace_of(&key) else {
+                continue;
+            };
+            settings.insert(namespace, codec::decode(&value)?);
+        }
+        Ok(settings)
+    }
+
     /// Stream `name`'s config, state and cluster, as its leader says now.
     pub async fn stream_info(&self, name: &str) -> Result<jetstream::stream::Info, ClientError> {
         let what = || format!("read stream {name}");

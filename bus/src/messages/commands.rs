@@ -30,10 +30,12 @@ pub const APPROVAL: &str = "approval";
 pub const AUTH: &str = "auth";
 /// The business's report of an attempt whose endpoint answered `202 Accepted`.
 pub const REPORT: &str = "report";
+/// Store or remove a namespace's settings (weight, quotas).
+pub const NAMESPACE: &str = "namespace";
 /// Every command, as `ax.control.<command>` names it.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     APPLY, DELETE, PAUSE, RESUME, TRIGGER, RERUN, BACKFILL, QUEUE, CANCEL, KILL, MARK, REPLAY,
-    APPROVAL, AUTH, REPORT,
+    APPROVAL, AUTH, REPORT, NAMESPACE,
 ];
 
 /// A control command by kind, one variant per `ax.control.<command>`. Matched exhaustively
@@ -72,11 +74,13 @@ pub enum Command {
     Auth,
     /// [`REPORT`].
     Report,
+    /// [`NAMESPACE`].
+    Namespace,
 }
 
 impl Command {
     /// Every command.
-    pub const ALL: [Command; 15] = [
+    pub const ALL: [Command; 16] = [
         Command::Apply,
         Command::Delete,
         Command::Pause,
@@ -92,6 +96,7 @@ impl Command {
         Command::Approval,
         Command::Auth,
         Command::Report,
+        Command::Namespace,
     ];
 
     /// Its name, the last token of its subject.
@@ -112,6 +117,7 @@ impl Command {
             Command::Approval => APPROVAL,
             Command::Auth => AUTH,
             Command::Report => REPORT,
+            Command::Namespace => NAMESPACE,
         }
     }
 
@@ -162,6 +168,8 @@ pub enum Request {
     Auth(super::AuthRequest),
     /// [`REPORT`].
     Report(super::ReportRequest),
+    /// [`NAMESPACE`].
+    Namespace(super::NamespaceRequest),
 }
 
 impl Request {
@@ -196,6 +204,7 @@ impl Request {
             Command::Approval => Self::Approval(read(headers, payload)?),
             Command::Auth => Self::Auth(read(headers, payload)?),
             Command::Report => Self::Report(read(headers, payload)?),
+            Command::Namespace => Self::Namespace(read(headers, payload)?),
         })
     }
 
@@ -215,6 +224,7 @@ impl Request {
             Self::Approval(r) => serde_json::to_value(r),
             Self::Auth(r) => serde_json::to_value(r),
             Self::Report(r) => serde_json::to_value(r),
+            Self::Namespace(r) => serde_json::to_value(r),
         };
         json.unwrap_or(serde_json::Value::Null)
     }
@@ -237,6 +247,7 @@ impl Request {
             Self::Approval(_) => Command::Approval,
             Self::Auth(_) => Command::Auth,
             Self::Report(_) => Command::Report,
+            Self::Namespace(_) => Command::Namespace,
         }
     }
 }

@@ -252,6 +252,18 @@ pub struct QueueRequest {
     pub paused: bool,
 }
 
+/// `ax.control.namespace`: store a namespace's settings (its weight in the fair share of
+/// the workers, its quotas), or remove them (`settings` absent: back to weight 1, no quota).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceRequest {
+    /// The namespace.
+    pub namespace: crate::ids::Namespace,
+    /// Its settings; absent: remove them.
+    #[serde(default)]
+    pub settings: Option<super::NamespaceSettings>,
+}
+
 /// How `ax rerun` chooses instances.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

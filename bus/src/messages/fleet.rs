@@ -23,6 +23,62 @@ impl QueueState {
     pub const BY_BACKLOG: &'static str = "backlog control";
 }
 
+/// A namespace's share of the shared workers (bucket `ax_queues`, key `namespace.<ns>`): it
+/// sits beside the priority queues' states because both say how the Routers hand out slots,
+/// and every Router already follows that bucket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceSettings {
+    /// Its weight in the fair share of free slots among namespaces with work waiting (1 to
+    /// 1000; a namespace without settings weighs 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// The most jobs it may hold (`ax job apply` refuses a new one beyond it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for NamespaceSettings {
+    fn default() -> Self {
+        Self {
+            weight: 1,
+            max_jobs: None,
+        }
+    }
+}
+
+impl NamespaceSettings {
+    /// The heaviest weight.
+    pub const MOST_WEIGHT: u32 = 1000;
+    /// The key prefix of namespace settings in the queues bucket.
+    pub const KEY_PREFIX: &'static str = "namespace.";
+
+    /// The key of `namespace`'s settings.
+    pub fn key(namespace: &crate::ids::Namespace) -> String {
+        format!("{}{namespace}", Self::KEY_PREFIX)
+    }
+
+    /// The namespace a key of the queues bucket holds settings of, if it is one.
+    pub fn namespace_of(key: &str) -> Option<crate::ids::Namespace> {
+        crate::ids::Namespace::parse(key.strip_prefix(Self::KEY_PREFIX)?).ok()
+    }
+
+    /// Why these settings cannot be stored, if they cannot.
+    pub fn invalid(&self) -> Option<String> {
+        if !(1..=Self::MOST_WEIGHT).contains(&self.weight) {
+            return Some(format!(
+                "weight {} is out of range: a weight is 1 to {}",
+                self.weight,
+                Self::MOST_WEIGHT
+            ));
+        }
+        None
+    }
+}
+
 /// A worker's heartbeat, the value under its id in the workers bucket.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInfo {

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use super::commands::Command;
 use super::{
     ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, ControlReply, InstanceRequest,
-    JobChange, JobNameRequest, MarkRequest, PlanStep, QueueRequest, ReplayRequest, ReportRequest,
-    RerunRequest, TriggerRequest,
+    JobChange, JobNameRequest, MarkRequest, NamespaceRequest, PlanStep, QueueRequest,
+    ReplayRequest, ReportRequest, RerunRequest, TriggerRequest,
 };
 use crate::auth::approval::Approval;
 use crate::auth::token::TokenRecord;
@@ -311,6 +311,7 @@ typed! {
     ApprovalRequest => Approval, Approvals;
     AuthRequest => Auth, Tokens;
     ReportRequest => Report, Done;
+    NamespaceRequest => Namespace, Done;
 }
 
 #[cfg(test)]

@@ -77,6 +77,11 @@ pub struct WorkItem {
         skip_serializing_if = "Option::is_none"
     )]
     pub due_at: Option<DateTime<Utc>>,
+    /// Whether the worker tells its Router when the attempt ends (in [`DispatchAcks`]): set by
+    /// a Router that sends it while namespaces contend for full workers, to hand the freed
+    /// slot on at once. Absent from older messages (false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tell_end: bool,
 }
 
 /// An instance record and the revision it was stored under.
@@ -114,6 +119,7 @@ impl WorkItem {
             spec: spec.into(),
             trigger: Some(record.trigger),
             due_at: record.due_at,
+            tell_end: false,
         }
     }
 
@@ -145,6 +151,7 @@ impl WorkItem {
             passed_over: Vec::new(),
             trigger: None,
             due_at: None,
+            tell_end: false,
         }
     }
 }
@@ -196,6 +203,11 @@ pub struct DispatchAck {
 pub struct DispatchAcks {
     /// The acknowledgements, in the order the worker made them.
     pub acks: Vec<DispatchAck>,
+    /// The worker once for each attempt of this Router's that ended there, whose dispatch
+    /// asked to hear of it ([`WorkItem::tell_end`]): the Router holding other namespaces' work
+    /// back for room hands the freed slot on at once, not at the next heartbeat.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ended: Vec<WorkerId>,
 }
 
 fn first_attempt() -> u32 {

@@ -39,6 +39,15 @@ pub(super) async fn apply(
     }
     let registered: Vec<spec::JobSpec> = registry.specs().await?.into_values().collect();
     checked(&request.jobs, &registered, limits).map_err(CommandError::Refused)?;
+    let held = registered.iter().map(|s| &s.name).collect();
+    let over = super::namespace::over_quota(
+        request.jobs.iter().map(|d| &d.job.name),
+        &held,
+        &registry.namespaces().await?,
+    );
+    if !over.is_empty() {
+        return Err(CommandError::Refused(over));
+    }
     let mut changes = Vec::new();
     for doc in request.jobs {
         let previous_at = match registry.job(&doc.job.name).await? {

@@ -31,6 +31,7 @@ pub(crate) mod backfill;
 mod caller;
 pub(crate) mod front_door;
 mod jobs;
+mod namespace;
 mod operator;
 mod queue;
 mod replay;
@@ -49,8 +50,8 @@ use ax_bus::messages::typed::{self, ControlRequest, Planned};
 use ax_bus::messages::{
     commands::{self, Command, Request},
     AlertKind, ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, ControlReply,
-    MarkRequest, QueueRequest, ReplayRequest, ReportRequest, RerunRequest, TriggerRequest,
-    REPLY_TO_HEADER,
+    MarkRequest, NamespaceRequest, QueueRequest, ReplayRequest, ReportRequest, RerunRequest,
+    TriggerRequest, REPLY_TO_HEADER,
 };
 use ax_bus::subjects::Subjects;
 use ax_bus::{codec, reply_to, AxClient};
@@ -520,6 +521,9 @@ async fn carry_out(
         }
         Request::Queue(request) => {
             answered::<QueueRequest>(Box::pin(queue::set_queue(client, &request)).await)
+        }
+        Request::Namespace(request) => {
+            answered::<NamespaceRequest>(Box::pin(namespace::set(client, &request)).await)
         }
         Request::Backfill(request) => answered::<BackfillRequest>(
             Box::pin(backfill::backfill(client, creator, &request))

@@ -73,7 +73,9 @@ pub(crate) async fn of(
         },
         // Checked against each approval's plan where they are listed or decided.
         Request::Approval(_) => Scope::In(BTreeSet::new()),
-        Request::Queue(_) | Request::Replay(_) | Request::Auth(_) => Scope::Everywhere,
+        Request::Queue(_) | Request::Replay(_) | Request::Auth(_) | Request::Namespace(_) => {
+            Scope::Everywhere
+        }
     })
 }
 

@@ -17,9 +17,9 @@ use ax_bus::error::Reason;
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
 use ax_bus::error::{During, NatsError};
-use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TraceId};
+use ax_bus::ids::{ApprovalId, InstanceId, JobName, Namespace, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
+use ax_bus::messages::{DateInstances, JobRecord, NamespaceSettings, QueueState, WorkItem};
 use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::{codec, msg_id, AxClient, InstanceRecord};
 
@@ -107,6 +107,29 @@ impl Registry for AxClient {
             .put(priority.as_str(), codec::encode(state)?)
             .await
             .during(|| format!("set queue {}", priority.as_str()))?;
+        Ok(())
+    }
+
+    async fn namespaces(&self) -> Result<BTreeMap<Namespace, NamespaceSettings>, ActorError> {
+        Ok(self.namespace_settings().await?)
+    }
+
+    async fn set_namespace(
+        &self,
+        namespace: &Namespace,
+        settings: Option<&NamespaceSettings>,
+    ) -> Result<(), ActorError> {
+        let key = NamespaceSettings::key(namespace);
+        let what = || format!("set namespace {namespace}");
+        match settings {
+            Some(settings) => {
+                self.queues
+                    .put(&key, codec::encode(settings)?)
+                    .await
+                    .during(what)?;
+            }
+            None => self.queues.delete(&key).await.during(what)?,
+        }
         Ok(())
     }
 }

@@ -12,9 +12,9 @@ use ax_bus::client::deps::{DayKey, Days};
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
 use ax_bus::dead_letter::DeadLetter;
-use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TraceId};
+use ax_bus::ids::{ApprovalId, InstanceId, JobName, Namespace, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
+use ax_bus::messages::{DateInstances, JobRecord, NamespaceSettings, QueueState, WorkItem};
 use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::InstanceRecord;
 
@@ -151,6 +151,7 @@ impl Instances for Memory {
 pub(crate) struct Jobs {
     pub(crate) jobs: std::sync::Mutex<std::collections::BTreeMap<JobName, (JobRecord, u64)>>,
     pub(crate) queues: std::sync::Mutex<std::collections::BTreeMap<Priority, QueueState>>,
+    pub(crate) namespaces: std::sync::Mutex<BTreeMap<Namespace, NamespaceSettings>>,
     /// How many writes found the entry moved on; the first `races` writes are made to.
     pub(crate) races: std::sync::atomic::AtomicUsize,
 }
@@ -213,6 +214,23 @@ impl Registry for Jobs {
 
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError> {
         self.queues.lock().unwrap().insert(priority, state.clone());
+        Ok(())
+    }
+
+    async fn namespaces(&self) -> Result<BTreeMap<Namespace, NamespaceSettings>, ActorError> {
+        Ok(self.namespaces.lock().unwrap().clone())
+    }
+
+    async fn set_namespace(
+        &self,
+        namespace: &Namespace,
+        settings: Option<&NamespaceSettings>,
+    ) -> Result<(), ActorError> {
+        let mut namespaces = self.namespaces.lock().unwrap();
+        match settings {
+            Some(settings) => namespaces.insert(namespace.clone(), settings.clone()),
+            None => namespaces.remove(namespace),
+        };
         Ok(())
     }
 }
@@ -337,6 +355,18 @@ impl Registry for Memory {
 
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError> {
         self.registry.set_queue(priority, state).await
+    }
+
+    async fn namespaces(&self) -> Result<BTreeMap<Namespace, NamespaceSettings>, ActorError> {
+        self.registry.namespaces().await
+    }
+
+    async fn set_namespace(
+        &self,
+        namespace: &Namespace,
+        settings: Option<&NamespaceSettings>,
+    ) -> Result<(), ActorError> {
+        self.registry.set_namespace(namespace, settings).await
     }
 }
 

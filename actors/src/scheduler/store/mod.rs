@@ -19,9 +19,9 @@ use ax_bus::client::deps::Days;
 use ax_bus::client::reports::{Delivery, Report, ReportState};
 use ax_bus::client::Updated;
 use ax_bus::dead_letter::DeadLetter;
-use ax_bus::ids::{ApprovalId, InstanceId, JobName, TokenName, TraceId};
+use ax_bus::ids::{ApprovalId, InstanceId, JobName, Namespace, TokenName, TraceId};
 use ax_bus::instance::TransitionRefused;
-use ax_bus::messages::{DateInstances, JobRecord, QueueState, WorkItem};
+use ax_bus::messages::{DateInstances, JobRecord, NamespaceSettings, QueueState, WorkItem};
 use ax_bus::spec::{JobSpec, Priority};
 use ax_bus::InstanceRecord;
 
@@ -89,6 +89,14 @@ pub(crate) trait Registry {
     async fn specs(&self) -> Result<BTreeMap<JobName, JobSpec>, ActorError>;
     /// Sets a priority's queue's state.
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError>;
+    /// Every namespace's stored settings.
+    async fn namespaces(&self) -> Result<BTreeMap<Namespace, NamespaceSettings>, ActorError>;
+    /// Stores `namespace`'s settings, or removes them (`None`).
+    async fn set_namespace(
+        &self,
+        namespace: &Namespace,
+        settings: Option<&NamespaceSettings>,
+    ) -> Result<(), ActorError>;
 }
 
 /// The API tokens (bucket `ax_tokens`), as `auth` makes, lists and revokes them.

@@ -175,8 +175,27 @@ impl Command {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum NamespaceCommand {
-    /// Each namespace that holds jobs, with how many.
+    /// Each namespace that holds jobs or has settings: its jobs, weight and quota.
     List,
+    /// Stores a namespace's settings (an admin's of every namespace) and prints the NATS user
+    /// its business services connect as (see `ax namespace user`). Again: changes them.
+    #[command(visible_alias = "set")]
+    Create {
+        /// The namespace.
+        namespace: Namespace,
+        /// Its weight in the fair share of the workers' free slots among namespaces with work
+        /// waiting (1 to 1000).
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+        /// The most jobs it may hold (an apply beyond is refused).
+        #[arg(long)]
+        max_jobs: Option<u32>,
+    },
+    /// Removes a namespace's settings (weight 1, no quota again); its jobs stay.
+    Delete {
+        /// The namespace.
+        namespace: Namespace,
+    },
     /// The NATS user a namespace's business services connect as: an entry for the server's
     /// `authorization { users = [ … ] }`, allowing them to trigger and read the namespace's
     /// work and nothing else (their connections take the inbox prefix `_INBOX.<namespace>`).

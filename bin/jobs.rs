@@ -130,24 +130,73 @@ pub(crate) async fn list(
 
 /// `ax namespace list`: each namespace that holds jobs, with how many.
 pub(crate) async fn namespaces(client: &AxClient, json: bool) -> Result<()> {
-    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    let settings = client.namespace_settings().await?;
+    let mut counts: std::collections::BTreeMap<String, usize> = settings
+        .keys()
+        .map(|namespace| (namespace.to_string(), 0))
+        .collect();
     for job in client.jobs().await? {
         *counts
             .entry(job.spec.name.namespace().to_string())
             .or_default() += 1;
     }
+    let of = |namespace: &str| {
+        settings
+            .iter()
+            .find(|(n, _)| n.as_str() == namespace)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    };
     if json {
         let docs: Vec<serde_json::Value> = counts
             .iter()
-            .map(|(namespace, jobs)| serde_json::json!({"namespace": namespace, "jobs": jobs}))
+            .map(|(namespace, jobs)| {
+                let settings = of(namespace);
+                serde_json::json!({
+                    "namespace": namespace,
+                    "jobs": jobs,
+                    "weight": settings.weight,
+                    "max_jobs": settings.max_jobs,
+                })
+            })
             .collect();
         return table::json(&docs);
     }
     let rows: Vec<Vec<String>> = counts
         .into_iter()
-        .map(|(namespace, jobs)| vec![namespace, jobs.to_string()])
+        .map(|(namespace, jobs)| {
+            let settings = of(&namespace);
+            let most = settings.max_jobs.map_or("-".to_string(), |n| n.to_string());
+            vec![
+                namespace,
+                jobs.to_string(),
+                settings.weight.to_string(),
+                most,
+            ]
+        })
         .collect();
-    table::print(&["NAMESPACE", "JOBS"], &rows);
+    table::print(&["NAMESPACE", "JOBS", "WEIGHT", "MAX JOBS"], &rows);
+    Ok(())
+}
+
+/// `ax namespace create|delete`: stores or removes a namespace's settings.
+pub(crate) async fn set_namespace(
+    client: &AxClient,
+    namespace: &Namespace,
+    settings: Option<ax_bus::messages::NamespaceSettings>,
+    json: bool,
+) -> Result<()> {
+    let request = ax_bus::messages::NamespaceRequest {
+        namespace: namespace.clone(),
+        settings,
+    };
+    let reply = send(client, &request, CONTROL_TIMEOUT).await?;
+    if json {
+        return table::json(
+            &serde_json::json!({ "namespace": namespace, "message": reply.message }),
+        );
+    }
+    println!("{}", reply.message);
     Ok(())
 }
 

@@ -179,6 +179,23 @@ impl Connect<'_> {
 async fn namespaces(command: NamespaceCommand, to: &Connect<'_>, json: bool) -> Result<()> {
     match command {
         NamespaceCommand::List => jobs::namespaces(&to.client().await?, json).await,
+        NamespaceCommand::Create {
+            namespace,
+            weight,
+            max_jobs,
+        } => {
+            let settings = ax_bus::messages::NamespaceSettings { weight, max_jobs };
+            let client = to.client().await?;
+            jobs::set_namespace(&client, &namespace, Some(settings), json).await?;
+            if !json {
+                println!("# the NATS user its business services connect as:");
+                jobs::namespace_user(&client.layout, &namespace, None, None);
+            }
+            Ok(())
+        }
+        NamespaceCommand::Delete { namespace } => {
+            jobs::set_namespace(&to.client().await?, &namespace, None, json).await
+        }
         NamespaceCommand::User {
             namespace,
             user,

@@ -107,7 +107,10 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
     let counts: serde_json::Value = serde_json::from_slice(&counts.stdout).expect("json");
     assert_eq!(
         counts,
-        serde_json::json!([{"namespace": "a", "jobs": 1}, {"namespace": "b", "jobs": 2}])
+        serde_json::json!([
+            {"namespace": "a", "jobs": 1, "weight": 1, "max_jobs": null},
+            {"namespace": "b", "jobs": 2, "weight": 1, "max_jobs": null},
+        ])
     );
     // `b.after` waits for `a.hello` of its business date.
     let after = trigger(&nats, &["-n", "b", "after"]);
@@ -277,4 +280,149 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
             "{log}"
         );
     }
+}
+
+const FLOODS: &str = "version: v1
+job:
+  namespace: a
+  name: flood
+  exec: { type: shell, command: 'sleep 0.3' }
+---
+version: v1
+job:
+  namespace: b
+  name: flood
+  exec: { type: shell, command: 'sleep 0.3' }
+";
+
+/// Two namespaces flood one worker of 4 slots with 45 attempts each, `a` weighing 2 and `b`
+/// 1, `a`'s flood first: `b`'s work starts without waiting for `a`'s flood; while both have
+/// work waiting, `a` gets twice `b`'s starts (within 10 %), and once `a`'s work is done `b`
+/// gets every slot; nothing is lost or failed for waiting. A namespace's quota
+/// of jobs refuses the job past it, naming the namespace, and keeps what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
+    const EACH: usize = 45;
+    const SLOTS: usize = 4;
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let _nodes = [
+        AxProcess::node(&nats, "core-1", "scheduler,dag,router", &[]),
+        AxProcess::node(&nats, "worker-1", "worker", &["--slots", "4"]),
+    ];
+    apply_job(&nats, "floods", FLOODS).await;
+    let created = ax(&nats.url(), &["namespace", "create", "a", "--weight", "2"]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    let said = stdout(&created);
+    assert!(
+        said.contains("namespace a: weight 2, no quota of jobs"),
+        "{said}"
+    );
+    // It prints the namespace's NATS user, as `ax namespace user` does.
+    assert!(said.contains("_INBOX.a"), "{said}");
+    let refused = ax(&nats.url(), &["namespace", "create", "b", "--weight", "0"]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("weight 0 is out of range"),
+        "{}",
+        stderr(&refused)
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "the worker's heartbeat",
+        || async { worker_listed(&nats, "worker-1") },
+    )
+    .await;
+
+    // `a`'s flood first, then `b`'s: `b`'s work must not wait behind all of `a`'s.
+    for job in ["a/flood", "b/flood"] {
+        let triggers = (0..EACH).map(|_| {
+            let nats = client.nats.clone();
+            async move { request_trigger(&nats, "ax.request.trigger", job).await }
+        });
+        let replies = futures::future::join_all(triggers).await;
+        assert!(replies.iter().all(|r| r.ok), "{replies:?}");
+    }
+    let ended = wait_for(Duration::from_secs(120), "every attempt to end", || async {
+        let mut all = Vec::new();
+        for job in ["a.flood", "b.flood"] {
+            all.extend(client.instances(Some(&job.parse().ok()?)).await.ok()?);
+        }
+        let done = all.len() == 2 * EACH && all.iter().all(|r| r.state.is_final());
+        done.then_some(all)
+    })
+    .await;
+    assert!(
+        ended
+            .iter()
+            .all(|r| r.state == State::Success && r.attempt == 1),
+        "{:?}",
+        ended
+            .iter()
+            .map(|r| (&r.instance_id, r.state, r.attempt))
+            .collect::<Vec<_>>()
+    );
+
+    // The starts in order, by namespace: from `b`'s first until `a` ran out, both waited.
+    let mut starts: Vec<_> = ended
+        .iter()
+        .map(|r| {
+            (
+                r.started_at.expect("started"),
+                r.job.namespace().to_string(),
+            )
+        })
+        .collect();
+    starts.sort();
+    let first_b = starts.iter().position(|(_, n)| n == "b").expect("b ran");
+    let last_a = starts.iter().rposition(|(_, n)| n == "a").expect("a ran");
+    // `b` waited for the slots `a` held at most, not for `a`'s flood.
+    assert!(first_b <= 2 * SLOTS, "b's first start came {first_b}th");
+    let window = &starts[first_b..=last_a];
+    let count = |ns: &str| window.iter().filter(|(_, n)| n == ns).count() as f64;
+    let ratio = count("a") / count("b");
+    eprintln!("a:b = {}:{} while both waited", count("a"), count("b"));
+    assert!(
+        (1.8..=2.2).contains(&ratio),
+        "a:b = {}:{} while both waited (ratio {ratio:.2}, 2 ± 10 % wanted)",
+        count("a"),
+        count("b")
+    );
+    // Alone, `b` took every slot: what is left after `a`'s last start is all `b`'s.
+    let alone = &starts[last_a + 1..];
+    assert!(alone.iter().all(|(_, n)| n == "b"));
+    assert!(alone.len() >= EACH / 3, "b alone started {}", alone.len());
+
+    // A quota of jobs: `b` holds one, may hold one.
+    let quota = ax(&nats.url(), &["namespace", "set", "b", "--max-jobs", "1"]);
+    assert!(quota.status.success(), "{}", stderr(&quota));
+    let second = "version: v1\njob:\n  namespace: b\n  name: second\n  exec: { type: noop }\n";
+    let file = job_file(&nats.path("jobs"), "second.yaml", second);
+    let out = ax(
+        &nats.url(),
+        &["job", "apply", "-f", file.to_str().expect("utf-8 path")],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("namespace b may hold at most 1 jobs"),
+        "{}",
+        stderr(&out)
+    );
+    let listed = ax(&nats.url(), &["namespace", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
+    assert_eq!(
+        listed,
+        serde_json::json!([
+            {"namespace": "a", "jobs": 1, "weight": 2, "max_jobs": null},
+            {"namespace": "b", "jobs": 1, "weight": 1, "max_jobs": 1},
+        ])
+    );
+    // Removed, the quota no longer holds the apply back.
+    let removed = ax(&nats.url(), &["namespace", "delete", "b"]);
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    let out = ax(
+        &nats.url(),
+        &["job", "apply", "-f", file.to_str().expect("utf-8 path")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
 }

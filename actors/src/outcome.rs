@@ -237,7 +237,7 @@ async fn hand_on_after_loss(
     }
     publish::to_stream_acked(
         client,
-        client.subjects().ready(work.spec.priority),
+        client.subjects().ready_for(&work),
         &msg_id::ready(&work.trace_id),
         &work,
     )
@@ -287,7 +287,7 @@ pub(crate) async fn run_retry(
     let work = WorkItem::for_attempt(&record, job.spec);
     publish::to_stream_acked(
         client,
-        client.subjects().ready(work.spec.priority),
+        client.subjects().ready_for(&work),
         &msg_id::ready(&work.trace_id),
         &work,
     )

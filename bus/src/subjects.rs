@@ -196,9 +196,34 @@ impl Subjects {
         format!("{}.internal.created.>", self.prefix)
     }
 
-    /// `ax.internal.ready.<priority>`: an instance may run now (to the Router).
+    /// `ax.internal.ready.<priority>`: an instance of `default` may run now (to the Router).
     pub fn ready(&self, priority: Priority) -> String {
         format!("{}.internal.ready.{}", self.prefix, priority.as_str())
+    }
+
+    /// Where an instance of a job in `namespace` that may run now goes: `default`'s
+    /// `ax.internal.ready.<priority>`, any other's `ax.internal.ready.<priority>.<namespace>`
+    /// — a queue per namespace, so that the Routers can take each namespace's work by its
+    /// share rather than in the order it came.
+    pub fn ready_in(&self, priority: Priority, namespace: &str) -> String {
+        if namespace == crate::ids::DEFAULT_NAMESPACE {
+            self.ready(priority)
+        } else {
+            format!("{}.{namespace}", self.ready(priority))
+        }
+    }
+
+    /// [`Self::ready_in`] for `work`'s priority and job.
+    pub fn ready_for(&self, work: &crate::messages::WorkItem) -> String {
+        self.ready_in(work.spec.priority, work.spec.name.namespace())
+    }
+
+    /// The namespace whose ready queue `subject` is, if it is one of a namespace other than
+    /// `default` (`ax.internal.ready.<priority>.<namespace>`).
+    pub fn namespace_of_ready(&self, subject: &str) -> Option<crate::ids::Namespace> {
+        let rest = subject.strip_prefix(&format!("{}.internal.ready.", self.prefix))?;
+        let (_, namespace) = rest.split_once('.')?;
+        crate::ids::Namespace::parse(namespace).ok()
     }
 
     /// `ax.internal.ready.>`.
@@ -325,6 +350,20 @@ mod tests {
         assert_eq!(s.result("hello"), "ax.result.hello");
         assert_eq!(s.event("hello", "success"), "ax.event.hello.success");
         assert_eq!(s.ready(Priority::High), "ax.internal.ready.high");
+        assert_eq!(
+            s.ready_in(Priority::High, "default"),
+            "ax.internal.ready.high"
+        );
+        assert_eq!(
+            s.ready_in(Priority::Low, "payments"),
+            "ax.internal.ready.low.payments"
+        );
+        assert_eq!(
+            s.namespace_of_ready("ax.internal.ready.low.payments")
+                .map(|n| n.to_string()),
+            Some("payments".to_string())
+        );
+        assert_eq!(s.namespace_of_ready("ax.internal.ready.low"), None);
         assert_eq!(Subjects::new("a.b").storage_tag(), "a_b");
     }
 

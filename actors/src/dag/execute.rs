@@ -333,7 +333,7 @@ impl Execution {
         let client = &self.client;
         let ack = publish::to_stream(
             client,
-            client.subjects().ready(work.spec.priority),
+            client.subjects().ready_for(&work),
             &msg_id::ready(&work.trace_id),
             &work,
         )

@@ -20,6 +20,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use ax_bus::codec;
 use ax_bus::error::During;
 use ax_bus::ids::WorkerId;
@@ -307,9 +309,23 @@ async fn depths(
         .get_stream(client.layout.flow_stream())
         .await
         .during(|| "open the flow stream")?;
-    for (priority, depth) in depths.iter_mut() {
-        let name = format!("router-ready-{}", priority.as_str());
-        if let Ok(info) = flow.consumer_info(&name).await {
+    // Each namespace's ready queue of each priority (`default`'s and the others').
+    let mut names = flow.consumer_names();
+    let mut ready = Vec::new();
+    while let Some(name) = names.next().await {
+        let name = name.during(|| "list the flow stream's consumers")?;
+        let priority = Priority::ALL.into_iter().find(|p| {
+            let default = format!("router-ready-{}", p.as_str());
+            name == default || name.starts_with(&format!("{default}-"))
+        });
+        if let Some(priority) = priority {
+            ready.push((priority, name));
+        }
+    }
+    for (priority, name) in ready {
+        if let (Ok(info), Some(depth)) =
+            (flow.consumer_info(&name).await, depths.get_mut(&priority))
+        {
             depth.held += info.num_pending;
         }
     }

@@ -87,7 +87,7 @@ impl Dispatcher {
             Target::NoWorker | Target::NoRoom(_) => {
                 publish::to_stream_acked(
                     &self.client,
-                    self.client.subjects().ready(work.spec.priority),
+                    self.client.subjects().ready_for(&work),
                     &msg_id::ready(&work.trace_id),
                     &work,
                 )
@@ -214,7 +214,7 @@ impl Dispatcher {
                 // queue holds it from there.
                 publish::to_stream_acked(
                     &self.client,
-                    self.client.subjects().ready(work.spec.priority),
+                    self.client.subjects().ready_for(&work),
                     &msg_id::ready_again(&work.trace_id, &dispatch),
                     &work,
                 )

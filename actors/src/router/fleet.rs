@@ -206,9 +206,9 @@ impl Fleet {
             self.charge(worker, Requested::of(&request.resources));
             return Target::Worker(worker.clone());
         }
-        let mut chosen = self.fitting(request, excluded);
+        let mut chosen = self.fitting(request, excluded, &|_| true);
         if chosen.is_err() && !excluded.is_empty() {
-            chosen = self.fitting(request, &[]);
+            chosen = self.fitting(request, &[], &|_| true);
         }
         match chosen {
             Ok(worker) => Target::Worker(worker),
@@ -268,13 +268,29 @@ impl Fleet {
             kind: kind.to_string(),
             resources: Resources::default(),
         };
-        self.fitting(&request, exclude).ok()
+        self.fitting(&request, exclude, &|_| true).ok()
     }
 
-    /// The best live worker for `request` with room for its resources, other than those in
-    /// `exclude`, counted as one attempt busier; or what each live eligible worker lacks (none:
-    /// no live worker offers its tags and executor).
-    fn fitting(&mut self, request: &Request, exclude: &[WorkerId]) -> Result<WorkerId, Vec<Lack>> {
+    /// The best live worker for `request` (not pinned) with room for its resources and below
+    /// the `free` test of its heartbeat (the fair share's capacity), counted as one attempt
+    /// busier; `None` when no eligible worker has room now.
+    pub(crate) fn choose_with_room(
+        &mut self,
+        request: &Request,
+        free: &dyn Fn(&WorkerInfo) -> bool,
+    ) -> Option<WorkerId> {
+        self.fitting(request, &[], free).ok()
+    }
+
+    /// The best live worker for `request` with room for its resources that passes `free`,
+    /// other than those in `exclude`; or what each live eligible worker lacks (none: no live
+    /// worker offers its tags and executor).
+    fn best(
+        &mut self,
+        request: &Request,
+        exclude: &[WorkerId],
+        free: &dyn Fn(&WorkerInfo) -> bool,
+    ) -> Result<WorkerId, Vec<Lack>> {
         let key = (sorted(&request.tags), request.kind.clone());
         let (tags, kind) = (&key.0, key.1.as_str());
         if !self.eligible.contains_key(&key) {
@@ -301,7 +317,7 @@ impl Fleet {
                 let Some(member) = self.members.get(id) else {
                     return false;
                 };
-                if exclude.contains(id) || !self.fresh(member, now) {
+                if exclude.contains(id) || !self.fresh(member, now) || !free(&member.info) {
                     return false;
                 }
                 match member.lacks(&request.resources) {
@@ -321,8 +337,30 @@ impl Fleet {
         let Some((_, _, id)) = best else {
             return Err(lacks);
         };
+        Ok(id)
+    }
+
+    /// [`Self::best`], counted as one attempt busier.
+    fn fitting(
+        &mut self,
+        request: &Request,
+        exclude: &[WorkerId],
+        free: &dyn Fn(&WorkerInfo) -> bool,
+    ) -> Result<WorkerId, Vec<Lack>> {
+        let id = self.best(request, exclude, free)?;
         self.charge(&id, Requested::of(&request.resources));
         Ok(id)
+    }
+
+    /// Where `request` goes when no live worker could ever take it now, however idle: no
+    /// worker offers its tags and executor, or none has room for its resources. `None`: some
+    /// could.
+    pub(crate) fn unplaceable(&mut self, request: &Request) -> Option<Target> {
+        match self.best(request, &[], &|_| true) {
+            Ok(_) => None,
+            Err(lacks) if lacks.is_empty() => Some(Target::NoWorker),
+            Err(lacks) => Some(Target::NoRoom(room::nowhere(&request.resources, &lacks))),
+        }
     }
 
     /// Whether `id` is in the registry as this Router sees it, alive or not yet judged dead.

@@ -28,6 +28,7 @@ mod in_flight;
 pub(crate) mod janitor;
 mod pumps;
 mod retention;
+mod share;
 pub(crate) mod split;
 
 use std::time::{Duration, Instant};
@@ -35,7 +36,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::sync::watch;
 
-use ax_bus::ids::{NodeId, WorkerId};
+use std::collections::BTreeSet;
+
+use ax_bus::ids::{Namespace, NodeId, TraceId, WorkerId};
 use ax_bus::messages::{DispatchAck, WorkerInfo};
 use ax_bus::spec::resources::Resources;
 use ax_bus::spec::Priority;
@@ -85,6 +88,12 @@ pub struct Router {
     acks: AckTracker,
     /// Whether each priority's queue is open; the ready pumps wait on them.
     gates: Vec<(Priority, watch::Sender<bool>)>,
+    /// The namespaces other than `default` whose ready queues this Router pulls from.
+    namespaces: BTreeSet<Namespace>,
+    /// The namespaces' waiting attempts and their weights.
+    share: share::Share,
+    /// What this Router has at each worker while namespaces share them.
+    outstanding: share::Outstanding,
 }
 
 impl Router {
@@ -100,6 +109,79 @@ impl Router {
                 .into_iter()
                 .map(|p| (p, watch::channel(true).0))
                 .collect(),
+            namespaces: BTreeSet::new(),
+            share: share::Share::default(),
+            outstanding: share::Outstanding::default(),
+        }
+    }
+
+    /// Whether namespaces share the workers: jobs of one other than `default` exist.
+    fn sharing(&self) -> bool {
+        !self.namespaces.is_empty()
+    }
+
+    /// Hands freed slots to the waiting attempts (see [`share`]).
+    fn grant(&mut self) {
+        if self.share.is_empty() {
+            return;
+        }
+        let (fleet, outstanding) = (&mut self.fleet, &mut self.outstanding);
+        self.share.grant(|waiter| {
+            let free = |info: &WorkerInfo| {
+                outstanding.at(&info.id).max(info.running) < share::capacity(info)
+            };
+            let worker = fleet.choose_with_room(&waiter.request, &free)?;
+            outstanding.sent(&worker, waiter.trace.clone());
+            Some(Target::Worker(worker))
+        });
+    }
+
+    /// Where `request` (attempt `trace`) goes while namespaces share the workers: a worker
+    /// with room, or `None` when it must wait for one.
+    fn place_shared(
+        &mut self,
+        namespace: &Namespace,
+        priority: Priority,
+        request: &Request,
+        trace: &TraceId,
+    ) -> Option<Target> {
+        let target = if priority == Priority::High || request.pin.is_some() {
+            self.fleet.choose(request, &[])
+        } else if let Some(nowhere) = self.fleet.unplaceable(request) {
+            return Some(nowhere);
+        } else if self.share.waits(namespace, priority) {
+            return None;
+        } else {
+            let outstanding = &self.outstanding;
+            let free = |info: &WorkerInfo| {
+                outstanding.at(&info.id).max(info.running) < share::capacity(info)
+            };
+            Target::Worker(self.fleet.choose_with_room(request, &free)?)
+        };
+        if let Target::Worker(worker) = &target {
+            self.outstanding.sent(worker, trace.clone());
+            self.share.charge(namespace);
+        }
+        Some(target)
+    }
+
+    /// Starts pulling from `namespace`'s ready queues.
+    fn pull_namespace(&mut self, namespace: Namespace, ctx: &mut Context<Self>) {
+        if namespace.as_str() == ax_bus::ids::DEFAULT_NAMESPACE
+            || !self.namespaces.insert(namespace.clone())
+        {
+            return;
+        }
+        tracing::info!(%namespace, "pulling the ready queues of a namespace");
+        let dispatcher = self.dispatcher(ctx);
+        for (priority, gate) in &self.gates {
+            let ready = pumps::ready(
+                dispatcher.clone(),
+                *priority,
+                namespace.clone(),
+                gate.subscribe(),
+            );
+            spawn_pump(ACTOR, "ready", ctx, ready);
         }
     }
 
@@ -141,11 +223,25 @@ impl Actor for Router {
             dead_letters::keep(self.client.clone(), self.node.clone()),
         );
         for (priority, gate) in &self.gates {
-            let ready = pumps::ready(dispatcher.clone(), *priority, gate.subscribe());
+            let ready = pumps::ready(
+                dispatcher.clone(),
+                *priority,
+                Namespace::default_namespace(),
+                gate.subscribe(),
+            );
             spawn_pump(ACTOR, "ready", ctx, ready);
         }
+        spawn_pump(
+            ACTOR,
+            "namespaces",
+            ctx,
+            pumps::namespaces(dispatcher.clone()),
+        );
         spawn_pump(ACTOR, "queues", ctx, pumps::queues(dispatcher));
-        ctx.run_interval(DEADLINE_CHECK, |act, ctx| act.check_deadlines(ctx));
+        ctx.run_interval(DEADLINE_CHECK, |act, ctx| {
+            act.check_deadlines(ctx);
+            act.grant();
+        });
         tracing::info!(node = %self.node, "router started");
     }
 }
@@ -155,9 +251,13 @@ crate::runtime::watchdog::answers_ping!(Router);
 impl Supervised for Router {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
         note_restart(ACTOR);
-        // The fleet is rebuilt from the heartbeats; the unacknowledged dispatches and the
-        // gates stay.
+        // The fleet is rebuilt from the heartbeats, the namespaces and their weights from
+        // their buckets (the waiting attempts' pullers died with the actor's context); the
+        // unacknowledged dispatches and the gates stay.
         self.fleet = Fleet::new(self.config.policy.clone());
+        self.namespaces.clear();
+        self.share = share::Share::default();
+        self.outstanding = share::Outstanding::default();
     }
 }
 
@@ -232,6 +332,125 @@ impl Handler<Acknowledged> for Router {
 
     fn handle(&mut self, msg: Acknowledged, _: &mut Self::Context) {
         self.acks.acknowledged(&msg.0.trace_id, &msg.0.dispatch);
+        self.outstanding.started(&msg.0.worker, &msg.0.trace_id);
+    }
+}
+
+/// A worker's word that an attempt this Router sent it ended.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Ended(pub(crate) DispatchAck);
+
+impl Handler<Ended> for Router {
+    type Result = ();
+
+    fn handle(&mut self, msg: Ended, _: &mut Self::Context) {
+        self.outstanding.ended(&msg.0.worker, &msg.0.trace_id);
+        self.grant();
+    }
+}
+
+/// Where a batch of one namespace's attempts of one priority goes (see [`share`]): the
+/// first ones placed now, and each of the others, which must wait for a slot, where its
+/// worker will be told (in order: a namespace's slots are granted first come, first served).
+#[derive(Debug, Message)]
+#[rtype(result = "Placed")]
+pub(crate) struct Place {
+    pub(crate) namespace: Namespace,
+    pub(crate) priority: Priority,
+    pub(crate) works: Vec<(Request, TraceId)>,
+}
+
+/// The answer to [`Place`].
+#[derive(Debug)]
+pub(crate) struct Placed {
+    /// Where the first attempts go, in order.
+    pub(crate) now: Vec<Target>,
+    /// The others' workers, each once a slot is granted to it.
+    pub(crate) later: Vec<tokio::sync::oneshot::Receiver<Target>>,
+    /// Whether the workers should tell of their ends (namespaces share them).
+    pub(crate) tell_end: bool,
+}
+
+impl Handler<Place> for Router {
+    type Result = MessageResult<Place>;
+
+    fn handle(&mut self, msg: Place, _: &mut Self::Context) -> Self::Result {
+        let mut now = Vec::with_capacity(msg.works.len());
+        if !self.sharing() {
+            for (request, _) in &msg.works {
+                now.push(self.fleet.choose(request, &[]));
+            }
+            return MessageResult(Placed {
+                now,
+                later: Vec::new(),
+                tell_end: false,
+            });
+        }
+        // Those already waiting first.
+        self.grant();
+        let mut works = msg.works.into_iter();
+        for (request, trace) in works.by_ref() {
+            match self.place_shared(&msg.namespace, msg.priority, &request, &trace) {
+                Some(target) => now.push(target),
+                None => {
+                    let first = std::iter::once((request, trace));
+                    let later = first
+                        .chain(works.by_ref())
+                        .map(|(request, trace)| {
+                            let (reply, later) = tokio::sync::oneshot::channel();
+                            let waiter = share::Waiter {
+                                request,
+                                trace,
+                                reply,
+                            };
+                            self.share.wait(msg.namespace.clone(), msg.priority, waiter);
+                            later
+                        })
+                        .collect();
+                    return MessageResult(Placed {
+                        now,
+                        later,
+                        tell_end: true,
+                    });
+                }
+            }
+        }
+        MessageResult(Placed {
+            now,
+            later: Vec::new(),
+            tell_end: true,
+        })
+    }
+}
+
+/// A namespace other than `default` has jobs (or settings): its ready queues are pulled.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct NamespaceSeen(pub(crate) Namespace);
+
+impl Handler<NamespaceSeen> for Router {
+    type Result = ();
+
+    fn handle(&mut self, msg: NamespaceSeen, ctx: &mut Self::Context) {
+        self.pull_namespace(msg.0, ctx);
+    }
+}
+
+/// A namespace's weight was set (`None`: removed).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Weight {
+    pub(crate) namespace: Namespace,
+    pub(crate) weight: Option<u32>,
+}
+
+impl Handler<Weight> for Router {
+    type Result = ();
+
+    fn handle(&mut self, msg: Weight, ctx: &mut Self::Context) {
+        self.share.set_weight(msg.namespace.clone(), msg.weight);
+        self.pull_namespace(msg.namespace, ctx);
     }
 }
 
@@ -252,9 +471,14 @@ impl Handler<WorkerNews> for Router {
 
     fn handle(&mut self, msg: WorkerNews, _: &mut Self::Context) {
         match msg {
-            WorkerNews::Heartbeat(info, seen) => self.fleet.heartbeat(*info, seen),
+            WorkerNews::Heartbeat(info, seen) => {
+                self.outstanding.heard(&info.id, &info.attempts);
+                self.fleet.heartbeat(*info, seen);
+                self.grant();
+            }
             WorkerNews::Gone(id) => {
                 self.fleet.remove(&id);
+                self.outstanding.forget(&id);
             }
             WorkerNews::Loaded => {
                 tracing::info!(workers = self.fleet.len(), "worker registry loaded")
@@ -327,6 +551,7 @@ impl Handler<Forget> for Router {
 
     fn handle(&mut self, msg: Forget, _: &mut Self::Context) {
         self.fleet.remove(&msg.0);
+        self.outstanding.forget(&msg.0);
     }
 }
 

@@ -16,15 +16,21 @@ use ax_bus::spec::Priority;
 
 use super::acks::Pending;
 use super::{
-    split, Acknowledged, Choose, Dispatcher, QueueGate, Request, Target, WorkerNews, ACTOR,
+    split, Acknowledged, Dispatcher, Ended, NamespaceSeen, Place, QueueGate, Request, Target,
+    Weight, WorkerNews, ACTOR,
 };
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::runtime::progress;
 use crate::ActorError;
+use ax_bus::ids::{JobName, Namespace};
+use ax_bus::messages::NamespaceSettings;
 
 const BATCH: usize = 256;
 /// How soon an attempt with no eligible worker is looked at again.
 const NO_WORKER_RETRY: Duration = Duration::from_secs(1);
+/// How often the messages a pump holds for the share are kept in progress (a third of the
+/// ready consumers' ack wait).
+const HELD_PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// Follows the workers bucket: heartbeats and removals.
 pub(super) async fn workers(dispatcher: Dispatcher) -> Result<(), ActorError> {
@@ -78,16 +84,21 @@ pub(super) async fn queues(dispatcher: Dispatcher) -> Result<(), ActorError> {
     let pump = progress::register(ACTOR, "queues", None);
     let mut feed = progress::Progressed::new(feed.into_stream(), pump);
     while let Some(item) = feed.next().await {
-        let (key, paused) = match item? {
-            FeedItem::Put { key, value, .. } => {
-                let paused = codec::decode::<QueueState>(&value)
-                    .map(|q| q.paused)
-                    .unwrap_or(false);
-                (key, paused)
-            }
-            FeedItem::Deleted { key } => (key, false),
+        let (key, value) = match item? {
+            FeedItem::Put { key, value, .. } => (key, Some(value)),
+            FeedItem::Deleted { key } => (key, None),
             FeedItem::Current => continue,
         };
+        if let Some(namespace) = NamespaceSettings::namespace_of(&key) {
+            let weight = value
+                .and_then(|v| codec::decode::<NamespaceSettings>(&v).ok())
+                .map(|s| s.weight);
+            dispatcher.router.send(Weight { namespace, weight }).await?;
+            continue;
+        }
+        let paused = value
+            .and_then(|v| codec::decode::<QueueState>(&v).ok())
+            .is_some_and(|q| q.paused);
         if let Some(priority) = Priority::ALL.into_iter().find(|p| p.as_str() == key) {
             dispatcher
                 .router
@@ -109,10 +120,10 @@ pub(super) async fn acks(dispatcher: Dispatcher) -> Result<(), ActorError> {
     let pump = progress::register(ACTOR, "acks", None);
     let mut acks = progress::Progressed::new(subscription, pump);
     while let Some(message) = acks.next().await {
-        let acks = match codec::decode::<DispatchAcks>(&message.payload) {
-            Ok(batch) => batch.acks,
+        let (acks, ended) = match codec::decode::<DispatchAcks>(&message.payload) {
+            Ok(batch) => (batch.acks, batch.ended),
             Err(_) => match codec::decode::<DispatchAck>(&message.payload) {
-                Ok(ack) => vec![ack],
+                Ok(ack) => (vec![ack], Vec::new()),
                 Err(e) => {
                     tracing::warn!(error = %e, "undecodable acknowledgement ignored");
                     continue;
@@ -122,14 +133,83 @@ pub(super) async fn acks(dispatcher: Dispatcher) -> Result<(), ActorError> {
         for ack in acks {
             dispatcher.router.send(Acknowledged(ack)).await?;
         }
+        for end in ended {
+            dispatcher.router.send(Ended(end)).await?;
+        }
     }
     Ok(())
 }
 
-/// Routes one priority's ready attempts, while its queue is open.
+/// Follows which namespaces other than `default` exist — those with jobs in the registry,
+/// and those whose ready queues still hold work (of jobs deleted since) — so that their ready
+/// queues are pulled.
+pub(super) async fn namespaces(dispatcher: Dispatcher) -> Result<(), ActorError> {
+    let client = &dispatcher.client;
+    for namespace in namespaces_with_work(client).await? {
+        dispatcher.router.send(NamespaceSeen(namespace)).await?;
+    }
+    let feed = KvFeed::open(&client.js, &client.layout.jobs_bucket(), ">").await?;
+    let pump = progress::register(ACTOR, "namespaces", None);
+    let mut feed = progress::Progressed::new(feed.into_stream(), pump);
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(item) = feed.next().await {
+        let FeedItem::Put { key, .. } = item? else {
+            continue;
+        };
+        let Ok(job) = JobName::parse(&key) else {
+            continue;
+        };
+        if job.namespace() == ax_bus::ids::DEFAULT_NAMESPACE || seen.contains(job.namespace()) {
+            continue;
+        }
+        seen.insert(job.namespace().to_string());
+        if let Ok(namespace) = Namespace::parse(job.namespace()) {
+            dispatcher.router.send(NamespaceSeen(namespace)).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The namespaces whose ready queues hold messages now.
+async fn namespaces_with_work(
+    client: &ax_bus::AxClient,
+) -> Result<std::collections::BTreeSet<Namespace>, ActorError> {
+    let flow = client
+        .js
+        .get_stream(client.layout.flow_stream())
+        .await
+        .during(|| "open the flow stream")?;
+    let filter = format!("{}.*", client.subjects().ready_all().trim_end_matches(".>"));
+    let filter = format!("{filter}.*");
+    let mut subjects = flow
+        .info_with_subjects(filter)
+        .await
+        .during(|| "read the ready queues' subjects")?;
+    let mut namespaces = std::collections::BTreeSet::new();
+    while let Some(entry) = subjects.next().await {
+        let (subject, _) = entry.during(|| "read the ready queues' subjects")?;
+        if let Some(namespace) = client.subjects().namespace_of_ready(&subject) {
+            namespaces.insert(namespace);
+        }
+    }
+    Ok(namespaces)
+}
+
+/// The durable consumer of `namespace`'s ready queue of `priority`: `router-ready-<priority>`
+/// for `default` (as before namespaces), `router-ready-<priority>-<namespace>` for another.
+pub(super) fn ready_consumer(priority: Priority, namespace: &Namespace) -> String {
+    if namespace.as_str() == ax_bus::ids::DEFAULT_NAMESPACE {
+        format!("router-ready-{}", priority.as_str())
+    } else {
+        format!("router-ready-{}-{namespace}", priority.as_str())
+    }
+}
+
+/// Routes one namespace's ready attempts of one priority, while its queue is open.
 pub(super) async fn ready(
     dispatcher: Dispatcher,
     priority: Priority,
+    namespace: Namespace,
     mut open: watch::Receiver<bool>,
 ) -> Result<(), ActorError> {
     let client = dispatcher.client.clone();
@@ -137,8 +217,8 @@ pub(super) async fn ready(
         max_ack_pending: 4 * BATCH as i64,
         ..ConsumerSpec::new(
             client.layout.flow_stream(),
-            format!("router-ready-{}", priority.as_str()),
-            client.subjects().ready(priority),
+            ready_consumer(priority, &namespace),
+            client.subjects().ready_in(priority, namespace.as_str()),
         )
     };
     let pump = progress::register(
@@ -150,6 +230,8 @@ pub(super) async fn ready(
     let mut batches = progress::Progressed::new(messages.ready_chunks(BATCH), pump.clone());
     // A batch's dispatches settle (and are then tracked) while the next batch is routed.
     let mut settling = consume::SettleBehind::default();
+    let tracking = dispatcher.clone();
+    let track = move |handed_off| tracking.track(handed_off, tracking.config.ack_timeout);
     loop {
         // A paused queue is not pulled from: its messages stay in the stream.
         if !*open.borrow() {
@@ -190,13 +272,24 @@ pub(super) async fn ready(
             }
             works.push((work, message));
         }
-        let pending = place(&dispatcher, works).await?;
-        let tracking = dispatcher.clone();
-        settling
-            .settle(pending, move |handed_off| {
-                tracking.track(handed_off, tracking.config.ack_timeout)
-            })
-            .await;
+        // Placed as far as the share lets; each attempt that must wait for a slot is held
+        // (kept in progress) until one is granted to it.
+        let (sent, later) = place(&dispatcher, &namespace, priority, &mut works).await?;
+        settling.settle(sent, track.clone()).await;
+        if later.is_empty() {
+            continue;
+        }
+        pump.held();
+        for later in later {
+            let target = held(later, &works).await?;
+            if works.is_empty() {
+                break;
+            }
+            let (work, message) = works.remove(0);
+            let sent = send_placed(&dispatcher, work, message, target, true).await?;
+            settling.settle(sent, track.clone()).await;
+        }
+        pump.working();
     }
 }
 
@@ -206,36 +299,79 @@ type Sent = (
     Pending,
 );
 
-/// Asks the Router where each attempt goes (one message for the batch) and publishes the
-/// dispatches; returns what was sent, for settling.
+/// Asks the Router where each of `works` goes (one message for the batch) and publishes the
+/// dispatches of those placed now, taking them out of `works`; returns what was sent, for
+/// settling, and where each of the rest will go once it is granted a slot.
 async fn place(
     dispatcher: &Dispatcher,
-    works: Vec<(WorkItem, async_nats::jetstream::Message)>,
-) -> Result<Vec<Sent>, ActorError> {
-    if works.is_empty() {
-        return Ok(Vec::new());
-    }
-    let choice = Choose {
-        works: works.iter().map(|(w, _)| Request::of(w)).collect(),
-        excluded: Vec::new(),
+    namespace: &Namespace,
+    priority: Priority,
+    works: &mut Vec<(WorkItem, async_nats::jetstream::Message)>,
+) -> Result<(Vec<Sent>, Vec<tokio::sync::oneshot::Receiver<Target>>), ActorError> {
+    let asked = Place {
+        namespace: namespace.clone(),
+        priority,
+        works: works
+            .iter()
+            .map(|(w, _)| (Request::of(w), w.trace_id.clone()))
+            .collect(),
     };
-    let targets = dispatcher.router.send(choice).await?;
-    let mut sent = Vec::with_capacity(works.len());
-    for ((work, message), target) in works.into_iter().zip(targets) {
-        match target {
-            Target::Worker(worker) => {
-                let (work, ack) = dispatcher.send(work, &worker).await?;
-                sent.push((message, ack, Pending::new(work, worker, Vec::new())));
+    let placed = dispatcher.router.send(asked).await?;
+    let mut sent = Vec::with_capacity(placed.now.len());
+    for ((work, message), target) in works.drain(..placed.now.len()).zip(placed.now) {
+        sent.extend(send_placed(dispatcher, work, message, target, placed.tell_end).await?);
+    }
+    Ok((sent, placed.later))
+}
+
+/// Publishes `work`'s dispatch to `target`'s worker, or does what else its target says.
+async fn send_placed(
+    dispatcher: &Dispatcher,
+    mut work: WorkItem,
+    message: async_nats::jetstream::Message,
+    target: Target,
+    tell_end: bool,
+) -> Result<Vec<Sent>, ActorError> {
+    match target {
+        Target::Worker(worker) => {
+            work.tell_end = tell_end;
+            let (work, ack) = dispatcher.send(work, &worker).await?;
+            return Ok(vec![(message, ack, Pending::new(work, worker, Vec::new()))]);
+        }
+        Target::NoWorker => no_worker_yet(dispatcher, &work, &message, None).await,
+        Target::NoRoom(why) => no_worker_yet(dispatcher, &work, &message, Some(&why)).await,
+        Target::PinnedGone(worker) => {
+            dispatcher.fail_pinned(&work, &worker).await?;
+            consume::ack(&message).await;
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// Waits for the slot granted to the first of `works`, keeping every message of them in
+/// progress meanwhile, so that JetStream hands none of them to another Router while the
+/// share holds them.
+async fn held(
+    later: tokio::sync::oneshot::Receiver<Target>,
+    works: &[(WorkItem, async_nats::jetstream::Message)],
+) -> Result<Target, ActorError> {
+    tokio::pin!(later);
+    let every = HELD_PROGRESS_EVERY;
+    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            biased;
+            target = &mut later => {
+                // The Router restarted: its share, and the slot it would grant, are gone.
+                return target.map_err(|_| ActorError::Stopped("the Router's share"));
             }
-            Target::NoWorker => no_worker_yet(dispatcher, &work, &message, None).await,
-            Target::NoRoom(why) => no_worker_yet(dispatcher, &work, &message, Some(&why)).await,
-            Target::PinnedGone(worker) => {
-                dispatcher.fail_pinned(&work, &worker).await?;
-                consume::ack(&message).await;
+            _ = progress.tick() => {
+                for (_, message) in works {
+                    consume::in_progress(message).await;
+                }
             }
         }
     }
-    Ok(sent)
 }
 
 /// Nobody can take `work` now (`why`, where it is more than no worker offering its tags and

@@ -210,10 +210,7 @@ async fn release(
     }
     let subjects = client.subjects();
     let (subject, id) = if skip_coordinator {
-        (
-            subjects.ready(work.spec.priority),
-            msg_id::ready(&work.trace_id),
-        )
+        (subjects.ready_for(&work), msg_id::ready(&work.trace_id))
     } else {
         (
             subjects.created(work.job()),

@@ -154,7 +154,7 @@ impl NewInstance {
         let work = &self.work;
         if self.skip_coordinator {
             (
-                subjects.ready(work.spec.priority),
+                subjects.ready_for(work),
                 ax_bus::msg_id::ready(&work.trace_id),
             )
         } else {

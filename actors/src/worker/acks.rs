@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use ax_bus::ids::{NodeId, WorkerId};
+use ax_bus::ids::NodeId;
 use ax_bus::messages::{DispatchAck, DispatchAcks};
 use ax_bus::{codec, AxClient};
 
@@ -26,7 +26,7 @@ enum Note {
     /// A dispatch was received.
     Ack(DispatchAck),
     /// An attempt of that Router's ended on this worker.
-    Ended(WorkerId),
+    Ended(DispatchAck),
 }
 
 /// Where attempts hand their acknowledgements; cheap to clone.
@@ -48,9 +48,9 @@ impl Acks {
         let _ = self.tx.send((router.clone(), Note::Ack(ack)));
     }
 
-    /// Queues for `router` that an attempt it sent `worker` ended.
-    pub(super) fn ended(&self, router: &NodeId, worker: &WorkerId) {
-        let _ = self.tx.send((router.clone(), Note::Ended(worker.clone())));
+    /// Queues for `router` that the attempt of dispatch `end` ended.
+    pub(super) fn ended(&self, router: &NodeId, end: DispatchAck) {
+        let _ = self.tx.send((router.clone(), Note::Ended(end)));
     }
 }
 
@@ -93,7 +93,7 @@ fn by_router(gathered: impl Iterator<Item = (NodeId, Note)>) -> BTreeMap<NodeId,
         });
         match note {
             Note::Ack(ack) => group.acks.push(ack),
-            Note::Ended(worker) => group.ended.push(worker),
+            Note::Ended(end) => group.ended.push(end),
         }
     }
     groups
@@ -121,7 +121,7 @@ mod tests {
             .iter()
             .zip(routers)
             .map(|(t, r)| (r.clone(), Note::Ack(ack(&format!("{t:0>32}")))));
-        let ended = (r2.clone(), Note::Ended(WorkerId::parse("w1").unwrap()));
+        let ended = (r2.clone(), Note::Ended(ack(&"e".repeat(32))));
         let groups = by_router(gathered.chain([ended]));
         let names = |router: &NodeId| -> Vec<String> {
             groups[router]
@@ -134,7 +134,12 @@ mod tests {
         assert_eq!(names(&r1), ["a1", "a2", "a3"]);
         assert_eq!(names(&r2), ["b1"]);
         assert!(groups[&r1].ended.is_empty());
-        assert_eq!(groups[&r2].ended, [WorkerId::parse("w1").unwrap()]);
+        let ended: Vec<String> = groups[&r2]
+            .ended
+            .iter()
+            .map(|a| a.trace_id.to_string())
+            .collect();
+        assert_eq!(ended, ["e".repeat(32)]);
     }
 
     #[test]
@@ -142,7 +147,7 @@ mod tests {
         let lone = ack(&"c".repeat(32));
         let batch = DispatchAcks {
             acks: vec![lone.clone(), ack(&"d".repeat(32))],
-            ended: vec![WorkerId::parse("w1").unwrap()],
+            ended: vec![ack(&"e".repeat(32))],
         };
         let encoded = codec::encode(&batch).unwrap();
         assert_eq!(codec::decode::<DispatchAcks>(&encoded).unwrap(), batch);

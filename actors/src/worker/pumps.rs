@@ -7,6 +7,7 @@ use futures::StreamExt;
 
 use ax_bus::error::{During, NatsError};
 use ax_bus::ids::{TraceId, WorkerId};
+use ax_bus::messages::DispatchAck;
 use ax_bus::room::Requested;
 use ax_bus::spec::Priority;
 use ax_bus::AxClient;
@@ -86,14 +87,22 @@ pub(super) async fn dispatches(
         pump.working();
         let attempts = attempts.clone();
         let scratch = scratch.clone();
-        let tell = work.router.clone().filter(|_| work.tell_end);
+        let tell = work
+            .router
+            .clone()
+            .filter(|_| work.tell_end)
+            .zip(work.dispatch.clone().map(|dispatch| DispatchAck {
+                trace_id: work.trace_id.clone(),
+                dispatch,
+                worker: attempts.config.id.clone(),
+            }));
         // Attempts are not tied to the actor's context: a restart of the actor must not cut a
         // running process off from its outcome.
         tokio::spawn(async move {
             attempts.run(message, work, &scratch).await;
             drop(permit);
-            if let Some(router) = tell {
-                attempts.acks.ended(&router, &attempts.config.id);
+            if let Some((router, end)) = tell {
+                attempts.acks.ended(&router, end);
             }
         });
     }

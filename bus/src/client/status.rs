@@ -122,19 +122,42 @@ impl AxClient {
     }
 
     /// Each priority's ready queue as its Routers' consumer counts it (a queue no Router has
-    /// consumed yet is left out), and the delayed instances waiting for their time.
+    /// consumed yet is left out), each namespace's after `default`'s, and the delayed
+    /// instances waiting for their time.
     pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>, ClientError> {
         let flow = self
             .js
             .get_stream(self.layout.flow_stream())
             .await
             .during(|| "open the flow stream")?;
+        // `default`'s queue of each priority, then each other namespace's
+        // (`ready_<priority>.<namespace>`, its consumer `router-ready-<priority>-<namespace>`).
+        let mut queues: Vec<(String, String)> = Priority::ALL
+            .iter()
+            .map(|p| {
+                let name = format!("router-ready-{}", p.as_str());
+                (name, format!("ready_{}", p.as_str()))
+            })
+            .collect();
+        let mut names = flow.consumer_names();
+        let mut namespaced = Vec::new();
+        while let Some(name) = futures::StreamExt::next(&mut names).await {
+            let name = name.during(|| "list the flow stream's consumers")?;
+            for priority in Priority::ALL {
+                let prefix = format!("router-ready-{}-", priority.as_str());
+                if let Some(namespace) = name.strip_prefix(&prefix) {
+                    let queue = format!("ready_{}.{namespace}", priority.as_str());
+                    namespaced.push((name.clone(), queue));
+                }
+            }
+        }
+        namespaced.sort_by(|a, b| a.1.cmp(&b.1));
+        queues.extend(namespaced);
         let mut depths = Vec::new();
-        for priority in Priority::ALL {
-            let name = format!("router-ready-{}", priority.as_str());
+        for (name, queue) in queues {
             if let Ok(info) = flow.consumer_info(&name).await {
                 depths.push(QueueDepth {
-                    queue: format!("ready_{}", priority.as_str()),
+                    queue,
                     pending: info.num_pending,
                     ack_pending: u64::try_from(info.num_ack_pending).unwrap_or(0),
                 });

@@ -203,11 +203,11 @@ pub struct DispatchAck {
 pub struct DispatchAcks {
     /// The acknowledgements, in the order the worker made them.
     pub acks: Vec<DispatchAck>,
-    /// The worker once for each attempt of this Router's that ended there, whose dispatch
-    /// asked to hear of it ([`WorkItem::tell_end`]): the Router holding other namespaces' work
-    /// back for room hands the freed slot on at once, not at the next heartbeat.
+    /// The attempts of this Router's that ended on the worker, whose dispatch asked to hear
+    /// of it ([`WorkItem::tell_end`]): the Router holding namespaces' work back for room hands
+    /// the freed slot on at once, not at the next heartbeat.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ended: Vec<WorkerId>,
+    pub ended: Vec<DispatchAck>,
 }
 
 fn first_attempt() -> u32 {

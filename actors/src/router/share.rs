@@ -1,0 +1,342 @@
+//! Weighted fair share of the workers' free slots among namespaces.
+//!
+//! With one namespace there is nobody to share with, and a Router sends every attempt at once
+//! (the worker's queue holds what its slots cannot run yet). Once jobs of a second namespace
+//! exist, a flood of one team queued at the workers would hold every slot while another
+//! team's work waits behind it; so a Router then sends a worker no more than its slots and a
+//! quarter more ([`capacity`]), and holds the rest back, unacknowledged in the namespace's own
+//! ready queue (`ax.internal.ready.<priority>.<namespace>`), while the [`Share`] hands each
+//! freed slot to the waiting namespace with the least service per weight (stride scheduling:
+//! each grant adds `1 / weight` to its namespace's pass; a namespace that starts waiting again
+//! starts from the lowest pass among those waiting, so idle time banks no credit). Priorities
+//! still come first: high work never waits here, normal work is granted before low.
+//!
+//! A Router learns of a freed slot when the worker tells it of the end
+//! ([`ax_bus::messages::WorkItem::tell_end`]), else at the worker's next heartbeat; it counts
+//! what it sent each worker and did not hear end of ([`Outstanding`]). With several Routers
+//! each shares what it holds; the workers' heartbeats carry what the others run.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use tokio::sync::oneshot;
+
+use ax_bus::ids::{Namespace, TraceId, WorkerId};
+use ax_bus::messages::{RunningAttempt, WorkerInfo};
+use ax_bus::spec::Priority;
+
+use super::{Request, Target};
+
+/// The most attempts a Router lets wait at or run on `worker` while namespaces share it: its
+/// slots and a quarter more (at least one), so that a slot freed is taken at once while the
+/// Router hears of it, and no namespace's flood queues far ahead of the others'.
+pub(crate) fn capacity(worker: &WorkerInfo) -> u32 {
+    let slots = worker.slots.max(1);
+    slots + slots.div_ceil(4)
+}
+
+/// An attempt waiting for a slot, and where its worker is told.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    pub(crate) request: Request,
+    pub(crate) trace: TraceId,
+    pub(crate) reply: oneshot::Sender<Target>,
+}
+
+/// The namespaces' waiting attempts and their service so far.
+#[derive(Debug, Default)]
+pub(crate) struct Share {
+    weights: HashMap<Namespace, u32>,
+    pass: HashMap<Namespace, f64>,
+    /// FIFO per namespace and priority.
+    waiting: BTreeMap<(usize, Namespace), VecDeque<Waiter>>,
+}
+
+fn rank(priority: Priority) -> usize {
+    Priority::ALL
+        .iter()
+        .position(|p| *p == priority)
+        .unwrap_or(Priority::ALL.len())
+}
+
+impl Share {
+    /// Sets `namespace`'s weight (`None`: back to 1).
+    pub(crate) fn set_weight(&mut self, namespace: Namespace, weight: Option<u32>) {
+        match weight {
+            Some(w) => self.weights.insert(namespace, w.max(1)),
+            None => self.weights.remove(&namespace),
+        };
+    }
+
+    fn weight(&self, namespace: &Namespace) -> f64 {
+        f64::from(self.weights.get(namespace).copied().unwrap_or(1))
+    }
+
+    /// Counts one slot given to `namespace`.
+    pub(crate) fn charge(&mut self, namespace: &Namespace) {
+        let step = 1.0 / self.weight(namespace);
+        *self.pass.entry(namespace.clone()).or_default() += step;
+    }
+
+    /// Whether `namespace` has attempts waiting at `priority` (a new one waits behind them).
+    pub(crate) fn waits(&self, namespace: &Namespace, priority: Priority) -> bool {
+        self.waiting
+            .get(&(rank(priority), namespace.clone()))
+            .is_some_and(|q| !q.is_empty())
+    }
+
+    /// Whether anything waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Puts `waiter` of `namespace` in line.
+    pub(crate) fn wait(&mut self, namespace: Namespace, priority: Priority, waiter: Waiter) {
+        let idle = !self.waiting.keys().any(|(_, n)| *n == namespace);
+        if idle {
+            // Back from idle: no credit for the time it asked for nothing.
+            let lowest = self
+                .waiting
+                .keys()
+                .filter_map(|(_, n)| self.pass.get(n))
+                .copied()
+                .fold(f64::INFINITY, f64::min);
+            if lowest.is_finite() {
+                let pass = self.pass.entry(namespace.clone()).or_default();
+                *pass = pass.max(lowest);
+            }
+        }
+        self.waiting
+            .entry((rank(priority), namespace))
+            .or_default()
+            .push_back(waiter);
+    }
+
+    /// Hands slots to the waiting attempts, higher priorities first and then the namespace
+    /// with the least pass, while `place` finds a worker with room for one (`None`: none has);
+    /// an attempt whose puller is gone gives its place back to the next.
+    pub(crate) fn grant(&mut self, mut place: impl FnMut(&Waiter) -> Option<Target>) {
+        loop {
+            let mut order: Vec<(usize, f64, Namespace)> = self
+                .waiting
+                .keys()
+                .map(|(r, n)| (*r, self.pass.get(n).copied().unwrap_or(0.0), n.clone()))
+                .collect();
+            order.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+            let mut granted = false;
+            for (r, _, namespace) in order {
+                let key = (r, namespace.clone());
+                let Some(queue) = self.waiting.get_mut(&key) else {
+                    continue;
+                };
+                let Some(head) = queue.front() else {
+                    self.waiting.remove(&key);
+                    continue;
+                };
+                if head.reply.is_closed() {
+                    queue.pop_front();
+                    if queue.is_empty() {
+                        self.waiting.remove(&key);
+                    }
+                    granted = true;
+                    break;
+                }
+                let Some(target) = place(head) else {
+                    continue;
+                };
+                let Some(waiter) = queue.pop_front() else {
+                    continue;
+                };
+                if queue.is_empty() {
+                    self.waiting.remove(&key);
+                }
+                self.charge(&namespace);
+                let _ = waiter.reply.send(target);
+                granted = true;
+                break;
+            }
+            if !granted {
+                return;
+            }
+        }
+    }
+}
+
+/// What this Router sent each worker while namespaces share it, and has not heard end of.
+#[derive(Debug, Default)]
+pub(crate) struct Outstanding {
+    sent: HashMap<WorkerId, HashMap<TraceId, bool>>,
+}
+
+impl Outstanding {
+    /// `trace` was sent to `worker`.
+    pub(crate) fn sent(&mut self, worker: &WorkerId, trace: TraceId) {
+        self.sent
+            .entry(worker.clone())
+            .or_default()
+            .insert(trace, false);
+    }
+
+    /// `worker` acknowledged `trace`: it runs there.
+    pub(crate) fn started(&mut self, worker: &WorkerId, trace: &TraceId) {
+        if let Some(started) = self.sent.get_mut(worker).and_then(|s| s.get_mut(trace)) {
+            *started = true;
+        }
+    }
+
+    /// `trace` ended on `worker`.
+    pub(crate) fn ended(&mut self, worker: &WorkerId, trace: &TraceId) {
+        if let Some(sent) = self.sent.get_mut(worker) {
+            sent.remove(trace);
+        }
+    }
+
+    /// A heartbeat of `worker` that runs `running`: what it started and does not run any more
+    /// ended (its end's word was lost).
+    pub(crate) fn heard(&mut self, worker: &WorkerId, running: &[RunningAttempt]) {
+        let Some(sent) = self.sent.get_mut(worker) else {
+            return;
+        };
+        let runs: HashSet<&TraceId> = running.iter().map(|a| &a.trace_id).collect();
+        sent.retain(|trace, started| !*started || runs.contains(trace));
+    }
+
+    /// `worker` is gone.
+    pub(crate) fn forget(&mut self, worker: &WorkerId) {
+        self.sent.remove(worker);
+    }
+
+    /// How many attempts this Router has at `worker`.
+    pub(crate) fn at(&self, worker: &WorkerId) -> u32 {
+        self.sent
+            .get(worker)
+            .map_or(0, |s| u32::try_from(s.len()).unwrap_or(u32::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ax_bus::spec::resources::Resources;
+
+    fn ns(name: &str) -> Namespace {
+        Namespace::parse(name).unwrap()
+    }
+
+    fn request() -> Request {
+        Request {
+            pin: None,
+            tags: Vec::new(),
+            kind: "shell".into(),
+            resources: Resources::default(),
+        }
+    }
+
+    /// `n` attempts of `namespace` wait; their receivers, to see who was granted.
+    fn line_up(
+        share: &mut Share,
+        namespace: &str,
+        priority: Priority,
+        n: usize,
+    ) -> Vec<oneshot::Receiver<Target>> {
+        (0..n)
+            .map(|_| {
+                let (reply, rx) = oneshot::channel();
+                let trace = TraceId::random();
+                let waiter = Waiter {
+                    request: request(),
+                    trace,
+                    reply,
+                };
+                share.wait(ns(namespace), priority, waiter);
+                rx
+            })
+            .collect()
+    }
+
+    /// How many of `receivers` were granted since the last look.
+    fn granted(receivers: &mut [oneshot::Receiver<Target>]) -> usize {
+        receivers
+            .iter_mut()
+            .map(|r| r.try_recv().is_ok())
+            .filter(|got| *got)
+            .count()
+    }
+
+    /// One slot at a time, `slots` times.
+    fn free(share: &mut Share, slots: usize) {
+        for _ in 0..slots {
+            let mut room = 1;
+            share.grant(|_| {
+                (room > 0).then(|| {
+                    room -= 1;
+                    Target::Worker(WorkerId::parse("w1").unwrap())
+                })
+            });
+        }
+    }
+
+    #[test]
+    fn freed_slots_go_to_namespaces_by_weight_and_one_alone_gets_them_all() {
+        let mut share = Share::default();
+        share.set_weight(ns("a"), Some(2));
+        let mut a = line_up(&mut share, "a", Priority::Normal, 100);
+        let mut b = line_up(&mut share, "b", Priority::Normal, 200);
+        free(&mut share, 150);
+        assert_eq!((granted(&mut a), granted(&mut b)), (100, 50));
+        // `a` runs out; `b` alone takes every slot.
+        free(&mut share, 150);
+        assert_eq!((granted(&mut a), granted(&mut b)), (0, 150));
+        assert!(share.is_empty());
+    }
+
+    #[test]
+    fn a_namespace_back_from_idle_banks_no_credit_and_normal_goes_before_low() {
+        let mut share = Share::default();
+        let mut a = line_up(&mut share, "a", Priority::Normal, 100);
+        free(&mut share, 60);
+        assert_eq!(granted(&mut a), 60);
+        // `b` comes late: it shares from now on, rather than taking 60 slots in a row.
+        let mut b = line_up(&mut share, "b", Priority::Normal, 100);
+        free(&mut share, 20);
+        assert_eq!((granted(&mut a), granted(&mut b)), (10, 10));
+        // Low work waits for the normal work of every namespace.
+        let mut low = line_up(&mut share, "c", Priority::Low, 5);
+        free(&mut share, 10);
+        assert_eq!(granted(&mut low), 0);
+        assert_eq!(granted(&mut a) + granted(&mut b), 10);
+        // No room: nothing is granted, and nothing is lost.
+        share.grant(|_| None);
+        assert_eq!(granted(&mut a) + granted(&mut b) + granted(&mut low), 0);
+        assert!(share.waits(&ns("c"), Priority::Low));
+    }
+
+    #[test]
+    fn a_waiter_whose_puller_is_gone_gives_its_slot_to_the_next() {
+        let mut share = Share::default();
+        let gone = line_up(&mut share, "a", Priority::Normal, 1);
+        let mut next = line_up(&mut share, "a", Priority::Normal, 1);
+        drop(gone);
+        free(&mut share, 1);
+        assert_eq!(granted(&mut next), 1);
+        assert!(share.is_empty());
+    }
+
+    #[test]
+    fn what_a_router_has_at_a_worker_ends_by_word_or_by_heartbeat() {
+        let w = WorkerId::parse("w1").unwrap();
+        let trace = |c: char| TraceId::parse(&c.to_string().repeat(32)).unwrap();
+        let mut outstanding = Outstanding::default();
+        for c in ['a', 'b', 'c'] {
+            outstanding.sent(&w, trace(c));
+        }
+        outstanding.ended(&w, &trace('a'));
+        assert_eq!(outstanding.at(&w), 2);
+        // `b` started and its end's word was lost: the heartbeat no longer lists it. `c`
+        // waits at the worker unstarted: it stays.
+        outstanding.started(&w, &trace('b'));
+        outstanding.heard(&w, &[]);
+        assert_eq!(outstanding.at(&w), 1);
+        outstanding.forget(&w);
+        assert_eq!(outstanding.at(&w), 0);
+    }
+}

@@ -190,6 +190,10 @@ pub(crate) enum NamespaceCommand {
         /// The most jobs it may hold (an apply beyond is refused).
         #[arg(long)]
         max_jobs: Option<u32>,
+        /// The most of its attempts dispatched and running at once (the rest wait for one to
+        /// end, tagged `queued` with the reason).
+        #[arg(long)]
+        max_running: Option<u32>,
     },
     /// Removes a namespace's settings (weight 1, no quota again); its jobs stay.
     Delete {

@@ -157,6 +157,7 @@ pub(crate) async fn namespaces(client: &AxClient, json: bool) -> Result<()> {
                     "jobs": jobs,
                     "weight": settings.weight,
                     "max_jobs": settings.max_jobs,
+                    "max_running": settings.max_running,
                 })
             })
             .collect();
@@ -175,7 +176,10 @@ pub(crate) async fn namespaces(client: &AxClient, json: bool) -> Result<()> {
             ]
         })
         .collect();
-    table::print(&["NAMESPACE", "JOBS", "WEIGHT", "MAX JOBS"], &rows);
+    table::print(
+        &["NAMESPACE", "JOBS", "WEIGHT", "MAX JOBS", "MAX RUNNING"],
+        &rows,
+    );
     Ok(())
 }
 

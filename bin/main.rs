@@ -183,8 +183,13 @@ async fn namespaces(command: NamespaceCommand, to: &Connect<'_>, json: bool) -> 
             namespace,
             weight,
             max_jobs,
+            max_running,
         } => {
-            let settings = ax_bus::messages::NamespaceSettings { weight, max_jobs };
+            let settings = ax_bus::messages::NamespaceSettings {
+                weight,
+                max_jobs,
+                max_running,
+            };
             let client = to.client().await?;
             jobs::set_namespace(&client, &namespace, Some(settings), json).await?;
             if !json {

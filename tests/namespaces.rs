@@ -108,8 +108,8 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
     assert_eq!(
         counts,
         serde_json::json!([
-            {"namespace": "a", "jobs": 1, "weight": 1, "max_jobs": null},
-            {"namespace": "b", "jobs": 2, "weight": 1, "max_jobs": null},
+            {"namespace": "a", "jobs": 1, "weight": 1, "max_jobs": null, "max_running": null},
+            {"namespace": "b", "jobs": 2, "weight": 1, "max_jobs": null, "max_running": null},
         ])
     );
     // `b.after` waits for `a.hello` of its business date.
@@ -298,8 +298,9 @@ job:
 /// Two namespaces flood one worker of 4 slots with 45 attempts each, `a` weighing 2 and `b`
 /// 1, `a`'s flood first: `b`'s work starts without waiting for `a`'s flood; while both have
 /// work waiting, `a` gets twice `b`'s starts (within 10 %), and once `a`'s work is done `b`
-/// gets every slot; nothing is lost or failed for waiting. A namespace's quota
-/// of jobs refuses the job past it, naming the namespace, and keeps what it holds.
+/// gets every slot; nothing is lost or failed for waiting. A namespace's quota of running
+/// attempts holds the rest as `queued`, with the reason, and releases them as attempts end;
+/// its quota of jobs refuses the job past it, naming the namespace, and keeps what it holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     const EACH: usize = 45;
@@ -393,6 +394,59 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     assert!(alone.iter().all(|(_, n)| n == "b"));
     assert!(alone.len() >= EACH / 3, "b alone started {}", alone.len());
 
+    // A quota of running attempts: `a` may have 2 dispatched or running; the others wait,
+    // tagged `queued` with the reason, and run as those end.
+    let quota = ax(
+        &nats.url(),
+        &[
+            "namespace",
+            "set",
+            "a",
+            "--weight",
+            "2",
+            "--max-running",
+            "2",
+        ],
+    );
+    assert!(quota.status.success(), "{}", stderr(&quota));
+    let triggers = (0..6).map(|_| {
+        let nats = client.nats.clone();
+        async move { request_trigger(&nats, "ax.request.trigger", "a/flood").await }
+    });
+    let held: Vec<String> = futures::future::join_all(triggers)
+        .await
+        .into_iter()
+        .map(|r| r.instance_id.expect("an instance").to_string())
+        .collect();
+    wait_for(
+        Duration::from_secs(30),
+        "an attempt held for the quota",
+        || async {
+            for id in &held {
+                let record = client.instance(&id.parse().ok()?).await.ok().flatten()?.0;
+                if record.tag == ax_bus::Tag::Queued && record.message.contains("--max-running") {
+                    return Some(record);
+                }
+            }
+            None
+        },
+    )
+    .await;
+    let mut runs = Vec::new();
+    for id in &held {
+        let record = final_record(&client, id, Duration::from_secs(60)).await;
+        assert_eq!(record.state, State::Success, "{record:?}");
+        runs.push((
+            record.started_at.expect("started"),
+            record.finished_at.expect("finished"),
+        ));
+    }
+    let most_at_once = runs
+        .iter()
+        .map(|(start, _)| runs.iter().filter(|(s, f)| s <= start && start < f).count())
+        .max();
+    assert_eq!(most_at_once, Some(2), "{runs:?}");
+
     // A quota of jobs: `b` holds one, may hold one.
     let quota = ax(&nats.url(), &["namespace", "set", "b", "--max-jobs", "1"]);
     assert!(quota.status.success(), "{}", stderr(&quota));
@@ -413,8 +467,8 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     assert_eq!(
         listed,
         serde_json::json!([
-            {"namespace": "a", "jobs": 1, "weight": 2, "max_jobs": null},
-            {"namespace": "b", "jobs": 1, "weight": 1, "max_jobs": 1},
+            {"namespace": "a", "jobs": 1, "weight": 2, "max_jobs": null, "max_running": 2},
+            {"namespace": "b", "jobs": 1, "weight": 1, "max_jobs": 1, "max_running": null},
         ])
     );
     // Removed, the quota no longer holds the apply back.

@@ -759,6 +759,19 @@ impl InstanceRecord {
         Ok(next)
     }
 
+    /// The current attempt waits to be routed for `why` (its namespace's quota of running
+    /// attempts); refused once it started.
+    pub fn held(&self, trace_id: &TraceId, why: &str) -> Result<Self, TransitionRefused> {
+        self.check_current(trace_id)?;
+        if self.tag == Tag::Executing {
+            return Err(TransitionRefused::AlreadyStarted);
+        }
+        let mut next = self.clone();
+        next.tag = Tag::Queued;
+        next.message = why.into();
+        Ok(next)
+    }
+
     /// A worker started the current attempt, which reached it as `dispatch` says; refused
     /// once any dispatch of the attempt started it.
     pub fn started(

@@ -264,6 +264,22 @@ impl Dispatcher {
         });
     }
 
+    /// Writes on the record why its attempt waits to be routed (`queued`, its namespace's
+    /// quota), and says so in an event. Best effort, as the `no_worker` tag.
+    pub(super) async fn note_held(&self, work: &WorkItem, why: &str) {
+        match self
+            .client
+            .update_instance(&work.instance_id, |r| r.held(&work.trace_id, why))
+            .await
+        {
+            Ok(Updated::Written(record, _)) => publish::event(&self.client, &record).await,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(instance = %work.instance_id, error = %e, "the wait's reason not written")
+            }
+        }
+    }
+
     /// Tags the record `no_worker`, saying `why` where the fleet said more than that no worker
     /// offers its tags and executor, and says so in an event (a refusal means the attempt
     /// moved on).

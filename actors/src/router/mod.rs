@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::sync::watch;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use ax_bus::ids::{Namespace, NodeId, TraceId, WorkerId};
 use ax_bus::messages::{DispatchAck, WorkerInfo};
@@ -77,6 +77,27 @@ impl Default for RouterConfig {
     }
 }
 
+/// Why an attempt waits at the Router.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// No worker it may go to has room.
+    Room,
+    /// Its namespace runs its quota of attempts.
+    Quota(u32),
+}
+
+/// How many attempts of `namespace` are dispatched or running: what this Router sent and has
+/// not heard end of, or what the workers' heartbeats say they run (every Router's), whichever
+/// is more.
+fn running(
+    outstanding: &share::Outstanding,
+    heard: &HashMap<WorkerId, HashMap<Namespace, u32>>,
+    namespace: &Namespace,
+) -> u32 {
+    let heard: u32 = heard.values().filter_map(|n| n.get(namespace)).sum();
+    outstanding.of(namespace).max(heard)
+}
+
 /// The Router actor.
 #[derive(Debug)]
 pub struct Router {
@@ -94,6 +115,8 @@ pub struct Router {
     share: share::Share,
     /// What this Router has at each worker while namespaces share them.
     outstanding: share::Outstanding,
+    /// What each worker's last heartbeat says it runs of each namespace (all Routers' work).
+    heard_running: HashMap<WorkerId, HashMap<Namespace, u32>>,
 }
 
 impl Router {
@@ -112,12 +135,14 @@ impl Router {
             namespaces: BTreeSet::new(),
             share: share::Share::default(),
             outstanding: share::Outstanding::default(),
+            heard_running: HashMap::new(),
         }
     }
 
-    /// Whether namespaces share the workers: jobs of one other than `default` exist.
+    /// Whether namespaces share the workers: jobs of one other than `default` exist, or a
+    /// namespace has a quota of running attempts.
     fn sharing(&self) -> bool {
-        !self.namespaces.is_empty()
+        !self.namespaces.is_empty() || self.share.has_quotas()
     }
 
     /// Hands freed slots to the waiting attempts (see [`share`]).
@@ -125,44 +150,59 @@ impl Router {
         if self.share.is_empty() {
             return;
         }
-        let (fleet, outstanding) = (&mut self.fleet, &mut self.outstanding);
-        self.share.grant(|waiter| {
+        let (fleet, outstanding, heard) =
+            (&mut self.fleet, &mut self.outstanding, &self.heard_running);
+        let quotas = &self.share.quotas();
+        self.share.grant(|namespace, waiter| {
+            if quotas
+                .get(namespace)
+                .is_some_and(|most| running(outstanding, heard, namespace) >= *most)
+            {
+                return None;
+            }
             let free = |info: &WorkerInfo| {
                 outstanding.at(&info.id).max(info.running) < share::capacity(info)
             };
             let worker = fleet.choose_with_room(&waiter.request, &free)?;
-            outstanding.sent(&worker, waiter.trace.clone());
+            outstanding.sent(&worker, waiter.trace.clone(), namespace.clone());
             Some(Target::Worker(worker))
         });
     }
 
     /// Where `request` (attempt `trace`) goes while namespaces share the workers: a worker
-    /// with room, or `None` when it must wait for one.
+    /// with room, or why it must wait.
     fn place_shared(
         &mut self,
         namespace: &Namespace,
         priority: Priority,
         request: &Request,
         trace: &TraceId,
-    ) -> Option<Target> {
+    ) -> Result<Target, Wait> {
+        if let Some(most) = self.share.quota(namespace) {
+            if running(&self.outstanding, &self.heard_running, namespace) >= most {
+                return Err(Wait::Quota(most));
+            }
+        }
         let target = if priority == Priority::High || request.pin.is_some() {
             self.fleet.choose(request, &[])
         } else if let Some(nowhere) = self.fleet.unplaceable(request) {
-            return Some(nowhere);
+            return Ok(nowhere);
         } else if self.share.waits(namespace, priority) {
-            return None;
+            return Err(Wait::Room);
         } else {
             let outstanding = &self.outstanding;
             let free = |info: &WorkerInfo| {
                 outstanding.at(&info.id).max(info.running) < share::capacity(info)
             };
-            Target::Worker(self.fleet.choose_with_room(request, &free)?)
+            let worker = self.fleet.choose_with_room(request, &free);
+            Target::Worker(worker.ok_or(Wait::Room)?)
         };
         if let Target::Worker(worker) = &target {
-            self.outstanding.sent(worker, trace.clone());
+            self.outstanding
+                .sent(worker, trace.clone(), namespace.clone());
             self.share.charge(namespace);
         }
-        Some(target)
+        Ok(target)
     }
 
     /// Starts pulling from `namespace`'s ready queues.
@@ -258,6 +298,7 @@ impl Supervised for Router {
         self.namespaces.clear();
         self.share = share::Share::default();
         self.outstanding = share::Outstanding::default();
+        self.heard_running.clear();
     }
 }
 
@@ -332,7 +373,8 @@ impl Handler<Acknowledged> for Router {
 
     fn handle(&mut self, msg: Acknowledged, _: &mut Self::Context) {
         self.acks.acknowledged(&msg.0.trace_id, &msg.0.dispatch);
-        self.outstanding.started(&msg.0.worker, &msg.0.trace_id);
+        self.outstanding
+            .started(&msg.0.worker, &msg.0.trace_id, Instant::now());
     }
 }
 
@@ -370,6 +412,8 @@ pub(crate) struct Placed {
     pub(crate) later: Vec<tokio::sync::oneshot::Receiver<Target>>,
     /// Whether the workers should tell of their ends (namespaces share them).
     pub(crate) tell_end: bool,
+    /// Why the others wait, where it is more than room (their namespace's quota).
+    pub(crate) why: Option<String>,
 }
 
 impl Handler<Place> for Router {
@@ -385,6 +429,7 @@ impl Handler<Place> for Router {
                 now,
                 later: Vec::new(),
                 tell_end: false,
+                why: None,
             });
         }
         // Those already waiting first.
@@ -392,8 +437,8 @@ impl Handler<Place> for Router {
         let mut works = msg.works.into_iter();
         for (request, trace) in works.by_ref() {
             match self.place_shared(&msg.namespace, msg.priority, &request, &trace) {
-                Some(target) => now.push(target),
-                None => {
+                Ok(target) => now.push(target),
+                Err(wait) => {
                     let first = std::iter::once((request, trace));
                     let later = first
                         .chain(works.by_ref())
@@ -408,10 +453,19 @@ impl Handler<Place> for Router {
                             later
                         })
                         .collect();
+                    let why = match wait {
+                        Wait::Room => None,
+                        Wait::Quota(most) => Some(format!(
+                            "waiting: namespace {} has {most} attempts running, its quota \
+                             (`ax namespace set {} --max-running`)",
+                            msg.namespace, msg.namespace
+                        )),
+                    };
                     return MessageResult(Placed {
                         now,
                         later,
                         tell_end: true,
+                        why,
                     });
                 }
             }
@@ -420,6 +474,7 @@ impl Handler<Place> for Router {
             now,
             later: Vec::new(),
             tell_end: true,
+            why: None,
         })
     }
 }
@@ -437,20 +492,21 @@ impl Handler<NamespaceSeen> for Router {
     }
 }
 
-/// A namespace's weight was set (`None`: removed).
+/// A namespace's settings were stored (`None`: removed).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub(crate) struct Weight {
+pub(crate) struct Settings {
     pub(crate) namespace: Namespace,
-    pub(crate) weight: Option<u32>,
+    pub(crate) settings: Option<ax_bus::messages::NamespaceSettings>,
 }
 
-impl Handler<Weight> for Router {
+impl Handler<Settings> for Router {
     type Result = ();
 
-    fn handle(&mut self, msg: Weight, ctx: &mut Self::Context) {
-        self.share.set_weight(msg.namespace.clone(), msg.weight);
+    fn handle(&mut self, msg: Settings, ctx: &mut Self::Context) {
+        self.share.set(msg.namespace.clone(), msg.settings.as_ref());
         self.pull_namespace(msg.namespace, ctx);
+        self.grant();
     }
 }
 
@@ -472,13 +528,17 @@ impl Handler<WorkerNews> for Router {
     fn handle(&mut self, msg: WorkerNews, _: &mut Self::Context) {
         match msg {
             WorkerNews::Heartbeat(info, seen) => {
-                self.outstanding.heard(&info.id, &info.attempts);
+                self.outstanding
+                    .heard(&info.id, &info.attempts, Instant::now());
+                let running = share::running_by_namespace(&info.attempts, &self.namespaces);
+                self.heard_running.insert(info.id.clone(), running);
                 self.fleet.heartbeat(*info, seen);
                 self.grant();
             }
             WorkerNews::Gone(id) => {
                 self.fleet.remove(&id);
                 self.outstanding.forget(&id);
+                self.heard_running.remove(&id);
             }
             WorkerNews::Loaded => {
                 tracing::info!(workers = self.fleet.len(), "worker registry loaded")
@@ -552,6 +612,7 @@ impl Handler<Forget> for Router {
     fn handle(&mut self, msg: Forget, _: &mut Self::Context) {
         self.fleet.remove(&msg.0);
         self.outstanding.forget(&msg.0);
+        self.heard_running.remove(&msg.0);
     }
 }
 

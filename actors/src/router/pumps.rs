@@ -16,8 +16,8 @@ use ax_bus::spec::Priority;
 
 use super::acks::Pending;
 use super::{
-    split, Acknowledged, Dispatcher, Ended, NamespaceSeen, Place, QueueGate, Request, Target,
-    Weight, WorkerNews, ACTOR,
+    split, Acknowledged, Dispatcher, Ended, NamespaceSeen, Place, QueueGate, Request, Settings,
+    Target, WorkerNews, ACTOR,
 };
 use crate::jetstream::consume::{self, ConsumerSpec};
 use crate::runtime::progress;
@@ -90,10 +90,12 @@ pub(super) async fn queues(dispatcher: Dispatcher) -> Result<(), ActorError> {
             FeedItem::Current => continue,
         };
         if let Some(namespace) = NamespaceSettings::namespace_of(&key) {
-            let weight = value
-                .and_then(|v| codec::decode::<NamespaceSettings>(&v).ok())
-                .map(|s| s.weight);
-            dispatcher.router.send(Weight { namespace, weight }).await?;
+            let settings = value.and_then(|v| codec::decode::<NamespaceSettings>(&v).ok());
+            let set = Settings {
+                namespace,
+                settings,
+            };
+            dispatcher.router.send(set).await?;
             continue;
         }
         let paused = value
@@ -274,10 +276,18 @@ pub(super) async fn ready(
         }
         // Placed as far as the share lets; each attempt that must wait for a slot is held
         // (kept in progress) until one is granted to it.
-        let (sent, later) = place(&dispatcher, &namespace, priority, &mut works).await?;
+        let (sent, later, why) = place(&dispatcher, &namespace, priority, &mut works).await?;
         settling.settle(sent, track.clone()).await;
         if later.is_empty() {
             continue;
+        }
+        if let Some(why) = why {
+            for (work, message) in &works {
+                // Said once, on the attempt's first wait.
+                if message.info().map(|i| i.delivered == 1).unwrap_or(true) {
+                    dispatcher.note_held(work, &why).await;
+                }
+            }
         }
         pump.held();
         for later in later {
@@ -301,13 +311,14 @@ type Sent = (
 
 /// Asks the Router where each of `works` goes (one message for the batch) and publishes the
 /// dispatches of those placed now, taking them out of `works`; returns what was sent, for
-/// settling, and where each of the rest will go once it is granted a slot.
+/// settling, where each of the rest will go once it is granted a slot, and why they wait where
+/// it is more than room.
 async fn place(
     dispatcher: &Dispatcher,
     namespace: &Namespace,
     priority: Priority,
     works: &mut Vec<(WorkItem, async_nats::jetstream::Message)>,
-) -> Result<(Vec<Sent>, Vec<tokio::sync::oneshot::Receiver<Target>>), ActorError> {
+) -> Result<Placing, ActorError> {
     let asked = Place {
         namespace: namespace.clone(),
         priority,
@@ -321,8 +332,16 @@ async fn place(
     for ((work, message), target) in works.drain(..placed.now.len()).zip(placed.now) {
         sent.extend(send_placed(dispatcher, work, message, target, placed.tell_end).await?);
     }
-    Ok((sent, placed.later))
+    Ok((sent, placed.later, placed.why))
 }
+
+/// What [`place`] sent, where the rest will go once granted, and why they wait where it is
+/// more than room.
+type Placing = (
+    Vec<Sent>,
+    Vec<tokio::sync::oneshot::Receiver<Target>>,
+    Option<String>,
+);
 
 /// Publishes `work`'s dispatch to `target`'s worker, or does what else its target says.
 async fn send_placed(

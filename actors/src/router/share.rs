@@ -17,11 +17,12 @@
 //! each shares what it holds; the workers' heartbeats carry what the others run.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
 use ax_bus::ids::{Namespace, TraceId, WorkerId};
-use ax_bus::messages::{RunningAttempt, WorkerInfo};
+use ax_bus::messages::{NamespaceSettings, RunningAttempt, WorkerInfo};
 use ax_bus::spec::Priority;
 
 use super::{Request, Target};
@@ -32,6 +33,24 @@ use super::{Request, Target};
 pub(crate) fn capacity(worker: &WorkerInfo) -> u32 {
     let slots = worker.slots.max(1);
     slots + slots.div_ceil(4)
+}
+
+/// How many attempts of each namespace of `namespaces` a worker's heartbeat says it runs (an
+/// instance id starts with its job's name, which starts with its namespace; no `default` job
+/// is named like a namespace).
+pub(crate) fn running_by_namespace(
+    attempts: &[RunningAttempt],
+    namespaces: &std::collections::BTreeSet<Namespace>,
+) -> HashMap<Namespace, u32> {
+    let mut counts = HashMap::new();
+    for attempt in attempts {
+        let id = attempt.instance_id.to_string();
+        let first = id.split('.').next().unwrap_or_default();
+        if let Some(namespace) = namespaces.iter().find(|n| n.as_str() == first) {
+            *counts.entry(namespace.clone()).or_default() += 1;
+        }
+    }
+    counts
 }
 
 /// An attempt waiting for a slot, and where its worker is told.
@@ -46,6 +65,8 @@ pub(crate) struct Waiter {
 #[derive(Debug, Default)]
 pub(crate) struct Share {
     weights: HashMap<Namespace, u32>,
+    /// Most attempts dispatched and running at once, where a namespace has a quota.
+    quotas: HashMap<Namespace, u32>,
     pass: HashMap<Namespace, f64>,
     /// FIFO per namespace and priority.
     waiting: BTreeMap<(usize, Namespace), VecDeque<Waiter>>,
@@ -59,12 +80,32 @@ fn rank(priority: Priority) -> usize {
 }
 
 impl Share {
-    /// Sets `namespace`'s weight (`None`: back to 1).
-    pub(crate) fn set_weight(&mut self, namespace: Namespace, weight: Option<u32>) {
-        match weight {
-            Some(w) => self.weights.insert(namespace, w.max(1)),
-            None => self.weights.remove(&namespace),
-        };
+    /// Sets `namespace`'s weight and quota (`None`: weight 1, no quota).
+    pub(crate) fn set(&mut self, namespace: Namespace, settings: Option<&NamespaceSettings>) {
+        self.weights.remove(&namespace);
+        self.quotas.remove(&namespace);
+        if let Some(settings) = settings {
+            self.weights
+                .insert(namespace.clone(), settings.weight.max(1));
+            if let Some(most) = settings.max_running {
+                self.quotas.insert(namespace, most);
+            }
+        }
+    }
+
+    /// `namespace`'s quota of attempts dispatched and running, if it has one.
+    pub(crate) fn quota(&self, namespace: &Namespace) -> Option<u32> {
+        self.quotas.get(namespace).copied()
+    }
+
+    /// The namespaces' quotas of attempts dispatched and running.
+    pub(crate) fn quotas(&self) -> HashMap<Namespace, u32> {
+        self.quotas.clone()
+    }
+
+    /// Whether any namespace has a quota.
+    pub(crate) fn has_quotas(&self) -> bool {
+        !self.quotas.is_empty()
     }
 
     fn weight(&self, namespace: &Namespace) -> f64 {
@@ -114,7 +155,7 @@ impl Share {
     /// Hands slots to the waiting attempts, higher priorities first and then the namespace
     /// with the least pass, while `place` finds a worker with room for one (`None`: none has);
     /// an attempt whose puller is gone gives its place back to the next.
-    pub(crate) fn grant(&mut self, mut place: impl FnMut(&Waiter) -> Option<Target>) {
+    pub(crate) fn grant(&mut self, mut place: impl FnMut(&Namespace, &Waiter) -> Option<Target>) {
         loop {
             let mut order: Vec<(usize, f64, Namespace)> = self
                 .waiting
@@ -140,7 +181,7 @@ impl Share {
                     granted = true;
                     break;
                 }
-                let Some(target) = place(head) else {
+                let Some(target) = place(&namespace, head) else {
                     continue;
                 };
                 let Some(waiter) = queue.pop_front() else {
@@ -164,23 +205,51 @@ impl Share {
 /// What this Router sent each worker while namespaces share it, and has not heard end of.
 #[derive(Debug, Default)]
 pub(crate) struct Outstanding {
-    sent: HashMap<WorkerId, HashMap<TraceId, bool>>,
+    sent: HashMap<WorkerId, HashMap<TraceId, Sent>>,
 }
 
+/// One attempt sent.
+#[derive(Debug)]
+struct Sent {
+    namespace: Namespace,
+    /// When its worker acknowledged it.
+    started: Option<Instant>,
+}
+
+/// How long after its acknowledgement an attempt a heartbeat does not list counts as ended: a
+/// heartbeat written just before the attempt started may arrive after its acknowledgement, but
+/// not a whole heartbeat period and more later.
+const LISTED_WITHIN: Duration = Duration::from_secs(5);
+
 impl Outstanding {
-    /// `trace` was sent to `worker`.
-    pub(crate) fn sent(&mut self, worker: &WorkerId, trace: TraceId) {
+    /// `trace`, of `namespace`, was sent to `worker`.
+    pub(crate) fn sent(&mut self, worker: &WorkerId, trace: TraceId, namespace: Namespace) {
+        let sent = Sent {
+            namespace,
+            started: None,
+        };
         self.sent
             .entry(worker.clone())
             .or_default()
-            .insert(trace, false);
+            .insert(trace, sent);
     }
 
-    /// `worker` acknowledged `trace`: it runs there.
-    pub(crate) fn started(&mut self, worker: &WorkerId, trace: &TraceId) {
-        if let Some(started) = self.sent.get_mut(worker).and_then(|s| s.get_mut(trace)) {
-            *started = true;
+    /// `worker` acknowledged `trace` at `now`: it runs there.
+    pub(crate) fn started(&mut self, worker: &WorkerId, trace: &TraceId, now: Instant) {
+        if let Some(sent) = self.sent.get_mut(worker).and_then(|s| s.get_mut(trace)) {
+            sent.started = Some(now);
         }
+    }
+
+    /// How many attempts of `namespace` this Router has at the workers.
+    pub(crate) fn of(&self, namespace: &Namespace) -> u32 {
+        let count = self
+            .sent
+            .values()
+            .flat_map(|s| s.values())
+            .filter(|s| s.namespace == *namespace)
+            .count();
+        u32::try_from(count).unwrap_or(u32::MAX)
     }
 
     /// `trace` ended on `worker`.
@@ -190,14 +259,19 @@ impl Outstanding {
         }
     }
 
-    /// A heartbeat of `worker` that runs `running`: what it started and does not run any more
-    /// ended (its end's word was lost).
-    pub(crate) fn heard(&mut self, worker: &WorkerId, running: &[RunningAttempt]) {
+    /// A heartbeat of `worker` that runs `running`, heard at `now`: what it started a while
+    /// ago and does not run any more ended (its end's word was lost).
+    pub(crate) fn heard(&mut self, worker: &WorkerId, running: &[RunningAttempt], now: Instant) {
         let Some(sent) = self.sent.get_mut(worker) else {
             return;
         };
         let runs: HashSet<&TraceId> = running.iter().map(|a| &a.trace_id).collect();
-        sent.retain(|trace, started| !*started || runs.contains(trace));
+        sent.retain(|trace, sent| {
+            let long_ago = sent
+                .started
+                .is_some_and(|at| now.saturating_duration_since(at) > LISTED_WITHIN);
+            !long_ago || runs.contains(trace)
+        });
     }
 
     /// `worker` is gone.
@@ -266,7 +340,7 @@ mod tests {
     fn free(share: &mut Share, slots: usize) {
         for _ in 0..slots {
             let mut room = 1;
-            share.grant(|_| {
+            share.grant(|_, _| {
                 (room > 0).then(|| {
                     room -= 1;
                     Target::Worker(WorkerId::parse("w1").unwrap())
@@ -278,7 +352,11 @@ mod tests {
     #[test]
     fn freed_slots_go_to_namespaces_by_weight_and_one_alone_gets_them_all() {
         let mut share = Share::default();
-        share.set_weight(ns("a"), Some(2));
+        let heavy = NamespaceSettings {
+            weight: 2,
+            ..NamespaceSettings::default()
+        };
+        share.set(ns("a"), Some(&heavy));
         let mut a = line_up(&mut share, "a", Priority::Normal, 100);
         let mut b = line_up(&mut share, "b", Priority::Normal, 200);
         free(&mut share, 150);
@@ -305,7 +383,7 @@ mod tests {
         assert_eq!(granted(&mut low), 0);
         assert_eq!(granted(&mut a) + granted(&mut b), 10);
         // No room: nothing is granted, and nothing is lost.
-        share.grant(|_| None);
+        share.grant(|_, _| None);
         assert_eq!(granted(&mut a) + granted(&mut b) + granted(&mut low), 0);
         assert!(share.waits(&ns("c"), Priority::Low));
     }
@@ -322,19 +400,45 @@ mod tests {
     }
 
     #[test]
+    fn a_heartbeats_attempts_count_by_the_namespace_their_ids_start_with() {
+        let namespaces = [ns("a"), ns("b")].into_iter().collect();
+        let running = |id: &str| RunningAttempt {
+            instance_id: id.parse().unwrap(),
+            trace_id: TraceId::random(),
+            dispatch: ax_bus::ids::DispatchId::random(),
+            lease_secs: None,
+        };
+        let attempts = [
+            running("a.flood.20261207T000000Z-1"),
+            running("a.other.20261207T000000Z-1"),
+            running("b.flood.20261207T000000Z-1"),
+            running("etl.20261207T000000Z-1"),
+        ];
+        let counts = running_by_namespace(&attempts, &namespaces);
+        assert_eq!(counts.get(&ns("a")), Some(&2));
+        assert_eq!(counts.get(&ns("b")), Some(&1));
+        assert_eq!(counts.len(), 2);
+    }
+
+    #[test]
     fn what_a_router_has_at_a_worker_ends_by_word_or_by_heartbeat() {
         let w = WorkerId::parse("w1").unwrap();
         let trace = |c: char| TraceId::parse(&c.to_string().repeat(32)).unwrap();
         let mut outstanding = Outstanding::default();
         for c in ['a', 'b', 'c'] {
-            outstanding.sent(&w, trace(c));
+            outstanding.sent(&w, trace(c), ns("x"));
         }
         outstanding.ended(&w, &trace('a'));
         assert_eq!(outstanding.at(&w), 2);
-        // `b` started and its end's word was lost: the heartbeat no longer lists it. `c`
-        // waits at the worker unstarted: it stays.
-        outstanding.started(&w, &trace('b'));
-        outstanding.heard(&w, &[]);
+        assert_eq!((outstanding.of(&ns("x")), outstanding.of(&ns("y"))), (2, 0));
+        // `b` started and its end's word was lost: the heartbeats no longer list it. One
+        // heard just after it started may have been written before: it stays till a later
+        // one. `c` waits at the worker unstarted: it stays.
+        let at = Instant::now();
+        outstanding.started(&w, &trace('b'), at);
+        outstanding.heard(&w, &[], at + Duration::from_secs(1));
+        assert_eq!(outstanding.at(&w), 2);
+        outstanding.heard(&w, &[], at + Duration::from_secs(6));
         assert_eq!(outstanding.at(&w), 1);
         outstanding.forget(&w);
         assert_eq!(outstanding.at(&w), 0);

@@ -35,6 +35,10 @@ pub struct NamespaceSettings {
     /// The most jobs it may hold (`ax job apply` refuses a new one beyond it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_jobs: Option<u32>,
+    /// The most attempts it may have dispatched and running at once; the rest wait, unlost,
+    /// until one ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -46,6 +50,7 @@ impl Default for NamespaceSettings {
         Self {
             weight: 1,
             max_jobs: None,
+            max_running: None,
         }
     }
 }
@@ -74,6 +79,9 @@ impl NamespaceSettings {
                 self.weight,
                 Self::MOST_WEIGHT
             ));
+        }
+        if self.max_running == Some(0) {
+            return Some("max_running 0 would never run anything: at least 1".into());
         }
         None
     }

@@ -97,8 +97,8 @@ mod tests {
         let settings = BTreeMap::from([(
             a.clone(),
             NamespaceSettings {
-                weight: 1,
                 max_jobs: Some(2),
+                ..NamespaceSettings::default()
             },
         )]);
         let held = names(&["a.one", "x"]);
@@ -125,7 +125,7 @@ mod tests {
             namespace: Namespace::parse("a").unwrap(),
             settings: Some(NamespaceSettings {
                 weight,
-                max_jobs: None,
+                ..NamespaceSettings::default()
             }),
         };
         let why = format!("{:?}", set(&registry, &request(0)).await.unwrap_err());
@@ -136,7 +136,15 @@ mod tests {
         assert!(set(&registry, &request(1001)).await.is_err());
         assert!(registry.namespaces.lock().unwrap().is_empty());
         let done = set(&registry, &request(2)).await.unwrap();
-        assert_eq!(done.message, "namespace a: weight 2, no quota of jobs");
+        assert_eq!(
+            done.message,
+            "namespace a: weight 2, no quota of jobs, no quota of running attempts"
+        );
+        let mut none_running = request(2);
+        if let Some(s) = none_running.settings.as_mut() {
+            s.max_running = Some(0);
+        }
+        assert!(set(&registry, &none_running).await.is_err());
         assert_eq!(registry.namespaces.lock().unwrap().len(), 1);
         let removed = NamespaceRequest {
             settings: None,

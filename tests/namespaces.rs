@@ -234,6 +234,28 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
         .expect("a message")
         .expect("a result");
     assert_eq!(result.subject.as_str(), "ax.result.a.hello");
+    // Its instance's record, read through the Schedulers on its subject; another namespace's
+    // instance is unknown there.
+    let read = |id: &str| {
+        let request = ax_bus::messages::ReadRequest {
+            instance: id.parse().expect("an instance id"),
+        };
+        let payload = ax_bus::codec::encode(&request).expect("encode");
+        let service = service.clone();
+        async move {
+            let answer = service
+                .request("ax.request.instance.a", payload)
+                .await
+                .expect("answered");
+            ax_bus::codec::decode::<ControlReply>(&answer.payload).expect("a reply")
+        }
+    };
+    let own = read(&hello).await;
+    let record = own.record.expect("its record");
+    assert_eq!((record.instance_id.to_string(), record.state), (hello.clone(), State::Success));
+    let other = read(&after).await;
+    assert!(!other.ok && other.record.is_none(), "{other:?}");
+    assert_eq!(other.errors, [format!("unknown instance `{after}`")]);
 
     // Bad input on a namespace's subject, even from a user the server lets send it: a token
     // that is no namespace, and a command no namespace's service sends.
@@ -261,7 +283,7 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
             && reply
                 .errors
                 .iter()
-                .any(|e| e.contains("carries only `trigger` and `report`")),
+                .any(|e| e.contains("carries only `trigger`, `report` and `instance`")),
         "{reply:?}"
     );
 
@@ -316,7 +338,7 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     assert!(created.status.success(), "{}", stderr(&created));
     let said = stdout(&created);
     assert!(
-        said.contains("namespace a: weight 2, no quota of jobs"),
+        said.contains("namespace a: weight 2, no quota of jobs, no quota of running attempts"),
         "{said}"
     );
     // It prints the namespace's NATS user, as `ax namespace user` does.

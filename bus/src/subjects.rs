@@ -2,7 +2,7 @@
 //!
 //! Public (documented in docs/protocol.md, stable):
 //! - `<prefix>.control.<command>`: job definitions and commands, consumed by Schedulers;
-//! - `<prefix>.control.<command>.<namespace>`: `trigger` and `report` confined to one
+//! - `<prefix>.control.<command>.<namespace>`: `trigger`, `report` and `instance` confined to one
 //!   namespace, for a namespace's business services (see [`Subjects::control_in`]);
 //! - `<prefix>.request.<command>[.<namespace>]`: the same commands as plain NATS requests;
 //! - `<prefix>.result.<job>`: one message per finished attempt;

@@ -250,7 +250,7 @@ pub fn role_of(command: Command) -> Role {
         | Command::Backfill
         | Command::Replay
         | Command::Report => Role::Operator,
-        Command::Approval => Role::Viewer,
+        Command::Approval | Command::Instance => Role::Viewer,
         Command::Apply
         | Command::Delete
         | Command::Queue

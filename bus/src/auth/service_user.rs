@@ -6,9 +6,9 @@
 //! ax runs. A namespace is a token of its own in every subject and key that names its jobs
 //! (see [`crate::ids::JobName`]), so a service user confined to `payments` is given exactly:
 //!
-//! - **commands**: `trigger` and `report` on the subjects confined to it
-//!   (`ax.control.trigger.payments`, `ax.request.trigger.payments`, and the same for
-//!   `report`), which the Schedulers hold to the namespace's jobs and attempts;
+//! - **commands**: `trigger`, `report` and `instance` (a record's read) on the subjects
+//!   confined to it (`ax.control.trigger.payments`, `ax.request.trigger.payments`, and the
+//!   same for the others), which the Schedulers hold to the namespace's jobs and attempts;
 //! - **live messages**: its results, events, OpenLineage events and attempt logs
 //!   (`ax.result.payments.*`, `ax.event.payments.*.*`, `ax.lineage.payments.*`,
 //!   `ax.log.payments.>`) and answers on its own inbox prefix (`_INBOX.payments.>`);
@@ -21,8 +21,8 @@
 //! `openlineage`) to list or delete, no stream to create or change. Nor the instance records:
 //! the buckets are read through their leader (`allow_direct` off, see
 //! [`crate::client::provision`]), by a request whose body names the key, which a subject
-//! permission cannot confine; a namespace's services learn what became of an instance from
-//! the trigger's answer (its id), its events and its result.
+//! permission cannot confine; a namespace's services read their instances' records through the
+//! Schedulers instead (`instance` on their subject), which find only the namespace's.
 
 use std::fmt::Write as _;
 
@@ -49,7 +49,7 @@ impl ServicePermissions {
         let s = &layout.subjects;
         let prefix = s.prefix();
         let mut publish = Vec::new();
-        for command in ["trigger", "report"] {
+        for command in ["trigger", "report", "instance"] {
             publish.push(s.control_in(command, namespace));
             publish.push(s.request_in(command, namespace));
         }

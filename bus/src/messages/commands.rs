@@ -32,10 +32,12 @@ pub const AUTH: &str = "auth";
 pub const REPORT: &str = "report";
 /// Store or remove a namespace's settings (weight, quotas).
 pub const NAMESPACE: &str = "namespace";
+/// Read one instance's record (what a namespace's services read it through).
+pub const INSTANCE: &str = "instance";
 /// Every command, as `ax.control.<command>` names it.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     APPLY, DELETE, PAUSE, RESUME, TRIGGER, RERUN, BACKFILL, QUEUE, CANCEL, KILL, MARK, REPLAY,
-    APPROVAL, AUTH, REPORT, NAMESPACE,
+    APPROVAL, AUTH, REPORT, NAMESPACE, INSTANCE,
 ];
 
 /// A control command by kind, one variant per `ax.control.<command>`. Matched exhaustively
@@ -76,11 +78,13 @@ pub enum Command {
     Report,
     /// [`NAMESPACE`].
     Namespace,
+    /// [`INSTANCE`].
+    Instance,
 }
 
 impl Command {
     /// Every command.
-    pub const ALL: [Command; 16] = [
+    pub const ALL: [Command; 17] = [
         Command::Apply,
         Command::Delete,
         Command::Pause,
@@ -97,6 +101,7 @@ impl Command {
         Command::Auth,
         Command::Report,
         Command::Namespace,
+        Command::Instance,
     ];
 
     /// Its name, the last token of its subject.
@@ -118,6 +123,7 @@ impl Command {
             Command::Auth => AUTH,
             Command::Report => REPORT,
             Command::Namespace => NAMESPACE,
+            Command::Instance => INSTANCE,
         }
     }
 
@@ -170,6 +176,8 @@ pub enum Request {
     Report(super::ReportRequest),
     /// [`NAMESPACE`].
     Namespace(super::NamespaceRequest),
+    /// [`INSTANCE`].
+    Instance(super::ReadRequest),
 }
 
 impl Request {
@@ -205,6 +213,7 @@ impl Request {
             Command::Auth => Self::Auth(read(headers, payload)?),
             Command::Report => Self::Report(read(headers, payload)?),
             Command::Namespace => Self::Namespace(read(headers, payload)?),
+            Command::Instance => Self::Instance(read(headers, payload)?),
         })
     }
 
@@ -225,6 +234,7 @@ impl Request {
             Self::Auth(r) => serde_json::to_value(r),
             Self::Report(r) => serde_json::to_value(r),
             Self::Namespace(r) => serde_json::to_value(r),
+            Self::Instance(r) => serde_json::to_value(r),
         };
         json.unwrap_or(serde_json::Value::Null)
     }
@@ -248,6 +258,7 @@ impl Request {
             Self::Auth(_) => Command::Auth,
             Self::Report(_) => Command::Report,
             Self::Namespace(_) => Command::Namespace,
+            Self::Instance(_) => Command::Instance,
         }
     }
 }

@@ -225,6 +225,9 @@ pub struct ControlReply {
     /// `auth list`: the tokens.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<crate::auth::token::TokenRecord>,
+    /// `instance`: the record read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<Box<crate::instance::InstanceRecord>>,
     /// What the command touched (an instance's state before and after, a dead letter), as the
     /// audit records it.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
@@ -262,6 +265,16 @@ pub struct NamespaceRequest {
     /// Its settings; absent: remove them.
     #[serde(default)]
     pub settings: Option<super::NamespaceSettings>,
+}
+
+/// `ax.control.instance`: read one instance's record. On a namespace's subject
+/// (`ax.control.instance.<namespace>`) only the namespace's instances are found: the record
+/// read a namespace's services have, since a bucket's read cannot be confined by subject.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadRequest {
+    /// The instance.
+    pub instance: InstanceId,
 }
 
 /// How `ax rerun` chooses instances.

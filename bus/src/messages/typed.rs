@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::commands::Command;
 use super::{
     ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, ControlReply, InstanceRequest,
-    JobChange, JobNameRequest, MarkRequest, NamespaceRequest, PlanStep, QueueRequest,
+    JobChange, JobNameRequest, MarkRequest, NamespaceRequest, PlanStep, QueueRequest, ReadRequest,
     ReplayRequest, ReportRequest, RerunRequest, TriggerRequest,
 };
 use crate::auth::approval::Approval;
@@ -188,6 +188,36 @@ impl FromReply for Tokens {
     }
 }
 
+/// The answer of `instance`: the record read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Read {
+    /// The record.
+    pub record: Box<crate::instance::InstanceRecord>,
+    /// What was said.
+    pub message: String,
+}
+
+impl FromReply for Read {
+    fn from_reply(reply: ControlReply) -> Result<Self, String> {
+        let record = reply
+            .record
+            .ok_or("the answer to an instance read holds no record")?;
+        Ok(Self {
+            record,
+            message: reply.message,
+        })
+    }
+}
+
+impl Said for Read {
+    fn message(&self) -> &str {
+        &self.message
+    }
+    fn instance(&self) -> Option<&InstanceId> {
+        Some(&self.record.instance_id)
+    }
+}
+
 /// Each reply written as the wire's one reply document: carried out, with its fields.
 macro_rules! on_the_wire {
     ($($reply:ty { $($field:ident),* };)*) => {
@@ -210,6 +240,7 @@ on_the_wire! {
     Planned { plan, message, approval, detail };
     Approvals { approvals, approval, plan, message };
     Tokens { tokens, message, detail };
+    Read { record, message };
 }
 
 impl Said for Done {
@@ -312,6 +343,7 @@ typed! {
     AuthRequest => Auth, Tokens;
     ReportRequest => Report, Done;
     NamespaceRequest => Namespace, Done;
+    ReadRequest => Instance, Read;
 }
 
 #[cfg(test)]

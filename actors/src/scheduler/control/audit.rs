@@ -40,6 +40,7 @@ pub(crate) fn action_of(
             ApprovalRequest::Reject { .. } => "approval.reject".into(),
         },
         (Some(Command::Approval), _) => "approval".into(),
+        (Some(Command::Instance), _) => return None,
         _ => name.to_string(),
     })
 }

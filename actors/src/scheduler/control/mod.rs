@@ -34,6 +34,7 @@ mod jobs;
 mod namespace;
 mod operator;
 mod queue;
+mod read;
 mod replay;
 mod report;
 pub(crate) mod rerun;
@@ -50,8 +51,8 @@ use ax_bus::messages::typed::{self, ControlRequest, Planned};
 use ax_bus::messages::{
     commands::{self, Command, Request},
     AlertKind, ApplyRequest, ApprovalRequest, AuthRequest, BackfillRequest, ControlReply,
-    MarkRequest, NamespaceRequest, QueueRequest, ReplayRequest, ReportRequest, RerunRequest,
-    TriggerRequest, REPLY_TO_HEADER,
+    MarkRequest, NamespaceRequest, QueueRequest, ReadRequest, ReplayRequest, ReportRequest,
+    RerunRequest, TriggerRequest, REPLY_TO_HEADER,
 };
 use ax_bus::subjects::Subjects;
 use ax_bus::{codec, reply_to, AxClient};
@@ -206,9 +207,10 @@ fn confine(request: Request, namespace: &Namespace, subject: &str) -> Result<Req
             Ok(Request::Trigger(trigger))
         }
         Request::Report(report) => Ok(Request::Report(report)),
+        Request::Instance(read) => Ok(Request::Instance(read)),
         other => Err(format!(
-            "`{subject}` carries only `trigger` and `report` (a namespace's services send no \
-             other command), not `{}`",
+            "`{subject}` carries only `trigger`, `report` and `instance` (a namespace's \
+             services send no other command), not `{}`",
             other.kind().name()
         )),
     }
@@ -525,6 +527,9 @@ async fn carry_out(
         Request::Namespace(request) => {
             answered::<NamespaceRequest>(Box::pin(namespace::set(client, &request)).await)
         }
+        Request::Instance(request) => {
+            answered::<ReadRequest>(Box::pin(read::instance(client, &request, namespace)).await)
+        }
         Request::Backfill(request) => answered::<BackfillRequest>(
             Box::pin(backfill::backfill(client, creator, &request))
                 .await
@@ -601,6 +606,9 @@ mod tests {
             name: "payments.settle".parse().unwrap(),
         });
         let why = confine(pause, &payments, "ax.control.pause.payments").unwrap_err();
-        assert!(why.contains("carries only `trigger` and `report`"), "{why}");
+        assert!(
+            why.contains("carries only `trigger`, `report` and `instance`"),
+            "{why}"
+        );
     }
 }

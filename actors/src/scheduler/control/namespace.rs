@@ -30,7 +30,14 @@ pub(super) async fn set(
                 || "no quota of jobs".to_string(),
                 |n| format!("at most {n} jobs"),
             );
-            format!("namespace {namespace}: weight {}, {jobs}", s.weight)
+            let running = s.max_running.map_or_else(
+                || "no quota of running attempts".to_string(),
+                |n| format!("at most {n} attempts running"),
+            );
+            format!(
+                "namespace {namespace}: weight {}, {jobs}, {running}",
+                s.weight
+            )
         }
         None => format!("namespace {namespace}: settings removed (weight 1, no quota)"),
     };

@@ -65,6 +65,7 @@ pub(crate) async fn of(
         },
         Request::Cancel(r) | Request::Kill(r) => of_instance(store, &r.instance).await?,
         Request::Mark(r) => of_instance(store, &r.instance).await?,
+        Request::Instance(r) => of_instance(store, &r.instance).await?,
         Request::Report(r) => match store.report_state(&r.trace_id).await? {
             Some(ReportState::Waiting { instance_id, .. }) => {
                 of_instance(store, &instance_id).await?

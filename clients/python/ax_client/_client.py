@@ -5,6 +5,12 @@ Commands go the durable way (docs/protocol.md): published with JetStream on
 Scheduler runs waits in the stream; the answer comes back on the inbox. Records are read from
 the ``ax_instances`` bucket (or, in a deployment that keeps them in several buckets, the one
 the job's name hashes to), results from a durable pull consumer of ``AX_RESULTS``.
+
+A client of one namespace (``connect(namespace=...)``), as a team's services connect with the
+NATS user ``ax namespace user`` prints, sends ``trigger``, ``report`` and ``instance`` on the
+namespace's own subjects (``ax.control.trigger.<namespace>``), where a job named without a
+namespace is one of its own, and reads records through the Schedulers (``instance``): that
+user may read no bucket.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ JobSpec = Union[str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
 #: How long a command waits for its answer by default.
 COMMAND_TIMEOUT = 10.0
 
+
+#: The commands a namespace's services send on the namespace's own subjects.
+_IN_NAMESPACE = frozenset({"trigger", "report", "instance"})
 
 #: The key, in the partitions bucket, of the number of instance buckets.
 _BUCKETS_KEY = "instance_buckets"
@@ -84,14 +93,32 @@ def _documents(spec: JobSpec) -> Dict[str, Any]:
 class Client:
     """A connection to ax. Make one with :func:`connect`; close it with :meth:`close`."""
 
-    def __init__(self, nc: NATS, token: Optional[str], prefix: str) -> None:
+    def __init__(
+        self, nc: NATS, token: Optional[str], prefix: str, namespace: Optional[str] = None
+    ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._token = token
         self._prefix = prefix
+        self._namespace = namespace
         self._tag = prefix.replace(".", "_")
         self._buckets: Dict[str, Any] = {}
         self._bucket_count: Optional[int] = None
+
+    @property
+    def namespace(self) -> Optional[str]:
+        """The namespace this client acts in, if one."""
+        return self._namespace
+
+    def _job(self, job: str) -> str:
+        """``job`` as ax names it: ``team/x`` is ``team.x``; in a client of one namespace a
+        name without one is the namespace's."""
+        if "/" in job:
+            namespace, name = job.split("/", 1)
+            return name if namespace == "default" else f"{namespace}.{name}"
+        if self._namespace and "." not in job:
+            return f"{self._namespace}.{job}"
+        return job
 
     @property
     def nats(self) -> NATS:
@@ -129,6 +156,8 @@ class Client:
         if self._token:
             headers["Ax-Token"] = self._token
         subject = f"{self._prefix}.control.{command}"
+        if self._namespace and command in _IN_NAMESPACE:
+            subject = f"{subject}.{self._namespace}"
         try:
             ack = await self._js.publish(
                 subject, msgpack.packb(dict(request)), headers=headers, timeout=timeout
@@ -219,7 +248,19 @@ class Client:
         return self._bucket_count
 
     async def get_instance(self, instance_id: str) -> Optional[Instance]:
-        """The record of ``instance_id``, or None when there is none."""
+        """The record of ``instance_id``, or None when there is none (in a client of one
+        namespace: none of that namespace's)."""
+        if self._namespace:
+            try:
+                reply = await self.command("instance", {"instance": instance_id})
+            except CommandRefused as refused:
+                if any(e.startswith("unknown instance") for e in refused.errors):
+                    return None
+                raise
+            record = reply.raw.get("record")
+            if not isinstance(record, dict):
+                raise AxError(f"the read of {instance_id} answered without a record")
+            return Instance.of(record)
         index = _bucket_of(instance_id, await self._instance_buckets())
         bucket = await self._bucket("instances" if index == 0 else f"instances_{index}")
         try:
@@ -311,10 +352,17 @@ class Client:
         at least once — deduplicate on ``(trace_id, attempt)``. A new consumer starts with the
         results published from then on, or with every result kept (7 days) with ``from_start``.
         Under the shipped NATS permissions a service's consumers are named after its user,
-        ``<user>-1`` to ``<user>-8``: pass one as ``durable``.
+        ``<user>-1`` to ``<user>-8``: pass one as ``durable``. A client of one namespace reads
+        that namespace's results (``job`` one of its jobs), through ``<namespace>-1`` unless
+        ``durable`` names another.
         """
-        subject = f"{self._prefix}.result.{job or '>'}"
-        name = durable or f"py-{job or 'all'}"
+        if self._namespace:
+            target = self._job(job) if job else f"{self._namespace}.>"
+            subject = f"{self._prefix}.result.{target}"
+            name = durable or f"{self._namespace}-1"
+        else:
+            subject = f"{self._prefix}.result.{job or '>'}"
+            name = durable or f"py-{job or 'all'}"
         config = api.ConsumerConfig(
             durable_name=name,
             ack_policy=api.AckPolicy.EXPLICIT,
@@ -405,6 +453,7 @@ async def connect(
     url: Union[str, Sequence[str]] = "nats://127.0.0.1:4222",
     token: Optional[str] = None,
     prefix: str = "ax",
+    namespace: Optional[str] = None,
     **options: Any,
 ) -> Client:
     """Connects to the NATS cluster ax runs on.
@@ -413,13 +462,19 @@ async def connect(
     needed when the cluster's Schedulers require one. The connection reconnects for ever on its
     own; other ``options`` go to ``nats.connect`` (credentials, TLS). With a NATS user (``user=``
     or in the URL) replies come under ``_INBOX.<user>``, the only inboxes a server configured
-    as ax's docs say lets that user read; ``inbox_prefix=`` sets another.
+    as ax's docs say lets that user read; ``inbox_prefix=`` sets another. With ``namespace``
+    the client acts in that namespace (see the module's doc) and its replies come under
+    ``_INBOX.<namespace>``, the inboxes of the user ``ax namespace user`` prints.
     """
+    if namespace is not None and not _INBOX_TOKEN.fullmatch(namespace):
+        raise AxError(f"namespace `{namespace}` is not a namespace ([a-z0-9_-]{{1,64}})")
     options.setdefault("max_reconnect_attempts", -1)
     options.setdefault("reconnect_time_wait", 0.5)
     servers = [url] if isinstance(url, str) else list(url)
     user = options.get("user") or _url_user(servers)
-    if user and "inbox_prefix" not in options and _INBOX_TOKEN.fullmatch(user):
+    if namespace and "inbox_prefix" not in options:
+        options["inbox_prefix"] = f"_INBOX.{namespace}"
+    elif user and "inbox_prefix" not in options and _INBOX_TOKEN.fullmatch(user):
         options["inbox_prefix"] = f"_INBOX.{user}"
     nc = await nats.connect(servers=servers, **options)
-    return Client(nc, token, prefix)
+    return Client(nc, token, prefix, namespace)

@@ -195,3 +195,32 @@ async def test_an_accepted_http_job_ends_with_its_first_report(cluster):
             await client.report(stale, True, "too late")
         assert "stale trace id" in str(refused.value)
         endpoint.server.shutdown()
+
+
+async def test_a_client_of_one_namespace_triggers_and_reads_only_its_own(cluster):
+    """``connect(namespace=...)``: short names are the namespace's jobs, records come through
+    the Schedulers' ``instance`` on the namespace's subject, which find no other namespace's."""
+    async with await ax_client.connect(cluster.url) as admin:
+        await admin.apply(
+            [
+                {"namespace": "py-team", "name": "hello", "exec": {"type": "noop"}},
+                {"namespace": "py-other", "name": "hidden", "exec": {"type": "noop"}},
+            ]
+        )
+        hidden = await admin.trigger("py-other/hidden")
+    async with await ax_client.connect(cluster.url, namespace="py-team") as team:
+        assert team.namespace == "py-team"
+        results = team.results("hello", durable="py-team-1", from_start=True)
+        instance = await team.trigger("hello")
+        assert instance.instance_id.startswith("py-team.hello.")
+        assert instance.job == "py-team.hello"
+        done = await team.wait(instance.instance_id, timeout=60)
+        assert (done.state, done.job) == ("success", "py-team.hello")
+        result = await asyncio.wait_for(results.__anext__(), timeout=30)
+        assert (result.instance_id, result.state) == (instance.instance_id, "success")
+        # Another namespace's job cannot be triggered, nor its instance read, from here.
+        with pytest.raises(ax_client.CommandRefused, match="not in namespace `py-team`"):
+            await team.trigger("py-other/hidden")
+        assert await team.get_instance(hidden.instance_id) is None
+    with pytest.raises(ax_client.AxError, match="is not a namespace"):
+        await ax_client.connect(cluster.url, namespace="No Such")

@@ -719,6 +719,9 @@ async fn a_running_attempts_log_is_followed_on_its_page_with_a_tab_per_attempt()
     );
     let browser = Browser::start().await;
     let id = trigger(&up, "ticker");
+    // Opened while it runs (opened while it waits, the page has no running time to tick: a
+    // loaded machine may take seconds to start it).
+    executing(&up.client, &id, Duration::from_secs(60)).await;
     let page = format!("{}/instances/{id}", up.http);
     browser.open(&page).await;
     let first = browser.text("#log").await;
@@ -1300,4 +1303,36 @@ async fn the_job_list_shows_one_namespace_when_asked() {
         assert!(choices.contains(namespace), "{choices}");
     }
     browser.screenshot("jobs-namespace").await;
+
+    // The dashboard of one namespace: its instances only, without the figures of every
+    // namespace; the switcher offers each namespace.
+    browser.open(&format!("{base}/?namespace=b")).await;
+    browser
+        .until("b's instance counted", "#instances-today", |t| t == "1")
+        .await;
+    assert_eq!(browser.text("#shown-namespaces").await, "b");
+    assert!(browser.has("#namespace-rule").await);
+    assert!(
+        !browser.has("#latency").await,
+        "a figure of every namespace shown"
+    );
+    let choices = browser.text("#namespace").await;
+    assert!(
+        choices.contains("every namespace") && choices.contains("a"),
+        "{choices}"
+    );
+    browser.screenshot("dashboard-namespace").await;
+    browser.open(&format!("{base}/")).await;
+    browser
+        .until(
+            "every namespace's instances counted",
+            "#instances-today",
+            |t| t == "2",
+        )
+        .await;
+    assert!(browser.has("#latency").await);
+    let bad = reqwest::get(format!("{base}/?namespace=Not%20One"))
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
 }

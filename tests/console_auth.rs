@@ -422,6 +422,14 @@ async fn a_token_of_a_namespace_reads_and_acts_there_through_the_api_and_nowhere
         assert_eq!(status, 403, "{path}: {said}");
         assert!(said.contains("in every namespace"), "{path}: {said}");
     }
+    // The dashboard shows its namespace's instances, without the figures of every namespace.
+    let (status, page) = send(Method::GET, "/".into()).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"id="shown-namespaces">a<"#), "{page}");
+    assert!(
+        !page.contains(r#"id="latency""#) && !page.contains(&theirs),
+        "{page}"
+    );
     // The approvals page lists what its namespaces' plans reach (none here).
     let (status, said) = send(Method::GET, "/approvals".into()).await;
     assert_eq!(status, 200, "{said}");

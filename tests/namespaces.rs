@@ -252,7 +252,10 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
     };
     let own = read(&hello).await;
     let record = own.record.expect("its record");
-    assert_eq!((record.instance_id.to_string(), record.state), (hello.clone(), State::Success));
+    assert_eq!(
+        (record.instance_id.to_string(), record.state),
+        (hello.clone(), State::Success)
+    );
     let other = read(&after).await;
     assert!(!other.ok && other.record.is_none(), "{other:?}");
     assert_eq!(other.errors, [format!("unknown instance `{after}`")]);

@@ -449,16 +449,28 @@ impl InstanceIndex {
     /// `date`, and what is stuck or runs long whatever its date (a backfill of last month
     /// waiting on its dependencies is today's problem). A walk of the date's rows and one of
     /// the open rows, under one read of the index, copying only the rows listed.
-    pub fn attention(&self, date: &str, now: DateTime<Utc>) -> crate::attention::Attention {
+    /// Only the instances of `namespaces`' jobs, where given.
+    pub fn attention(
+        &self,
+        date: &str,
+        now: DateTime<Utc>,
+        namespaces: Option<&std::collections::BTreeSet<String>>,
+    ) -> crate::attention::Attention {
         let rows = self.read();
         let filter = Filter {
             biz_date: Some(date.to_string()),
+            namespaces: namespaces.cloned(),
             ..Filter::default()
         };
-        let of_date = crate::attention::of(rows.candidates(&filter), |job| rows.usual(job), now);
+        let of_date = rows.candidates(&filter).filter(|row| filter.admits(row));
+        let of_date = crate::attention::of(of_date, |job| rows.usual(job), now);
+        let in_namespaces = Filter {
+            namespaces: namespaces.cloned(),
+            ..Filter::default()
+        };
         let open = rows
-            .candidates(&Filter::default())
-            .filter(|row| !row.state.is_final());
+            .candidates(&in_namespaces)
+            .filter(|row| in_namespaces.admits(row) && !row.state.is_final());
         let every_date = crate::attention::of(open, |job| rows.usual(job), now);
         crate::attention::Attention {
             stuck: every_date.stuck,
@@ -577,7 +589,7 @@ mod tests {
             rows.put(today);
         }
         let now = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 12, 7, 12, 0, 0).unwrap();
-        let attention = index.attention("2026-12-07", now);
+        let attention = index.attention("2026-12-07", now, None);
         assert_eq!(attention.stuck_count, 1);
         assert_eq!(attention.stuck[0].row.instance_id.as_str(), "down.a");
         assert_eq!(attention.failed_count, 1);

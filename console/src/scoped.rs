@@ -1,9 +1,10 @@
 //! What a route touches, for a caller whose roles are in single namespaces (a token made with
 //! `ax auth token create -n <namespace>`): the access check ([`crate::access::check`]) lets
 //! such a caller reach a job's or an instance's routes where it holds the route's role in that
-//! job's namespace, and the lists, which show only its namespaces' jobs and instances; every
-//! other page (the dashboard's figures, workers, queues, dead letters, the audit) is of every
-//! namespace, and needs a role in every one.
+//! job's namespace, and the lists and the dashboard, which show only its namespaces' jobs and
+//! instances (the dashboard without the figures of every namespace); every other page
+//! (workers, queues, dead letters, the audit) is of every namespace, and needs a role in
+//! every one.
 //!
 //! The commands a page or the API sends carry the caller's token, and the Scheduler checks
 //! them again where they act ([`ax_bus::auth::Principal::role_in`]): a re-run or an apply
@@ -33,7 +34,8 @@ pub(crate) fn touches(method: &str, path: &str) -> Touches {
     let job = |name: &str| JobName::parse(name).map_or(Touches::Everything, Touches::Job);
     let instance = |id: &str| InstanceId::parse(id).map_or(Touches::Everything, Touches::Instance);
     match (method, segments.as_slice()) {
-        (_, ["jobs" | "instances" | "rerun" | "approvals" | "logout"])
+        (_, ["" | "jobs" | "instances" | "rerun" | "approvals" | "logout"])
+        | (_, ["ui", "dashboard"])
         | (_, ["ui", "approvals", _, _])
         | (_, ["jobs", "new"])
         | (_, ["ui", "jobs", "validate" | "apply"])
@@ -112,7 +114,8 @@ mod tests {
                 "/ui/approvals/00112233aabbccdd/approve",
                 Touches::Kept,
             ),
-            ("GET", "/", Touches::Everything),
+            ("GET", "/", Touches::Kept),
+            ("GET", "/ui/dashboard", Touches::Kept),
             ("GET", "/api/v1/status", Touches::Everything),
             ("GET", "/audit", Touches::Everything),
             ("POST", "/api/v1/queues/low/pause", Touches::Everything),

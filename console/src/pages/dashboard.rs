@@ -11,6 +11,8 @@
 //! trigger latency and longest run come from the day's summary the DagCoordinator keeps
 //! ([`ax_bus::figures`]), as `ax status` and `/metrics` give them. Nothing scans the records.
 
+use std::collections::BTreeSet;
+
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
@@ -40,6 +42,11 @@ pub(crate) struct Longest {
 pub(crate) struct Body {
     /// The date asked for (empty: the latest), which the refresh asks for again.
     requested: String,
+    /// The namespace asked for (empty: every one), which the refresh asks for again.
+    namespace: String,
+    /// The namespaces shown, where not every one (asked for, or all a caller of single
+    /// namespaces holds a role in): the figures of every namespace are left out then.
+    namespaces: Option<String>,
     date: String,
     timezone: String,
     read_at: String,
@@ -70,6 +77,8 @@ impl Body {
 struct Page {
     chrome: Chrome,
     body: Body,
+    /// The namespaces to switch to: those holding jobs, of those the caller sees.
+    namespaces: Vec<String>,
 }
 
 /// The date a dashboard shows: the one asked for, whether or not it has a summary (a day
@@ -83,8 +92,15 @@ fn shown_date(requested: &str, summarized: &str, today: &str) -> String {
         .to_string()
 }
 
-/// The body of the day's summary, `today` when none exists yet.
-fn body_of(status: Status, state: &State, requested: &str) -> Body {
+/// The body of the day's summary, `today` when none exists yet, of the instances of
+/// `namespaces` only where given (the figures of every namespace are then left out).
+fn body_of(
+    status: Status,
+    state: &State,
+    query: &DateQuery,
+    namespaces: Option<BTreeSet<String>>,
+) -> Body {
+    let requested = query.date.trim();
     let today = chrono::Utc::now().date_naive().to_string();
     let day = status.day.unwrap_or_default();
     let date = shown_date(requested, &day.date, &today);
@@ -93,11 +109,20 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
         Some(index) => (
             index.counts(&Filter {
                 biz_date: Some(date.clone()),
+                namespaces: namespaces.clone(),
                 ..Filter::default()
             }),
-            index.attention(&date, now),
+            index.attention(&date, now, namespaces.as_ref()),
         ),
         None => (Counts::default(), Attention::default()),
+    };
+    let queues = match &namespaces {
+        None => status.queues,
+        Some(kept) => status
+            .queues
+            .into_iter()
+            .filter(|q| kept.contains(queue_namespace(&q.queue)))
+            .collect(),
     };
     let of_state = |wanted: ax_bus::State| {
         counts
@@ -110,6 +135,8 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
     let latency = day.average_latency_text().unwrap_or_else(|| "–".into());
     Body {
         requested: requested.to_string(),
+        namespace: query.namespace.trim().to_string(),
+        namespaces: namespaces.map(|n| n.into_iter().collect::<Vec<_>>().join(", ")),
         timezone: if day.timezone.is_empty() {
             "UTC".into()
         } else {
@@ -129,18 +156,31 @@ fn body_of(status: Status, state: &State, requested: &str) -> Body {
             attempt: l.attempt,
         }),
         attention,
-        queues: status.queues,
+        queues,
         workers_live: status.workers_live,
         alerts: status.alerts_last_hour.into_iter().collect(),
         nodes: status.nodes.join(", "),
     }
 }
 
-/// The dashboard's query: the business date to show (the latest summarized when absent).
+/// The namespace a ready queue of `ax status` holds the work of: `ready_<priority>` is
+/// `default`'s, `ready_<priority>.<namespace>` another's; the delayed queue is `default`'s
+/// (it holds every namespace's, unsplit).
+fn queue_namespace(queue: &str) -> &str {
+    match queue.split_once('.') {
+        Some((_, namespace)) => namespace,
+        None => ax_bus::ids::DEFAULT_NAMESPACE,
+    }
+}
+
+/// The dashboard's query: the business date to show (the latest summarized when absent) and
+/// the namespace (every one when absent).
 #[derive(Debug, Default, serde::Deserialize)]
 struct DateQuery {
     #[serde(default)]
     date: String,
+    #[serde(default)]
+    namespace: String,
 }
 
 async fn read(
@@ -149,6 +189,18 @@ async fn read(
     query: &DateQuery,
 ) -> Result<Body, Box<HttpResponse>> {
     let client = pages::client(state, request)?;
+    let asked = Some(query.namespace.trim()).filter(|n| !n.is_empty());
+    if let Some(namespace) = asked {
+        if let Err(e) = ax_bus::ids::Namespace::parse(namespace) {
+            return Err(Box::new(pages::error_page(
+                request,
+                StatusCode::BAD_REQUEST,
+                format!("namespace: {e}"),
+            )));
+        }
+    }
+    let seen = crate::scoped::seen(&pages::caller(request).principal);
+    let namespaces = crate::scoped::kept(asked.map(|n| BTreeSet::from([n.to_string()])), seen);
     let date = Some(query.date.trim()).filter(|d| !d.is_empty());
     if let Some(date) = date {
         if ax_bus::time::parse_biz_date(date).is_none() {
@@ -160,7 +212,7 @@ async fn read(
         }
     }
     match client.status(date).await {
-        Ok(status) => Ok(body_of(status, state, date.unwrap_or_default())),
+        Ok(status) => Ok(body_of(status, state, query, namespaces)),
         Err(e) => Err(Box::new(pages::error_page(
             request,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -175,13 +227,24 @@ async fn page(
     query: web::Query<DateQuery>,
 ) -> HttpResponse {
     match read(&state, &request, &query).await {
-        Ok(body) => pages::html(
-            StatusCode::OK,
-            &Page {
+        Ok(body) => {
+            let seen = crate::scoped::seen(&pages::caller(&request).principal);
+            let mut namespaces = BTreeSet::new();
+            if let Some(client) = &state.client {
+                for job in client.jobs().await.unwrap_or_default() {
+                    namespaces.insert(job.spec.name.namespace().to_string());
+                }
+            }
+            if let Some(seen) = seen {
+                namespaces.retain(|n| seen.contains(n));
+            }
+            let page = Page {
                 chrome: Chrome::of(&pages::caller(&request), "dashboard"),
                 body,
-            },
-        ),
+                namespaces: namespaces.into_iter().collect(),
+            };
+            pages::html(StatusCode::OK, &page)
+        }
         Err(response) => *response,
     }
 }

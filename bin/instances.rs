@@ -186,7 +186,23 @@ fn newest_first(records: &mut [InstanceRecord]) {
         .sort_by(|a, b| (b.expected_time, &b.instance_id).cmp(&(a.expected_time, &a.instance_id)));
 }
 
+/// `id`'s record. With a token, read through the Schedulers (`instance`), which hold it to the
+/// token's namespaces: a token of `a` reads no instance of `b`, whatever the NATS user may.
 async fn fetch(client: &AxClient, id: &InstanceId) -> Result<InstanceRecord> {
+    if client.has_caller() {
+        let request = ax_bus::messages::ReadRequest {
+            instance: id.clone(),
+        };
+        match client.send(&request, crate::jobs::CONTROL_TIMEOUT).await {
+            Ok(read) => return Ok(*read.record),
+            // Unknown there too: said below as a direct read says it (purged, or never made).
+            Err(ax_bus::ClientError::Refused(_)) => {}
+            Err(ax_bus::ClientError::Denied(why)) => {
+                return Err(crate::jobs::refusal(&[why], "refused by the scheduler"))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     client
         .instance(id)
         .await?

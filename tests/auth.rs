@@ -485,6 +485,19 @@ async fn a_token_of_a_namespace_acts_in_it_and_is_denied_elsewhere_naming_the_na
     // `b`'s downstream to run again is refused whole.
     let out = as_(&nats, &a_ops, &["instance", "cancel", &down.instance_id]);
     denied(&out, "needs the operator role in namespace `b`");
+    // Nor read: the CLI reads a record through the Schedulers when it has a token.
+    let out = as_(&nats, &a_ops, &["instance", "get", &down.instance_id]);
+    denied(
+        &out,
+        "`instance` needs the viewer role in namespace `b`; token `a-ops` is operator in a",
+    );
+    let out = as_(&nats, &a_ops, &["instance", "get", &up, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("\"instance_id\": \"{up}\"")),
+        "{}",
+        stdout(&out)
+    );
     let out = as_(
         &nats,
         &a_ops,

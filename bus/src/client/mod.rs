@@ -617,6 +617,11 @@ impl AxClient {
         self
     }
 
+    /// Whether this client acts for a token (its commands carry one).
+    pub fn has_caller(&self) -> bool {
+        self.caller.is_some()
+    }
+
     /// This client's commands carry `token` (the caller's credential, checked by the Scheduler
     /// when auth is on) and say they came `via` the CLI, the API or the console.
     pub fn acting_as(

@@ -481,6 +481,10 @@ async fn follow_log(
 
 /// `ax instance history`: one row per step, oldest first.
 pub(crate) async fn history(client: &AxClient, id: &InstanceId, json: bool) -> Result<()> {
+    if client.has_caller() {
+        // The token's right to read it, checked where the record is read.
+        fetch(client, id).await?;
+    }
     let history = client
         .instance_history(id)
         .await?

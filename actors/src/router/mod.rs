@@ -164,7 +164,12 @@ impl Router {
                 outstanding.at(&info.id).max(info.running) < share::capacity(info)
             };
             let worker = fleet.choose_with_room(&waiter.request, &free)?;
-            outstanding.sent(&worker, waiter.trace.clone(), namespace.clone());
+            outstanding.sent(
+                &worker,
+                waiter.trace.clone(),
+                namespace.clone(),
+                Instant::now(),
+            );
             Some(Target::Worker(worker))
         });
     }
@@ -199,7 +204,7 @@ impl Router {
         };
         if let Target::Worker(worker) = &target {
             self.outstanding
-                .sent(worker, trace.clone(), namespace.clone());
+                .sent(worker, trace.clone(), namespace.clone(), Instant::now());
             self.share.charge(namespace);
         }
         Ok(target)

@@ -214,6 +214,8 @@ struct Sent {
     namespace: Namespace,
     /// When its worker acknowledged it.
     started: Option<Instant>,
+    /// When it was sent.
+    at: Instant,
 }
 
 /// How long after its acknowledgement an attempt a heartbeat does not list counts as ended: a
@@ -221,12 +223,24 @@ struct Sent {
 /// not a whole heartbeat period and more later.
 const LISTED_WITHIN: Duration = Duration::from_secs(5);
 
+/// How long a dispatch never acknowledged counts: by then the Router's acknowledgement deadline
+/// (5 s by default) has handed it to a worker again under a new dispatch, perhaps another one,
+/// whose acknowledgement (of the same attempt) counts it where it runs.
+const UNSTARTED_WITHIN: Duration = Duration::from_secs(15);
+
 impl Outstanding {
-    /// `trace`, of `namespace`, was sent to `worker`.
-    pub(crate) fn sent(&mut self, worker: &WorkerId, trace: TraceId, namespace: Namespace) {
+    /// `trace`, of `namespace`, was sent to `worker` at `now`.
+    pub(crate) fn sent(
+        &mut self,
+        worker: &WorkerId,
+        trace: TraceId,
+        namespace: Namespace,
+        now: Instant,
+    ) {
         let sent = Sent {
             namespace,
             started: None,
+            at: now,
         };
         self.sent
             .entry(worker.clone())
@@ -260,17 +274,21 @@ impl Outstanding {
     }
 
     /// A heartbeat of `worker` that runs `running`, heard at `now`: what it started a while
-    /// ago and does not run any more ended (its end's word was lost).
+    /// ago and does not run any more ended (its end's word was lost), and what it never
+    /// acknowledged for long went elsewhere (or was acknowledged unheard) and is not counted
+    /// here any more unless the worker says it runs it.
     pub(crate) fn heard(&mut self, worker: &WorkerId, running: &[RunningAttempt], now: Instant) {
         let Some(sent) = self.sent.get_mut(worker) else {
             return;
         };
         let runs: HashSet<&TraceId> = running.iter().map(|a| &a.trace_id).collect();
         sent.retain(|trace, sent| {
-            let long_ago = sent
-                .started
-                .is_some_and(|at| now.saturating_duration_since(at) > LISTED_WITHIN);
-            !long_ago || runs.contains(trace)
+            let since = |at: Instant| now.saturating_duration_since(at);
+            let stale = match sent.started {
+                Some(at) => since(at) > LISTED_WITHIN,
+                None => since(sent.at) > UNSTARTED_WITHIN,
+            };
+            !stale || runs.contains(trace)
         });
     }
 
@@ -425,20 +443,33 @@ mod tests {
         let w = WorkerId::parse("w1").unwrap();
         let trace = |c: char| TraceId::parse(&c.to_string().repeat(32)).unwrap();
         let mut outstanding = Outstanding::default();
+        let at = Instant::now();
         for c in ['a', 'b', 'c'] {
-            outstanding.sent(&w, trace(c), ns("x"));
+            outstanding.sent(&w, trace(c), ns("x"), at);
         }
         outstanding.ended(&w, &trace('a'));
         assert_eq!(outstanding.at(&w), 2);
         assert_eq!((outstanding.of(&ns("x")), outstanding.of(&ns("y"))), (2, 0));
         // `b` started and its end's word was lost: the heartbeats no longer list it. One
         // heard just after it started may have been written before: it stays till a later
-        // one. `c` waits at the worker unstarted: it stays.
-        let at = Instant::now();
+        // one. `c` waits at the worker unstarted: it stays, until its acknowledgement deadline
+        // has long sent it elsewhere.
         outstanding.started(&w, &trace('b'), at);
         outstanding.heard(&w, &[], at + Duration::from_secs(1));
         assert_eq!(outstanding.at(&w), 2);
         outstanding.heard(&w, &[], at + Duration::from_secs(6));
+        assert_eq!(outstanding.at(&w), 1);
+        outstanding.heard(&w, &[], at + Duration::from_secs(16));
+        assert_eq!(outstanding.at(&w), 0);
+        // One the worker says it runs stays, whatever its age.
+        outstanding.sent(&w, trace('d'), ns("x"), at);
+        let listed = RunningAttempt {
+            instance_id: "x.job.20261207T000000Z-1".parse().unwrap(),
+            trace_id: trace('d'),
+            dispatch: ax_bus::ids::DispatchId::random(),
+            lease_secs: None,
+        };
+        outstanding.heard(&w, &[listed], at + Duration::from_secs(60));
         assert_eq!(outstanding.at(&w), 1);
         outstanding.forget(&w);
         assert_eq!(outstanding.at(&w), 0);

@@ -505,3 +505,55 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A Router killed while it holds two namespaces' work back for slots loses nothing and runs
+/// nothing twice: what it had sent runs on; what it held comes back, unacknowledged, to the
+/// next Router (after the ready consumers' ack wait) and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_killed_while_it_holds_work_back_loses_nothing_and_runs_nothing_twice() {
+    const EACH: usize = 6;
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let ledger = nats.path("ledger").join("lines");
+    let mut core = AxProcess::node(&nats, "core-1", "scheduler,dag,router", &[]);
+    let _worker = AxProcess::node(&nats, "worker-1", "worker", &["--slots", "2"]);
+    let spec = |namespace: &str| {
+        let head = format!("  namespace: {namespace}\n");
+        crate::support::verdict::ledger_spec("slow", &head, &ledger, 3, 60, "")
+    };
+    apply_job(&nats, "slow", &format!("{}---\n{}", spec("a"), spec("b"))).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the worker's heartbeat",
+        || async { worker_listed(&nats, "worker-1") },
+    )
+    .await;
+    let triggers = (0..EACH).flat_map(|_| ["a/slow", "b/slow"]).map(|job| {
+        let nats = client.nats.clone();
+        async move { request_trigger(&nats, "ax.request.trigger", job).await }
+    });
+    let replies = futures::future::join_all(triggers).await;
+    let ids: Vec<String> = replies
+        .into_iter()
+        .map(|r| r.instance_id.expect("an instance").to_string())
+        .collect();
+    // Killed once the first attempts run and the rest wait for slots.
+    wait_for(Duration::from_secs(30), "two attempts started", || async {
+        let started = crate::support::ledger::read(&ledger)
+            .iter()
+            .filter(|l| l.kind == "start")
+            .count();
+        (started >= 2).then_some(())
+    })
+    .await;
+    core.kill9();
+    let _next = AxProcess::node(&nats, "core-2", "scheduler,dag,router", &[]);
+    for id in &ids {
+        let record = final_record(&client, id, Duration::from_secs(120)).await;
+        assert_eq!(record.state, State::Success, "{record:?}");
+    }
+    let findings = crate::support::ledger::examine(&crate::support::ledger::read(&ledger));
+    assert!(findings.started_twice.is_empty(), "{findings:?}");
+    assert!(findings.overlapping.is_empty(), "{findings:?}");
+    assert_eq!(findings.starts, 2 * EACH, "{findings:?}");
+}

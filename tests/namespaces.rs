@@ -414,6 +414,17 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
         count("a"),
         count("b")
     );
+    // Each namespace's ready queue is counted apart (`ax status`, the console, `/metrics`).
+    let queues: Vec<String> = client
+        .queue_depths()
+        .await
+        .expect("the queues' depths")
+        .into_iter()
+        .map(|q| q.queue)
+        .collect();
+    for queue in ["ready_normal", "ready_normal.a", "ready_normal.b"] {
+        assert!(queues.iter().any(|q| q == queue), "{queues:?}");
+    }
     // Alone, `b` took every slot: what is left after `a`'s last start is all `b`'s.
     let alone = &starts[last_a + 1..];
     assert!(alone.iter().all(|(_, n)| n == "b"));

@@ -194,6 +194,10 @@ pub(crate) enum NamespaceCommand {
         /// end, tagged `queued` with the reason).
         #[arg(long)]
         max_running: Option<u32>,
+        /// The most of its instances waiting to run (in its ready queues): a trigger beyond
+        /// is refused with the reason until some have run (cron fires never are).
+        #[arg(long)]
+        max_waiting: Option<u32>,
     },
     /// Removes a namespace's settings (weight 1, no quota again); its jobs stay.
     Delete {

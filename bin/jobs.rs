@@ -158,6 +158,7 @@ pub(crate) async fn namespaces(client: &AxClient, json: bool) -> Result<()> {
                     "weight": settings.weight,
                     "max_jobs": settings.max_jobs,
                     "max_running": settings.max_running,
+                    "max_waiting": settings.max_waiting,
                 })
             })
             .collect();
@@ -167,17 +168,26 @@ pub(crate) async fn namespaces(client: &AxClient, json: bool) -> Result<()> {
         .into_iter()
         .map(|(namespace, jobs)| {
             let settings = of(&namespace);
-            let most = settings.max_jobs.map_or("-".to_string(), |n| n.to_string());
+            let most = |n: Option<u32>| n.map_or("-".to_string(), |n| n.to_string());
             vec![
                 namespace,
                 jobs.to_string(),
                 settings.weight.to_string(),
-                most,
+                most(settings.max_jobs),
+                most(settings.max_running),
+                most(settings.max_waiting),
             ]
         })
         .collect();
     table::print(
-        &["NAMESPACE", "JOBS", "WEIGHT", "MAX JOBS", "MAX RUNNING"],
+        &[
+            "NAMESPACE",
+            "JOBS",
+            "WEIGHT",
+            "MAX JOBS",
+            "MAX RUNNING",
+            "MAX WAITING",
+        ],
         &rows,
     );
     Ok(())

@@ -184,11 +184,13 @@ async fn namespaces(command: NamespaceCommand, to: &Connect<'_>, json: bool) -> 
             weight,
             max_jobs,
             max_running,
+            max_waiting,
         } => {
             let settings = ax_bus::messages::NamespaceSettings {
                 weight,
                 max_jobs,
                 max_running,
+                max_waiting,
             };
             let client = to.client().await?;
             jobs::set_namespace(&client, &namespace, Some(settings), json).await?;

@@ -108,8 +108,8 @@ async fn a_namespaces_service_user_reaches_its_own_work_and_the_server_refuses_i
     assert_eq!(
         counts,
         serde_json::json!([
-            {"namespace": "a", "jobs": 1, "weight": 1, "max_jobs": null, "max_running": null},
-            {"namespace": "b", "jobs": 2, "weight": 1, "max_jobs": null, "max_running": null},
+            {"namespace": "a", "jobs": 1, "weight": 1, "max_jobs": null, "max_running": null, "max_waiting": null},
+            {"namespace": "b", "jobs": 2, "weight": 1, "max_jobs": null, "max_running": null, "max_waiting": null},
         ])
     );
     // `b.after` waits for `a.hello` of its business date.
@@ -341,7 +341,10 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     assert!(created.status.success(), "{}", stderr(&created));
     let said = stdout(&created);
     assert!(
-        said.contains("namespace a: weight 2, no quota of jobs, no quota of running attempts"),
+        said.contains(
+            "namespace a: weight 2, no quota of jobs, no quota of running attempts, no quota of \
+             waiting instances"
+        ),
         "{said}"
     );
     // It prints the namespace's NATS user, as `ax namespace user` does.
@@ -503,10 +506,38 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     assert_eq!(
         listed,
         serde_json::json!([
-            {"namespace": "a", "jobs": 1, "weight": 2, "max_jobs": null, "max_running": 2},
-            {"namespace": "b", "jobs": 1, "weight": 1, "max_jobs": 1, "max_running": null},
+            {"namespace": "a", "jobs": 1, "weight": 2, "max_jobs": null, "max_running": 2, "max_waiting": null},
+            {"namespace": "b", "jobs": 1, "weight": 1, "max_jobs": 1, "max_running": null, "max_waiting": null},
         ])
     );
+    // A quota of waiting instances: while `b`'s queue is paused its instances wait; the
+    // trigger past the quota is refused with the reason, and those admitted run once resumed.
+    let paused = ax(&nats.url(), &["queue", "pause", "normal"]);
+    assert!(paused.status.success(), "{}", stderr(&paused));
+    let quota = ax(
+        &nats.url(),
+        &["namespace", "set", "b", "--max-waiting", "2"],
+    );
+    assert!(quota.status.success(), "{}", stderr(&quota));
+    let mut admitted = Vec::new();
+    for _ in 0..2 {
+        let reply = request_trigger(&client.nats, "ax.request.trigger", "b/flood").await;
+        assert!(reply.ok, "{reply:?}");
+        admitted.push(reply.instance_id.expect("an instance").to_string());
+    }
+    let refused = request_trigger(&client.nats, "ax.request.trigger", "b/flood").await;
+    assert!(!refused.ok && refused.instance_id.is_none(), "{refused:?}");
+    assert!(
+        refused.errors[0].starts_with("namespace b has 2 instances waiting to run, its quota"),
+        "{refused:?}"
+    );
+    let resumed = ax(&nats.url(), &["queue", "resume", "normal"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    for id in &admitted {
+        let record = final_record(&client, id, Duration::from_secs(60)).await;
+        assert_eq!(record.state, State::Success, "{record:?}");
+    }
+
     // Removed, the quota no longer holds the apply back.
     let removed = ax(&nats.url(), &["namespace", "delete", "b"]);
     assert!(removed.status.success(), "{}", stderr(&removed));

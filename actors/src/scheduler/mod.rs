@@ -356,6 +356,7 @@ impl Actor for Scheduler {
             node: self.node.clone(),
             max_delay: self.max_delay,
             auth: self.auth,
+            admission: Default::default(),
         };
         spawn_pump(
             ACTOR,

@@ -39,6 +39,10 @@ pub struct NamespaceSettings {
     /// until one ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running: Option<u32>,
+    /// The most of its instances waiting to run (in its ready queues): a trigger beyond it is
+    /// refused with the reason, until some have run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_waiting: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -51,6 +55,7 @@ impl Default for NamespaceSettings {
             weight: 1,
             max_jobs: None,
             max_running: None,
+            max_waiting: None,
         }
     }
 }
@@ -82,6 +87,9 @@ impl NamespaceSettings {
         }
         if self.max_running == Some(0) {
             return Some("max_running 0 would never run anything: at least 1".into());
+        }
+        if self.max_waiting == Some(0) {
+            return Some("max_waiting 0 would refuse every trigger: at least 1".into());
         }
         None
     }

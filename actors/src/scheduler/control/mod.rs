@@ -25,6 +25,7 @@
 //! it changes nothing and never takes the Scheduler down. A NATS failure while carrying out a
 //! valid command is not the sender's fault: the message is redelivered a second later.
 
+mod admission;
 pub(crate) mod approvals;
 mod audit;
 pub(crate) mod backfill;
@@ -79,6 +80,8 @@ pub(crate) struct Desk {
     pub(crate) node: NodeId,
     pub(crate) max_delay: std::time::Duration,
     pub(crate) auth: AuthSettings,
+    /// The namespaces' quotas of waiting instances, read for the triggers.
+    pub(crate) admission: admission::Admission,
 }
 
 /// The node's `[auth]`: whether commands must carry a token, and how risky re-runs are
@@ -506,6 +509,9 @@ async fn carry_out(
                 max_payload: client.nats.server_info().max_payload,
                 graph: &desk.graph,
             };
+            desk.admission
+                .admit(client, request.name.namespace())
+                .await?;
             let trigger = trigger::trigger((client, creator), &bounds, request, published);
             answered::<TriggerRequest>(Box::pin(trigger).await)
         }

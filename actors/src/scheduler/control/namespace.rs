@@ -34,8 +34,12 @@ pub(super) async fn set(
                 || "no quota of running attempts".to_string(),
                 |n| format!("at most {n} attempts running"),
             );
+            let waiting = s.max_waiting.map_or_else(
+                || "no quota of waiting instances".to_string(),
+                |n| format!("at most {n} instances waiting"),
+            );
             format!(
-                "namespace {namespace}: weight {}, {jobs}, {running}",
+                "namespace {namespace}: weight {}, {jobs}, {running}, {waiting}",
                 s.weight
             )
         }
@@ -145,7 +149,8 @@ mod tests {
         let done = set(&registry, &request(2)).await.unwrap();
         assert_eq!(
             done.message,
-            "namespace a: weight 2, no quota of jobs, no quota of running attempts"
+            "namespace a: weight 2, no quota of jobs, no quota of running attempts, no quota \
+             of waiting instances"
         );
         let mut none_running = request(2);
         if let Some(s) = none_running.settings.as_mut() {

@@ -114,6 +114,29 @@ impl Registry for AxClient {
         Ok(self.namespace_settings().await?)
     }
 
+    async fn waiting(&self, namespace: &str) -> Result<u64, ActorError> {
+        let what = || format!("count the ready queues of {namespace}");
+        let stream = self
+            .js
+            .get_stream(self.layout.flow_stream())
+            .await
+            .during(what)?;
+        // `default`'s queues are the priorities' own subjects, a namespace's one token more.
+        let queues = self.subjects().ready_all();
+        let queues = queues.trim_end_matches(".>");
+        let filter = if namespace == ax_bus::ids::DEFAULT_NAMESPACE {
+            format!("{queues}.*")
+        } else {
+            format!("{queues}.*.{namespace}")
+        };
+        let mut counts = stream.info_with_subjects(filter).await.during(what)?;
+        let mut waiting = 0;
+        while let Some(entry) = futures::StreamExt::next(&mut counts).await {
+            waiting += entry.during(what)?.1 as u64;
+        }
+        Ok(waiting)
+    }
+
     async fn set_namespace(
         &self,
         namespace: &Namespace,

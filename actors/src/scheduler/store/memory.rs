@@ -152,6 +152,8 @@ pub(crate) struct Jobs {
     pub(crate) jobs: std::sync::Mutex<std::collections::BTreeMap<JobName, (JobRecord, u64)>>,
     pub(crate) queues: std::sync::Mutex<std::collections::BTreeMap<Priority, QueueState>>,
     pub(crate) namespaces: std::sync::Mutex<BTreeMap<Namespace, NamespaceSettings>>,
+    /// What each namespace has waiting to run.
+    pub(crate) waiting: std::sync::Mutex<BTreeMap<String, u64>>,
     /// How many writes found the entry moved on; the first `races` writes are made to.
     pub(crate) races: std::sync::atomic::AtomicUsize,
 }
@@ -219,6 +221,16 @@ impl Registry for Jobs {
 
     async fn namespaces(&self) -> Result<BTreeMap<Namespace, NamespaceSettings>, ActorError> {
         Ok(self.namespaces.lock().unwrap().clone())
+    }
+
+    async fn waiting(&self, namespace: &str) -> Result<u64, ActorError> {
+        Ok(self
+            .waiting
+            .lock()
+            .unwrap()
+            .get(namespace)
+            .copied()
+            .unwrap_or(0))
     }
 
     async fn set_namespace(
@@ -359,6 +371,10 @@ impl Registry for Memory {
 
     async fn namespaces(&self) -> Result<BTreeMap<Namespace, NamespaceSettings>, ActorError> {
         self.registry.namespaces().await
+    }
+
+    async fn waiting(&self, namespace: &str) -> Result<u64, ActorError> {
+        self.registry.waiting(namespace).await
     }
 
     async fn set_namespace(

@@ -91,6 +91,8 @@ pub(crate) trait Registry {
     async fn set_queue(&self, priority: Priority, state: &QueueState) -> Result<(), ActorError>;
     /// Every namespace's stored settings.
     async fn namespaces(&self) -> Result<BTreeMap<Namespace, NamespaceSettings>, ActorError>;
+    /// How many of `namespace`'s instances wait to run: the messages of its ready queues.
+    async fn waiting(&self, namespace: &str) -> Result<u64, ActorError>;
     /// Stores `namespace`'s settings, or removes them (`None`).
     async fn set_namespace(
         &self,

@@ -9,12 +9,17 @@
 //! freed slot to the waiting namespace with the least service per weight (stride scheduling:
 //! each grant adds `1 / weight` to its namespace's pass; a namespace that starts waiting again
 //! starts from the lowest pass among those waiting, so idle time banks no credit). Priorities
-//! still come first: high work never waits here, normal work is granted before low.
+//! still come first: high work never waits for room here (only for its namespace's quota of
+//! running attempts), normal work is granted before low.
 //!
 //! A Router learns of a freed slot when the worker tells it of the end
 //! ([`ax_bus::messages::WorkItem::tell_end`]), else at the worker's next heartbeat; it counts
 //! what it sent each worker and did not hear end of ([`Outstanding`]). With several Routers
 //! each shares what it holds; the workers' heartbeats carry what the others run.
+//!
+//! A namespace's quota of running attempts (`--max-running`) holds its attempts the same way
+//! while that many are sent and not ended: counted as what this Router has at the workers, or
+//! what their heartbeats say they run of it ([`running_by_namespace`]), whichever is more.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};

@@ -275,8 +275,12 @@ class Client:
         """The record of ``instance_id`` once it is final (success, failed or cancelled).
 
         Raises TimeoutError when it is not final within ``timeout`` seconds. A NATS outage
-        meanwhile only delays the answer: the record is read again once the client is back.
+        meanwhile only delays the answer: the record is read again once the client is back. A
+        client of one namespace reads through the Schedulers (a command each time), so it reads
+        at most twice a second.
         """
+        if self._namespace:
+            poll = max(poll, 0.5)
         deadline = asyncio.get_running_loop().time() + timeout
         last: Optional[Instance] = None
         while True:

@@ -4,10 +4,11 @@
 //! dependency's release is owed and never refused.
 //!
 //! Both reads are kept a moment, so that a burst of triggers does not read the settings and
-//! the queues once each: the settings for [`SETTINGS_FOR`], a namespace's count for
-//! [`COUNT_FOR`], plus the triggers this Scheduler admitted since it was read. Several
-//! Schedulers each count their own admissions: together they may pass the quota by what each
-//! admits within one count's life.
+//! the queues once each: the settings for [`SETTINGS_FOR`] (the Scheduler that stores a
+//! namespace's settings forgets them at once; the others see a change within that time), a
+//! namespace's count for [`COUNT_FOR`], plus the triggers this Scheduler admitted since it
+//! was read. Several Schedulers each count their own admissions: together they may pass the
+//! quota by what each admits within one count's life.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,6 +39,11 @@ struct Reads {
 impl Admission {
     fn reads(&self) -> MutexGuard<'_, Reads> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets the settings read: they were just changed.
+    pub(crate) fn forget_settings(&self) {
+        self.reads().settings = None;
     }
 
     /// Admits one trigger of a job of `namespace`, or refuses it for the namespace's quota of
@@ -125,6 +131,13 @@ mod tests {
             refused.contains("namespace a has 3 instances waiting to run, its quota"),
             "{refused}"
         );
+        // Settings changed here are seen at once.
+        store.namespaces.lock().unwrap().clear();
+        admission.forget_settings();
+        admission
+            .admit(&store, "a")
+            .await
+            .expect("no quota any more");
         // A namespace without the quota, or `default`, takes any number.
         for _ in 0..10 {
             admission.admit(&store, "b").await.expect("no quota");

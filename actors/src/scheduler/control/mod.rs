@@ -531,7 +531,9 @@ async fn carry_out(
             answered::<QueueRequest>(Box::pin(queue::set_queue(client, &request)).await)
         }
         Request::Namespace(request) => {
-            answered::<NamespaceRequest>(Box::pin(namespace::set(client, &request)).await)
+            let set = Box::pin(namespace::set(client, &request)).await;
+            desk.admission.forget_settings();
+            answered::<NamespaceRequest>(set)
         }
         Request::Instance(request) => {
             answered::<ReadRequest>(Box::pin(read::instance(client, &request, namespace)).await)

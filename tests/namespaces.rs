@@ -3,6 +3,7 @@
 //! their namespace's work and nothing of another's, nor ax's own consumers; and a job of one
 //! namespace waits for its upstream in another for the same business date.
 
+use std::path::Path;
 use std::time::Duration;
 
 use ax_bus::messages::{ControlReply, TriggerRequest};
@@ -10,6 +11,7 @@ use ax_bus::State;
 use futures::StreamExt;
 
 use crate::nats_auth::{authorization, connect_as, refused, refused_subscription, CLUSTER_USERS};
+use crate::support::ledger;
 use crate::support::*;
 
 const JOBS: &str = "version: v1
@@ -557,54 +559,89 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// A Router killed while it holds two namespaces' work back for slots loses nothing and runs
-/// nothing twice: what it had sent runs on; what it held comes back, unacknowledged, to the
-/// next Router (after the ready consumers' ack wait) and runs once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_router_killed_while_it_holds_work_back_loses_nothing_and_runs_nothing_twice() {
-    const EACH: usize = 6;
-    let nats = TestNats::start();
-    let client = nats.client().await;
-    let ledger = nats.path("ledger").join("lines");
-    let mut core = AxProcess::node(&nats, "core-1", "scheduler,dag,router", &[]);
-    let _worker = AxProcess::node(&nats, "worker-1", "worker", &["--slots", "2"]);
+/// Two namespaces' floods, 6 attempts each, on the node's worker `worker-1` of 2 slots, whose
+/// commands write the jobs' own ledger: their instances, once two attempts run and the rest
+/// are held back for slots.
+async fn two_floods_held(nats: &TestNats, client: &ax_bus::AxClient, ledger: &Path) -> Vec<String> {
     let spec = |namespace: &str| {
         let head = format!("  namespace: {namespace}\n");
-        crate::support::verdict::ledger_spec("slow", &head, &ledger, 3, 60, "")
+        crate::support::verdict::ledger_spec("slow", &head, ledger, 3, 60, "")
     };
-    apply_job(&nats, "slow", &format!("{}---\n{}", spec("a"), spec("b"))).await;
+    apply_job(nats, "slow", &format!("{}---\n{}", spec("a"), spec("b"))).await;
     wait_for(
         Duration::from_secs(30),
         "the worker's heartbeat",
-        || async { worker_listed(&nats, "worker-1") },
+        || async { worker_listed(nats, "worker-1") },
     )
     .await;
-    let triggers = (0..EACH).flat_map(|_| ["a/slow", "b/slow"]).map(|job| {
+    let triggers = (0..6).flat_map(|_| ["a/slow", "b/slow"]).map(|job| {
         let nats = client.nats.clone();
         async move { request_trigger(&nats, "ax.request.trigger", job).await }
     });
-    let replies = futures::future::join_all(triggers).await;
-    let ids: Vec<String> = replies
+    let ids = futures::future::join_all(triggers)
+        .await
         .into_iter()
         .map(|r| r.instance_id.expect("an instance").to_string())
         .collect();
-    // Killed once the first attempts run and the rest wait for slots.
     wait_for(Duration::from_secs(30), "two attempts started", || async {
-        let started = crate::support::ledger::read(&ledger)
+        let started = ledger::read(ledger)
             .iter()
             .filter(|l| l.kind == "start")
             .count();
         (started >= 2).then_some(())
     })
     .await;
-    core.kill9();
-    let _next = AxProcess::node(&nats, "core-2", "scheduler,dag,router", &[]);
-    for id in &ids {
-        let record = final_record(&client, id, Duration::from_secs(120)).await;
+    ids
+}
+
+/// Every instance of `ids` succeeded, and the ledger shows no attempt started twice and no two
+/// attempts of an instance at once; the starts it shows.
+async fn each_ran_once_at_a_time(
+    client: &ax_bus::AxClient,
+    ids: &[String],
+    ledger: &Path,
+) -> usize {
+    for id in ids {
+        let record = final_record(client, id, Duration::from_secs(120)).await;
         assert_eq!(record.state, State::Success, "{record:?}");
     }
-    let findings = crate::support::ledger::examine(&crate::support::ledger::read(&ledger));
+    let findings = ledger::examine(&ledger::read(ledger));
     assert!(findings.started_twice.is_empty(), "{findings:?}");
     assert!(findings.overlapping.is_empty(), "{findings:?}");
-    assert_eq!(findings.starts, 2 * EACH, "{findings:?}");
+    findings.starts
+}
+
+/// A Router killed while it holds two namespaces' work back for slots loses nothing and runs
+/// nothing twice: what it had sent runs on; what it held comes back, unacknowledged, to the
+/// next Router (after the ready consumers' ack wait) and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_killed_while_it_holds_work_back_loses_nothing_and_runs_nothing_twice() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let ledger = nats.path("ledger").join("lines");
+    let mut core = AxProcess::node(&nats, "core-1", "scheduler,dag,router", &[]);
+    let _worker = AxProcess::node(&nats, "worker-1", "worker", &["--slots", "2"]);
+    let ids = two_floods_held(&nats, &client, &ledger).await;
+    core.kill9();
+    let _next = AxProcess::node(&nats, "core-2", "scheduler,dag,router", &[]);
+    let starts = each_ran_once_at_a_time(&client, &ids, &ledger).await;
+    assert_eq!(starts, ids.len(), "an attempt ran again");
+}
+
+/// A worker killed while namespaces share it, and back at once: the attempts it ran are lost
+/// and run again, its end words never come — the Router counts them ended when its heartbeats
+/// no longer list them — and the work held back runs, nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_while_namespaces_share_it_holds_nothing_back_for_good() {
+    let nats = TestNats::start();
+    let client = nats.client().await;
+    let ledger = nats.path("ledger").join("lines");
+    let _core = AxProcess::node(&nats, "core-1", "scheduler,dag,router", &[]);
+    let mut worker = AxProcess::node(&nats, "worker-1", "worker", &["--slots", "2"]);
+    let ids = two_floods_held(&nats, &client, &ledger).await;
+    worker.kill9();
+    let _again = AxProcess::node(&nats, "worker-1", "worker", &["--slots", "2"]);
+    let starts = each_ran_once_at_a_time(&client, &ids, &ledger).await;
+    // The two it ran when killed ran again, under new traces.
+    assert!(starts >= ids.len() + 2, "{starts} starts");
 }

@@ -190,15 +190,38 @@ fn priority(text: &str) -> Result<Priority> {
 }
 
 /// `ax status`: the health summary.
-pub(crate) async fn status(client: &AxClient, date: Option<&str>, json: bool) -> Result<()> {
+/// `ax status`; with `-n`, its queues and failing jobs are the namespace's (what ended, the
+/// latency and the longest run are counted for every namespace: the day's summary is one).
+pub(crate) async fn status(
+    client: &AxClient,
+    date: Option<&str>,
+    namespace: Option<&ax_bus::ids::Namespace>,
+    json: bool,
+) -> Result<()> {
     if let Some(date) = date {
         if ax_bus::time::parse_biz_date(date).is_none() {
             return Err(anyhow!("--date: `{date}` is not a date (YYYY-MM-DD)"));
         }
     }
-    let status = client.status(date).await?;
+    let mut status = client.status(date).await?;
+    if let Some(namespace) = namespace {
+        status
+            .queues
+            .retain(|q| q.namespace() == namespace.as_str());
+        if let Some(day) = status.day.as_mut() {
+            day.failures_by_job.retain(|job, _| {
+                ax_bus::ids::JobName::parse(job).is_ok_and(|j| j.namespace() == namespace.as_str())
+            });
+        }
+    }
     if json {
         return table::json(&status);
+    }
+    if let Some(namespace) = namespace {
+        println!(
+            "namespace         {namespace} (its queues and failing jobs; what ended, the latency \
+             and the longest run are of every namespace)"
+        );
     }
     match &status.day {
         Some(day) => {

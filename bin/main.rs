@@ -104,7 +104,10 @@ async fn run(mut cli: Cli) -> Result<()> {
         Command::Bench { quick, only } => Box::pin(bench::run(quick, &only, json)).await,
         Command::Nodes => fleet::nodes(&client().await?, json).await,
         Command::Leaders { spread } => fleet::leaders(&client().await?, spread, json).await,
-        Command::Status { date } => fleet::status(&client().await?, date.as_deref(), json).await,
+        Command::Status { date } => {
+            let client = client().await?;
+            fleet::status(&client, date.as_deref(), namespace.as_ref(), json).await
+        }
         Command::Worker(WorkerCommand::List) => fleet::workers(&client().await?, json).await,
         Command::Executors => fleet::executors(&client().await?, json).await,
         Command::Queue(QueueCommand::Pause { priority }) => {

@@ -439,6 +439,20 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
     for queue in ["ready_normal", "ready_normal.a", "ready_normal.b"] {
         assert!(queues.iter().any(|q| q == queue), "{queues:?}");
     }
+    // `ax status -n a`: its queues only.
+    let status = ax(&nats.url(), &["status", "-n", "a", "--json"]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
+    let queues: Vec<&str> = status["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .filter_map(|q| q["queue"].as_str())
+        .collect();
+    assert!(
+        !queues.is_empty() && queues.iter().all(|q| q.ends_with(".a")),
+        "{queues:?}"
+    );
     // Alone, `b` took every slot: what is left after `a`'s last start is all `b`'s.
     let alone = &starts[last_a + 1..];
     assert!(alone.iter().all(|(_, n)| n == "b"));

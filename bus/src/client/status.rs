@@ -29,13 +29,24 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// A queue's depth, as JetStream counts it for the queue's consumer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueDepth {
-    /// The queue: `ready_high`, `ready_normal`, `ready_low`, or `delayed` (delayed instances
-    /// waiting for their time).
+    /// The queue: `ready_high`, `ready_normal`, `ready_low` (`default`'s), a namespace's
+    /// `ready_<priority>.<namespace>`, or `delayed` (delayed instances waiting for their time).
     pub queue: String,
     /// Messages not yet delivered.
     pub pending: u64,
     /// Messages delivered and not yet acknowledged.
     pub ack_pending: u64,
+}
+
+impl QueueDepth {
+    /// The namespace whose work the queue holds: a ready queue's namespace; `default` for
+    /// `default`'s and for `delayed`, which holds every namespace's unsplit.
+    pub fn namespace(&self) -> &str {
+        match self.queue.split_once('.') {
+            Some((_, namespace)) => namespace,
+            None => crate::ids::DEFAULT_NAMESPACE,
+        }
+    }
 }
 
 /// The health summary.

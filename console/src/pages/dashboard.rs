@@ -121,7 +121,7 @@ fn body_of(
         Some(kept) => status
             .queues
             .into_iter()
-            .filter(|q| kept.contains(queue_namespace(&q.queue)))
+            .filter(|q| kept.contains(q.namespace()))
             .collect(),
     };
     let of_state = |wanted: ax_bus::State| {
@@ -160,16 +160,6 @@ fn body_of(
         workers_live: status.workers_live,
         alerts: status.alerts_last_hour.into_iter().collect(),
         nodes: status.nodes.join(", "),
-    }
-}
-
-/// The namespace a ready queue of `ax status` holds the work of: `ready_<priority>` is
-/// `default`'s, `ready_<priority>.<namespace>` another's; the delayed queue is `default`'s
-/// (it holds every namespace's, unsplit).
-fn queue_namespace(queue: &str) -> &str {
-    match queue.split_once('.') {
-        Some((_, namespace)) => namespace,
-        None => ax_bus::ids::DEFAULT_NAMESPACE,
     }
 }
 

@@ -267,32 +267,30 @@ impl Dispatcher {
     /// Writes on the record why its attempt waits to be routed (`queued`, its namespace's
     /// quota), and says so in an event. Best effort, as the `no_worker` tag.
     pub(super) async fn note_held(&self, work: &WorkItem, why: &str) {
-        match self
-            .client
-            .update_instance(&work.instance_id, |r| r.held(&work.trace_id, why))
-            .await
-        {
-            Ok(Updated::Written(record, _)) => publish::event(&self.client, &record).await,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::debug!(instance = %work.instance_id, error = %e, "the wait's reason not written")
-            }
-        }
+        self.note_wait(work, |r| r.held(&work.trace_id, why)).await
     }
 
     /// Tags the record `no_worker`, saying `why` where the fleet said more than that no worker
     /// offers its tags and executor, and says so in an event (a refusal means the attempt
     /// moved on).
     pub(super) async fn note_no_worker(&self, work: &WorkItem, why: Option<&str>) {
-        match self
-            .client
-            .update_instance(&work.instance_id, |r| r.no_worker(&work.trace_id, why))
+        self.note_wait(work, |r| r.no_worker(&work.trace_id, why))
             .await
-        {
+    }
+
+    /// Writes why `work`'s attempt waits (`wait`, refused once it moved on) and says so in an
+    /// event; best effort: the attempt waits just the same unwritten.
+    async fn note_wait<F>(&self, work: &WorkItem, wait: F)
+    where
+        F: Fn(
+            &ax_bus::InstanceRecord,
+        ) -> Result<ax_bus::InstanceRecord, ax_bus::instance::TransitionRefused>,
+    {
+        match self.client.update_instance(&work.instance_id, wait).await {
             Ok(Updated::Written(record, _)) => publish::event(&self.client, &record).await,
             Ok(_) => {}
             Err(e) => {
-                tracing::debug!(instance = %work.instance_id, error = %e, "no_worker tag not written")
+                tracing::debug!(instance = %work.instance_id, error = %e, "the wait's reason not written")
             }
         }
     }

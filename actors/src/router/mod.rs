@@ -152,12 +152,8 @@ impl Router {
         }
         let (fleet, outstanding, heard) =
             (&mut self.fleet, &mut self.outstanding, &self.heard_running);
-        let quotas = &self.share.quotas();
-        self.share.grant(|namespace, waiter| {
-            if quotas
-                .get(namespace)
-                .is_some_and(|most| running(outstanding, heard, namespace) >= *most)
-            {
+        self.share.grant(|namespace, quota, waiter| {
+            if quota.is_some_and(|most| running(outstanding, heard, namespace) >= most) {
                 return None;
             }
             let free = |info: &WorkerInfo| {

@@ -103,11 +103,6 @@ impl Share {
         self.quotas.get(namespace).copied()
     }
 
-    /// The namespaces' quotas of attempts dispatched and running.
-    pub(crate) fn quotas(&self) -> HashMap<Namespace, u32> {
-        self.quotas.clone()
-    }
-
     /// Whether any namespace has a quota.
     pub(crate) fn has_quotas(&self) -> bool {
         !self.quotas.is_empty()
@@ -160,7 +155,11 @@ impl Share {
     /// Hands slots to the waiting attempts, higher priorities first and then the namespace
     /// with the least pass, while `place` finds a worker with room for one (`None`: none has);
     /// an attempt whose puller is gone gives its place back to the next.
-    pub(crate) fn grant(&mut self, mut place: impl FnMut(&Namespace, &Waiter) -> Option<Target>) {
+    /// `place` is told the namespace's quota of running attempts, if it has one.
+    pub(crate) fn grant(
+        &mut self,
+        mut place: impl FnMut(&Namespace, Option<u32>, &Waiter) -> Option<Target>,
+    ) {
         loop {
             let mut order: Vec<(usize, f64, Namespace)> = self
                 .waiting
@@ -186,7 +185,8 @@ impl Share {
                     granted = true;
                     break;
                 }
-                let Some(target) = place(&namespace, head) else {
+                let quota = self.quotas.get(&namespace).copied();
+                let Some(target) = place(&namespace, quota, head) else {
                     continue;
                 };
                 let Some(waiter) = queue.pop_front() else {
@@ -363,7 +363,7 @@ mod tests {
     fn free(share: &mut Share, slots: usize) {
         for _ in 0..slots {
             let mut room = 1;
-            share.grant(|_, _| {
+            share.grant(|_, _, _| {
                 (room > 0).then(|| {
                     room -= 1;
                     Target::Worker(WorkerId::parse("w1").unwrap())
@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(granted(&mut low), 0);
         assert_eq!(granted(&mut a) + granted(&mut b), 10);
         // No room: nothing is granted, and nothing is lost.
-        share.grant(|_, _| None);
+        share.grant(|_, _, _| None);
         assert_eq!(granted(&mut a) + granted(&mut b) + granted(&mut low), 0);
         assert!(share.waits(&ns("c"), Priority::Low));
     }

@@ -47,6 +47,25 @@ fn printed_user(namespace: &str) -> String {
     stdout(&out)
 }
 
+/// `jobs` triggered together as plain requests on `ax.request.trigger`; each one's instance.
+async fn trigger_together<'a>(
+    client: &ax_bus::AxClient,
+    jobs: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let triggers = jobs.into_iter().map(|job| {
+        let nats = client.nats.clone();
+        async move { request_trigger(&nats, "ax.request.trigger", job).await }
+    });
+    futures::future::join_all(triggers)
+        .await
+        .into_iter()
+        .map(|r| match &r.instance_id {
+            Some(id) => id.to_string(),
+            None => panic!("not triggered: {r:?}"),
+        })
+        .collect()
+}
+
 /// A trigger sent as a plain request on `subject` by `client`, and its answer.
 async fn request_trigger(client: &async_nats::Client, subject: &str, job: &str) -> ControlReply {
     let request = TriggerRequest {
@@ -367,12 +386,7 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
 
     // `a`'s flood first, then `b`'s: `b`'s work must not wait behind all of `a`'s.
     for job in ["a/flood", "b/flood"] {
-        let triggers = (0..EACH).map(|_| {
-            let nats = client.nats.clone();
-            async move { request_trigger(&nats, "ax.request.trigger", job).await }
-        });
-        let replies = futures::future::join_all(triggers).await;
-        assert!(replies.iter().all(|r| r.ok), "{replies:?}");
+        trigger_together(&client, std::iter::repeat_n(job, EACH)).await;
     }
     let ended = wait_for(Duration::from_secs(120), "every attempt to end", || async {
         let mut all = Vec::new();
@@ -473,15 +487,7 @@ async fn two_namespaces_flooding_one_worker_share_its_slots_by_weight() {
         ],
     );
     assert!(quota.status.success(), "{}", stderr(&quota));
-    let triggers = (0..6).map(|_| {
-        let nats = client.nats.clone();
-        async move { request_trigger(&nats, "ax.request.trigger", "a/flood").await }
-    });
-    let held: Vec<String> = futures::future::join_all(triggers)
-        .await
-        .into_iter()
-        .map(|r| r.instance_id.expect("an instance").to_string())
-        .collect();
+    let held = trigger_together(&client, std::iter::repeat_n("a/flood", 6)).await;
     wait_for(
         Duration::from_secs(30),
         "an attempt held for the quota",
@@ -588,15 +594,7 @@ async fn two_floods_held(nats: &TestNats, client: &ax_bus::AxClient, ledger: &Pa
         || async { worker_listed(nats, "worker-1") },
     )
     .await;
-    let triggers = (0..6).flat_map(|_| ["a/slow", "b/slow"]).map(|job| {
-        let nats = client.nats.clone();
-        async move { request_trigger(&nats, "ax.request.trigger", job).await }
-    });
-    let ids = futures::future::join_all(triggers)
-        .await
-        .into_iter()
-        .map(|r| r.instance_id.expect("an instance").to_string())
-        .collect();
+    let ids = trigger_together(client, (0..6).flat_map(|_| ["a/slow", "b/slow"])).await;
     wait_for(Duration::from_secs(30), "two attempts started", || async {
         let started = ledger::read(ledger)
             .iter()

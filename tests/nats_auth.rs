@@ -713,14 +713,7 @@ pub(crate) async fn refused(
         "permissions violation for publish to \"{}\"",
         subject.to_lowercase()
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match tokio::time::timeout_at(deadline, errors.recv()).await {
-            Ok(Some(error)) if error.contains(&wanted) => return,
-            Ok(Some(_)) => continue,
-            _ => panic!("the server did not refuse a publish to {subject}"),
-        }
-    }
+    violation(errors, &wanted, &format!("a refused publish to {subject}")).await;
 }
 
 /// Subscribes to `subject` as whoever `client` is and waits for the server to refuse it.
@@ -735,12 +728,27 @@ pub(crate) async fn refused_subscription(
         "permissions violation for subscription to \"{}\"",
         subject.to_lowercase()
     );
+    violation(
+        errors,
+        &wanted,
+        &format!("a refused subscription to {subject}"),
+    )
+    .await;
+}
+
+/// Waits up to 10 s for the server's error that contains `wanted` (`what`, when it never
+/// comes); other errors are passed over.
+async fn violation(
+    errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    wanted: &str,
+    what: &str,
+) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         match tokio::time::timeout_at(deadline, errors.recv()).await {
-            Ok(Some(error)) if error.contains(&wanted) => return,
+            Ok(Some(error)) if error.contains(wanted) => return,
             Ok(Some(_)) => continue,
-            _ => panic!("the server let the client subscribe to {subject}"),
+            _ => panic!("timed out waiting for {what}"),
         }
     }
 }

@@ -85,6 +85,30 @@ async fn publish_success(
     record.instance_id
 }
 
+/// Stores in the registry, as a Scheduler's apply does, a job without cron that depends on
+/// `upstream` (which need not be applied): the coordinator then keeps an entry per instance of
+/// `upstream`, where a job nothing depends on has only a note of each day.
+async fn depended_on(client: &AxClient, upstream: &str) {
+    let spec: ax_bus::spec::JobSpec = serde_json::from_value(serde_json::json!({
+        "name": format!("after_{upstream}"),
+        "deps": [{"name": upstream, "biz_date": "current"}],
+        "exec": {"type": "noop"},
+    }))
+    .unwrap();
+    let now = ax_bus::time::now();
+    let record = ax_bus::messages::JobRecord {
+        spec: spec.clone(),
+        paused: false,
+        updated_at: now,
+        defined_at: Some(now),
+    };
+    client
+        .jobs
+        .create(spec.name.as_str(), ax_bus::codec::encode(&record).unwrap())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stat_job_runs_only_after_both_syncs_of_the_same_date() {
     let nats = TestNats::start();
@@ -373,6 +397,7 @@ async fn a_day_of_a_job_firing_every_second_is_stored_in_full() {
     const INSTANCES: usize = 40_000;
     let nats = TestNats::start();
     let client = nats.client().await;
+    depended_on(&client, "every_second").await;
     let mut coordinator = AxProcess::node(&nats, "d1", "dag", &[]);
     let spec: ax_bus::spec::JobSpec = serde_json::from_value(serde_json::json!({
         "name": "every_second",
@@ -443,6 +468,7 @@ async fn a_deps_day_stored_by_an_earlier_version_still_counts() {
     let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
     let legacy = DateInstances {
         instances: [(support::id("up.20260301T000000000Z"), (1, State::Success))].into(),
+        ..Default::default()
     };
     client
         .deps
@@ -503,6 +529,7 @@ async fn each_leader_reads_results_from_where_the_earlier_consumers_settled() {
         "name": "up", "exec": {"type": "noop"},
     }))
     .unwrap();
+    depended_on(&client, "up").await;
     let date = |d: &str| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
     let succeed = |day: &'static str| {
         let client = client.clone();
@@ -613,11 +640,27 @@ async fn a_downstream_applied_later_counts_what_its_upstream_did_before() {
     let record = final_record(&client, &up, Duration::from_secs(30)).await;
     assert_eq!(record.state, State::Success, "{}", record.message);
     let date = chrono::NaiveDate::from_ymd_opt(2026, 3, 2).unwrap();
-    wait_for(Duration::from_secs(30), "up's deps entry", || async {
+    let second = trigger(&nats, &["up", "--biz-date", "2026-03-02"]);
+    final_record(&client, &second, Duration::from_secs(30)).await;
+    // Nothing depends on `up` yet: its day is noted once, and its instances are read from
+    // their records.
+    wait_for(Duration::from_secs(30), "up's day noted", || async {
         let day = client.deps_of_day(&support::job("up"), date).await.ok()?;
-        (!day.instances.is_empty()).then_some(())
+        (day.instances.len() == 2).then_some(())
     })
     .await;
+    let keys: Vec<String> = futures::TryStreamExt::try_collect(client.deps.keys().await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(keys, ["20260302.up"]);
+    let plan = ax(
+        &nats.url(),
+        &["rerun", "--json", "--biz-date", "2026-03-02", "--dry-run"],
+    );
+    assert!(plan.status.success(), "{}", stderr(&plan));
+    for id in [&up, &second] {
+        assert!(stdout(&plan).contains(id.as_str()), "{}", stdout(&plan));
+    }
     apply_job(
         &nats,
         "down",

@@ -40,7 +40,7 @@ pub use node::webhook::{WebhookConfig, DEFAULT_WEBHOOK_TIMEOUT};
 pub use node::{parse_roles, Node, NodeConfig, Role, RoleError};
 pub use reporter::Reporter;
 pub use router::backlog::BacklogConfig;
-pub use router::{Router, RouterConfig};
+pub use router::{Router, RouterConfig, WRITES_READ_WITHIN};
 pub use runtime::clock::{Clock, ManualClock, SystemClock};
 pub use runtime::clock_guard::DEFAULT_MAX_CLOCK_SKEW;
 pub use runtime::watchdog::DEFAULT_STALL_AFTER;

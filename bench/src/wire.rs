@@ -4,9 +4,11 @@
 //! delivery (it keeps the subject it was stored under; its reply subject is `$JS.ACK.…`), its
 //! acknowledgement, a pull request, an event.
 //!
-//! N jobs fire at one second on a node running every actor, and again a few seconds later;
+//! N jobs fire at one second on a node running every actor, and again 25 seconds later;
 //! for each fire messages are counted from a second before it (its records are written a
-//! quarter of a second ahead) to the last success, and divided by N
+//! quarter of a second ahead) to the last success and for as long again as the consistency
+//! sweep takes to read a record's writes ([`ax_actors::WRITES_READ_WITHIN`], 20 s: it reads
+//! them once they are old), and divided by N
 //! (so the node's background traffic — heartbeats, leases, clock probes — weighs little; it is
 //! counted under its own kinds). The first fire pays what a node reads once per job (its
 //! definition, checked against the registry); the later one is what a job firing again and
@@ -66,8 +68,12 @@ fn kind(prefix: &str, subject: &str, reply: Option<&str>) -> String {
     "other".into()
 }
 
-/// Seconds between the two fires of every job: enough for the first to settle.
-const BETWEEN: i64 = 4;
+/// Seconds between the two fires of every job: enough for the first to settle and for the
+/// sweep to read its writes.
+const BETWEEN: i64 = 25;
+/// The same with `--quick`, which does not wait for the sweep (its figures show the section
+/// works; they are not figures to compare).
+const BETWEEN_QUICK: i64 = 4;
 
 pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let n = if quick { 200 } else { 2_000 };
@@ -76,11 +82,17 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let monitor = async_nats::connect(url).await?;
     let scratch = tempfile::tempdir()?;
     // Both fires in one minute, so that one cron expression names them.
+    let between = if quick { BETWEEN_QUICK } else { BETWEEN };
     let (mut first, _) = fire_soon(if quick { 4 } else { 6 })?;
-    while chrono::Timelike::second(&(first + chrono::Duration::seconds(BETWEEN))) < BETWEEN as u32 {
+    while chrono::Timelike::second(&(first + chrono::Duration::seconds(between))) < between as u32 {
         first += chrono::Duration::seconds(1);
     }
-    let second = first + chrono::Duration::seconds(BETWEEN);
+    let second = first + chrono::Duration::seconds(between);
+    let sweep = if quick {
+        Duration::ZERO
+    } else {
+        ax_actors::WRITES_READ_WITHIN + Duration::from_secs(1)
+    };
     let cron = {
         use chrono::{Datelike, Timelike};
         format!(
@@ -106,8 +118,10 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
                 .unwrap_or(Duration::ZERO),
         )
         .await;
-        let counts = count(&monitor, prefix, || {
-            successes("wire", &mut results, n, Duration::from_secs(120))
+        let counts = count(&monitor, prefix, || async {
+            successes("wire", &mut results, n, Duration::from_secs(120)).await?;
+            tokio::time::sleep(sweep).await;
+            Ok(())
         })
         .await?;
         figures.extend(tally(n, which, counts));

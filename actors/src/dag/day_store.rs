@@ -1,10 +1,13 @@
 //! The coordinator reads days of the deps bucket by their subjects ([`read`]): on taking the
 //! lead, the recent days of the jobs it follows (see [`super::state::DagState::follows`]);
 //! later, any other day a wait names. The values of earlier versions found (one key per (job,
-//! date) holding the whole day) are rewritten as per-instance entries. The bucket's keys and reading live in
+//! date) holding the whole day) are rewritten as per-instance entries; a day noted while no
+//! decision named its job has its instances read from their records. The bucket's keys and reading live in
 //! [`ax_bus::client::deps`], shared with the re-run planner and the executors.
 
-use ax_bus::client::deps::{encode_entry, entry_key, fold, parse_key, DayKey, Days, StoredKey};
+use ax_bus::client::deps::{
+    encode_entry, entry_key, fold, noted, parse_key, DayKey, Days, StoredKey,
+};
 use ax_bus::error::During;
 use ax_bus::AxClient;
 
@@ -19,14 +22,16 @@ pub(crate) async fn read(client: &AxClient, keys: &[DayKey]) -> Result<Days, Act
         return Ok(Days::new());
     }
     let stored = client.deps_entries_of_days(keys).await?;
+    let notes = noted(&stored);
     let legacy: Vec<(DayKey, String)> = stored
         .iter()
         .filter_map(|(key, _, _)| match parse_key(key) {
-            Some(StoredKey::LegacyDay(day)) => Some((day, key.clone())),
+            Some(StoredKey::LegacyDay(day)) if !notes.contains(&day) => Some((day, key.clone())),
             _ => None,
         })
         .collect();
-    let days = fold(stored);
+    let mut days = fold(stored);
+    client.add_noted(&mut days, notes).await?;
     if legacy.is_empty() {
         return Ok(days);
     }

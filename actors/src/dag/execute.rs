@@ -54,6 +54,8 @@ struct Execution {
     created_here: HashMap<InstanceId, String>,
     /// Days to read for the view.
     reads: Vec<DayKey>,
+    /// Days to note (see [`Action::IndexDay`]).
+    notes: Vec<DayKey>,
 }
 
 /// Carries out `actions` against JetStream; created instances are fed back into `state`. Once
@@ -78,6 +80,7 @@ pub(super) async fn execute(
         reruns: Vec::new(),
         created_here: HashMap::new(),
         reads: Vec::new(),
+        notes: Vec::new(),
     };
     let mut queue: VecDeque<Action> = actions.into();
     loop {
@@ -103,6 +106,7 @@ pub(super) async fn execute(
     for stored in burst::publish(client, std::mem::take(&mut run.updates)) {
         stored.await?;
     }
+    client.note_days(&run.notes).await?;
     run.acks.flush().await?;
     let mut updates =
         futures::stream::iter(run.records.into_values()).buffer_unordered(RECORD_UPDATES_IN_FLIGHT);
@@ -133,6 +137,10 @@ impl Execution {
                     &key,
                     encode_entry(attempt, state)?,
                 ));
+                Ok(())
+            }
+            Action::IndexDay { job, date } => {
+                self.notes.push((job, date));
                 Ok(())
             }
             Action::Hold {

@@ -52,6 +52,15 @@ pub(crate) enum Action {
         /// That attempt's state.
         state: State,
     },
+    /// Note in the deps bucket that `job` has instances of `date`, once, for a job no decision
+    /// names: the re-run planner reads those instances from their records (see
+    /// [`ax_bus::client::deps`]).
+    IndexDay {
+        /// The job.
+        job: JobName,
+        /// The date.
+        date: NaiveDate,
+    },
     /// Store a waiting instance and tag its record `waiting_deps`.
     Hold {
         /// The attempt.
@@ -182,7 +191,13 @@ pub(crate) struct DagState {
     /// Other days read since, and days being read.
     read: HashSet<DayKey>,
     reading: HashSet<DayKey>,
+    /// The days of jobs no decision names that this view noted in the deps bucket (forgotten
+    /// past [`INDEXED_HELD`]: a day noted again is written again, to the same effect).
+    indexed: HashSet<DayKey>,
 }
+
+/// The most days [`DagState::indexed`] holds.
+const INDEXED_HELD: usize = 100_000;
 
 impl DagState {
     /// An empty view.
@@ -593,14 +608,14 @@ impl DagState {
     ) {
         let (job, date) = (key.0.clone(), key.1);
         if !self.follows(&job) && !self.watchers.contains_key(&key) {
-            // Saved for the re-run planner; no decision names its days.
-            actions.push(Action::SaveEntry {
-                job,
-                date,
-                instance_id: instance_id.clone(),
-                attempt,
-                state,
-            });
+            // No decision names its days: the re-run planner finds its instances by their
+            // records, from a note of the day.
+            if self.indexed.len() >= INDEXED_HELD {
+                self.indexed.clear();
+            }
+            if self.indexed.insert(key) {
+                actions.push(Action::IndexDay { job, date });
+            }
             return;
         }
         self.touched.insert(key.clone(), now);
@@ -1154,6 +1169,7 @@ mod tests {
     ) -> std::collections::BTreeMap<DayKey, DateInstances> {
         let day_of = DateInstances {
             instances: [(instance.clone(), (attempt, state))].into(),
+            ..Default::default()
         };
         [((job(job_name), day()), day_of)].into()
     }
@@ -1175,17 +1191,18 @@ mod tests {
         dag.upsert_job(s.clone());
         let s1 = work(&s, "2026-01-01", 1);
         let actions = dag.on_result(&result(&s1, State::Success), now());
-        assert!(
-            matches!(
-                &actions[..],
-                [Action::SaveEntry {
-                    state: State::Success,
-                    ..
-                }]
-            ),
-            "{actions:?}"
+        assert_eq!(
+            actions,
+            [Action::IndexDay {
+                job: job("s"),
+                date: day()
+            }]
         );
         assert_eq!((dag.days_count(), dag.followed()), (0, vec![]));
+        // Its day is noted once, not each instance.
+        let mut s2 = work(&s, "2026-01-01", 1);
+        s2.instance_id = id("s.2");
+        assert_eq!(dag.on_result(&result(&s2, State::Success), now()), []);
         let b = spec("b", Some("0 2 * * *"), &[("s", "current")]);
         dag.upsert_job(b);
         assert_eq!(dag.followed(), [job("b"), job("s")]);
@@ -1287,6 +1304,7 @@ mod tests {
                 (job("a"), later),
                 DateInstances {
                     instances: [(first.instance_id.clone(), (1, State::Running))].into(),
+                    ..Default::default()
                 },
             )]
             .into(),
@@ -1343,6 +1361,7 @@ mod tests {
         let b1 = work(&b, "2026-01-01", 1);
         let day = DateInstances {
             instances: [(id("a.x"), (1, State::Success))].into_iter().collect(),
+            ..Default::default()
         };
         let date = ax_bus::time::parse_biz_date("2026-01-01").unwrap();
         let actions = dag.restore(
@@ -1471,6 +1490,7 @@ mod tests {
         let mut dag = DagState::new();
         let a = spec("a", Some("* * * * * *"), &[]);
         dag.upsert_job(a.clone());
+        dag.upsert_job(spec("b", None, &[("a", "current")]));
         let start = ax_bus::time::now();
         let mut saved = Vec::new();
         for i in 0..3 {

@@ -6,8 +6,8 @@
 //! Each rule of ax gives every step a durable owner — a message in a work-queue stream, a record
 //! started by a live worker (then a claim with a lease), a re-dispatch in flight — so a stranded
 //! instance means a rule was broken somewhere (issue #15 found two such places). This sweep is the
-//! net under the rules: it follows the instances bucket (which records are not final, in memory)
-//! and, on the node that holds the janitor lease, checks every record unchanged for
+//! net under the rules: on the node that holds the janitor lease, it knows which records are not
+//! final (in memory, from the instances buckets) and checks every record unchanged for
 //! [`STRANDED_AFTER`] (see [`quiet_for`]):
 //! - **queued** (`queued`, `no_worker`): owned while a message of its attempt waits in
 //!   `AX_FLOW` or `AX_DISPATCH` (any of them: created, ready, dispatch), or while a re-dispatch
@@ -25,28 +25,29 @@
 //! second check, one period later, finds it unchanged and still without one: a step between
 //! two owners (a message consumed, its successor not yet written) is not a stranding.
 //!
-//! The cost: the headers of every record write (each names the record's state, see
-//! [`ax_bus::client::record_writes`]: a write that closes a record ends its watch, and the sweep
-//! never reads the record); nothing more while every open record changes within
-//! [`STRANDED_AFTER`]; otherwise one read of each record left open that long (once per
-//! revision), and every [`CHECK_EVERY`] one read of each waiting message's headers in the two
-//! streams and a claim read per executing record left over.
+//! The cost: at its start, the headers of every record (a snapshot); then the headers of each
+//! record write still stored once it is [`STRANDED_AFTER`] old ([`AgedWrites`]: a write naming
+//! a final state ends its record's watch, and the sweep never reads the record). A finished
+//! no-op instance has one write left by then — its final write rolled up the two before it —
+//! where following every write as it was made cost three deliveries an instance. Otherwise
+//! one read of each record still open when its last write comes by (once per revision), and
+//! every [`CHECK_EVERY`] one read of each waiting message's headers in the two streams and a
+//! claim read per executing record left over.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use async_nats::jetstream::stream::DirectGetErrorKind;
-use chrono::{DateTime, Utc};
-use futures::StreamExt;
-
 use async_nats::jetstream::kv::Operation;
-use ax_bus::client::kv_view::FeedItem;
+use async_nats::jetstream::stream::DirectGetErrorKind;
+use ax_bus::client::kv_view::{FeedItem, KvFeed};
 use ax_bus::client::record_writes::state_of;
 use ax_bus::error::{During, NatsError};
 use ax_bus::ids::{InstanceId, WorkerId};
 use ax_bus::messages::{AlertKind, WorkItem};
 use ax_bus::{codec, InstanceRecord, State, Tag};
+use chrono::{DateTime, Utc};
 
+use super::aged_writes::AgedWrites;
 use super::{Dispatcher, Knows};
 use crate::jetstream::publish;
 use crate::ActorError;
@@ -55,6 +56,10 @@ use crate::ActorError;
 const STRANDED_AFTER: Duration = Duration::from_secs(15);
 /// How often the records are checked.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
+/// How long after a record write the sweep has read it, at the latest ([`AgedWrites`]): what a
+/// count of the messages an instance causes must wait for.
+pub const WRITES_READ_WITHIN: Duration =
+    Duration::from_secs(STRANDED_AFTER.as_secs() + CHECK_EVERY.as_secs());
 /// The most records read in one check (each once, when it has stayed open and unchanged for
 /// [`STRANDED_AFTER`]; a backlog — the records of an earlier version, which name no state in
 /// their headers — is read over the following checks).
@@ -88,37 +93,42 @@ struct Watched {
     changed: DateTime<Utc>,
 }
 
-/// Follows the instances bucket (the headers of each write: its state, see
-/// [`ax_bus::client::record_writes`]) and checks the open records every [`CHECK_EVERY`], until
-/// the feed fails.
+/// Reads the open records (a snapshot of every bucket, the headers of each record), then the
+/// writes made since, each once it is [`STRANDED_AFTER`] old ([`AgedWrites`]), and checks the
+/// open records every [`CHECK_EVERY`], until a read fails.
 pub(super) async fn watch(shared: Dispatcher) -> Result<(), ActorError> {
     let client = &shared.client;
-    let mut feed = client
-        .instances
-        .feed(&client.js, None, true)
-        .await?
-        .into_stream();
     let mut open: HashMap<InstanceId, Watched> = HashMap::new();
-    let mut suspects: HashMap<InstanceId, u64> = HashMap::new();
-    let mut every = tokio::time::interval(CHECK_EVERY);
-    let mut loaded = false;
-    loop {
-        tokio::select! {
-            item = feed.next() => match item {
-                Some(item) => loaded |= follow(&mut open, item?),
+    let mut positions = Vec::new();
+    for bucket in client.instances.buckets() {
+        let mut feed = KvFeed::open_headers_only(&client.js, bucket, ">").await?;
+        loop {
+            match feed.next().await {
+                Some(Ok(FeedItem::Current)) => break,
+                Some(item) => follow(&mut open, item?),
                 None => return Err(ActorError::Stopped("the instances feed")),
-            },
-            _ = every.tick(), if loaded => {
-                suspects = check(&shared, &mut open, &suspects).await?;
             }
         }
+        positions.push((bucket.to_string(), feed.position()));
+    }
+    let mut writes = AgedWrites::open(&client.js, positions).await?;
+    let mut suspects: HashMap<InstanceId, u64> = HashMap::new();
+    let mut every = tokio::time::interval(CHECK_EVERY);
+    loop {
+        every.tick().await;
+        let cutoff = ax_bus::time::now() - since(STRANDED_AFTER);
+        for item in writes.older_than(cutoff).await? {
+            follow(&mut open, item);
+        }
+        suspects = check(&shared, &mut open, &suspects).await?;
     }
 }
 
-/// Applies one feed item to the open records; true once the snapshot is in. A write whose
-/// header names a final state closes its record; any other write (no header: an earlier
-/// version's or a foreign writer's) leaves it open, to be read when it has stayed unchanged.
-fn follow(open: &mut HashMap<InstanceId, Watched>, item: FeedItem) -> bool {
+/// Applies one write to the open records. A write whose header names a final state closes its
+/// record; any other write (no header: an earlier version's or a foreign writer's) leaves it
+/// open, to be read when it has stayed unchanged. A write older than what a read of the record
+/// already gave changes nothing: the later one comes by in its turn.
+fn follow(open: &mut HashMap<InstanceId, Watched>, item: FeedItem) {
     match item {
         FeedItem::Put {
             key,
@@ -127,6 +137,7 @@ fn follow(open: &mut HashMap<InstanceId, Watched>, item: FeedItem) -> bool {
             headers,
             ..
         } => match InstanceId::parse(&key) {
+            Ok(id) if open.get(&id).is_some_and(|w| w.revision > revision) => {}
             Ok(id) if state_of(headers.as_ref()).is_some_and(State::is_final) => {
                 open.remove(&id);
             }
@@ -145,9 +156,8 @@ fn follow(open: &mut HashMap<InstanceId, Watched>, item: FeedItem) -> bool {
                 open.remove(&id);
             }
         }
-        FeedItem::Current => return true,
+        FeedItem::Current => {}
     }
-    false
 }
 
 /// Reads the records unchanged for [`STRANDED_AFTER`] that were not read yet (at most
@@ -449,7 +459,28 @@ mod tests {
             },
         );
         assert!(open.is_empty());
-        assert!(follow(&mut open, FeedItem::Current));
+    }
+
+    #[test]
+    fn a_write_older_than_a_read_of_the_record_changes_nothing() {
+        let (mut open, r) = (HashMap::new(), record());
+        let id = r.instance_id.clone();
+        follow(&mut open, put(&r, 3, Some("running")));
+        // A read of the record found revision 7 (written since): the aged writes 4 to 6 come
+        // by later and neither reopen nor close it.
+        note_read(
+            &mut open,
+            &id,
+            Some((Ok(r.clone()), 7)),
+            ax_bus::time::now(),
+        );
+        follow(&mut open, put(&r, 5, Some("success")));
+        follow(&mut open, put(&r, 6, Some("running")));
+        assert_eq!(open[&id].revision, 7);
+        assert!(open[&id].record.is_some(), "not read again");
+        // Its own write, or a later one, is applied.
+        follow(&mut open, put(&r, 8, Some("failed")));
+        assert!(open.is_empty());
     }
 
     #[test]

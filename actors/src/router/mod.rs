@@ -19,8 +19,10 @@
 //! priority's queue is not consumed: its messages wait in the stream.
 
 pub(crate) mod acks;
+mod aged_writes;
 pub(crate) mod backlog;
 mod consistency;
+pub use consistency::WRITES_READ_WITHIN;
 pub(crate) mod dead_letters;
 mod dispatch;
 pub(crate) mod fleet;

@@ -9,21 +9,30 @@
 //! date)'s `<YYYYMMDD>.<job>.>` (a job's name is one token in `default`, two elsewhere:
 //! `payments.settle`, whose instance ids start with it too).
 //!
+//! Only the jobs a decision names — upstreams, downstreams, jobs that queue behind their previous
+//! instance — have an entry per instance. A job nothing depends on has a note of each day it
+//! has instances of instead, `<YYYYMMDD>.<job>` holding an empty day ([`note_value`], written
+//! once a day by [`AxClient::note_days`]), and its instances of a noted day are read from their
+//! records when a day is read ([`AxClient::add_noted`]): an entry per instance cost every
+//! instance of every job a store and its answer, for the re-run planner alone.
+//!
 //! Each entry lives [`crate::client::provision::HISTORY_MAX_AGE`] from its last change. Values
 //! written by earlier versions (one key per (job, date) holding the whole day) are recognised
 //! ([`StoredKey::LegacyDay`]) and folded in; the DagCoordinator rewrites them when it takes the
 //! lead.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::NaiveDate;
 
 use crate::client::kv_view::KvFeed;
 use crate::client::{AxClient, ClientError};
 use crate::codec::{self, CodecError};
+use crate::error::NatsError;
 use crate::ids::{InstanceId, JobName};
 use crate::instance::State;
 use crate::messages::DateInstances;
+use crate::InstanceRecord;
 
 /// A job and a business date.
 pub type DayKey = (JobName, NaiveDate);
@@ -34,6 +43,8 @@ pub type Days = BTreeMap<DayKey, DateInstances>;
 const DATE_FORMAT: &str = "%Y%m%d";
 /// How many days one read of [`AxClient::deps_entries_of_days`] names (two subject filters each).
 const DAYS_PER_READ: usize = 2_000;
+/// Notes of days written at once.
+const NOTES_IN_FLIGHT: usize = 64;
 
 /// The key of one instance's entry.
 pub fn entry_key(job: &JobName, date: NaiveDate, instance_id: &InstanceId) -> String {
@@ -77,6 +88,33 @@ pub fn parse_key(key: &str) -> Option<StoredKey> {
     })
 }
 
+/// The key of the note of `job`'s `date` (the key a whole day had in earlier versions).
+pub fn day_key(job: &JobName, date: NaiveDate) -> String {
+    format!("{}.{job}", date.format(DATE_FORMAT))
+}
+
+/// The value of a day's note made at `at`: an empty day, which earlier versions read as a day
+/// of no instances.
+pub fn note_value(at: chrono::DateTime<chrono::Utc>) -> Result<bytes::Bytes, CodecError> {
+    codec::encode(&DateInstances {
+        noted_at: Some(at),
+        ..Default::default()
+    })
+}
+
+/// The days among `stored` that are notes (see [`note_value`]), not days of an earlier version.
+pub fn noted(stored: &[(String, bytes::Bytes, u64)]) -> BTreeSet<DayKey> {
+    stored
+        .iter()
+        .filter_map(|(key, value, _)| match parse_key(key) {
+            Some(StoredKey::LegacyDay(day)) => codec::decode::<DateInstances>(value)
+                .is_ok_and(|d| d.instances.is_empty())
+                .then_some(day),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Encodes one entry's value.
 pub fn encode_entry(attempt: u32, state: State) -> Result<bytes::Bytes, CodecError> {
     codec::encode(&(attempt, state))
@@ -98,10 +136,11 @@ pub fn fold(stored: Vec<(String, bytes::Bytes, u64)>) -> Days {
             },
             Some(StoredKey::LegacyDay(day)) => match codec::decode::<DateInstances>(&value) {
                 Ok(legacy) => {
-                    let instances = &mut days.entry(day).or_default().instances;
+                    let day = days.entry(day).or_default();
+                    day.noted_at = day.noted_at.or(legacy.noted_at);
                     for (instance, entry) in legacy.instances {
                         // A per-instance entry is newer than the legacy day.
-                        instances.entry(instance).or_insert(entry);
+                        day.instances.entry(instance).or_insert(entry);
                     }
                 }
                 Err(e) => tracing::error!(%key, error = %e, "undecodable deps day ignored"),
@@ -150,7 +189,80 @@ impl AxClient {
     /// Every job's instances for `date`.
     pub async fn deps_of_date(&self, date: NaiveDate) -> Result<Days, ClientError> {
         let pattern = format!("{}.>", date.format(DATE_FORMAT));
-        Ok(fold(self.deps_entries(&pattern).await?))
+        let stored = self.deps_entries(&pattern).await?;
+        let notes = noted(&stored);
+        let mut days = fold(stored);
+        self.add_noted(&mut days, notes).await?;
+        Ok(days)
+    }
+
+    /// Notes `days` (see [`day_key`]); a note already stored, or a day of an earlier version
+    /// stored under its key, is left as it is.
+    pub async fn note_days(&self, days: &[DayKey]) -> Result<(), ClientError> {
+        use async_nats::jetstream::kv::CreateErrorKind;
+        use futures::StreamExt;
+        let value = note_value(crate::time::now())?;
+        let mut creates = futures::stream::iter(days)
+            .map(|(job, date)| {
+                let (key, value) = (day_key(job, *date), value.clone());
+                async move {
+                    match self.deps.create(&key, value).await {
+                        Ok(_) => Ok(()),
+                        Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(()),
+                        Err(e) => Err(NatsError::new(format!("note deps day {key}"), e)),
+                    }
+                }
+            })
+            .buffer_unordered(NOTES_IN_FLIGHT);
+        while let Some(created) = creates.next().await {
+            created?;
+        }
+        Ok(())
+    }
+
+    /// Adds to `days` the instances of the noted days `notes`, read from their records (each
+    /// job's once); a day whose records are all gone (past their retention) stays, with no
+    /// instances. Shards are not instances of their job for dependencies, and an entry already
+    /// there is kept.
+    pub async fn add_noted(
+        &self,
+        days: &mut Days,
+        notes: BTreeSet<DayKey>,
+    ) -> Result<(), ClientError> {
+        let mut by_job: BTreeMap<JobName, BTreeSet<NaiveDate>> = BTreeMap::new();
+        for (job, date) in &notes {
+            by_job.entry(job.clone()).or_default().insert(*date);
+        }
+        for (job, dates) in by_job {
+            let records = self
+                .instances
+                .feed(&self.js, Some(job.as_str()), false)
+                .await?
+                .snapshot()
+                .await?;
+            for (key, value, _) in records {
+                let record = match codec::decode::<InstanceRecord>(&value) {
+                    Ok(record) => record,
+                    Err(e) => {
+                        tracing::debug!(%key, error = %e, "undecodable record not counted");
+                        continue;
+                    }
+                };
+                let date = crate::time::parse_biz_date(&record.biz_date);
+                let Some(date) = date.filter(|d| record.job == job && dates.contains(d)) else {
+                    continue;
+                };
+                if record.shard.is_some() {
+                    continue;
+                }
+                days.entry((job.clone(), date))
+                    .or_default()
+                    .instances
+                    .entry(record.instance_id)
+                    .or_insert((record.attempt, record.state));
+            }
+        }
+        Ok(())
     }
 
     /// The instances of `job` for `date` (a legacy day value too).
@@ -163,7 +275,10 @@ impl AxClient {
         let entries = self
             .deps_entries_of_days(std::slice::from_ref(&key))
             .await?;
-        Ok(fold(entries).remove(&key).unwrap_or_default())
+        let notes = noted(&entries);
+        let mut days = fold(entries);
+        self.add_noted(&mut days, notes).await?;
+        Ok(days.remove(&key).unwrap_or_default())
     }
 }
 
@@ -228,6 +343,7 @@ mod tests {
                 (id("stat.b"), (1, State::Success)),
             ]
             .into(),
+            ..Default::default()
         };
         let stored = vec![
             (

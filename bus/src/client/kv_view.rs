@@ -309,7 +309,7 @@ impl KvFeed {
     async fn consumer_reading_on(
         &mut self,
     ) -> Result<(String, consumer::push::Ordered), crate::error::BoxError> {
-        let start_sequence = self.last_delivered.max(self.last_at_open) + 1;
+        let start_sequence = self.position();
         let policy = consumer::DeliverPolicy::ByStartSequence { start_sequence };
         let consumer = Self::consumer(
             &self.client,
@@ -335,6 +335,14 @@ impl KvFeed {
         }
         self.close().await;
         Ok(values)
+    }
+
+    /// The stream sequence to read on from: the one after the last message delivered, or
+    /// after the stream's last when the feed opened (what lies between was replaced or removed
+    /// before the snapshot was taken). Once the feed delivered [`FeedItem::Current`], a reader
+    /// starting there misses no change after the snapshot.
+    pub fn position(&self) -> u64 {
+        self.last_delivered.max(self.last_at_open) + 1
     }
 
     /// Deletes the server-side consumer (best effort).

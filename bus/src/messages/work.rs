@@ -305,6 +305,14 @@ impl TickRecord {
 pub struct DateInstances {
     /// instance id → (attempt, state).
     pub instances: BTreeMap<InstanceId, (u32, State)>,
+    /// For the note of a day of a job nothing depends on (no instances listed: they are read
+    /// from their records, see [`crate::client::deps`]), when its first instance was noted.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::time::wire_opt"
+    )]
+    pub noted_at: Option<DateTime<Utc>>,
 }
 
 /// An instance held by the DagCoordinator (bucket `ax_waiting`, key instance id).

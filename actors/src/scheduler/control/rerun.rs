@@ -56,6 +56,10 @@ pub(crate) async fn rerun(
             }
         }
     }
+    if request.biz_date.is_some() {
+        // Every instance of the roots' days runs again: each must still have its record.
+        refuse_noted_past_retention(store, &registry, &entries).await?;
+    }
     let mut plan = decide(request, &dependents, &entries, &roots);
     for step in &mut plan {
         step.rewrites = registry
@@ -93,6 +97,50 @@ async fn refuse_removed(store: &impl Instances, plan: &[PlanStep]) -> Result<(),
          ({}{}); nothing was re-run",
         removed.join(", "),
         if count > removed.len() { ", …" } else { "" }
+    )))
+}
+
+/// Refuses a plan over a day of a job nothing depended on whose first instance was noted
+/// longer ago than the job's retention: such a day lists its instances from their records,
+/// and some may have been removed (where an entry per instance would still name them, see
+/// [`refuse_removed`]), so none of the plan is carried out rather than a part.
+async fn refuse_noted_past_retention(
+    store: &impl Instances,
+    registry: &BTreeMap<JobName, JobSpec>,
+    entries: &BTreeMap<DayKey, DateInstances>,
+) -> Result<(), CommandError> {
+    let now = ax_bus::time::now();
+    let mut gone = Vec::new();
+    for ((job, date), day) in entries {
+        let Some(noted_at) = day.noted_at else {
+            continue;
+        };
+        let mut retention = registry.get(job).and_then(|spec| spec.retention);
+        if retention.is_none() {
+            if let Some(id) = day.instances.keys().next() {
+                retention = store.record(id).await?.and_then(|r| r.retention);
+            }
+        }
+        let kept = retention.map(|secs| Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX)));
+        let past = match kept {
+            Some(kept) => noted_at
+                .checked_add_signed(kept)
+                .is_some_and(|until| until < now),
+            // No instance left to say: all are gone.
+            None => day.instances.is_empty(),
+        };
+        if past {
+            gone.push(format!("`{job}` for {date}"));
+        }
+    }
+    if gone.is_empty() {
+        return Ok(());
+    }
+    Err(CommandError::refused(format!(
+        "cannot re-run: some instances of {} may have ended longer ago than their retention \
+         (their job's `retention`, else `[retention] instances`) and their records been removed; \
+         nothing was re-run",
+        gone.join(", ")
     )))
 }
 
@@ -368,6 +416,7 @@ mod tests {
     fn day(name: &str, state: State) -> DateInstances {
         DateInstances {
             instances: [(id(name), (1, state))].into_iter().collect(),
+            ..Default::default()
         }
     }
 
@@ -490,6 +539,41 @@ mod tests {
                 Err(CommandError::Refused(why)) => why.join("; "),
                 other => panic!("not refused: {other:?}"),
             }
+        }
+
+        /// A day of a job nothing depends on lists the instances whose records are kept: once
+        /// its first instance was noted longer ago than the job's retention, some may be gone,
+        /// and a re-run of the date is refused whole; one of an instance is not.
+        #[tokio::test]
+        async fn a_date_noted_longer_ago_than_its_retention_is_refused_whole() {
+            let mut solo = spec("solo", None, &[]);
+            solo.retention = Some(3600);
+            let record = ended(&solo, "2026-01-01", State::Failed);
+            let memory = Memory::with([record.clone()])
+                .registering([solo])
+                .with_history();
+            let date = parse_biz_date("2026-01-01").unwrap();
+            let note = |hours_ago: i64| {
+                let at = ax_bus::time::now() - Duration::hours(hours_ago);
+                let mut days = memory.days.lock().unwrap();
+                days.get_mut(&(job("solo"), date)).unwrap().noted_at = Some(at);
+            };
+            let by_date = RerunRequest {
+                biz_date: Some("2026-01-01".into()),
+                dry_run: true,
+                ..RerunRequest::default()
+            };
+            note(0);
+            let plan = rerun(&memory, &by_date).await.unwrap();
+            assert_eq!(plan.len(), 1);
+            note(2);
+            let why = refused(rerun(&memory, &by_date).await);
+            assert!(
+                why.contains("`solo` for 2026-01-01") && why.contains("nothing was re-run"),
+                "{why}"
+            );
+            let plan = rerun(&memory, &one(&record, true)).await.unwrap();
+            assert_eq!(plan.len(), 1);
         }
 
         #[tokio::test]

@@ -19,6 +19,8 @@ use ax_bus::messages::{AlertKind, ResultMessage, StoredRecord, WorkItem};
 use ax_bus::msg_id;
 use ax_bus::AxClient;
 
+use crate::jetstream::burst::Item;
+use crate::jetstream::gathered::Gathered;
 use crate::jetstream::publish;
 use crate::ActorError;
 
@@ -41,8 +43,13 @@ pub struct Outcome {
     pub written: Option<StoredRecord>,
 }
 
-/// Reports one outcome. Ok also when there is nothing left to do (stale or unknown attempt).
-pub(crate) async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), ActorError> {
+/// Reports one outcome, its result published with the bursts of `results` if given. Ok also
+/// when there is nothing left to do (stale or unknown attempt).
+pub(crate) async fn report(
+    client: &AxClient,
+    outcome: &Outcome,
+    results: Option<&Gathered>,
+) -> Result<(), ActorError> {
     let (work, end) = (&outcome.work, &outcome.end);
     let retry_at = retry_at(outcome);
     let Some(state) = write_end(client, outcome, retry_at).await? else {
@@ -50,13 +57,18 @@ pub(crate) async fn report(client: &AxClient, outcome: &Outcome) -> Result<(), A
     };
     let next_attempt_at = retry_at.filter(|_| state == State::WaitingRetry);
     let result = ResultMessage::new(work, end, state, next_attempt_at);
-    publish::to_stream_acked(
-        client,
+    let (subject, msg_id) = (
         client.subjects().result(work.job()),
-        &msg_id::result(&end.trace_id),
-        &result,
-    )
-    .await?;
+        msg_id::result(&end.trace_id),
+    );
+    match results {
+        Some(results) => {
+            results
+                .publish(Item::new(subject, &msg_id, &result)?)
+                .await?
+        }
+        None => publish::to_stream_acked(client, subject, &msg_id, &result).await?,
+    }
     if end.tag == Tag::Timeout {
         let message = format!(
             "attempt {} of instance {} timed out: {}",

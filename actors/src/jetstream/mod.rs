@@ -4,4 +4,5 @@
 
 pub mod burst;
 pub mod consume;
+pub(crate) mod gathered;
 pub mod publish;

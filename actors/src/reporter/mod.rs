@@ -27,6 +27,7 @@ use tokio::sync::{oneshot, Semaphore};
 use ax_bus::ids::{NodeId, TraceId};
 use ax_bus::AxClient;
 
+use crate::jetstream::gathered::Gathered;
 use crate::outcome::{report, Outcome};
 use crate::runtime::supervision::note_restart;
 use crate::ActorError;
@@ -61,6 +62,8 @@ pub struct Reporter {
     /// Outcomes being reported now (their tasks outlive restarts of the actor).
     reporting: HashSet<TraceId>,
     reports: Arc<Semaphore>,
+    /// The results of the reports, published together (made once the actor runs).
+    results: Option<Gathered>,
 }
 
 impl Reporter {
@@ -78,6 +81,7 @@ impl Reporter {
             commit_due: false,
             reporting: HashSet::new(),
             reports: Arc::new(Semaphore::new(REPORTS_IN_FLIGHT)),
+            results: None,
         })
     }
 
@@ -87,11 +91,15 @@ impl Reporter {
             return;
         }
         let (client, reports, me) = (self.client.clone(), self.reports.clone(), ctx.address());
+        let results = self
+            .results
+            .get_or_insert_with(|| Gathered::new(&client))
+            .clone();
         tokio::spawn(async move {
             let Ok(_permit) = reports.acquire_owned().await else {
                 return;
             };
-            report_until_done(&client, &outcome).await;
+            report_until_done(&client, &outcome, &results).await;
             me.do_send(Reported(outcome.end.trace_id));
         });
     }
@@ -209,10 +217,10 @@ impl Reporter {
     }
 }
 
-async fn report_until_done(client: &AxClient, outcome: &Outcome) {
+async fn report_until_done(client: &AxClient, outcome: &Outcome, results: &Gathered) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match report(client, outcome).await {
+        match report(client, outcome, Some(results)).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(trace = %outcome.end.trace_id, error = %e, retry_in = ?backoff, "result not reported yet");

@@ -169,6 +169,7 @@ async fn end_attempt(
             end,
             written: None,
         },
+        None,
     )
     .await
 }

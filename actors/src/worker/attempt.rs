@@ -377,7 +377,7 @@ impl Attempts {
             None,
         )
         .await;
-        while let Err(e) = report(&self.client, &outcome).await {
+        while let Err(e) = report(&self.client, &outcome, None).await {
             tracing::warn!(%trace, error = %e, "direct report failed; retrying");
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

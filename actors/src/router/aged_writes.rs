@@ -189,3 +189,74 @@ async fn consumer_from(stream: &Stream, next: u64) -> Result<Consumer<pull::Conf
 fn failed(what: &str, e: ax_bus::error::BoxError) -> ActorError {
     ActorError::from(NatsError::new(what, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ax_bus::client::local_server::{find_binary, LocalServer, ServerOptions};
+
+    fn key_of(item: &FeedItem) -> String {
+        match item {
+            FeedItem::Put { key, .. } | FeedItem::Deleted { key } => key.clone(),
+            FeedItem::Current => String::new(),
+        }
+    }
+
+    /// Writes come by in order once older than the cut-off, each once — a write replaced by a
+    /// rollup before it was read never comes by, and a reader the server lost is made again
+    /// from the write after the last one read.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_come_by_once_when_old_and_a_lost_reader_goes_on_where_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = LocalServer::start(ServerOptions {
+            binary: find_binary().unwrap(),
+            port: None,
+            store_dir: dir.path().join("store"),
+            log_file: None,
+            extra_args: Vec::new(),
+        })
+        .unwrap();
+        let nats = async_nats::connect(&server.url).await.unwrap();
+        let js = jetstream::new(nats);
+        let bucket = js
+            .create_key_value(jetstream::kv::Config {
+                bucket: "records".into(),
+                history: 5,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        bucket.put("a", "1".into()).await.unwrap();
+        let mut writes = AgedWrites::open(&js, vec![("records".into(), 1)])
+            .await
+            .unwrap();
+        bucket.put("b", "1".into()).await.unwrap();
+        bucket.put("b", "2".into()).await.unwrap();
+        let keys = |items: Vec<FeedItem>| items.iter().map(key_of).collect::<Vec<_>>();
+        let before = ax_bus::time::now() - chrono::Duration::hours(1);
+        assert!(writes.older_than(before).await.unwrap().is_empty());
+        let now = || ax_bus::time::now() + chrono::Duration::seconds(1);
+        assert_eq!(
+            keys(writes.older_than(now()).await.unwrap()),
+            ["a", "b", "b"]
+        );
+        assert!(writes.older_than(now()).await.unwrap().is_empty());
+
+        // `c` twice, the second a rollup: only it is left to come by.
+        bucket.put("c", "1".into()).await.unwrap();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Rollup", "sub");
+        js.publish_with_headers("$KV.records.c", headers, "2".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        // The server loses the reader (a restart, its inactivity timeout).
+        let stream = js.get_stream("KV_records").await.unwrap();
+        let name = writes.readers[0].consumer.cached_info().name.clone();
+        stream.delete_consumer(&name).await.unwrap();
+        let items = writes.older_than(now()).await.unwrap();
+        assert_eq!(keys(items), ["c"]);
+        drop(server);
+    }
+}

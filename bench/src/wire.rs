@@ -51,8 +51,9 @@ fn kind(prefix: &str, subject: &str, reply: Option<&str>) -> String {
     if subject.starts_with("$JS.API.CONSUMER.MSG.NEXT.") {
         return "pull request".into();
     }
-    if subject.starts_with("$JS.API.") {
-        return "other JetStream API".into();
+    if let Some(rest) = subject.strip_prefix("$JS.API.") {
+        let call: Vec<&str> = rest.split('.').take(2).collect();
+        return format!("JetStream API {}", call.join("."));
     }
     if subject.starts_with("_INBOX.") {
         return "answer (publish ack, kv result, reply)".into();
@@ -65,7 +66,8 @@ fn kind(prefix: &str, subject: &str, reply: Option<&str>) -> String {
             _ => "publish".into(),
         };
     }
-    "other".into()
+    let first: Vec<&str> = subject.split('.').take(3).collect();
+    format!("other ({}…)", first.join("."))
 }
 
 /// Seconds between the two fires of every job: enough for the first to settle and for the
@@ -83,7 +85,8 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     let scratch = tempfile::tempdir()?;
     // Both fires in one minute, so that one cron expression names them.
     let between = if quick { BETWEEN_QUICK } else { BETWEEN };
-    let (mut first, _) = fire_soon(if quick { 4 } else { 6 })?;
+    let idle = if quick { Duration::ZERO } else { IDLE };
+    let (mut first, _) = fire_soon(if quick { 4 } else { 6 + IDLE.as_secs() as i64 })?;
     while chrono::Timelike::second(&(first + chrono::Duration::seconds(between))) < between as u32 {
         first += chrono::Duration::seconds(1);
     }
@@ -107,6 +110,20 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
     };
     let mut results = noop_jobs_watched(&client, "w", n, &cron).await?;
     let node = start_node(&client, "all", 256, scratch.path()).await?;
+    // The node's background (heartbeats, leases, polls of the queues, the advisories of those
+    // calls), measured with nothing firing and taken off each fire's counts pro rata.
+    let quiet_from = first - chrono::Duration::seconds(1) - chrono::Duration::from_std(idle)?;
+    tokio::time::sleep(
+        (quiet_from - ax_bus::time::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
+    .await;
+    let (background, quiet) = count(&monitor, prefix, || async {
+        tokio::time::sleep(idle).await;
+        Ok(())
+    })
+    .await?;
     let mut figures = Vec::new();
     for (fire_at, which) in [(first, "first"), (second, "later")] {
         // Counting starts a second before the fire, once the node has settled: a Scheduler
@@ -118,26 +135,51 @@ pub(crate) async fn measure(url: &str, quick: bool) -> Result<Vec<Figure>> {
                 .unwrap_or(Duration::ZERO),
         )
         .await;
-        let counts = count(&monitor, prefix, || async {
+        let (counts, took) = count(&monitor, prefix, || async {
             successes("wire", &mut results, n, Duration::from_secs(120)).await?;
             tokio::time::sleep(sweep).await;
             Ok(())
         })
         .await?;
-        figures.extend(tally(n, which, counts));
+        let counts = without_background(
+            counts,
+            &background,
+            took.as_secs_f64() / quiet.as_secs_f64().max(1.0),
+        );
+        figures.extend(tally(n, which, counts, !idle.is_zero()));
     }
     node.stop();
     Ok(figures)
 }
 
+/// How long the node's background is counted before the fires.
+const IDLE: Duration = Duration::from_secs(8);
+
+/// `counts` less `background` times `scale` (the ratio of the two spans), kind by kind.
+fn without_background(
+    mut counts: BTreeMap<String, Tally>,
+    background: &BTreeMap<String, Tally>,
+    scale: f64,
+) -> BTreeMap<String, Tally> {
+    for (kind, quiet) in background {
+        if let Some(tally) = counts.get_mut(kind) {
+            let less = |n: u64, by: u64| n.saturating_sub((by as f64 * scale).round() as u64);
+            tally.messages = less(tally.messages, quiet.messages);
+            tally.bytes = less(tally.bytes, quiet.bytes);
+        }
+    }
+    counts.retain(|_, tally| tally.messages > 0);
+    counts
+}
+
 /// Counts every message by kind while `until` runs, and half a second after (what the last
-/// instances still do after their result: the DagCoordinator's deps entry and
-/// acknowledgement).
+/// instances still do after their result: the DagCoordinator's acknowledgement); with how
+/// long it counted.
 async fn count<F, Fut, T>(
     monitor: &async_nats::Client,
     prefix: &'static str,
     until: F,
-) -> Result<BTreeMap<String, Tally>>
+) -> Result<(BTreeMap<String, Tally>, Duration)>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
@@ -165,11 +207,14 @@ where
             tally.bytes += message.length as u64;
         }
     });
+    let started = std::time::Instant::now();
     until().await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     monitor.flush().await?;
+    let took = started.elapsed();
     let _ = stop.send(());
-    Ok(tokio::time::timeout(Duration::from_secs(10), counting).await??)
+    let counts = tokio::time::timeout(Duration::from_secs(10), counting).await??;
+    Ok((counts, took))
 }
 
 /// What one kind of message added up to.
@@ -181,18 +226,28 @@ struct Tally {
 }
 
 /// The figures of one fire of `n` instances: the totals per instance, then each kind.
-fn tally(n: usize, which: &str, counts: BTreeMap<String, Tally>) -> Vec<Figure> {
+fn tally(
+    n: usize,
+    which: &str,
+    counts: BTreeMap<String, Tally>,
+    background_off: bool,
+) -> Vec<Figure> {
+    let off = if background_off {
+        "; the node's background, counted before the fires, taken off"
+    } else {
+        ""
+    };
     let total: u64 = counts.values().map(|t| t.messages).sum();
     let bytes: u64 = counts.values().map(|t| t.bytes).sum();
     let per = |count: u64| count as f64 / n as f64;
     let (name, note) = match which {
         "first" => (
             "messages per instance on the wire".to_string(),
-            format!("{n} no-op cron instances, each its job's first fire on this node: every message the server routed, by kind below"),
+            format!("{n} no-op cron instances, each its job's first fire on this node: every message the server routed, by kind below{off}"),
         ),
         _ => (
             "messages per instance on the wire, a job's later fire".to_string(),
-            format!("the same {n} jobs {BETWEEN} s later (what a job firing again and again costs), by kind below"),
+            format!("the same {n} jobs {BETWEEN} s later (what a job firing again and again costs), by kind below{off}"),
         ),
     };
     let mut figures = vec![

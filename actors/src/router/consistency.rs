@@ -56,7 +56,7 @@ use crate::ActorError;
 const STRANDED_AFTER: Duration = Duration::from_secs(15);
 /// How often the records are checked.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
-/// How long after a record write the sweep has read it, at the latest ([`AgedWrites`]): what a
+/// How long after a record write the sweep has read it, at the latest: what a
 /// count of the messages an instance causes must wait for.
 pub const WRITES_READ_WITHIN: Duration =
     Duration::from_secs(STRANDED_AFTER.as_secs() + CHECK_EVERY.as_secs());

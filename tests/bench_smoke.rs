@@ -88,9 +88,11 @@ fn quick_bench_prints_sane_figures() {
     // The messages of an instance, by kind, add up to their total, for a job's first fire and
     // for a later one; a later one reads no definition, and no no-op attempt writes a claim
     // (its start is fenced by its record; a claim is written by the first lease renewal). The
-    // consistency sweep follows the record writes by their headers: its deliveries (three an instance, more on a loaded machine) carry
-    // no record (about 700 bytes each when they did). A later fire's writes made together are
-    // answered as batches.
+    // consistency sweep reads the record writes by their headers once they are 15 s old — after
+    // a quick run's windows, so it is not counted here (`router::aged_writes`'s test holds that
+    // it reads headers only, once each); a delivery of the instances bucket seen (one of its
+    // snapshot) carries no record (about 700 bytes when it did). A later fire's writes made
+    // together are answered as batches.
     for which in ["first", "later"] {
         let wire: Vec<&serde_json::Value> =
             figures.iter().filter(|f| f["section"] == "wire").collect();
@@ -115,19 +117,19 @@ fn quick_bench_prints_sane_figures() {
         );
         let sweep = kinds
             .iter()
-            .find(|f| f["name"] == format!("{which} fire: delivery (KV_wire_instances)"))
-            .unwrap_or_else(|| panic!("{kinds:?}"));
-        let bytes: f64 = sweep["note"]
-            .as_str()
-            .and_then(|note| note.split(", ").nth(1))
-            .and_then(|b| b.strip_suffix(" B per instance"))
-            .and_then(|b| b.parse().ok())
-            .unwrap_or_else(|| panic!("{sweep}"));
-        // Per delivery, not per instance: a loaded machine redelivers some (5.4 deliveries an
-        // instance were seen), each still about 200 bytes of headers; one carrying a record
-        // would be about 700 bytes more.
-        let deliveries = sweep["value"].as_f64().unwrap_or(0.0).max(1.0);
-        assert!(bytes / deliveries < 250.0, "{sweep}");
+            .find(|f| f["name"] == format!("{which} fire: delivery (KV_wire_instances)"));
+        if let Some(sweep) = sweep {
+            let bytes: f64 = sweep["note"]
+                .as_str()
+                .and_then(|note| note.split(", ").nth(1))
+                .and_then(|b| b.strip_suffix(" B per instance"))
+                .and_then(|b| b.parse().ok())
+                .unwrap_or_else(|| panic!("{sweep}"));
+            // Per delivery, not per instance: each about 200 bytes of headers; one carrying a
+            // record would be about 700 bytes more.
+            let deliveries = sweep["value"].as_f64().unwrap_or(0.0).max(1.0);
+            assert!(bytes / deliveries < 250.0, "{sweep}");
+        }
         if which == "later" {
             assert!(
                 !kinds
@@ -135,17 +137,22 @@ fn quick_bench_prints_sane_figures() {
                     .any(|f| f["name"] == "later fire: kv read jobs"),
                 "{kinds:?}"
             );
-            // Seven writes are answered one by one without bursts (6.2 answers an instance,
-            // the acknowledgements to the Router gathered); the hand-offs and the deps entries
-            // go in fast-ingest batches, answered every so many messages (5.1); the notes of
-            // the records' ends for their retention, awaited before the final writes so that
-            // no final record goes unnoted, share a message among the ends reported together
-            // (5.4 in a release build, one a note: 6.1–6.2).
+            // Six writes would be answered one by one without bursts (the acknowledgements to
+            // the Router gathered); the hand-offs and the results go in fast-ingest batches,
+            // answered every so many messages, and the notes of the records' ends for their
+            // retention share a message among the ends reported together (4.7–4.8), and a
+            // job nothing depends on has no deps entry per instance.
             let answers = kinds
                 .iter()
                 .find(|f| f["name"] == "later fire: answer (publish ack, kv result, reply)")
                 .unwrap_or_else(|| panic!("{kinds:?}"));
-            assert!(answers["value"].as_f64().unwrap() < 6.6, "{answers}");
+            assert!(answers["value"].as_f64().unwrap() < 5.6, "{answers}");
+            assert!(
+                !kinds
+                    .iter()
+                    .any(|f| f["name"] == "later fire: kv write deps"),
+                "{kinds:?}"
+            );
         }
     }
 }

@@ -85,12 +85,14 @@ async fn publish_success(
     record.instance_id
 }
 
-/// Stores in the registry, as a Scheduler's apply does, a job without cron that depends on
-/// `upstream` (which need not be applied): the coordinator then keeps an entry per instance of
-/// `upstream`, where a job nothing depends on has only a note of each day.
+/// Stores in the registry, as a Scheduler's apply does, a job that depends on `upstream`
+/// (which need not be applied): the coordinator then keeps an entry per instance of
+/// `upstream`, where a job nothing depends on has only a note of each day. It has a cron (once
+/// a year, and no Scheduler runs here), so the coordinator creates none of its instances.
 async fn depended_on(client: &AxClient, upstream: &str) {
     let spec: ax_bus::spec::JobSpec = serde_json::from_value(serde_json::json!({
         "name": format!("after_{upstream}"),
+        "cron": "0 0 0 1 1 *",
         "deps": [{"name": upstream, "biz_date": "current"}],
         "exec": {"type": "noop"},
     }))

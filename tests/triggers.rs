@@ -210,13 +210,15 @@ async fn delayed_instances_survive_a_kill_of_the_only_scheduler_and_run_once() {
     let mut core = AxProcess::node(&nats, "core", "scheduler,dag,router", &[]);
     let _worker = AxProcess::node(&nats, "w1", "worker", &[]);
     apply_job(&nats, "later", NOOP).await;
-    // 200 delayed triggers, due from 3 s on (some of them past the Scheduler's death).
+    // 200 delayed triggers, due from 10 s on (after the Scheduler's death: sending them and
+    // reading their answers takes a few seconds on a loaded machine).
     let inbox = client.nats.new_inbox();
     let mut answers = client.nats.subscribe(inbox.clone()).await.unwrap();
+    let sent = tokio::time::Instant::now();
     for i in 0..200 {
         let body = format!(
             r#"{{"name": "later", "key": "k{i}", "in": "{}ms"}}"#,
-            3_000 + i * 10
+            10_000 + i * 10
         );
         publish_json(&client, &body, &inbox).await;
     }
@@ -227,7 +229,7 @@ async fn delayed_instances_survive_a_kill_of_the_only_scheduler_and_run_once() {
     assert_eq!(instances(&client, "later").await.len(), 200);
     core.kill9();
     // Every Scheduler is down while they fall due.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep_until(sent + Duration::from_secs(13)).await;
     assert!(
         released(&client, "later").await.is_empty(),
         "released with no Scheduler"
@@ -535,7 +537,8 @@ async fn a_waiting_one_off_instance_runs_its_job_as_last_applied() {
             ledger.join(name).display()
         )
     };
-    let at = ax_bus::time::now() + chrono::Duration::seconds(8);
+    // Far enough ahead for the dozen applies below on a loaded machine.
+    let at = ax_bus::time::now() + chrono::Duration::seconds(20);
     let later = at + chrono::Duration::seconds(60);
     let record = |name: &str, at| {
         let client = client.clone();

@@ -7,6 +7,16 @@ use std::time::Duration;
 
 use support::*;
 
+/// How many instances of `ping` triggers made: its cron may fire before the pause sent right
+/// after its apply is carried out, on a loaded machine.
+async fn triggered(client: &ax_bus::AxClient) -> usize {
+    instances(client, "ping")
+        .await
+        .iter()
+        .filter(|r| r.trigger != ax_bus::instance::Trigger::Cron)
+        .count()
+}
+
 const PING: &str = "version: v1
 job:
   name: ping
@@ -103,7 +113,7 @@ async fn a_plain_request_gets_the_commands_answer_in_its_own_encoding() {
     let reply: ax_bus::messages::ControlReply = ax_bus::codec::decode(&answer.payload).unwrap();
     assert!(reply.ok, "{:?}", reply.errors);
     assert_eq!(reply.message, "already triggered");
-    assert_eq!(instances(&client, "ping").await.len(), 1);
+    assert_eq!(triggered(&client).await, 1);
 
     // Two requests with one `Nats-Msg-Id`: JetStream keeps one command, and the repeat gets
     // that command's answer — the same instance — instead of none.
@@ -126,7 +136,7 @@ async fn a_plain_request_gets_the_commands_answer_in_its_own_encoding() {
         replies.push(reply["instance_id"].as_str().unwrap().to_string());
     }
     assert_eq!(replies[0], replies[1]);
-    assert_eq!(instances(&client, "ping").await.len(), 2);
+    assert_eq!(triggered(&client).await, 2);
 
     // A refusal is an answer too, naming the reason; nothing is created.
     let answer = request(
@@ -154,7 +164,7 @@ async fn a_plain_request_gets_the_commands_answer_in_its_own_encoding() {
         reply.errors.iter().any(|e| e.contains("text/plain")),
         "{reply:?}"
     );
-    assert_eq!(instances(&client, "ping").await.len(), 2);
+    assert_eq!(triggered(&client).await, 2);
 
     // A request the control stream does not take (here its headers expect another stream) is
     // answered at once with the reason, and nothing is carried out.
@@ -174,7 +184,7 @@ async fn a_plain_request_gets_the_commands_answer_in_its_own_encoding() {
     assert_eq!(reply["ok"], false, "{reply}");
     let why = reply["errors"][0].as_str().unwrap();
     assert!(why.contains("not queued"), "{reply}");
-    assert_eq!(instances(&client, "ping").await.len(), 2);
+    assert_eq!(triggered(&client).await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

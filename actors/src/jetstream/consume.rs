@@ -254,6 +254,19 @@ pub async fn watched(
     ))
 }
 
+/// The messages `consumer` has for its reader now, at most `most`, without waiting for more.
+pub async fn fetch_now(
+    consumer: &jetstream::consumer::PullConsumer,
+    most: usize,
+) -> Result<Vec<jetstream::Message>, ax_bus::error::BoxError> {
+    let mut batch = consumer.fetch().max_messages(most).messages().await?;
+    let mut messages = Vec::with_capacity(most);
+    while let Some(message) = futures::StreamExt::next(&mut batch).await {
+        messages.push(message?);
+    }
+    Ok(messages)
+}
+
 /// Acknowledges a delivered message. A failed ack is logged and nothing more: the message is
 /// delivered again after its ack wait, and every consumer handles a redelivery idempotently
 /// (message ids, compare-and-swap, create-if-absent).

@@ -19,12 +19,11 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, AckPolicy, Consumer, DeliverPolicy};
 use async_nats::jetstream::{self, stream::Stream};
-use chrono::{DateTime, Utc};
-use futures::StreamExt;
-
 use ax_bus::client::kv_view::FeedItem;
 use ax_bus::error::NatsError;
+use chrono::{DateTime, Utc};
 
+use crate::jetstream::consume;
 use crate::ActorError;
 
 /// Writes fetched at once.
@@ -125,47 +124,16 @@ impl Reader {
             }
             self.next = info.stream_sequence + 1;
             let at = ax_bus::time::from_server(info.published);
-            let revision = info.stream_sequence;
-            let message = message.message;
-            let key = message
-                .subject
-                .strip_prefix(self.prefix.as_str())
-                .unwrap_or(message.subject.as_str())
-                .to_string();
-            let deleted = message
-                .headers
-                .as_ref()
-                .and_then(|h| h.get("KV-Operation"))
-                .is_some_and(|v| matches!(v.as_str(), "DEL" | "PURGE"));
-            let item = if deleted {
-                FeedItem::Deleted { key }
-            } else {
-                FeedItem::Put {
-                    key,
-                    value: message.payload,
-                    revision,
-                    at,
-                    headers: message.headers,
-                }
-            };
-            self.held.push_back((at, item));
+            self.held
+                .push_back((at, FeedItem::of_message(&self.prefix, message)));
         }
         Ok(fetched)
     }
 
     async fn fetch_batch(&self) -> Result<Vec<jetstream::Message>, ActorError> {
-        let mut batch = self
-            .consumer
-            .fetch()
-            .max_messages(FETCH)
-            .messages()
+        consume::fetch_now(&self.consumer, FETCH)
             .await
-            .map_err(|e| failed("fetch the instances' writes", e.into()))?;
-        let mut messages = Vec::with_capacity(FETCH);
-        while let Some(message) = batch.next().await {
-            messages.push(message.map_err(|e| failed("fetch the instances' writes", e))?);
-        }
-        Ok(messages)
+            .map_err(|e| failed("fetch the instances' writes", e))
     }
 }
 

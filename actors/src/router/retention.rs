@@ -19,7 +19,7 @@ use async_nats::jetstream::{
     consumer::{pull, AckPolicy, DeliverPolicy},
 };
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 
 use ax_bus::client::expiry_notes;
 use ax_bus::client::retention::{subject_secs, Expiry};
@@ -185,19 +185,10 @@ impl Subject {
     }
 
     async fn fetch(&mut self) -> Result<(), ActorError> {
-        let failed = |e: ax_bus::error::BoxError| {
-            ActorError::from(NatsError::new("fetch from an expiry consumer", e))
-        };
-        let mut batch = self
-            .consumer
-            .fetch()
-            .max_messages(FETCH)
-            .messages()
+        let fetched = consume::fetch_now(&self.consumer, FETCH)
             .await
-            .map_err(|e| failed(e.into()))?;
-        while let Some(message) = batch.next().await {
-            self.held.push_back(message.map_err(&failed)?);
-        }
+            .map_err(|e| NatsError::new("fetch from an expiry consumer", e))?;
+        self.held.extend(fetched);
         Ok(())
     }
 

@@ -36,6 +36,38 @@ pub enum FeedItem {
     Current,
 }
 
+impl FeedItem {
+    /// The item a bucket's stream message is: its key is its subject past `prefix`
+    /// (`$KV.<bucket>.`); a delete or purge marker is [`FeedItem::Deleted`].
+    pub fn of_message(prefix: &str, message: jetstream::Message) -> Self {
+        let key = message
+            .subject
+            .strip_prefix(prefix)
+            .unwrap_or(message.subject.as_str())
+            .to_string();
+        let deleted = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("KV-Operation"))
+            .is_some_and(|v| matches!(v.as_str(), "DEL" | "PURGE"));
+        if deleted {
+            return FeedItem::Deleted { key };
+        }
+        let (revision, at) = message
+            .info()
+            .map(|i| (i.stream_sequence, crate::time::from_server(i.published)))
+            .unwrap_or_else(|_| (0, crate::time::now()));
+        let message = message.message;
+        FeedItem::Put {
+            key,
+            value: message.payload,
+            revision,
+            at,
+            headers: message.headers,
+        }
+    }
+}
+
 /// A feed over a bucket's keys matching a pattern.
 pub struct KvFeed {
     bucket: String,
@@ -408,31 +440,7 @@ impl KvFeed {
         if let Ok(info) = message.info() {
             self.last_delivered = self.last_delivered.max(info.stream_sequence);
         }
-        let key = message
-            .subject
-            .strip_prefix(self.prefix.as_str())
-            .unwrap_or(message.subject.as_str())
-            .to_string();
-        let deleted = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("KV-Operation"))
-            .is_some_and(|v| matches!(v.as_str(), "DEL" | "PURGE"));
-        if deleted {
-            return Some(Ok(FeedItem::Deleted { key }));
-        }
-        let (revision, at) = message
-            .info()
-            .map(|i| (i.stream_sequence, crate::time::from_server(i.published)))
-            .unwrap_or_else(|_| (0, crate::time::now()));
-        let message = message.message;
-        Some(Ok(FeedItem::Put {
-            key,
-            value: message.payload,
-            revision,
-            at,
-            headers: message.headers,
-        }))
+        Some(Ok(FeedItem::of_message(&self.prefix, message)))
     }
 
     /// Collects the current values (the snapshot) and closes the feed.

@@ -5,9 +5,7 @@
 //! decision named its job has its instances read from their records. The bucket's keys and reading live in
 //! [`ax_bus::client::deps`], shared with the re-run planner and the executors.
 
-use ax_bus::client::deps::{
-    encode_entry, entry_key, fold, noted, parse_key, DayKey, Days, StoredKey,
-};
+use ax_bus::client::deps::{encode_entry, entry_key, noted, parse_key, DayKey, Days, StoredKey};
 use ax_bus::error::During;
 use ax_bus::AxClient;
 
@@ -30,8 +28,7 @@ pub(crate) async fn read(client: &AxClient, keys: &[DayKey]) -> Result<Days, Act
             _ => None,
         })
         .collect();
-    let mut days = fold(stored);
-    client.add_noted(&mut days, notes).await?;
+    let days = client.days_of(stored).await?;
     if legacy.is_empty() {
         return Ok(days);
     }

@@ -54,7 +54,7 @@ struct Execution {
     created_here: HashMap<InstanceId, String>,
     /// Days to read for the view.
     reads: Vec<DayKey>,
-    /// Days to note (see [`Action::IndexDay`]).
+    /// Days to note (see [`Action::NoteDay`]).
     notes: Vec<DayKey>,
 }
 
@@ -139,7 +139,7 @@ impl Execution {
                 ));
                 Ok(())
             }
-            Action::IndexDay { job, date } => {
+            Action::NoteDay { job, date } => {
                 self.notes.push((job, date));
                 Ok(())
             }

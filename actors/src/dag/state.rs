@@ -55,7 +55,7 @@ pub(crate) enum Action {
     /// Note in the deps bucket that `job` has instances of `date`, once, for a job no decision
     /// names: the re-run planner reads those instances from their records (see
     /// [`ax_bus::client::deps`]).
-    IndexDay {
+    NoteDay {
         /// The job.
         job: JobName,
         /// The date.
@@ -192,12 +192,12 @@ pub(crate) struct DagState {
     read: HashSet<DayKey>,
     reading: HashSet<DayKey>,
     /// The days of jobs no decision names that this view noted in the deps bucket (forgotten
-    /// past [`INDEXED_HELD`]: a day noted again is written again, to the same effect).
-    indexed: HashSet<DayKey>,
+    /// past [`NOTED_HELD`]: a day noted again is written again, to the same effect).
+    noted: HashSet<DayKey>,
 }
 
-/// The most days [`DagState::indexed`] holds.
-const INDEXED_HELD: usize = 100_000;
+/// The most days [`DagState::noted`] holds.
+const NOTED_HELD: usize = 100_000;
 
 impl DagState {
     /// An empty view.
@@ -610,11 +610,11 @@ impl DagState {
         if !self.follows(&job) && !self.watchers.contains_key(&key) {
             // No decision names its days: the re-run planner finds its instances by their
             // records, from a note of the day.
-            if self.indexed.len() >= INDEXED_HELD {
-                self.indexed.clear();
+            if self.noted.len() >= NOTED_HELD {
+                self.noted.clear();
             }
-            if self.indexed.insert(key) {
-                actions.push(Action::IndexDay { job, date });
+            if self.noted.insert(key) {
+                actions.push(Action::NoteDay { job, date });
             }
             return;
         }
@@ -1193,7 +1193,7 @@ mod tests {
         let actions = dag.on_result(&result(&s1, State::Success), now());
         assert_eq!(
             actions,
-            [Action::IndexDay {
+            [Action::NoteDay {
                 job: job("s"),
                 date: day()
             }]

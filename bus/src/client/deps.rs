@@ -13,7 +13,7 @@
 //! instance — have an entry per instance. A job nothing depends on has a note of each day it
 //! has instances of instead, `<YYYYMMDD>.<job>` holding an empty day ([`note_value`], written
 //! once a day by [`AxClient::note_days`]), and its instances of a noted day are read from their
-//! records when a day is read ([`AxClient::add_noted`]): an entry per instance cost every
+//! records when a day is read ([`AxClient::days_of`]): an entry per instance cost every
 //! instance of every job a store and its answer, for the re-run planner alone.
 //!
 //! Each entry lives [`crate::client::provision::HISTORY_MAX_AGE`] from its last change. Values
@@ -189,7 +189,15 @@ impl AxClient {
     /// Every job's instances for `date`.
     pub async fn deps_of_date(&self, date: NaiveDate) -> Result<Days, ClientError> {
         let pattern = format!("{}.>", date.format(DATE_FORMAT));
-        let stored = self.deps_entries(&pattern).await?;
+        self.days_of(self.deps_entries(&pattern).await?).await
+    }
+
+    /// The days `stored` holds, folded ([`fold`]), the instances of the noted ones read from
+    /// their records ([`AxClient::add_noted`]).
+    pub async fn days_of(
+        &self,
+        stored: Vec<(String, bytes::Bytes, u64)>,
+    ) -> Result<Days, ClientError> {
         let notes = noted(&stored);
         let mut days = fold(stored);
         self.add_noted(&mut days, notes).await?;
@@ -224,11 +232,7 @@ impl AxClient {
     /// job's once); a day whose records are all gone (past their retention) stays, with no
     /// instances. Shards are not instances of their job for dependencies, and an entry already
     /// there is kept.
-    pub async fn add_noted(
-        &self,
-        days: &mut Days,
-        notes: BTreeSet<DayKey>,
-    ) -> Result<(), ClientError> {
+    async fn add_noted(&self, days: &mut Days, notes: BTreeSet<DayKey>) -> Result<(), ClientError> {
         let mut by_job: BTreeMap<JobName, BTreeSet<NaiveDate>> = BTreeMap::new();
         for (job, date) in &notes {
             by_job.entry(job.clone()).or_default().insert(*date);
@@ -275,10 +279,11 @@ impl AxClient {
         let entries = self
             .deps_entries_of_days(std::slice::from_ref(&key))
             .await?;
-        let notes = noted(&entries);
-        let mut days = fold(entries);
-        self.add_noted(&mut days, notes).await?;
-        Ok(days.remove(&key).unwrap_or_default())
+        Ok(self
+            .days_of(entries)
+            .await?
+            .remove(&key)
+            .unwrap_or_default())
     }
 }
 

@@ -655,6 +655,15 @@ async fn a_downstream_applied_later_counts_what_its_upstream_did_before() {
         .await
         .unwrap();
     assert_eq!(keys, ["20260302.up"]);
+    // A note made again (a coordinator that took over, a result delivered again) leaves the
+    // first one as it was.
+    let first = client.deps.entry("20260302.up").await.unwrap().unwrap();
+    client
+        .note_days(&[(support::job("up"), date)])
+        .await
+        .unwrap();
+    let again = client.deps.entry("20260302.up").await.unwrap().unwrap();
+    assert_eq!((again.revision, again.value), (first.revision, first.value));
     let plan = ax(
         &nats.url(),
         &["rerun", "--json", "--biz-date", "2026-03-02", "--dry-run"],

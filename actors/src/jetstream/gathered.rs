@@ -60,3 +60,67 @@ impl Gathered {
         rx.await.unwrap_or_else(|_| Err(gone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use ax_bus::client::local_server::{find_binary, LocalServer, ServerOptions};
+    use ax_bus::client::ConnectConfig;
+
+    async fn stored(client: &AxClient) -> u64 {
+        let mut stream = client
+            .js
+            .get_stream(client.layout.results_stream())
+            .await
+            .unwrap();
+        stream.info().await.unwrap().state.messages
+    }
+
+    fn item(client: &AxClient, i: usize) -> Item {
+        Item::new(client.subjects().result("j"), &format!("result:{i}"), &i).unwrap()
+    }
+
+    /// Publishes made side by side are each stored once, a repeat (a report run again) too;
+    /// across a restart of nats-server a publish waits and is stored; one no stream takes is
+    /// an error, not a wait.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_is_stored_once_across_a_restart_and_a_subject_of_no_stream_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = LocalServer::start(ServerOptions {
+            binary: find_binary().unwrap(),
+            port: None,
+            store_dir: dir.path().join("store"),
+            log_file: None,
+            extra_args: Vec::new(),
+        })
+        .unwrap();
+        let client = AxClient::connect_node(&ConnectConfig::new(server.url.clone(), "t"))
+            .await
+            .unwrap();
+        let gathered = Gathered::new(&client);
+        for _ in 0..2 {
+            let all = (0..200).map(|i| gathered.publish(item(&client, i)));
+            for done in futures::future::join_all(all).await {
+                done.unwrap();
+            }
+            assert_eq!(stored(&client).await, 200);
+        }
+
+        server.stop();
+        let late = tokio::spawn({
+            let (gathered, item) = (gathered.clone(), item(&client, 200));
+            async move { gathered.publish(item).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.restart().unwrap();
+        let after = tokio::time::timeout(Duration::from_secs(60), late).await;
+        after.unwrap().unwrap().unwrap();
+        assert_eq!(stored(&client).await, 201);
+
+        let nowhere = Item::new("no.stream.here".into(), "x", &1).unwrap();
+        let refused = tokio::time::timeout(Duration::from_secs(30), gathered.publish(nowhere));
+        assert!(refused.await.unwrap().is_err());
+    }
+}

@@ -341,6 +341,37 @@ mod tests {
     }
 
     #[test]
+    fn a_note_is_an_empty_day_and_a_bad_or_full_day_is_not_one() {
+        let at = crate::time::now();
+        let full = codec::encode(&DateInstances {
+            instances: [(id("stat.a"), (1, State::Success))].into(),
+            ..Default::default()
+        })
+        .unwrap();
+        let stored = vec![
+            ("20261129.stat".to_string(), note_value(at).unwrap(), 1),
+            ("20261129.load".to_string(), full, 2),
+            (
+                "20261129.bad".to_string(),
+                bytes::Bytes::from_static(b"\xc1"),
+                3,
+            ),
+            (
+                entry_key(&job("stat"), date(), &id("stat.b")),
+                encode_entry(1, State::Running).unwrap(),
+                4,
+            ),
+        ];
+        assert_eq!(noted(&stored), [(job("stat"), date())].into());
+        // Folded, the note is a day of no instances that says when it was noted; the day of an
+        // earlier version keeps its instances; the undecodable value is skipped.
+        let days = fold(stored);
+        assert_eq!(days[&(job("stat"), date())].noted_at, Some(at));
+        assert_eq!(days[&(job("load"), date())].instances.len(), 1);
+        assert!(!days.contains_key(&(job("bad"), date())));
+    }
+
+    #[test]
     fn entries_win_over_a_legacy_day_and_bad_values_are_skipped() {
         let legacy = DateInstances {
             instances: [

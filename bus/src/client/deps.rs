@@ -193,7 +193,7 @@ impl AxClient {
     }
 
     /// The days `stored` holds, folded ([`fold`]), the instances of the noted ones read from
-    /// their records ([`AxClient::add_noted`]).
+    /// their records.
     pub async fn days_of(
         &self,
         stored: Vec<(String, bytes::Bytes, u64)>,
